@@ -1,0 +1,36 @@
+"""Work records: what the scheduler core writes to the event log, one per piece of work."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class WorkRecord:
+    """One piece of work as it happened; the row type of the event log (see marlaas.eventlog)."""
+
+    kind: str
+    """generate, env, train, sync, adapter_load or idle."""
+    tenant: str
+    job: str
+    step: int
+    group: int
+    turn: int
+    device: str
+    pool: str
+    start_s: float
+    """Start time [s]."""
+    end_s: float
+    """End time [s]."""
+    seqs: int = 0
+    tokens: int = 0
+    version: int = -1
+    staleness: int = -1
+    outcome: str = "ok"
+    """ok / failed, or the idle cause for idle rows."""
+    reward: float = math.nan
+
+    def as_row(self) -> dict:
+        """The record as a plain dict keyed by event-log column."""
+        return asdict(self)
