@@ -1,0 +1,151 @@
+"""Devices, inference engines and trainers, with every capacity rule in one place.
+
+An engine runs on one device and holds running groups (sequences and reserved KV tokens)
+and resident adapter versions (at most ``adapter_slots``, least recently used evicted when
+idle). A trainer spans one or more devices and keeps the adapter and optimizer state of up to
+``adapter_slots`` jobs resident. With colocated placement every device is an engine and the
+one trainer spans them all, so training and generation exclude each other.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from marlaas.core.workload import ClusterSpec, EngineSpec, SchedulingSpec
+
+AdapterKey = tuple[str, int]
+"""(job name, adapter version)."""
+
+
+class CapacityError(AssertionError):
+    """A capacity rule was broken: a bug in the mechanism, never a user error."""
+
+
+@dataclass
+class Device:
+    """One accelerator; ``compute`` counts the generate/train work running on it."""
+
+    name: str
+    pool: str
+    compute: int = 0
+
+
+@dataclass
+class Engine:
+    """An inference engine on one device (continuous batching, multi-LoRA)."""
+
+    name: str
+    device: Device
+    spec: EngineSpec
+    seqs: int = 0
+    tokens: int = 0
+    """KV tokens reserved by running groups."""
+    resident: OrderedDict[AdapterKey, int] = field(default_factory=OrderedDict)
+    """Resident adapter versions -> groups using them (reserved or running); LRU order."""
+    loading: set[AdapterKey] = field(default_factory=set)
+
+    def fits(self, seqs: int, tokens: int) -> bool:
+        """Whether a group of ``seqs`` sequences reserving ``tokens`` KV tokens fits now."""
+        return (
+            self.seqs + seqs <= self.spec.max_seqs and self.tokens + tokens <= self.spec.kv_tokens
+        )
+
+    def can_host(self, adapter: AdapterKey) -> bool:
+        """Whether the adapter is resident, or a slot is free or can be freed."""
+        if adapter in self.resident:
+            return adapter not in self.loading
+        if len(self.resident) < self.spec.adapter_slots:
+            return True
+        return any(users == 0 for users in self.resident.values())
+
+    def reserve(self, seqs: int, tokens: int, adapter: AdapterKey) -> bool:
+        """Reserve room for a group; returns True when the adapter must be loaded first."""
+        if not self.fits(seqs, tokens) or not self.can_host(adapter):
+            raise CapacityError(f"{self.name}: no room for {seqs} seqs / {tokens} tokens")
+        self.seqs += seqs
+        self.tokens += tokens
+        must_load = adapter not in self.resident
+        if must_load:
+            if len(self.resident) >= self.spec.adapter_slots:
+                victim = next(k for k, users in self.resident.items() if users == 0)
+                del self.resident[victim]
+            self.resident[adapter] = 0
+            self.loading.add(adapter)
+        self.resident[adapter] += 1
+        self.resident.move_to_end(adapter)
+        return must_load
+
+    def release(self, seqs: int, tokens: int, adapter: AdapterKey) -> None:
+        """Give back a finished group's room."""
+        self.seqs -= seqs
+        self.tokens -= tokens
+        self.resident[adapter] -= 1
+        if self.seqs < 0 or self.tokens < 0 or self.resident[adapter] < 0:
+            raise CapacityError(f"{self.name}: released more than reserved")
+
+    def check(self) -> None:
+        """Raise CapacityError if any limit is exceeded."""
+        if self.seqs > self.spec.max_seqs or self.tokens > self.spec.kv_tokens:
+            raise CapacityError(f"{self.name}: {self.seqs} seqs / {self.tokens} tokens over limit")
+        if len(self.resident) > self.spec.adapter_slots:
+            raise CapacityError(f"{self.name}: {len(self.resident)} adapters resident")
+
+
+@dataclass
+class Trainer:
+    """A trainer over one or more devices; runs one training step (or sync) at a time."""
+
+    name: str
+    devices: tuple[Device, ...]
+    adapter_slots: int
+    activity: str | None = None
+    """None when free; else adapter_load, train or weight_sync."""
+    resident: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    """Jobs whose adapter and optimizer state are on this trainer, LRU order."""
+
+    def make_resident(self, job: str) -> None:
+        """Record that ``job``'s state is now here, evicting the least recently used."""
+        self.resident.pop(job, None)
+        self.resident[job] = None
+        while len(self.resident) > self.adapter_slots:
+            self.resident.popitem(last=False)
+
+
+@dataclass
+class Cluster:
+    """All devices, engines and trainers of one run, built from the workload."""
+
+    devices: list[Device]
+    engines: list[Engine]
+    trainers: list[Trainer]
+    colocated: bool
+
+    @classmethod
+    def build(cls, spec: ClusterSpec, scheduling: SchedulingSpec) -> Cluster:
+        """Lay out devices by placement: pools keep their roles, or all are colocated."""
+        engine_spec, slots = spec.engine, spec.trainer.adapter_slots
+        if scheduling.placement == "colocated":
+            devices = [Device(f"colocated/{i}", "colocated") for i in range(spec.total_devices)]
+            engines = [Engine(d.name, d, engine_spec) for d in devices]
+            trainers = [Trainer("colocated/trainer", tuple(devices), slots)]
+            return cls(devices, engines, trainers, colocated=True)
+        devices, engines, trainers = [], [], []
+        for pool in spec.pools:
+            pool_devices = [Device(f"{pool.name}/{i}", pool.name) for i in range(pool.devices)]
+            devices += pool_devices
+            if pool.role == "inference":
+                engines += [Engine(d.name, d, engine_spec) for d in pool_devices]
+                continue
+            per = pool.devices_per_trainer
+            for t in range(0, pool.devices, per):
+                group = tuple(pool_devices[t : t + per])
+                trainers.append(Trainer(f"{pool.name}/trainer{t // per}", group, slots))
+        return cls(devices, engines, trainers, colocated=False)
+
+    def engine_of(self, device: Device) -> Engine | None:
+        """The engine on a device, if any."""
+        for engine in self.engines:
+            if engine.device is device:
+                return engine
+        return None

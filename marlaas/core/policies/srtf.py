@@ -1,0 +1,13 @@
+"""Shortest remaining work first: the job closest to done gets resources first."""
+
+from marlaas.core.policies.base import JobView, Policy, register
+
+
+@register
+class ShortestRemaining(Policy):
+    """Minimises mean job completion time when sizes are known (estimated from the spec)."""
+
+    name = "srtf"
+
+    def key(self, job: JobView) -> tuple:
+        return (job.remaining_tokens, job.arrival_s, job.index)

@@ -1,0 +1,613 @@
+"""The scheduler core: facts in (``on_event``), decisions out (``decide``), never a clock.
+
+Both drivers run the same loop::
+
+    for decision in scheduler.decide(now): start it       (SimPy timeout, or a real call)
+    ... when work finishes: scheduler.on_event(WorkDone(...), now)
+
+The mechanism here enforces every capacity rule (engine sequences, KV tokens and adapter
+slots, trainer residency, environment workers, the staleness bound, the step barrier, the
+number of admitted jobs); the policy only orders jobs wherever there is a choice.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from marlaas.core.cluster import AdapterKey, CapacityError, Cluster, Engine, Trainer
+from marlaas.core.idle import IdleTracker
+from marlaas.core.jobs import Group, JobState
+from marlaas.core.policies import Policy, get_policy
+from marlaas.core.records import WorkRecord
+from marlaas.core.work import (
+    Decision,
+    EnvStep,
+    Generate,
+    LoadAdapter,
+    Sync,
+    Train,
+    WorkDone,
+)
+from marlaas.core.workload import SchedulingSpec, Workload
+
+CAUSE_ORDER = ("trainer", "rollouts", "environment", "weight_sync", "staleness", "no_work")
+
+
+class InfeasibleWorkloadError(ValueError):
+    """A job that can never run on this cluster (e.g. a group larger than an engine)."""
+
+
+@dataclass
+class _Running:
+    decision: Decision
+    start_s: float
+    engine: Engine | None = None
+    trainer: Trainer | None = None
+    reserved: int = 0
+
+
+class Scheduler:
+    """Schedules every tenant's generation, environment, training and sync work."""
+
+    def __init__(self, workload: Workload, policy: Policy | str | None = None) -> None:
+        self.workload = workload
+        self.policy = (
+            get_policy(policy or workload.policy) if not isinstance(policy, Policy) else policy
+        )
+        merged = {**workload.scheduling.model_dump(), **self.policy.settings}
+        self.scheduling = SchedulingSpec(**merged)
+        self.cluster = Cluster.build(workload.cluster, self.scheduling)
+        cap = self.scheduling.staleness_cap
+        self.jobs = [
+            JobState(
+                spec, i, spec.rl.max_staleness if cap is None else min(cap, spec.rl.max_staleness)
+            )
+            for i, spec in enumerate(workload.jobs)
+        ]
+        self._jobs_by_name = {j.name: j for j in self.jobs}
+        self.records: list[WorkRecord] = []
+        self._idle = IdleTracker(self.records)
+        self._running: dict[int, _Running] = {}
+        self._next_work_id = 0
+        self._served = 0
+        self._env_free = workload.cluster.env_workers
+        self._after_load: dict[int, Any] = {}
+        """What waits for an adapter load to finish, by the load's work id."""
+        self._due: list[Callable[[float, list[Decision]], None]] = []
+        """Follow-up work started by the next decide (a Generate after its load, a Sync)."""
+        self._round_limit: dict[str, int] = {}
+        self._check_feasible()
+
+    # ----------------------------------------------------------------------------- queries
+    @property
+    def done(self) -> bool:
+        """True when every job trained and published all its steps."""
+        return all(j.done for j in self.jobs)
+
+    def next_arrival(self, now: float) -> float | None:
+        """The next time a job arrives after ``now``, so a driver can wake the scheduler."""
+        later = [j.arrival_s for j in self.jobs if not j.admitted and j.arrival_s > now]
+        return min(later) if later else None
+
+    def job(self, name: str) -> JobState:
+        """A job's state by name."""
+        return self._jobs_by_name[name]
+
+    # ----------------------------------------------------------------------------- decide
+    def decide(self, now: float) -> list[Decision]:
+        """Everything that should start at ``now``, in a deterministic order."""
+        out: list[Decision] = []
+        due, self._due = self._due, []
+        for start in due:
+            start(now, out)
+        self._admit(now)
+        if self.scheduling.barrier:
+            self._advance_round()
+        self._start_training(now, out)
+        self._start_env(now, out)
+        self._start_generation(now, out)
+        self._update_idle(now)
+        return out
+
+    def finish(self, now: float) -> list[WorkRecord]:
+        """Close the run at ``now``: idle intervals end here. Returns all records."""
+        self._idle.close_all(now)
+        return self.records
+
+    def _new_id(self) -> int:
+        self._next_work_id += 1
+        return self._next_work_id
+
+    def _begin(self, decision: Decision, now: float, **extra: Any) -> None:
+        self._running[decision.work_id] = _Running(decision, now, **extra)
+
+    def _active(self) -> list[JobState]:
+        return [j for j in self.jobs if j.admitted and not j.done]
+
+    def _by_policy(self, jobs: list[JobState]) -> list[JobState]:
+        return sorted(jobs, key=self.policy.key)
+
+    def _admit(self, now: float) -> None:
+        waiting = [j for j in self.jobs if not j.admitted and j.arrival_s <= now]
+        if not waiting:
+            return
+        limit = self.scheduling.max_active_jobs
+        room = len(waiting) if limit is None else limit - len(self._active())
+        for job in self._by_policy(waiting)[: max(room, 0)]:
+            job.admitted = True
+
+    def _advance_round(self) -> None:
+        members = [self._jobs_by_name[n] for n in self._round_limit]
+        if all(j.done or j.published >= self._round_limit[j.name] for j in members):
+            self._round_limit = {j.name: j.published + 1 for j in self._active()}
+
+    def _barrier_limit(self, job: JobState) -> int | None:
+        if not self.scheduling.barrier:
+            return None
+        return self._round_limit.get(job.name, job.published)
+
+    # ----------------------------------------------------------------------------- training
+    def _start_training(self, now: float, out: list[Decision]) -> None:
+        free = [t for t in self.cluster.trainers if t.activity is None]
+        if not free:
+            return
+        for job in self._by_policy([j for j in self._active() if j.train_ready()]):
+            trainer = next((t for t in free if job.name in t.resident), None) or free[0]
+            if self.cluster.colocated and any(e.seqs or e.loading for e in self.cluster.engines):
+                continue  # engines drain first; see _engines_open
+            free.remove(trainer)
+            job.training = True
+            if job.name in trainer.resident:
+                self._start_train(job, trainer, now, out)
+            else:
+                load = LoadAdapter(self._new_id(), job.name, job.trained, trainer.name, True)
+                trainer.activity = "adapter_load"
+                self._begin(load, now, trainer=trainer)
+                self._after_load[load.work_id] = (job, trainer)
+                out.append(load)
+            if not free:
+                return
+
+    def _start_train(self, job: JobState, trainer: Trainer, now: float, out: list) -> None:
+        step = job.trained
+        groups = job.finished[step]
+        staleness = step - min(g.version for g in groups)
+        if staleness > job.max_staleness:
+            raise CapacityError(f"{job.name}: step {step} would train {staleness} versions stale")
+        tokens = sum(g.context_tokens for g in groups)
+        decision = Train(
+            self._new_id(),
+            job.name,
+            step,
+            trainer.name,
+            tuple(d.name for d in trainer.devices),
+            tuple(g.index for g in groups),
+            job.spec.rl.group_size * len(groups),
+            tokens,
+            staleness,
+            step + 1,
+        )
+        trainer.activity = "train"
+        trainer.make_resident(job.name)
+        for device in trainer.devices:
+            device.compute += 1
+        job.attained_tokens += tokens
+        self._begin(decision, now, trainer=trainer)
+        out.append(decision)
+
+    # ----------------------------------------------------------------------------- environments
+    def _start_env(self, now: float, out: list[Decision]) -> None:
+        candidates = [j for j in self._active() if j.ready_env]
+        for job in self._by_policy(candidates):
+            seqs = job.spec.rl.group_size
+            while job.ready_env and self._env_free >= seqs:
+                group = job.groups[job.ready_env.popleft()]
+                self._env_free -= seqs
+                job.in_env += 1
+                last = group.turn == job.spec.rl.turns - 1
+                step = EnvStep(
+                    self._new_id(),
+                    job.name,
+                    job.step_of(group.index),
+                    group.index,
+                    group.turn,
+                    seqs,
+                    last,
+                )
+                self._begin(step, now)
+                out.append(step)
+
+    # ----------------------------------------------------------------------------- generation
+    def _engines_open(self) -> list[Engine]:
+        if self.cluster.colocated and any(
+            t.activity is not None or self._trainable() for t in self.cluster.trainers
+        ):
+            return []  # the devices are training, or about to
+        return self.cluster.engines
+
+    def _trainable(self) -> bool:
+        return any(j.train_ready() for j in self._active())
+
+    def _has_gen_work(self, job: JobState) -> bool:
+        return bool(job.ready_gen) or job.next_group_allowed(self._barrier_limit(job))
+
+    def _start_generation(self, now: float, out: list[Decision]) -> None:
+        engines = self._engines_open()
+        if not engines:
+            return
+        heap = [(self.policy.key(j), j.index) for j in self._active() if self._has_gen_work(j)]
+        heapq.heapify(heap)
+        while heap:
+            _, index = heapq.heappop(heap)
+            job = self.jobs[index]
+            if self._place_group(job, engines, now, out) and self._has_gen_work(job):
+                heapq.heappush(heap, (self.policy.key(job), index))
+
+    def _place_group(self, job: JobState, engines: list[Engine], now: float, out: list) -> bool:
+        rl = job.spec.rl
+        continuing = bool(job.ready_gen)
+        if continuing:
+            group = job.groups[job.ready_gen[0]]
+            context = group.context_tokens
+        else:
+            group = Group(job.next_group, job.published)
+            context = job.prompt_reserve
+        reserve = context + rl.group_size * rl.max_new_tokens
+        adapter = (job.name, group.version)
+        engine = self._choose_engine(engines, rl.group_size, reserve, adapter)
+        if engine is None:
+            return False
+        if continuing:
+            job.ready_gen.popleft()
+        else:
+            group.context_tokens = context
+            job.groups[group.index] = group
+            job.next_group += 1
+        must_load = engine.reserve(rl.group_size, reserve, adapter)
+        engine.check()
+        job.in_gen += 1
+        self._served += 1
+        job.last_served = self._served
+        job.attained_tokens += job.turn_tokens
+        generate = Generate(
+            self._new_id(),
+            job.name,
+            job.step_of(group.index),
+            group.index,
+            group.turn,
+            engine.name,
+            group.version,
+            rl.group_size,
+            group.context_tokens,
+            rl.max_new_tokens,
+        )
+        if must_load:
+            load = LoadAdapter(self._new_id(), job.name, group.version, engine.name, False)
+            self._begin(load, now, engine=engine)
+            self._after_load[load.work_id] = (generate, engine, reserve)
+            out.append(load)
+        else:
+            engine.device.compute += 1
+            self._begin(generate, now, engine=engine, reserved=reserve)
+            out.append(generate)
+        return True
+
+    @staticmethod
+    def _choose_engine(
+        engines: list[Engine], seqs: int, tokens: int, adapter: AdapterKey
+    ) -> Engine | None:
+        best, best_score = None, None
+        for engine in engines:
+            if not engine.fits(seqs, tokens) or not engine.can_host(adapter):
+                continue
+            score = (adapter in engine.resident, engine.spec.max_seqs - engine.seqs)
+            if best_score is None or score > best_score:
+                best, best_score = engine, score
+        return best
+
+    # ----------------------------------------------------------------------------- events
+    def on_event(self, event: WorkDone, now: float) -> None:
+        """Record that a piece of work finished (or failed) at ``now``."""
+        running = self._running.pop(event.work_id, None)
+        if running is None:
+            raise KeyError(f"no running work with id {event.work_id}")
+        decision = running.decision
+        handler = {
+            Generate: self._generate_done,
+            EnvStep: self._env_done,
+            LoadAdapter: self._load_done,
+            Train: self._train_done,
+            Sync: self._sync_done,
+        }[type(decision)]
+        handler(decision, running, event, now)
+
+    def _generate_done(self, d: Generate, running: _Running, event: WorkDone, now: float) -> None:
+        job = self.job(d.job)
+        engine = running.engine
+        engine.release(d.seqs, running.reserved, (d.job, d.version))
+        engine.device.compute -= 1
+        job.in_gen -= 1
+        group = job.groups[d.group]
+        self._record(
+            "generate",
+            job,
+            d.step,
+            d.group,
+            d.turn,
+            engine.name,
+            engine.device.pool,
+            running.start_s,
+            now,
+            d.seqs,
+            event.tokens,
+            d.version,
+            ok=event.ok,
+        )
+        job.attained_tokens += event.tokens - job.turn_tokens
+        if not event.ok:
+            job.ready_gen.appendleft(d.group)
+            return
+        job.remaining_tokens -= job.turn_tokens
+        group.context_tokens += event.tokens
+        job.ready_env.append(d.group)
+
+    def _env_done(self, d: EnvStep, running: _Running, event: WorkDone, now: float) -> None:
+        job = self.job(d.job)
+        self._env_free += d.seqs
+        job.in_env -= 1
+        group = job.groups[d.group]
+        self._record(
+            "env",
+            job,
+            d.step,
+            d.group,
+            d.turn,
+            "",
+            "env",
+            running.start_s,
+            now,
+            d.seqs,
+            event.tokens,
+            group.version,
+            ok=event.ok,
+            reward=event.reward,
+        )
+        if not event.ok:
+            job.ready_env.appendleft(d.group)
+            return
+        group.context_tokens += event.tokens
+        if d.last_turn:
+            group.reward = event.reward
+            job.finished.setdefault(d.step, []).append(job.groups.pop(d.group))
+        else:
+            group.turn += 1
+            job.ready_gen.append(d.group)
+
+    def _load_done(self, d: LoadAdapter, running: _Running, event: WorkDone, now: float) -> None:
+        job = self.job(d.job)
+        target = running.trainer or running.engine
+        pool = target.devices[0].pool if running.trainer else target.device.pool
+        self._record(
+            "adapter_load",
+            job,
+            -1,
+            -1,
+            -1,
+            d.device,
+            pool,
+            running.start_s,
+            now,
+            0,
+            0,
+            d.version,
+            ok=event.ok,
+        )
+        continuation = self._after_load.pop(d.work_id)
+        if running.trainer is not None:
+            trainer = running.trainer
+            trainer.activity = None
+            if not event.ok:
+                job.training = False
+                return
+            trainer.make_resident(job.name)
+            self._due.append(lambda t, out: self._start_train(job, trainer, t, out))
+            return
+        generate, engine, reserve = continuation
+        engine.loading.discard((d.job, d.version))
+        if not event.ok:
+            engine.resident.pop((d.job, d.version), None)
+            engine.seqs -= generate.seqs
+            engine.tokens -= reserve
+            job.in_gen -= 1
+            job.ready_gen.appendleft(generate.group)
+            return
+        engine.device.compute += 1
+
+        def start_generate(t: float, out: list[Decision]) -> None:
+            self._begin(generate, t, engine=engine, reserved=reserve)
+            out.append(generate)
+
+        self._due.append(start_generate)
+
+    def _train_done(self, d: Train, running: _Running, event: WorkDone, now: float) -> None:
+        job = self.job(d.job)
+        trainer = running.trainer
+        for device in trainer.devices:
+            device.compute -= 1
+            self._record(
+                "train",
+                job,
+                d.step,
+                -1,
+                -1,
+                device.name,
+                device.pool,
+                running.start_s,
+                now,
+                d.seqs,
+                d.tokens,
+                d.version_out,
+                staleness=d.staleness,
+                ok=event.ok,
+            )
+        if not event.ok:
+            trainer.activity = None
+            job.training = False
+            return
+        job.trained += 1
+        del job.finished[d.step]
+        trainer.activity = "weight_sync"
+
+        def start_sync(t: float, out: list[Decision]) -> None:
+            sync = Sync(self._new_id(), job.name, job.trained, trainer.name)
+            self._begin(sync, t, trainer=trainer)
+            out.append(sync)
+
+        self._due.append(start_sync)
+
+    def _sync_done(self, d: Sync, running: _Running, event: WorkDone, now: float) -> None:
+        job = self.job(d.job)
+        trainer = running.trainer
+        for device in trainer.devices:
+            self._record(
+                "sync",
+                job,
+                d.version - 1,
+                -1,
+                -1,
+                device.name,
+                device.pool,
+                running.start_s,
+                now,
+                0,
+                0,
+                d.version,
+                ok=event.ok,
+            )
+        trainer.activity = None
+        job.training = False
+        job.published = d.version
+        if job.published >= job.steps:
+            job.done = True
+            job.finish_s = now
+
+    def _record(
+        self,
+        kind: str,
+        job: JobState,
+        step: int,
+        group: int,
+        turn: int,
+        device: str,
+        pool: str,
+        start: float,
+        end: float,
+        seqs: int,
+        tokens: int,
+        version: int,
+        staleness: int = -1,
+        ok: bool = True,
+        reward: float = float("nan"),
+    ) -> None:
+        self.records.append(
+            WorkRecord(
+                kind,
+                job.tenant,
+                job.name,
+                step,
+                group,
+                turn,
+                device,
+                pool,
+                start,
+                end,
+                seqs,
+                tokens,
+                version,
+                staleness,
+                "ok" if ok else "failed",
+                reward,
+            )
+        )
+
+    # ----------------------------------------------------------------------------- idle causes
+    def _update_idle(self, now: float) -> None:
+        idle = [d for d in self.cluster.devices if d.compute == 0]
+        if len(idle) < len(self.cluster.devices):
+            for device in self.cluster.devices:
+                if device.compute:
+                    self._idle.update(device, None, now)
+        if not idle:
+            return
+        engine_cause, trainer_cause = self._shared_causes()
+        roles = self._roles()
+        for device in idle:
+            engine, trainer = roles[device.name]
+            if trainer is not None and trainer.activity is not None:
+                cause = trainer.activity
+            elif engine is not None and engine.loading:
+                cause = "adapter_load"
+            elif engine is not None:
+                cause = engine_cause
+            else:
+                cause = trainer_cause
+            self._idle.update(device, cause, now)
+
+    def _roles(self) -> dict[str, tuple[Engine | None, Trainer | None]]:
+        if not hasattr(self, "_role_map"):
+            roles: dict[str, tuple[Engine | None, Trainer | None]] = {
+                d.name: (None, None) for d in self.cluster.devices
+            }
+            for engine in self.cluster.engines:
+                roles[engine.name] = (engine, None)
+            for trainer in self.cluster.trainers:
+                for device in trainer.devices:
+                    roles[device.name] = (roles[device.name][0], trainer)
+            self._role_map = roles
+        return self._role_map
+
+    def _shared_causes(self) -> tuple[str, str]:
+        active = self._active()
+        if not active:
+            return "no_work", "no_work"
+        engine_votes = Counter(j.waiting_on() for j in active if not self._has_gen_work(j))
+        trainer_votes: Counter[str] = Counter()
+        for job in active:
+            if job.training:
+                continue
+            if job.train_ready():
+                trainer_votes["rollouts"] += 1  # colocated: engines still draining
+            elif job.in_env or job.ready_env:
+                trainer_votes["environment"] += 1
+            else:
+                trainer_votes["rollouts"] += 1
+        return _majority(engine_votes), _majority(trainer_votes)
+
+    # ----------------------------------------------------------------------------- validation
+    def _check_feasible(self) -> None:
+        spec = self.workload.cluster.engine
+        for job in self.jobs:
+            rl = job.spec.rl
+            need = job.prompt_reserve + rl.group_size * rl.max_new_tokens
+            if rl.group_size > spec.max_seqs or need > spec.kv_tokens:
+                raise InfeasibleWorkloadError(
+                    f"jobs[{job.index}] ({job.name}): one group needs {rl.group_size} seqs and "
+                    f"{need} KV tokens, but an engine has {spec.max_seqs} seqs and "
+                    f"{spec.kv_tokens} tokens (cluster.engine)"
+                )
+            if rl.group_size > self.workload.cluster.env_workers:
+                raise InfeasibleWorkloadError(
+                    f"jobs[{job.index}] ({job.name}): group_size {rl.group_size} exceeds "
+                    f"cluster.env_workers {self.workload.cluster.env_workers}"
+                )
+
+
+def _majority(votes: Counter[str]) -> str:
+    if not votes:
+        return "no_work"
+    top = max(votes.values())
+    return next(c for c in CAUSE_ORDER if votes.get(c) == top)

@@ -1,0 +1,104 @@
+"""Decisions the scheduler hands to a driver, and the completion events it gets back.
+
+Plain frozen dataclasses: a driver (SimPy or real) starts each decision's work and later
+reports a :class:`WorkDone` carrying the same ``work_id``. Devices, engines and trainers are
+named by strings; engine-specific ids (vLLM's lora_int_id) never appear here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Generate:
+    """Run one turn of one prompt group (``seqs`` samples) on an inference engine."""
+
+    work_id: int
+    job: str
+    step: int
+    """Training step that will consume this group."""
+    group: int
+    """Group index within the job (0, 1, ...); group g belongs to step g // prompts_per_step."""
+    turn: int
+    engine: str
+    version: int
+    """Adapter version to sample with (0 = the freshly initialised adapter)."""
+    seqs: int
+    context_tokens: int
+    """Tokens already in the group's context (prompt and earlier turns), over all samples."""
+    max_new_tokens: int
+    """Cap per sample."""
+
+
+@dataclass(frozen=True, slots=True)
+class EnvStep:
+    """One environment step for every sample of a group (reward check, tool call, sandbox)."""
+
+    work_id: int
+    job: str
+    step: int
+    group: int
+    turn: int
+    seqs: int
+    last_turn: bool
+    """True when this step ends the episodes (the reward is final)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadAdapter:
+    """Make a job's adapter version resident on an engine or a trainer."""
+
+    work_id: int
+    job: str
+    version: int
+    device: str
+    """Engine name, or trainer name."""
+    on_trainer: bool
+    """True: load adapter and optimizer state onto a trainer (a swap)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Train:
+    """One training step of one job on a trainer (a group of devices)."""
+
+    work_id: int
+    job: str
+    step: int
+    trainer: str
+    devices: tuple[str, ...]
+    groups: tuple[int, ...]
+    """The prompt groups in the batch."""
+    seqs: int
+    tokens: int
+    """Tokens in the batch (prompts, responses and observations) [tokens]."""
+    staleness: int
+    """Largest version lag of a group in the batch."""
+    version_out: int
+
+
+@dataclass(frozen=True, slots=True)
+class Sync:
+    """Publish a job's new adapter version to the inference engines."""
+
+    work_id: int
+    job: str
+    version: int
+    trainer: str
+
+
+Decision = Generate | EnvStep | LoadAdapter | Train | Sync
+
+
+@dataclass(frozen=True, slots=True)
+class WorkDone:
+    """A piece of work finished (``ok=False``: it failed and will be retried)."""
+
+    work_id: int
+    ok: bool = True
+    tokens: int = 0
+    """Generate: tokens produced over all samples; EnvStep: observation tokens added;
+    Train: tokens trained."""
+    reward: float = math.nan
+    """Mean reward of the group (EnvStep on the last turn, in real runs)."""

@@ -1,0 +1,62 @@
+"""Invariants every simulation checks on its own event log before returning.
+
+- every job trained and published all its steps;
+- no training step used a sample staler than its job's bound;
+- no engine ran more sequences at once than its batch limit;
+- no trainer device ran two training steps at once;
+- per device, busy time plus idle rows cover the run exactly, so utilization is in [0, 1].
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from marlaas.core.scheduler import Scheduler
+from marlaas.eventlog import records_to_frame
+from marlaas.metrics import check_partition, utilization
+
+if TYPE_CHECKING:
+    from marlaas.sim.simulator import SimResult
+
+
+class InvariantError(AssertionError):
+    """A simulation broke one of its invariants (a bug, never a user error)."""
+
+
+def _max_concurrency(starts: np.ndarray, ends: np.ndarray, weights: np.ndarray) -> float:
+    times = np.concatenate([starts, ends])
+    deltas = np.concatenate([weights, -weights])
+    order = np.lexsort((deltas, times))  # at equal times, ends (negative) come first
+    return float(np.cumsum(deltas[order]).max()) if len(order) else 0.0
+
+
+def check_invariants(result: SimResult, scheduler: Scheduler) -> None:
+    """Raise :class:`InvariantError` naming the first invariant that does not hold."""
+    frame = records_to_frame(result.records)
+    train = frame[(frame.kind == "train") & (frame.outcome == "ok")]
+    for job in scheduler.jobs:
+        steps = train.loc[train.job == job.name, "step"].nunique()
+        if not job.done or steps != job.steps or job.published != job.steps:
+            raise InvariantError(f"{job.name}: trained {steps} of {job.steps} steps")
+        worst = train.loc[train.job == job.name, "staleness"].max()
+        if worst > job.max_staleness:
+            raise InvariantError(f"{job.name}: trained on samples {worst} versions stale")
+    limit = scheduler.workload.cluster.engine.max_seqs
+    generate = frame[frame.kind == "generate"]
+    for device, rows in generate.groupby("device"):
+        peak = _max_concurrency(rows.start_s.values, rows.end_s.values, rows.seqs.values)
+        if peak > limit:
+            raise InvariantError(f"{device}: {peak:.0f} sequences at once, limit {limit}")
+    for device, rows in train.groupby("device"):
+        ones = np.ones(len(rows))
+        if _max_concurrency(rows.start_s.values, rows.end_s.values, ones) > 1:
+            raise InvariantError(f"{device}: two training steps at once")
+    try:
+        check_partition(frame)
+    except AssertionError as err:
+        raise InvariantError(str(err)) from None
+    util = utilization(frame)["utilization"]
+    if ((util < 0) | (util > 1 + 1e-9)).any():
+        raise InvariantError(f"utilization outside [0, 1]: {util.tolist()}")
