@@ -39,6 +39,4 @@ class IdleTracker:
         since, cause, pool = current
         del self._open[name]
         if now > since:
-            self._records.append(
-                WorkRecord("idle", "", "", -1, -1, -1, name, pool, since, now, outcome=cause)
-            )
+            self._records.append(WorkRecord("idle", "", "", name, pool, since, now, outcome=cause))

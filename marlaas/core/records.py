@@ -14,15 +14,15 @@ class WorkRecord:
     """generate, env, train, sync, adapter_load or idle."""
     tenant: str
     job: str
-    step: int
-    group: int
-    turn: int
     device: str
     pool: str
     start_s: float
     """Start time [s]."""
     end_s: float
     """End time [s]."""
+    step: int = -1
+    group: int = -1
+    turn: int = -1
     seqs: int = 0
     tokens: int = 0
     version: int = -1

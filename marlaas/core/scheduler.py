@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from marlaas.core.cluster import AdapterKey, CapacityError, Cluster, Engine, Trainer
+from marlaas.core.cluster import AdapterKey, CapacityError, Cluster, Device, Engine, Trainer
 from marlaas.core.idle import IdleTracker
 from marlaas.core.jobs import Group, JobState
 from marlaas.core.policies import Policy, get_policy
@@ -288,7 +288,7 @@ class Scheduler:
         if must_load:
             load = LoadAdapter(self._new_id(), job.name, group.version, engine.name, False)
             self._begin(load, now, engine=engine)
-            self._after_load[load.work_id] = (generate, engine, reserve)
+            self._after_load[load.work_id] = (generate, reserve)
             out.append(load)
         else:
             engine.device.compute += 1
@@ -326,33 +326,20 @@ class Scheduler:
         handler(decision, running, event, now)
 
     def _generate_done(self, d: Generate, running: _Running, event: WorkDone, now: float) -> None:
-        job = self.job(d.job)
-        engine = running.engine
+        job, engine = self.job(d.job), running.engine
         engine.release(d.seqs, running.reserved, (d.job, d.version))
         engine.device.compute -= 1
         job.in_gen -= 1
-        group = job.groups[d.group]
         self._record(
-            "generate",
-            job,
-            d.step,
-            d.group,
-            d.turn,
-            engine.name,
-            engine.device.pool,
-            running.start_s,
-            now,
-            d.seqs,
-            event.tokens,
-            d.version,
-            ok=event.ok,
-        )
+            "generate", job, (engine.device,), running.start_s, now, event, step=d.step,
+            group=d.group, turn=d.turn, seqs=d.seqs, tokens=event.tokens, version=d.version,
+        )  # fmt: skip
         job.attained_tokens += event.tokens - job.turn_tokens
         if not event.ok:
             job.ready_gen.appendleft(d.group)
             return
         job.remaining_tokens -= job.turn_tokens
-        group.context_tokens += event.tokens
+        job.groups[d.group].context_tokens += event.tokens
         job.ready_env.append(d.group)
 
     def _env_done(self, d: EnvStep, running: _Running, event: WorkDone, now: float) -> None:
@@ -361,21 +348,10 @@ class Scheduler:
         job.in_env -= 1
         group = job.groups[d.group]
         self._record(
-            "env",
-            job,
-            d.step,
-            d.group,
-            d.turn,
-            "",
-            "env",
-            running.start_s,
-            now,
-            d.seqs,
-            event.tokens,
-            group.version,
-            ok=event.ok,
+            "env", job, (), running.start_s, now, event, step=d.step, group=d.group,
+            turn=d.turn, seqs=d.seqs, tokens=event.tokens, version=group.version,
             reward=event.reward,
-        )
+        )  # fmt: skip
         if not event.ok:
             job.ready_env.appendleft(d.group)
             return
@@ -388,27 +364,11 @@ class Scheduler:
             job.ready_gen.append(d.group)
 
     def _load_done(self, d: LoadAdapter, running: _Running, event: WorkDone, now: float) -> None:
-        job = self.job(d.job)
-        target = running.trainer or running.engine
-        pool = target.devices[0].pool if running.trainer else target.device.pool
-        self._record(
-            "adapter_load",
-            job,
-            -1,
-            -1,
-            -1,
-            d.device,
-            pool,
-            running.start_s,
-            now,
-            0,
-            0,
-            d.version,
-            ok=event.ok,
-        )
+        job, trainer, engine = self.job(d.job), running.trainer, running.engine
+        devices = trainer.devices if trainer else (engine.device,)
+        self._record("adapter_load", job, devices, running.start_s, now, event, version=d.version)
         continuation = self._after_load.pop(d.work_id)
-        if running.trainer is not None:
-            trainer = running.trainer
+        if trainer is not None:
             trainer.activity = None
             if not event.ok:
                 job.training = False
@@ -416,12 +376,11 @@ class Scheduler:
             trainer.make_resident(job.name)
             self._due.append(lambda t, out: self._start_train(job, trainer, t, out))
             return
-        generate, engine, reserve = continuation
+        generate, reserve = continuation
         engine.loading.discard((d.job, d.version))
         if not event.ok:
-            engine.resident.pop((d.job, d.version), None)
-            engine.seqs -= generate.seqs
-            engine.tokens -= reserve
+            engine.release(generate.seqs, reserve, (d.job, d.version))
+            del engine.resident[(d.job, d.version)]
             job.in_gen -= 1
             job.ready_gen.appendleft(generate.group)
             return
@@ -434,26 +393,13 @@ class Scheduler:
         self._due.append(start_generate)
 
     def _train_done(self, d: Train, running: _Running, event: WorkDone, now: float) -> None:
-        job = self.job(d.job)
-        trainer = running.trainer
+        job, trainer = self.job(d.job), running.trainer
         for device in trainer.devices:
             device.compute -= 1
-            self._record(
-                "train",
-                job,
-                d.step,
-                -1,
-                -1,
-                device.name,
-                device.pool,
-                running.start_s,
-                now,
-                d.seqs,
-                d.tokens,
-                d.version_out,
-                staleness=d.staleness,
-                ok=event.ok,
-            )
+        self._record(
+            "train", job, trainer.devices, running.start_s, now, event, step=d.step,
+            seqs=d.seqs, tokens=d.tokens, version=d.version_out, staleness=d.staleness,
+        )  # fmt: skip
         if not event.ok:
             trainer.activity = None
             job.training = False
@@ -470,24 +416,11 @@ class Scheduler:
         self._due.append(start_sync)
 
     def _sync_done(self, d: Sync, running: _Running, event: WorkDone, now: float) -> None:
-        job = self.job(d.job)
-        trainer = running.trainer
-        for device in trainer.devices:
-            self._record(
-                "sync",
-                job,
-                d.version - 1,
-                -1,
-                -1,
-                device.name,
-                device.pool,
-                running.start_s,
-                now,
-                0,
-                0,
-                d.version,
-                ok=event.ok,
-            )
+        job, trainer = self.job(d.job), running.trainer
+        self._record(
+            "sync", job, trainer.devices, running.start_s, now, event, step=d.version - 1,
+            version=d.version,
+        )  # fmt: skip
         trainer.activity = None
         job.training = False
         job.published = d.version
@@ -499,40 +432,21 @@ class Scheduler:
         self,
         kind: str,
         job: JobState,
-        step: int,
-        group: int,
-        turn: int,
-        device: str,
-        pool: str,
+        devices: tuple[Device, ...],
         start: float,
         end: float,
-        seqs: int,
-        tokens: int,
-        version: int,
-        staleness: int = -1,
-        ok: bool = True,
-        reward: float = float("nan"),
+        event: WorkDone,
+        **fields: Any,
     ) -> None:
-        self.records.append(
-            WorkRecord(
-                kind,
-                job.tenant,
-                job.name,
-                step,
-                group,
-                turn,
-                device,
-                pool,
-                start,
-                end,
-                seqs,
-                tokens,
-                version,
-                staleness,
-                "ok" if ok else "failed",
-                reward,
-            )
-        )
+        """One record per device the work ran on (environment work: one, without device)."""
+        outcome = "ok" if event.ok else "failed"
+        for name, pool in [(d.name, d.pool) for d in devices] or [("", "env")]:
+            self.records.append(
+                WorkRecord(
+                    kind, job.tenant, job.name, device=name, pool=pool, start_s=start,
+                    end_s=end, outcome=outcome, **fields,
+                )
+            )  # fmt: skip
 
     # ----------------------------------------------------------------------------- idle causes
     def _update_idle(self, now: float) -> None:

@@ -22,7 +22,7 @@ class WorkloadError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
 
 PositiveInt = Annotated[int, Field(gt=0)]

@@ -85,7 +85,9 @@ class Simulation:
         scheduler = self.scheduler
         if not scheduler.done:
             stuck = [j.name for j in scheduler.jobs if not j.done]
-            raise SimulationError(f"simulation stalled at t={self.env.now:.1f} s; unfinished: {stuck}")
+            raise SimulationError(
+                f"simulation stalled at t={self.env.now:.1f} s; unfinished: {stuck}"
+            )
         records = scheduler.finish(self.env.now)
         result = SimResult(
             records=records,
@@ -141,7 +143,9 @@ class Simulation:
 
     def _start_generate(self, d: Generate, now: float) -> None:
         spec = self._jobs[d.job]
-        lengths = np.clip(np.rint(spec.response_tokens.sample(self.rng, d.seqs)), 1, d.max_new_tokens)
+        lengths = np.clip(
+            np.rint(spec.response_tokens.sample(self.rng, d.seqs)), 1, d.max_new_tokens
+        )
         engine = self.engines[d.engine]
         engine.admit(now, d.work_id, lengths, d.context_tokens / d.seqs, (d.job, d.version))
         self._tokens[d.work_id] = int(lengths.sum())

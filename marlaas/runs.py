@@ -1,0 +1,56 @@
+"""Run folders: the event log and a summary, written all at once or not at all.
+
+A run folder holds ``events.parquet`` (see marlaas.eventlog) and ``summary.json`` (the
+workload's name, the policy, the seed, the mechanism settings, job arrivals and weights, and
+the headline metrics). It is built in a temporary sibling folder and renamed into place, so
+an interrupted or failed run never leaves a half-written ``--out``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from marlaas.eventlog import EVENT_LOG_FILE, write_event_log
+
+SUMMARY_FILE = "summary.json"
+
+
+def write_run(out: str | Path, events: pd.DataFrame, summary: dict) -> Path:
+    """Write a run folder at ``out`` atomically, replacing an earlier run there."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"{out}: exists and is not a folder")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        write_event_log(events, staging / EVENT_LOG_FILE)
+        (staging / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=_plain) + "\n")
+        if out.exists():
+            old = out.with_name(f".{out.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            out.rename(old)
+            staging.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            staging.rename(out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out
+
+
+def read_summary(run_dir: str | Path) -> dict:
+    """The summary of a run folder ({} when it has none)."""
+    path = Path(run_dir) / SUMMARY_FILE
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _plain(value):
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {value!r}")

@@ -1,0 +1,37 @@
+"""Terminal tables: a run's summary, and a comparison of several runs."""
+
+from __future__ import annotations
+
+
+def _fmt(value, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.1f}{unit}" if abs(value) >= 10 else f"{value:.3g}{unit}"
+    return f"{value}{unit}"
+
+
+def print_summary(summary: dict, title: str = "") -> None:
+    """Print a run's headline metrics as a two-column table."""
+    m = summary["metrics"]
+    rows = [
+        ("makespan", _fmt(m["makespan_s"], " s")),
+        ("GPU utilization", f"{m['utilization']:.1%}"),
+    ]
+    rows += [(f"  pool {p}", f"{u:.1%}") for p, u in m["utilization_by_pool"].items()]
+    rows += [
+        ("job completion mean", _fmt(m["jct_mean_s"], " s")),
+        ("job completion p90", _fmt(m["jct_p90_s"], " s")),
+        ("staleness mean / max", f"{_fmt(m['staleness_mean'])} / {_fmt(m['staleness_max'])}"),
+        ("adapter loads", _fmt(m["adapter_swaps"])),
+    ]
+    fairness = m.get("fairness") or {}
+    rows += [(f"fairness ({k})", _fmt(v)) for k, v in fairness.items()]
+    idle = sorted(m["idle_by_cause_device_s"].items(), key=lambda kv: -kv[1])
+    rows += [(f"idle: {cause}", _fmt(secs, " device-s")) for cause, secs in idle if secs > 0]
+    width = max(len(k) for k, _ in rows)
+    if title:
+        print(title)
+        print("-" * max(len(title), width + 20))
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
