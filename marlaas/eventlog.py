@@ -37,6 +37,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterable
+from operator import attrgetter
 from pathlib import Path
 
 import pandas as pd
@@ -85,8 +86,10 @@ class EventLogError(ValueError):
 
 def records_to_frame(records: Iterable[WorkRecord]) -> pd.DataFrame:
     """Turn work records into a DataFrame with exactly the event-log columns and types."""
-    table = pa.Table.from_pylist([r.as_row() for r in records], schema=SCHEMA)
-    return table.to_pandas()
+    records = list(records)
+    columns = zip(*map(attrgetter(*COLUMNS), records), strict=True) if records else [()] * 16
+    arrays = [pa.array(list(col), type=SCHEMA.field(i).type) for i, col in enumerate(columns)]
+    return pa.Table.from_arrays(arrays, schema=SCHEMA).to_pandas()
 
 
 def write_event_log(records: Iterable[WorkRecord] | pd.DataFrame, path: str | Path) -> Path:

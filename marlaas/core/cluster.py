@@ -44,6 +44,8 @@ class Engine:
     resident: OrderedDict[AdapterKey, int] = field(default_factory=OrderedDict)
     """Resident adapter versions -> groups using them (reserved or running); LRU order."""
     loading: set[AdapterKey] = field(default_factory=set)
+    unused: int = 0
+    """Resident adapters that no group uses (evictable)."""
 
     def fits(self, seqs: int, tokens: int) -> bool:
         """Whether a group of ``seqs`` sequences reserving ``tokens`` KV tokens fits now."""
@@ -55,9 +57,7 @@ class Engine:
         """Whether the adapter is resident, or a slot is free or can be freed."""
         if adapter in self.resident:
             return adapter not in self.loading
-        if len(self.resident) < self.spec.adapter_slots:
-            return True
-        return any(users == 0 for users in self.resident.values())
+        return len(self.resident) < self.spec.adapter_slots or self.unused > 0
 
     def reserve(self, seqs: int, tokens: int, adapter: AdapterKey) -> bool:
         """Reserve room for a group; returns True when the adapter must be loaded first."""
@@ -70,8 +70,11 @@ class Engine:
             if len(self.resident) >= self.spec.adapter_slots:
                 victim = next(k for k, users in self.resident.items() if users == 0)
                 del self.resident[victim]
+                self.unused -= 1
             self.resident[adapter] = 0
             self.loading.add(adapter)
+        elif self.resident[adapter] == 0:
+            self.unused -= 1
         self.resident[adapter] += 1
         self.resident.move_to_end(adapter)
         return must_load
@@ -81,8 +84,15 @@ class Engine:
         self.seqs -= seqs
         self.tokens -= tokens
         self.resident[adapter] -= 1
+        if self.resident[adapter] == 0:
+            self.unused += 1
         if self.seqs < 0 or self.tokens < 0 or self.resident[adapter] < 0:
             raise CapacityError(f"{self.name}: released more than reserved")
+
+    def evict(self, adapter: AdapterKey) -> None:
+        """Drop an unused adapter (e.g. after its load failed)."""
+        if self.resident.pop(adapter) == 0:
+            self.unused -= 1
 
     def check(self) -> None:
         """Raise CapacityError if any limit is exceeded."""

@@ -110,6 +110,14 @@ class JobState:
             return False
         return len(self.finished.get(self.trained, ())) == self.spec.rl.prompts_per_step
 
+    def trainer_vote(self) -> str | None:
+        """What an idle trainer waits for on this job's account (None: it is training)."""
+        if self.training:
+            return None
+        if self.in_env or self.ready_env:
+            return "environment"
+        return "rollouts"
+
     def waiting_on(self) -> str:
         """What this job's next new group or training step waits for (an idle cause)."""
         if self.trained > self.published:

@@ -80,6 +80,24 @@ class Scheduler:
         self._due: list[Callable[[float, list[Decision]], None]] = []
         """Follow-up work started by the next decide (a Generate after its load, a Sync)."""
         self._round_limit: dict[str, int] = {}
+        # Incremental bookkeeping, so that one decide costs O(what changed), not O(jobs):
+        self._arrivals = sorted(self.jobs, key=lambda j: (j.arrival_s, j.index))
+        self._waiting: list[JobState] = []
+        """Arrived, not yet admitted (max_active_jobs)."""
+        self._active: dict[int, JobState] = {}
+        self._touched: set[int] = set()
+        """Jobs whose state changed since their sets and idle votes were refreshed."""
+        self._gen_ready: set[int] = set()
+        self._train_ready: set[int] = set()
+        self._env_ready: set[int] = set()
+        self._votes: dict[int, tuple[str | None, str | None]] = {}
+        self._engine_votes: Counter[str] = Counter()
+        self._trainer_votes: Counter[str] = Counter()
+        self._causes = ("no_work", "no_work")
+        self._dirty: set[str] = {d.name for d in self.cluster.devices}
+        """Devices whose idle state may have changed."""
+        self._devices = {d.name: d for d in self.cluster.devices}
+        self._roles = self._device_roles()
         self._check_feasible()
 
     # ----------------------------------------------------------------------------- queries
@@ -90,8 +108,8 @@ class Scheduler:
 
     def next_arrival(self, now: float) -> float | None:
         """The next time a job arrives after ``now``, so a driver can wake the scheduler."""
-        later = [j.arrival_s for j in self.jobs if not j.admitted and j.arrival_s > now]
-        return min(later) if later else None
+        later = (j.arrival_s for j in self._arrivals if j.arrival_s > now)
+        return next(later, None)
 
     def job(self, name: str) -> JobState:
         """A job's state by name."""
@@ -107,9 +125,11 @@ class Scheduler:
         self._admit(now)
         if self.scheduling.barrier:
             self._advance_round()
+        self._refresh_touched()
         self._start_training(now, out)
         self._start_env(now, out)
         self._start_generation(now, out)
+        self._refresh_touched()
         self._update_idle(now)
         return out
 
@@ -125,25 +145,51 @@ class Scheduler:
     def _begin(self, decision: Decision, now: float, **extra: Any) -> None:
         self._running[decision.work_id] = _Running(decision, now, **extra)
 
-    def _active(self) -> list[JobState]:
-        return [j for j in self.jobs if j.admitted and not j.done]
-
-    def _by_policy(self, jobs: list[JobState]) -> list[JobState]:
-        return sorted(jobs, key=self.policy.key)
+    def _by_policy(self, indices) -> list[JobState]:
+        return sorted((self.jobs[i] for i in indices), key=self.policy.key)
 
     def _admit(self, now: float) -> None:
-        waiting = [j for j in self.jobs if not j.admitted and j.arrival_s <= now]
-        if not waiting:
-            return
+        while self._arrivals and self._arrivals[0].arrival_s <= now:
+            self._waiting.append(self._arrivals.pop(0))
         limit = self.scheduling.max_active_jobs
-        room = len(waiting) if limit is None else limit - len(self._active())
-        for job in self._by_policy(waiting)[: max(room, 0)]:
+        room = len(self._waiting) if limit is None else limit - len(self._active)
+        if not self._waiting or room <= 0:
+            return
+        for job in sorted(self._waiting, key=self.policy.key)[:room]:
             job.admitted = True
+            self._waiting.remove(job)
+            self._active[job.index] = job
+            self._touched.add(job.index)
 
     def _advance_round(self) -> None:
         members = [self._jobs_by_name[n] for n in self._round_limit]
         if all(j.done or j.published >= self._round_limit[j.name] for j in members):
-            self._round_limit = {j.name: j.published + 1 for j in self._active()}
+            self._round_limit = {j.name: j.published + 1 for j in self._active.values()}
+            self._touched.update(self._active)
+
+    def _refresh_touched(self) -> None:
+        """Recompute the work sets and idle votes of the jobs that changed."""
+        for index in self._touched:
+            job = self.jobs[index]
+            active = index in self._active
+            _toggle(self._gen_ready, index, active and self._has_gen_work(job))
+            _toggle(self._train_ready, index, active and job.train_ready())
+            _toggle(self._env_ready, index, active and bool(job.ready_env))
+            old = self._votes.pop(index, (None, None))
+            new = (None, None)
+            if active:
+                engine_vote = None if index in self._gen_ready else job.waiting_on()
+                new = (engine_vote, job.trainer_vote())
+                self._votes[index] = new
+            for counter, before, after in zip(
+                (self._engine_votes, self._trainer_votes), old, new, strict=True
+            ):
+                if before != after:
+                    if before is not None:
+                        counter[before] -= 1
+                    if after is not None:
+                        counter[after] += 1
+        self._touched.clear()
 
     def _barrier_limit(self, job: JobState) -> int | None:
         if not self.scheduling.barrier:
@@ -152,25 +198,29 @@ class Scheduler:
 
     # ----------------------------------------------------------------------------- training
     def _start_training(self, now: float, out: list[Decision]) -> None:
-        free = [t for t in self.cluster.trainers if t.activity is None]
-        if not free:
+        if not self._train_ready:
             return
-        for job in self._by_policy([j for j in self._active() if j.train_ready()]):
-            trainer = next((t for t in free if job.name in t.resident), None) or free[0]
-            if self.cluster.colocated and any(e.seqs or e.loading for e in self.cluster.engines):
-                continue  # engines drain first; see _engines_open
+        free = [t for t in self.cluster.trainers if t.activity is None]
+        if not free or (self.cluster.colocated and self._engines_busy()):
+            return  # colocated: the engines drain first (see _engines_open)
+        for job in self._by_policy(self._train_ready):
+            trainer = next((t for t in free if job.name in t.resident), free[0])
             free.remove(trainer)
             job.training = True
+            self._touched.add(job.index)
             if job.name in trainer.resident:
                 self._start_train(job, trainer, now, out)
             else:
                 load = LoadAdapter(self._new_id(), job.name, job.trained, trainer.name, True)
-                trainer.activity = "adapter_load"
+                self._set_activity(trainer, "adapter_load")
                 self._begin(load, now, trainer=trainer)
-                self._after_load[load.work_id] = (job, trainer)
+                self._after_load[load.work_id] = job
                 out.append(load)
             if not free:
                 return
+
+    def _engines_busy(self) -> bool:
+        return any(e.seqs or e.loading for e in self.cluster.engines)
 
     def _start_train(self, job: JobState, trainer: Trainer, now: float, out: list) -> None:
         step = job.trained
@@ -180,70 +230,62 @@ class Scheduler:
             raise CapacityError(f"{job.name}: step {step} would train {staleness} versions stale")
         tokens = sum(g.context_tokens for g in groups)
         decision = Train(
-            self._new_id(),
-            job.name,
-            step,
-            trainer.name,
-            tuple(d.name for d in trainer.devices),
-            tuple(g.index for g in groups),
-            job.spec.rl.group_size * len(groups),
-            tokens,
-            staleness,
-            step + 1,
-        )
-        trainer.activity = "train"
+            self._new_id(), job.name, step, trainer.name, tuple(d.name for d in trainer.devices),
+            tuple(g.index for g in groups), job.spec.rl.group_size * len(groups), tokens,
+            staleness, step + 1,
+        )  # fmt: skip
+        self._set_activity(trainer, "train")
         trainer.make_resident(job.name)
         for device in trainer.devices:
-            device.compute += 1
+            self._add_compute(device, 1)
         job.attained_tokens += tokens
         self._begin(decision, now, trainer=trainer)
         out.append(decision)
 
     # ----------------------------------------------------------------------------- environments
     def _start_env(self, now: float, out: list[Decision]) -> None:
-        candidates = [j for j in self._active() if j.ready_env]
-        for job in self._by_policy(candidates):
+        for job in self._by_policy(self._env_ready):
             seqs = job.spec.rl.group_size
             while job.ready_env and self._env_free >= seqs:
                 group = job.groups[job.ready_env.popleft()]
                 self._env_free -= seqs
                 job.in_env += 1
+                self._touched.add(job.index)
                 last = group.turn == job.spec.rl.turns - 1
                 step = EnvStep(
-                    self._new_id(),
-                    job.name,
-                    job.step_of(group.index),
-                    group.index,
-                    group.turn,
-                    seqs,
-                    last,
-                )
+                    self._new_id(), job.name, job.step_of(group.index), group.index,
+                    group.turn, seqs, last,
+                )  # fmt: skip
                 self._begin(step, now)
                 out.append(step)
 
     # ----------------------------------------------------------------------------- generation
     def _engines_open(self) -> list[Engine]:
-        if self.cluster.colocated and any(
-            t.activity is not None or self._trainable() for t in self.cluster.trainers
+        if self.cluster.colocated and (
+            self._train_ready or any(t.activity is not None for t in self.cluster.trainers)
         ):
             return []  # the devices are training, or about to
         return self.cluster.engines
-
-    def _trainable(self) -> bool:
-        return any(j.train_ready() for j in self._active())
 
     def _has_gen_work(self, job: JobState) -> bool:
         return bool(job.ready_gen) or job.next_group_allowed(self._barrier_limit(job))
 
     def _start_generation(self, now: float, out: list[Decision]) -> None:
+        if not self._gen_ready:
+            return
         engines = self._engines_open()
         if not engines:
             return
-        heap = [(self.policy.key(j), j.index) for j in self._active() if self._has_gen_work(j)]
+        most_seqs = max(e.spec.max_seqs - e.seqs for e in engines)
+        most_tokens = max(e.spec.kv_tokens - e.tokens for e in engines)
+        heap = [(self.policy.key(self.jobs[i]), i) for i in self._gen_ready]
         heapq.heapify(heap)
         while heap:
             _, index = heapq.heappop(heap)
             job = self.jobs[index]
+            rl = job.spec.rl
+            if rl.group_size > most_seqs or job.prompt_reserve + rl.max_new_tokens > most_tokens:
+                continue  # cannot fit anywhere; skip the engine scan
             if self._place_group(job, engines, now, out) and self._has_gen_work(job):
                 heapq.heappush(heap, (self.policy.key(job), index))
 
@@ -273,25 +315,19 @@ class Scheduler:
         self._served += 1
         job.last_served = self._served
         job.attained_tokens += job.turn_tokens
+        self._touched.add(job.index)
         generate = Generate(
-            self._new_id(),
-            job.name,
-            job.step_of(group.index),
-            group.index,
-            group.turn,
-            engine.name,
-            group.version,
-            rl.group_size,
-            group.context_tokens,
-            rl.max_new_tokens,
-        )
+            self._new_id(), job.name, job.step_of(group.index), group.index, group.turn,
+            engine.name, group.version, rl.group_size, group.context_tokens, rl.max_new_tokens,
+        )  # fmt: skip
         if must_load:
             load = LoadAdapter(self._new_id(), job.name, group.version, engine.name, False)
+            self._dirty.add(engine.device.name)
             self._begin(load, now, engine=engine)
             self._after_load[load.work_id] = (generate, reserve)
             out.append(load)
         else:
-            engine.device.compute += 1
+            self._add_compute(engine.device, 1)
             self._begin(generate, now, engine=engine, reserved=reserve)
             out.append(generate)
         return True
@@ -309,6 +345,15 @@ class Scheduler:
                 best, best_score = engine, score
         return best
 
+    # ----------------------------------------------------------------------------- state changes
+    def _add_compute(self, device: Device, delta: int) -> None:
+        device.compute += delta
+        self._dirty.add(device.name)
+
+    def _set_activity(self, trainer: Trainer, activity: str | None) -> None:
+        trainer.activity = activity
+        self._dirty.update(d.name for d in trainer.devices)
+
     # ----------------------------------------------------------------------------- events
     def on_event(self, event: WorkDone, now: float) -> None:
         """Record that a piece of work finished (or failed) at ``now``."""
@@ -316,6 +361,7 @@ class Scheduler:
         if running is None:
             raise KeyError(f"no running work with id {event.work_id}")
         decision = running.decision
+        self._touched.add(self.job(decision.job).index)
         handler = {
             Generate: self._generate_done,
             EnvStep: self._env_done,
@@ -328,7 +374,7 @@ class Scheduler:
     def _generate_done(self, d: Generate, running: _Running, event: WorkDone, now: float) -> None:
         job, engine = self.job(d.job), running.engine
         engine.release(d.seqs, running.reserved, (d.job, d.version))
-        engine.device.compute -= 1
+        self._add_compute(engine.device, -1)
         job.in_gen -= 1
         self._record(
             "generate", job, (engine.device,), running.start_s, now, event, step=d.step,
@@ -369,7 +415,7 @@ class Scheduler:
         self._record("adapter_load", job, devices, running.start_s, now, event, version=d.version)
         continuation = self._after_load.pop(d.work_id)
         if trainer is not None:
-            trainer.activity = None
+            self._set_activity(trainer, None)
             if not event.ok:
                 job.training = False
                 return
@@ -378,13 +424,14 @@ class Scheduler:
             return
         generate, reserve = continuation
         engine.loading.discard((d.job, d.version))
+        self._dirty.add(engine.device.name)
         if not event.ok:
             engine.release(generate.seqs, reserve, (d.job, d.version))
-            del engine.resident[(d.job, d.version)]
+            engine.evict((d.job, d.version))
             job.in_gen -= 1
             job.ready_gen.appendleft(generate.group)
             return
-        engine.device.compute += 1
+        self._add_compute(engine.device, 1)
 
         def start_generate(t: float, out: list[Decision]) -> None:
             self._begin(generate, t, engine=engine, reserved=reserve)
@@ -395,18 +442,18 @@ class Scheduler:
     def _train_done(self, d: Train, running: _Running, event: WorkDone, now: float) -> None:
         job, trainer = self.job(d.job), running.trainer
         for device in trainer.devices:
-            device.compute -= 1
+            self._add_compute(device, -1)
         self._record(
             "train", job, trainer.devices, running.start_s, now, event, step=d.step,
             seqs=d.seqs, tokens=d.tokens, version=d.version_out, staleness=d.staleness,
         )  # fmt: skip
         if not event.ok:
-            trainer.activity = None
+            self._set_activity(trainer, None)
             job.training = False
             return
         job.trained += 1
         del job.finished[d.step]
-        trainer.activity = "weight_sync"
+        self._set_activity(trainer, "weight_sync")
 
         def start_sync(t: float, out: list[Decision]) -> None:
             sync = Sync(self._new_id(), job.name, job.trained, trainer.name)
@@ -421,12 +468,13 @@ class Scheduler:
             "sync", job, trainer.devices, running.start_s, now, event, step=d.version - 1,
             version=d.version,
         )  # fmt: skip
-        trainer.activity = None
+        self._set_activity(trainer, None)
         job.training = False
         job.published = d.version
         if job.published >= job.steps:
             job.done = True
             job.finish_s = now
+            del self._active[job.index]
 
     def _record(
         self,
@@ -450,56 +498,36 @@ class Scheduler:
 
     # ----------------------------------------------------------------------------- idle causes
     def _update_idle(self, now: float) -> None:
-        idle = [d for d in self.cluster.devices if d.compute == 0]
-        if len(idle) < len(self.cluster.devices):
-            for device in self.cluster.devices:
-                if device.compute:
-                    self._idle.update(device, None, now)
-        if not idle:
-            return
-        engine_cause, trainer_cause = self._shared_causes()
-        roles = self._roles()
-        for device in idle:
-            engine, trainer = roles[device.name]
-            if trainer is not None and trainer.activity is not None:
-                cause = trainer.activity
-            elif engine is not None and engine.loading:
-                cause = "adapter_load"
-            elif engine is not None:
-                cause = engine_cause
-            else:
-                cause = trainer_cause
-            self._idle.update(device, cause, now)
+        causes = (
+            majority_cause(self._engine_votes, bool(self._active)),
+            majority_cause(self._trainer_votes, bool(self._active)),
+        )
+        if causes != self._causes:
+            self._causes = causes
+            self._dirty.update(self._devices)
+        for name in self._dirty:
+            self._idle.update(self._devices[name], self._idle_cause(name), now)
+        self._dirty.clear()
 
-    def _roles(self) -> dict[str, tuple[Engine | None, Trainer | None]]:
-        if not hasattr(self, "_role_map"):
-            roles: dict[str, tuple[Engine | None, Trainer | None]] = {
-                d.name: (None, None) for d in self.cluster.devices
-            }
-            for engine in self.cluster.engines:
-                roles[engine.name] = (engine, None)
-            for trainer in self.cluster.trainers:
-                for device in trainer.devices:
-                    roles[device.name] = (roles[device.name][0], trainer)
-            self._role_map = roles
-        return self._role_map
+    def _idle_cause(self, name: str) -> str | None:
+        """Why a device has no compute work now (None: it has some)."""
+        if self._devices[name].compute:
+            return None
+        engine, trainer = self._roles[name]
+        if trainer is not None and trainer.activity is not None:
+            return trainer.activity
+        if engine is not None and engine.loading:
+            return "adapter_load"
+        return self._causes[0] if engine is not None else self._causes[1]
 
-    def _shared_causes(self) -> tuple[str, str]:
-        active = self._active()
-        if not active:
-            return "no_work", "no_work"
-        engine_votes = Counter(j.waiting_on() for j in active if not self._has_gen_work(j))
-        trainer_votes: Counter[str] = Counter()
-        for job in active:
-            if job.training:
-                continue
-            if job.train_ready():
-                trainer_votes["rollouts"] += 1  # colocated: engines still draining
-            elif job.in_env or job.ready_env:
-                trainer_votes["environment"] += 1
-            else:
-                trainer_votes["rollouts"] += 1
-        return _majority(engine_votes), _majority(trainer_votes)
+    def _device_roles(self) -> dict[str, tuple[Engine | None, Trainer | None]]:
+        roles = {d.name: (None, None) for d in self.cluster.devices}
+        for engine in self.cluster.engines:
+            roles[engine.name] = (engine, None)
+        for trainer in self.cluster.trainers:
+            for device in trainer.devices:
+                roles[device.name] = (roles[device.name][0], trainer)
+        return roles
 
     # ----------------------------------------------------------------------------- validation
     def _check_feasible(self) -> None:
@@ -520,8 +548,16 @@ class Scheduler:
                 )
 
 
-def _majority(votes: Counter[str]) -> str:
-    if not votes:
+def majority_cause(votes: Counter[str], any_active: bool) -> str:
+    """The most common cause among jobs' votes (ties in CAUSE_ORDER); no_work without any."""
+    top = max(votes.values(), default=0)
+    if not any_active or top <= 0:
         return "no_work"
-    top = max(votes.values())
     return next(c for c in CAUSE_ORDER if votes.get(c) == top)
+
+
+def _toggle(members: set[int], index: int, present: bool) -> None:
+    if present:
+        members.add(index)
+    else:
+        members.discard(index)

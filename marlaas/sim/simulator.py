@@ -110,15 +110,16 @@ class Simulation:
         arrival = self.scheduler.next_arrival(now)
         if arrival is not None and arrival not in self._arrival_wakes:
             self._arrival_wakes.add(arrival)
-            self._after(arrival - now, lambda: None)
+            self._after(arrival - now, lambda: True)
 
     def _after(self, delay: float, then) -> None:
-        """Run ``then`` (and a scheduling round) ``delay`` seconds from now."""
+        """Run ``then`` ``delay`` seconds from now, then a scheduling round unless ``then``
+        returns False (nothing the scheduler needs to know happened)."""
 
         def fire(_event) -> None:
             self.events += 1
-            then()
-            self._dispatch()
+            if then() is not False:
+                self._dispatch()
 
         self.env.timeout(delay).callbacks.append(fire)
 
@@ -159,12 +160,14 @@ class Simulation:
         self._engine_stamp[name] += 1
         stamp = self._engine_stamp[name]
 
-        def wake() -> None:
+        def wake() -> bool:
             if stamp != self._engine_stamp[name]:
-                return  # superseded by a later admission
-            for work_id in engine.pop_finished(self.env.now):
+                return False  # superseded by a later admission
+            finished = engine.pop_finished(self.env.now)
+            for work_id in finished:
                 self._finish(work_id, self._tokens.pop(work_id))
             self._wake_engine(name)
+            return bool(finished)
 
         self._after(max(when - self.env.now, 0.0), wake)
 
