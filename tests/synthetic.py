@@ -202,3 +202,11 @@ def write_run(
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return run_dir
+
+
+def make_frame(rows: list[dict]) -> pd.DataFrame:
+    """An event-log frame from a few hand-written rows (missing columns get defaults)."""
+    out = _Rows()
+    for row in rows:
+        out.add(1, **row)
+    return out.frame()

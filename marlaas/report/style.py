@@ -7,13 +7,10 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib
+from matplotlib import colormaps
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-
-from marlaas.metrics import natural_key  # noqa: E402
+from marlaas.metrics import natural_key
 
 DPI = 100
 """Resolution of the PNGs [pixels per inch]."""
@@ -39,7 +36,7 @@ CAUSE_COLORS = {
 
 def tenant_colors(tenants) -> dict[str, tuple]:
     """A stable colour per tenant (tab20 cycled, in natural name order)."""
-    cmap = plt.get_cmap("tab20")
+    cmap = colormaps["tab20"]
     names = sorted({str(t) for t in tenants if str(t)}, key=natural_key)
     return {t: cmap(i % 20) for i, t in enumerate(names)}
 
@@ -57,7 +54,11 @@ class SavedFigure:
 
 
 def save_figure(fig: Figure, out_dir: Path, name: str) -> SavedFigure:
-    """Write ``fig`` as ``name.png`` and ``name.svg`` under ``out_dir`` and close it."""
+    """Write ``fig`` as ``name.png`` and ``name.svg`` under ``out_dir``.
+
+    Figures are built with :class:`matplotlib.figure.Figure` (no pyplot), so they render with
+    the Agg canvas whatever the global backend, and need no closing.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)
@@ -65,5 +66,4 @@ def save_figure(fig: Figure, out_dir: Path, name: str) -> SavedFigure:
     png.write_bytes(buf.getvalue())
     svg = out_dir / f"{name}.svg"
     fig.savefig(svg, format="svg", dpi=DPI)
-    plt.close(fig)
     return SavedFigure(name, png, svg, base64.b64encode(buf.getvalue()).decode("ascii"))

@@ -107,8 +107,8 @@ def trace_events(runs: list[Run], max_events: int = MAX_EVENTS) -> list[dict]:
                            "args": {"name": f"{dev} #{lane}" if lane else str(dev)}})
             events.append({"ph": "M", "name": "thread_sort_index", "pid": int(pid),
                            "tid": int(tid), "args": {"sort_index": int(tid)}})
-        ts = np.round(sl["start_s"].to_numpy() * 1e6, 3)
-        dur = np.round((sl["end_s"] - sl["start_s"]).to_numpy() * 1e6, 3)
+        ts = np.round(sl["start_s"].to_numpy() * 1e6, 3)  # [us]; round ends, not durations,
+        dur = np.round(sl["end_s"].to_numpy() * 1e6, 3) - ts  # so touching slices still touch
         cols = zip(sl["name"], sl["tenant"], sl["job"], sl["step"], sl["version"],
                    sl["tokens"], pids, tids, ts, dur)
         for name, tenant, job, step, version, tokens, pid, tid, t, d in cols:
