@@ -144,7 +144,8 @@ def utilization(df: pd.DataFrame) -> pd.DataFrame:
 def utilization_by_pool(df: pd.DataFrame) -> dict[str, float]:
     """Utilization of each pool: the mean over its devices of busy seconds / makespan."""
     u = utilization(df)
-    return {str(p): float(v) for p, v in u.groupby("pool", sort=False)["utilization"].mean().items()}
+    means = u.groupby("pool", sort=False)["utilization"].mean()
+    return {str(p): float(v) for p, v in means.items()}
 
 
 def utilization_over_time(df: pd.DataFrame, bin_s: float | None = None) -> pd.DataFrame:

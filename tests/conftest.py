@@ -26,6 +26,14 @@ def two_runs(tmp_path_factory):
     """Two synthetic run folders (events.parquet + summary.json) with different settings."""
     root = tmp_path_factory.mktemp("runs")
     a = write_run(root / "fifo", policy="fifo", seed=0, n_jobs=4, steps=5)
-    b = write_run(root / "fair", policy="fair", seed=1, n_jobs=6, n_rollout=4, n_train=2,
-                  steps=6, staleness_bound=2)
+    b = write_run(
+        root / "fair",
+        policy="fair",
+        seed=1,
+        n_jobs=6,
+        n_rollout=4,
+        n_train=2,
+        steps=6,
+        staleness_bound=2,
+    )
     return a, b

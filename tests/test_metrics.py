@@ -19,7 +19,9 @@ def busy_reference(df: pd.DataFrame) -> dict[str, float]:
     out = {}
     for dev, rows in df[df["device"] != ""].groupby("device"):
         work = rows[rows["kind"].isin(["generate", "train"])]
-        spans = [(max(0, s), min(e, span)) for s, e in zip(work["start_s"], work["end_s"])]
+        spans = [
+            (max(0, s), min(e, span)) for s, e in zip(work["start_s"], work["end_s"], strict=True)
+        ]
         out[dev] = sum(e - s for s, e in _merge(spans) if e > s)
     return out
 
@@ -44,14 +46,16 @@ def test_busy_intervals_match_reference(medium_log):
 
 def test_merge_intervals_overlap_touch_gap():
     k, s, e = metrics.merge_intervals(
-        np.array([0, 0, 0, 1, 0]), np.array([0.0, 1.0, 3.0, 0.0, 2.0]),
+        np.array([0, 0, 0, 1, 0]),
+        np.array([0.0, 1.0, 3.0, 0.0, 2.0]),
         np.array([2.0, 1.5, 4.0, 1.0, 2.5]),
     )
     assert k.tolist() == [0, 0, 1]
     assert s.tolist() == [0.0, 3.0, 0.0]
     assert e.tolist() == [2.5, 4.0, 1.0]
-    k, s, e = metrics.merge_intervals(np.array([0, 0]), np.array([0.0, 3.0]),
-                                      np.array([1.0, 4.0]), gap=2.0)
+    k, s, e = metrics.merge_intervals(
+        np.array([0, 0]), np.array([0.0, 3.0]), np.array([1.0, 4.0]), gap=2.0
+    )
     assert (s.tolist(), e.tolist()) == ([0.0], [4.0])
 
 
@@ -114,8 +118,18 @@ def test_check_partition_catches_missing_idle(small_log):
 
 def test_check_partition_catches_idle_overlapping_work(small_log):
     df, _ = small_log
-    extra = make_frame([dict(kind="idle", device="rollout/1", pool="rollout", start_s=1.0,
-                             end_s=2.0, outcome="no_work")])
+    extra = make_frame(
+        [
+            dict(
+                kind="idle",
+                device="rollout/1",
+                pool="rollout",
+                start_s=1.0,
+                end_s=2.0,
+                outcome="no_work",
+            )
+        ]
+    )
     with pytest.raises(AssertionError, match=r"rollout/1"):
         metrics.check_partition(pd.concat([df, extra], ignore_index=True))
 
@@ -123,24 +137,69 @@ def test_check_partition_catches_idle_overlapping_work(small_log):
 def tiny() -> pd.DataFrame:
     """Two jobs, one engine, one trainer, exact numbers."""
     common = dict(device="rollout/0", pool="rollout")
-    return make_frame([
-        dict(kind="generate", tenant="a", job="j1", start_s=0, end_s=2, tokens=10, **common),
-        dict(kind="generate", tenant="b", job="j2", start_s=1, end_s=3, tokens=20, **common),
-        dict(kind="idle", start_s=3, end_s=10, outcome="no_work", **common),
-        dict(kind="env", tenant="a", job="j1", pool="env", start_s=2, end_s=4),
-        dict(kind="idle", device="train/0", pool="train", start_s=0, end_s=4,
-             outcome="rollouts"),
-        dict(kind="train", tenant="a", job="j1", device="train/0", pool="train", start_s=4,
-             end_s=6, step=0, tokens=100, staleness=0),
-        dict(kind="sync", tenant="a", job="j1", device="train/0", pool="train", start_s=6,
-             end_s=7),
-        dict(kind="idle", device="train/0", pool="train", start_s=6, end_s=7,
-             outcome="weight_sync"),
-        dict(kind="train", tenant="b", job="j2", device="train/0", pool="train", start_s=7,
-             end_s=9, step=0, staleness=2),
-        dict(kind="train", tenant="b", job="j2", device="train/0", pool="train", start_s=9,
-             end_s=10, step=1, staleness=1, outcome="failed"),
-    ])
+    return make_frame(
+        [
+            dict(kind="generate", tenant="a", job="j1", start_s=0, end_s=2, tokens=10, **common),
+            dict(kind="generate", tenant="b", job="j2", start_s=1, end_s=3, tokens=20, **common),
+            dict(kind="idle", start_s=3, end_s=10, outcome="no_work", **common),
+            dict(kind="env", tenant="a", job="j1", pool="env", start_s=2, end_s=4),
+            dict(
+                kind="idle", device="train/0", pool="train", start_s=0, end_s=4, outcome="rollouts"
+            ),
+            dict(
+                kind="train",
+                tenant="a",
+                job="j1",
+                device="train/0",
+                pool="train",
+                start_s=4,
+                end_s=6,
+                step=0,
+                tokens=100,
+                staleness=0,
+            ),
+            dict(
+                kind="sync",
+                tenant="a",
+                job="j1",
+                device="train/0",
+                pool="train",
+                start_s=6,
+                end_s=7,
+            ),
+            dict(
+                kind="idle",
+                device="train/0",
+                pool="train",
+                start_s=6,
+                end_s=7,
+                outcome="weight_sync",
+            ),
+            dict(
+                kind="train",
+                tenant="b",
+                job="j2",
+                device="train/0",
+                pool="train",
+                start_s=7,
+                end_s=9,
+                step=0,
+                staleness=2,
+            ),
+            dict(
+                kind="train",
+                tenant="b",
+                job="j2",
+                device="train/0",
+                pool="train",
+                start_s=9,
+                end_s=10,
+                step=1,
+                staleness=1,
+                outcome="failed",
+            ),
+        ]
+    )
 
 
 def test_tiny_log_exact_numbers():
@@ -167,9 +226,13 @@ def test_tiny_log_exact_numbers():
 
 
 def test_makespan_without_train_uses_all_work():
-    df = make_frame([dict(kind="generate", device="r/0", pool="rollout", start_s=1, end_s=4),
-                     dict(kind="env", pool="env", start_s=4, end_s=6),
-                     dict(kind="idle", device="r/0", pool="rollout", start_s=0, end_s=9)])
+    df = make_frame(
+        [
+            dict(kind="generate", device="r/0", pool="rollout", start_s=1, end_s=4),
+            dict(kind="env", pool="env", start_s=4, end_s=6),
+            dict(kind="idle", device="r/0", pool="rollout", start_s=0, end_s=9),
+        ]
+    )
     assert metrics.makespan(df) == 6.0
     assert metrics.makespan(df.iloc[:0]) == 0.0
 
@@ -195,9 +258,21 @@ def test_summarize_is_strict_json(medium_log):
     s = metrics.summarize(df, arrivals, weights={"t0": 2.0})
     text = json.dumps(s, allow_nan=False)
     assert json.loads(text) == s
-    for key in ["makespan_s", "utilization", "utilization_by_pool", "jct_mean_s", "jct_p90_s",
-                "idle_by_cause_device_s", "staleness_mean", "staleness_max", "adapter_swaps",
-                "fairness", "n_jobs", "n_devices", "n_rows"]:
+    for key in [
+        "makespan_s",
+        "utilization",
+        "utilization_by_pool",
+        "jct_mean_s",
+        "jct_p90_s",
+        "idle_by_cause_device_s",
+        "staleness_mean",
+        "staleness_max",
+        "adapter_swaps",
+        "fairness",
+        "n_jobs",
+        "n_devices",
+        "n_rows",
+    ]:
         assert key in s
     assert s["n_rows"] == len(df) and s["n_jobs"] == 8 and s["n_devices"] == 8
     assert s["adapter_swaps"] == int((df["kind"] == "adapter_load").sum())

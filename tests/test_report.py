@@ -62,7 +62,7 @@ def test_idle_figure_stacks_idle_rows(medium_log):
     expected = (idle["end_s"] - idle["start_s"]).groupby([idle["pool"], idle["outcome"]]).sum()
     drawn = {}
     for container in ax.containers:
-        for pool, bar in zip(pools, container):
+        for pool, bar in zip(pools, container, strict=True):
             drawn[(pool, container.get_label())] = bar.get_height()
     assert {k: v for k, v in drawn.items() if v} == pytest.approx(expected.to_dict())
 
@@ -195,8 +195,9 @@ def _bad_runs(tmp_path: Path, two_runs) -> dict[str, Path]:
     (text / "events.parquet").write_text("kind,start_s\ngenerate,0\n")
     runs["text"] = text
     no_rows = tmp_path / "no_rows"
-    write_event_log(pd.read_parquet(Path(two_runs[0]) / "events.parquet").iloc[:0],
-                    no_rows / "events.parquet")
+    write_event_log(
+        pd.read_parquet(Path(two_runs[0]) / "events.parquet").iloc[:0], no_rows / "events.parquet"
+    )
     runs["no_rows"] = no_rows
     bad_kind = tmp_path / "bad_kind"
     df = pd.read_parquet(Path(two_runs[0]) / "events.parquet")
@@ -213,9 +214,16 @@ def _bad_runs(tmp_path: Path, two_runs) -> dict[str, Path]:
 
 @pytest.mark.parametrize(
     "case, message",
-    [("empty", "empty"), ("truncated", "not a"), ("foreign", "missing columns"),
-     ("text", "not a"), ("no_rows", "no rows"), ("bad_kind", "unknown kinds"),
-     ("bad_summary", "summary.json"), ("missing", "no such")],
+    [
+        ("empty", "empty"),
+        ("truncated", "not a"),
+        ("foreign", "missing columns"),
+        ("text", "not a"),
+        ("no_rows", "no rows"),
+        ("bad_kind", "unknown kinds"),
+        ("bad_summary", "summary.json"),
+        ("missing", "no such"),
+    ],
 )
 def test_bad_runs_raise_event_log_error(case, message, two_runs, tmp_path):
     run = _bad_runs(tmp_path, two_runs)[case]
@@ -228,8 +236,9 @@ def test_bad_runs_raise_event_log_error(case, message, two_runs, tmp_path):
 
 # ------------------------------------------------------------------ browser
 
-CHROMIUM = next((p for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser")
-                 if Path(p).exists()), None) or shutil.which("chromium")
+CHROMIUM = next(
+    (p for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser") if Path(p).exists()), None
+) or shutil.which("chromium")
 
 PROBE = """<script>
 window.__errors = [];
@@ -250,12 +259,25 @@ window.addEventListener('load', () => {
 def test_report_renders_in_headless_chromium(report, tmp_path):
     page = tmp_path / "page.html"
     page.write_text(report.read_text().replace("<head>", "<head>" + PROBE, 1))
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", "--no-first-run",
-             "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}",
-             "--virtual-time-budget=10000"]
-    dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", page.as_uri()],
-                         capture_output=True, text=True, timeout=120, check=True).stdout
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--virtual-time-budget=10000",
+    ]
+    dom = subprocess.run(
+        [CHROMIUM, *flags, "--dump-dom", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     probe = re.search(r'<div id="probe"([^>]*)>', dom)
     assert probe, f"probe missing from DOM: {dom[-500:]}"
     attrs = dict(re.findall(r'data-(\w+)="(\d+)"', probe.group(1)))
@@ -263,8 +285,12 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     assert attrs["loaded"] == attrs["images"]
     assert attrs["errors"] == "0"
     shot = tmp_path / "shot.png"
-    subprocess.run([CHROMIUM, *flags, "--window-size=1400,2000", f"--screenshot={shot}",
-                    report.as_uri()], capture_output=True, timeout=120, check=True)
+    subprocess.run(
+        [CHROMIUM, *flags, "--window-size=1400,2000", f"--screenshot={shot}", report.as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
     from matplotlib.image import imread
 
     pixels = imread(shot)

@@ -50,12 +50,16 @@ def _run_sections(run: Run, summary: dict, fig_dir: Path, progress: tqdm) -> lis
         "staleness": [("Staleness per job [versions]", metrics.staleness_table(df))],
     }
     notes = {
-        "gantt": ["Lanes are devices; colour = tenant; faint = generate, solid = train, "
-                  "black-edged = sync, short black-edged bar = adapter_load. Top: mean number "
-                  "of concurrent environment steps per tenant."],
-        "utilization": [f"Mean utilization {summary['utilization']:.1%} over "
-                        f"{summary['n_devices']} devices, makespan "
-                        f"{summary['makespan_s']:.1f} s."],
+        "gantt": [
+            "Lanes are devices; colour = tenant; faint = generate, solid = train, "
+            "black-edged = sync, short black-edged bar = adapter_load. Top: mean number "
+            "of concurrent environment steps per tenant."
+        ],
+        "utilization": [
+            f"Mean utilization {summary['utilization']:.1%} over "
+            f"{summary['n_devices']} devices, makespan "
+            f"{summary['makespan_s']:.1f} s."
+        ],
     }
     sections = []
     for name, draw in figures.items():
@@ -63,8 +67,11 @@ def _run_sections(run: Run, summary: dict, fig_dir: Path, progress: tqdm) -> lis
         saved = save_figure(draw(), fig_dir, f"{name}-{run.label}")
         sections.append(
             Section(
-                id=f"{name}-{run.label}", title=f"{name.capitalize()}: {title}", figure=saved,
-                tables=tables.get(name, []), notes=notes.get(name, []),
+                id=f"{name}-{run.label}",
+                title=f"{name.capitalize()}: {title}",
+                figure=saved,
+                tables=tables.get(name, []),
+                notes=notes.get(name, []),
             )
         )
         progress.update()
@@ -86,8 +93,12 @@ def run_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Path:
     summaries = {r.label: metrics.summarize(r.events, r.arrivals, r.weights) for r in runs}
     total = len(runs) * len(FIGURES) + (len(runs) > 1) + 1
     sections = [
-        Section("summary", "Summary", tables=[("Headline metrics", _summary_table(summaries))],
-                notes=[f"{r.label}: {r.path}" for r in runs])
+        Section(
+            "summary",
+            "Summary",
+            tables=[("Headline metrics", _summary_table(summaries))],
+            notes=[f"{r.label}: {r.path}" for r in runs],
+        )
     ]
     with tqdm(total=total, desc="marlaas report", unit="fig", disable=None) as progress:
         for run in runs:
@@ -95,8 +106,12 @@ def run_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Path:
         if len(runs) > 1:
             saved = save_figure(plot_comparison(summaries), fig_dir, "comparison")
             sections.append(
-                Section("comparison", "Comparison of runs", figure=saved,
-                        tables=[("Per run", comparison_table(summaries))])
+                Section(
+                    "comparison",
+                    "Comparison of runs",
+                    figure=saved,
+                    tables=[("Per run", comparison_table(summaries))],
+                )
             )
             progress.update()
         progress.set_postfix_str("trace")

@@ -29,8 +29,12 @@ def add_report_parser(subparsers) -> argparse.ArgumentParser:
         "summary.json and figures/*.png|svg for one or more run folders; with several runs "
         "the report also compares them.",
     )
-    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
-                        help="run folder with events.parquet (and optionally summary.json)")
+    parser.add_argument(
+        "run_dirs",
+        nargs="+",
+        metavar="RUN_DIR",
+        help="run folder with events.parquet (and optionally summary.json)",
+    )
     parser.add_argument("--out", required=True, metavar="DIR", help="output folder")
     parser.set_defaults(func=report_command)
     return parser

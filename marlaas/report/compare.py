@@ -38,15 +38,23 @@ def plot_comparison(summaries: Mapping[str, dict]) -> Figure:
     x = np.arange(len(runs))
     fig = Figure(figsize=(12, 7))
     axes = fig.subplots(2, 2).ravel()
-    panels = [("makespan_s", "makespan [s]"), (None, "utilization"),
-              ("jct_mean_s", "mean JCT [s]"), ("jct_p90_s", "p90 JCT [s]")]
-    for ax, (col, name) in zip(axes, panels):
+    panels = [
+        ("makespan_s", "makespan [s]"),
+        (None, "utilization"),
+        ("jct_mean_s", "mean JCT [s]"),
+        ("jct_p90_s", "p90 JCT [s]"),
+    ]
+    for ax, (col, name) in zip(axes, panels, strict=True):
         if col is None:
             cols = ["utilization"] + [c for c in table.columns if c.startswith("util_")]
             width = 0.8 / len(cols)
             for i, c in enumerate(cols):
-                bars = ax.bar(x + (i - (len(cols) - 1) / 2) * width, table[c], width,
-                              label="overall" if c == "utilization" else c[5:])
+                bars = ax.bar(
+                    x + (i - (len(cols) - 1) / 2) * width,
+                    table[c],
+                    width,
+                    label="overall" if c == "utilization" else c[5:],
+                )
             ax.set_ylim(0, 1.05)
             ax.legend(fontsize=8)
         else:

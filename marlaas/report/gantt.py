@@ -75,8 +75,13 @@ def plot_gantt(df: pd.DataFrame, title: str = "") -> Figure:
     height_in = env_in + lanes_in + top_in + bottom_in + gap_in
     fig = Figure(figsize=(WIDTH_IN, height_in), dpi=DPI)
     grid = fig.add_gridspec(
-        2, 1, height_ratios=[env_in, lanes_in], hspace=gap_in / ((env_in + lanes_in) / 2),
-        left=0.07, right=0.07 + PLOT_FRACTION, top=1 - top_in / height_in,
+        2,
+        1,
+        height_ratios=[env_in, lanes_in],
+        hspace=gap_in / ((env_in + lanes_in) / 2),
+        left=0.07,
+        right=0.07 + PLOT_FRACTION,
+        top=1 - top_in / height_in,
         bottom=bottom_in / height_in,
     )
     ax_env = fig.add_subplot(grid[0])
@@ -86,7 +91,10 @@ def plot_gantt(df: pd.DataFrame, title: str = "") -> Figure:
     conc = env_concurrency(df, edges)
     if not conc.empty:
         ax_env.stackplot(
-            edges[:-1], conc.to_numpy().T, step="post", linewidth=0,
+            edges[:-1],
+            conc.to_numpy().T,
+            step="post",
+            linewidth=0,
             colors=[colors.get(t, "grey") for t in conc.columns],
         )
     ax_env.set_ylabel("env steps\n(concurrent)")
@@ -100,9 +108,7 @@ def plot_gantt(df: pd.DataFrame, title: str = "") -> Figure:
         y0 = rows["lane"].to_numpy(float) + 0.4 - style["height"]
         y1 = y0 + style["height"]
         s, e = rows["start_s"].to_numpy(), rows["end_s"].to_numpy()
-        verts = np.stack(
-            [np.column_stack(p) for p in ((s, y0), (s, y1), (e, y1), (e, y0))], axis=1
-        )
+        verts = np.stack([np.column_stack(p) for p in ((s, y0), (s, y1), (e, y1), (e, y0))], axis=1)
         coll = PolyCollection(
             verts,
             facecolors=[colors.get(t, "grey") for t in rows["tenant"]],
@@ -120,13 +126,17 @@ def plot_gantt(df: pd.DataFrame, title: str = "") -> Figure:
     ax.set_xlabel("time [s]")
     ax.grid(axis="x", alpha=0.3)
     kind_handles = [
-        Patch(facecolor="grey", alpha=st["alpha"], edgecolor="black", linewidth=st["edge"],
-              label=k)
+        Patch(facecolor="grey", alpha=st["alpha"], edgecolor="black", linewidth=st["edge"], label=k)
         for k, st in KIND_STYLE.items()
     ]
     tenant_handles = [Patch(color=c, label=t) for t, c in list(colors.items())[:20]]
     ax.legend(
-        handles=kind_handles + tenant_handles, loc="upper left", bbox_to_anchor=(1.005, 1.0),
-        fontsize=7, frameon=False, title="kind / tenant", title_fontsize=8,
+        handles=kind_handles + tenant_handles,
+        loc="upper left",
+        bbox_to_anchor=(1.005, 1.0),
+        fontsize=7,
+        frameon=False,
+        title="kind / tenant",
+        title_fontsize=8,
     )
     return fig

@@ -57,7 +57,7 @@ def render_report(title: str, sections: list[Section]) -> str:
     )
     body = "\n".join(s.render() for s in sections)
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>"
         f"<h1>{html.escape(title)}</h1><nav><ul>{toc}</ul></nav>\n{body}\n</body></html>\n"
     )

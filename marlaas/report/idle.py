@@ -21,7 +21,7 @@ def plot_idle(df: pd.DataFrame, title: str = "") -> Figure:
         values = table[cause].to_numpy()
         if not values.any():
             continue
-        bars = ax.bar(x, values, bottom=bottom, label=cause, color=CAUSE_COLORS.get(cause))
+        ax.bar(x, values, bottom=bottom, label=cause, color=CAUSE_COLORS.get(cause))
         bottom += values
     ax.set_xticks(x, table.index)
     ax.set_ylabel("idle device-seconds [s]")

@@ -33,11 +33,13 @@ def plot_jobs(
     ax_p.grid(alpha=0.3)
 
     y = np.arange(len(jobs))
-    bars = ax_j.barh(
-        y, jobs["jct_s"].fillna(0.0), left=jobs["arrival_s"],
+    ax_j.barh(
+        y,
+        jobs["jct_s"].fillna(0.0),
+        left=jobs["arrival_s"],
         color=[colors.get(t, "grey") for t in jobs["tenant"]],
     )
-    for i, (jct, end) in enumerate(zip(jobs["jct_s"], jobs["completion_s"])):
+    for i, (jct, end) in enumerate(zip(jobs["jct_s"], jobs["completion_s"], strict=True)):
         if np.isfinite(jct):
             ax_j.text(end, i, f" {jct:.0f} s", va="center", fontsize=7)
     ax_j.set_yticks(y, jobs["job"], fontsize=7 if len(jobs) > 20 else 9)

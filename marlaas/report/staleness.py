@@ -24,8 +24,11 @@ def plot_staleness(df: pd.DataFrame, title: str = "") -> Figure:
     y = np.arange(len(share))
     left = np.zeros(len(share))
     for i, value in enumerate(share.columns):
-        bars = ax.barh(
-            y, share[value], left=left, label=f"{value}",
+        ax.barh(
+            y,
+            share[value],
+            left=left,
+            label=f"{value}",
             color=cmap(i / max(n_values - 1, 1)),
         )
         left += share[value].to_numpy()

@@ -32,17 +32,27 @@ def _slices(df: pd.DataFrame, max_events: int) -> tuple[pd.DataFrame, float]:
     if len(df) <= max_events:
         out = pd.DataFrame(
             {
-                "device": lane_dev, "pool": df["pool"].astype(object),
-                "tenant": df["tenant"].astype(object), "job": df["job"].astype(object),
-                "name": name, "start_s": df["start_s"], "end_s": df["end_s"],
-                "step": df["step"], "version": df["version"], "tokens": df["tokens"],
+                "device": lane_dev,
+                "pool": df["pool"].astype(object),
+                "tenant": df["tenant"].astype(object),
+                "job": df["job"].astype(object),
+                "name": name,
+                "start_s": df["start_s"],
+                "end_s": df["end_s"],
+                "step": df["step"],
+                "version": df["version"],
+                "tokens": df["tokens"],
                 "merged": 1,
             }
         )
         return out.reset_index(drop=True), 0.0
     key_frame = pd.DataFrame(
-        {"device": lane_dev, "pool": df["pool"].astype(object),
-         "tenant": df["tenant"].astype(object), "name": name}
+        {
+            "device": lane_dev,
+            "pool": df["pool"].astype(object),
+            "tenant": df["tenant"].astype(object),
+            "name": name,
+        }
     )
     codes = key_frame.groupby(list(key_frame.columns), sort=False).ngroup().to_numpy()
     first = np.unique(codes, return_index=True)[1]  # first row of each code, by code
@@ -96,27 +106,76 @@ def trace_events(runs: list[Run], max_events: int = MAX_EVENTS) -> list[dict]:
         tids = rank[dev_codes] * 1000 + lanes + 1
         suffix = f" (merged, gap {gap * 1e3:.1f} ms)" if gap else ""
         for pool, pid in pid_of.items():
-            events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-                           "args": {"name": f"{run.label}: {pool}{suffix}"}})
-            events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
-                           "args": {"sort_index": pid}})
+            events.append(
+                {
+                    "ph": "M",
+                    "name": "process_name",
+                    "pid": pid,
+                    "tid": 0,
+                    "args": {"name": f"{run.label}: {pool}{suffix}"},
+                }
+            )
+            events.append(
+                {
+                    "ph": "M",
+                    "name": "process_sort_index",
+                    "pid": pid,
+                    "tid": 0,
+                    "args": {"sort_index": pid},
+                }
+            )
         pids = sl["pool"].map(pid_of).to_numpy()
         seen = pd.DataFrame({"pid": pids, "tid": tids, "dev": sl["device"], "lane": lanes})
         for pid, tid, dev, lane in seen.drop_duplicates(["pid", "tid"]).itertuples(index=False):
-            events.append({"ph": "M", "name": "thread_name", "pid": int(pid), "tid": int(tid),
-                           "args": {"name": f"{dev} #{lane}" if lane else str(dev)}})
-            events.append({"ph": "M", "name": "thread_sort_index", "pid": int(pid),
-                           "tid": int(tid), "args": {"sort_index": int(tid)}})
+            events.append(
+                {
+                    "ph": "M",
+                    "name": "thread_name",
+                    "pid": int(pid),
+                    "tid": int(tid),
+                    "args": {"name": f"{dev} #{lane}" if lane else str(dev)},
+                }
+            )
+            events.append(
+                {
+                    "ph": "M",
+                    "name": "thread_sort_index",
+                    "pid": int(pid),
+                    "tid": int(tid),
+                    "args": {"sort_index": int(tid)},
+                }
+            )
         ts = np.round(sl["start_s"].to_numpy() * 1e6, 3)  # [us]; round ends, not durations,
         dur = np.round(sl["end_s"].to_numpy() * 1e6, 3) - ts  # so touching slices still touch
-        cols = zip(sl["name"], sl["tenant"], sl["job"], sl["step"], sl["version"],
-                   sl["tokens"], pids, tids, ts, dur)
+        cols = zip(
+            sl["name"],
+            sl["tenant"],
+            sl["job"],
+            sl["step"],
+            sl["version"],
+            sl["tokens"],
+            pids,
+            tids,
+            ts,
+            dur,
+            strict=True,
+        )
         for name, tenant, job, step, version, tokens, pid, tid, t, d in cols:
             args = {"tenant": tenant}
             if job:
                 args.update(job=job, step=int(step), version=int(version), tokens=int(tokens))
-            events.append({"ph": "X", "name": name, "cat": name.split(":")[0], "pid": int(pid),
-                           "tid": int(tid), "ts": float(t), "dur": float(d), "args": args})
+            events.append(
+                {
+                    "ph": "X",
+                    "name": name,
+                    "cat": name.split(":")[0],
+                    "pid": int(pid),
+                    "tid": int(tid),
+                    "ts": float(t),
+                    "dur": float(d),
+                    "args": args,
+                }
+            )
     return events
 
 
