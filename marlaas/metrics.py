@@ -29,6 +29,8 @@ from marlaas.eventlog import IDLE_CAUSES
 
 BUSY_KINDS = ("generate", "train")
 """Kinds of work that make a device busy."""
+TIMES = ("start_s", "end_s")
+"""The time columns [s]."""
 DEFAULT_TIME_BINS = 200
 """Number of time bins of :func:`utilization_over_time` when ``bin_s`` is not given."""
 
@@ -91,15 +93,19 @@ def _busy(df: pd.DataFrame):
     """Devices, makespan [s] and merged busy intervals as (device code, start [s], end [s])."""
     devs = device_table(df)
     span = makespan(df)
-    work = df[df["kind"].isin(BUSY_KINDS) & (df["device"] != "")]
+    work = df.loc[df["kind"].isin(BUSY_KINDS) & (df["device"] != ""), ["device", *TIMES]]
     codes = pd.Index(devs["device"]).get_indexer(work["device"].astype(object))
     start, end = _clipped(work, span)
     k, s, e = merge_intervals(codes, start, end)
     return devs, span, k, s, e
 
 
-def _cumulative_busy(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Sum over intervals of their length before each time in ``t`` [s] (device-seconds)."""
+def cumulative_overlap(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """For each time in ``t`` [s]: the summed length [s] of the intervals' parts before it.
+
+    Differences between consecutive times give the interval-seconds inside each bin (for
+    overlapping intervals that is concurrency x seconds).
+    """
     s, e = np.sort(starts), np.sort(ends)
     cs, ce = np.r_[0.0, np.cumsum(s)], np.r_[0.0, np.cumsum(e)]
     n_s = np.searchsorted(s, t, side="right")
@@ -138,9 +144,8 @@ def utilization(df: pd.DataFrame) -> pd.DataFrame:
 def utilization_by_pool(df: pd.DataFrame) -> dict[str, float]:
     """Utilization of each pool: the mean over its devices of busy seconds / makespan."""
     u = utilization(df)
-    return {
-        str(p): float(v) for p, v in u.groupby("pool", sort=False)["utilization"].mean().items()
-    }
+    means = u.groupby("pool", sort=False)["utilization"].mean()
+    return {str(p): float(v) for p, v in means.items()}
 
 
 def utilization_over_time(df: pd.DataFrame, bin_s: float | None = None) -> pd.DataFrame:
@@ -165,9 +170,9 @@ def utilization_over_time(df: pd.DataFrame, bin_s: float | None = None) -> pd.Da
     pool_of = devs["pool"].to_numpy()
     for pool in pd.unique(pool_of):
         in_pool = np.isin(k, np.flatnonzero(pool_of == pool))
-        busy = np.diff(_cumulative_busy(s[in_pool], e[in_pool], edges))
+        busy = np.diff(cumulative_overlap(s[in_pool], e[in_pool], edges))
         out[str(pool)] = busy / (width * np.count_nonzero(pool_of == pool))
-    out["overall"] = np.diff(_cumulative_busy(s, e, edges)) / (width * max(len(devs), 1))
+    out["overall"] = np.diff(cumulative_overlap(s, e, edges)) / (width * max(len(devs), 1))
     return pd.DataFrame(out)
 
 
@@ -180,7 +185,7 @@ def idle_breakdown(df: pd.DataFrame) -> pd.DataFrame:
     Idle intervals are clipped to ``[0, makespan]``. Columns are the known causes
     (:data:`marlaas.eventlog.IDLE_CAUSES`, all present, 0 when absent) then any others.
     """
-    idle = df[df["kind"] == "idle"]
+    idle = df.loc[df["kind"] == "idle", ["pool", "outcome", *TIMES]]
     start, end = _clipped(idle, makespan(df))
     frame = pd.DataFrame(
         {
@@ -208,7 +213,7 @@ def check_partition(df: pd.DataFrame, tol: float = 1e-6) -> None:
     """
     u = utilization(df)
     span = makespan(df)
-    idle = df[(df["kind"] == "idle") & (df["device"] != "")]
+    idle = df.loc[(df["kind"] == "idle") & (df["device"] != ""), ["device", *TIMES]]
     start, end = _clipped(idle, span)
     idle_s = pd.Series(end - start).groupby(idle["device"].astype(object).to_numpy()).sum()
     total = u["busy_s"].to_numpy() + idle_s.reindex(u["device"]).fillna(0.0).to_numpy()
@@ -232,7 +237,7 @@ def busy_share_s(df: pd.DataFrame) -> pd.Series:
     Where n rows overlap on one device, each gets 1/n of that time, so the shares of a device
     sum to its busy seconds. Times are clipped to ``[0, makespan]``.
     """
-    work = df[df["kind"].isin(BUSY_KINDS) & (df["device"] != "")]
+    work = df.loc[df["kind"].isin(BUSY_KINDS) & (df["device"] != ""), ["device", *TIMES]]
     n = len(work)
     if n == 0:
         return pd.Series(np.zeros(0), index=work.index, dtype=float)
@@ -266,7 +271,8 @@ def job_table(df: pd.DataFrame, arrivals: Mapping[str, float] | None = None) -> 
     attributed to the job, see :func:`busy_share_s`; they sum to the total busy seconds).
     """
     arrivals = arrivals or {}
-    work = df[(df["kind"] != "idle") & (df["job"] != "")]
+    cols = ["kind", "tenant", "job", "step", "tokens", "outcome", *TIMES]
+    work = df.loc[(df["kind"] != "idle") & (df["job"] != ""), cols]
     job = work["job"].astype(object)
     kind = work["kind"]
     names = sorted(job.unique(), key=natural_key)

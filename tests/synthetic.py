@@ -11,6 +11,7 @@ per device busy union + idle = [0, makespan] holds exactly.
 from __future__ import annotations
 
 import heapq
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,9 +27,21 @@ class _Rows:
 
     def add(self, n: int, **values) -> None:
         """Append ``n`` rows; scalars are broadcast, arrays must have length n."""
-        defaults = dict(tenant="", job="", step=-1, group=-1, turn=-1, device="", pool="",
-                        seqs=0, tokens=0, version=-1, staleness=-1, outcome="ok",
-                        reward=np.nan)
+        defaults = dict(
+            tenant="",
+            job="",
+            step=-1,
+            group=-1,
+            turn=-1,
+            device="",
+            pool="",
+            seqs=0,
+            tokens=0,
+            version=-1,
+            staleness=-1,
+            outcome="ok",
+            reward=np.nan,
+        )
         defaults.update(values)
         for c in COLUMNS:
             v = defaults[c]
@@ -95,21 +108,48 @@ def synthetic_log(
             used_version[(job, k)] = v
             if loaded.get((eng, job)) != v:
                 load = float(rng.uniform(0.2, 0.6))
-                rows.add(1, kind="adapter_load", device=eng, pool="rollout",
-                         start_s=t0, end_s=t0 + load, version=v, **common)
+                rows.add(
+                    1,
+                    kind="adapter_load",
+                    device=eng,
+                    pool="rollout",
+                    start_s=t0,
+                    end_s=t0 + load,
+                    version=v,
+                    **common,
+                )
                 loaded[(eng, job)], t0 = v, t0 + load
             start = t0 + rng.uniform(0.0, 0.5, groups)
             for turn in range(turns):
                 dur = rng.lognormal(1.0, 0.4, groups)
                 fail = rng.random(groups) < 0.01
-                rows.add(groups, kind="generate", device=eng, pool="rollout",
-                         start_s=start, end_s=start + dur, group=np.arange(groups),
-                         turn=turn, seqs=8, tokens=(dur * 400).astype(np.int64), version=v,
-                         outcome=np.where(fail, "failed", "ok"), **common)
+                rows.add(
+                    groups,
+                    kind="generate",
+                    device=eng,
+                    pool="rollout",
+                    start_s=start,
+                    end_s=start + dur,
+                    group=np.arange(groups),
+                    turn=turn,
+                    seqs=8,
+                    tokens=(dur * 400).astype(np.int64),
+                    version=v,
+                    outcome=np.where(fail, "failed", "ok"),
+                    **common,
+                )
                 env = rng.uniform(0.3, 2.5, groups)
-                rows.add(groups, kind="env", pool="env", start_s=start + dur,
-                         end_s=start + dur + env, group=np.arange(groups), turn=turn,
-                         seqs=8, **common)
+                rows.add(
+                    groups,
+                    kind="env",
+                    pool="env",
+                    start_s=start + dur,
+                    end_s=start + dur + env,
+                    group=np.arange(groups),
+                    turn=turn,
+                    seqs=8,
+                    **common,
+                )
                 start = start + dur + env
             heapq.heappush(events, (float(start.max()), seq, "train", job, k))
             if k + 1 < steps:
@@ -121,11 +161,29 @@ def synthetic_log(
             dur = float(rng.uniform(2.0, 5.0))
             sync = float(rng.uniform(0.2, 0.5))
             lag = k - used_version[(job, k)]
-            rows.add(1, kind="train", device=dev, pool="train", start_s=t0, end_s=t0 + dur,
-                     seqs=8 * groups * turns, tokens=int(dur * 3000), version=k + 1,
-                     staleness=lag, **common)
-            rows.add(1, kind="sync", device=dev, pool="train", start_s=t0 + dur,
-                     end_s=t0 + dur + sync, version=k + 1, **common)
+            rows.add(
+                1,
+                kind="train",
+                device=dev,
+                pool="train",
+                start_s=t0,
+                end_s=t0 + dur,
+                seqs=8 * groups * turns,
+                tokens=int(dur * 3000),
+                version=k + 1,
+                staleness=lag,
+                **common,
+            )
+            rows.add(
+                1,
+                kind="sync",
+                device=dev,
+                pool="train",
+                start_s=t0 + dur,
+                end_s=t0 + dur + sync,
+                version=k + 1,
+                **common,
+            )
             trainer_free[dev] = last_sync[job] = t0 + dur + sync
             heapq.heappush(events, (t0 + dur + sync, seq, "synced", job, k + 1))
             seq += 1
@@ -148,8 +206,8 @@ def _add_idle(df: pd.DataFrame, rows: _Rows, rng: np.random.Generator) -> None:
     devices = df.loc[df["device"] != "", ["device", "pool"]].drop_duplicates("device")
     for dev, pool in devices.itertuples(index=False):
         on = df[df["device"] == dev]
-        busy = _merge(list(zip(*(on.loc[on["kind"].isin(["generate", "train"]),
-                                         ["start_s", "end_s"]].to_numpy().T))))
+        work = on.loc[on["kind"].isin(["generate", "train"]), ["start_s", "end_s"]]
+        busy = _merge([(float(s), float(e)) for s, e in work.to_numpy()])
         marks = on[on["kind"].isin(["adapter_load", "sync"])]
         m_start, m_end = marks["start_s"].to_numpy(), marks["end_s"].to_numpy()
         m_load = (marks["kind"] == "adapter_load").to_numpy()
@@ -164,7 +222,7 @@ def _add_idle(df: pd.DataFrame, rows: _Rows, rng: np.random.Generator) -> None:
         for gs, ge in gaps:
             inner = cuts[(cuts > gs) & (cuts < ge)]
             points = [gs, *inner.tolist(), ge]
-            for a, b in zip(points[:-1], points[1:]):
+            for a, b in itertools.pairwise(points):
                 mid = (a + b) / 2
                 cover = np.flatnonzero((m_start <= mid) & (m_end >= mid))
                 if len(cover):
@@ -175,8 +233,7 @@ def _add_idle(df: pd.DataFrame, rows: _Rows, rng: np.random.Generator) -> None:
                     cause = str(rng.choice(["environment", "staleness", "trainer"]))
                 else:
                     cause = "rollouts"
-                rows.add(1, kind="idle", device=dev, pool=pool, start_s=a, end_s=b,
-                         outcome=cause)
+                rows.add(1, kind="idle", device=dev, pool=pool, start_s=a, end_s=b, outcome=cause)
 
 
 def write_run(
@@ -202,3 +259,11 @@ def write_run(
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return run_dir
+
+
+def make_frame(rows: list[dict]) -> pd.DataFrame:
+    """An event-log frame from a few hand-written rows (missing columns get defaults)."""
+    out = _Rows()
+    for row in rows:
+        out.add(1, **row)
+    return out.frame()

@@ -1,0 +1,39 @@
+"""Shared fixtures: synthetic run folders written once per test session."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.synthetic import synthetic_log, write_run
+
+
+@pytest.fixture(scope="session")
+def small_log():
+    """(frame, arrivals) of a small synthetic run: 4 jobs, 3 engines, 1 trainer."""
+    return synthetic_log(n_jobs=4, n_rollout=3, n_train=1, steps=5, groups=4, seed=0)
+
+
+@pytest.fixture(scope="session")
+def medium_log():
+    """(frame, arrivals) of a medium run: 8 jobs, 6 engines, 2 trainers, staleness 2."""
+    return synthetic_log(
+        n_jobs=8, n_rollout=6, n_train=2, steps=8, groups=6, staleness_bound=2, seed=3
+    )
+
+
+@pytest.fixture(scope="session")
+def two_runs(tmp_path_factory):
+    """Two synthetic run folders (events.parquet + summary.json) with different settings."""
+    root = tmp_path_factory.mktemp("runs")
+    a = write_run(root / "fifo", policy="fifo", seed=0, n_jobs=4, steps=5)
+    b = write_run(
+        root / "fair",
+        policy="fair",
+        seed=1,
+        n_jobs=6,
+        n_rollout=4,
+        n_train=2,
+        steps=6,
+        staleness_bound=2,
+    )
+    return a, b

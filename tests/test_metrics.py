@@ -1,0 +1,294 @@
+"""Tests of marlaas.metrics on synthetic and hand-written event logs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from marlaas import metrics
+from tests.synthetic import _merge, make_frame, synthetic_log
+
+
+def busy_reference(df: pd.DataFrame) -> dict[str, float]:
+    """Busy seconds per device by a plain-Python union (independent of metrics)."""
+    span = metrics.makespan(df)
+    out = {}
+    for dev, rows in df[df["device"] != ""].groupby("device"):
+        work = rows[rows["kind"].isin(["generate", "train"])]
+        spans = [
+            (max(0, s), min(e, span)) for s, e in zip(work["start_s"], work["end_s"], strict=True)
+        ]
+        out[dev] = sum(e - s for s, e in _merge(spans) if e > s)
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_synthetic_logs_partition_exactly(seed):
+    df, _ = synthetic_log(n_jobs=5, n_rollout=3, n_train=2, steps=4, seed=seed)
+    metrics.check_partition(df, tol=1e-9)
+
+
+def test_busy_intervals_match_reference(medium_log):
+    df, _ = medium_log
+    intervals = metrics.device_busy_intervals(df)
+    ref = busy_reference(df)
+    assert set(intervals) == set(ref)
+    for dev, iv in intervals.items():
+        assert iv.shape[1] == 2
+        assert np.all(iv[:, 1] >= iv[:, 0])
+        assert np.all(iv[1:, 0] > iv[:-1, 1])  # sorted and disjoint
+        assert (iv[:, 1] - iv[:, 0]).sum() == pytest.approx(ref[dev], abs=1e-9)
+
+
+def test_merge_intervals_overlap_touch_gap():
+    k, s, e = metrics.merge_intervals(
+        np.array([0, 0, 0, 1, 0]),
+        np.array([0.0, 1.0, 3.0, 0.0, 2.0]),
+        np.array([2.0, 1.5, 4.0, 1.0, 2.5]),
+    )
+    assert k.tolist() == [0, 0, 1]
+    assert s.tolist() == [0.0, 3.0, 0.0]
+    assert e.tolist() == [2.5, 4.0, 1.0]
+    k, s, e = metrics.merge_intervals(
+        np.array([0, 0]), np.array([0.0, 3.0]), np.array([1.0, 4.0]), gap=2.0
+    )
+    assert (s.tolist(), e.tolist()) == ([0.0], [4.0])
+
+
+def test_utilization_bounds_and_pools(medium_log):
+    df, _ = medium_log
+    u = metrics.utilization(df)
+    assert list(u.columns) == ["device", "pool", "busy_s", "utilization"]
+    assert u["utilization"].between(0, 1).all()
+    ref = busy_reference(df)
+    assert u.set_index("device")["busy_s"].to_dict() == pytest.approx(ref)
+    by_pool = metrics.utilization_by_pool(df)
+    assert set(by_pool) == {"rollout", "train"}
+    for pool, value in by_pool.items():
+        assert value == pytest.approx(u.loc[u["pool"] == pool, "utilization"].mean())
+    # natural device order
+    assert u["device"].tolist()[:6] == [f"rollout/{i}" for i in range(6)]
+
+
+@pytest.mark.parametrize("bin_s", [None, 7.3])
+def test_utilization_over_time_integrates_to_busy_seconds(medium_log, bin_s):
+    df, _ = medium_log
+    series = metrics.utilization_over_time(df, bin_s)
+    span = metrics.makespan(df)
+    width = series["t_end_s"] - series["t_start_s"]
+    assert series["t_start_s"].iloc[0] == 0 and series["t_end_s"].iloc[-1] == pytest.approx(span)
+    if bin_s is None:
+        assert len(series) == metrics.DEFAULT_TIME_BINS
+    else:
+        assert width.iloc[:-1].to_numpy() == pytest.approx(bin_s)
+    u = metrics.utilization(df)
+    for pool, devs in u.groupby("pool"):
+        assert (series[pool] * width).sum() * len(devs) == pytest.approx(devs["busy_s"].sum())
+        assert series[pool].between(0, 1 + 1e-12).all()
+    assert (series["overall"] * width).sum() * len(u) == pytest.approx(u["busy_s"].sum())
+
+
+def test_idle_breakdown_sums_idle_rows(medium_log):
+    df, _ = medium_log
+    table = metrics.idle_breakdown(df)
+    idle = df[df["kind"] == "idle"]
+    expected = (idle["end_s"] - idle["start_s"]).groupby([idle["pool"], idle["outcome"]]).sum()
+    for (pool, cause), seconds in expected.items():
+        assert table.loc[pool, cause] == pytest.approx(seconds)
+    assert table.to_numpy().sum() == pytest.approx(expected.sum())
+    assert list(table.columns[:7]) == list(metrics.IDLE_CAUSES)
+    # busy + idle = makespan x devices
+    u = metrics.utilization(df)
+    assert u["busy_s"].sum() + table.to_numpy().sum() == pytest.approx(
+        metrics.makespan(df) * len(u)
+    )
+
+
+def test_check_partition_catches_missing_idle(small_log):
+    df, _ = small_log
+    idle = df.index[(df["kind"] == "idle") & (df["device"] == "train/0")]
+    broken = df.drop(idle[0])
+    with pytest.raises(AssertionError, match=r"train/0"):
+        metrics.check_partition(broken)
+
+
+def test_check_partition_catches_idle_overlapping_work(small_log):
+    df, _ = small_log
+    extra = make_frame(
+        [
+            dict(
+                kind="idle",
+                device="rollout/1",
+                pool="rollout",
+                start_s=1.0,
+                end_s=2.0,
+                outcome="no_work",
+            )
+        ]
+    )
+    with pytest.raises(AssertionError, match=r"rollout/1"):
+        metrics.check_partition(pd.concat([df, extra], ignore_index=True))
+
+
+def tiny() -> pd.DataFrame:
+    """Two jobs, one engine, one trainer, exact numbers."""
+    common = dict(device="rollout/0", pool="rollout")
+    return make_frame(
+        [
+            dict(kind="generate", tenant="a", job="j1", start_s=0, end_s=2, tokens=10, **common),
+            dict(kind="generate", tenant="b", job="j2", start_s=1, end_s=3, tokens=20, **common),
+            dict(kind="idle", start_s=3, end_s=10, outcome="no_work", **common),
+            dict(kind="env", tenant="a", job="j1", pool="env", start_s=2, end_s=4),
+            dict(
+                kind="idle", device="train/0", pool="train", start_s=0, end_s=4, outcome="rollouts"
+            ),
+            dict(
+                kind="train",
+                tenant="a",
+                job="j1",
+                device="train/0",
+                pool="train",
+                start_s=4,
+                end_s=6,
+                step=0,
+                tokens=100,
+                staleness=0,
+            ),
+            dict(
+                kind="sync",
+                tenant="a",
+                job="j1",
+                device="train/0",
+                pool="train",
+                start_s=6,
+                end_s=7,
+            ),
+            dict(
+                kind="idle",
+                device="train/0",
+                pool="train",
+                start_s=6,
+                end_s=7,
+                outcome="weight_sync",
+            ),
+            dict(
+                kind="train",
+                tenant="b",
+                job="j2",
+                device="train/0",
+                pool="train",
+                start_s=7,
+                end_s=9,
+                step=0,
+                staleness=2,
+            ),
+            dict(
+                kind="train",
+                tenant="b",
+                job="j2",
+                device="train/0",
+                pool="train",
+                start_s=9,
+                end_s=10,
+                step=1,
+                staleness=1,
+                outcome="failed",
+            ),
+        ]
+    )
+
+
+def test_tiny_log_exact_numbers():
+    df = tiny()
+    assert metrics.makespan(df) == 10.0
+    metrics.check_partition(df)
+    u = metrics.utilization(df).set_index("device")
+    assert u.loc["rollout/0", "busy_s"] == 3.0 and u.loc["train/0", "busy_s"] == 5.0
+    assert metrics.utilization_by_pool(df) == {"rollout": 0.3, "train": 0.5}
+    jobs = metrics.job_table(df, arrivals={"j2": 1.0}).set_index("job")
+    assert jobs.loc["j1", "completion_s"] == 7.0  # last sync
+    assert jobs.loc["j2", "completion_s"] == 10.0  # no sync: last train
+    assert jobs.loc["j2", "jct_s"] == 9.0
+    assert jobs.loc["j1", "steps"] == 1 and jobs.loc["j2", "steps"] == 1  # failed not counted
+    assert jobs.loc["j2", "tokens"] == 20
+    # overlap [1, 2] split in half: j1 = 1 + 0.5 + train 2; j2 = 0.5 + 1 + train 3
+    assert jobs["gpu_s"].to_dict() == pytest.approx({"j1": 3.5, "j2": 4.5})
+    assert jobs["gpu_s"].sum() == pytest.approx(u["busy_s"].sum())
+    st = metrics.staleness_table(df).set_index("job")
+    assert st.loc["j2", "staleness_max"] == 2 and st.loc["j2", "staleness_mean"] == 1.5
+    assert metrics.staleness_counts(df).loc["j2"].to_dict() == {0: 0, 1: 1, 2: 1}
+    idle = metrics.idle_breakdown(df)
+    assert idle.loc["rollout", "no_work"] == 7 and idle.loc["train", "weight_sync"] == 1
+
+
+def test_makespan_without_train_uses_all_work():
+    df = make_frame(
+        [
+            dict(kind="generate", device="r/0", pool="rollout", start_s=1, end_s=4),
+            dict(kind="env", pool="env", start_s=4, end_s=6),
+            dict(kind="idle", device="r/0", pool="rollout", start_s=0, end_s=9),
+        ]
+    )
+    assert metrics.makespan(df) == 6.0
+    assert metrics.makespan(df.iloc[:0]) == 0.0
+
+
+def test_jain_index():
+    assert metrics.jain_index([2, 2, 2]) == 1.0
+    assert metrics.jain_index([1, 0, 0]) == pytest.approx(1 / 3)
+    assert metrics.jain_index([0, 0]) == 1.0
+    assert math.isnan(metrics.jain_index([]))
+    assert metrics.jain_index([1, float("nan"), 1]) == 1.0
+
+
+def test_fairness_weights():
+    df = tiny()
+    fair = metrics.fairness(df, weights={"a": 3.5, "b": 4.5})
+    assert fair["jain_tenant_gpu_s_per_weight"] == pytest.approx(1.0)
+    assert fair["jain_tenant_gpu_s"] < 1.0
+    assert metrics.fairness(df)["jain_tenant_gpu_s_per_weight"] is None
+
+
+def test_summarize_is_strict_json(medium_log):
+    df, arrivals = medium_log
+    s = metrics.summarize(df, arrivals, weights={"t0": 2.0})
+    text = json.dumps(s, allow_nan=False)
+    assert json.loads(text) == s
+    for key in [
+        "makespan_s",
+        "utilization",
+        "utilization_by_pool",
+        "jct_mean_s",
+        "jct_p90_s",
+        "idle_by_cause_device_s",
+        "staleness_mean",
+        "staleness_max",
+        "adapter_swaps",
+        "fairness",
+        "n_jobs",
+        "n_devices",
+        "n_rows",
+    ]:
+        assert key in s
+    assert s["n_rows"] == len(df) and s["n_jobs"] == 8 and s["n_devices"] == 8
+    assert s["adapter_swaps"] == int((df["kind"] == "adapter_load").sum())
+    assert 0 <= s["utilization"] <= 1
+    jobs = metrics.job_table(df, arrivals)
+    assert s["jct_mean_s"] == pytest.approx(jobs["jct_s"].mean())
+    assert s["jct_p90_s"] == pytest.approx(np.percentile(jobs["jct_s"], 90))
+    assert sum(s["idle_by_cause_device_s"].values()) == pytest.approx(
+        (df.loc[df.kind == "idle", "end_s"] - df.loc[df.kind == "idle", "start_s"]).sum()
+    )
+    assert s["staleness_max"] <= 2
+
+
+def test_train_progress_counts_ok_steps(medium_log):
+    df, _ = medium_log
+    prog = metrics.train_progress(df)
+    last = prog.groupby("job")["steps_done"].max()
+    jobs = metrics.job_table(df).set_index("job")
+    assert last.to_dict() == jobs["steps"].to_dict()
