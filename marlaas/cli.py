@@ -16,6 +16,7 @@ from marlaas.core.policies import UnknownPolicyError, get_policy, policy_names
 from marlaas.core.scheduler import InfeasibleWorkloadError
 from marlaas.core.workload import WorkloadError, load_workload
 from marlaas.eventlog import EventLogError
+from marlaas.report.cli import add_report_parser
 from marlaas.runs import write_run
 from marlaas.table import print_summary
 
@@ -85,13 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     pol = sub.add_parser("policies", help="list the scheduling policies")
     pol.set_defaults(func=_policies)
 
-    for module in _EXTENSIONS:
-        module.add_parser(sub)
+    add_report_parser(sub)
     return parser
-
-
-_EXTENSIONS: list = []
-"""Modules with ``add_parser(subparsers)`` registering more subcommands."""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -102,6 +102,7 @@ def write_event_log(records: Iterable[WorkRecord] | pd.DataFrame, path: str | Pa
     os.close(fd)
     try:
         pq.write_table(table, tmp)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -5,15 +5,19 @@ Every running sequence gains one token per decode iteration. One iteration takes
     dt(n, C, L) = base + per_seq * n + per_kv_token * C + per_adapter * L     [s]
 
 for n running sequences holding C context tokens in all, with L distinct adapters. Between two
-events (an admission or a sequence finishing) n and L are fixed and C grows by n per
-iteration, so the time for k iterations is a quadratic in k, solved in closed form. The cost
-of simulating an engine therefore grows with the number of sequences (a heap push and pop
-each), not with the number of tokens. Admitting a group first runs its prefill, pausing
-decode for prompt tokens / prefill rate.
+changes of the batch (an admission, or a sequence finishing) n and L are fixed and C grows by n
+per iteration, so the time for k iterations is a quadratic in k, solved in closed form.
+
+Sequences finishing inside the batch are folded in piecewise without simulation events; the
+engine only wakes the simulator when a whole group (its slowest sample) is done. The cost of
+simulating an engine therefore grows with the number of sequences, not of tokens, and the
+number of simulation events with the number of groups. Admitting a group first runs its
+prefill, pausing decode for prompt tokens / prefill rate.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections import Counter
@@ -26,7 +30,7 @@ _EPS = 1e-7
 
 
 class EngineModel:
-    """Fluid model of one engine's decode progress; ``progress`` counts iterations done."""
+    """Fluid model of one engine's decode; ``progress`` counts decode iterations done."""
 
     def __init__(self, cost: CostModel) -> None:
         self.base_s = cost.decode_base_ms / 1e3
@@ -37,84 +41,120 @@ class EngineModel:
         self.progress = 0.0
         """Decode iterations done since the engine started."""
         self.clock_s = 0.0
-        """Simulation time that ``progress`` refers to."""
+        """Simulation time [s] at which decode reached ``progress``."""
         self.resume_s = 0.0
-        """Decode is paused for prefill until this time."""
+        """Decode is paused for prefill until this time [s]."""
         self.running = 0
         self.context_offset = 0.0
-        """Sum over running sequences of (prompt - progress at admission); the batch's
-        context is context_offset + running * progress."""
+        """Sum over running sequences of (prompt - progress at admission) [tokens]; the batch
+        holds context_offset + running * progress tokens."""
         self.adapters: Counter = Counter()
-        self._finish: list[tuple[float, int, int, float]] = []
-        """Heap of (progress at which it ends, seq id, work id, its context offset)."""
+        self._seqs: list[tuple[float, int, int, float]] = []
+        """Running sequences sorted by (progress at which they end, seq id, work id, offset)."""
+        self._groups: list[tuple[float, int]] = []
+        """Heap of (progress at which the group's slowest sample ends, work id)."""
         self._left: dict[int, int] = {}
-        """Work id -> sequences of that group still running."""
         self._adapter_of: dict[int, object] = {}
         self._seq_ids = 0
 
-    def _alpha(self) -> float:
+    def _iteration_s(self) -> tuple[float, float]:
+        """(time of the next iteration [s], its growth per iteration [s])."""
         context = self.context_offset + self.running * self.progress
-        return (
+        alpha = (
             self.base_s
             + self.per_seq_s * self.running
             + self.per_kv_s * context
             + self.per_adapter_s * len(self.adapters)
         )
+        return alpha, self.per_kv_s * self.running
+
+    def _end_sequence(self) -> None:
+        _, _, work_id, offset = self._seqs.pop(0)
+        self.running -= 1
+        self.context_offset -= offset
+        adapter = self._adapter_of[work_id]
+        self.adapters[adapter] -= 1
+        if not self.adapters[adapter]:
+            del self.adapters[adapter]
+        self._left[work_id] -= 1
 
     def advance(self, now: float) -> None:
-        """Move decode progress forward to ``now``."""
+        """Move decode forward to ``now`` [s], ending the sequences that finish on the way."""
         start = max(self.clock_s, self.resume_s)
-        if self.running and now > start:
-            alpha, slope = self._alpha(), self.per_kv_s * self.running
+        while self.running and now > start:
+            alpha, slope = self._iteration_s()
+            k = self._seqs[0][0] - self.progress
+            needed = alpha * k + 0.5 * slope * k * k
+            if start + needed <= now:
+                self.progress = self._seqs[0][0]
+                start += needed
+                self._end_sequence()
+                continue
             dt = now - start
             if slope > 0:
                 k = (-alpha + math.sqrt(alpha * alpha + 2 * slope * dt)) / slope
             else:
                 k = dt / alpha
             self.progress += k
+            break
         self.clock_s = max(self.clock_s, now)
+        if not self.running:
+            self.context_offset = 0.0
 
     def admit(self, now: float, work_id: int, lengths: np.ndarray, prompt: float, adapter) -> None:
         """Start a group: ``lengths`` [tokens] per sample, ``prompt`` context per sample."""
         self.advance(now)
         self.resume_s = max(self.resume_s, now) + prompt * len(lengths) * self.prefill_s_per_token
         offset = prompt - self.progress
-        for length in lengths:
+        for length in lengths.tolist():
             self._seq_ids += 1
-            heapq.heappush(
-                self._finish, (self.progress + float(length), self._seq_ids, work_id, offset)
-            )
+            bisect.insort(self._seqs, (self.progress + length, self._seq_ids, work_id, offset))
+        heapq.heappush(self._groups, (self.progress + float(lengths.max()), work_id))
         self.running += len(lengths)
         self.context_offset += offset * len(lengths)
         self.adapters[adapter] += len(lengths)
         self._left[work_id] = len(lengths)
         self._adapter_of[work_id] = adapter
 
-    def next_finish_s(self) -> float | None:
-        """When the next sequence finishes, if nothing else changes."""
-        if not self._finish:
+    def next_group_done_s(self) -> float | None:
+        """When the next group finishes [s], if nothing is admitted before."""
+        if not self._groups:
             return None
-        k = max(self._finish[0][0] - self.progress, 0.0)
-        alpha, slope = self._alpha(), self.per_kv_s * self.running
-        return max(self.clock_s, self.resume_s) + alpha * k + 0.5 * slope * k * k
+        target = self._groups[0][0]
+        t = max(self.clock_s, self.resume_s)
+        progress, running, offset = self.progress, self.running, self.context_offset
+        adapters = Counter(self.adapters)
+        for end, _, work_id, seq_offset in self._seqs:
+            k = max(end - progress, 0.0)
+            context = offset + running * progress
+            alpha = (
+                self.base_s
+                + self.per_seq_s * running
+                + self.per_kv_s * context
+                + self.per_adapter_s * len(adapters)
+            )
+            t += alpha * k + 0.5 * self.per_kv_s * running * k * k
+            if end >= target:
+                return t
+            progress, running, offset = end, running - 1, offset - seq_offset
+            adapter = self._adapter_of[work_id]
+            adapters[adapter] -= 1
+            if not adapters[adapter]:
+                del adapters[adapter]
+        return t
 
     def pop_finished(self, now: float) -> list[int]:
         """Advance to ``now`` and return the work ids of groups whose last sample ended."""
         self.advance(now)
-        done = []
         limit = self.progress + _EPS * max(1.0, self.progress)
-        while self._finish and self._finish[0][0] <= limit:
-            _, _, work_id, offset = heapq.heappop(self._finish)
-            self.running -= 1
-            self.context_offset -= offset
-            adapter = self._adapter_of[work_id]
-            self.adapters[adapter] -= 1
-            if not self.adapters[adapter]:
-                del self.adapters[adapter]
-            self._left[work_id] -= 1
-            if not self._left[work_id]:
-                del self._left[work_id], self._adapter_of[work_id]
-                done.append(work_id)
+        while self._seqs and self._seqs[0][0] <= limit:
+            self.progress = max(self.progress, self._seqs[0][0])
+            self._end_sequence()
+        done = []
+        while self._groups and not self._left[self._groups[0][1]]:
+            _, work_id = heapq.heappop(self._groups)
+            del self._left[work_id], self._adapter_of[work_id]
+            done.append(work_id)
         if not self.running:
             self.context_offset = 0.0
         return done

@@ -154,7 +154,7 @@ class Simulation:
 
     def _wake_engine(self, name: str) -> None:
         engine = self.engines[name]
-        when = engine.next_finish_s()
+        when = engine.next_group_done_s()
         if when is None:
             return
         self._engine_stamp[name] += 1
