@@ -1,4 +1,4 @@
-"""Toy task for the tiny test model: emit as many copies of the tenant's target character as possible."""
+"""Toy task for the tiny test model: emit the tenant's target character as often as possible."""
 
 from __future__ import annotations
 

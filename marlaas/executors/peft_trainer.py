@@ -198,7 +198,8 @@ class PeftTrainer:
                 self._job(job)
                 self.model.set_adapter(job)
                 logp, _ = self._completion_logprobs(part)
-            out += [row[: len(s.completion_ids)].tolist() for row, s in zip(logp, part)]
+            rows = zip(logp, part, strict=True)
+            out += [row[: len(s.completion_ids)].tolist() for row, s in rows]
         return out
 
     def _completion_logprobs(self, chunk: Sequence[TrainSample]):

@@ -105,7 +105,7 @@ class Generator(Protocol):
         temperature: float = 1.0,
         seed: int | None = None,
     ) -> list[list[Completion]]:
-        """Sample `n` completions per prompt with adapter (name, version); groups in prompt order."""
+        """Sample `n` completions per prompt with (adapter, version); groups in prompt order."""
         ...
 
     async def publish(self, adapter: str, version: int, adapter_dir: str) -> None:
