@@ -23,6 +23,9 @@ def atomic_dir(final: str | os.PathLike, *, overwrite: bool = False) -> Iterator
     if final.exists() and not overwrite:
         raise FileExistsError(f"{final} already exists (pass overwrite=True to replace it)")
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; give the folder normal permissions
     try:
         yield tmp
         if final.exists():

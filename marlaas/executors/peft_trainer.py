@@ -274,7 +274,10 @@ class PeftTrainer:
 
 
 def group_advantages(samples: Sequence[TrainSample], eps: float = 1e-4) -> list[float]:
-    """GRPO advantages: (reward - group mean) / (group std + eps), std over the group (ddof 0)."""
+    """GRPO advantages: (reward - group mean) / (group std + eps), std with ddof 0.
+
+    A group whose rewards are all equal carries no signal: its advantages are 0.
+    """
     groups: dict[object, list[float]] = defaultdict(list)
     for s in samples:
         groups[s.group_id].append(s.reward)
@@ -283,7 +286,11 @@ def group_advantages(samples: Sequence[TrainSample], eps: float = 1e-4) -> list[
         mean = sum(rewards) / len(rewards)
         std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
         stats[g] = (mean, std)
-    return [(s.reward - stats[s.group_id][0]) / (stats[s.group_id][1] + eps) for s in samples]
+    out = []
+    for s in samples:
+        mean, std = stats[s.group_id]
+        out.append(0.0 if std == 0.0 else (s.reward - mean) / (std + eps))
+    return out
 
 
 def _pad_rows(rows: Sequence[Sequence[float]], width: int, device) -> torch.Tensor:
