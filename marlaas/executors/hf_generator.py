@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import threading
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -59,6 +60,9 @@ class HFGenerator:
         self._adapters: dict[tuple[str, int], str] = {}
         self._queue: list[_Pending] = []
         self._worker: asyncio.Task | None = None
+        self._model_lock = threading.Lock()  # adapter loads/deletes vs. a batch in a thread
+        self.batches_run = 0
+        """Model batches sampled so far (concurrent calls share one batch)."""
 
     # ---------------------------------------------------------------- adapters
     async def publish(self, adapter: str, version: int, adapter_dir: str | Path) -> None:
@@ -68,11 +72,18 @@ class HFGenerator:
         key = f"{adapter}__v{version}"
         if (adapter, version) in self._adapters:
             raise ValueError(f"adapter {adapter!r} version {version} is already published")
-        if isinstance(self.model, PeftModel):
-            self.model.load_adapter(str(adapter_dir), adapter_name=key)
-        else:
-            self.model = PeftModel.from_pretrained(self.model, str(adapter_dir), adapter_name=key)
-        self.model.eval()
+
+        def load() -> None:
+            with self._model_lock:
+                if isinstance(self.model, PeftModel):
+                    self.model.load_adapter(str(adapter_dir), adapter_name=key)
+                else:
+                    self.model = PeftModel.from_pretrained(
+                        self.model, str(adapter_dir), adapter_name=key
+                    )
+                self.model.eval()
+
+        await asyncio.to_thread(load)
         self._adapters[(adapter, version)] = key
 
     async def retire(self, adapter: str, version: int) -> None:
@@ -80,9 +91,13 @@ class HFGenerator:
         key = self._adapters.pop((adapter, version), None)
         if key is None:
             raise KeyError(f"adapter {adapter!r} version {version} is not published")
-        with warnings.catch_warnings():  # "the active adapter was deleted": harmless here
-            warnings.simplefilter("ignore", UserWarning)
-            self.model.delete_adapter(key)
+
+        def delete() -> None:
+            with self._model_lock, warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # "active adapter was deleted"
+                self.model.delete_adapter(key)
+
+        await asyncio.to_thread(delete)
 
     def published(self) -> list[tuple[str, int]]:
         """The (adapter, version) pairs available for generation."""
@@ -147,11 +162,15 @@ class HFGenerator:
             return list(self.tokenizer(prompt).input_ids)
         return [int(t) for t in prompt]
 
-    @torch.no_grad()
     def _sample(self, rows: list[_Row]) -> list[Completion]:
-        """Sample all rows in one left-padded batch with a KV cache (runs in a worker thread)."""
+        """Sample all rows in one left-padded batch (runs in a worker thread)."""
+        with self._model_lock, torch.no_grad():
+            return self._sample_locked(rows)
+
+    def _sample_locked(self, rows: list[_Row]) -> list[Completion]:
         from transformers import DynamicCache
 
+        self.batches_run += 1
         b, plen = len(rows), max(len(r.prompt_ids) for r in rows)
         ids = torch.full((b, plen), self.pad_id, dtype=torch.long)
         attn = torch.zeros((b, plen), dtype=torch.long)

