@@ -1,0 +1,39 @@
+"""Single-turn addition: "What is a+b? Answer with just the number." with a verifiable reward."""
+
+from __future__ import annotations
+
+import random
+
+from marlaas.envs.base import Environment, StepResult, is_bare_number, parse_number
+from marlaas.envs.registry import register_env
+
+
+@register_env("arithmetic")
+class ArithmeticEnv(Environment):
+    """Reward 1 for the right sum (first number of the answer) + `format_bonus` for a bare number.
+
+    Options: `max_operand` (int, default 99), `format_bonus` (float, default 0.1).
+    """
+
+    def __init__(self, args=None) -> None:
+        super().__init__(args)
+        self.max_operand: int = self._arg("max_operand", 99, int)
+        self.format_bonus: float = float(self._arg("format_bonus", 0.1, (int, float)))
+        self.answer: int | None = None
+
+    async def reset(self, seed: int) -> str:
+        """Draw a, b in [0, max_operand] from `seed`; return the question."""
+        rng = random.Random(seed)
+        a, b = rng.randint(0, self.max_operand), rng.randint(0, self.max_operand)
+        self.answer = a + b
+        return f"What is {a}+{b}? Answer with just the number."
+
+    async def step(self, action: str) -> StepResult:
+        """Score the answer; the episode ends after one turn."""
+        if self.answer is None:
+            raise RuntimeError("step() before reset()")
+        value = parse_number(action)
+        correct = value is not None and value == self.answer
+        bare = is_bare_number(action)
+        reward = float(correct) + (self.format_bonus if bare else 0.0)
+        return StepResult("", reward, True, {"correct": correct, "bare_number": bare})

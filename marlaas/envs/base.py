@@ -1,0 +1,67 @@
+"""The environment interface: one episode per instance, async so real latency overlaps."""
+
+from __future__ import annotations
+
+import abc
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """What the environment answers to one action."""
+
+    observation: str
+    """Text to append to the conversation before the next model turn ("" when done)."""
+    reward: float
+    done: bool
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Environment(abc.ABC):
+    """An episode of a task: `reset(seed)` gives the prompt, `step(action)` scores model output.
+
+    One instance runs one episode at a time; `reset` starts a new one. Options come as a dict
+    (`args`), validated by each environment. Everything random is drawn from `seed`, so an episode
+    is reproducible.
+    """
+
+    def __init__(self, args: dict[str, Any] | None = None) -> None:
+        self.args: dict[str, Any] = dict(args or {})
+
+    @abc.abstractmethod
+    async def reset(self, seed: int) -> str:
+        """Start an episode; return the prompt (observation) text."""
+
+    @abc.abstractmethod
+    async def step(self, action: str) -> StepResult:
+        """Score one model turn `action`."""
+
+    def _arg(self, name: str, default: Any, kind: type | tuple[type, ...]) -> Any:
+        """Read option `name` from args, checking its type (bool is not accepted as a number)."""
+        value = self.args.get(name, default)
+        bad_bool = isinstance(value, bool) and kind is not bool and bool not in _as_tuple(kind)
+        if bad_bool or not isinstance(value, kind):
+            raise ValueError(
+                f"{type(self).__name__}: option {name!r} must be {kind}, got {value!r}"
+            )
+        return value
+
+
+def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def parse_number(text: str) -> float | None:
+    """The first number in `text`, or None."""
+    match = _NUMBER.search(text)
+    return float(match.group()) if match else None
+
+
+def is_bare_number(text: str) -> bool:
+    """True when `text` (stripped) is just a number."""
+    return _NUMBER.fullmatch(text.strip()) is not None

@@ -1,0 +1,68 @@
+"""Multi-turn tool use: the model may call a calculator (`CALC: <expr>`) before it answers."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+
+from marlaas.envs.base import Environment, StepResult, parse_number
+from marlaas.envs.registry import register_env
+from marlaas.envs.safe_eval import UnsafeExpression, safe_eval
+
+_CALL = re.compile(r"CALC:\s*(.+)")
+
+
+@register_env("calculator")
+class CalculatorEnv(Environment):
+    """Compute a*b+c with an optional calculator tool; reward 1 for the right final answer.
+
+    A turn containing `CALC: <expr>` gets `RESULT: <value>` back after `latency_s` seconds
+    (asyncio.sleep, so other work overlaps) and the episode goes on; any other turn is the final
+    answer (its first number). After `max_turns` turns the episode ends with reward 0.
+    Options: `latency_s` (float [s], default 0.0), `max_turns` (int, default 4),
+    `max_operand` (int, default 99).
+    """
+
+    def __init__(self, args=None) -> None:
+        super().__init__(args)
+        self.latency_s: float = float(self._arg("latency_s", 0.0, (int, float)))
+        self.max_turns: int = self._arg("max_turns", 4, int)
+        self.max_operand: int = self._arg("max_operand", 99, int)
+        self.answer: int | None = None
+        self.turns = 0
+        self.tool_calls = 0
+
+    async def reset(self, seed: int) -> str:
+        """Draw the problem from `seed`; return the instructions and the question."""
+        rng = random.Random(seed)
+        a, b, c = (rng.randint(2, self.max_operand) for _ in range(3))
+        self.answer, self.turns, self.tool_calls = a * b + c, 0, 0
+        return (
+            f"What is {a}*{b}+{c}? You may use a calculator by writing 'CALC: <expression>' "
+            "on its own turn. When you know the result, reply with just the number."
+        )
+
+    async def step(self, action: str) -> StepResult:
+        """A tool call (observation = result, not done) or the final answer (reward, done)."""
+        if self.answer is None:
+            raise RuntimeError("step() before reset()")
+        self.turns += 1
+        call = _CALL.search(action)
+        if call is not None:
+            self.tool_calls += 1
+            if self.latency_s > 0:
+                await asyncio.sleep(self.latency_s)
+            try:
+                result = f"RESULT: {safe_eval(call.group(1))}"
+            except UnsafeExpression as exc:
+                result = f"ERROR: {exc}"
+            if self.turns >= self.max_turns:
+                return StepResult("", 0.0, True, self._info(False, "max_turns"))
+            return StepResult(result + "\n", 0.0, False, self._info(False, "tool"))
+        value = parse_number(action)
+        correct = value is not None and value == self.answer
+        return StepResult("", float(correct), True, self._info(correct, "answer"))
+
+    def _info(self, correct: bool, kind: str) -> dict:
+        return {"correct": correct, "turn_kind": kind, "tool_calls": self.tool_calls}

@@ -1,0 +1,84 @@
+"""Adapter versions on disk: `root/<job>/v<version>/`, each written atomically (torch-free)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from marlaas.executors.atomic import atomic_dir
+
+_VERSION_DIR = re.compile(r"v(\d+)")
+
+
+class AdapterStore:
+    """Every published adapter version of every job, as folders vLLM and PEFT load.
+
+    A version folder appears complete or not at all (written under a temporary name, then
+    renamed), so `latest(job)` after a crash gives the last fully written version to resume from.
+    """
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def path(self, job: str, version: int) -> Path:
+        """Folder of (job, version), whether or not it exists."""
+        if version < 0:
+            raise ValueError(f"version must be >= 0, got {version}")
+        return self.root / job / f"v{version}"
+
+    def save(
+        self, job: str, version: int, write: Callable[[Path], object], *, overwrite: bool = False
+    ) -> Path:
+        """Call `write(tmp_dir)` to fill a temporary folder, then rename it: path(job, version)."""
+        final = self.path(job, version)
+        with atomic_dir(final, overwrite=overwrite) as tmp:
+            write(tmp)
+        return final
+
+    def save_from(self, trainer, job: str, *, overwrite: bool = False) -> Path:
+        """Save `trainer`'s current adapter of `job` (a PeftTrainer) as its current version."""
+        version = trainer.version(job)
+        return trainer.save_adapter(job, version, self.path(job, version), overwrite=overwrite)
+
+    def versions(self, job: str) -> list[int]:
+        """Complete versions of `job`, ascending (temporary folders are ignored)."""
+        folder = self.root / job
+        if not folder.is_dir():
+            return []
+        found = (_VERSION_DIR.fullmatch(p.name) for p in folder.iterdir() if p.is_dir())
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def latest(self, job: str) -> int | None:
+        """Newest complete version of `job`, or None when it has none."""
+        versions = self.versions(job)
+        return versions[-1] if versions else None
+
+    def latest_path(self, job: str) -> Path | None:
+        """Folder of the newest complete version (what a resumed job loads), or None."""
+        latest = self.latest(job)
+        return None if latest is None else self.path(job, latest)
+
+    def jobs(self) -> list[str]:
+        """Jobs with at least one complete version."""
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and self.versions(p.name))
+
+    def prune(self, job: str, keep_last: int) -> list[int]:
+        """Delete all but the newest `keep_last` versions of `job`; return the deleted ones."""
+        doomed = self.versions(job)[:-keep_last] if keep_last > 0 else self.versions(job)
+        for version in doomed:
+            shutil.rmtree(self.path(job, version))
+        return doomed
+
+    def clean_partial(self, job: str) -> int:
+        """Remove temporary folders left by an interrupted save; return how many."""
+        folder = self.root / job
+        if not folder.is_dir():
+            return 0
+        partial = [p for p in folder.iterdir() if p.is_dir() and p.name.startswith(".")]
+        for p in partial:
+            shutil.rmtree(p, ignore_errors=True)
+        return len(partial)

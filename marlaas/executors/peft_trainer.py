@@ -1,0 +1,334 @@
+"""LoRA policy training for many tenants on one base model: one adapter and optimizer per job.
+
+The loss is GRPO with a PPO-style clipped importance ratio: per group (the samples of one
+prompt) the advantage is A = (r - mean(r)) / (std(r) + eps); per completion token the ratio is
+rho = exp(logp_new - logp_old) against the sampling log-probs, and the loss is
+-min(rho * A, clip(rho, 1 - clip_eps, 1 + clip_eps) * A), averaged over all completion tokens
+of the batch. Samples of the current adapter version have rho = 1 up to numerics; stale ones are
+corrected and clipped. Micro-batches bound the activation memory (logits are
+micro_batch x seq x vocab floats); their gradients accumulate before one optimizer step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from marlaas.executors.atomic import atomic_dir
+from marlaas.executors.rollout import TrainSample, TrainStats
+
+_JOB_NAME = re.compile(r"[A-Za-z0-9_-]+")
+DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+VERSION_FILE = "marlaas_adapter.json"
+
+
+@dataclass
+class _Job:
+    rank: int
+    alpha: float
+    optimizer: torch.optim.Optimizer
+    params: list[torch.nn.Parameter]
+    version: int
+
+
+class PeftTrainer:
+    """One frozen base model, one LoRA adapter + AdamW optimizer per job, GRPO/PPO updates.
+
+    Gradients only ever reach the adapter of the job being trained: it is the only active
+    adapter during its step, the others have requires_grad=False, and each optimizer holds only
+    its own job's parameters. Methods are thread-safe (one lock): a driver may run train_step
+    in a worker thread (asyncio.to_thread) while it keeps generating.
+    """
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        lr: float = 1e-4,
+        micro_batch_size: int = 8,
+        *,
+        clip_eps: float = 0.2,
+        adv_eps: float = 1e-4,
+        max_grad_norm: float = 1.0,
+        weight_decay: float = 0.0,
+        target_modules: Sequence[str] = DEFAULT_TARGETS,
+        device: str = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.model_dir = Path(model_dir)
+        self.lr, self.micro_batch_size = lr, micro_batch_size
+        self.clip_eps, self.adv_eps = clip_eps, adv_eps
+        self.max_grad_norm, self.weight_decay = max_grad_norm, weight_decay
+        self.target_modules = list(target_modules)
+        self.device = torch.device(device)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        base = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=dtype).to(self.device)
+        base.requires_grad_(False)
+        self.model = base  # becomes a PeftModel with the first job
+        self.pad_id = _pad_id(self.tokenizer, base.config)
+        self._jobs: dict[str, _Job] = {}
+        # One model: steps of different jobs must not interleave (a driver may call from threads).
+        self._lock = threading.RLock()
+
+    # ---------------------------------------------------------------- jobs
+    @property
+    def jobs(self) -> list[str]:
+        """Names of the jobs this trainer holds."""
+        return list(self._jobs)
+
+    def version(self, job: str) -> int:
+        """Current adapter version of `job` (0 after add_job, +1 per train_step)."""
+        return self._job(job).version
+
+    def add_job(
+        self,
+        job: str,
+        rank: int = 8,
+        alpha: float = 16.0,
+        lr: float | None = None,
+        *,
+        init_dir: str | Path | None = None,
+        version: int = 0,
+        seed: int | None = None,
+    ) -> None:
+        """Create the LoRA adapter and optimizer of `job`.
+
+        With `init_dir` (a folder written by save_adapter) the adapter resumes from those
+        weights at `version` (read from the folder when it has version metadata).
+        `seed` makes the adapter initialization reproducible.
+        """
+        from peft import LoraConfig, PeftModel, get_peft_model
+
+        if not _JOB_NAME.fullmatch(job):
+            raise ValueError(f"job name {job!r} must match [A-Za-z0-9_-]+")
+        if job in self._jobs:
+            raise ValueError(f"job {job!r} already exists")
+        if seed is not None:
+            torch.manual_seed(seed)
+        config = LoraConfig(
+            r=rank, lora_alpha=alpha, lora_dropout=0.0, bias="none",
+            target_modules=self.target_modules, task_type="CAUSAL_LM",
+        )
+        if not isinstance(self.model, PeftModel):
+            self.model = get_peft_model(self.model, config, adapter_name=job)
+        else:
+            self.model.add_adapter(job, config)
+        if init_dir is not None:
+            version = _load_weights(self.model, job, Path(init_dir), default_version=version)
+        params = [p for n, p in self.model.named_parameters() if f".{job}." in n]
+        if not params:
+            raise RuntimeError(f"no LoRA parameters found for job {job!r}")
+        opt = torch.optim.AdamW(params, lr=lr or self.lr, weight_decay=self.weight_decay)
+        self._jobs[job] = _Job(rank, alpha, opt, params, version)
+        for p in params:
+            p.requires_grad_(False)  # trainable only while its own step runs
+
+    def remove_job(self, job: str) -> None:
+        """Drop the adapter and optimizer of `job`."""
+        self._job(job)
+        del self._jobs[job]
+        self.model.delete_adapter(job)
+
+    # ---------------------------------------------------------------- training
+    def train_step(self, job: str, samples: Sequence[TrainSample]) -> TrainStats:
+        """One optimizer step of `job` on `samples` (GRPO advantages, clipped ratio)."""
+        with self._lock:
+            return self._train_step(job, samples)
+
+    def _train_step(self, job: str, samples: Sequence[TrainSample]) -> TrainStats:
+        state = self._job(job)
+        if not samples:
+            raise ValueError("train_step needs at least one sample")
+        adv = group_advantages(samples, self.adv_eps)
+        total_tokens = sum(len(s.completion_ids) for s in samples)
+        self._activate(job)
+        self.model.train()
+        state.optimizer.zero_grad(set_to_none=True)
+        loss_sum, ratio_sum, ratio_max, clipped = 0.0, 0.0, 0.0, 0
+        try:
+            for start in range(0, len(samples), self.micro_batch_size):
+                chunk = samples[start : start + self.micro_batch_size]
+                logp, mask = self._completion_logprobs(chunk)
+                old = _pad_rows([s.logprobs for s in chunk], mask.shape[1], self.device)
+                a = torch.tensor(adv[start : start + len(chunk)], device=self.device)[:, None]
+                ratio = torch.exp(logp - old)
+                clipped_ratio = ratio.clamp(1 - self.clip_eps, 1 + self.clip_eps)
+                per_tok = -torch.minimum(ratio * a, clipped_ratio * a)
+                loss = (per_tok * mask).sum() / max(total_tokens, 1)
+                loss.backward()
+                with torch.no_grad():
+                    r = ratio[mask.bool()]
+                    loss_sum += float(loss)
+                    ratio_sum += float(r.sum())
+                    ratio_max = max(ratio_max, float(r.max())) if r.numel() else ratio_max
+                    clipped += int(((ratio * a) > (clipped_ratio * a))[mask.bool()].sum())
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(state.params, self.max_grad_norm))
+            state.optimizer.step()
+            state.optimizer.zero_grad(set_to_none=True)
+        finally:
+            self._deactivate(job)
+            self.model.eval()
+        state.version += 1
+        return TrainStats(
+            job=job, version=state.version, loss=loss_sum, samples=len(samples),
+            tokens=total_tokens, mean_reward=sum(s.reward for s in samples) / len(samples),
+            mean_ratio=ratio_sum / max(total_tokens, 1), max_ratio=ratio_max,
+            clip_fraction=clipped / max(total_tokens, 1), grad_norm=grad_norm,
+            max_staleness=max(state.version - 1 - s.version for s in samples),
+        )
+
+    @torch.no_grad()
+    def logprobs(
+        self, job: str | None, prompt_ids: Sequence[Sequence[int]],
+        completion_ids: Sequence[Sequence[int]],
+    ) -> list[list[float]]:
+        """Log-probs [nats] of each completion token under `job`'s adapter (None: base model)."""
+        with self._lock:
+            return self._logprobs(job, prompt_ids, completion_ids)
+
+    def _logprobs(self, job, prompt_ids, completion_ids) -> list[list[float]]:
+        chunk = [
+            TrainSample(tuple(p), tuple(c), (), 0.0, 0, 0)
+            for p, c in zip(prompt_ids, completion_ids, strict=True)
+        ]
+        out: list[list[float]] = []
+        for start in range(0, len(chunk), self.micro_batch_size):
+            part = chunk[start : start + self.micro_batch_size]
+            if job is None:
+                with self._no_adapter():
+                    logp, _ = self._completion_logprobs(part)
+            else:
+                self._job(job)
+                self.model.set_adapter(job)
+                logp, _ = self._completion_logprobs(part)
+            rows = zip(logp, part, strict=True)
+            out += [row[: len(s.completion_ids)].tolist() for row, s in rows]
+        return out
+
+    def _completion_logprobs(self, chunk: Sequence[TrainSample]):
+        """(log-probs [B, Cmax], mask [B, Cmax]) of the completion tokens of a micro-batch."""
+        seqs = [list(s.prompt_ids) + list(s.completion_ids) for s in chunk]
+        length = max(map(len, seqs))
+        ids = torch.full((len(seqs), length), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((len(seqs), length), dtype=torch.long)
+        for i, seq in enumerate(seqs):
+            ids[i, : len(seq)] = torch.tensor(seq)
+            attn[i, : len(seq)] = 1
+        ids, attn = ids.to(self.device), attn.to(self.device)
+        logits = self.model(input_ids=ids, attention_mask=attn).logits.float()  # [B, L, V]
+        cmax = max(len(s.completion_ids) for s in chunk)
+        # Token t of the completion (position P+t) is predicted by the logits at P+t-1.
+        index = torch.zeros((len(chunk), cmax), dtype=torch.long, device=self.device)
+        mask = torch.zeros((len(chunk), cmax), device=self.device)
+        for i, s in enumerate(chunk):
+            p, c = len(s.prompt_ids), len(s.completion_ids)
+            index[i, :c] = torch.arange(p - 1, p - 1 + c)
+            mask[i, :c] = 1.0
+        picked = logits.gather(1, index[:, :, None].expand(-1, -1, logits.shape[-1]))
+        targets = torch.zeros_like(index)
+        for i, s in enumerate(chunk):
+            targets[i, : len(s.completion_ids)] = torch.tensor(s.completion_ids)
+        logp = picked.gather(2, targets[:, :, None]).squeeze(2) - picked.logsumexp(dim=2)
+        return logp * mask, mask
+
+    # ---------------------------------------------------------------- saving
+    def save_adapter(
+        self, job: str, version: int, out_dir: str | Path, *, overwrite: bool = False
+    ) -> Path:
+        """Write `job`'s adapter (at its current `version`) to `out_dir`, atomically.
+
+        The folder is what PEFT's save_pretrained writes for that one adapter (adapter_config.json
+        + adapter_model.safetensors), loadable by vLLM's LoRARequest, plus marlaas_adapter.json.
+        """
+        with self._lock:
+            return self._save_adapter(job, version, out_dir, overwrite)
+
+    def _save_adapter(self, job: str, version: int, out_dir, overwrite: bool) -> Path:
+        state = self._job(job)
+        if version != state.version:
+            raise ValueError(f"job {job!r} is at version {state.version}, not {version}")
+        with atomic_dir(out_dir, overwrite=overwrite) as tmp:
+            self.model.save_pretrained(tmp, selected_adapters=[job])
+            nested = tmp / job  # PEFT nests non-"default" adapters in a sub-folder
+            if nested.is_dir():
+                for item in nested.iterdir():
+                    item.rename(tmp / item.name)
+                nested.rmdir()
+            meta = {"job": job, "version": version, "rank": state.rank, "alpha": state.alpha}
+            (tmp / VERSION_FILE).write_text(json.dumps(meta))
+        return Path(out_dir)
+
+    # ---------------------------------------------------------------- helpers
+    def _job(self, job: str) -> _Job:
+        try:
+            return self._jobs[job]
+        except KeyError:
+            raise KeyError(f"unknown job {job!r}; add it with add_job()") from None
+
+    def _activate(self, job: str) -> None:
+        self.model.set_adapter(job)
+        for other, st in self._jobs.items():
+            for p in st.params:
+                p.requires_grad_(other == job)
+
+    def _deactivate(self, job: str) -> None:
+        for p in self._jobs[job].params:
+            p.requires_grad_(False)
+            p.grad = None
+
+    def _no_adapter(self):
+        return self.model.disable_adapter()
+
+
+def group_advantages(samples: Sequence[TrainSample], eps: float = 1e-4) -> list[float]:
+    """GRPO advantages: (reward - group mean) / (group std + eps), std with ddof 0.
+
+    A group whose rewards are all equal carries no signal: its advantages are 0.
+    """
+    groups: dict[object, list[float]] = defaultdict(list)
+    for s in samples:
+        groups[s.group_id].append(s.reward)
+    stats = {}
+    for g, rewards in groups.items():
+        mean = sum(rewards) / len(rewards)
+        std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
+        stats[g] = (mean, std)
+    out = []
+    for s in samples:
+        mean, std = stats[s.group_id]
+        out.append(0.0 if std == 0.0 else (s.reward - mean) / (std + eps))
+    return out
+
+
+def _pad_rows(rows: Sequence[Sequence[float]], width: int, device) -> torch.Tensor:
+    out = torch.zeros((len(rows), width), device=device)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(list(row), dtype=torch.float32)
+    return out
+
+
+def _pad_id(tokenizer, config) -> int:
+    for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id, config.eos_token_id):
+        if isinstance(candidate, int):
+            return candidate
+    return 0
+
+
+def _load_weights(model, job: str, folder: Path, default_version: int) -> int:
+    """Load adapter weights saved by save_adapter into `job`; return the saved version."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    weights = load_file(str(folder / "adapter_model.safetensors"))
+    set_peft_model_state_dict(model, weights, adapter_name=job)
+    meta = folder / VERSION_FILE
+    return json.loads(meta.read_text())["version"] if meta.exists() else default_version

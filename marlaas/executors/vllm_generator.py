@@ -1,0 +1,295 @@
+"""Generation on vLLM with many LoRA adapters in one engine (multi-LoRA continuous batching).
+
+Callers name adapters by (name, version); the engine-specific integer ids (`lora_int_id`) are
+allocated here, one per published version, and never leave this class.
+
+Two engine modes behind one async interface:
+- in_process=True (default): vLLM's `LLMEngine` in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0,
+  starts in 2-5 s on a CPU). vLLM 0.32's `AsyncLLM` refuses an in-process engine core
+  ("Running EngineCore in asyncio without multiprocessing is not currently supported"), so an
+  asyncio pump steps the engine on one dedicated worker thread while requests are pending;
+  concurrent `generate` calls for different adapters land in the same engine batches.
+- in_process=False: vLLM's `AsyncLLM` with its engine core in a child process (~21 s start on
+  a CPU; the calling script needs an `if __name__ == "__main__":` guard).
+On a CPU: float32, eager mode, VLLM_CPU_KVCACHE_SPACE GiB of KV cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from marlaas.executors.hf_generator import _mix
+from marlaas.executors.rollout import Completion
+
+# Set before vLLM is imported; explicit values from the user's environment win.
+_CPU_ENV = {
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_CPU_KVCACHE_SPACE": "1",  # [GiB]
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+}
+
+
+def vllm_available() -> bool:
+    """True when vLLM can be imported."""
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+class VLLMGenerator:
+    """The Generator interface on vLLM; concurrent calls for any adapters share engine batches.
+
+    Construct it inside a running event loop. `kv_cache_gib` [GiB] is used only when
+    VLLM_CPU_KVCACHE_SPACE is not already set in the environment.
+    """
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        max_loras: int = 4,
+        max_lora_rank: int = 16,
+        max_model_len: int = 512,
+        *,
+        max_cpu_loras: int | None = None,
+        dtype: str = "float32",
+        enforce_eager: bool = True,
+        kv_cache_gib: int = 1,
+        max_num_seqs: int = 256,
+        seed: int = 0,
+        in_process: bool = True,
+        engine_kwargs: dict | None = None,
+    ) -> None:
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gib)))
+        for key, value in _CPU_ENV.items():
+            os.environ.setdefault(key, value)
+        if not in_process:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
+        from vllm.engine.arg_utils import AsyncEngineArgs, EngineArgs
+
+        args_cls = EngineArgs if in_process else AsyncEngineArgs
+        args = args_cls(
+            model=str(model_dir),
+            enable_lora=True,
+            max_loras=max_loras,
+            max_lora_rank=max_lora_rank,
+            max_cpu_loras=max_cpu_loras or max(max_loras, 8),
+            max_model_len=max_model_len,
+            dtype=dtype,
+            enforce_eager=enforce_eager,
+            max_num_seqs=max_num_seqs,
+            seed=seed,
+            disable_log_stats=True,
+            **(engine_kwargs or {}),
+        )
+        self.in_process = in_process
+        if in_process:
+            import vllm.envs
+
+            if vllm.envs.VLLM_ENABLE_V1_MULTIPROCESSING:
+                raise RuntimeError("in_process=True needs VLLM_ENABLE_V1_MULTIPROCESSING=0")
+            from vllm.v1.engine.llm_engine import LLMEngine
+
+            # Every engine call runs on this one thread: vLLM's engine is not thread-safe.
+            self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-engine")
+            self.engine = LLMEngine.from_engine_args(args)
+        else:
+            from vllm.v1.engine.async_llm import AsyncLLM
+
+            self.engine = AsyncLLM.from_engine_args(args)
+        self._gate = _LoraGate()
+        self._waiting: dict[str, asyncio.Future] = {}
+        self._pump_task: asyncio.Task | None = None
+        self.tokenizer = _load_tokenizer(model_dir)
+        self._ids = itertools.count(1)  # vLLM lora_int_id must be >= 1 and unique per version
+        self._loras: dict[tuple[str, int], object] = {}
+
+    # ---------------------------------------------------------------- adapters
+    async def publish(self, adapter: str, version: int, adapter_dir: str | Path) -> None:
+        """Register (adapter, version) from its folder and load it into the engine now."""
+        from vllm.lora.request import LoRARequest
+
+        if (adapter, version) in self._loras:
+            raise ValueError(f"adapter {adapter!r} version {version} is already published")
+        request = LoRARequest(
+            lora_name=f"{adapter}@v{version}", lora_int_id=next(self._ids),
+            lora_path=str(Path(adapter_dir).resolve()),
+        )
+        await self._engine_call("add_lora", request)
+        self._loras[(adapter, version)] = request
+
+    async def retire(self, adapter: str, version: int) -> None:
+        """Unregister (adapter, version) and free its engine slot (after in-flight requests)."""
+        request = self._loras.pop((adapter, version), None)
+        if request is None:
+            raise KeyError(f"adapter {adapter!r} version {version} is not published")
+        await self._engine_call("remove_lora", request.lora_int_id)
+
+    def published(self) -> list[tuple[str, int]]:
+        """The (adapter, version) pairs available for generation."""
+        return sorted(self._loras)
+
+    # ---------------------------------------------------------------- generation
+    async def generate(
+        self,
+        adapter: str | None,
+        version: int,
+        prompts: Sequence[str] | Sequence[Sequence[int]],
+        n: int,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        seed: int | None = None,
+    ) -> list[list[Completion]]:
+        """Sample `n` completions per prompt (one engine request each); groups in prompt order.
+
+        Log-probs are the sampled tokens' raw (untempered) log-probs. Sample k of prompt i uses
+        a seed derived from (seed, i, k), so results do not depend on batching.
+        """
+        lora = None
+        if adapter is not None:
+            lora = self._loras.get((adapter, version))
+            if lora is None:
+                raise KeyError(f"adapter {adapter!r} version {version} is not published")
+        base_seed = 0 if seed is None else seed
+        jobs = []
+        for i, prompt in enumerate(prompts):
+            ids = self._encode(prompt)
+            for k in range(n):
+                params = self._params(max_new_tokens, temperature, _mix(base_seed, i, k))
+                jobs.append(self._one(ids, params, lora, adapter, version))
+        async with self._gate.enter(lora is not None):
+            flat = await asyncio.gather(*jobs)
+        return [list(flat[i * n : (i + 1) * n]) for i in range(len(prompts))]
+
+    async def close(self) -> None:
+        """Shut the engine down (pending requests fail)."""
+        if self._pump_task is not None and not self._pump_task.done():
+            self._pump_task.cancel()
+        for fut in self._waiting.values():
+            if not fut.done():
+                fut.set_exception(RuntimeError("generator closed"))
+        self._waiting.clear()
+        if self.in_process:
+            engine = self.engine
+            await asyncio.get_running_loop().run_in_executor(
+                self._thread, lambda: engine.engine_core.shutdown()
+            )
+            self._thread.shutdown(wait=True)
+        else:
+            self.engine.shutdown()
+
+    async def _engine_call(self, method: str, *args):
+        """Call an engine method: on the engine thread (in-process) or awaited (AsyncLLM)."""
+        fn = getattr(self.engine, method)
+        if not self.in_process:
+            return await fn(*args)
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+
+    async def _one(self, ids, params, lora, adapter, version) -> Completion:
+        prompt = {"prompt_token_ids": ids}
+        request_id = f"marlaas-{uuid.uuid4().hex}"
+        if self.in_process:
+            final = await self._submit(request_id, prompt, params, lora)
+        else:
+            final = None
+            async for out in self.engine.generate(prompt, params, request_id, lora_request=lora):
+                final = out
+        seq = final.outputs[0]
+        token_ids = tuple(seq.token_ids)
+        steps = zip(seq.logprobs, token_ids, strict=True)
+        logprobs = tuple(float(step[tok].logprob) for step, tok in steps)
+        return Completion(
+            prompt_ids=tuple(ids), completion_ids=token_ids, logprobs=logprobs, text=seq.text,
+            finish_reason="length" if seq.finish_reason == "length" else "stop",
+            adapter=adapter, version=version if adapter is not None else -1,
+        )
+
+    async def _submit(self, request_id, prompt, params, lora):
+        """Add a request to the in-process engine; resolve when it finishes."""
+        fut = asyncio.get_running_loop().create_future()
+        self._waiting[request_id] = fut
+        try:
+            await self._engine_call("add_request", request_id, prompt, params, None, lora)
+        except BaseException:
+            self._waiting.pop(request_id, None)
+            raise
+        if self._pump_task is None or self._pump_task.done():
+            self._pump_task = asyncio.create_task(self._pump())
+        return await fut
+
+    async def _pump(self) -> None:
+        """Step the engine while requests are waiting; hand finished outputs to their callers."""
+        try:
+            while self._waiting:
+                outputs = await self._engine_call("step")
+                for out in outputs:
+                    if out.finished:
+                        fut = self._waiting.pop(out.request_id, None)
+                        if fut is not None and not fut.done():
+                            fut.set_result(out)
+        except Exception as exc:  # the engine failed: fail every waiting caller
+            for fut in self._waiting.values():
+                if not fut.done():
+                    fut.set_exception(exc)
+            self._waiting.clear()
+
+    def _params(self, max_new_tokens: int, temperature: float, seed: int):
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        return SamplingParams(
+            n=1, temperature=temperature, max_tokens=max_new_tokens, seed=seed, logprobs=0,
+            skip_special_tokens=True, output_kind=RequestOutputKind.FINAL_ONLY,
+        )
+
+    def _encode(self, prompt: str | Sequence[int]) -> list[int]:
+        if isinstance(prompt, str):
+            return list(self.tokenizer(prompt).input_ids)
+        return [int(t) for t in prompt]
+
+
+class _LoraGate:
+    """Keeps base-model requests and LoRA requests out of the same engine batch.
+
+    vllm-cpu 0.32 computes wrong logits for a no-LoRA request batched together with LoRA
+    requests (measured: log-prob errors of ~4.7 nats on the tiny model; LoRA rows are exact), so
+    the two kinds take turns: a call waits while calls of the other kind are running.
+    """
+
+    def __init__(self) -> None:
+        self._cond: asyncio.Condition | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._kind: bool | None = None
+        self._active = 0
+
+    @contextlib.asynccontextmanager
+    async def enter(self, with_lora: bool):
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # first use, or a new event loop (e.g. one per test)
+            self._cond, self._loop, self._kind, self._active = asyncio.Condition(), loop, None, 0
+        async with self._cond:
+            await self._cond.wait_for(lambda: self._kind in (None, with_lora))
+            self._kind, self._active = with_lora, self._active + 1
+        try:
+            yield
+        finally:
+            async with self._cond:
+                self._active -= 1
+                if self._active == 0:
+                    self._kind = None
+                    self._cond.notify_all()
+
+
+def _load_tokenizer(model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir)

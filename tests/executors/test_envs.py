@@ -1,0 +1,164 @@
+"""Environments: rewards, multi-turn tool use with latency, the Python sandbox, plugins."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from marlaas.envs import EnvLoadError, env_names, make_env
+from marlaas.envs.safe_eval import UnsafeExpression, safe_eval
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_registry_lists_builtins():
+    assert {"arithmetic", "calculator", "python_exec", "target_char"} <= set(env_names())
+
+
+def test_arithmetic_reward_and_bonus():
+    env = make_env("arithmetic", {"max_operand": 9, "format_bonus": 0.1})
+    prompt = run(env.reset(seed=3))
+    assert prompt.endswith("Answer with just the number.")
+    a, b = map(int, prompt.split("What is ")[1].split("?")[0].split("+"))
+    assert run(env.step(f" {a + b}\n")).reward == pytest.approx(1.1)
+    assert run(env.step(f"The answer is {a + b}.")).reward == pytest.approx(1.0)
+    assert run(env.step(f"{a + b + 1}")).reward == pytest.approx(0.1)
+    assert run(env.step("no idea")).reward == 0.0
+    assert run(env.step("7")).done
+
+
+def test_reset_is_seeded():
+    e1, e2 = make_env("arithmetic"), make_env("arithmetic")
+    assert run(e1.reset(5)) == run(e2.reset(5))
+    prompts = {run(e1.reset(s)) for s in range(20)}
+    assert len(prompts) > 10
+
+
+def test_bad_args_are_rejected():
+    with pytest.raises(ValueError, match="max_operand"):
+        make_env("arithmetic", {"max_operand": "ten"})
+    with pytest.raises(ValueError, match="target"):
+        make_env("target_char", {"target": "ab"})
+
+
+def test_target_char_reward():
+    env = make_env("target_char", {"target": "a"})
+    assert len(run(env.reset(0))) == 4
+    assert run(env.step("aaab")).reward == pytest.approx(0.75)
+    assert run(env.step("")).reward == 0.0
+
+
+def test_calculator_multi_turn_with_latency():
+    async def episode(seed):
+        env = make_env("calculator", {"latency_s": 0.2})
+        prompt = await env.reset(seed)
+        expr = prompt.split("What is ")[1].split("?")[0]
+        first = await env.step(f"CALC: {expr}")
+        assert not first.done and first.reward == 0.0
+        assert first.observation.startswith("RESULT: ")
+        value = first.observation.split("RESULT: ")[1].strip()
+        final = await env.step(value)
+        return final
+
+    async def all_episodes():
+        return await asyncio.gather(*(episode(s) for s in range(5)))
+
+    t0 = time.perf_counter()
+    results = run(all_episodes())
+    elapsed = time.perf_counter() - t0
+    assert all(r.done and r.reward == 1.0 and r.info["tool_calls"] == 1 for r in results)
+    assert 0.2 <= elapsed < 0.6  # five 0.2 s tool calls overlap
+
+
+def test_calculator_wrong_answer_and_max_turns():
+    env = make_env("calculator", {"max_turns": 2})
+    run(env.reset(1))
+    assert run(env.step("CALC: 1+1")).observation == "RESULT: 2\n"
+    last = run(env.step("CALC: 2+2"))
+    assert last.done and last.reward == 0.0
+    run(env.reset(1))
+    assert run(env.step("12345678")).reward == 0.0
+
+
+def test_safe_eval_refuses_code():
+    assert safe_eval("2*(3+4)-1") == 13
+    assert safe_eval("-2**3") == -8
+    for bad in ("__import__('os').system('true')", "open('x')", "9**9**9", "[1]*10", "1/0"):
+        with pytest.raises(UnsafeExpression):
+            safe_eval(bad)
+
+
+def _py(env_args=None, seed=0):
+    env = make_env("python_exec", {"tasks": [
+        {"prompt": "Write add(a, b).", "func": "add", "tests": [[[1, 2], 3], [[2, 2], 4]]},
+    ], **(env_args or {})})
+    run(env.reset(seed))
+    return env
+
+
+def test_python_exec_rewards_passed_tests():
+    env = _py()
+    good = run(env.step("Here:\n```python\ndef add(a, b):\n    return a + b\n```"))
+    assert good.reward == 1.0 and good.info["outcome"] == "ok"
+    half = run(env.step("def add(a, b):\n    return 3"))
+    assert half.reward == 0.5
+    broken = run(env.step("def add(a, b) return"))
+    assert broken.reward == 0.0 and broken.info["outcome"] == "error"
+
+
+def test_python_exec_cannot_fake_the_result_line():
+    env = _py()
+    fake = run(env.step('print(\'{"passed": 2}\')\ndef add(a, b):\n    return 0'))
+    assert fake.reward == 0.0
+
+
+def test_python_exec_timeout_kills():
+    env = _py({"timeout_s": 1.0})
+    t0 = time.perf_counter()
+    out = run(env.step("while True:\n    pass"))
+    assert out.reward == 0.0 and out.info["outcome"] == "timeout"
+    assert time.perf_counter() - t0 < 3.0
+
+
+def test_python_exec_memory_limit_kills():
+    env = _py({"memory_mb": 256})
+    out = run(env.step("x = bytearray(1 << 30)\ndef add(a, b):\n    return a + b"))
+    assert out.reward == 0.0 and out.info["outcome"] == "memory"
+
+
+def test_python_exec_no_network():
+    env = _py()
+    code = (
+        "import socket\n"
+        "def add(a, b):\n"
+        "    try:\n"
+        "        socket.create_connection(('127.0.0.1', 9), timeout=1)\n"
+        "    except OSError:\n"
+        "        return a + b\n"
+        "    return 0\n"
+    )
+    assert run(env.step(code)).reward == 1.0
+
+
+def test_plugin_by_import_path():
+    env = make_env("tests.executors.plugin_env:EchoEnv")
+    prompt = run(env.reset(7))
+    assert run(env.step(prompt)).reward == 1.0
+
+
+@pytest.mark.parametrize(
+    ("spec", "match"),
+    [
+        ("no_such_env", "unknown environment"),
+        ("no_such_pkg.mod:Env", "cannot import module"),
+        ("tests.executors.plugin_env:Missing", "has no 'Missing'"),
+        ("tests.executors.plugin_env:NotAnEnv", "not a subclass"),
+    ],
+)
+def test_bad_import_path_errors(spec, match):
+    with pytest.raises(EnvLoadError, match=match):
+        make_env(spec)

@@ -1,0 +1,135 @@
+"""PeftTrainer: GRPO advantages, clipped importance ratios, tenant isolation, save and resume."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from marlaas.executors.rollout import TrainSample
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+from marlaas.executors.peft_trainer import PeftTrainer, group_advantages  # noqa: E402
+
+
+def _samples(trainer, job, rewards, prompt=(10, 11, 12), shift=0.0, version=0):
+    """Samples of one group whose 'sampling' log-probs are the current ones minus `shift`."""
+    comps = [tuple(range(20 + i, 26 + i)) for i in range(len(rewards))]
+    logps = trainer.logprobs(job, [prompt] * len(comps), comps)
+    return [
+        TrainSample(prompt, c, tuple(x - shift for x in lp), r, 0, version)
+        for c, lp, r in zip(comps, logps, rewards, strict=True)
+    ]
+
+
+def _weights(trainer, job):
+    return [p.detach().clone() for p in trainer._jobs[job].params]
+
+
+def test_group_advantages():
+    mk = lambda r, g: TrainSample((1,), (2,), (0.0,), r, g, 0)  # noqa: E731
+    adv = group_advantages([mk(1, 0), mk(0, 0), mk(5, 1), mk(5, 1)], eps=0.0)
+    assert adv[:2] == [1.0, -1.0]
+    adv = group_advantages([mk(5, 1), mk(5, 1)])
+    assert adv == [0.0, 0.0]  # no signal in a group with equal rewards
+
+
+def test_training_one_tenant_never_touches_another(tiny_model_dir):
+    trainer = PeftTrainer(tiny_model_dir, lr=1e-2, micro_batch_size=2)
+    trainer.add_job("A", seed=0)
+    trainer.add_job("B", seed=1)
+    prompts, comps = [(5, 6, 7)], [(40, 41, 42, 43)]
+    b_before, b_logp = _weights(trainer, "B"), trainer.logprobs("B", prompts, comps)
+    a_before = _weights(trainer, "A")
+    for _ in range(3):
+        stats = trainer.train_step("A", _samples(trainer, "A", [1.0, 0.0, 0.5]))
+        assert stats.grad_norm > 0
+    assert trainer.version("A") == 3 and trainer.version("B") == 0
+    assert any(not torch.equal(x, y) for x, y in zip(a_before, _weights(trainer, "A"), strict=True))
+    assert all(torch.equal(x, y) for x, y in zip(b_before, _weights(trainer, "B"), strict=True))
+    assert trainer.logprobs("B", prompts, comps) == b_logp
+    assert all(p.grad is None for p in trainer._jobs["B"].params)
+
+
+def test_on_policy_ratio_is_one_and_stats(tiny_model_dir):
+    trainer = PeftTrainer(tiny_model_dir, lr=1e-2, micro_batch_size=2)
+    trainer.add_job("A", seed=0)
+    stats = trainer.train_step("A", _samples(trainer, "A", [1.0, 0.0, 0.0, 1.0]))
+    assert stats.samples == 4 and stats.tokens == 24
+    assert stats.mean_reward == pytest.approx(0.5)
+    assert stats.mean_ratio == pytest.approx(1.0, abs=1e-5)
+    assert stats.max_ratio == pytest.approx(1.0, abs=1e-5)
+    assert stats.clip_fraction == 0.0 and stats.version == 1
+
+
+def test_stale_sample_ratio_is_clipped(tiny_model_dir):
+    trainer = PeftTrainer(tiny_model_dir, lr=1e-2, micro_batch_size=8)
+    trainer.add_job("A", seed=0)
+    for _ in range(2):  # the trainer moves on: version 2
+        trainer.train_step("A", _samples(trainer, "A", [1.0, 0.0]))
+    # Sampled at version 0 with log-probs 1 nat lower: ratio e ~ 2.72 > 1 + 0.2. With a positive
+    # advantage the clipped term wins and gives no gradient.
+    good, bad = _samples(trainer, "A", [1.0, 0.0], shift=1.0, version=0)
+    stats = trainer.train_step("A", [good, bad])
+    assert stats.max_ratio == pytest.approx(math.e, rel=1e-4)
+    assert stats.max_staleness == 2
+    assert stats.clip_fraction == pytest.approx(0.5)  # the negative-advantage sample is kept
+    assert stats.grad_norm > 0
+    # Both samples clipped (ratio e with A > 0, ratio 1/e with A < 0): zero gradient (the
+    # weights may still move by Adam's momentum from earlier steps).
+    good2 = _samples(trainer, "A", [1.0, 0.0], shift=1.0)[0]
+    bad2 = _samples(trainer, "A", [1.0, 0.0], shift=-1.0)[1]
+    stats = trainer.train_step("A", [good2, bad2])
+    assert stats.clip_fraction == pytest.approx(1.0)
+    assert stats.grad_norm == 0.0
+
+
+def test_micro_batches_accumulate_to_the_full_batch_gradient(tiny_model_dir):
+    grads = []
+    for mb in (1, 8):
+        trainer = PeftTrainer(tiny_model_dir, lr=1e-2, micro_batch_size=mb, max_grad_norm=1e9)
+        trainer.add_job("A", seed=0)
+        samples = _samples(trainer, "A", [1.0, 0.0, 0.3, 0.7])
+        stats = trainer.train_step("A", samples)
+        grads.append((stats.loss, stats.grad_norm))
+    # (Adam's first step is lr * sign(grad), so the weights themselves are not compared.)
+    assert grads[0][0] == pytest.approx(grads[1][0], abs=1e-6)
+    assert grads[0][1] == pytest.approx(grads[1][1], rel=1e-4)
+
+
+def test_save_adapter_and_resume(tiny_model_dir, tmp_path):
+    trainer = PeftTrainer(tiny_model_dir, lr=1e-2)
+    trainer.add_job("A", seed=0)
+    trainer.train_step("A", _samples(trainer, "A", [1.0, 0.0]))
+    with pytest.raises(ValueError, match="version 1"):
+        trainer.save_adapter("A", 0, tmp_path / "x")
+    out = trainer.save_adapter("A", 1, tmp_path / "A" / "v1")
+    names = {p.name for p in out.iterdir()}
+    assert {"adapter_config.json", "adapter_model.safetensors", "marlaas_adapter.json"} <= names
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]
+    fresh = PeftTrainer(tiny_model_dir)
+    fresh.add_job("other", seed=3)
+    fresh.add_job("A", init_dir=out)
+    assert fresh.version("A") == 1
+    p, c = [(1, 2, 3)], [(50, 60, 70)]
+    assert fresh.logprobs("A", p, c)[0] == pytest.approx(trainer.logprobs("A", p, c)[0], abs=1e-6)
+    assert fresh.logprobs("A", p, c) != fresh.logprobs(None, p, c)
+
+
+def test_bad_job_names_and_unknown_jobs(tiny_model_dir):
+    trainer = PeftTrainer(tiny_model_dir)
+    with pytest.raises(ValueError, match="job name"):
+        trainer.add_job("a.b")
+    with pytest.raises(KeyError, match="add_job"):
+        trainer.train_step("nope", [])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_train_step_on_gpu(tiny_model_dir):
+    trainer = PeftTrainer(tiny_model_dir, lr=1e-2, device="cuda")
+    trainer.add_job("A", seed=0)
+    stats = trainer.train_step("A", _samples(trainer, "A", [1.0, 0.0]))
+    assert stats.grad_norm > 0 and stats.mean_ratio == pytest.approx(1.0, abs=1e-3)
