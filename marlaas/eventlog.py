@@ -37,7 +37,6 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterable
-from operator import attrgetter
 from pathlib import Path
 
 import pandas as pd
@@ -87,8 +86,9 @@ class EventLogError(ValueError):
 def records_to_frame(records: Iterable[WorkRecord]) -> pd.DataFrame:
     """Turn work records into a DataFrame with exactly the event-log columns and types."""
     records = list(records)
-    columns = zip(*map(attrgetter(*COLUMNS), records), strict=True) if records else [()] * 16
-    arrays = [pa.array(list(col), type=SCHEMA.field(i).type) for i, col in enumerate(columns)]
+    columns = zip(*records, strict=True) if records else [()] * len(WorkRecord._fields)
+    by_field = dict(zip(WorkRecord._fields, columns, strict=True))
+    arrays = [pa.array(by_field.get(c, ()), type=SCHEMA.field(c).type) for c in COLUMNS]
     return pa.Table.from_arrays(arrays, schema=SCHEMA).to_pandas()
 
 

@@ -37,3 +37,20 @@ def two_runs(tmp_path_factory):
         staleness_bound=2,
     )
     return a, b
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip tests marked ``gpu`` on machines without a CUDA GPU."""
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if gpu_items and not _cuda_available():
+        skip = pytest.mark.skip(reason="needs a CUDA GPU")
+        for item in gpu_items:
+            item.add_marker(skip)

@@ -114,7 +114,7 @@ class JobState:
         """What an idle trainer waits for on this job's account (None: it is training)."""
         if self.training:
             return None
-        if self.in_env or self.ready_env:
+        if not (self.in_gen or self.ready_gen) and (self.in_env or self.ready_env):
             return "environment"
         return "rollouts"
 
@@ -127,8 +127,8 @@ class JobState:
         step_groups = self.finished.get(self.trained, ())
         if len(step_groups) == self.spec.rl.prompts_per_step:
             return "trainer"
-        if self.in_env or self.ready_env:
-            return "environment"
         if self.in_gen or self.ready_gen:
             return "rollouts"
+        if self.in_env or self.ready_env:
+            return "environment"
         return "staleness"

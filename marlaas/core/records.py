@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class WorkRecord:
+class WorkRecord(NamedTuple):
     """One piece of work as it happened; the row type of the event log (see marlaas.eventlog)."""
 
     kind: str
@@ -30,7 +29,3 @@ class WorkRecord:
     outcome: str = "ok"
     """ok / failed, or the idle cause for idle rows."""
     reward: float = math.nan
-
-    def as_row(self) -> dict:
-        """The record as a plain dict keyed by event-log column."""
-        return asdict(self)

@@ -212,6 +212,17 @@ class Workload(_Strict):
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
     cost: CostModel = Field(default_factory=CostModel)
 
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, name: str) -> str:
+        from marlaas.core.policies import UnknownPolicyError, get_policy
+
+        try:
+            get_policy(name)
+        except UnknownPolicyError as err:
+            raise ValueError(str(err)) from None
+        return name
+
     @model_validator(mode="after")
     def _unique_job_names(self) -> Workload:
         if not self.jobs:

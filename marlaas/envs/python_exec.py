@@ -18,14 +18,26 @@ from marlaas.envs.registry import register_env
 
 # (instruction, function name, [(args, expected)]); a user passes their own through args["tasks"].
 DEFAULT_TASKS: list[dict[str, Any]] = [
-    {"prompt": "Write a Python function add(a, b) that returns a + b.", "func": "add",
-     "tests": [[[1, 2], 3], [[-4, 4], 0], [[10, 5], 15]]},
-    {"prompt": "Write a Python function square(x) that returns x squared.", "func": "square",
-     "tests": [[[3], 9], [[-2], 4], [[0], 0]]},
-    {"prompt": "Write a Python function reverse(s) that returns the string s reversed.",
-     "func": "reverse", "tests": [[["abc"], "cba"], [[""], ""], [["ab"], "ba"]]},
-    {"prompt": "Write a Python function is_even(n) that returns True when n is even.",
-     "func": "is_even", "tests": [[[2], True], [[7], False], [[0], True]]},
+    {
+        "prompt": "Write a Python function add(a, b) that returns a + b.",
+        "func": "add",
+        "tests": [[[1, 2], 3], [[-4, 4], 0], [[10, 5], 15]],
+    },
+    {
+        "prompt": "Write a Python function square(x) that returns x squared.",
+        "func": "square",
+        "tests": [[[3], 9], [[-2], 4], [[0], 0]],
+    },
+    {
+        "prompt": "Write a Python function reverse(s) that returns the string s reversed.",
+        "func": "reverse",
+        "tests": [[["abc"], "cba"], [[""], ""], [["ab"], "ba"]],
+    },
+    {
+        "prompt": "Write a Python function is_even(n) that returns True when n is even.",
+        "func": "is_even",
+        "tests": [[[2], True], [[7], False], [[0], True]],
+    },
 ]
 
 _FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
@@ -80,8 +92,11 @@ class PythonExecEnv(Environment):
         if self.task is None:
             raise RuntimeError("step() before reset()")
         result = await run_sandboxed(
-            extract_code(action), self.task["func"], self.task["tests"],
-            timeout_s=self.timeout_s, memory_mb=self.memory_mb,
+            extract_code(action),
+            self.task["func"],
+            self.task["tests"],
+            timeout_s=self.timeout_s,
+            memory_mb=self.memory_mb,
         )
         total = len(self.task["tests"])
         reward = result["passed"] / total if total else 0.0
@@ -108,10 +123,16 @@ async def run_sandboxed(
             f.write(code)
         harness = _HARNESS.format(code_path=code_path, tests=tests, func=func, nonce=nonce)
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-I", "-c", harness,
-            cwd=tmp, env={"PATH": "/usr/bin:/bin"},
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, start_new_session=True,
+            sys.executable,
+            "-I",
+            "-c",
+            harness,
+            cwd=tmp,
+            env={"PATH": "/usr/bin:/bin"},
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
             preexec_fn=_limits(timeout_s, memory_mb),
         )
         try:
@@ -123,9 +144,13 @@ async def run_sandboxed(
     stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")[-2000:]
     for line in stdout.splitlines():
         if line.startswith(nonce):
-            passed = json.loads(line[len(nonce):])["passed"]
-            return {"passed": passed, "outcome": "ok", "returncode": proc.returncode,
-                    "stderr": stderr}
+            passed = json.loads(line[len(nonce) :])["passed"]
+            return {
+                "passed": passed,
+                "outcome": "ok",
+                "returncode": proc.returncode,
+                "stderr": stderr,
+            }
     outcome = "memory" if "MemoryError" in stderr else "error"
     if proc.returncode is not None and proc.returncode < 0:
         outcome = "timeout" if proc.returncode in (-9, -24) else outcome  # SIGKILL / SIGXCPU

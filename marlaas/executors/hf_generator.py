@@ -44,7 +44,11 @@ class HFGenerator:
     """The Generator interface on transformers + PEFT (slow, exact, no extra dependencies)."""
 
     def __init__(
-        self, model_dir: str | Path, *, max_batch_size: int = 64, device: str = "cpu",
+        self,
+        model_dir: str | Path,
+        *,
+        max_batch_size: int = 64,
+        device: str = "cpu",
         dtype: torch.dtype = torch.float32,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -55,8 +59,9 @@ class HFGenerator:
         self.device = torch.device(device)
         self.max_batch_size = max_batch_size
         self.eos_id = self.tokenizer.eos_token_id
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
-            else self.eos_id
+        self.pad_id = (
+            self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_id
+        )
         self._adapters: dict[tuple[str, int], str] = {}
         self._queue: list[_Pending] = []
         self._worker: asyncio.Task | None = None
@@ -123,8 +128,17 @@ class HFGenerator:
         for i, prompt in enumerate(prompts):
             ids = self._encode(prompt)
             for k in range(n):
-                rows.append(_Row(key, ids, _mix(base_seed, i, k), max_new_tokens, temperature,
-                                 adapter, version if adapter is not None else -1))
+                rows.append(
+                    _Row(
+                        key,
+                        ids,
+                        _mix(base_seed, i, k),
+                        max_new_tokens,
+                        temperature,
+                        adapter,
+                        version if adapter is not None else -1,
+                    )
+                )
         future = asyncio.get_running_loop().create_future()
         self._queue.append(_Pending(rows, future))
         if self._worker is None or self._worker.done():
@@ -189,10 +203,18 @@ class HFGenerator:
         cache = DynamicCache()
         step_in, pos = ids, (attn.cumsum(1) - 1).clamp(min=0)
         for t in range(max(r.max_new_tokens for r in rows)):
-            logits = self.model(
-                input_ids=step_in, attention_mask=attn, position_ids=pos,
-                past_key_values=cache, use_cache=True, **kwargs,
-            ).logits[:, -1].float()  # [B, V]
+            logits = (
+                self.model(
+                    input_ids=step_in,
+                    attention_mask=attn,
+                    position_ids=pos,
+                    past_key_values=cache,
+                    use_cache=True,
+                    **kwargs,
+                )
+                .logits[:, -1]
+                .float()
+            )  # [B, V]
             logp = torch.log_softmax(logits, dim=-1)
             nxt = torch.empty(b, dtype=torch.long)
             for i, r in enumerate(rows):
@@ -217,10 +239,13 @@ class HFGenerator:
             attn = torch.cat([attn, torch.ones((b, 1), dtype=attn.dtype, device=self.device)], 1)
         return [
             Completion(
-                prompt_ids=tuple(r.prompt_ids), completion_ids=tuple(out_ids[i]),
+                prompt_ids=tuple(r.prompt_ids),
+                completion_ids=tuple(out_ids[i]),
                 logprobs=tuple(out_lp[i]),
                 text=self.tokenizer.decode(out_ids[i], skip_special_tokens=True),
-                finish_reason=finish[i], adapter=r.adapter, version=r.version,
+                finish_reason=finish[i],
+                adapter=r.adapter,
+                version=r.version,
             )
             for i, r in enumerate(rows)
         ]

@@ -115,8 +115,12 @@ class PeftTrainer:
         if seed is not None:
             torch.manual_seed(seed)
         config = LoraConfig(
-            r=rank, lora_alpha=alpha, lora_dropout=0.0, bias="none",
-            target_modules=self.target_modules, task_type="CAUSAL_LM",
+            r=rank,
+            lora_alpha=alpha,
+            lora_dropout=0.0,
+            bias="none",
+            target_modules=self.target_modules,
+            task_type="CAUSAL_LM",
         )
         if not isinstance(self.model, PeftModel):
             self.model = get_peft_model(self.model, config, adapter_name=job)
@@ -179,16 +183,24 @@ class PeftTrainer:
             self.model.eval()
         state.version += 1
         return TrainStats(
-            job=job, version=state.version, loss=loss_sum, samples=len(samples),
-            tokens=total_tokens, mean_reward=sum(s.reward for s in samples) / len(samples),
-            mean_ratio=ratio_sum / max(total_tokens, 1), max_ratio=ratio_max,
-            clip_fraction=clipped / max(total_tokens, 1), grad_norm=grad_norm,
+            job=job,
+            version=state.version,
+            loss=loss_sum,
+            samples=len(samples),
+            tokens=total_tokens,
+            mean_reward=sum(s.reward for s in samples) / len(samples),
+            mean_ratio=ratio_sum / max(total_tokens, 1),
+            max_ratio=ratio_max,
+            clip_fraction=clipped / max(total_tokens, 1),
+            grad_norm=grad_norm,
             max_staleness=max(state.version - 1 - s.version for s in samples),
         )
 
     @torch.no_grad()
     def logprobs(
-        self, job: str | None, prompt_ids: Sequence[Sequence[int]],
+        self,
+        job: str | None,
+        prompt_ids: Sequence[Sequence[int]],
         completion_ids: Sequence[Sequence[int]],
     ) -> list[list[float]]:
         """Log-probs [nats] of each completion token under `job`'s adapter (None: base model)."""

@@ -121,7 +121,8 @@ class VLLMGenerator:
         if (adapter, version) in self._loras:
             raise ValueError(f"adapter {adapter!r} version {version} is already published")
         request = LoRARequest(
-            lora_name=f"{adapter}@v{version}", lora_int_id=next(self._ids),
+            lora_name=f"{adapter}@v{version}",
+            lora_int_id=next(self._ids),
             lora_path=str(Path(adapter_dir).resolve()),
         )
         await self._engine_call("add_lora", request)
@@ -208,9 +209,13 @@ class VLLMGenerator:
         steps = zip(seq.logprobs, token_ids, strict=True)
         logprobs = tuple(float(step[tok].logprob) for step, tok in steps)
         return Completion(
-            prompt_ids=tuple(ids), completion_ids=token_ids, logprobs=logprobs, text=seq.text,
+            prompt_ids=tuple(ids),
+            completion_ids=token_ids,
+            logprobs=logprobs,
+            text=seq.text,
             finish_reason="length" if seq.finish_reason == "length" else "stop",
-            adapter=adapter, version=version if adapter is not None else -1,
+            adapter=adapter,
+            version=version if adapter is not None else -1,
         )
 
     async def _submit(self, request_id, prompt, params, lora):
@@ -247,8 +252,13 @@ class VLLMGenerator:
         from vllm.sampling_params import RequestOutputKind
 
         return SamplingParams(
-            n=1, temperature=temperature, max_tokens=max_new_tokens, seed=seed, logprobs=0,
-            skip_special_tokens=True, output_kind=RequestOutputKind.FINAL_ONLY,
+            n=1,
+            temperature=temperature,
+            max_tokens=max_new_tokens,
+            seed=seed,
+            logprobs=0,
+            skip_special_tokens=True,
+            output_kind=RequestOutputKind.FINAL_ONLY,
         )
 
     def _encode(self, prompt: str | Sequence[int]) -> list[int]:

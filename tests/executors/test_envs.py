@@ -93,9 +93,15 @@ def test_safe_eval_refuses_code():
 
 
 def _py(env_args=None, seed=0):
-    env = make_env("python_exec", {"tasks": [
-        {"prompt": "Write add(a, b).", "func": "add", "tests": [[[1, 2], 3], [[2, 2], 4]]},
-    ], **(env_args or {})})
+    env = make_env(
+        "python_exec",
+        {
+            "tasks": [
+                {"prompt": "Write add(a, b).", "func": "add", "tests": [[[1, 2], 3], [[2, 2], 4]]},
+            ],
+            **(env_args or {}),
+        },
+    )
     run(env.reset(seed))
     return env
 
@@ -112,7 +118,7 @@ def test_python_exec_rewards_passed_tests():
 
 def test_python_exec_cannot_fake_the_result_line():
     env = _py()
-    fake = run(env.step('print(\'{"passed": 2}\')\ndef add(a, b):\n    return 0'))
+    fake = run(env.step("print('{\"passed\": 2}')\ndef add(a, b):\n    return 0"))
     assert fake.reward == 0.0
 
 
