@@ -39,7 +39,7 @@ def paper_scale_workload(
                     "sigma": 0.5,
                 }
             },
-        }  # fmt: skip
+        }
         for i in range(jobs)
     ]
     pools = [
