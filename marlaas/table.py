@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+MAX_JOB_LINES = 16
+"""Per-job lines are printed for runs with at most this many jobs."""
+
 
 def _fmt(value, unit: str = "") -> str:
     if value is None:
@@ -35,3 +38,11 @@ def print_summary(summary: dict, title: str = "") -> None:
         print("-" * max(len(title), width + 20))
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
+    finish = summary.get("job_finish_s") or {}
+    if finish and len(finish) <= MAX_JOB_LINES:
+        arrivals, tenants = summary.get("arrivals", {}), summary.get("tenants", {})
+        print(f"\n{'job':<16} {'tenant':<12} {'arrival':>10} {'finished':>10} {'completion':>11}")
+        for job, end in finish.items():
+            start = arrivals.get(job, 0.0)
+            print(f"{job:<16} {tenants.get(job, ''):<12} {start:>9.1f}s {end:>9.1f}s "
+                  f"{end - start:>10.1f}s")  # fmt: skip

@@ -276,16 +276,19 @@ class Scheduler:
         engines = self._engines_open()
         if not engines:
             return
-        most_seqs = max(e.spec.max_seqs - e.seqs for e in engines)
-        most_tokens = max(e.spec.kv_tokens - e.tokens for e in engines)
-        heap = [(self.policy.key(self.jobs[i]), i) for i in self._gen_ready]
+        most_seqs = most_tokens = 0
+        for engine in engines:
+            most_seqs = max(most_seqs, engine.spec.max_seqs - engine.seqs)
+            most_tokens = max(most_tokens, engine.spec.kv_tokens - engine.tokens)
+        heap = []
+        for index in self._gen_ready:
+            job = self.jobs[index]
+            if job.spec.rl.group_size <= most_seqs and job.min_reserve <= most_tokens:
+                heap.append((self.policy.key(job), index))
         heapq.heapify(heap)
         while heap:
             _, index = heapq.heappop(heap)
             job = self.jobs[index]
-            rl = job.spec.rl
-            if rl.group_size > most_seqs or job.prompt_reserve + rl.max_new_tokens > most_tokens:
-                continue  # cannot fit anywhere; skip the engine scan
             if self._place_group(job, engines, now, out) and self._has_gen_work(job):
                 heapq.heappush(heap, (self.policy.key(job), index))
 
