@@ -1,42 +1,111 @@
-"""Idle-time accounting: every stretch a device spends without generate/train work, with why.
+"""Idle-time accounting: every stretch a device spends without generate/train work, and why.
 
-The scheduler tells the tracker, after each decision round, which devices have no compute
-work and the cause for each; the tracker turns that into ``idle`` work records, so that per
-device the busy intervals and the idle rows partition the run.
+Each active job votes for what an idle engine and an idle trainer would be waiting for on its
+account (its rollouts, the trainer, environments, a weight sync, the staleness bound); the
+majority is the cause shared by idle devices of that role, unless a device's own state says
+more (a trainer busy with a sync or a swap, an engine loading an adapter). The scheduler
+marks the devices whose state changed; after each decision round :meth:`IdleAccounting.update`
+turns the changes into ``idle`` work records, so that per device the busy intervals and the
+idle rows partition the run.
 """
 
 from __future__ import annotations
 
-from marlaas.core.cluster import Device
+from collections import Counter
+
+from marlaas.core.cluster import Cluster, Device, Engine, Trainer
 from marlaas.core.records import WorkRecord
 
+CAUSE_ORDER = ("trainer", "rollouts", "environment", "weight_sync", "staleness", "no_work")
+"""Tie-break order between causes with equal votes."""
 
-class IdleTracker:
-    """Open idle intervals per device; closed ones become ``idle`` records."""
+Votes = tuple[str | None, str | None]
+"""A job's (engine cause, trainer cause); None where it does not hold that role up."""
 
-    def __init__(self, records: list[WorkRecord]) -> None:
+
+def majority_cause(votes: Counter[str]) -> str:
+    """The most common cause among the votes (ties in CAUSE_ORDER); no_work without any."""
+    top = max(votes.values(), default=0)
+    if top <= 0:
+        return "no_work"
+    return next(c for c in CAUSE_ORDER if votes.get(c) == top)
+
+
+class IdleAccounting:
+    """Open idle intervals per device, the jobs' votes, and the idle records they become."""
+
+    def __init__(self, cluster: Cluster, records: list[WorkRecord]) -> None:
         self._records = records
-        self._open: dict[str, tuple[float, str, str]] = {}
-        """device name -> (since [s], cause, pool)."""
+        self._devices = {d.name: d for d in cluster.devices}
+        self._roles: dict[str, tuple[Engine | None, Trainer | None]] = {
+            name: (None, None) for name in self._devices
+        }
+        for engine in cluster.engines:
+            self._roles[engine.name] = (engine, None)
+        for trainer in cluster.trainers:
+            for device in trainer.devices:
+                self._roles[device.name] = (self._roles[device.name][0], trainer)
+        self._votes: dict[int, Votes] = {}
+        self._counts = (Counter(), Counter())
+        self._causes = ("no_work", "no_work")
+        self._open: dict[str, tuple[float, str]] = {}
+        """device name -> (idle since [s], cause)."""
+        self.dirty: set[str] = set(self._devices)
+        """Devices whose idle state may have changed since the last update."""
 
-    def update(self, device: Device, cause: str | None, now: float) -> None:
-        """Set the device's state at ``now``: ``cause`` None means it is computing."""
-        current = self._open.get(device.name)
-        if current is not None and current[1] == cause:
-            return
-        if current is not None:
-            self._close(device.name, current, now)
-        if cause is not None:
-            self._open[device.name] = (now, cause, device.pool)
+    def vote(self, job: int, votes: Votes | None) -> None:
+        """Set (or with None, withdraw) a job's votes."""
+        old = self._votes.pop(job, (None, None))
+        new = votes or (None, None)
+        if votes is not None:
+            self._votes[job] = votes
+        for counter, before, after in zip(self._counts, old, new, strict=True):
+            if before != after:
+                if before is not None:
+                    counter[before] -= 1
+                if after is not None:
+                    counter[after] += 1
+
+    def mark(self, *devices: Device) -> None:
+        """Note that these devices' compute, loading or trainer activity changed."""
+        self.dirty.update(d.name for d in devices)
+
+    def update(self, now: float) -> None:
+        """Bring every changed device's idle interval up to date at ``now``."""
+        causes = (majority_cause(self._counts[0]), majority_cause(self._counts[1]))
+        if causes != self._causes:
+            self._causes = causes
+            self.dirty.update(self._devices)
+        for name in self.dirty:
+            self._set(name, self._cause(name), now)
+        self.dirty.clear()
 
     def close_all(self, now: float) -> None:
         """Close every open interval at ``now`` (the end of the run)."""
-        for name, current in sorted(self._open.items()):
-            self._close(name, current, now)
-        self._open.clear()
+        for name in sorted(self._open):
+            self._set(name, None, now)
 
-    def _close(self, name: str, current: tuple[float, str, str], now: float) -> None:
-        since, cause, pool = current
-        del self._open[name]
-        if now > since:
-            self._records.append(WorkRecord("idle", "", "", name, pool, since, now, outcome=cause))
+    def _cause(self, name: str) -> str | None:
+        """Why a device has no compute work now (None: it has some)."""
+        if self._devices[name].compute:
+            return None
+        engine, trainer = self._roles[name]
+        if trainer is not None and trainer.activity is not None:
+            return trainer.activity
+        if engine is not None and engine.loading:
+            return "adapter_load"
+        return self._causes[0] if engine is not None else self._causes[1]
+
+    def _set(self, name: str, cause: str | None, now: float) -> None:
+        current = self._open.get(name)
+        if current is not None and current[1] == cause:
+            return
+        if current is not None:
+            since, old = self._open.pop(name)
+            if now > since:
+                pool = self._devices[name].pool
+                self._records.append(
+                    WorkRecord("idle", "", "", name, pool, since, now, outcome=old)
+                )
+        if cause is not None:
+            self._open[name] = (now, cause)

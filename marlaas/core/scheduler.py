@@ -13,13 +13,12 @@ number of admitted jobs); the policy only orders jobs wherever there is a choice
 from __future__ import annotations
 
 import heapq
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from marlaas.core.cluster import AdapterKey, CapacityError, Cluster, Device, Engine, Trainer
-from marlaas.core.idle import IdleTracker
+from marlaas.core.idle import IdleAccounting
 from marlaas.core.jobs import Group, JobState
 from marlaas.core.policies import Policy, get_policy
 from marlaas.core.records import WorkRecord
@@ -33,8 +32,6 @@ from marlaas.core.work import (
     WorkDone,
 )
 from marlaas.core.workload import SchedulingSpec, Workload
-
-CAUSE_ORDER = ("trainer", "rollouts", "environment", "weight_sync", "staleness", "no_work")
 
 
 class InfeasibleWorkloadError(ValueError):
@@ -62,15 +59,12 @@ class Scheduler:
         self.scheduling = SchedulingSpec(**merged)
         self.cluster = Cluster.build(workload.cluster, self.scheduling)
         cap = self.scheduling.staleness_cap
-        self.jobs = [
-            JobState(
-                spec, i, spec.rl.max_staleness if cap is None else min(cap, spec.rl.max_staleness)
-            )
-            for i, spec in enumerate(workload.jobs)
-        ]
+        bounds = [j.rl.max_staleness if cap is None else min(cap, j.rl.max_staleness)
+                  for j in workload.jobs]  # fmt: skip
+        self.jobs = [JobState(spec, i, bounds[i]) for i, spec in enumerate(workload.jobs)]
         self._jobs_by_name = {j.name: j for j in self.jobs}
         self.records: list[WorkRecord] = []
-        self._idle = IdleTracker(self.records)
+        self._idle = IdleAccounting(self.cluster, self.records)
         self._running: dict[int, _Running] = {}
         self._next_work_id = 0
         self._served = 0
@@ -90,14 +84,6 @@ class Scheduler:
         self._gen_ready: set[int] = set()
         self._train_ready: set[int] = set()
         self._env_ready: set[int] = set()
-        self._votes: dict[int, tuple[str | None, str | None]] = {}
-        self._engine_votes: Counter[str] = Counter()
-        self._trainer_votes: Counter[str] = Counter()
-        self._causes = ("no_work", "no_work")
-        self._dirty: set[str] = {d.name for d in self.cluster.devices}
-        """Devices whose idle state may have changed."""
-        self._devices = {d.name: d for d in self.cluster.devices}
-        self._roles = self._device_roles()
         self._check_feasible()
 
     # ----------------------------------------------------------------------------- queries
@@ -130,7 +116,7 @@ class Scheduler:
         self._start_env(now, out)
         self._start_generation(now, out)
         self._refresh_touched()
-        self._update_idle(now)
+        self._idle.update(now)
         return out
 
     def finish(self, now: float) -> list[WorkRecord]:
@@ -175,20 +161,11 @@ class Scheduler:
             _toggle(self._gen_ready, index, active and self._has_gen_work(job))
             _toggle(self._train_ready, index, active and job.train_ready())
             _toggle(self._env_ready, index, active and bool(job.ready_env))
-            old = self._votes.pop(index, (None, None))
-            new = (None, None)
             if active:
                 engine_vote = None if index in self._gen_ready else job.waiting_on()
-                new = (engine_vote, job.trainer_vote())
-                self._votes[index] = new
-            for counter, before, after in zip(
-                (self._engine_votes, self._trainer_votes), old, new, strict=True
-            ):
-                if before != after:
-                    if before is not None:
-                        counter[before] -= 1
-                    if after is not None:
-                        counter[after] += 1
+                self._idle.vote(index, (engine_vote, job.trainer_vote()))
+            else:
+                self._idle.vote(index, None)
         self._touched.clear()
 
     def _barrier_limit(self, job: JobState) -> int | None:
@@ -325,7 +302,7 @@ class Scheduler:
         )  # fmt: skip
         if must_load:
             load = LoadAdapter(self._new_id(), job.name, group.version, engine.name, False)
-            self._dirty.add(engine.device.name)
+            self._idle.mark(engine.device)
             self._begin(load, now, engine=engine)
             self._after_load[load.work_id] = (generate, reserve)
             out.append(load)
@@ -351,11 +328,11 @@ class Scheduler:
     # ----------------------------------------------------------------------------- state changes
     def _add_compute(self, device: Device, delta: int) -> None:
         device.compute += delta
-        self._dirty.add(device.name)
+        self._idle.mark(device)
 
     def _set_activity(self, trainer: Trainer, activity: str | None) -> None:
         trainer.activity = activity
-        self._dirty.update(d.name for d in trainer.devices)
+        self._idle.mark(*trainer.devices)
 
     # ----------------------------------------------------------------------------- events
     def on_event(self, event: WorkDone, now: float) -> None:
@@ -427,7 +404,7 @@ class Scheduler:
             return
         generate, reserve = continuation
         engine.loading.discard((d.job, d.version))
-        self._dirty.add(engine.device.name)
+        self._idle.mark(engine.device)
         if not event.ok:
             engine.release(generate.seqs, reserve, (d.job, d.version))
             engine.evict((d.job, d.version))
@@ -499,39 +476,6 @@ class Scheduler:
                 )
             )  # fmt: skip
 
-    # ----------------------------------------------------------------------------- idle causes
-    def _update_idle(self, now: float) -> None:
-        causes = (
-            majority_cause(self._engine_votes, bool(self._active)),
-            majority_cause(self._trainer_votes, bool(self._active)),
-        )
-        if causes != self._causes:
-            self._causes = causes
-            self._dirty.update(self._devices)
-        for name in self._dirty:
-            self._idle.update(self._devices[name], self._idle_cause(name), now)
-        self._dirty.clear()
-
-    def _idle_cause(self, name: str) -> str | None:
-        """Why a device has no compute work now (None: it has some)."""
-        if self._devices[name].compute:
-            return None
-        engine, trainer = self._roles[name]
-        if trainer is not None and trainer.activity is not None:
-            return trainer.activity
-        if engine is not None and engine.loading:
-            return "adapter_load"
-        return self._causes[0] if engine is not None else self._causes[1]
-
-    def _device_roles(self) -> dict[str, tuple[Engine | None, Trainer | None]]:
-        roles = {d.name: (None, None) for d in self.cluster.devices}
-        for engine in self.cluster.engines:
-            roles[engine.name] = (engine, None)
-        for trainer in self.cluster.trainers:
-            for device in trainer.devices:
-                roles[device.name] = (roles[device.name][0], trainer)
-        return roles
-
     # ----------------------------------------------------------------------------- validation
     def _check_feasible(self) -> None:
         spec = self.workload.cluster.engine
@@ -549,14 +493,6 @@ class Scheduler:
                     f"jobs[{job.index}] ({job.name}): group_size {rl.group_size} exceeds "
                     f"cluster.env_workers {self.workload.cluster.env_workers}"
                 )
-
-
-def majority_cause(votes: Counter[str], any_active: bool) -> str:
-    """The most common cause among jobs' votes (ties in CAUSE_ORDER); no_work without any."""
-    top = max(votes.values(), default=0)
-    if not any_active or top <= 0:
-        return "no_work"
-    return next(c for c in CAUSE_ORDER if votes.get(c) == top)
 
 
 def _toggle(members: set[int], index: int, present: bool) -> None:
