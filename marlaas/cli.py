@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from marlaas import sweep
 from marlaas.core.policies import UnknownPolicyError, get_policy, policy_names
 from marlaas.core.scheduler import InfeasibleWorkloadError
 from marlaas.core.workload import WorkloadError, load_workload
@@ -90,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_EXTENSIONS: list = []
+_EXTENSIONS: list = [sweep]
 """Modules with ``add_parser(subparsers)`` registering more subcommands."""
 
 
