@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from marlaas import sweep
 from marlaas.core.policies import UnknownPolicyError, get_policy, policy_names
 from marlaas.core.scheduler import InfeasibleWorkloadError
 from marlaas.core.workload import WorkloadError, load_workload
@@ -87,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     pol.set_defaults(func=_policies)
 
     add_report_parser(sub)
+    sweep.add_parser(sub)
     return parser
 
 

@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from marlaas.core.distributions import Distribution
 
@@ -201,6 +209,17 @@ class CostModel(_Strict):
     """Colocated placement: offloading the engine and back around a training step."""
 
 
+class ArrivalsSpec(_Strict):
+    """Job arrivals (and sizes) taken from an arrivals CSV (see marlaas.traces.arrivals)."""
+
+    path: str
+    """The CSV, relative to the workload file."""
+    match: Literal["job", "tenant"] = "job"
+    """job: a row names its job; tenant: a tenant's k-th row goes to its k-th job."""
+    time_scale: NonNegFloat = 1.0
+    """Factor on the file's submit times (0 = every job at once)."""
+
+
 class Workload(_Strict):
     """A whole workload file."""
 
@@ -211,6 +230,17 @@ class Workload(_Strict):
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
     cost: CostModel = Field(default_factory=CostModel)
+    arrivals: ArrivalsSpec | None = None
+    """Set jobs' arrival_s (and rl.steps) from an arrivals CSV when the file is loaded."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_arrivals(cls, data: Any, info: ValidationInfo) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("arrivals"), dict):
+            return data
+        from marlaas.traces.arrivals import apply_arrivals  # data I/O lives outside the core
+
+        return apply_arrivals(data, (info.context or {}).get("base_dir"))
 
     @field_validator("policy")
     @classmethod

@@ -13,7 +13,7 @@ from marlaas.sim.simulator import SimResult, simulate
 def run_summary(workload: Workload, result: SimResult, events: pd.DataFrame) -> dict:
     """The summary.json content of a simulated run."""
     arrivals = {j.name: j.arrival_s for j in workload.jobs}
-    weights = {j.name: j.weight for j in workload.jobs}
+    weights = {j.tenant: j.weight for j in workload.jobs}
     return {
         "kind": "simulation",
         "workload": workload.name,

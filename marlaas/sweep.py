@@ -1,0 +1,263 @@
+"""``marlaas sweep``: one workload under several policies, overrides, job counts and seeds.
+
+    marlaas sweep traces/paper-32.yaml --policies sequential,sync,fifo,fair --out runs/cmp
+    marlaas sweep traces/paper-32.yaml --policies sequential,fair --jobs 1,2,4,8,16,32 ...
+
+The runs are the product of ``--policies`` x ``--jobs`` (the workload's first N jobs) x
+``--set`` variants x ``--seeds``. ``--set KEY=VALUE`` applies to every run, as in
+``simulate``; giving the same KEY several times makes one variant per value (several such
+keys make a grid). Every run is exactly ``simulate_run(workload, policy, seed)``, so a row
+equals ``marlaas simulate`` with the same settings. Runs go to a process pool; ``--out``
+gets ``sweep.csv`` (see :mod:`marlaas.sweep_table`), ``summaries.json`` (every run's
+summary) and ``table.txt``, all at once or not at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shutil
+import tempfile
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from tqdm import tqdm
+
+from marlaas.core.policies import get_policy
+from marlaas.core.scheduler import Scheduler
+from marlaas.core.workload import Workload, WorkloadError, parse_workload
+from marlaas.sweep_table import add_ratios, format_table, ordered, summary_row
+
+
+class SweepError(WorkloadError):
+    """A bad sweep option (policies, job counts, seeds); reported like a bad workload."""
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """One run of a sweep: what it is called and the workload it simulates."""
+
+    jobs: int
+    variant: str
+    """The varying ``--set`` values, ``key=value`` joined by spaces (``-`` when none)."""
+    policy: str
+    seed: int
+    workload: Workload = field(repr=False, compare=False)
+
+    @property
+    def keys(self) -> dict[str, Any]:
+        """The identity columns of the run's table row."""
+        return {
+            "workload": self.workload.name,
+            "jobs": self.jobs,
+            "variant": self.variant,
+            "policy": self.policy,
+            "seed": self.seed,
+        }
+
+
+# --------------------------------------------------------------------------- options
+
+
+def parse_list(text: str, what: str, convert=str) -> list:
+    """``a,b,c`` -> values, rejecting empty items and repeats (SweepError)."""
+    items = [t.strip() for t in text.split(",")]
+    if not all(items):
+        raise SweepError(f"--{what} {text!r}: empty item; give a comma-separated list")
+    try:
+        values = [convert(t) for t in items]
+    except ValueError:
+        raise SweepError(f"--{what} {text!r}: expected integers, e.g. 1,2,4") from None
+    repeated = sorted({str(v) for v in values if values.count(v) > 1})
+    if repeated:
+        raise SweepError(f"--{what} {text!r}: repeated {', '.join(repeated)}")
+    return values
+
+
+def variants(items: list[str] | None) -> list[dict[str, Any]]:
+    """``--set`` items -> one override dict per variant (keys given once apply to all)."""
+    from marlaas.cli import parse_overrides
+
+    by_key: dict[str, list[Any]] = {}
+    for item in items or []:
+        ((key, value),) = parse_overrides([item]).items()
+        by_key.setdefault(key, []).append(value)
+    keys = list(by_key)
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*by_key.values())]
+
+
+def first_jobs(workload: Workload, n: int) -> Workload:
+    """The workload with only its first ``n`` jobs (arrivals already applied stay)."""
+    if not 1 <= n <= len(workload.jobs):
+        raise SweepError(f"--jobs {n}: the workload has {len(workload.jobs)} jobs (use 1..)")
+    if n == len(workload.jobs):
+        return workload
+    data = workload.model_dump()
+    data["jobs"], data["arrivals"] = data["jobs"][:n], None
+    return parse_workload(data, source=f"{workload.name} (first {n} jobs)")
+
+
+def plan(
+    workload: Workload,
+    policies: list[str],
+    overrides: list[str] | None = None,
+    jobs: list[int] | None = None,
+    seeds: list[int] | None = None,
+) -> list[SweepRun]:
+    """Every run of the sweep, validated (policies, overrides, feasibility) before any runs."""
+    for name in policies:
+        get_policy(name)
+    runs = []
+    for variant in variants(overrides):
+        base = workload.with_overrides(variant) if variant else workload
+        varying = {k: v for k, v in variant.items() if _varies(overrides, k)}
+        label = " ".join(f"{k}={json.dumps(v)}" for k, v in varying.items()) or "-"
+        for n in jobs or [len(base.jobs)]:
+            sub = first_jobs(base, n)
+            for policy in policies:
+                Scheduler(sub, policy)  # raises InfeasibleWorkloadError up front
+                for seed in seeds or [sub.seed]:
+                    runs.append(SweepRun(n, label, policy, seed, sub))
+    return runs
+
+
+def _varies(items: list[str] | None, key: str) -> bool:
+    return sum(i.partition("=")[0].strip() == key for i in items or []) > 1
+
+
+# --------------------------------------------------------------------------- running
+
+
+def run_one(run: SweepRun) -> tuple[dict, dict]:
+    """Simulate one run: (table row, summary). Top level so that a process pool can call it."""
+    from marlaas.sim.run import simulate_run
+
+    _, summary = simulate_run(run.workload, run.policy, run.seed)
+    return summary_row(run.keys, summary), summary
+
+
+def execute(
+    runs: list[SweepRun], workers: int | None = None, progress: bool = True
+) -> tuple[list[dict], list[dict]]:
+    """Run every run (in a process pool when there are several and workers > 1).
+
+    Returns rows and summaries in plan order, whatever order the runs finished in.
+    """
+    workers = max(1, min(workers or os.cpu_count() or 1, len(runs)))
+    bar = tqdm(total=len(runs), unit="run", desc="sweep", disable=not progress)
+    results: list[tuple[dict, dict] | None] = [None] * len(runs)
+    try:
+        if workers == 1:
+            for i, run in enumerate(runs):
+                results[i] = run_one(run)
+                bar.set_postfix_str(_short(run))
+                bar.update()
+        else:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                futures = {pool.submit(run_one, run): i for i, run in enumerate(runs)}
+                try:
+                    for future in as_completed(futures):
+                        i = futures[future]
+                        results[i] = future.result()
+                        bar.set_postfix_str(_short(runs[i]))
+                        bar.update()
+                except BaseException:
+                    pool.shutdown(cancel_futures=True)
+                    raise
+    finally:
+        bar.close()
+    return [r[0] for r in results], [r[1] for r in results]
+
+
+def _short(run: SweepRun) -> str:
+    variant = "" if run.variant == "-" else f" {run.variant}"
+    return f"{run.jobs} jobs{variant} {run.policy} seed {run.seed}"
+
+
+def comparison(rows: list[dict], baseline: str | None) -> pd.DataFrame:
+    """The comparison table (see :mod:`marlaas.sweep_table`) of a sweep's rows."""
+    return ordered(add_ratios(pd.DataFrame(rows), baseline))
+
+
+def write_sweep(out: str | Path, table: pd.DataFrame, summaries: list[dict]) -> Path:
+    """Write sweep.csv, summaries.json and table.txt to ``out`` atomically (replacing it)."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"{out}: exists and is not a folder")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        table.to_csv(staging / "sweep.csv", index=False)
+        (staging / "summaries.json").write_text(json.dumps(summaries, indent=1, default=_plain))
+        (staging / "table.txt").write_text(format_table(table) + "\n")
+        if out.exists():
+            old = out.with_name(f".{out.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            out.rename(old)
+            staging.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            staging.rename(out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out
+
+
+def _plain(value):
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {value!r}")
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from marlaas.cli import load_with_overrides
+
+    policies = parse_list(args.policies, "policies")
+    jobs = parse_list(args.jobs, "jobs", int) if args.jobs else None
+    seeds = parse_list(args.seeds, "seeds", int) if args.seeds else None
+    if args.workers is not None and args.workers < 1:
+        raise SweepError(f"--workers {args.workers}: must be >= 1")
+    fixed = [s for s in args.set or [] if not _varies(args.set, s.partition("=")[0].strip())]
+    varying = [s for s in args.set or [] if s not in fixed]
+    workload = load_with_overrides(args.workload, fixed)
+    runs = plan(workload, policies, varying, jobs, seeds)
+    baseline = args.baseline or ("sequential" if "sequential" in policies else None)
+    if baseline is not None and baseline not in policies:
+        raise SweepError(f"--baseline {baseline!r} is not one of --policies {args.policies!r}")
+    rows, summaries = execute(runs, args.workers, progress=not args.quiet)
+    table = comparison(rows, baseline)
+    out = write_sweep(args.out, table, summaries)
+    vs = f", ratios vs {baseline}" if baseline else ""
+    print(f"{workload.name}: {len(runs)} runs{vs}")
+    print(format_table(table))
+    print(f"wrote {out}/sweep.csv ({len(runs)} runs, {table['wall_s'].sum():.1f} s simulated)")
+    return 0
+
+
+def add_parser(subparsers) -> None:
+    """Register ``marlaas sweep``."""
+    p = subparsers.add_parser("sweep", help="compare policies (and overrides, job counts)")
+    p.add_argument("workload", help="workload YAML file (see traces/)")
+    p.add_argument("--policies", required=True, help="comma-separated, e.g. sequential,sync,fair")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a field in every run; the same KEY again makes one variant per value",
+    )
+    p.add_argument("--jobs", metavar="N[,N...]", help="run the workload's first N jobs, per N")
+    p.add_argument("--seeds", metavar="S[,S...]", help="seeds (default: the workload's)")
+    p.add_argument("--baseline", help="policy the ratios compare to (default: sequential)")
+    p.add_argument("--workers", type=int, help="processes (default: one per CPU core)")
+    p.add_argument("--out", required=True, type=Path, help="folder for sweep.csv and summaries")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_sweep)

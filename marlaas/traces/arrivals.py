@@ -1,0 +1,152 @@
+"""Job-arrival traces: when each job is submitted and how big it is.
+
+An arrivals CSV, in the spirit of the Philly and Helios cluster traces (one row per job)::
+
+    job,tenant,submit_s,size        # job and size optional; submit_time instead of submit_s
+    math-01,t01,0,20
+    code-02,t02,35.5,10
+
+- ``tenant``: the submitting tenant (Philly: virtual cluster / user; Helios: user).
+- ``submit_s``: submission time [s] after the run's start; or ``submit_time``, an ISO 8601
+  timestamp (Philly/Helios style), taken relative to the earliest row.
+- ``size`` (optional): the job's length in training steps (``rl.steps``).
+- ``job`` (optional): the workload job the row belongs to.
+
+A workload takes them with a top-level section (see :class:`marlaas.core.workload.ArrivalsSpec`)::
+
+    arrivals: {path: arrivals.csv, match: tenant, time_scale: 1.0}
+
+``match: job`` gives each row to the job it names; ``match: tenant`` gives the k-th row of a
+tenant (file order) to the k-th job of that tenant (workload order). Jobs without a row keep
+their own ``arrival_s`` and ``rl.steps``. A row naming an unknown job or tenant, a job named
+twice, or more rows for a tenant than it has jobs is an error with the row's line number.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from marlaas.traces.csvrows import count, number, read_rows
+from marlaas.traces.errors import TraceError
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """One row of an arrivals CSV."""
+
+    line: int
+    """Line number in the file (1-based, header included)."""
+    tenant: str
+    submit_s: float
+    """Submission time [s] after the earliest row / the run's start."""
+    job: str | None = None
+    size: int | None = None
+    """Training steps (rl.steps); None keeps the workload's."""
+
+
+def load_arrivals(path: str | Path) -> list[Arrival]:
+    """Read an arrivals CSV into rows, in file order; bad rows raise :class:`TraceError`."""
+    rows = list(read_rows(path, ("tenant",)))
+    stamps: list[float] = []
+    out: list[Arrival] = []
+    for line, row in rows:
+        if "submit_s" in row:
+            submit = number(path, line, "submit_s", row["submit_s"])
+        elif "submit_time" in row:
+            try:
+                submit = datetime.fromisoformat(row["submit_time"]).timestamp()
+            except ValueError:
+                raise TraceError(
+                    path, f"submit_time: {row['submit_time']!r} is not an ISO 8601 time", line
+                ) from None
+        else:
+            raise TraceError(path, "needs a submit_s [s] or a submit_time column", line)
+        if not row["tenant"]:
+            raise TraceError(path, "tenant: must not be empty", line)
+        size = row.get("size", "")
+        steps = count(path, line, "size", size) if size else None
+        if steps == 0:
+            raise TraceError(path, "size: a job needs at least 1 training step", line)
+        stamps.append(submit)
+        out.append(Arrival(line, row["tenant"], submit, row.get("job") or None, steps))
+    if not out:
+        raise TraceError(path, "no rows")
+    if "submit_s" not in rows[0][1]:
+        first = min(stamps)
+        out = [Arrival(a.line, a.tenant, a.submit_s - first, a.job, a.size) for a in out]
+    return out
+
+
+def assign(
+    rows: list[Arrival], jobs: list[dict], match: str, path: str | Path
+) -> dict[int, Arrival]:
+    """Which row each job takes: ``{job index: row}`` (see the module docstring)."""
+    out: dict[int, Arrival] = {}
+    if match == "job":
+        index = {j.get("name"): i for i, j in enumerate(jobs)}
+        for row in rows:
+            if row.job is None:
+                raise TraceError(path, "match: job needs a 'job' column with a value", row.line)
+            if row.job not in index:
+                raise TraceError(path, f"job {row.job!r} is not in the workload", row.line)
+            if index[row.job] in out:
+                raise TraceError(path, f"job {row.job!r} appears twice", row.line)
+            out[index[row.job]] = row
+        return out
+    by_tenant: dict[str, list[int]] = {}
+    for i, job in enumerate(jobs):
+        by_tenant.setdefault(job.get("tenant"), []).append(i)
+    used: dict[str, int] = {}
+    for row in rows:
+        if row.tenant not in by_tenant:
+            raise TraceError(path, f"tenant {row.tenant!r} has no job in the workload", row.line)
+        k = used.get(row.tenant, 0)
+        if k >= len(by_tenant[row.tenant]):
+            raise TraceError(
+                path,
+                f"tenant {row.tenant!r} has {len(by_tenant[row.tenant])} job(s) in the "
+                f"workload but more rows here",
+                row.line,
+            )
+        used[row.tenant] = k + 1
+        out[by_tenant[row.tenant][k]] = row
+    return out
+
+
+def apply_arrivals(data: dict[str, Any], base_dir: str | Path | None) -> dict[str, Any]:
+    """A copy of raw workload data with its ``arrivals`` section applied to its jobs.
+
+    Called by the workload schema before validation. The section's path is resolved against
+    ``base_dir`` (the workload file's folder) and stored absolute, so applying it again (after
+    ``--set`` overrides) gives the same jobs. A section that does not validate is left alone
+    for the schema to report.
+    """
+    from pydantic import BaseModel, ValidationError
+
+    from marlaas.core.workload import ArrivalsSpec
+
+    try:
+        spec = ArrivalsSpec.model_validate(data["arrivals"])
+    except ValidationError:
+        return data
+    jobs = data.get("jobs")
+    if not isinstance(jobs, list):
+        return data
+    path = Path(spec.path)
+    if not path.is_absolute():
+        path = Path(base_dir or Path.cwd()) / path
+    jobs = [j.model_dump() if isinstance(j, BaseModel) else copy.deepcopy(j) for j in jobs]
+    if not all(isinstance(j, dict) for j in jobs):
+        return data
+    for i, row in assign(load_arrivals(path), jobs, spec.match, path).items():
+        jobs[i]["arrival_s"] = row.submit_s * spec.time_scale
+        if row.size is not None:
+            rl = jobs[i].get("rl") or {}
+            rl = rl.model_dump() if isinstance(rl, BaseModel) else dict(rl)
+            jobs[i]["rl"] = {**rl, "steps": row.size}
+    arrivals = {**spec.model_dump(), "path": str(path.resolve())}
+    return {**data, "jobs": jobs, "arrivals": arrivals}

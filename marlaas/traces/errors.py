@@ -1,0 +1,15 @@
+"""The error every trace reader raises: it names the file and, for a bad row, its line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class TraceError(ValueError):
+    """A trace file that is missing, has the wrong columns, or holds a bad row."""
+
+    def __init__(self, path: str | Path, message: str, line: int | None = None) -> None:
+        self.path = str(path)
+        self.line = line
+        where = f"{self.path}: line {line}" if line is not None else self.path
+        super().__init__(f"{where}: {message}")

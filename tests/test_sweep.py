@@ -1,0 +1,139 @@
+"""``marlaas sweep``: the run plan, the comparison table, equality with single runs, CLI errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from marlaas.cli import main
+from marlaas.core.workload import load_workload
+from marlaas.sim.run import simulate_run
+from marlaas.sweep import SweepError, comparison, execute, first_jobs, plan, variants
+
+SMALL = Path(__file__).resolve().parent.parent / "traces" / "small.yaml"
+FAST = ["jobs.*.rl.steps=2", "jobs.*.rl.prompts_per_step=2"]
+"""Overrides that shrink small.yaml to a fraction of a second per run."""
+
+COLUMNS = [
+    "workload", "jobs", "variant", "policy", "seed", "makespan_s", "jct_mean_s", "jct_p90_s",
+    "jct_max_s", "utilization", "idle_rollouts", "idle_trainer", "idle_environment",
+    "idle_weight_sync", "idle_adapter_load", "idle_staleness", "idle_no_work", "jain_slowdown",
+    "jain_tenant_gpu_s", "jain_tenant_gpu_s_per_weight", "staleness_mean", "staleness_max",
+    "adapter_swaps", "wall_s", "util_x", "speedup", "time_reduction",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def small():
+    w = load_workload(SMALL)
+    return w.with_overrides({"jobs.*.rl.steps": 2, "jobs.*.rl.prompts_per_step": 2})
+
+
+def test_plan_is_the_product(small):
+    runs = plan(small, ["fifo", "fair"], ["seed=1", "seed=2"], jobs=[1, 3], seeds=[0, 5])
+    assert len(runs) == 2 * 2 * 2 * 2
+    assert {r.variant for r in runs} == {"seed=1", "seed=2"}
+    assert {len(r.workload.jobs) for r in runs} == {1, 3}
+    assert runs[0].workload.jobs[0].name == small.jobs[0].name
+
+
+def test_variants_grid_only_for_repeated_keys():
+    got = variants(["a=1", "b=x", "a=2", "c=[1, 2]", "b=y"])
+    assert got == [
+        {"a": 1, "b": "x", "c": [1, 2]},
+        {"a": 1, "b": "y", "c": [1, 2]},
+        {"a": 2, "b": "x", "c": [1, 2]},
+        {"a": 2, "b": "y", "c": [1, 2]},
+    ]
+    assert variants(None) == [{}]
+
+
+def test_first_jobs(small):
+    assert [j.name for j in first_jobs(small, 2).jobs] == [j.name for j in small.jobs[:2]]
+    assert first_jobs(small, len(small.jobs)) is small
+    with pytest.raises(SweepError, match="the workload has 4 jobs"):
+        first_jobs(small, 5)
+
+
+def test_rows_equal_single_runs_and_parallel_equals_serial(small):
+    runs = plan(small, ["sequential", "fair"], seeds=[3])
+    rows, summaries = execute(runs, workers=2, progress=False)
+    serial, _ = execute(runs, workers=1, progress=False)
+    for run, row, again, summary in zip(runs, rows, serial, summaries, strict=True):
+        _, single = simulate_run(small, run.policy, 3)
+        m = single["metrics"]
+        assert summary["metrics"] == m
+        assert row["makespan_s"] == m["makespan_s"] == again["makespan_s"]
+        assert row["jct_mean_s"] == m["jct_mean_s"] and row["jct_p90_s"] == m["jct_p90_s"]
+        assert row["utilization"] == m["utilization"]
+        assert row["jain_slowdown"] == m["fairness"]["jain_slowdown"]
+
+
+def test_table_columns_and_ratios(small):
+    rows, _ = execute(plan(small, ["sequential", "fifo"], jobs=[1, 2]), 1, progress=False)
+    table = comparison(rows, "sequential")
+    assert all(c in table.columns for c in COLUMNS)
+    assert {"util_colocated", "util_rollout", "util_train"} <= set(table.columns)
+    base = table[table["policy"] == "sequential"]
+    assert (base["util_x"] == 1).all() and (base["time_reduction"] == 0).all()
+    fifo = table[(table["policy"] == "fifo") & (table["jobs"] == 2)].iloc[0]
+    seq = table[(table["policy"] == "sequential") & (table["jobs"] == 2)].iloc[0]
+    assert fifo["speedup"] == pytest.approx(seq["makespan_s"] / fifo["makespan_s"])
+    busy_plus_idle = table["utilization"] + table.filter(like="idle_").sum(axis=1)
+    assert busy_plus_idle.to_numpy() == pytest.approx(1.0, abs=1e-6)
+
+
+def sweep(*args: str) -> int:
+    return main(["sweep", str(SMALL), *args, *[f"--set={s}" for s in FAST], "--quiet"])
+
+
+def test_cli_writes_csv_summaries_and_table(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    code = sweep(
+        "--policies", "sequential,fair", "--jobs", "1,2", "--workers", "1", "--out", str(out)
+    )
+    assert code == 0
+    table = pd.read_csv(out / "sweep.csv")
+    assert list(table["policy"]) == ["sequential", "fair"] * 2
+    assert list(table["jobs"]) == [1, 1, 2, 2]
+    assert len(json.loads((out / "summaries.json").read_text())) == 4
+    printed = capsys.readouterr().out
+    assert "ratios vs sequential" in printed and "makespan s" in printed
+    assert (out / "table.txt").read_text().splitlines()[0] in printed
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
+
+
+def test_cli_variants_from_repeated_set(tmp_path):
+    out = tmp_path / "v"
+    args = ["--policies", "fifo", "--set", "seed=1", "--set", "seed=2", "--out", str(out)]
+    assert sweep(*args) == 0
+    assert list(pd.read_csv(out / "sweep.csv")["variant"]) == ["seed=1", "seed=2"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--policies", "fifo,nope"], "unknown policy 'nope'"),
+        (["--policies", "fifo,,fair"], "--policies 'fifo,,fair': empty item"),
+        (["--policies", "fifo,fifo"], "repeated fifo"),
+        (["--policies", "fifo", "--jobs", "1,x"], "--jobs '1,x': expected integers"),
+        (["--policies", "fifo", "--jobs", "0"], "--jobs 0: the workload has 4 jobs"),
+        (["--policies", "fifo", "--jobs", "9"], "--jobs 9: the workload has 4 jobs"),
+        (["--policies", "fifo", "--set", "nope=1"], "nope: unknown field 'nope'"),
+        (["--policies", "fifo", "--set", "rl"], "--set 'rl': expected key=value"),
+        (["--policies", "fifo", "--set", "jobs.*.rl.steps=-1"], "rl.steps: Input should be"),
+        (["--policies", "fifo", "--baseline", "sync"], "--baseline 'sync' is not one of"),
+        (["--policies", "fifo", "--workers", "0"], "--workers 0: must be >= 1"),
+    ],
+)
+def test_cli_errors_are_one_line(tmp_path, capsys, args, message):
+    out = tmp_path / "x"
+    assert sweep(*args, "--out", str(out)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("marlaas: error: ") and message in err
+    if "rl.steps" not in message:  # a bad workload gets one line per bad field
+        assert len(err.splitlines()) == 1
+    assert not out.exists()

@@ -1,0 +1,223 @@
+"""Trace import: request traces (azure, burstgpt, csv), arrivals CSVs, the workload hooks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from marlaas.core.workload import WorkloadError, load_workload
+from marlaas.traces import TraceError, load_arrivals, load_length_trace
+
+TRACES = Path(__file__).resolve().parent.parent / "traces"
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_azure_columns(tmp_path):
+    path = write(
+        tmp_path,
+        "az.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.6805900,374,44\n"
+        "2023-11-16 18:15:50.9951690,396,109\n",
+    )
+    got = load_length_trace(path, "azure")
+    assert got["prompt"].tolist() == [374, 396]
+    assert got["response"].tolist() == [44, 109]
+    assert got["prompt"].dtype == np.int64
+
+
+def test_burstgpt_drops_failed_requests(tmp_path):
+    path = write(
+        tmp_path,
+        "b.csv",
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+        "5,ChatGPT,472,18,490,Conversation log\n"
+        "45,ChatGPT,1087,0,1087,Conversation log\n"
+        "118,GPT-4,417,276,693,API log\n",
+    )
+    got = load_length_trace(path, "burstgpt")
+    assert got["prompt"].tolist() == [472, 417]
+    assert got["response"].tolist() == [18, 276]
+
+
+def test_plain_csv_with_comments_and_extra_columns(tmp_path):
+    path = write(
+        tmp_path,
+        "p.csv",
+        "# recorded by hand\n\nid,prompt_tokens,response_tokens\na,10,20\nb,30,40\n",
+    )
+    got = load_length_trace(path, "csv")
+    assert got["prompt"].tolist() == [10, 30] and got["response"].tolist() == [20, 40]
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ("x,12", "prompt_tokens: 'x' is not a non-negative integer"),
+        ("-3,12", "prompt_tokens: '-3' is not a non-negative integer"),
+        ("10,2.5", "response_tokens: '2.5' is not a non-negative integer"),
+        ("10,12,7", "expected 2 fields"),
+    ],
+)
+def test_bad_row_names_file_and_line(tmp_path, row, message):
+    path = write(tmp_path, "bad.csv", f"# note\nprompt_tokens,response_tokens\n1,2\n{row}\n")
+    with pytest.raises(TraceError) as err:
+        load_length_trace(path, "csv")
+    assert str(err.value).startswith(f"{path}: line 4: ")
+    assert message in str(err.value)
+    assert err.value.line == 4
+
+
+def test_missing_column_and_file_and_format(tmp_path):
+    path = write(tmp_path, "az.csv", "TIMESTAMP,ContextTokens\n1,2\n")
+    with pytest.raises(TraceError, match=r"line 1: missing column\(s\) \['GeneratedTokens'\]"):
+        load_length_trace(path, "azure")
+    with pytest.raises(TraceError, match="no such trace file"):
+        load_length_trace(tmp_path / "nope.csv", "csv")
+    with pytest.raises(TraceError, match="unknown trace format 'parquet'"):
+        load_length_trace(path, "parquet")
+    empty = write(tmp_path, "e.csv", "prompt_tokens,response_tokens\n")
+    with pytest.raises(TraceError, match="no requests"):
+        load_length_trace(empty, "csv")
+
+
+@pytest.mark.parametrize(
+    ("name", "fmt"),
+    [
+        ("azure_code_sample.csv", "azure"),
+        ("azure_conv_sample.csv", "azure"),
+        ("burstgpt_sample.csv", "burstgpt"),
+        ("lengths_sample.csv", "csv"),
+    ],
+)
+def test_bundled_samples_load(name, fmt):
+    got = load_length_trace(TRACES / name, fmt)
+    assert 100 <= len(got["response"]) <= 1000
+    assert (got["response"] > 0).all()
+
+
+def test_trace_distribution_in_a_workload(tmp_path):
+    (tmp_path / "l.csv").write_text("prompt_tokens,response_tokens\n5,100\n6,300\n")
+    spec = {
+        "jobs": [
+            {
+                "name": "a",
+                "tenant": "t",
+                "response_tokens": {"dist": "trace", "path": "l.csv", "format": "csv"},
+                "prompt_tokens": {"dist": "trace", "path": "l.csv", "column": "prompt"},
+            }
+        ]
+    }
+    path = write(tmp_path, "w.yaml", yaml.safe_dump(spec))
+    job = load_workload(path).jobs[0]
+    assert job.response_tokens.mean() == 200 and job.prompt_tokens.mean() == 5.5
+    (tmp_path / "l.csv").write_text("prompt_tokens,response_tokens\n5,100\n6,oops\n")
+    with pytest.raises(WorkloadError, match=r"l\.csv: line 3: response_tokens: 'oops'"):
+        load_workload(path)
+
+
+# ----------------------------------------------------------------------------- arrivals
+
+
+def test_load_arrivals_seconds_and_timestamps(tmp_path):
+    path = write(tmp_path, "a.csv", "tenant,submit_s,size\nx,0,5\ny,12.5,\n")
+    rows = load_arrivals(path)
+    assert [(r.tenant, r.submit_s, r.size, r.line) for r in rows] == [
+        ("x", 0.0, 5, 2),
+        ("y", 12.5, None, 3),
+    ]
+    stamped = write(
+        tmp_path,
+        "b.csv",
+        "job,tenant,submit_time\nj1,x,2017-10-03 10:00:30\nj2,y,2017-10-03 10:00:00\n",
+    )
+    assert [r.submit_s for r in load_arrivals(stamped)] == [30.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("tenant,submit_s\nx,-1\n", "line 2: submit_s: '-1' is not a non-negative number"),
+        ("tenant,submit_s,size\nx,1,0\n", "line 2: size: a job needs at least 1"),
+        ("tenant,submit_s,size\nx,1,big\n", "line 2: size: 'big' is not"),
+        ("tenant,when\nx,1\n", "line 2: needs a submit_s [s] or a submit_time column"),
+        ("tenant,submit_time\nx,yesterday\n", "line 2: submit_time: 'yesterday' is not"),
+        ("submit_s\n1\n", "line 1: missing column(s) ['tenant']"),
+    ],
+)
+def test_bad_arrivals(tmp_path, text, message):
+    path = write(tmp_path, "a.csv", text)
+    with pytest.raises(TraceError) as err:
+        load_arrivals(path)
+    assert message in str(err.value)
+
+
+def _workload(tmp_path: Path, arrivals: dict, csv: str) -> Path:
+    (tmp_path / "arr.csv").write_text(csv)
+    jobs = [
+        {"name": "a1", "tenant": "alice"},
+        {"name": "b1", "tenant": "bob", "arrival_s": 7},
+        {"name": "a2", "tenant": "alice", "rl": {"steps": 3}},
+    ]
+    spec = {"jobs": jobs, "arrivals": {"path": "arr.csv", **arrivals}}
+    return write(tmp_path, "w.yaml", yaml.safe_dump(spec))
+
+
+def test_arrivals_by_tenant(tmp_path):
+    path = _workload(tmp_path, {"match": "tenant"}, "tenant,submit_s,size\nalice,5,2\nalice,9,\n")
+    w = load_workload(path)
+    assert [j.arrival_s for j in w.jobs] == [5.0, 7.0, 9.0]  # bob has no row: keeps his
+    assert [j.rl.steps for j in w.jobs] == [2, 20, 3]
+    assert w.arrivals.path == str((tmp_path / "arr.csv").resolve())
+    # survives overrides, and time_scale rescales (0 = all at once)
+    assert [j.arrival_s for j in w.with_overrides({"arrivals.time_scale": 0.5}).jobs] == [
+        2.5,
+        7.0,
+        4.5,
+    ]
+
+
+def test_arrivals_by_job(tmp_path):
+    path = _workload(tmp_path, {"match": "job"}, "job,tenant,submit_s\nb1,bob,30\n")
+    assert [j.arrival_s for j in load_workload(path).jobs] == [0.0, 30.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("match", "csv", "message"),
+    [
+        ("job", "job,tenant,submit_s\nzz,bob,1\n", "line 2: job 'zz' is not in the workload"),
+        ("job", "job,tenant,submit_s\nb1,bob,1\nb1,bob,2\n", "line 3: job 'b1' appears twice"),
+        ("job", "tenant,submit_s\nbob,1\n", "line 2: match: job needs a 'job' column"),
+        ("tenant", "tenant,submit_s\ncarol,1\n", "line 2: tenant 'carol' has no job"),
+        ("tenant", "tenant,submit_s\nbob,1\nbob,2\n", "line 3: tenant 'bob' has 1 job(s)"),
+    ],
+)
+def test_bad_arrivals_in_workload(tmp_path, match, csv, message):
+    path = _workload(tmp_path, {"match": match}, csv)
+    with pytest.raises(WorkloadError) as err:
+        load_workload(path)
+    assert message in str(err.value) and "arr.csv" in str(err.value)
+
+
+def test_bad_arrivals_section(tmp_path):
+    path = _workload(tmp_path, {"match": "nearest"}, "tenant,submit_s\nbob,1\n")
+    with pytest.raises(WorkloadError, match=r"arrivals\.match: Input should be 'job' or 'tenant'"):
+        load_workload(path)
+
+
+def test_bundled_staggered_workload():
+    staggered = load_workload(TRACES / "paper-32-staggered.yaml")
+    at_once = load_workload(TRACES / "paper-32.yaml")
+    arrivals = [j.arrival_s for j in staggered.jobs]
+    assert arrivals[0] == 0 and arrivals == sorted(arrivals) and arrivals[-1] > 1000
+    assert [j.rl.steps for j in staggered.jobs] == [j.rl.steps for j in at_once.jobs]
+    same = staggered.with_overrides({"arrivals.time_scale": 0})
+    assert [j.model_dump() for j in same.jobs] == [j.model_dump() for j in at_once.jobs]
