@@ -32,12 +32,32 @@ class Device:
 
 
 @dataclass
+class AdapterDirectory:
+    """Which engines hold which adapter versions, and which can take one more.
+
+    Kept up to date by the engines, so placing a group looks only at the engines that could
+    host its adapter instead of scanning every engine.
+    """
+
+    hosts: dict[AdapterKey, set[int]] = field(default_factory=dict)
+    """Adapter -> indices of the engines where it is resident (or loading)."""
+    open: set[int] = field(default_factory=set)
+    """Indices of the engines with a free or evictable adapter slot."""
+
+    def candidates(self, adapter: AdapterKey) -> set[int]:
+        """Engines that hold ``adapter`` or could load it."""
+        return self.hosts.get(adapter, set()) | self.open
+
+
+@dataclass
 class Engine:
     """An inference engine on one device (continuous batching, multi-LoRA)."""
 
     name: str
     device: Device
     spec: EngineSpec
+    index: int = 0
+    directory: AdapterDirectory = field(default_factory=AdapterDirectory)
     seqs: int = 0
     tokens: int = 0
     """KV tokens reserved by running groups."""
@@ -69,14 +89,15 @@ class Engine:
         if must_load:
             if len(self.resident) >= self.spec.adapter_slots:
                 victim = next(k for k, users in self.resident.items() if users == 0)
-                del self.resident[victim]
-                self.unused -= 1
+                self.evict(victim)
             self.resident[adapter] = 0
+            self.directory.hosts.setdefault(adapter, set()).add(self.index)
             self.loading.add(adapter)
         elif self.resident[adapter] == 0:
             self.unused -= 1
         self.resident[adapter] += 1
         self.resident.move_to_end(adapter)
+        self._update_open()
         return must_load
 
     def release(self, seqs: int, tokens: int, adapter: AdapterKey) -> None:
@@ -86,6 +107,7 @@ class Engine:
         self.resident[adapter] -= 1
         if self.resident[adapter] == 0:
             self.unused += 1
+            self._update_open()
         if self.seqs < 0 or self.tokens < 0 or self.resident[adapter] < 0:
             raise CapacityError(f"{self.name}: released more than reserved")
 
@@ -93,6 +115,17 @@ class Engine:
         """Drop an unused adapter (e.g. after its load failed)."""
         if self.resident.pop(adapter) == 0:
             self.unused -= 1
+        hosts = self.directory.hosts[adapter]
+        hosts.discard(self.index)
+        if not hosts:
+            del self.directory.hosts[adapter]
+        self._update_open()
+
+    def _update_open(self) -> None:
+        if len(self.resident) < self.spec.adapter_slots or self.unused > 0:
+            self.directory.open.add(self.index)
+        else:
+            self.directory.open.discard(self.index)
 
     def check(self) -> None:
         """Raise CapacityError if any limit is exceeded."""
@@ -137,21 +170,20 @@ class Cluster:
         engine_spec, slots = spec.engine, spec.trainer.adapter_slots
         if scheduling.placement == "colocated":
             devices = [Device(f"colocated/{i}", "colocated") for i in range(spec.total_devices)]
-            engines = [Engine(d.name, d, engine_spec) for d in devices]
             trainers = [Trainer("colocated/trainer", tuple(devices), slots)]
-            return cls(devices, engines, trainers, colocated=True)
-        devices, engines, trainers = [], [], []
+            return cls(devices, _engines(devices, engine_spec), trainers, colocated=True)
+        devices, engine_devices, trainers = [], [], []
         for pool in spec.pools:
             pool_devices = [Device(f"{pool.name}/{i}", pool.name) for i in range(pool.devices)]
             devices += pool_devices
             if pool.role == "inference":
-                engines += [Engine(d.name, d, engine_spec) for d in pool_devices]
+                engine_devices += pool_devices
                 continue
             per = pool.devices_per_trainer
             for t in range(0, pool.devices, per):
                 group = tuple(pool_devices[t : t + per])
                 trainers.append(Trainer(f"{pool.name}/trainer{t // per}", group, slots))
-        return cls(devices, engines, trainers, colocated=False)
+        return cls(devices, _engines(engine_devices, engine_spec), trainers, colocated=False)
 
     def engine_of(self, device: Device) -> Engine | None:
         """The engine on a device, if any."""
@@ -159,3 +191,8 @@ class Cluster:
             if engine.device is device:
                 return engine
         return None
+
+
+def _engines(devices: list[Device], spec: EngineSpec) -> list[Engine]:
+    directory = AdapterDirectory(open=set(range(len(devices))))
+    return [Engine(d.name, d, spec, i, directory) for i, d in enumerate(devices)]

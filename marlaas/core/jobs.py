@@ -65,8 +65,6 @@ class JobState:
         self.remaining_tokens = self.total_groups * rl.turns * self.turn_tokens
         self.prompt_reserve = round(self.spec.prompt_tokens.mean()) * rl.group_size
         """KV tokens a new group reserves for its prompts."""
-        self.min_reserve = self.prompt_reserve + rl.group_size * rl.max_new_tokens
-        """The fewest KV tokens any turn of a group reserves."""
 
     # JobView -----------------------------------------------------------------------------
     @property

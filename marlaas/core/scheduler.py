@@ -253,43 +253,48 @@ class Scheduler:
         engines = self._engines_open()
         if not engines:
             return
-        most_seqs = most_tokens = 0
-        for engine in engines:
-            most_seqs = max(most_seqs, engine.spec.max_seqs - engine.seqs)
-            most_tokens = max(most_tokens, engine.spec.kv_tokens - engine.tokens)
-        heap = []
-        for index in self._gen_ready:
-            job = self.jobs[index]
-            if job.spec.rl.group_size <= most_seqs and job.min_reserve <= most_tokens:
-                heap.append((self.policy.key(job), index))
+        heap = [(self.policy.key(self.jobs[i]), i) for i in self._gen_ready]
         heapq.heapify(heap)
+        no_room: tuple[int, int] | None = None
+        """The smallest (seqs, KV tokens) that found no engine with room this round: capacity
+        only shrinks within a round, so anything as large is skipped without a scan."""
         while heap:
             _, index = heapq.heappop(heap)
             job = self.jobs[index]
-            if self._place_group(job, engines, now, out) and self._has_gen_work(job):
-                heapq.heappush(heap, (self.policy.key(job), index))
+            group, reserve = self._next_group(job)
+            need = (job.spec.rl.group_size, reserve)
+            if no_room is not None and need[0] >= no_room[0] and need[1] >= no_room[1]:
+                continue
+            engine, room = self._choose_engine(engines, *need, (job.name, group.version))
+            if engine is not None:
+                self._place_group(job, group, engine, reserve, now, out)
+                if self._has_gen_work(job):
+                    heapq.heappush(heap, (self.policy.key(job), index))
+            elif not room and (
+                no_room is None or (need[0] <= no_room[0] and need[1] <= no_room[1])
+            ):
+                no_room = need
 
-    def _place_group(self, job: JobState, engines: list[Engine], now: float, out: list) -> bool:
+    @staticmethod
+    def _next_group(job: JobState) -> tuple[Group, int]:
+        """The job's next group to generate (a continuing episode first) and its KV reserve."""
         rl = job.spec.rl
-        continuing = bool(job.ready_gen)
-        if continuing:
+        if job.ready_gen:
             group = job.groups[job.ready_gen[0]]
-            context = group.context_tokens
         else:
-            group = Group(job.next_group, job.published)
-            context = job.prompt_reserve
-        reserve = context + rl.group_size * rl.max_new_tokens
-        adapter = (job.name, group.version)
-        engine = self._choose_engine(engines, rl.group_size, reserve, adapter)
-        if engine is None:
-            return False
-        if continuing:
+            group = Group(job.next_group, job.published, context_tokens=job.prompt_reserve)
+        return group, group.context_tokens + rl.group_size * rl.max_new_tokens
+
+    def _place_group(
+        self, job: JobState, group: Group, engine: Engine, reserve: int, now: float, out: list
+    ) -> None:
+        rl = job.spec.rl
+        if job.ready_gen:
             job.ready_gen.popleft()
         else:
-            group.context_tokens = context
             job.groups[group.index] = group
             job.next_group += 1
-        must_load = engine.reserve(rl.group_size, reserve, adapter)
+        must_load = engine.reserve(rl.group_size, reserve, (job.name, group.version))
         engine.check()
         job.in_gen += 1
         self._served += 1
@@ -310,20 +315,24 @@ class Scheduler:
             self._add_compute(engine.device, 1)
             self._begin(generate, now, engine=engine, reserved=reserve)
             out.append(generate)
-        return True
 
     @staticmethod
     def _choose_engine(
         engines: list[Engine], seqs: int, tokens: int, adapter: AdapterKey
-    ) -> Engine | None:
+    ) -> tuple[Engine | None, bool]:
+        """The engine to place a group on (its adapter resident first, then the most free
+        sequences, then the lowest index), and whether any engine had room for it at all."""
         best, best_score = None, None
-        for engine in engines:
+        for index in engines[0].directory.candidates(adapter):
+            engine = engines[index]
             if not engine.fits(seqs, tokens) or not engine.can_host(adapter):
                 continue
-            score = (adapter in engine.resident, engine.spec.max_seqs - engine.seqs)
+            score = (adapter in engine.resident, engine.spec.max_seqs - engine.seqs, -index)
             if best_score is None or score > best_score:
                 best, best_score = engine, score
-        return best
+        if best is not None:
+            return best, True
+        return None, any(engine.fits(seqs, tokens) for engine in engines)
 
     # ----------------------------------------------------------------------------- state changes
     def _add_compute(self, device: Device, delta: int) -> None:
