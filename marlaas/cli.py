@@ -16,6 +16,7 @@ from marlaas.core.policies import UnknownPolicyError, get_policy, policy_names
 from marlaas.core.scheduler import InfeasibleWorkloadError
 from marlaas.core.workload import WorkloadError, load_workload
 from marlaas.eventlog import EventLogError
+from marlaas.executors.cli import add_train_parsers, user_errors
 from marlaas.report.cli import add_report_parser
 from marlaas.runs import write_run
 from marlaas.table import print_summary
@@ -26,6 +27,7 @@ USER_ERRORS = (
     InfeasibleWorkloadError,
     EventLogError,
     FileExistsError,
+    *user_errors(),
 )
 
 
@@ -87,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     pol.set_defaults(func=_policies)
 
     add_report_parser(sub)
+    add_train_parsers(sub)
     return parser
 
 

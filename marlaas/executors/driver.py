@@ -219,10 +219,9 @@ class RealRun:
         bar = tqdm(total=total, unit="step", desc="training", disable=not self.progress)
         self._bar, self._t0 = bar, time.monotonic()
         pending: dict[asyncio.Task, Decision] = {}
-        last = 0.0
+        last = now = 0.0
         try:
             while not sched.done:
-                now = max(self._now(), last)
                 for decision in sched.decide(now):
                     pending[self._dispatch(decision)] = decision
                 if sched.done:
@@ -242,6 +241,9 @@ class RealRun:
                     last = max(last, end)
                     sched.on_event(event, last)
                     self._after(decision, event)
+                # Decide at the last event's time, as the simulator does, so that a device
+                # freed by an event is busy or idle from that instant on (the log partitions).
+                now = last if finished else max(self._now(), last)
         except BaseException:
             for task in pending:
                 task.cancel()
