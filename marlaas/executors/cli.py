@@ -36,8 +36,10 @@ def _train(args: argparse.Namespace) -> int:
     for job, group in rewards.groupby("job", sort=True):
         first, last = group["mean_reward"].iloc[0], group["mean_reward"].tail(3).mean()
         print(f"reward {job:<16s} {first:.3f} -> {last:.3f} (first step -> mean of last 3)")
-    print(f"wrote {args.out}/ ({len(events)} events, makespan {result.makespan_s:.1f} s, "
-          f"wall {result.wall_s:.1f} s)")
+    print(
+        f"wrote {args.out}/ ({len(events)} events, makespan {result.makespan_s:.1f} s, "
+        f"wall {result.wall_s:.1f} s)"
+    )
     return 0
 
 
@@ -109,10 +111,17 @@ def add_train_parsers(subparsers) -> None:
                        "imports)")  # fmt: skip
     train.add_argument("--seed", type=int, help="random seed (default: the file's)")
     train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field")
-    train.add_argument("--resume", action="store_true",
-                       help="continue each job from its newest adapter in OUT/adapters")
-    train.add_argument("--micro-batch-size", type=int, default=16,
-                       help="sequences per forward/backward pass (bounds memory)")
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue each job from its newest adapter in OUT/adapters",
+    )
+    train.add_argument(
+        "--micro-batch-size",
+        type=int,
+        default=16,
+        help="sequences per forward/backward pass (bounds memory)",
+    )
     train.add_argument("--max-model-len", type=int, help="context cap [tokens]")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_train)

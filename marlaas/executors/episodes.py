@@ -157,9 +157,7 @@ async def step_envs(episode: GroupEpisode, last_turn: bool, fmt: ChatFormat) -> 
     All steps run concurrently; the group's state changes only when all of them succeeded.
     """
     acting = [s for s in episode.samples if not s.done and s.action is not None]
-    results: list[StepResult] = await asyncio.gather(
-        *(s.env.step(s.action.text) for s in acting)
-    )
+    results: list[StepResult] = await asyncio.gather(*(s.env.step(s.action.text) for s in acting))
     added = 0
     for sample, result in zip(acting, results, strict=True):
         sample.reward += float(result.reward)

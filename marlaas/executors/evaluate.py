@@ -21,7 +21,10 @@ HELD_OUT_SEED = 2**32
 
 
 async def evaluate(
-    workload: Workload, store: AdapterStore, generator, prompts: int = 50,
+    workload: Workload,
+    store: AdapterStore,
+    generator,
+    prompts: int = 50,
     chat_template: bool | None = None,
 ) -> pd.DataFrame:
     """One row per job and model (``base``, ``trained``): accuracy and mean reward on

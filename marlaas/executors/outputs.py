@@ -95,8 +95,13 @@ def plot_rewards(rewards: pd.DataFrame, path: Path, title: str = "") -> Path:
 
     fig, ax = plt.subplots(figsize=(6.4, 3.6), layout="constrained")
     for job, group in rewards.groupby("job", sort=True):
-        ax.plot(group["step"], group["mean_reward"], marker="o", ms=3,
-                label=f"{job} ({group['tenant'].iloc[0]})")
+        ax.plot(
+            group["step"],
+            group["mean_reward"],
+            marker="o",
+            ms=3,
+            label=f"{job} ({group['tenant'].iloc[0]})",
+        )
     ax.set_xlabel("training step")
     ax.set_ylabel("mean reward")
     ax.set_title(title or "reward per tenant")

@@ -63,7 +63,7 @@ def hf_run(tiny_model_dir, tmp_path_factory):
 
 @pytest.mark.slow
 def test_hf_run_each_tenant_learns_its_target(hf_run):
-    out, events, summary, rewards, result = hf_run
+    out, events, summary, _rewards, _result = hf_run
     assert summary["kind"] == "real" and summary["backend"] == "hf"
     assert_learned(pd.read_csv(out / "rewards.csv"))
     assert (out / "rewards.png").stat().st_size > 0
@@ -89,7 +89,7 @@ def test_resume_continues_from_saved_adapters(hf_run, tiny_model_dir, tmp_path):
     out = tmp_path / "resumed"
     shutil.copytree(hf_run[0], out)
     workload = tiny_workload(tiny_model_dir, **{"jobs.*.rl.steps": STEPS + 2})
-    events, summary, rewards, result = train_run(
+    events, _summary, rewards, result = train_run(
         workload, out, backend="hf", resume=True, progress=False
     )
     assert result.offsets == dict.fromkeys(("emit-a", "emit-z", "emit-e-slow"), STEPS)
@@ -182,7 +182,7 @@ def test_multi_turn_tool_episodes(tiny_model_dir, tmp_path):
     data["jobs"][1]["env"] = {"name": "calculator", "args": {"max_turns": 2, "latency_s": 0.05}}
     from marlaas.core.workload import parse_workload
 
-    events, summary, rewards, _ = train_run(
+    events, _summary, rewards, _ = train_run(
         parse_workload(data), tmp_path / "multi", backend="hf", progress=False
     )
     env = events[(events["kind"] == "env") & (events["job"] == "emit-z")]
@@ -194,7 +194,7 @@ def test_multi_turn_tool_episodes(tiny_model_dir, tmp_path):
 
 @pytest.mark.slow
 def test_vllm_run_each_tenant_learns_its_target(tiny_model_dir, vllm_generator, tmp_path):
-    events, summary, rewards, result = train_run(
+    events, _summary, rewards, _result = train_run(
         tiny_workload(tiny_model_dir), tmp_path / "vllm", generator=vllm_generator,
         progress=False,
     )  # fmt: skip
@@ -220,7 +220,7 @@ def test_vllm_gpu_run(tiny_model_dir, tmp_path):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     pytest.importorskip("vllm")
-    _, _, rewards, result = train_run(
+    _, _, rewards, _result = train_run(
         tiny_workload(tiny_model_dir), tmp_path / "gpu", backend="vllm", progress=False
     )
     assert_learned(rewards)
