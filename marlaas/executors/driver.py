@@ -18,6 +18,7 @@ resume offset; vLLM's integer LoRA ids stay inside the generator.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -42,6 +43,7 @@ from marlaas.executors.backends import (
 )
 from marlaas.executors.episodes import ChatFormat, GroupEpisode, add_completions, start_group
 from marlaas.executors.episodes import step_envs as run_env_steps
+from marlaas.executors.gate import ComputeGate
 from marlaas.executors.resume import remaining_workload, resume_offsets
 
 log = logging.getLogger("marlaas.real")
@@ -102,7 +104,8 @@ class RealRun:
     ``model_dir`` (``backend``: auto = vLLM when it imports, else HF). With ``resume`` each job
     continues from its newest saved adapter version and runs only its remaining steps.
     ``chat_template``: wrap prompts and observations in the tokenizer's chat template
-    (None: when it has one).
+    (None: when it has one). ``exclusive_compute``: never generate while a training step
+    computes (one shared CPU; see marlaas.executors.gate).
     """
 
     def __init__(
@@ -121,6 +124,7 @@ class RealRun:
         max_model_len: int | None = None,
         max_failures: int = 3,
         chat_template: bool | None = None,
+        exclusive_compute: bool = True,
         progress: bool = True,
     ) -> None:
         self.workload = workload
@@ -136,6 +140,7 @@ class RealRun:
         self._trainer, self.micro_batch_size = trainer, micro_batch_size
         self.max_failures, self.progress = max_failures, progress
         self.chat_template = chat_template
+        self.exclusive_compute = exclusive_compute
         self._specs = {j.name: j for j in workload.jobs}
         self._index = {j.name: i for i, j in enumerate(workload.jobs)}
         self._episodes: dict[tuple[str, int], GroupEpisode] = {}
@@ -182,6 +187,7 @@ class RealRun:
             self._gen = make_generator(
                 self.backend, self.model_dir, self.workload, self.max_model_len, self.seed
             )
+        self._gate = ComputeGate() if self.exclusive_compute else None
         self.fmt = ChatFormat(self._gen.tokenizer, self.chat_template)
         for job in self.scheduler.jobs:
             spec, offset = job.spec, self.offsets.get(job.name, 0)
@@ -334,9 +340,10 @@ class RealRun:
         room = self.max_model_len - max(len(s.context) for s in live)
         if room <= 0:
             raise RealRunError(f"{d.job}: the prompt does not fit max_model_len")
-        groups = await self._gen.generate(
-            d.job, version, prompts, n, min(d.max_new_tokens, room), rl.temperature, seed
-        )
+        async with self._compute("generation"):
+            groups = await self._gen.generate(
+                d.job, version, prompts, n, min(d.max_new_tokens, room), rl.temperature, seed
+            )
         completions = [c for group in groups for c in group]
         return add_completions(live, completions), math.nan
 
@@ -353,7 +360,8 @@ class RealRun:
     async def _train(self, d: Train) -> tuple[int, float]:
         episodes = [self._episodes[(d.job, g)] for g in d.groups]
         samples = [s for e in episodes for s in e.train_samples()]
-        stats = await asyncio.to_thread(self._trainer.train_step, d.job, samples)
+        async with self._compute("training"):
+            stats = await asyncio.to_thread(self._trainer.train_step, d.job, samples)
         expected = self._version(d.job, d.version_out)
         if stats.version != expected:
             raise RealRunError(f"{d.job}: trainer at version {stats.version}, expected {expected}")
@@ -377,6 +385,12 @@ class RealRun:
         await asyncio.to_thread(self.store.save_from, self._trainer, d.job, overwrite=True)
         await self._publish(d.job, version)
         return 0, math.nan
+
+    def _compute(self, kind: str):
+        """The compute gate's entry for ``kind`` (a no-op context without a gate)."""
+        if self._gate is None:
+            return contextlib.nullcontext()
+        return getattr(self._gate, kind)()
 
     # ----------------------------------------------------------------------------- adapters
     async def _publish(self, job: str, version: int) -> None:
