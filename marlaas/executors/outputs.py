@@ -1,0 +1,113 @@
+"""A real run's folder: the event log and summary (as for a simulation), reward curves, adapters.
+
+``out/events.parquet`` and ``out/summary.json`` are written by :func:`marlaas.runs.write_run`
+(summary kind ``real``, the simulator's keys plus ``reward_curves``); ``out/rewards.csv`` and
+``out/rewards.png`` hold the mean reward per job and training step; ``out/adapters/`` is the
+adapter store (every version of every job), kept across the atomic replacement of the folder.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+
+import pandas as pd
+
+from marlaas import metrics
+from marlaas.core.workload import Workload
+from marlaas.eventlog import records_to_frame
+from marlaas.executors.resume import shift_versions
+from marlaas.runs import write_run
+
+REWARDS_CSV = "rewards.csv"
+REWARDS_PNG = "rewards.png"
+ADAPTERS_DIR = "adapters"
+
+
+def rewards_frame(result) -> pd.DataFrame:
+    """One row per job and training step: job, tenant, step, mean_reward, time_s, and the
+    trainer's statistics (staleness, importance ratio, clip fraction, loss)."""
+    columns = ["job", "tenant", "step", "mean_reward", "time_s"]
+    rows = [asdict(p) for p in result.rewards]
+    frame = pd.DataFrame(rows) if rows else pd.DataFrame(columns=columns)
+    return frame.sort_values(["job", "step"], kind="stable").reset_index(drop=True)
+
+
+def real_events(result) -> pd.DataFrame:
+    """The run's event log (steps and versions of resumed jobs counted from their start)."""
+    return shift_versions(records_to_frame(result.records), result.offsets)
+
+
+def real_summary(workload: Workload, result, events: pd.DataFrame, rewards: pd.DataFrame) -> dict:
+    """The summary.json content of a real run."""
+    arrivals = {j.name: j.arrival_s for j in workload.jobs}
+    weights = {j.name: j.weight for j in workload.jobs}
+    curves = {
+        job: [round(float(r), 4) for r in group["mean_reward"]]
+        for job, group in rewards.groupby("job", sort=True)
+    }
+    return {
+        "kind": "real",
+        "workload": workload.name,
+        "policy": result.policy,
+        "seed": result.seed,
+        "settings": result.settings,
+        "arrivals": arrivals,
+        "weights": weights,
+        "tenants": {j.name: j.tenant for j in workload.jobs},
+        "job_finish_s": result.job_finish_s,
+        "wall_s": result.wall_s,
+        "sim_events": 0,
+        "backend": result.backend,
+        "resumed_from": result.offsets,
+        "failures": result.failures,
+        "reward_curves": curves,
+        "metrics": metrics.summarize(events, arrivals, weights),
+    }
+
+
+def write_real_run(out: str | Path, events: pd.DataFrame, summary: dict, rewards: pd.DataFrame):
+    """Write the run folder (atomically, as write_run does) and keep ``out/adapters``."""
+    out = Path(out)
+    adapters = out / ADAPTERS_DIR
+    aside = out.parent / f".{out.name}.{ADAPTERS_DIR}"
+    if adapters.is_dir():
+        shutil.rmtree(aside, ignore_errors=True)
+        adapters.rename(aside)
+    try:
+        write_run(out, events, summary)
+    finally:
+        if aside.is_dir():
+            out.mkdir(parents=True, exist_ok=True)
+            aside.rename(adapters)
+    rewards.to_csv(out / REWARDS_CSV, index=False)
+    plot_rewards(rewards, out / REWARDS_PNG, title=f"{summary['workload']} · {summary['policy']}")
+    return out
+
+
+def plot_rewards(rewards: pd.DataFrame, path: Path, title: str = "") -> Path:
+    """Mean reward per training step, one line per job (tenant in the legend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), layout="constrained")
+    for job, group in rewards.groupby("job", sort=True):
+        ax.plot(
+            group["step"],
+            group["mean_reward"],
+            marker="o",
+            ms=3,
+            label=f"{job} ({group['tenant'].iloc[0]})",
+        )
+    ax.set_xlabel("training step")
+    ax.set_ylabel("mean reward")
+    ax.set_title(title or "reward per tenant")
+    ax.grid(alpha=0.3)
+    if len(rewards):
+        ax.legend(fontsize=8)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
