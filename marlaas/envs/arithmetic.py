@@ -10,7 +10,7 @@ from marlaas.envs.registry import register_env
 
 @register_env("arithmetic")
 class ArithmeticEnv(Environment):
-    """Reward 1 for the right sum (first number of the answer) + `format_bonus` for a bare number.
+    """Reward 1 for the right sum (the number after the last '=', else the first) + `format_bonus` for a bare number.
 
     Options: `max_operand` (int, default 99), `format_bonus` (float, default 0.1).
     """

@@ -57,8 +57,15 @@ _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
 def parse_number(text: str) -> float | None:
-    """The first number in `text`, or None."""
-    match = _NUMBER.search(text)
+    """The answer in `text`: the first number after the last "=", else the first number.
+
+    "14 + 44 = 58" answers 58 (a worked answer counts; the format bonus rewards a bare one),
+    "58" answers 58, "no idea" answers None.
+    """
+    _, equals, tail = text.rpartition("=")
+    match = _NUMBER.search(tail if equals else text)
+    if match is None and equals:
+        match = _NUMBER.search(text)
     return float(match.group()) if match else None
 
 

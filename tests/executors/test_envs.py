@@ -168,3 +168,14 @@ def test_plugin_by_import_path():
 def test_bad_import_path_errors(spec, match):
     with pytest.raises(EnvLoadError, match=match):
         make_env(spec)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("58", 58.0), ("14 + 44 = 58", 58.0), ("7 + 11 = 18\n\nThis is a classic", 18.0),
+     ("no idea", None), ("= nothing after, 3 before", 3.0), ("-4", -4.0)],
+)  # fmt: skip
+def test_parse_number_reads_the_final_answer(text, value):
+    from marlaas.envs.base import parse_number
+
+    assert parse_number(text) == value
