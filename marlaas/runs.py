@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -20,16 +22,18 @@ from marlaas.eventlog import EVENT_LOG_FILE, write_event_log
 SUMMARY_FILE = "summary.json"
 
 
-def write_run(out: str | Path, events: pd.DataFrame, summary: dict) -> Path:
-    """Write a run folder at ``out`` atomically, replacing an earlier run there."""
+@contextmanager
+def staged_folder(out: str | Path) -> Iterator[Path]:
+    """Yield an empty temporary sibling of ``out``; when the block succeeds it replaces
+    ``out`` whole, when it fails it is removed and ``out`` is left as it was."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"{out}: exists and is not a folder")
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        write_event_log(events, staging / EVENT_LOG_FILE)
-        (staging / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=_plain) + "\n")
+        yield staging
+        staging.chmod(0o755)
         if out.exists():
             old = out.with_name(f".{out.name}.old")
             shutil.rmtree(old, ignore_errors=True)
@@ -41,7 +45,14 @@ def write_run(out: str | Path, events: pd.DataFrame, summary: dict) -> Path:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return out
+
+
+def write_run(out: str | Path, events: pd.DataFrame, summary: dict) -> Path:
+    """Write a run folder at ``out`` atomically, replacing an earlier run there."""
+    with staged_folder(out) as staging:
+        write_event_log(events, staging / EVENT_LOG_FILE)
+        (staging / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=_plain) + "\n")
+    return Path(out)
 
 
 def read_summary(run_dir: str | Path) -> dict:

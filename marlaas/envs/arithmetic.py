@@ -10,7 +10,9 @@ from marlaas.envs.registry import register_env
 
 @register_env("arithmetic")
 class ArithmeticEnv(Environment):
-    """Reward 1 for the right sum (the number after the last '=', else the first) + `format_bonus` for a bare number.
+    """Reward 1 for the right sum + `format_bonus` for a bare number.
+
+    The answer is the number after the last '=', else the first number (see parse_number).
 
     Options: `max_operand` (int, default 99), `format_bonus` (float, default 0.1).
     """

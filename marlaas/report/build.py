@@ -20,6 +20,7 @@ from marlaas.report.staleness import plot_staleness
 from marlaas.report.style import save_figure
 from marlaas.report.trace import write_trace
 from marlaas.report.utilization import plot_utilization
+from marlaas.runs import staged_folder
 
 REPORT_FILE = "report.html"
 TRACE_FILE = "trace.json"
@@ -81,14 +82,21 @@ def _run_sections(run: Run, summary: dict, fig_dir: Path, progress: tqdm) -> lis
 def run_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Path:
     """Write the report of one or more runs to ``out_dir``; returns the path of report.html.
 
-    ``out_dir`` gets ``report.html`` (self-contained), ``trace.json`` (Chrome/Perfetto, all
-    runs), ``summary.json`` (metrics.summarize per run) and ``figures/*.png|svg``. Raises
+    The folder is built aside and replaces ``out_dir`` whole (no stale figures from an
+    earlier report stay). ``out_dir`` gets ``report.html`` (self-contained), ``trace.json``
+    (Chrome/Perfetto, all runs), ``summary.json`` (metrics.summarize per run) and
+    ``figures/*.png|svg``. Raises
     :class:`marlaas.eventlog.EventLogError` when a run is missing, empty, truncated or foreign.
     """
     if not run_dirs:
         raise ValueError("run_report needs at least one run folder")
-    out = Path(out_dir)
     runs = load_runs(list(run_dirs))
+    with staged_folder(out_dir) as staging:
+        _write_report(runs, staging)
+    return Path(out_dir) / REPORT_FILE
+
+
+def _write_report(runs: list[Run], out: Path) -> Path:
     fig_dir = out / FIGURES_DIR
     summaries = {r.label: metrics.summarize(r.events, r.arrivals, r.weights) for r in runs}
     total = len(runs) * len(FIGURES) + (len(runs) > 1) + 1
