@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from marlaas import metrics
+from marlaas.core.workload import Workload
 from marlaas.eventlog import EVENT_LOG_FILE, write_event_log
 
 SUMMARY_FILE = "summary.json"
@@ -51,8 +53,30 @@ def write_run(out: str | Path, events: pd.DataFrame, summary: dict) -> Path:
     """Write a run folder at ``out`` atomically, replacing an earlier run there."""
     with staged_folder(out) as staging:
         write_event_log(events, staging / EVENT_LOG_FILE)
-        (staging / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=_plain) + "\n")
+        (staging / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=json_default))
     return Path(out)
+
+
+def run_summary(workload: Workload, result, events: pd.DataFrame, kind: str, **extra) -> dict:
+    """The summary.json content of a run (``kind``: simulation or real): who ran what under
+    which settings, and the metrics of its event log. ``result`` is a SimResult or RealResult;
+    ``extra`` adds kind-specific keys."""
+    arrivals = {j.name: j.arrival_s for j in workload.jobs}
+    weights = {j.tenant: j.weight for j in workload.jobs}
+    return {
+        "kind": kind,
+        "workload": workload.name,
+        "policy": result.policy,
+        "seed": result.seed,
+        "settings": result.settings,
+        "arrivals": arrivals,
+        "weights": weights,
+        "tenants": {j.name: j.tenant for j in workload.jobs},
+        "job_finish_s": result.job_finish_s,
+        "wall_s": result.wall_s,
+        **extra,
+        "metrics": metrics.summarize(events, arrivals, weights),
+    }
 
 
 def read_summary(run_dir: str | Path) -> dict:
@@ -61,7 +85,8 @@ def read_summary(run_dir: str | Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def _plain(value):
+def json_default(value):
+    """json.dumps ``default`` for numpy scalars."""
     if hasattr(value, "item"):
         return value.item()
     raise TypeError(f"not JSON serialisable: {value!r}")

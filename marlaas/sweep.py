@@ -18,8 +18,6 @@ import argparse
 import itertools
 import json
 import os
-import shutil
-import tempfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +29,7 @@ from tqdm import tqdm
 from marlaas.core.policies import get_policy
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.workload import Workload, WorkloadError, parse_workload
+from marlaas.runs import json_default, staged_folder
 from marlaas.sweep_table import add_ratios, format_table, ordered, summary_row
 
 
@@ -186,33 +185,12 @@ def comparison(rows: list[dict], baseline: str | None) -> pd.DataFrame:
 
 def write_sweep(out: str | Path, table: pd.DataFrame, summaries: list[dict]) -> Path:
     """Write sweep.csv, summaries.json and table.txt to ``out`` atomically (replacing it)."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise FileExistsError(f"{out}: exists and is not a folder")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with staged_folder(out) as staging:
         table.to_csv(staging / "sweep.csv", index=False)
-        (staging / "summaries.json").write_text(json.dumps(summaries, indent=1, default=_plain))
+        text = json.dumps(summaries, indent=1, default=json_default)
+        (staging / "summaries.json").write_text(text)
         (staging / "table.txt").write_text(format_table(table) + "\n")
-        if out.exists():
-            old = out.with_name(f".{out.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            out.rename(old)
-            staging.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            staging.rename(out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return out
-
-
-def _plain(value):
-    if hasattr(value, "item"):
-        return value.item()
-    raise TypeError(f"not JSON serialisable: {value!r}")
+    return Path(out)
 
 
 # --------------------------------------------------------------------------- CLI

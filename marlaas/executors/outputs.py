@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from marlaas import metrics
 from marlaas.core.workload import Workload
 from marlaas.eventlog import records_to_frame
 from marlaas.executors.resume import shift_versions
-from marlaas.runs import write_run
+from marlaas.runs import run_summary, write_run
 
 REWARDS_CSV = "rewards.csv"
 REWARDS_PNG = "rewards.png"
@@ -40,31 +39,15 @@ def real_events(result) -> pd.DataFrame:
 
 
 def real_summary(workload: Workload, result, events: pd.DataFrame, rewards: pd.DataFrame) -> dict:
-    """The summary.json content of a real run."""
-    arrivals = {j.name: j.arrival_s for j in workload.jobs}
-    weights = {j.name: j.weight for j in workload.jobs}
+    """The summary.json content of a real run: a simulation's keys plus reward curves."""
     curves = {
         job: [round(float(r), 4) for r in group["mean_reward"]]
         for job, group in rewards.groupby("job", sort=True)
     }
-    return {
-        "kind": "real",
-        "workload": workload.name,
-        "policy": result.policy,
-        "seed": result.seed,
-        "settings": result.settings,
-        "arrivals": arrivals,
-        "weights": weights,
-        "tenants": {j.name: j.tenant for j in workload.jobs},
-        "job_finish_s": result.job_finish_s,
-        "wall_s": result.wall_s,
-        "sim_events": 0,
-        "backend": result.backend,
-        "resumed_from": result.offsets,
-        "failures": result.failures,
-        "reward_curves": curves,
-        "metrics": metrics.summarize(events, arrivals, weights),
-    }
+    return run_summary(
+        workload, result, events, "real", sim_events=0, backend=result.backend,
+        resumed_from=result.offsets, failures=result.failures, reward_curves=curves,
+    )  # fmt: skip
 
 
 def write_real_run(out: str | Path, events: pd.DataFrame, summary: dict, rewards: pd.DataFrame):
