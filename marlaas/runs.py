@@ -25,12 +25,19 @@ SUMMARY_FILE = "summary.json"
 
 
 @contextmanager
-def staged_folder(out: str | Path) -> Iterator[Path]:
+def staged_folder(out: str | Path, marker: str) -> Iterator[Path]:
     """Yield an empty temporary sibling of ``out``; when the block succeeds it replaces
-    ``out`` whole, when it fails it is removed and ``out`` is left as it was."""
+    ``out`` whole, when it fails it is removed and ``out`` is left as it was.
+
+    An existing ``out`` is replaced only when it is empty or holds ``marker`` (a file that
+    this kind of output writes), so a mistyped ``--out`` never deletes someone's folder."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"{out}: exists and is not a folder")
+    if out.exists() and any(out.iterdir()) and not (out / marker).exists():
+        raise FileExistsError(
+            f"{out}: folder exists and has no {marker}; not replacing it (choose another --out)"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
@@ -40,7 +47,11 @@ def staged_folder(out: str | Path) -> Iterator[Path]:
             old = out.with_name(f".{out.name}.old")
             shutil.rmtree(old, ignore_errors=True)
             out.rename(old)
-            staging.rename(out)
+            try:
+                staging.rename(out)
+            except BaseException:
+                old.rename(out)
+                raise
             shutil.rmtree(old, ignore_errors=True)
         else:
             staging.rename(out)
@@ -51,7 +62,7 @@ def staged_folder(out: str | Path) -> Iterator[Path]:
 
 def write_run(out: str | Path, events: pd.DataFrame, summary: dict) -> Path:
     """Write a run folder at ``out`` atomically, replacing an earlier run there."""
-    with staged_folder(out) as staging:
+    with staged_folder(out, SUMMARY_FILE) as staging:
         write_event_log(events, staging / EVENT_LOG_FILE)
         (staging / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=json_default))
     return Path(out)

@@ -185,7 +185,7 @@ def comparison(rows: list[dict], baseline: str | None) -> pd.DataFrame:
 
 def write_sweep(out: str | Path, table: pd.DataFrame, summaries: list[dict]) -> Path:
     """Write sweep.csv, summaries.json and table.txt to ``out`` atomically (replacing it)."""
-    with staged_folder(out) as staging:
+    with staged_folder(out, "sweep.csv") as staging:
         table.to_csv(staging / "sweep.csv", index=False)
         text = json.dumps(summaries, indent=1, default=json_default)
         (staging / "summaries.json").write_text(text)

@@ -73,3 +73,19 @@ def test_console_entry_point_runs_as_a_module():
         [sys.executable, "-m", "marlaas", "policies"], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0 and "fair" in done.stdout
+
+
+def test_out_never_replaces_a_folder_that_is_not_a_run(tmp_path, capsys):
+    precious = tmp_path / "thesis"
+    precious.mkdir()
+    (precious / "thesis.tex").write_text("years of work")
+    args = ["simulate", "traces/small.yaml", "--quiet", "--set", "jobs.*.rl.steps=2"]
+    assert main([*args, "--out", str(precious)]) == 2
+    assert "not replacing it" in capsys.readouterr().err
+    assert (precious / "thesis.tex").read_text() == "years of work"
+    # an earlier run folder is replaced whole
+    run = tmp_path / "run"
+    assert main([*args, "--out", str(run)]) == 0
+    (run / "stale.txt").write_text("from before")
+    assert main([*args, "--out", str(run)]) == 0
+    assert not (run / "stale.txt").exists()

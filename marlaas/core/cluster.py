@@ -185,13 +185,6 @@ class Cluster:
                 trainers.append(Trainer(f"{pool.name}/trainer{t // per}", group, slots))
         return cls(devices, _engines(engine_devices, engine_spec), trainers, colocated=False)
 
-    def engine_of(self, device: Device) -> Engine | None:
-        """The engine on a device, if any."""
-        for engine in self.engines:
-            if engine.device is device:
-                return engine
-        return None
-
 
 def _engines(devices: list[Device], spec: EngineSpec) -> list[Engine]:
     directory = AdapterDirectory(open=set(range(len(devices))))

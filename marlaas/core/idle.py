@@ -76,7 +76,7 @@ class IdleAccounting:
         if causes != self._causes:
             self._causes = causes
             self.dirty.update(self._devices)
-        for name in self.dirty:
+        for name in sorted(self.dirty):  # sorted: row order must not depend on hashing
             self._set(name, self._cause(name), now)
         self.dirty.clear()
 

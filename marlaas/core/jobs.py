@@ -24,7 +24,6 @@ class Group:
     turn: int = 0
     context_tokens: int = 0
     """Tokens in the group's context over all samples (prompt, responses, observations)."""
-    reward: float = float("nan")
 
 
 @dataclass
@@ -34,7 +33,6 @@ class JobState:
     spec: JobSpec
     index: int
     max_staleness: int
-    admitted: bool = False
     done: bool = False
     trained: int = 0
     """Training steps finished = the newest adapter version on the trainer."""

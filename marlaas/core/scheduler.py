@@ -142,7 +142,6 @@ class Scheduler:
         if not self._waiting or room <= 0:
             return
         for job in sorted(self._waiting, key=self.policy.key)[:room]:
-            job.admitted = True
             self._waiting.remove(job)
             self._active[job.index] = job
             self._touched.add(job.index)
@@ -180,8 +179,12 @@ class Scheduler:
         free = [t for t in self.cluster.trainers if t.activity is None]
         if not free or (self.cluster.colocated and self._engines_busy()):
             return  # colocated: the engines drain first (see _engines_open)
-        for job in self._by_policy(self._train_ready):
-            trainer = next((t for t in free if job.name in t.resident), free[0])
+        ready = self._by_policy(self._train_ready)
+        for job in ready:
+            trainer = next((t for t in free if job.name in t.resident), None)
+            if trainer is None:  # take a free trainer no other ready job's state is on
+                others = {j.name for j in ready if j is not job}
+                trainer = min(free, key=lambda t: (len(others & t.resident.keys()), t.name))
             free.remove(trainer)
             job.training = True
             self._touched.add(job.index)
@@ -212,6 +215,9 @@ class Scheduler:
             staleness, step + 1,
         )  # fmt: skip
         self._set_activity(trainer, "train")
+        for other in self.cluster.trainers:
+            if other is not trainer:
+                other.resident.pop(job.name, None)  # its state moved here
         trainer.make_resident(job.name)
         for device in trainer.devices:
             self._add_compute(device, 1)
@@ -392,7 +398,6 @@ class Scheduler:
             return
         group.context_tokens += event.tokens
         if d.last_turn:
-            group.reward = event.reward
             job.finished.setdefault(d.step, []).append(job.groups.pop(d.group))
         else:
             group.turn += 1
@@ -418,6 +423,7 @@ class Scheduler:
             engine.release(generate.seqs, reserve, (d.job, d.version))
             engine.evict((d.job, d.version))
             job.in_gen -= 1
+            job.attained_tokens -= job.turn_tokens
             job.ready_gen.appendleft(generate.group)
             return
         self._add_compute(engine.device, 1)
@@ -443,13 +449,12 @@ class Scheduler:
         job.trained += 1
         del job.finished[d.step]
         self._set_activity(trainer, "weight_sync")
+        self._due.append(lambda t, out: self._start_sync(job, trainer, t, out))
 
-        def start_sync(t: float, out: list[Decision]) -> None:
-            sync = Sync(self._new_id(), job.name, job.trained, trainer.name)
-            self._begin(sync, t, trainer=trainer)
-            out.append(sync)
-
-        self._due.append(start_sync)
+    def _start_sync(self, job: JobState, trainer: Trainer, now: float, out: list) -> None:
+        sync = Sync(self._new_id(), job.name, job.trained, trainer.name)
+        self._begin(sync, now, trainer=trainer)
+        out.append(sync)
 
     def _sync_done(self, d: Sync, running: _Running, event: WorkDone, now: float) -> None:
         job, trainer = self.job(d.job), running.trainer
@@ -457,6 +462,9 @@ class Scheduler:
             "sync", job, trainer.devices, running.start_s, now, event, step=d.version - 1,
             version=d.version,
         )  # fmt: skip
+        if not event.ok:  # publish again; the trainer stays on it
+            self._due.append(lambda t, out: self._start_sync(job, trainer, t, out))
+            return
         self._set_activity(trainer, None)
         job.training = False
         job.published = d.version
@@ -490,7 +498,11 @@ class Scheduler:
         spec = self.workload.cluster.engine
         for job in self.jobs:
             rl = job.spec.rl
-            need = job.prompt_reserve + rl.group_size * rl.max_new_tokens
+            # the last turn holds the prompt, every earlier turn's response and observation
+            # (at most max_new_tokens and observation_tokens per sample), and its own room
+            per_turn = rl.group_size * (rl.max_new_tokens + job.spec.env.observation_tokens)
+            need = job.prompt_reserve + (rl.turns - 1) * per_turn
+            need += rl.group_size * rl.max_new_tokens
             if rl.group_size > spec.max_seqs or need > spec.kv_tokens:
                 raise InfeasibleWorkloadError(
                     f"jobs[{job.index}] ({job.name}): one group needs {rl.group_size} seqs and "

@@ -84,7 +84,8 @@ class JobSpec(_Strict):
     lora_rank: PositiveInt = 16
     rl: RLSettings = Field(default_factory=RLSettings)
     prompt_tokens: Distribution = Field(default_factory=lambda: {"dist": "constant", "value": 256})
-    """Prompt length per group [tokens]."""
+    """Prompt length per prompt [tokens]; its mean sizes each group's KV reservation and the
+    simulated prefill."""
     response_tokens: Distribution = Field(
         default_factory=lambda: {"dist": "lognormal", "median": 300, "sigma": 0.8}
     )
@@ -161,7 +162,11 @@ class ClusterSpec(_Strict):
 
 
 class SchedulingSpec(_Strict):
-    """Mechanism settings; the baselines are configurations of these, not other code."""
+    """Mechanism settings; the baselines are configurations of these, not other code.
+
+    A policy's own settings (``sequential``: colocated, one job, staleness 0; ``sync``:
+    colocated, barrier, staleness 0) take precedence over these; a run's summary records the
+    settings in force."""
 
     placement: Literal["disaggregated", "colocated"] = "disaggregated"
     """disaggregated: the pools keep their roles; colocated: every device both generates
@@ -169,7 +174,8 @@ class SchedulingSpec(_Strict):
     max_active_jobs: PositiveInt | None = None
     """Jobs admitted at once (None = all that have arrived)."""
     barrier: bool = False
-    """A global step barrier: no job generates for step k+1 before every job trained step k."""
+    """A global step barrier: no job generates for step k+1 before every job trained and
+    published (synced) step k."""
     staleness_cap: NonNegInt | None = None
     """Upper bound applied to every job's rl.max_staleness (None = keep each job's)."""
 
@@ -183,7 +189,7 @@ class CostModel(_Strict):
     train_rank_scale) / (train_tokens_per_s * devices).
     """
 
-    decode_base_ms: NonNegFloat = 6.0
+    decode_base_ms: PositiveFloat = 6.0
     """Weights read once per iteration: ~14 GB fp16 at ~3 TB/s is ~5 ms, plus overhead."""
     decode_per_seq_ms: NonNegFloat = 0.03
     """Per running sequence (sampling, GEMM rows) [ms]; assumption from vLLM batch scaling."""

@@ -91,7 +91,7 @@ def run_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Path:
     if not run_dirs:
         raise ValueError("run_report needs at least one run folder")
     runs = load_runs(list(run_dirs))
-    with staged_folder(out_dir) as staging:
+    with staged_folder(out_dir, REPORT_FILE) as staging:
         _write_report(runs, staging)
     return Path(out_dir) / REPORT_FILE
 

@@ -90,12 +90,8 @@ class EngineModel:
                 start += needed
                 self._end_sequence()
                 continue
-            dt = now - start
-            if slope > 0:
-                k = (-alpha + math.sqrt(alpha * alpha + 2 * slope * dt)) / slope
-            else:
-                k = dt / alpha
-            self.progress += k
+            dt = now - start  # solve alpha k + slope k^2 / 2 = dt, in the stable form
+            self.progress += 2 * dt / (alpha + math.sqrt(alpha * alpha + 2 * slope * dt))
             break
         self.clock_s = max(self.clock_s, now)
         if not self.running:

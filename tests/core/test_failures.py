@@ -1,0 +1,94 @@
+"""Work that fails is retried: nothing leaks, every job still finishes, the log stays whole."""
+
+from __future__ import annotations
+
+import heapq
+import random
+
+import pytest
+
+from marlaas.core.scheduler import Scheduler
+from marlaas.core.work import Generate, Sync, WorkDone
+from marlaas.eventlog import records_to_frame
+from marlaas.metrics import check_partition
+from tests.core.fixed_driver import DURATIONS_S
+from tests.core.test_scheduler import workload
+
+
+def run_with_failures(scheduler: Scheduler, rate: float, seed: int) -> list:
+    """Fail each piece of work with probability ``rate``; returns the decisions made."""
+    rng = random.Random(seed)
+    pending, seen, now = [], [], 0.0
+    while not scheduler.done:
+        for decision in scheduler.decide(now):
+            seen.append(decision)
+            ok = rng.random() >= rate
+            tokens = decision.seqs * 10 if isinstance(decision, Generate) and ok else 0
+            event = WorkDone(decision.work_id, ok=ok, tokens=tokens)
+            heapq.heappush(pending, (now + DURATIONS_S[type(decision)], decision.work_id, event))
+        assert pending, "stalled"
+        now, _, event = heapq.heappop(pending)
+        scheduler.on_event(event, now)
+    scheduler.finish(now)
+    return seen
+
+
+@pytest.mark.parametrize("policy", ["fair", "fifo", "sequential", "sync"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_random_failures_leak_nothing_and_every_job_finishes(policy, seed):
+    data = workload(jobs=3, steps=3).model_dump()
+    data["cluster"]["engine"]["adapter_slots"] = 2
+    data["cluster"]["pools"][1]["devices"] = 2
+    data["jobs"][2]["rl"]["turns"] = 2
+    from marlaas.core.workload import parse_workload
+
+    scheduler = Scheduler(parse_workload(data), policy)
+    decisions = run_with_failures(scheduler, rate=0.2, seed=seed)
+
+    assert all(j.done and j.published == j.steps for j in scheduler.jobs)
+    for engine in scheduler.cluster.engines:
+        assert engine.seqs == 0 and engine.tokens == 0 and not engine.loading
+        assert all(users == 0 for users in engine.resident.values())
+    assert all(d.compute == 0 for d in scheduler.cluster.devices)
+    assert all(t.activity is None for t in scheduler.cluster.trainers)
+    frame = records_to_frame(scheduler.records)
+    check_partition(frame)
+    failed = frame[frame.outcome == "failed"]
+    assert len(failed) > 0
+    # a failed sync is published again: every version of every job got an ok sync
+    syncs = frame[(frame.kind == "sync") & (frame.outcome == "ok")]
+    for job in scheduler.jobs:
+        assert set(syncs.loc[syncs.job == job.name, "version"]) == set(range(1, job.steps + 1))
+    assert any(isinstance(d, Sync) for d in decisions)
+    # the fair policy's service estimate matches the work that really happened
+    for job in scheduler.jobs:
+        rows = frame[(frame.job == job.name) & frame.kind.isin(["generate", "train"])]
+        done = rows[rows.outcome == "ok"].drop_duplicates(["kind", "step", "group", "turn"])
+        assert job.attained_tokens == pytest.approx(done.tokens.sum() + _failed_train_tokens(rows))
+
+
+def _failed_train_tokens(rows) -> int:
+    """Tokens of failed training steps: they used the trainer, so they count as service."""
+    failed_train = rows[(rows.kind == "train") & (rows.outcome == "failed")]
+    return int(failed_train.drop_duplicates(["step", "start_s"]).tokens.sum())
+
+
+def test_a_job_is_resident_on_one_trainer_at_a_time():
+    data = workload(jobs=3, steps=4).model_dump()
+    data["cluster"]["pools"][1]["devices"] = 2
+    from marlaas.core.workload import parse_workload
+    from tests.core.fixed_driver import run_fixed
+
+    def check(decision, now, scheduler):
+        for job in scheduler.jobs:
+            assert sum(job.name in t.resident for t in scheduler.cluster.trainers) <= 1
+
+    scheduler = Scheduler(parse_workload(data), "fair")
+    run_fixed(scheduler, on_decision=check)
+    frame = records_to_frame(scheduler.records)
+    trains = frame[frame.kind == "train"].sort_values("start_s")
+    swaps = frame[(frame.kind == "adapter_load") & (frame.pool == "train")]
+    moves = sum(
+        (g.device != g.device.shift()).sum() for _, g in trains.groupby("job")
+    )  # first placement counts as a move too
+    assert len(swaps) >= moves
