@@ -241,14 +241,18 @@ class RealRun:
                     pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
                 )
                 finished = sorted(done, key=lambda t: (t.result()[1], t.result()[0].work_id))
-                for task in finished:
+                # Each event is followed by a decision round at its own time, as in the
+                # simulator, so that a device freed by an event is busy or idle from that
+                # instant on (the log partitions) however many tasks one wait returned.
+                for i, task in enumerate(finished):
                     event, end = task.result()
                     decision = pending.pop(task)
                     last = max(last, end)
                     sched.on_event(event, last)
                     self._after(decision, event)
-                # Decide at the last event's time, as the simulator does, so that a device
-                # freed by an event is busy or idle from that instant on (the log partitions).
+                    if i < len(finished) - 1 and not sched.done:
+                        for follow_up in sched.decide(last):
+                            pending[self._dispatch(follow_up)] = follow_up
                 now = last if finished else max(self._now(), last)
         except BaseException:
             for task in pending:
