@@ -13,8 +13,8 @@ from pathlib import Path
 import yaml
 
 from marlaas import sweep
+from marlaas.core.feasibility import InfeasibleWorkloadError
 from marlaas.core.policies import UnknownPolicyError, get_policy, policy_names
-from marlaas.core.scheduler import InfeasibleWorkloadError
 from marlaas.core.workload import WorkloadError, load_workload
 from marlaas.eventlog import EventLogError
 from marlaas.executors.cli import add_train_parsers, user_errors

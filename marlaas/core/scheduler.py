@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marlaas.core.cluster import AdapterKey, CapacityError, Cluster, Device, Engine, Trainer
+from marlaas.core.feasibility import check_feasible
 from marlaas.core.idle import IdleAccounting
 from marlaas.core.jobs import Group, JobState
 from marlaas.core.policies import Policy, get_policy
@@ -32,10 +33,6 @@ from marlaas.core.work import (
     WorkDone,
 )
 from marlaas.core.workload import SchedulingSpec, Workload
-
-
-class InfeasibleWorkloadError(ValueError):
-    """A job that can never run on this cluster (e.g. a group larger than an engine)."""
 
 
 @dataclass
@@ -84,7 +81,7 @@ class Scheduler:
         self._gen_ready: set[int] = set()
         self._train_ready: set[int] = set()
         self._env_ready: set[int] = set()
-        self._check_feasible()
+        check_feasible(workload, self.jobs)
 
     # ----------------------------------------------------------------------------- queries
     @property
@@ -492,28 +489,6 @@ class Scheduler:
                     end_s=end, outcome=outcome, **fields,
                 )
             )  # fmt: skip
-
-    # ----------------------------------------------------------------------------- validation
-    def _check_feasible(self) -> None:
-        spec = self.workload.cluster.engine
-        for job in self.jobs:
-            rl = job.spec.rl
-            # the last turn holds the prompt, every earlier turn's response and observation
-            # (at most max_new_tokens and observation_tokens per sample), and its own room
-            per_turn = rl.group_size * (rl.max_new_tokens + job.spec.env.observation_tokens)
-            need = job.prompt_reserve + (rl.turns - 1) * per_turn
-            need += rl.group_size * rl.max_new_tokens
-            if rl.group_size > spec.max_seqs or need > spec.kv_tokens:
-                raise InfeasibleWorkloadError(
-                    f"jobs[{job.index}] ({job.name}): one group needs {rl.group_size} seqs and "
-                    f"{need} KV tokens, but an engine has {spec.max_seqs} seqs and "
-                    f"{spec.kv_tokens} tokens (cluster.engine)"
-                )
-            if rl.group_size > self.workload.cluster.env_workers:
-                raise InfeasibleWorkloadError(
-                    f"jobs[{job.index}] ({job.name}): group_size {rl.group_size} exceeds "
-                    f"cluster.env_workers {self.workload.cluster.env_workers}"
-                )
 
 
 def _toggle(members: set[int], index: int, present: bool) -> None:

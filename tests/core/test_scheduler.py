@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from marlaas.core.feasibility import InfeasibleWorkloadError
 from marlaas.core.policies import Policy, get_policy, policy_names
-from marlaas.core.scheduler import InfeasibleWorkloadError, Scheduler
+from marlaas.core.scheduler import Scheduler
 from marlaas.core.work import Generate, LoadAdapter, Train
 from marlaas.core.workload import parse_workload
 from tests.core.fixed_driver import run_fixed

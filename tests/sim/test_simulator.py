@@ -106,7 +106,7 @@ def test_event_log_does_not_depend_on_python_hash_seeds(tmp_path):
 
 
 def test_multi_turn_context_that_outgrows_an_engine_is_refused_up_front():
-    from marlaas.core.scheduler import InfeasibleWorkloadError
+    from marlaas.core.feasibility import InfeasibleWorkloadError
 
     workload = load_workload(SMALL).with_overrides(
         {"jobs.tools-c.rl.max_new_tokens": 1024, "cluster.engine.kv_tokens": 20_000}
