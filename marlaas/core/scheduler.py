@@ -28,6 +28,7 @@ from marlaas.core.work import (
     EnvStep,
     Generate,
     LoadAdapter,
+    SwapIn,
     Sync,
     Train,
     WorkDone,
@@ -66,8 +67,8 @@ class Scheduler:
         self._next_work_id = 0
         self._served = 0
         self._env_free = workload.cluster.env_workers
-        self._after_load: dict[int, Any] = {}
-        """What waits for an adapter load to finish, by the load's work id."""
+        self._after_load: dict[int, tuple[Generate, int]] = {}
+        """The generation (and its KV reserve) waiting for each engine adapter load."""
         self._due: list[Callable[[float, list[Decision]], None]] = []
         """Follow-up work started by the next decide (a Generate after its load, a Sync)."""
         self._round_limit: dict[str, int] = {}
@@ -188,11 +189,10 @@ class Scheduler:
             if job.name in trainer.resident:
                 self._start_train(job, trainer, now, out)
             else:
-                load = LoadAdapter(self._new_id(), job.name, job.trained, trainer.name, True)
+                swap = SwapIn(self._new_id(), job.name, job.trained, trainer.name)
                 self._set_activity(trainer, "adapter_load")
-                self._begin(load, now, trainer=trainer)
-                self._after_load[load.work_id] = job
-                out.append(load)
+                self._begin(swap, now, trainer=trainer)
+                out.append(swap)
             if not free:
                 return
 
@@ -309,7 +309,7 @@ class Scheduler:
             engine.name, group.version, rl.group_size, group.context_tokens, rl.max_new_tokens,
         )  # fmt: skip
         if must_load:
-            load = LoadAdapter(self._new_id(), job.name, group.version, engine.name, False)
+            load = LoadAdapter(self._new_id(), job.name, group.version, engine.name)
             self._idle.mark(engine.device)
             self._begin(load, now, engine=engine)
             self._after_load[load.work_id] = (generate, reserve)
@@ -358,6 +358,7 @@ class Scheduler:
             Generate: self._generate_done,
             EnvStep: self._env_done,
             LoadAdapter: self._load_done,
+            SwapIn: self._swap_done,
             Train: self._train_done,
             Sync: self._sync_done,
         }[type(decision)]
@@ -400,20 +401,22 @@ class Scheduler:
             group.turn += 1
             job.ready_gen.append(d.group)
 
-    def _load_done(self, d: LoadAdapter, running: _Running, event: WorkDone, now: float) -> None:
-        job, trainer, engine = self.job(d.job), running.trainer, running.engine
-        devices = trainer.devices if trainer else (engine.device,)
-        self._record("adapter_load", job, devices, running.start_s, now, event, version=d.version)
-        continuation = self._after_load.pop(d.work_id)
-        if trainer is not None:
-            self._set_activity(trainer, None)
-            if not event.ok:
-                job.training = False
-                return
-            trainer.make_resident(job.name)
-            self._due.append(lambda t, out: self._start_train(job, trainer, t, out))
+    def _swap_done(self, d: SwapIn, running: _Running, event: WorkDone, now: float) -> None:
+        job, trainer = self.job(d.job), running.trainer
+        self._record("adapter_load", job, trainer.devices, running.start_s, now, event,
+                     version=d.version)  # fmt: skip
+        self._set_activity(trainer, None)
+        if not event.ok:
+            job.training = False
             return
-        generate, reserve = continuation
+        trainer.make_resident(job.name)
+        self._due.append(lambda t, out: self._start_train(job, trainer, t, out))
+
+    def _load_done(self, d: LoadAdapter, running: _Running, event: WorkDone, now: float) -> None:
+        job, engine = self.job(d.job), running.engine
+        self._record("adapter_load", job, (engine.device,), running.start_s, now, event,
+                     version=d.version)  # fmt: skip
+        generate, reserve = self._after_load.pop(d.work_id)
         engine.loading.discard((d.job, d.version))
         self._idle.mark(engine.device)
         if not event.ok:

@@ -48,15 +48,22 @@ class EnvStep:
 
 @dataclass(frozen=True, slots=True)
 class LoadAdapter:
-    """Make a job's adapter version resident on an engine or a trainer."""
+    """Make a job's adapter version resident on an inference engine."""
 
     work_id: int
     job: str
     version: int
-    device: str
-    """Engine name, or trainer name."""
-    on_trainer: bool
-    """True: load adapter and optimizer state onto a trainer (a swap)."""
+    engine: str
+
+
+@dataclass(frozen=True, slots=True)
+class SwapIn:
+    """Move a job's adapter and optimizer state onto a trainer (before a training step)."""
+
+    work_id: int
+    job: str
+    version: int
+    trainer: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +95,7 @@ class Sync:
     trainer: str
 
 
-Decision = Generate | EnvStep | LoadAdapter | Train | Sync
+Decision = Generate | EnvStep | LoadAdapter | SwapIn | Train | Sync
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,8 @@ The same loop as the SimPy driver (marlaas.sim.simulator), with real work instea
     decisions = scheduler.decide(now)      -> one asyncio task per decision:
         Generate    -> generator.generate(job, version, prompt or contexts)
         EnvStep     -> env.step for every sample of the group, concurrently
-        LoadAdapter -> engine: publish that adapter version if not yet; trainer: nothing
+        LoadAdapter -> publish that adapter version to the generator if not yet
+        SwapIn      -> nothing: the one PeftTrainer holds every job's adapter and optimizer
         Train       -> trainer.train_step in a worker thread (GRPO, clipped importance ratio)
         Sync        -> save the new version in the AdapterStore, publish it to the generator
     event = next finished task             -> scheduler.on_event(WorkDone(...), its end time)
@@ -31,7 +32,16 @@ from tqdm import tqdm
 from marlaas.core.policies import Policy
 from marlaas.core.records import WorkRecord
 from marlaas.core.scheduler import Scheduler
-from marlaas.core.work import Decision, EnvStep, Generate, LoadAdapter, Sync, Train, WorkDone
+from marlaas.core.work import (
+    Decision,
+    EnvStep,
+    Generate,
+    LoadAdapter,
+    SwapIn,
+    Sync,
+    Train,
+    WorkDone,
+)
 from marlaas.core.workload import Workload
 from marlaas.envs import make_env
 from marlaas.executors.adapter_store import AdapterStore
@@ -272,7 +282,7 @@ class RealRun:
     async def _work(self, d: Decision) -> tuple[WorkDone, float]:
         handler = {
             Generate: self._generate, EnvStep: self._env_step, LoadAdapter: self._load,
-            Train: self._train, Sync: self._sync,
+            SwapIn: self._swap_in, Train: self._train, Sync: self._sync,
         }[type(d)]  # fmt: skip
         try:
             tokens, reward = await handler(d)
@@ -357,9 +367,11 @@ class RealRun:
         return added, (mean if d.last_turn else math.nan)
 
     async def _load(self, d: LoadAdapter) -> tuple[int, float]:
-        if not d.on_trainer:  # a trainer holds every job's adapter and optimizer already
-            await self._publish(d.job, self._version(d.job, d.version))
+        await self._publish(d.job, self._version(d.job, d.version))
         return 0, math.nan
+
+    async def _swap_in(self, d: SwapIn) -> tuple[int, float]:
+        return 0, math.nan  # the one PeftTrainer holds every job's adapter and optimizer
 
     async def _train(self, d: Train) -> tuple[int, float]:
         episodes = [self._episodes[(d.job, g)] for g in d.groups]

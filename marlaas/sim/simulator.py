@@ -19,7 +19,16 @@ from tqdm import tqdm
 from marlaas.core.policies import Policy
 from marlaas.core.records import WorkRecord
 from marlaas.core.scheduler import Scheduler
-from marlaas.core.work import Decision, EnvStep, Generate, LoadAdapter, Sync, Train, WorkDone
+from marlaas.core.work import (
+    Decision,
+    EnvStep,
+    Generate,
+    LoadAdapter,
+    SwapIn,
+    Sync,
+    Train,
+    WorkDone,
+)
 from marlaas.core.workload import Workload
 from marlaas.sim.engine_model import EngineModel
 from marlaas.sim.invariants import check_invariants
@@ -133,8 +142,9 @@ class Simulation:
         elif isinstance(decision, EnvStep):
             self._start_env(decision)
         elif isinstance(decision, LoadAdapter):
-            cost = self.cost.trainer_swap_s if decision.on_trainer else self.cost.adapter_load_s
-            self._after(cost, lambda: self._finish(decision.work_id))
+            self._after(self.cost.adapter_load_s, lambda: self._finish(decision.work_id))
+        elif isinstance(decision, SwapIn):
+            self._after(self.cost.trainer_swap_s, lambda: self._finish(decision.work_id))
         elif isinstance(decision, Train):
             self._start_train(decision)
         elif isinstance(decision, Sync):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import heapq
 
 from marlaas.core.scheduler import Scheduler
-from marlaas.core.work import EnvStep, Generate, LoadAdapter, Sync, Train, WorkDone
+from marlaas.core.work import EnvStep, Generate, LoadAdapter, SwapIn, Sync, Train, WorkDone
 
-DURATIONS_S = {Generate: 3.0, EnvStep: 1.0, LoadAdapter: 0.5, Train: 2.0, Sync: 0.5}
+DURATIONS_S = {Generate: 3.0, EnvStep: 1.0, LoadAdapter: 0.5, SwapIn: 0.5, Train: 2.0, Sync: 0.5}
 
 
 def run_fixed(scheduler: Scheduler, tokens_per_seq: int = 10, on_decision=None) -> float:

@@ -145,9 +145,7 @@ def test_fair_interleaves_and_fifo_does_not():
         run_fixed(
             Scheduler(workload(jobs=2, steps=1), policy),
             on_decision=lambda d, now, s: (
-                order.append(d.job)
-                if isinstance(d, (Generate, LoadAdapter)) and not getattr(d, "on_trainer", False)
-                else None
+                order.append(d.job) if isinstance(d, (Generate, LoadAdapter)) else None
             ),
         )
         return order[:4]
