@@ -111,6 +111,15 @@ class PoolSpec(_Strict):
     devices_per_trainer: PositiveInt = 1
     """Training pools: devices that one trainer spans (data parallel)."""
 
+    @model_validator(mode="after")
+    def _whole_trainers(self) -> PoolSpec:
+        if self.role == "training" and self.devices % self.devices_per_trainer:
+            raise ValueError(
+                f"devices ({self.devices}) must be a multiple of devices_per_trainer "
+                f"({self.devices_per_trainer})"
+            )
+        return self
+
 
 class EngineSpec(_Strict):
     """Capacity of one inference engine (one device)."""
@@ -267,6 +276,13 @@ class Workload(_Strict):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"jobs: job names must be unique, repeated: {dupes}")
+        weights: dict[str, float] = {}
+        for job in self.jobs:
+            if weights.setdefault(job.tenant, job.weight) != job.weight:
+                raise ValueError(
+                    f"jobs: tenant {job.tenant!r} has jobs with different weights "
+                    f"({weights[job.tenant]} and {job.weight}); a weight belongs to a tenant"
+                )
         return self
 
     def with_overrides(self, overrides: dict[str, Any]) -> Workload:

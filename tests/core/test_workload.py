@@ -97,3 +97,20 @@ def test_bundled_workloads_load():
 
     for path in sorted(Path("traces").glob("*.yaml")):
         assert load_workload(path).jobs, path
+
+
+def test_a_tenant_has_one_weight_and_trainers_are_whole():
+    two = {
+        "jobs": [
+            {"name": "a", "tenant": "t", "weight": 1},
+            {"name": "b", "tenant": "t", "weight": 2},
+        ]
+    }
+    with pytest.raises(WorkloadError, match="tenant 't' has jobs with different weights"):
+        parse_workload(two)
+    pools = [
+        {"name": "r", "role": "inference", "devices": 2},
+        {"name": "t", "role": "training", "devices": 3, "devices_per_trainer": 2},
+    ]
+    with pytest.raises(WorkloadError, match=r"cluster.pools\[1\].*multiple of devices_per_trainer"):
+        parse_workload(minimal(cluster={"pools": pools}))

@@ -40,7 +40,7 @@ class JobView(Protocol):
 
     @property
     def remaining_tokens(self) -> float:
-        """Estimated tokens still to generate and train."""
+        """Estimated tokens still to generate (from the response-length means)."""
 
     @property
     def last_served(self) -> int:
