@@ -27,7 +27,8 @@ version    int     adapter version used (generate), produced (train), published 
 staleness  int     train: the largest lag, in versions, of a sample in the batch; else -1
 outcome    str     ``ok`` or ``failed``; for idle rows the cause: ``rollouts``,
                    ``trainer``, ``environment``, ``weight_sync``, ``adapter_load``,
-                   ``staleness``, ``no_work``
+                   ``staleness``, ``barrier`` (the step barrier of ``sync``),
+                   ``no_work``
 reward     float   mean reward of the group (real runs; NaN in simulation)
 ========== ======= ==================================================================
 """
@@ -74,6 +75,7 @@ IDLE_CAUSES = (
     "weight_sync",
     "adapter_load",
     "staleness",
+    "barrier",
     "no_work",
 )
 EVENT_LOG_FILE = "events.parquet"

@@ -16,7 +16,9 @@ from collections import Counter
 from marlaas.core.cluster import Cluster, Device, Engine, Trainer
 from marlaas.core.records import WorkRecord
 
-CAUSE_ORDER = ("trainer", "rollouts", "environment", "weight_sync", "staleness", "no_work")
+CAUSE_ORDER = (
+    "trainer", "rollouts", "environment", "weight_sync", "staleness", "barrier", "no_work",
+)  # fmt: skip
 """Tie-break order between causes with equal votes."""
 
 Votes = tuple[str | None, str | None]

@@ -159,7 +159,7 @@ class Scheduler:
             _toggle(self._train_ready, index, active and job.train_ready())
             _toggle(self._env_ready, index, active and bool(job.ready_env))
             if active:
-                engine_vote = None if index in self._gen_ready else job.waiting_on()
+                engine_vote = None if index in self._gen_ready else self._waiting_on(job)
                 self._idle.vote(index, (engine_vote, job.trainer_vote()))
             else:
                 self._idle.vote(index, None)
@@ -246,6 +246,17 @@ class Scheduler:
         ):
             return []  # the devices are training, or about to
         return self.cluster.engines
+
+    def _waiting_on(self, job: JobState) -> str:
+        """The job's idle cause, telling the step barrier apart from its staleness bound."""
+        cause = job.waiting_on()
+        limit = self._barrier_limit(job)
+        at_barrier = (
+            limit is not None
+            and job.next_group < job.total_groups
+            and job.step_of(job.next_group) >= limit
+        )
+        return "barrier" if cause == "staleness" and at_barrier else cause
 
     def _has_gen_work(self, job: JobState) -> bool:
         return bool(job.ready_gen) or job.next_group_allowed(self._barrier_limit(job))

@@ -164,7 +164,7 @@ def test_idle_rows_and_busy_rows_partition_every_device():
     check_partition(frame)
     assert set(frame.loc[frame.kind == "idle", "outcome"]) <= {
         "rollouts", "trainer", "environment", "weight_sync", "adapter_load", "staleness",
-        "no_work",
+        "barrier", "no_work",
     }  # fmt: skip
 
 

@@ -113,3 +113,11 @@ def test_multi_turn_context_that_outgrows_an_engine_is_refused_up_front():
     )
     with pytest.raises(InfeasibleWorkloadError, match="tools-c"):
         simulate(workload, "fifo")
+
+
+def test_sync_devices_wait_at_the_barrier_not_on_staleness(small):
+    frame = records_to_frame(simulate(small, "sync").records)
+    causes = set(frame.loc[frame.kind == "idle", "outcome"])
+    assert "barrier" in causes and "staleness" not in causes
+    fifo = records_to_frame(simulate(small, "fifo").records)
+    assert "barrier" not in set(fifo.loc[fifo.kind == "idle", "outcome"])
