@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -30,10 +31,24 @@ def vllm_importable() -> tuple[bool, str]:
     return True, ""
 
 
+TRAINING_STACK = ("torch", "transformers", "peft")
+
+
+def require_training_stack() -> None:
+    """Raise BackendError, with the install command, when torch/transformers/peft are missing."""
+    missing = [name for name in TRAINING_STACK if importlib.util.find_spec(name) is None]
+    if missing:
+        raise BackendError(
+            f"real runs need {', '.join(missing)}: pip install torch==2.13.0 && "
+            "pip install -e '.[train]' (CPU; see docs/real-runs.md for vLLM and GPUs)"
+        )
+
+
 def resolve_backend(backend: str) -> str:
     """``auto`` -> ``vllm`` when vLLM imports, else ``hf``; ``vllm`` fails loudly without it."""
     if backend not in BACKENDS:
         raise BackendError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+    require_training_stack()
     if backend == "hf":
         return "hf"
     ok, why = vllm_importable()
