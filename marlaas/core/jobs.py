@@ -117,8 +117,9 @@ class JobState:
             return "environment"
         return "rollouts"
 
-    def waiting_on(self) -> str:
-        """What this job's next new group or training step waits for (an idle cause)."""
+    def waiting_on(self, barrier_limit: int | None = None) -> str:
+        """What this job's next new group or training step waits for (an idle cause);
+        ``barrier_limit`` tells the step barrier apart from the staleness bound."""
         if self.trained > self.published:
             return "weight_sync"
         if self.training:
@@ -130,4 +131,7 @@ class JobState:
             return "rollouts"
         if self.in_env or self.ready_env:
             return "environment"
+        at_barrier = barrier_limit is not None and self.next_group < self.total_groups
+        if at_barrier and self.step_of(self.next_group) >= barrier_limit:
+            return "barrier"
         return "staleness"

@@ -42,7 +42,6 @@ class _Running:
     start_s: float
     engine: Engine | None = None
     trainer: Trainer | None = None
-    reserved: int = 0
 
 
 class Scheduler:
@@ -67,8 +66,8 @@ class Scheduler:
         self._next_work_id = 0
         self._served = 0
         self._env_free = workload.cluster.env_workers
-        self._after_load: dict[int, tuple[Generate, int]] = {}
-        """The generation (and its KV reserve) waiting for each engine adapter load."""
+        self._after_load: dict[int, Generate] = {}
+        """The generation waiting for each engine adapter load, by the load's work id."""
         self._due: list[Callable[[float, list[Decision]], None]] = []
         """Follow-up work started by the next decide (a Generate after its load, a Sync)."""
         self._round_limit: dict[str, int] = {}
@@ -159,7 +158,9 @@ class Scheduler:
             _toggle(self._train_ready, index, active and job.train_ready())
             _toggle(self._env_ready, index, active and bool(job.ready_env))
             if active:
-                engine_vote = None if index in self._gen_ready else self._waiting_on(job)
+                engine_vote = (
+                    None if index in self._gen_ready else job.waiting_on(self._barrier_limit(job))
+                )
                 self._idle.vote(index, (engine_vote, job.trainer_vote()))
             else:
                 self._idle.vote(index, None)
@@ -247,17 +248,6 @@ class Scheduler:
             return []  # the devices are training, or about to
         return self.cluster.engines
 
-    def _waiting_on(self, job: JobState) -> str:
-        """The job's idle cause, telling the step barrier apart from its staleness bound."""
-        cause = job.waiting_on()
-        limit = self._barrier_limit(job)
-        at_barrier = (
-            limit is not None
-            and job.next_group < job.total_groups
-            and job.step_of(job.next_group) >= limit
-        )
-        return "barrier" if cause == "staleness" and at_barrier else cause
-
     def _has_gen_work(self, job: JobState) -> bool:
         return bool(job.ready_gen) or job.next_group_allowed(self._barrier_limit(job))
 
@@ -323,11 +313,11 @@ class Scheduler:
             load = LoadAdapter(self._new_id(), job.name, group.version, engine.name)
             self._idle.mark(engine.device)
             self._begin(load, now, engine=engine)
-            self._after_load[load.work_id] = (generate, reserve)
+            self._after_load[load.work_id] = generate
             out.append(load)
         else:
             self._add_compute(engine.device, 1)
-            self._begin(generate, now, engine=engine, reserved=reserve)
+            self._begin(generate, now, engine=engine)
             out.append(generate)
 
     @staticmethod
@@ -377,7 +367,7 @@ class Scheduler:
 
     def _generate_done(self, d: Generate, running: _Running, event: WorkDone, now: float) -> None:
         job, engine = self.job(d.job), running.engine
-        engine.release(d.seqs, running.reserved, (d.job, d.version))
+        engine.release(d.seqs, _kv_reserve(d), (d.job, d.version))
         self._add_compute(engine.device, -1)
         job.in_gen -= 1
         self._record(
@@ -427,11 +417,11 @@ class Scheduler:
         job, engine = self.job(d.job), running.engine
         self._record("adapter_load", job, (engine.device,), running.start_s, now, event,
                      version=d.version)  # fmt: skip
-        generate, reserve = self._after_load.pop(d.work_id)
+        generate = self._after_load.pop(d.work_id)
         engine.loading.discard((d.job, d.version))
         self._idle.mark(engine.device)
         if not event.ok:
-            engine.release(generate.seqs, reserve, (d.job, d.version))
+            engine.release(generate.seqs, _kv_reserve(generate), (d.job, d.version))
             engine.evict((d.job, d.version))
             job.in_gen -= 1
             job.attained_tokens -= job.turn_tokens
@@ -440,7 +430,7 @@ class Scheduler:
         self._add_compute(engine.device, 1)
 
         def start_generate(t: float, out: list[Decision]) -> None:
-            self._begin(generate, t, engine=engine, reserved=reserve)
+            self._begin(generate, t, engine=engine)
             out.append(generate)
 
         self._due.append(start_generate)
@@ -503,6 +493,11 @@ class Scheduler:
                     end_s=end, outcome=outcome, **fields,
                 )
             )  # fmt: skip
+
+
+def _kv_reserve(generate: Generate) -> int:
+    """KV tokens a group reserves on its engine: its context plus room for every sample."""
+    return generate.context_tokens + generate.seqs * generate.max_new_tokens
 
 
 def _toggle(members: set[int], index: int, present: bool) -> None:
