@@ -23,7 +23,7 @@ setup-sim:
 	$(PY) -m pip install -q -e ".[dev]"
 
 demo: $(STAMP)
-	$(VENV)/bin/marlaas simulate traces/small.yaml --policy sequential --out runs/sequential
+	$(VENV)/bin/marlaas simulate traces/small.yaml --preset sequential --policy fifo --out runs/sequential
 	$(VENV)/bin/marlaas simulate traces/small.yaml --policy fair --out runs/fair
 	$(VENV)/bin/marlaas report runs/sequential runs/fair --out runs/report
 

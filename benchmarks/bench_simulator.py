@@ -16,7 +16,9 @@ import time
 import simpy
 
 from benchmarks.paper_scale import paper_scale_workload
-from marlaas.sim.simulator import Simulation
+from marlaas.core.scheduler import Scheduler
+from marlaas.drive import drive
+from marlaas.sim.executor import SimPyExecutor
 
 
 def bare_simpy(events: int, chains: int = 64) -> float:
@@ -37,31 +39,33 @@ def bare_simpy(events: int, chains: int = 64) -> float:
 
 
 def _simulate(workload):
-    sim = Simulation(workload, "fair", check=False)
+    """(wall [s], result, SimPy events) of one fair simulation, invariants not checked."""
+    scheduler = Scheduler(workload, "fair")
+    executor = SimPyExecutor(workload, scheduler.cluster)
     t0 = time.perf_counter()
-    result = sim.run()
-    return time.perf_counter() - t0, result
+    result = drive(scheduler, executor, check=False)
+    return time.perf_counter() - t0, result, executor.steps
 
 
 def test_paper_scale_vs_bare_simpy(benchmark):
     workload = paper_scale_workload()
-    wall_s, result = benchmark.pedantic(_simulate, args=(workload,), rounds=1, iterations=1)
-    bare_s = min(bare_simpy(result.events) for _ in range(3))
+    wall_s, result, events = benchmark.pedantic(_simulate, args=(workload,), rounds=1, iterations=1)
+    bare_s = min(bare_simpy(events) for _ in range(3))
     ratio = wall_s / bare_s
-    benchmark.extra_info.update(events=result.events, sim_s=wall_s, bare_simpy_s=bare_s,
+    benchmark.extra_info.update(events=events, sim_s=wall_s, bare_simpy_s=bare_s,
                                 per_event_ratio=ratio)  # fmt: skip
     print(
-        f"\n32 jobs x 64 GPUs x 100 steps: {result.events} events, simulated "
-        f"{result.makespan_s:,.0f} s in {wall_s:.2f} s wall ({wall_s / result.events * 1e6:.1f} "
+        f"\n32 jobs x 64 GPUs x 100 steps: {events} events, simulated "
+        f"{result.makespan_s:,.0f} s in {wall_s:.2f} s wall ({wall_s / events * 1e6:.1f} "
         f"us/event); bare SimPy, same events: {bare_s:.3f} s "
-        f"({bare_s / result.events * 1e6:.2f} us/event); ratio {ratio:.1f}x"
+        f"({bare_s / events * 1e6:.2f} us/event); ratio {ratio:.1f}x"
     )
-    assert result.events > 0
+    assert events > 0
 
 
 def test_doubling_tokens_barely_changes_wall_time(benchmark):
-    base_s, base = _simulate(paper_scale_workload(steps=30))
-    double_s, double = benchmark.pedantic(
+    base_s, base, base_events = _simulate(paper_scale_workload(steps=30))
+    double_s, double, double_events = benchmark.pedantic(
         _simulate, args=(paper_scale_workload(steps=30, max_new_tokens=2048),), rounds=1,
         iterations=1,
     )  # fmt: skip
@@ -70,6 +74,6 @@ def test_doubling_tokens_barely_changes_wall_time(benchmark):
     print(
         f"\nmax_new_tokens 1024 -> 2048 (30 steps): wall {base_s:.2f} s -> {double_s:.2f} s "
         f"(ratio {ratio:.2f}); simulated makespan {base.makespan_s:,.0f} s -> "
-        f"{double.makespan_s:,.0f} s; events {base.events} -> {double.events}"
+        f"{double.makespan_s:,.0f} s; events {base_events} -> {double_events}"
     )
     assert double.makespan_s > base.makespan_s

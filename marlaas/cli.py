@@ -10,15 +10,15 @@ import argparse
 import sys
 from pathlib import Path
 
-import yaml
-
 from marlaas import sweep
 from marlaas.core.feasibility import InfeasibleWorkloadError
 from marlaas.core.policies import UnknownPolicyError, get_policy, policy_names
-from marlaas.core.workload import WorkloadError, load_workload
+from marlaas.core.workload import WorkloadError
+from marlaas.drive import RunError
 from marlaas.eventlog import EventLogError
 from marlaas.executors.cli import add_train_parsers, user_errors
 from marlaas.report.cli import add_report_parser
+from marlaas.run_options import add_run_arguments, load_run_workload, run_title
 from marlaas.runs import write_run
 from marlaas.table import print_summary
 
@@ -28,45 +28,33 @@ USER_ERRORS = (
     InfeasibleWorkloadError,
     EventLogError,
     FileExistsError,
+    RunError,
     *user_errors(),
 )
-
-
-def parse_overrides(items: list[str]) -> dict:
-    """``key=value`` strings -> {key: YAML-parsed value}."""
-    overrides = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise WorkloadError(f"--set {item!r}: expected key=value, e.g. scheduling.barrier=true")
-        overrides[key.strip()] = yaml.safe_load(value)
-    return overrides
-
-
-def load_with_overrides(path: str, overrides: list[str] | None):
-    """Load a workload file and apply ``--set`` overrides."""
-    workload = load_workload(path)
-    return workload.with_overrides(parse_overrides(overrides)) if overrides else workload
 
 
 def _simulate(args: argparse.Namespace) -> int:
     from marlaas.sim.run import simulate_run
 
-    workload = load_with_overrides(args.workload, args.set)
-    policy = args.policy or workload.policy
-    get_policy(policy)
-    events, summary = simulate_run(workload, policy, args.seed, progress=not args.quiet)
+    workload = load_run_workload(args)
+    events, summary = simulate_run(workload, args.policy, args.seed, progress=not args.quiet)
     out = write_run(args.out, events, summary)
-    print_summary(summary, title=f"{workload.name} · policy {policy} · seed {summary['seed']}")
+    print_summary(summary, title=run_title(workload, summary, f"seed {summary['seed']}"))
     print(f"wrote {out}/ ({len(events)} events, simulated in {summary['wall_s']:.2f} s)")
     return 0
 
 
 def _policies(_args: argparse.Namespace) -> int:
+    from marlaas.core.scheduling import PRESETS
+
+    print("policies (--policy NAME): the order jobs are served in")
     for name in policy_names():
         policy = get_policy(name)
         doc = (type(policy).__doc__ or "").strip().splitlines()[0]
-        print(f"{name:12s} {doc}")
+        print(f"  {name:12s} {doc}")
+    print("presets (--preset NAME): mechanism settings of a baseline, with any policy")
+    for name, settings in PRESETS.items():
+        print(f"  {name:12s} {', '.join(f'{k}={v}' for k, v in settings.items())}")
     return 0
 
 
@@ -79,9 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("simulate", help="simulate a workload under a policy")
     sim.add_argument("workload", help="workload YAML file (see traces/)")
-    sim.add_argument("--policy", help=f"one of: {', '.join(policy_names())} (default: the file's)")
-    sim.add_argument("--seed", type=int, help="random seed (default: the file's)")
-    sim.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field")
+    add_run_arguments(sim)
     sim.add_argument("--out", required=True, type=Path, help="run folder to write")
     sim.add_argument("--quiet", action="store_true", help="no progress bar")
     sim.set_defaults(func=_simulate)

@@ -70,14 +70,15 @@ def write_run(out: str | Path, events: pd.DataFrame, summary: dict) -> Path:
 
 def run_summary(workload: Workload, result, events: pd.DataFrame, kind: str, **extra) -> dict:
     """The summary.json content of a run (``kind``: simulation or real): who ran what under
-    which settings, and the metrics of its event log. ``result`` is a SimResult or RealResult;
-    ``extra`` adds kind-specific keys."""
+    which settings, and the metrics of its event log. ``result`` is a
+    :class:`marlaas.drive.RunResult`; ``extra`` adds kind-specific keys."""
     arrivals = {j.name: j.arrival_s for j in workload.jobs}
     weights = {j.tenant: j.weight for j in workload.jobs}
     return {
         "kind": kind,
         "workload": workload.name,
         "policy": result.policy,
+        "preset": result.settings.get("preset"),
         "seed": result.seed,
         "settings": result.settings,
         "arrivals": arrivals,
@@ -85,6 +86,8 @@ def run_summary(workload: Workload, result, events: pd.DataFrame, kind: str, **e
         "tenants": {j.name: j.tenant for j in workload.jobs},
         "job_finish_s": result.job_finish_s,
         "wall_s": result.wall_s,
+        "events": result.events,
+        "failures": result.failures,
         **extra,
         "metrics": metrics.summarize(events, arrivals, weights),
     }

@@ -1,15 +1,17 @@
-"""``marlaas sweep``: one workload under several policies, overrides, job counts and seeds.
+"""``marlaas sweep``: one workload under several schedules, overrides, job counts and seeds.
 
-    marlaas sweep traces/paper-32.yaml --policies sequential,sync,fifo,fair --out runs/cmp
-    marlaas sweep traces/paper-32.yaml --policies sequential,fair --jobs 1,2,4,8,16,32 ...
+    marlaas sweep traces/paper-32.yaml --presets sequential,sync --policies fair --out runs/x
+    marlaas sweep traces/paper-32.yaml --presets sequential --policies fair --jobs 1,2,4,8 ...
 
-The runs are the product of ``--policies`` x ``--jobs`` (the workload's first N jobs) x
-``--set`` variants x ``--seeds``. ``--set KEY=VALUE`` applies to every run, as in
-``simulate``; giving the same KEY several times makes one variant per value (several such
-keys make a grid). Every run is exactly ``simulate_run(workload, policy, seed)``, so a row
-equals ``marlaas simulate`` with the same settings. Runs go to a process pool; ``--out``
-gets ``sweep.csv`` (see :mod:`marlaas.sweep_table`), ``summaries.json`` (every run's
-summary) and ``table.txt``, all at once or not at all.
+A schedule is either a preset (a baseline's mechanism settings, run with the workload's
+ordering policy) or a policy (an ordering over the workload's own mechanism settings). The
+runs are the product of the schedules (``--presets`` then ``--policies``) x ``--jobs`` (the
+workload's first N jobs) x ``--set`` variants x ``--seeds``. ``--set KEY=VALUE`` applies to
+every run, as in ``simulate``; giving the same KEY several times makes one variant per value
+(several such keys make a grid). Every run is exactly ``simulate_run(workload, policy,
+seed)``, so a row equals ``marlaas simulate`` with the same settings. Runs go to a process
+pool; ``--out`` gets ``sweep.csv`` (see :mod:`marlaas.sweep_table`), ``summaries.json``
+(every run's summary) and ``table.txt``, all at once or not at all.
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ from tqdm import tqdm
 
 from marlaas.core.policies import get_policy
 from marlaas.core.scheduler import Scheduler
+from marlaas.core.scheduling import PRESETS
 from marlaas.core.workload import Workload, WorkloadError, parse_workload
 from marlaas.runs import json_default, staged_folder
 from marlaas.sweep_table import add_ratios, format_table, ordered, summary_row
+from marlaas.workload_file import apply_overrides, load_with_overrides, parse_overrides
 
 
 class SweepError(WorkloadError):
@@ -44,6 +48,8 @@ class SweepRun:
     jobs: int
     variant: str
     """The varying ``--set`` values, ``key=value`` joined by spaces (``-`` when none)."""
+    schedule: str
+    """The preset's name, or the policy's when the run has no preset."""
     policy: str
     seed: int
     workload: Workload = field(repr=False, compare=False)
@@ -55,6 +61,7 @@ class SweepRun:
             "workload": self.workload.name,
             "jobs": self.jobs,
             "variant": self.variant,
+            "schedule": self.schedule,
             "policy": self.policy,
             "seed": self.seed,
         }
@@ -80,8 +87,6 @@ def parse_list(text: str, what: str, convert=str) -> list:
 
 def variants(items: list[str] | None) -> list[dict[str, Any]]:
     """``--set`` items -> one override dict per variant (keys given once apply to all)."""
-    from marlaas.cli import parse_overrides
-
     by_key: dict[str, list[Any]] = {}
     for item in items or []:
         ((key, value),) = parse_overrides([item]).items()
@@ -98,7 +103,7 @@ def first_jobs(workload: Workload, n: int) -> Workload:
         return workload
     data = workload.model_dump()
     data["jobs"], data["arrivals"] = data["jobs"][:n], None
-    return parse_workload(data, source=f"{workload.name} (first {n} jobs)")
+    return parse_workload(data, source=f"{workload.name} (first {n} jobs)", schema=type(workload))
 
 
 def plan(
@@ -107,21 +112,30 @@ def plan(
     overrides: list[str] | None = None,
     jobs: list[int] | None = None,
     seeds: list[int] | None = None,
+    presets: list[str] | None = None,
 ) -> list[SweepRun]:
-    """Every run of the sweep, validated (policies, overrides, feasibility) before any runs."""
+    """Every run of the sweep, validated (schedules, overrides, feasibility) before any runs."""
     for name in policies:
         get_policy(name)
+    for name in presets or []:
+        if name not in PRESETS:
+            raise SweepError(f"--presets: unknown preset {name!r}; choose from {list(PRESETS)}")
+    schedules = [(p, workload.policy, p) for p in presets or []]
+    schedules += [(p, p, None) for p in policies]
     runs = []
     for variant in variants(overrides):
-        base = workload.with_overrides(variant) if variant else workload
+        base = apply_overrides(workload, variant) if variant else workload
         varying = {k: v for k, v in variant.items() if _varies(overrides, k)}
         label = " ".join(f"{k}={json.dumps(v)}" for k, v in varying.items()) or "-"
         for n in jobs or [len(base.jobs)]:
             sub = first_jobs(base, n)
-            for policy in policies:
-                Scheduler(sub, policy)  # raises InfeasibleWorkloadError up front
+            for schedule, policy, preset in schedules:
+                run_workload = (
+                    apply_overrides(sub, {"scheduling.preset": preset}) if preset else sub
+                )
+                Scheduler(run_workload, policy)  # raises InfeasibleWorkloadError up front
                 for seed in seeds or [sub.seed]:
-                    runs.append(SweepRun(n, label, policy, seed, sub))
+                    runs.append(SweepRun(n, label, schedule, policy, seed, run_workload))
     return runs
 
 
@@ -175,7 +189,7 @@ def execute(
 
 def _short(run: SweepRun) -> str:
     variant = "" if run.variant == "-" else f" {run.variant}"
-    return f"{run.jobs} jobs{variant} {run.policy} seed {run.seed}"
+    return f"{run.jobs} jobs{variant} {run.schedule} seed {run.seed}"
 
 
 def comparison(rows: list[dict], baseline: str | None) -> pd.DataFrame:
@@ -197,9 +211,11 @@ def write_sweep(out: str | Path, table: pd.DataFrame, summaries: list[dict]) -> 
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from marlaas.cli import load_with_overrides
-
-    policies = parse_list(args.policies, "policies")
+    policies = parse_list(args.policies, "policies") if args.policies else []
+    presets = parse_list(args.presets, "presets") if args.presets else []
+    if not policies and not presets:
+        raise SweepError("give --policies and/or --presets, e.g. --presets sequential "
+                         "--policies fifo,fair")  # fmt: skip
     jobs = parse_list(args.jobs, "jobs", int) if args.jobs else None
     seeds = parse_list(args.seeds, "seeds", int) if args.seeds else None
     if args.workers is not None and args.workers < 1:
@@ -207,10 +223,11 @@ def _sweep(args: argparse.Namespace) -> int:
     fixed = [s for s in args.set or [] if not _varies(args.set, s.partition("=")[0].strip())]
     varying = [s for s in args.set or [] if s not in fixed]
     workload = load_with_overrides(args.workload, fixed)
-    runs = plan(workload, policies, varying, jobs, seeds)
-    baseline = args.baseline or ("sequential" if "sequential" in policies else None)
-    if baseline is not None and baseline not in policies:
-        raise SweepError(f"--baseline {baseline!r} is not one of --policies {args.policies!r}")
+    runs = plan(workload, policies, varying, jobs, seeds, presets)
+    schedules = presets + policies
+    baseline = args.baseline or ("sequential" if "sequential" in schedules else None)
+    if baseline is not None and baseline not in schedules:
+        raise SweepError(f"--baseline {baseline!r} is not one of the presets or policies")
     rows, summaries = execute(runs, args.workers, progress=not args.quiet)
     table = comparison(rows, baseline)
     out = write_sweep(args.out, table, summaries)
@@ -223,9 +240,11 @@ def _sweep(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers) -> None:
     """Register ``marlaas sweep``."""
-    p = subparsers.add_parser("sweep", help="compare policies (and overrides, job counts)")
+    p = subparsers.add_parser("sweep", help="compare schedules (and overrides, job counts)")
     p.add_argument("workload", help="workload YAML file (see traces/)")
-    p.add_argument("--policies", required=True, help="comma-separated, e.g. sequential,sync,fair")
+    p.add_argument("--presets", help="baselines, comma-separated: sequential,sync (each with "
+                   "the workload's policy)")  # fmt: skip
+    p.add_argument("--policies", help="orderings, comma-separated, e.g. fifo,fair,srtf")
     p.add_argument(
         "--set",
         action="append",
@@ -234,7 +253,8 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--jobs", metavar="N[,N...]", help="run the workload's first N jobs, per N")
     p.add_argument("--seeds", metavar="S[,S...]", help="seeds (default: the workload's)")
-    p.add_argument("--baseline", help="policy the ratios compare to (default: sequential)")
+    p.add_argument("--baseline", help="preset or policy the ratios compare to (default: "
+                   "sequential when swept)")  # fmt: skip
     p.add_argument("--workers", type=int, help="processes (default: one per CPU core)")
     p.add_argument("--out", required=True, type=Path, help="folder for sweep.csv and summaries")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -1,13 +1,14 @@
-"""The comparison table of a sweep: one row per run, ratios against a baseline policy.
+"""The comparison table of a sweep: one row per run, ratios against a baseline schedule.
 
 Columns (CSV): ``workload``, ``jobs`` (jobs in the run), ``variant`` (the ``--set`` values
-that differ between runs, ``-`` when none), ``policy``, ``seed``; then ``makespan_s``,
+that differ between runs, ``-`` when none), ``schedule`` (the preset, or the policy when the
+run has no preset), ``policy`` (the ordering), ``seed``; then ``makespan_s``,
 ``jct_mean_s``, ``jct_p90_s``, ``jct_max_s`` [s]; ``utilization`` (busy device-seconds /
 (devices x makespan), in [0, 1]) and ``util_<pool>`` per pool; ``idle_<cause>`` (idle
 device-seconds of that cause / (devices x makespan), so utilization + the idle columns = 1);
 ``jain_slowdown``, ``jain_tenant_gpu_s``, ``jain_tenant_gpu_s_per_weight`` (1 = fair);
 ``staleness_mean``, ``staleness_max`` [versions]; ``adapter_swaps``; ``wall_s`` (wall time
-of the simulation [s]); and against the baseline policy of the same jobs, variant and seed:
+of the simulation [s]); and against the baseline schedule of the same jobs, variant and seed:
 ``util_x`` (utilization ratio), ``speedup`` (baseline makespan / makespan) and
 ``time_reduction`` (1 - makespan / baseline makespan).
 """
@@ -20,7 +21,7 @@ import pandas as pd
 
 from marlaas.eventlog import IDLE_CAUSES
 
-KEYS = ["workload", "jobs", "variant", "policy", "seed"]
+KEYS = ["workload", "jobs", "variant", "schedule", "policy", "seed"]
 """Columns that identify a run."""
 SHORT_CAUSE = {"environment": "env", "weight_sync": "sync", "adapter_load": "load"}
 
@@ -56,10 +57,10 @@ def add_ratios(table: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
     table = table.copy()
     for col in ("util_x", "speedup", "time_reduction"):
         table[col] = math.nan
-    if baseline is None or baseline not in set(table["policy"]):
+    if baseline is None or baseline not in set(table["schedule"]):
         return table
     group = ["workload", "jobs", "variant", "seed"]
-    base = table[table["policy"] == baseline].set_index(group)[["makespan_s", "utilization"]]
+    base = table[table["schedule"] == baseline].set_index(group)[["makespan_s", "utilization"]]
     base.columns = [f"{c}_base" for c in base.columns]
     joined = table.join(base, on=group)
     table["util_x"] = joined["utilization"] / joined["utilization_base"]
@@ -98,14 +99,14 @@ def format_table(table: pd.DataFrame) -> str:
     head = [
         "jobs",
         *(["variant"] if show_variant else []),
-        "policy",
+        "schedule",
         *(["seed"] if show_seed else []),
     ]
     head += ["makespan s", "JCT mean s", "JCT p90 s", "util", "util x", "time -%"]
     head += ["idle (top causes)", "Jain slowdn", "Jain GPU", "stale mean/max"]
     rows = []
     for _, r in table.iterrows():
-        cells = [str(r["jobs"]), *([r["variant"]] if show_variant else []), r["policy"]]
+        cells = [str(r["jobs"]), *([r["variant"]] if show_variant else []), r["schedule"]]
         cells += [str(r["seed"])] if show_seed else []
         cells += [
             _num(r["makespan_s"], "{:,.0f}"),
@@ -121,7 +122,7 @@ def format_table(table: pd.DataFrame) -> str:
         ]
         rows.append(cells)
     widths = [max(len(h), *(len(c[i]) for c in rows)) for i, h in enumerate(head)]
-    left = {"variant", "policy", "idle (top causes)"}
+    left = {"variant", "schedule", "idle (top causes)"}
 
     def line(cells: list[str]) -> str:
         return "  ".join(

@@ -34,6 +34,22 @@ def test_simulate_writes_a_run_folder_and_prints_a_summary(tmp_path, capsys):
         (["simulate", "traces/small.yaml", "--set", "jobs.*.rl.steps=-1"], "rl.steps"),
         (["simulate", "traces/small.yaml", "--set", "nonsense"], "expected key=value"),
         (["simulate", "traces/small.yaml", "--set", "cluster.gpus=3"], "unknown field 'gpus'"),
+        (["simulate", "traces/small.yaml", "--policy", "sequential"], "--preset sequential"),
+        (
+            [
+                "simulate",
+                "traces/small.yaml",
+                "--preset",
+                "sequential",
+                "--set",
+                "scheduling.placement=disaggregated",
+            ],
+            "preset 'sequential' sets 'colocated'",
+        ),
+        (
+            ["simulate", "traces/small.yaml", "--set", "jobs.*.env.name=nope"],
+            "jobs[0].env: unknown environment 'nope'",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_no_output(tmp_path, capsys, args, message):
@@ -59,6 +75,16 @@ def test_report_on_a_foreign_file_is_a_clear_error(tmp_path, capsys):
     (run / "events.parquet").write_text("not parquet")
     assert main(["report", str(run), "--out", str(tmp_path / "rep")]) == 2
     assert "marlaas: error:" in capsys.readouterr().err
+
+
+def test_a_preset_runs_the_baseline_and_is_recorded(tmp_path):
+    out = tmp_path / "seq"
+    args = ["simulate", "traces/small.yaml", "--preset", "sequential", "--policy", "fifo"]
+    assert main([*args, "--quiet", "--set", "jobs.*.rl.steps=2", "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["preset"] == "sequential" and summary["policy"] == "fifo"
+    assert summary["settings"]["placement"] == "colocated"
+    assert summary["settings"]["max_active_jobs"] == 1
 
 
 def test_policies_lists_every_policy(capsys):

@@ -9,17 +9,17 @@ import pandas as pd
 import pytest
 
 from marlaas.cli import main
-from marlaas.core.workload import load_workload
 from marlaas.sim.run import simulate_run
 from marlaas.sweep import SweepError, comparison, execute, first_jobs, plan, variants
+from marlaas.workload_file import load_workload
 
 SMALL = Path(__file__).resolve().parent.parent / "traces" / "small.yaml"
 FAST = ["jobs.*.rl.steps=2", "jobs.*.rl.prompts_per_step=2"]
 """Overrides that shrink small.yaml to a fraction of a second per run."""
 
 COLUMNS = [
-    "workload", "jobs", "variant", "policy", "seed", "makespan_s", "jct_mean_s", "jct_p90_s",
-    "jct_max_s", "utilization", "idle_rollouts", "idle_trainer", "idle_environment",
+    "workload", "jobs", "variant", "schedule", "policy", "seed", "makespan_s", "jct_mean_s",
+    "jct_p90_s", "jct_max_s", "utilization", "idle_rollouts", "idle_trainer", "idle_environment",
     "idle_weight_sync", "idle_adapter_load", "idle_staleness", "idle_no_work", "jain_slowdown",
     "jain_tenant_gpu_s", "jain_tenant_gpu_s_per_weight", "staleness_mean", "staleness_max",
     "adapter_swaps", "wall_s", "util_x", "speedup", "time_reduction",
@@ -58,12 +58,23 @@ def test_first_jobs(small):
         first_jobs(small, 5)
 
 
+def test_plan_runs_presets_with_the_workload_policy(small):
+    runs = plan(small, ["fair"], presets=["sequential", "sync"])
+    assert [(r.schedule, r.policy) for r in runs] == [
+        ("sequential", small.policy), ("sync", small.policy), ("fair", "fair"),
+    ]  # fmt: skip
+    assert runs[0].workload.scheduling.preset == "sequential"
+    assert runs[2].workload.scheduling.preset is None
+    with pytest.raises(SweepError, match="unknown preset 'fast'"):
+        plan(small, ["fair"], presets=["fast"])
+
+
 def test_rows_equal_single_runs_and_parallel_equals_serial(small):
-    runs = plan(small, ["sequential", "fair"], seeds=[3])
+    runs = plan(small, ["fair"], seeds=[3], presets=["sequential"])
     rows, summaries = execute(runs, workers=2, progress=False)
     serial, _ = execute(runs, workers=1, progress=False)
     for run, row, again, summary in zip(runs, rows, serial, summaries, strict=True):
-        _, single = simulate_run(small, run.policy, 3)
+        _, single = simulate_run(run.workload, run.policy, 3)
         m = single["metrics"]
         assert summary["metrics"] == m
         assert row["makespan_s"] == m["makespan_s"] == again["makespan_s"]
@@ -73,14 +84,15 @@ def test_rows_equal_single_runs_and_parallel_equals_serial(small):
 
 
 def test_table_columns_and_ratios(small):
-    rows, _ = execute(plan(small, ["sequential", "fifo"], jobs=[1, 2]), 1, progress=False)
+    runs = plan(small, ["fifo"], jobs=[1, 2], presets=["sequential"])
+    rows, _ = execute(runs, 1, progress=False)
     table = comparison(rows, "sequential")
     assert all(c in table.columns for c in COLUMNS)
     assert {"util_colocated", "util_rollout", "util_train"} <= set(table.columns)
-    base = table[table["policy"] == "sequential"]
+    base = table[table["schedule"] == "sequential"]
     assert (base["util_x"] == 1).all() and (base["time_reduction"] == 0).all()
-    fifo = table[(table["policy"] == "fifo") & (table["jobs"] == 2)].iloc[0]
-    seq = table[(table["policy"] == "sequential") & (table["jobs"] == 2)].iloc[0]
+    fifo = table[(table["schedule"] == "fifo") & (table["jobs"] == 2)].iloc[0]
+    seq = table[(table["schedule"] == "sequential") & (table["jobs"] == 2)].iloc[0]
     assert fifo["speedup"] == pytest.approx(seq["makespan_s"] / fifo["makespan_s"])
     busy_plus_idle = table["utilization"] + table.filter(like="idle_").sum(axis=1)
     assert busy_plus_idle.to_numpy() == pytest.approx(1.0, abs=1e-6)
@@ -93,11 +105,13 @@ def sweep(*args: str) -> int:
 def test_cli_writes_csv_summaries_and_table(tmp_path, capsys):
     out = tmp_path / "cmp"
     code = sweep(
-        "--policies", "sequential,fair", "--jobs", "1,2", "--workers", "1", "--out", str(out)
-    )
+        "--presets", "sequential", "--policies", "fair", "--jobs", "1,2", "--workers", "1",
+        "--out", str(out),
+    )  # fmt: skip
     assert code == 0
     table = pd.read_csv(out / "sweep.csv")
-    assert list(table["policy"]) == ["sequential", "fair"] * 2
+    assert list(table["schedule"]) == ["sequential", "fair"] * 2
+    assert list(table["policy"]) == ["fair", "fair"] * 2
     assert list(table["jobs"]) == [1, 1, 2, 2]
     assert len(json.loads((out / "summaries.json").read_text())) == 4
     printed = capsys.readouterr().out
@@ -117,6 +131,9 @@ def test_cli_variants_from_repeated_set(tmp_path):
     ("args", "message"),
     [
         (["--policies", "fifo,nope"], "unknown policy 'nope'"),
+        (["--policies", "sequential"], "is a preset of mechanism settings"),
+        (["--presets", "fast"], "unknown preset 'fast'"),
+        ([], "give --policies and/or --presets"),
         (["--policies", "fifo,,fair"], "--policies 'fifo,,fair': empty item"),
         (["--policies", "fifo,fifo"], "repeated fifo"),
         (["--policies", "fifo", "--jobs", "1,x"], "--jobs '1,x': expected integers"),
@@ -126,6 +143,7 @@ def test_cli_variants_from_repeated_set(tmp_path):
         (["--policies", "fifo", "--set", "rl"], "--set 'rl': expected key=value"),
         (["--policies", "fifo", "--set", "jobs.*.rl.steps=-1"], "rl.steps: Input should be"),
         (["--policies", "fifo", "--baseline", "sync"], "--baseline 'sync' is not one of"),
+        (["--policies", "fifo", "--set", "x=[1"], "--set 'x=[1': not a YAML value"),
         (["--policies", "fifo", "--workers", "0"], "--workers 0: must be >= 1"),
     ],
 )

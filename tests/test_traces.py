@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import yaml
 
-from marlaas.core.workload import WorkloadError, load_workload
+from marlaas.core.workload import WorkloadError
 from marlaas.traces import TraceError, load_arrivals, load_length_trace
+from marlaas.workload_file import apply_overrides, load_workload
 
 TRACES = Path(__file__).resolve().parent.parent / "traces"
 
@@ -178,7 +179,7 @@ def test_arrivals_by_tenant(tmp_path):
     assert [j.rl.steps for j in w.jobs] == [2, 20, 3]
     assert w.arrivals.path == str((tmp_path / "arr.csv").resolve())
     # survives overrides, and time_scale rescales (0 = all at once)
-    assert [j.arrival_s for j in w.with_overrides({"arrivals.time_scale": 0.5}).jobs] == [
+    assert [j.arrival_s for j in apply_overrides(w, {"arrivals.time_scale": 0.5}).jobs] == [
         2.5,
         7.0,
         4.5,
@@ -219,5 +220,5 @@ def test_bundled_staggered_workload():
     arrivals = [j.arrival_s for j in staggered.jobs]
     assert arrivals[0] == 0 and arrivals == sorted(arrivals) and arrivals[-1] > 1000
     assert [j.rl.steps for j in staggered.jobs] == [j.rl.steps for j in at_once.jobs]
-    same = staggered.with_overrides({"arrivals.time_scale": 0})
+    same = apply_overrides(staggered, {"arrivals.time_scale": 0})
     assert [j.model_dump() for j in same.jobs] == [j.model_dump() for j in at_once.jobs]

@@ -1,10 +1,12 @@
 """Devices, inference engines and trainers, with every capacity rule in one place.
 
 An engine runs on one device and holds running groups (sequences and reserved KV tokens)
-and resident adapter versions (at most ``adapter_slots``, least recently used evicted when
-idle). A trainer spans one or more devices and keeps the adapter and optimizer state of up to
-``adapter_slots`` jobs resident. With colocated placement every device is an engine and the
-one trainer spans them all, so training and generation exclude each other.
+and resident adapter versions (at most ``adapter_slots``; the least recently used idle one is
+evicted when a slot is needed, and the scheduler tells the executor so). A trainer spans one
+or more devices and keeps the adapter and optimizer state of up to ``adapter_slots`` jobs
+resident. With colocated placement every device is an engine and the one trainer spans them
+all; with shared compute the pools keep their roles on one processor. Either way training and
+generation exclude each other (``Cluster.exclusive``).
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from marlaas.core.workload import ClusterSpec, EngineSpec, SchedulingSpec
+from marlaas.core.scheduling import Mechanism
+from marlaas.core.workload import ClusterSpec, EngineSpec
 
 AdapterKey = tuple[str, int]
 """(job name, adapter version)."""
@@ -79,13 +82,17 @@ class Engine:
             return adapter not in self.loading
         return len(self.resident) < self.spec.adapter_slots or self.unused > 0
 
-    def reserve(self, seqs: int, tokens: int, adapter: AdapterKey) -> bool:
-        """Reserve room for a group; returns True when the adapter must be loaded first."""
+    def reserve(
+        self, seqs: int, tokens: int, adapter: AdapterKey
+    ) -> tuple[bool, AdapterKey | None]:
+        """Reserve room for a group: (whether the adapter must be loaded first, the idle
+        adapter evicted to make a slot for it or None)."""
         if not self.fits(seqs, tokens) or not self.can_host(adapter):
             raise CapacityError(f"{self.name}: no room for {seqs} seqs / {tokens} tokens")
         self.seqs += seqs
         self.tokens += tokens
         must_load = adapter not in self.resident
+        victim = None
         if must_load:
             if len(self.resident) >= self.spec.adapter_slots:
                 victim = next(k for k, users in self.resident.items() if users == 0)
@@ -98,7 +105,7 @@ class Engine:
         self.resident[adapter] += 1
         self.resident.move_to_end(adapter)
         self._update_open()
-        return must_load
+        return must_load, victim
 
     def release(self, seqs: int, tokens: int, adapter: AdapterKey) -> None:
         """Give back a finished group's room."""
@@ -112,7 +119,7 @@ class Engine:
             raise CapacityError(f"{self.name}: released more than reserved")
 
     def evict(self, adapter: AdapterKey) -> None:
-        """Drop an unused adapter (e.g. after its load failed)."""
+        """Drop an unused adapter (to free its slot, or after its load failed)."""
         if self.resident.pop(adapter) == 0:
             self.unused -= 1
         hosts = self.directory.hosts[adapter]
@@ -145,14 +152,21 @@ class Trainer:
     activity: str | None = None
     """None when free; else adapter_load, train or weight_sync."""
     resident: OrderedDict[str, None] = field(default_factory=OrderedDict)
-    """Jobs whose adapter and optimizer state are on this trainer, LRU order."""
+    """Jobs whose adapter and optimizer state are on this trainer (or moving here), least
+    recently used first."""
 
-    def make_resident(self, job: str) -> None:
-        """Record that ``job``'s state is now here, evicting the least recently used."""
-        self.resident.pop(job, None)
+    def admit(self, job: str) -> list[str]:
+        """Make room for ``job``'s state and mark it resident; returns the jobs whose state
+        must leave to make room (least recently used first)."""
+        victims = []
+        while len(self.resident) >= self.adapter_slots:
+            victims.append(self.resident.popitem(last=False)[0])
         self.resident[job] = None
-        while len(self.resident) > self.adapter_slots:
-            self.resident.popitem(last=False)
+        return victims
+
+    def touch(self, job: str) -> None:
+        """Mark ``job``'s resident state as just used."""
+        self.resident.move_to_end(job)
 
 
 @dataclass
@@ -163,15 +177,31 @@ class Cluster:
     engines: list[Engine]
     trainers: list[Trainer]
     colocated: bool
+    """Every device both generates and trains (one trainer spans them all)."""
+    shared_compute: bool = False
+    """Every device is one processor (cluster.shared_compute)."""
+
+    @property
+    def exclusive(self) -> bool:
+        """Generation and training never run at once: they share devices or a processor."""
+        return self.colocated or self.shared_compute
+
+    def engine(self, name: str) -> Engine:
+        """An engine by name."""
+        return next(e for e in self.engines if e.name == name)
+
+    def trainer(self, name: str) -> Trainer:
+        """A trainer by name."""
+        return next(t for t in self.trainers if t.name == name)
 
     @classmethod
-    def build(cls, spec: ClusterSpec, scheduling: SchedulingSpec) -> Cluster:
+    def build(cls, spec: ClusterSpec, mechanism: Mechanism) -> Cluster:
         """Lay out devices by placement: pools keep their roles, or all are colocated."""
-        engine_spec, slots = spec.engine, spec.trainer.adapter_slots
-        if scheduling.placement == "colocated":
+        engine_spec, slots, shared = spec.engine, spec.trainer.adapter_slots, spec.shared_compute
+        if mechanism.placement == "colocated":
             devices = [Device(f"colocated/{i}", "colocated") for i in range(spec.total_devices)]
             trainers = [Trainer("colocated/trainer", tuple(devices), slots)]
-            return cls(devices, _engines(devices, engine_spec), trainers, colocated=True)
+            return cls(devices, _engines(devices, engine_spec), trainers, True, shared)
         devices, engine_devices, trainers = [], [], []
         for pool in spec.pools:
             pool_devices = [Device(f"{pool.name}/{i}", pool.name) for i in range(pool.devices)]
@@ -183,7 +213,7 @@ class Cluster:
             for t in range(0, pool.devices, per):
                 group = tuple(pool_devices[t : t + per])
                 trainers.append(Trainer(f"{pool.name}/trainer{t // per}", group, slots))
-        return cls(devices, _engines(engine_devices, engine_spec), trainers, colocated=False)
+        return cls(devices, _engines(engine_devices, engine_spec), trainers, False, shared)
 
 
 def _engines(devices: list[Device], spec: EngineSpec) -> list[Engine]:

@@ -8,18 +8,18 @@ Written in YAML as a mapping with a ``dist`` tag::
     {dist: empirical, values: [120, 340, 2048]}
     {dist: trace, path: azure_code_sample.csv, format: azure, column: response}
 
-A ``trace`` distribution reads token counts from a request trace (see marlaas.traces) when the
-workload is loaded, relative to the workload file, and then behaves as ``empirical``.
-Sampling takes a numpy Generator so that all randomness comes from the run's seed.
+A ``trace`` distribution holds token counts read from a request trace (see marlaas.traces):
+:mod:`marlaas.workload_file` reads the file, relative to the workload file, into ``values``
+when it loads the workload; from then on it behaves as ``empirical``. Sampling takes a numpy
+Generator so that all randomness comes from the run's seed.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Dist(BaseModel):
@@ -95,25 +95,23 @@ class Empirical(_Dist):
 
 
 class Trace(_Dist):
-    """Token counts read from a request trace file (Azure LLM trace, BurstGPT or plain CSV)."""
+    """Token counts of a request trace file (Azure LLM trace, BurstGPT or plain CSV)."""
 
     dist: Literal["trace"]
     path: str
+    """The trace file (made absolute when the workload file is read)."""
     format: Literal["azure", "burstgpt", "csv"] = "csv"
     column: Literal["prompt", "response"] = "response"
-    values: list[float] = Field(default_factory=list, exclude=True)
+    values: list[Annotated[float, Field(ge=0)]] = Field(default_factory=list)
+    """The column's token counts, filled in from the file by marlaas.workload_file."""
 
     @model_validator(mode="after")
-    def _load(self, info: ValidationInfo) -> Trace:
-        if self.values:
-            return self
-        from marlaas.traces import load_length_trace  # data I/O lives outside the core
-
-        base = (info.context or {}).get("base_dir") or Path.cwd()
-        path = Path(self.path) if Path(self.path).is_absolute() else Path(base) / self.path
-        lengths = load_length_trace(path, self.format)[self.column]
-        object.__setattr__(self, "path", str(path.resolve()))
-        object.__setattr__(self, "values", [float(v) for v in lengths])
+    def _loaded(self) -> Trace:
+        if not self.values:
+            raise ValueError(
+                f"trace {self.path!r} has no values: read workloads that name trace files "
+                "with marlaas.workload_file.load_workload"
+            )
         return self
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:

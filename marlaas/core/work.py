@@ -1,8 +1,11 @@
 """Decisions the scheduler hands to a driver, and the completion events it gets back.
 
-Plain frozen dataclasses: a driver (SimPy or real) starts each decision's work and later
-reports a :class:`WorkDone` carrying the same ``work_id``. Devices, engines and trainers are
-named by strings; engine-specific ids (vLLM's lora_int_id) never appear here.
+Plain frozen dataclasses: an executor (SimPy, real, fixed-duration) starts each decision's
+work and later reports a :class:`WorkDone` carrying the same ``work_id``. Two decisions are
+instant (:data:`INSTANT`): evicting an adapter from an engine and moving a job's state off a
+trainer complete when the executor starts them, before any later decision, and report
+nothing. Devices, engines and trainers are named by strings; engine-specific ids (vLLM's
+lora_int_id) never appear here.
 """
 
 from __future__ import annotations
@@ -57,12 +60,33 @@ class LoadAdapter:
 
 
 @dataclass(frozen=True, slots=True)
-class SwapIn:
-    """Move a job's adapter and optimizer state onto a trainer (before a training step)."""
+class EvictAdapter:
+    """Drop an idle adapter version from an inference engine (instant: frees its slot)."""
 
     work_id: int
     job: str
     version: int
+    engine: str
+
+
+@dataclass(frozen=True, slots=True)
+class SwapIn:
+    """Move a job's adapter and optimizer state (at ``version``, the newest published) onto a
+    trainer, before a training step."""
+
+    work_id: int
+    job: str
+    version: int
+    trainer: str
+
+
+@dataclass(frozen=True, slots=True)
+class SwapOut:
+    """Drop a job's adapter and optimizer state from a trainer (instant; the state is kept in
+    storage since its last sync)."""
+
+    work_id: int
+    job: str
     trainer: str
 
 
@@ -95,7 +119,10 @@ class Sync:
     trainer: str
 
 
-Decision = Generate | EnvStep | LoadAdapter | SwapIn | Train | Sync
+Decision = Generate | EnvStep | LoadAdapter | EvictAdapter | SwapIn | SwapOut | Train | Sync
+
+INSTANT = (EvictAdapter, SwapOut)
+"""Decisions that complete when started: no WorkDone comes back for them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,3 +136,5 @@ class WorkDone:
     Train: tokens trained."""
     reward: float = math.nan
     """Mean reward of the group (EnvStep on the last turn, in real runs)."""
+    error: str = ""
+    """Why the work failed (``ok=False``), one line."""

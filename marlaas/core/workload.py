@@ -1,28 +1,27 @@
-"""The workload file: tenants' jobs, the cluster, the cost model, the policy and the seed.
+"""The workload: tenants' jobs, the base model, the cluster, the mechanism, the policy, the seed.
 
-A workload is YAML, validated on load by pydantic models that forbid unknown fields. Errors
-are collected into one :class:`WorkloadError` whose message names each bad field by its path
-(``jobs[2].rl.steps``) with the value and the reason. Units are in the field names
-(``_s`` seconds, ``_ms`` milliseconds, ``tokens``).
+Plain data validated by pydantic models that forbid unknown fields; reading it from a YAML
+file (and resolving the trace files it names) is :mod:`marlaas.workload_file`'s job, so the
+core never touches a file. Errors are collected into one :class:`WorkloadError` whose message
+names each bad field by its path (``jobs[2].rl.steps``) with the value and the reason. Units
+are in the field names (``_s`` seconds, ``_ms`` milliseconds, ``tokens``).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     ValidationError,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from marlaas.core.distributions import Distribution
+from marlaas.core.scheduling import SchedulingSpec
 
 
 class WorkloadError(ValueError):
@@ -59,14 +58,16 @@ class RLSettings(_Strict):
 
 
 class EnvSpec(_Strict):
-    """The job's environment: what a real run calls and what the simulator delays."""
+    """The job's environment: what a real run calls, and how long its steps wait."""
 
     name: str = "arithmetic"
-    """Registered environment name or ``package.module:Class`` (real runs)."""
+    """Registered environment name or ``package.module:Class`` (see marlaas.envs)."""
     args: dict[str, Any] = Field(default_factory=dict)
-    """Options passed to the environment (real runs)."""
-    latency_s: Distribution = Field(default_factory=lambda: {"dist": "constant", "value": 0.05})
-    """Per-sample latency of one environment step [s] (simulation)."""
+    """Options passed to the environment (validated on load)."""
+    latency_s: Distribution = Field(default_factory=lambda: {"dist": "constant", "value": 0})
+    """Per-sample latency of one environment step beyond its own computation [s]: a remote
+    verifier, a tool call. The simulator waits it; a real run waits it too (a seeded sample
+    per sample and step) on top of the environment's own time."""
     observation_tokens: NonNegInt = 0
     """Tokens an environment step appends to the context (multi-turn)."""
 
@@ -80,7 +81,6 @@ class JobSpec(_Strict):
     """Share weight used by weighted policies (priority, fair)."""
     arrival_s: NonNegFloat = 0.0
     """Submission time [s] after the run's start."""
-    base_model: str = "base"
     lora_rank: PositiveInt = 16
     rl: RLSettings = Field(default_factory=RLSettings)
     prompt_tokens: Distribution = Field(default_factory=lambda: {"dist": "constant", "value": 256})
@@ -91,8 +91,16 @@ class JobSpec(_Strict):
     )
     """Response length per sample and turn [tokens], truncated at rl.max_new_tokens."""
     env: EnvSpec = Field(default_factory=EnvSpec)
-    model_dir: str | None = None
-    """Local folder of the base model (real runs)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_model_per_job(cls, data: Any) -> Any:
+        if isinstance(data, dict) and ({"model_dir", "base_model"} & data.keys()):
+            raise ValueError(
+                "model_dir/base_model: every job shares one base model; declare it once, "
+                "at the top level, as base_model: {name: ..., path: ...}"
+            )
+        return data
 
     @field_validator("name", "tenant")
     @classmethod
@@ -100,6 +108,16 @@ class JobSpec(_Strict):
         if not value.strip():
             raise ValueError("must not be empty")
         return value
+
+
+class BaseModelSpec(_Strict):
+    """The one base model every job's adapter is trained on."""
+
+    name: str = "base"
+    """A label for reports and cost profiles."""
+    path: str | None = None
+    """Local folder of the model (real runs; relative to the workload file's folder, else to
+    the working folder). Nothing is downloaded."""
 
 
 class PoolSpec(_Strict):
@@ -153,6 +171,10 @@ class ClusterSpec(_Strict):
     trainer: TrainerSpec = Field(default_factory=TrainerSpec)
     env_workers: PositiveInt = 512
     """Concurrent environment calls (one per sample)."""
+    shared_compute: bool = False
+    """Every pool runs on one processor (one CPU, or one GPU holding an engine and a trainer):
+    generation and training take turns, and engines share the processor's speed. Both worlds
+    model it: the scheduler never overlaps them, the simulator slows engines that run at once."""
 
     @model_validator(mode="after")
     def _has_both_roles(self) -> ClusterSpec:
@@ -168,60 +190,6 @@ class ClusterSpec(_Strict):
     def total_devices(self) -> int:
         """Devices over all pools."""
         return sum(p.devices for p in self.pools)
-
-
-class SchedulingSpec(_Strict):
-    """Mechanism settings; the baselines are configurations of these, not other code.
-
-    A policy's own settings (``sequential``: colocated, one job, staleness 0; ``sync``:
-    colocated, barrier, staleness 0) take precedence over these; a run's summary records the
-    settings in force."""
-
-    placement: Literal["disaggregated", "colocated"] = "disaggregated"
-    """disaggregated: the pools keep their roles; colocated: every device both generates
-    and trains, time-shared (one trainer spans all devices)."""
-    max_active_jobs: PositiveInt | None = None
-    """Jobs admitted at once (None = all that have arrived)."""
-    barrier: bool = False
-    """A global step barrier: no job generates for step k+1 before every job trained and
-    published (synced) step k."""
-    staleness_cap: NonNegInt | None = None
-    """Upper bound applied to every job's rl.max_staleness (None = keep each job's)."""
-
-
-class CostModel(_Strict):
-    """Latency model of a 7B-class model on an H100-class GPU (defaults, all documented).
-
-    Decode iteration time = decode_base_ms + decode_per_seq_ms * running sequences
-    + decode_per_kv_token_ms * context tokens in the batch + decode_per_adapter_ms * distinct
-    adapters in the batch. Training step = train_overhead_s + tokens * (1 + lora_rank /
-    train_rank_scale) / (train_tokens_per_s * devices).
-    """
-
-    decode_base_ms: PositiveFloat = 6.0
-    """Weights read once per iteration: ~14 GB fp16 at ~3 TB/s is ~5 ms, plus overhead."""
-    decode_per_seq_ms: NonNegFloat = 0.03
-    """Per running sequence (sampling, GEMM rows) [ms]; assumption from vLLM batch scaling."""
-    decode_per_kv_token_ms: NonNegFloat = 0.00015
-    """KV read per context token: 0.5 MB at ~3.3 TB/s = 0.15 us."""
-    decode_per_adapter_ms: NonNegFloat = 0.3
-    """Extra per distinct LoRA adapter in the batch (Punica/S-LoRA SGMV); assumption."""
-    prefill_tokens_per_s: PositiveFloat = 20_000.0
-    """~14 GFLOP per token at ~300 TFLOP/s effective."""
-    adapter_load_s: NonNegFloat = 0.2
-    """Loading one LoRA adapter version into an engine (host to GPU plus setup)."""
-    train_tokens_per_s: PositiveFloat = 8_000.0
-    """LoRA forward+backward per device: ~42 GFLOP/token at ~35% MFU."""
-    train_overhead_s: NonNegFloat = 1.0
-    """Fixed per training step (optimizer step, log-prob pass bookkeeping)."""
-    train_rank_scale: PositiveFloat = 256.0
-    """Rank at which LoRA doubles the step's compute; assumption."""
-    trainer_swap_s: NonNegFloat = 2.0
-    """Moving a job's adapter and optimizer state onto a trainer."""
-    sync_s: NonNegFloat = 0.5
-    """Publishing a new adapter version to the engines (save + transfer)."""
-    colocated_switch_s: NonNegFloat = 3.0
-    """Colocated placement: offloading the engine and back around a training step."""
 
 
 class ArrivalsSpec(_Strict):
@@ -241,21 +209,14 @@ class Workload(_Strict):
     name: str = "workload"
     seed: int = 0
     policy: str = "fifo"
+    """The ordering policy (see marlaas.core.policies); mechanism presets are in scheduling."""
+    base_model: BaseModelSpec = Field(default_factory=BaseModelSpec)
     jobs: list[JobSpec]
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
-    cost: CostModel = Field(default_factory=CostModel)
     arrivals: ArrivalsSpec | None = None
-    """Set jobs' arrival_s (and rl.steps) from an arrivals CSV when the file is loaded."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _apply_arrivals(cls, data: Any, info: ValidationInfo) -> Any:
-        if not isinstance(data, dict) or not isinstance(data.get("arrivals"), dict):
-            return data
-        from marlaas.traces.arrivals import apply_arrivals  # data I/O lives outside the core
-
-        return apply_arrivals(data, (info.context or {}).get("base_dir"))
+    """Where the jobs' arrival_s (and rl.steps) came from: marlaas.workload_file applies an
+    arrivals CSV when it reads the file."""
 
     @field_validator("policy")
     @classmethod
@@ -288,10 +249,14 @@ class Workload(_Strict):
     def with_overrides(self, overrides: dict[str, Any]) -> Workload:
         """A copy with dotted-path overrides applied (``scheduling.barrier=true``,
         ``jobs.*.rl.steps=5``), validated again."""
+        return parse_workload(self.overridden(overrides), source="overrides", schema=type(self))
+
+    def overridden(self, overrides: dict[str, Any]) -> dict[str, Any]:
+        """This workload as plain data with dotted-path overrides applied (not validated)."""
         data = self.model_dump()
         for key, value in overrides.items():
             _set_path(data, key.split("."), value, key)
-        return parse_workload(data, source="overrides")
+        return data
 
 
 def _set_path(node: Any, parts: list[str], value: Any, full: str) -> None:
@@ -340,23 +305,14 @@ def format_validation_error(err: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
-def parse_workload(data: Any, source: str = "<workload>", base_dir: Path | None = None) -> Workload:
-    """Validate a workload given as plain data; ``base_dir`` resolves trace paths."""
+def parse_workload(
+    data: Any, source: str = "<workload>", schema: type[Workload] | None = None
+) -> Workload:
+    """Validate a workload given as plain data (``schema``: Workload or a subclass of it)."""
+    schema = schema or Workload
     if not isinstance(data, dict):
         raise WorkloadError(f"{source}: a workload must be a mapping, got {type(data).__name__}")
     try:
-        return Workload.model_validate(data, context={"base_dir": base_dir})
+        return schema.model_validate(data)
     except ValidationError as err:
         raise WorkloadError(format_validation_error(err, source)) from None
-
-
-def load_workload(path: str | Path) -> Workload:
-    """Read and validate a workload YAML file."""
-    path = Path(path)
-    if not path.is_file():
-        raise WorkloadError(f"{path}: no such workload file")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise WorkloadError(f"{path}: not valid YAML ({err})") from None
-    return parse_workload(data, source=str(path), base_dir=path.parent)

@@ -5,10 +5,8 @@ from __future__ import annotations
 import random
 
 from marlaas.envs.base import Environment, StepResult, is_bare_number, parse_number
-from marlaas.envs.registry import register_env
 
 
-@register_env("arithmetic")
 class ArithmeticEnv(Environment):
     """Reward 1 for the right sum + `format_bonus` for a bare number.
 
@@ -16,6 +14,8 @@ class ArithmeticEnv(Environment):
 
     Options: `max_operand` (int, default 99), `format_bonus` (float, default 0.1).
     """
+
+    options = ("max_operand", "format_bonus")
 
     def __init__(self, args=None) -> None:
         super().__init__(args)

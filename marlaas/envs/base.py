@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,9 +23,14 @@ class Environment(abc.ABC):
     """An episode of a task: `reset(seed)` gives the prompt, `step(action)` scores model output.
 
     One instance runs one episode at a time; `reset` starts a new one. Options come as a dict
-    (`args`), validated by each environment. Everything random is drawn from `seed`, so an episode
-    is reproducible.
+    (`args`), validated by each environment; `options` names the ones it takes, so that a
+    workload with a misspelt option is refused on load. Everything random is drawn from `seed`,
+    so an episode is reproducible. Latency beyond the environment's own computation is the
+    workload's `env.latency_s`, which the executor waits: environments do not sleep.
     """
+
+    options: ClassVar[tuple[str, ...] | None] = None
+    """The option names this environment reads (None: not declared, nothing is refused)."""
 
     def __init__(self, args: dict[str, Any] | None = None) -> None:
         self.args: dict[str, Any] = dict(args or {})

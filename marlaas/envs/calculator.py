@@ -2,31 +2,28 @@
 
 from __future__ import annotations
 
-import asyncio
 import random
 import re
 
 from marlaas.envs.base import Environment, StepResult, parse_number
-from marlaas.envs.registry import register_env
 from marlaas.envs.safe_eval import UnsafeExpression, safe_eval
 
 _CALL = re.compile(r"CALC:\s*(.+)")
 
 
-@register_env("calculator")
 class CalculatorEnv(Environment):
     """Compute a*b+c with an optional calculator tool; reward 1 for the right final answer.
 
-    A turn containing `CALC: <expr>` gets `RESULT: <value>` back after `latency_s` seconds
-    (asyncio.sleep, so other work overlaps) and the episode goes on; any other turn is the final
-    answer (its first number). After `max_turns` turns the episode ends with reward 0.
-    Options: `latency_s` (float [s], default 0.0), `max_turns` (int, default 4),
-    `max_operand` (int, default 99).
+    A turn containing `CALC: <expr>` gets `RESULT: <value>` back and the episode goes on; any
+    other turn is the final answer (the number after its last "="). After `max_turns` turns the
+    episode ends with reward 0. A tool's latency is the workload's `env.latency_s`.
+    Options: `max_turns` (int, default 4), `max_operand` (int, default 99).
     """
+
+    options = ("max_turns", "max_operand")
 
     def __init__(self, args=None) -> None:
         super().__init__(args)
-        self.latency_s: float = float(self._arg("latency_s", 0.0, (int, float)))
         self.max_turns: int = self._arg("max_turns", 4, int)
         self.max_operand: int = self._arg("max_operand", 99, int)
         self.answer: int | None = None
@@ -51,8 +48,6 @@ class CalculatorEnv(Environment):
         call = _CALL.search(action)
         if call is not None:
             self.tool_calls += 1
-            if self.latency_s > 0:
-                await asyncio.sleep(self.latency_s)
             try:
                 result = f"RESULT: {safe_eval(call.group(1))}"
             except UnsafeExpression as exc:

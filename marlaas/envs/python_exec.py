@@ -14,7 +14,6 @@ import tempfile
 from typing import Any
 
 from marlaas.envs.base import Environment, StepResult
-from marlaas.envs.registry import register_env
 
 # (instruction, function name, [(args, expected)]); a user passes their own through args["tasks"].
 DEFAULT_TASKS: list[dict[str, Any]] = [
@@ -63,7 +62,6 @@ print({nonce!r} + _json.dumps({{"passed": int(_passed)}}))
 """
 
 
-@register_env("python_exec")
 class PythonExecEnv(Environment):
     """Reward = fraction of test cases passed by the function the model writes (one turn).
 
@@ -74,6 +72,8 @@ class PythonExecEnv(Environment):
     `memory_mb` (int [MiB] address space, default 512), `tasks` (list of
     {prompt, func, tests: [[args, expected], ...]}, default: a small built-in set).
     """
+
+    options = ("timeout_s", "memory_mb", "tasks")
 
     def __init__(self, args=None) -> None:
         super().__init__(args)

@@ -1,4 +1,8 @@
-"""Environments by name, or a user's class by import path "pkg.module:Class"."""
+"""Environments by name, or a user's class by import path "pkg.module:Class".
+
+The built-in environments are found by import path (their modules do not import this one);
+``register_env`` adds a name for a class of your own.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,14 @@ from collections.abc import Callable
 from typing import Any
 
 from marlaas.envs.base import Environment
+
+BUILTINS: dict[str, str] = {
+    "arithmetic": "marlaas.envs.arithmetic:ArithmeticEnv",
+    "calculator": "marlaas.envs.calculator:CalculatorEnv",
+    "python_exec": "marlaas.envs.python_exec:PythonExecEnv",
+    "target_char": "marlaas.envs.target_char:TargetCharEnv",
+}
+"""Built-in environment names -> their classes' import paths."""
 
 _REGISTRY: dict[str, type[Environment]] = {}
 
@@ -19,7 +31,7 @@ def register_env(name: str) -> Callable[[type[Environment]], type[Environment]]:
     """Class decorator: register an Environment subclass under `name`."""
 
     def deco(cls: type[Environment]) -> type[Environment]:
-        if name in _REGISTRY and _REGISTRY[name] is not cls:
+        if name in BUILTINS or (name in _REGISTRY and _REGISTRY[name] is not cls):
             raise ValueError(f"environment {name!r} is already registered")
         _REGISTRY[name] = cls
         return cls
@@ -28,36 +40,22 @@ def register_env(name: str) -> Callable[[type[Environment]], type[Environment]]:
 
 
 def env_names() -> list[str]:
-    """Names of the registered environments."""
-    _load_builtins()
-    return sorted(_REGISTRY)
+    """Names of the built-in and registered environments."""
+    return sorted({*BUILTINS, *_REGISTRY})
 
 
 def resolve_env(spec: str) -> type[Environment]:
     """The Environment class for a registered name or an import path "pkg.module:Class"."""
-    _load_builtins()
     if spec in _REGISTRY:
         return _REGISTRY[spec]
+    if spec in BUILTINS:
+        return _import(BUILTINS[spec])
     if ":" not in spec:
         raise EnvLoadError(
-            f"unknown environment {spec!r}: use one of {sorted(_REGISTRY)} "
+            f"unknown environment {spec!r}: use one of {env_names()} "
             f"or an import path 'pkg.module:Class'"
         )
-    module_name, _, attr = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise EnvLoadError(
-            f"environment {spec!r}: cannot import module {module_name!r} ({exc})"
-        ) from exc
-    cls = getattr(module, attr, None)
-    if cls is None:
-        raise EnvLoadError(f"environment {spec!r}: module {module_name!r} has no {attr!r}")
-    if not (isinstance(cls, type) and issubclass(cls, Environment)):
-        raise EnvLoadError(
-            f"environment {spec!r}: {attr!r} is not a subclass of marlaas.envs.Environment"
-        )
-    return cls
+    return _import(spec)
 
 
 def make_env(spec: str, args: dict[str, Any] | None = None) -> Environment:
@@ -65,6 +63,32 @@ def make_env(spec: str, args: dict[str, Any] | None = None) -> Environment:
     return resolve_env(spec)(args)
 
 
-def _load_builtins() -> None:
-    # Imported for their @register_env side effect.
-    from marlaas.envs import arithmetic, calculator, python_exec, target_char  # noqa: F401
+def check_env(spec: str, args: dict[str, Any] | None = None) -> None:
+    """Raise EnvLoadError or ValueError when `spec` does not resolve or `args` are rejected
+    (an option the class does not declare in ``options``, or a value of the wrong kind)."""
+    cls = resolve_env(spec)
+    declared = getattr(cls, "options", None)
+    unknown = sorted(set(args or {}) - set(declared)) if declared is not None else []
+    if unknown:
+        raise EnvLoadError(
+            f"{spec}: unknown option(s) {unknown}; it takes {sorted(declared) or 'none'}"
+        )
+    cls(args)
+
+
+def _import(path: str) -> type[Environment]:
+    module_name, _, attr = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise EnvLoadError(
+            f"environment {path!r}: cannot import module {module_name!r} ({exc})"
+        ) from exc
+    cls = getattr(module, attr, None)
+    if cls is None:
+        raise EnvLoadError(f"environment {path!r}: module {module_name!r} has no {attr!r}")
+    if not (isinstance(cls, type) and issubclass(cls, Environment)):
+        raise EnvLoadError(
+            f"environment {path!r}: {attr!r} is not a subclass of marlaas.envs.Environment"
+        )
+    return cls

@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import random
 import string
 
 from marlaas.envs.base import Environment, StepResult
-from marlaas.envs.registry import register_env
 
 
-@register_env("target_char")
 class TargetCharEnv(Environment):
     """Reward = fraction of generated characters equal to `target` (0 for an empty answer).
 
     Options: `target` (one character, default "a"), `prompt_len` (characters of the random
-    lowercase prompt, default 4), `latency_s` (float [s] that each step waits with asyncio.sleep,
-    default 0.0: a stand-in for a slow verifier or sandbox).
+    lowercase prompt, default 4). A slow verifier is the workload's `env.latency_s`.
     """
+
+    options = ("target", "prompt_len")
 
     def __init__(self, args=None) -> None:
         super().__init__(args)
@@ -25,7 +23,6 @@ class TargetCharEnv(Environment):
         if len(self.target) != 1:
             raise ValueError(f"TargetCharEnv: 'target' must be one character, got {self.target!r}")
         self.prompt_len: int = self._arg("prompt_len", 4, int)
-        self.latency_s: float = float(self._arg("latency_s", 0.0, (int, float)))
 
     async def reset(self, seed: int) -> str:
         """A random lowercase prompt of `prompt_len` characters drawn from `seed`."""
@@ -33,9 +30,7 @@ class TargetCharEnv(Environment):
         return "".join(rng.choice(string.ascii_lowercase) for _ in range(self.prompt_len))
 
     async def step(self, action: str) -> StepResult:
-        """Score the completion (after `latency_s` seconds); one turn."""
-        if self.latency_s > 0:
-            await asyncio.sleep(self.latency_s)
+        """Score the completion; one turn."""
         return StepResult("", target_char_reward(action, self.target), True, {})
 
 

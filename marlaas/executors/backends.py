@@ -63,15 +63,14 @@ def resolve_backend(backend: str) -> str:
 
 
 def model_dir_of(workload: Workload, base_dir: Path | None = None) -> Path:
-    """The one local base-model folder of the workload's jobs (relative paths: to ``base_dir``,
-    then to the working folder)."""
-    dirs = {j.model_dir for j in workload.jobs}
-    if None in dirs:
-        missing = [j.name for j in workload.jobs if j.model_dir is None]
-        raise ModelDirError(f"jobs {missing}: a real run needs model_dir (a local model folder)")
-    if len(dirs) != 1:
-        raise ModelDirError(f"all jobs must share one base model folder, got {sorted(dirs)}")
-    path = Path(dirs.pop())
+    """The base model's local folder, ``base_model.path`` (relative: to ``base_dir``, the
+    workload file's folder, then to the working folder)."""
+    if workload.base_model.path is None:
+        raise ModelDirError(
+            "base_model.path: a real run needs the base model's local folder (the workload's "
+            "top-level base_model: {name: ..., path: ...})"
+        )
+    path = Path(workload.base_model.path)
     candidates = [path] if path.is_absolute() else [Path.cwd() / path]
     if base_dir is not None and not path.is_absolute():
         candidates.insert(0, base_dir / path)
@@ -79,7 +78,7 @@ def model_dir_of(workload: Workload, base_dir: Path | None = None) -> Path:
         if (candidate / "config.json").is_file():
             return candidate.resolve()
     raise ModelDirError(
-        f"model_dir {str(path)!r}: no config.json there; build the tiny model with "
+        f"base_model.path {str(path)!r}: no config.json there; build the tiny model with "
         "`marlaas make-tiny-model models/tiny` or SmolLM2 with `marlaas prepare-smollm2 "
         "models/smollm2`"
     )
@@ -91,24 +90,56 @@ def max_positions(model_dir: Path) -> int:
     return int(config.get("max_position_embeddings") or 2048)
 
 
+def kv_bytes_per_token(model_dir: Path, dtype_bytes: int) -> int:
+    """KV-cache bytes one token takes: keys and values of every layer's KV heads."""
+    config = json.loads((model_dir / "config.json").read_text())
+    heads = int(config["num_attention_heads"])
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    head_dim = int(config.get("head_dim") or config["hidden_size"] // heads)
+    return 2 * int(config["num_hidden_layers"]) * kv_heads * head_dim * dtype_bytes
+
+
+KV_BLOCK_TOKENS = 128
+"""KV capacity is sized in whole blocks of this many tokens (a multiple of vLLM's blocks)."""
+
+
 def make_generator(
-    backend: str, model_dir: Path, workload: Workload, max_model_len: int, seed: int = 0
+    backend: str,
+    model_dir: Path,
+    workload: Workload,
+    max_model_len: int,
+    seed: int = 0,
+    device: str = "cpu",
 ):
-    """A generator for all the workload's engines (one per process; see docs/real-runs.md)."""
+    """The generator of one of the workload's inference engines, on ``device``.
+
+    Its capacity is the workload's, declared once in ``cluster.engine``: ``max_seqs``
+    sequences, ``adapter_slots`` adapters (vLLM loads and evicts only what the scheduler
+    says), and a KV cache of ``kv_tokens`` tokens (at least one ``max_model_len`` sequence).
+    """
     engine = workload.cluster.engine
     if backend == "vllm":
         from marlaas.executors.vllm_generator import VLLMGenerator
 
+        if device not in ("cpu", "cuda:0"):
+            raise BackendError(
+                f"an in-process vLLM engine runs on cuda:0 only, not {device}; give the "
+                "inference pool the first GPU or use --backend hf"
+            )
+        dtype = "float32" if device == "cpu" else "bfloat16"
+        tokens = max(engine.kv_tokens, max_model_len)
+        tokens = -(-tokens // KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
+        kv_bytes = tokens * kv_bytes_per_token(model_dir, 4 if dtype == "float32" else 2)
         rank = max(j.lora_rank for j in workload.jobs)
         return VLLMGenerator(
             model_dir, max_loras=engine.adapter_slots, max_lora_rank=_vllm_rank(rank),
             max_model_len=max_model_len, max_num_seqs=engine.max_seqs, seed=seed,
-            max_cpu_loras=max(engine.adapter_slots, 2 * len(workload.jobs) + 2),
+            max_cpu_loras=engine.adapter_slots, dtype=dtype, kv_cache_bytes=kv_bytes,
             engine_kwargs=_NO_CHUNKING | {"max_num_batched_tokens": max(8192, max_model_len)},
         )  # fmt: skip
     from marlaas.executors.hf_generator import HFGenerator
 
-    return HFGenerator(model_dir, max_batch_size=engine.max_seqs)
+    return HFGenerator(model_dir, max_batch_size=engine.max_seqs, device=device)
 
 
 def _vllm_rank(rank: int) -> int:

@@ -19,20 +19,17 @@ class ModelSetupError(RuntimeError):
 
 
 def _train(args: argparse.Namespace) -> int:
-    from marlaas.cli import load_with_overrides
-    from marlaas.core.policies import get_policy
     from marlaas.executors.train import train_run
+    from marlaas.run_options import load_run_workload, run_title
     from marlaas.table import print_summary
 
-    workload = load_with_overrides(args.workload, args.set)
-    policy = args.policy or workload.policy
-    get_policy(policy)  # an unknown name fails before any model is loaded
+    workload = load_run_workload(args)  # an unknown policy fails before any model loads
     events, summary, rewards, result = train_run(
-        workload, args.out, policy, resume=args.resume, backend=args.backend, seed=args.seed,
-        base_dir=Path(args.workload).parent, progress=not args.quiet,
+        workload, args.out, args.policy, resume=args.resume, backend=args.backend,
+        seed=args.seed, base_dir=Path(args.workload).parent, progress=not args.quiet,
         micro_batch_size=args.micro_batch_size, max_model_len=args.max_model_len,
     )  # fmt: skip
-    print_summary(summary, title=f"{workload.name} · policy {policy} · {result.backend} · real")
+    print_summary(summary, title=run_title(workload, summary, f"{summary['backend']} · real"))
     for job, group in rewards.groupby("job", sort=True):
         first, last = group["mean_reward"].iloc[0], group["mean_reward"].tail(3).mean()
         print(f"reward {job:<16s} {first:.3f} -> {last:.3f} (first step -> mean of last 3)")
@@ -44,7 +41,6 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from marlaas.cli import load_with_overrides
     from marlaas.executors.adapter_store import AdapterStore
     from marlaas.executors.backends import (
         make_generator,
@@ -54,6 +50,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     )
     from marlaas.executors.evaluate import accuracy_table, evaluate
     from marlaas.executors.outputs import ADAPTERS_DIR
+    from marlaas.workload_file import load_with_overrides
 
     workload = load_with_overrides(args.workload, args.set)
     model_dir = model_dir_of(workload, Path(args.workload).parent)
@@ -95,7 +92,7 @@ def _prepare_smollm2(args: argparse.Namespace) -> int:
 
 def add_train_parsers(subparsers) -> None:
     """Add ``train``, ``evaluate``, ``make-tiny-model`` and ``prepare-smollm2``."""
-    from marlaas.core.policies import policy_names
+    from marlaas.run_options import add_run_arguments
 
     train = subparsers.add_parser(
         "train", help="train the workload's LoRA adapters for real (vLLM or HF + PEFT)",
@@ -103,14 +100,12 @@ def add_train_parsers(subparsers) -> None:
         "scheduler and policy as the simulator. Writes events.parquet, summary.json, "
         "rewards.csv, rewards.png and adapters/ to --out.",
     )  # fmt: skip
-    train.add_argument("workload", help="workload YAML file with jobs' model_dir and env")
+    train.add_argument("workload", help="workload YAML file with base_model.path and envs")
     train.add_argument("--out", required=True, type=Path, help="run folder to write")
-    train.add_argument("--policy", help=f"one of: {', '.join(policy_names())}")
+    add_run_arguments(train)
     train.add_argument("--backend", choices=BACKENDS, default="auto",
                        help="generation: vllm, hf (transformers + PEFT) or auto (vLLM if it "
                        "imports)")  # fmt: skip
-    train.add_argument("--seed", type=int, help="random seed (default: the file's)")
-    train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field")
     train.add_argument(
         "--resume",
         action="store_true",
@@ -156,6 +151,6 @@ def user_errors() -> tuple[type[Exception], ...]:
     """Exception types the CLI reports as one-line user errors."""
     from marlaas.envs.registry import EnvLoadError
     from marlaas.executors.backends import BackendError, ModelDirError
-    from marlaas.executors.driver import RealRunError
+    from marlaas.executors.devices import DeviceError
 
-    return (BackendError, ModelDirError, EnvLoadError, RealRunError, ModelSetupError)
+    return (BackendError, ModelDirError, EnvLoadError, DeviceError, ModelSetupError)

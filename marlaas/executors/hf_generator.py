@@ -108,6 +108,13 @@ class HFGenerator:
         """The (adapter, version) pairs available for generation."""
         return sorted(self._adapters)
 
+    async def resident(self) -> set[tuple[str, int]]:
+        """The (adapter, version) pairs the PEFT model itself holds."""
+        names = set(getattr(self.model, "peft_config", {}))
+        return {key for key, name in self._adapters.items() if name in names} | {
+            ("?", -1) for name in names - set(self._adapters.values())
+        }
+
     # ---------------------------------------------------------------- generation
     async def generate(
         self,

@@ -17,36 +17,64 @@ import pandas as pd
 from marlaas.core.workload import Workload
 from marlaas.eventlog import records_to_frame
 from marlaas.executors.resume import shift_versions
-from marlaas.runs import run_summary, write_run
+from marlaas.runs import read_summary, run_summary, write_run
 
 REWARDS_CSV = "rewards.csv"
 REWARDS_PNG = "rewards.png"
 ADAPTERS_DIR = "adapters"
 
 
-def rewards_frame(result) -> pd.DataFrame:
+REAL_RUN_ENTRIES = {"adapters", "events.parquet", "summary.json", REWARDS_CSV, REWARDS_PNG,
+                    "eval.json"}  # fmt: skip
+"""What a real run folder may hold (anything else: not ours to replace)."""
+
+
+def check_real_run_folder(out: Path) -> None:
+    """Refuse, before any work, an ``out`` that is a file or a folder that is not a real run
+    (a simulation, a report, anything with files a run does not write)."""
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"{out}: exists and is not a folder")
+    if not out.is_dir():
+        return
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in REAL_RUN_ENTRIES)
+    kind = read_summary(out).get("kind", "real")
+    if foreign or kind != "real":
+        what = f"holds {foreign[:3]}" if foreign else f"holds a {kind} run"
+        raise FileExistsError(
+            f"{out}: {what}, not a real training run; not writing there (choose another --out)"
+        )
+
+
+def rewards_frame(points) -> pd.DataFrame:
     """One row per job and training step: job, tenant, step, mean_reward, time_s, and the
     trainer's statistics (staleness, importance ratio, clip fraction, loss)."""
     columns = ["job", "tenant", "step", "mean_reward", "time_s"]
-    rows = [asdict(p) for p in result.rewards]
+    rows = [asdict(p) for p in points]
     frame = pd.DataFrame(rows) if rows else pd.DataFrame(columns=columns)
     return frame.sort_values(["job", "step"], kind="stable").reset_index(drop=True)
 
 
-def real_events(result) -> pd.DataFrame:
+def real_events(result, offsets: dict[str, int]) -> pd.DataFrame:
     """The run's event log (steps and versions of resumed jobs counted from their start)."""
-    return shift_versions(records_to_frame(result.records), result.offsets)
+    return shift_versions(records_to_frame(result.records), offsets)
 
 
-def real_summary(workload: Workload, result, events: pd.DataFrame, rewards: pd.DataFrame) -> dict:
+def real_summary(
+    workload: Workload,
+    result,
+    events: pd.DataFrame,
+    rewards: pd.DataFrame,
+    backend: str,
+    offsets: dict[str, int],
+) -> dict:
     """The summary.json content of a real run: a simulation's keys plus reward curves."""
     curves = {
         job: [round(float(r), 4) for r in group["mean_reward"]]
         for job, group in rewards.groupby("job", sort=True)
     }
     return run_summary(
-        workload, result, events, "real", sim_events=0, backend=result.backend,
-        resumed_from=result.offsets, failures=result.failures, reward_curves=curves,
+        workload, result, events, "real", backend=backend, resumed_from=offsets,
+        reward_curves=curves,
     )  # fmt: skip
 
 

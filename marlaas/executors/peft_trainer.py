@@ -15,6 +15,7 @@ import json
 import math
 import re
 import threading
+import warnings
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ from marlaas.executors.rollout import TrainSample, TrainStats
 _JOB_NAME = re.compile(r"[A-Za-z0-9_-]+")
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 VERSION_FILE = "marlaas_adapter.json"
+OPTIMIZER_FILE = "optimizer.pt"
+"""The job's optimizer state, saved beside its adapter so that training continues exactly."""
 
 
 @dataclass
@@ -103,7 +106,8 @@ class PeftTrainer:
         """Create the LoRA adapter and optimizer of `job`.
 
         With `init_dir` (a folder written by save_adapter) the adapter resumes from those
-        weights at `version` (read from the folder when it has version metadata).
+        weights at `version` (read from the folder when it has version metadata), and the
+        optimizer from its saved state when the folder has one.
         `seed` makes the adapter initialization reproducible.
         """
         from peft import LoraConfig, PeftModel, get_peft_model
@@ -126,21 +130,28 @@ class PeftTrainer:
             self.model = get_peft_model(self.model, config, adapter_name=job)
         else:
             self.model.add_adapter(job, config)
+            if self.model.active_adapter not in self.model.peft_config:
+                self.model.set_adapter(job)  # the active one was removed with its job
         if init_dir is not None:
             version = _load_weights(self.model, job, Path(init_dir), default_version=version)
         params = [p for n, p in self.model.named_parameters() if f".{job}." in n]
         if not params:
             raise RuntimeError(f"no LoRA parameters found for job {job!r}")
         opt = torch.optim.AdamW(params, lr=lr or self.lr, weight_decay=self.weight_decay)
+        saved = Path(init_dir) / OPTIMIZER_FILE if init_dir is not None else None
+        if saved is not None and saved.is_file():
+            opt.load_state_dict(torch.load(saved, map_location=self.device, weights_only=True))
         self._jobs[job] = _Job(rank, alpha, opt, params, version)
         for p in params:
             p.requires_grad_(False)  # trainable only while its own step runs
 
     def remove_job(self, job: str) -> None:
-        """Drop the adapter and optimizer of `job`."""
-        self._job(job)
-        del self._jobs[job]
-        self.model.delete_adapter(job)
+        """Drop the adapter and optimizer of `job` (save them first to keep them)."""
+        with self._lock, warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "active adapter was deleted"
+            self._job(job)
+            del self._jobs[job]
+            self.model.delete_adapter(job)
 
     # ---------------------------------------------------------------- training
     def train_step(self, job: str, samples: Sequence[TrainSample]) -> TrainStats:
@@ -254,17 +265,24 @@ class PeftTrainer:
 
     # ---------------------------------------------------------------- saving
     def save_adapter(
-        self, job: str, version: int, out_dir: str | Path, *, overwrite: bool = False
+        self,
+        job: str,
+        version: int,
+        out_dir: str | Path,
+        *,
+        overwrite: bool = False,
+        optimizer: bool = False,
     ) -> Path:
         """Write `job`'s adapter (at its current `version`) to `out_dir`, atomically.
 
         The folder is what PEFT's save_pretrained writes for that one adapter (adapter_config.json
-        + adapter_model.safetensors), loadable by vLLM's LoRARequest, plus marlaas_adapter.json.
+        + adapter_model.safetensors), loadable by vLLM's LoRARequest, plus marlaas_adapter.json,
+        and with `optimizer` the optimizer state (optimizer.pt) that add_job restores.
         """
         with self._lock:
-            return self._save_adapter(job, version, out_dir, overwrite)
+            return self._save_adapter(job, version, out_dir, overwrite, optimizer)
 
-    def _save_adapter(self, job: str, version: int, out_dir, overwrite: bool) -> Path:
+    def _save_adapter(self, job: str, version: int, out_dir, overwrite, optimizer) -> Path:
         state = self._job(job)
         if version != state.version:
             raise ValueError(f"job {job!r} is at version {state.version}, not {version}")
@@ -277,6 +295,8 @@ class PeftTrainer:
                 nested.rmdir()
             meta = {"job": job, "version": version, "rank": state.rank, "alpha": state.alpha}
             (tmp / VERSION_FILE).write_text(json.dumps(meta))
+            if optimizer:
+                torch.save(state.optimizer.state_dict(), tmp / OPTIMIZER_FILE)
         return Path(out_dir)
 
     # ---------------------------------------------------------------- helpers

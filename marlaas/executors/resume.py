@@ -39,7 +39,7 @@ def remaining_workload(workload: Workload, offsets: dict[str, int]) -> Workload:
             f"{workload.name}: every job has already trained all its steps; nothing to resume"
         )
     data["jobs"] = jobs
-    return parse_workload(data, source="resume")
+    return parse_workload(data, source="resume", schema=type(workload))
 
 
 def shift_versions(events: pd.DataFrame, offsets: dict[str, int]) -> pd.DataFrame:

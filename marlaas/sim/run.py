@@ -1,13 +1,38 @@
-"""Simulate a workload and produce a run folder's content (event log and summary)."""
+"""Simulate a workload: the scheduler core driven over the SimPy executor."""
 
 from __future__ import annotations
 
 import pandas as pd
 
+from marlaas.core.policies import Policy
+from marlaas.core.scheduler import Scheduler
 from marlaas.core.workload import Workload
+from marlaas.drive import RunResult, drive
+from marlaas.drive.progress import StepProgress
 from marlaas.eventlog import records_to_frame
 from marlaas.runs import run_summary
-from marlaas.sim.simulator import simulate
+from marlaas.sim.cost_model import CostModel
+from marlaas.sim.executor import SimPyExecutor
+
+
+def cost_of(workload: Workload) -> CostModel:
+    """The workload's cost model (``cost:`` of a workload file), else the defaults."""
+    return getattr(workload, "cost", None) or CostModel()
+
+
+def simulate(
+    workload: Workload,
+    policy: Policy | str | None = None,
+    seed: int | None = None,
+    progress: bool = False,
+    cost: CostModel | None = None,
+) -> RunResult:
+    """Simulate ``workload`` under ``policy`` (default: the workload's) and ``seed``."""
+    scheduler = Scheduler(workload, policy)
+    executor = SimPyExecutor(workload, scheduler.cluster, cost or cost_of(workload), seed)
+    total = sum(j.rl.steps for j in workload.jobs)
+    with StepProgress(total, "simulating", enabled=progress) as bar:
+        return drive(scheduler, executor, observers=[bar])
 
 
 def simulate_run(
@@ -16,4 +41,4 @@ def simulate_run(
     """Simulate and return (event log frame, summary)."""
     result = simulate(workload, policy, seed, progress)
     events = records_to_frame(result.records)
-    return events, run_summary(workload, result, events, "simulation", sim_events=result.events)
+    return events, run_summary(workload, result, events, "simulation")

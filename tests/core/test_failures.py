@@ -2,45 +2,37 @@
 
 from __future__ import annotations
 
-import heapq
 import random
 
 import pytest
 
 from marlaas.core.scheduler import Scheduler
-from marlaas.core.work import Generate, Sync, WorkDone
+from marlaas.core.work import Sync
+from marlaas.core.workload import parse_workload
+from marlaas.drive import FixedExecutor, RunError, drive
 from marlaas.eventlog import records_to_frame
 from marlaas.metrics import check_partition
-from tests.core.fixed_driver import DURATIONS_S
 from tests.core.test_scheduler import workload
 
 
 def run_with_failures(scheduler: Scheduler, rate: float, seed: int) -> list:
     """Fail each piece of work with probability ``rate``; returns the decisions made."""
     rng = random.Random(seed)
-    pending, seen, now = [], [], 0.0
-    while not scheduler.done:
-        for decision in scheduler.decide(now):
-            seen.append(decision)
-            ok = rng.random() >= rate
-            tokens = decision.seqs * 10 if isinstance(decision, Generate) and ok else 0
-            event = WorkDone(decision.work_id, ok=ok, tokens=tokens)
-            heapq.heappush(pending, (now + DURATIONS_S[type(decision)], decision.work_id, event))
-        assert pending, "stalled"
-        now, _, event = heapq.heappop(pending)
-        scheduler.on_event(event, now)
-    scheduler.finish(now)
-    return seen
+    executor = FixedExecutor(outcome=lambda decision: rng.random() >= rate)
+    drive(scheduler, executor, max_failures=20)
+    return [d for _, d in executor.started]
 
 
-@pytest.mark.parametrize("policy", ["fair", "fifo", "sequential", "sync"])
+@pytest.mark.parametrize(
+    ("policy", "preset"),
+    [("fair", None), ("fifo", None), ("fifo", "sequential"), ("fifo", "sync")],
+)
 @pytest.mark.parametrize("seed", [0, 1])
-def test_random_failures_leak_nothing_and_every_job_finishes(policy, seed):
-    data = workload(jobs=3, steps=3).model_dump()
+def test_random_failures_leak_nothing_and_every_job_finishes(policy, preset, seed):
+    data = workload(jobs=3, steps=3, scheduling={"preset": preset}).model_dump()
     data["cluster"]["engine"]["adapter_slots"] = 2
     data["cluster"]["pools"][1]["devices"] = 2
     data["jobs"][2]["rl"]["turns"] = 2
-    from marlaas.core.workload import parse_workload
 
     scheduler = Scheduler(parse_workload(data), policy)
     decisions = run_with_failures(scheduler, rate=0.2, seed=seed)
@@ -73,10 +65,19 @@ def _failed_train_tokens(rows) -> int:
     return int(failed_train.drop_duplicates(["step", "start_s"]).tokens.sum())
 
 
+def test_work_that_keeps_failing_stops_the_run_with_its_reason():
+    scheduler = Scheduler(workload(jobs=2, steps=2), "fifo")
+
+    def fail_training(decision) -> bool:
+        return type(decision).__name__ != "Train"
+
+    with pytest.raises(RunError, match=r"Train of job 'j\d' failed 4 times in a row"):
+        drive(scheduler, FixedExecutor(outcome=fail_training), max_failures=3)
+
+
 def test_a_job_is_resident_on_one_trainer_at_a_time():
     data = workload(jobs=3, steps=4).model_dump()
     data["cluster"]["pools"][1]["devices"] = 2
-    from marlaas.core.workload import parse_workload
     from tests.core.fixed_driver import run_fixed
 
     def check(decision, now, scheduler):

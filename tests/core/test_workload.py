@@ -1,11 +1,14 @@
-"""Workload files: validation errors name the field and value; overrides; defaults."""
+"""Workloads: validation errors name the field and value; overrides; presets; defaults; and
+workload files (YAML, referenced traces, environments checked on load)."""
 
 from __future__ import annotations
 
 import pytest
 import yaml
 
-from marlaas.core.workload import WorkloadError, load_workload, parse_workload
+from marlaas.core.scheduling import SchedulingSpec
+from marlaas.core.workload import WorkloadError, parse_workload
+from marlaas.workload_file import load_workload
 
 
 def minimal(**extra) -> dict:
@@ -17,7 +20,8 @@ def test_minimal_workload_gets_documented_defaults():
     job = workload.jobs[0]
     assert job.rl.group_size == 8 and job.rl.max_staleness == 1
     assert workload.cluster.total_devices == 8
-    assert workload.scheduling.placement == "disaggregated"
+    assert workload.scheduling.resolve().placement == "disaggregated"
+    assert job.env.latency_s.mean() == 0  # an environment waits nothing unless declared
 
 
 @pytest.mark.parametrize(
@@ -50,6 +54,72 @@ def test_bad_fields_are_named(mutate, expected):
 def test_unknown_policy_in_file_is_rejected():
     with pytest.raises(WorkloadError, match="policy: unknown policy 'fastest'"):
         parse_workload(minimal(policy="fastest"))
+    with pytest.raises(WorkloadError, match="is a preset of mechanism settings"):
+        parse_workload(minimal(policy="sequential"))
+
+
+def test_presets_fill_unset_settings_and_refuse_contradictions():
+    sequential = SchedulingSpec(preset="sequential").resolve()
+    assert (sequential.placement, sequential.max_active_jobs, sequential.staleness_cap) == (
+        "colocated", 1, 0,
+    )  # fmt: skip
+    assert SchedulingSpec(preset="sync", staleness_cap=0).resolve().barrier is True
+    assert SchedulingSpec(max_active_jobs=2).resolve().placement == "disaggregated"
+    with pytest.raises(WorkloadError) as err:
+        parse_workload(minimal(scheduling={"preset": "sequential", "placement": "disaggregated"}))
+    message = str(err.value)
+    assert "scheduling" in message and "'disaggregated'" in message and "'sequential'" in message
+    with pytest.raises(WorkloadError, match="unknown preset 'fast'"):
+        parse_workload(minimal(scheduling={"preset": "fast"}))
+    overridden = parse_workload(minimal()).with_overrides({"scheduling.preset": "sync"})
+    assert overridden.scheduling.resolve().barrier is True
+
+
+def test_base_model_is_declared_once():
+    workload = parse_workload(minimal(base_model={"name": "m", "path": "models/m"}))
+    assert workload.base_model.path == "models/m"
+    data = minimal()
+    data["jobs"][0]["model_dir"] = "models/m"
+    with pytest.raises(WorkloadError, match=r"jobs\[0\].*declare it once.*base_model"):
+        parse_workload(data)
+
+
+def test_trace_distributions_need_their_values_read():
+    data = minimal()
+    data["jobs"][0]["response_tokens"] = {"dist": "trace", "path": "x.csv"}
+    with pytest.raises(WorkloadError, match="load_workload"):
+        parse_workload(data)
+
+
+def test_duplicate_keys_and_environments_are_checked_on_load(tmp_path):
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("name: a\nname: b\njobs: [{name: j, tenant: t}]\n")
+    with pytest.raises(WorkloadError, match="duplicate key 'name' \\(line 2\\)"):
+        load_workload(dup)
+    merged = tmp_path / "merge.yaml"
+    merged.write_text(
+        "base: &b {name: j, tenant: t, weight: 1}\njobs: [{<<: *b, weight: 2}]\n".replace(
+            "base: &b", "x-base: &b"
+        )
+    )
+    with pytest.raises(WorkloadError, match="x-base: unknown field"):
+        load_workload(merged)  # merge keys work (the override is no duplicate)
+    for env, message in [
+        ({"name": "no-such-env"}, r"jobs\[0\].env: unknown environment 'no-such-env'"),
+        (
+            {"name": "target_char", "args": {"latency_s": 0.5}},
+            r"unknown option\(s\) \['latency_s'\]",
+        ),
+        ({"name": "target_char", "args": {"target": "ab"}}, "one character"),
+        ({"name": "nowhere.mod:Env"}, "cannot import module 'nowhere.mod'"),
+    ]:
+        path = tmp_path / "env.yaml"
+        path.write_text(yaml.safe_dump({"jobs": [{"name": "j", "tenant": "t", "env": env}]}))
+        with pytest.raises(WorkloadError, match=message):
+            load_workload(path)
+    plugin = {"name": "tests.executors.plugin_env:EchoEnv"}
+    path.write_text(yaml.safe_dump({"jobs": [{"name": "j", "tenant": "t", "env": plugin}]}))
+    assert load_workload(path).jobs[0].env.name == plugin["name"]
 
 
 def test_missing_and_unparsable_files(tmp_path):

@@ -1,8 +1,14 @@
-"""Real runs of the scheduler core: tiny model, several tenants, HF and vLLM generation."""
+"""Real runs of the scheduler core: tiny model, several tenants, HF and vLLM generation.
+
+The real executor enacts every decision: the engine a group is placed on, the adapters the
+core loads and evicts (read back from the engines themselves), the trainer a job's state is
+swapped onto; and a real run passes the same invariant checks as a simulation.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 import pandas as pd
@@ -14,19 +20,25 @@ pytest.importorskip("peft")
 from marlaas import metrics
 from marlaas.cli import main
 from marlaas.core.policies.fair import Fair
-from marlaas.core.workload import load_workload
-from marlaas.eventlog import read_event_log
+from marlaas.core.scheduler import Scheduler
+from marlaas.core.work import EvictAdapter, SwapIn
+from marlaas.drive import InvariantError, RunError, check_invariants, drive
+from marlaas.eventlog import read_event_log, records_to_frame
+from marlaas.executors.adapter_store import AdapterStore
+from marlaas.executors.local import LocalExecutor
+from marlaas.executors.outputs import rewards_frame
 from marlaas.executors.train import train_run
-from marlaas.runs import read_summary
+from marlaas.sim.run import simulate
+from marlaas.workload_file import apply_overrides, load_workload
 
 TRACE = Path(__file__).resolve().parents[2] / "traces" / "real-tiny.yaml"
 STEPS = 14
+JOBS = ("emit-a", "emit-z", "emit-e-slow")
 
 
 def tiny_workload(model_dir, **overrides):
     """traces/real-tiny.yaml on the session's tiny model, with overrides."""
-    workload = load_workload(TRACE).with_overrides({"jobs.*.model_dir": str(model_dir)})
-    return workload.with_overrides(overrides) if overrides else workload
+    return load_workload(TRACE, {"base_model.path": str(model_dir), **overrides})
 
 
 def assert_learned(rewards: pd.DataFrame) -> None:
@@ -39,7 +51,7 @@ def assert_learned(rewards: pd.DataFrame) -> None:
 
 
 class RecordingPolicy(Fair):
-    """Fair share that counts the jobs it is asked about (one instance for both drivers)."""
+    """Fair share that counts the jobs it is asked about (one instance for both worlds)."""
 
     def __init__(self) -> None:
         self.seen: set[str] = set()
@@ -67,7 +79,7 @@ def test_hf_run_each_tenant_learns_its_target(hf_run):
     assert summary["kind"] == "real" and summary["backend"] == "hf"
     assert_learned(pd.read_csv(out / "rewards.csv"))
     assert (out / "rewards.png").stat().st_size > 0
-    assert set(summary["reward_curves"]) == {"emit-a", "emit-z", "emit-e-slow"}
+    assert set(summary["reward_curves"]) == set(JOBS)
     last_env = events[(events["kind"] == "env") & events["reward"].notna()]
     assert len(last_env) == 3 * STEPS * 4  # one rewarded env row per group
 
@@ -78,36 +90,42 @@ def test_real_event_log_partitions_and_reports(hf_run, tmp_path):
     events = read_event_log(out)
     metrics.check_partition(events)
     assert set(events["kind"]) >= {"generate", "env", "train", "sync", "adapter_load", "idle"}
+    # one CPU (shared_compute): no training step overlaps any generation
+    gen = events[events["kind"] == "generate"]
+    for _, step in events[events["kind"] == "train"].iterrows():
+        assert not ((gen.start_s < step.end_s) & (step.start_s < gen.end_s)).any()
+    # the declared 0.5 s verifier latency of emit-e-slow is waited for real
+    slow = events[(events["kind"] == "env") & (events["job"] == "emit-e-slow")]
+    assert (slow.end_s - slow.start_s).min() >= 0.5
     assert main(["report", str(out), "--out", str(tmp_path / "report")]) == 0
     assert (tmp_path / "report" / "report.html").stat().st_size > 0
 
 
 @pytest.mark.slow
-def test_resume_continues_from_saved_adapters(hf_run, tiny_model_dir, tmp_path):
+def test_resume_continues_from_saved_adapters_and_optimizer(hf_run, tiny_model_dir, tmp_path):
     import shutil
 
     out = tmp_path / "resumed"
     shutil.copytree(hf_run[0], out)
+    store = AdapterStore(out / "adapters")
+    assert all((store.path(j, STEPS) / "optimizer.pt").is_file() for j in JOBS)
+    assert not (store.path(JOBS[0], STEPS - 1) / "optimizer.pt").exists()  # newest only
     workload = tiny_workload(tiny_model_dir, **{"jobs.*.rl.steps": STEPS + 2})
-    events, _summary, rewards, result = train_run(
+    events, summary, rewards, _ = train_run(
         workload, out, backend="hf", resume=True, progress=False
     )
-    assert result.offsets == dict.fromkeys(("emit-a", "emit-z", "emit-e-slow"), STEPS)
+    assert summary["resumed_from"] == dict.fromkeys(JOBS, STEPS)
     assert sorted(rewards["step"].unique()) == [STEPS, STEPS + 1]
     assert rewards["mean_reward"].min() > 0.7  # the resumed adapters already know their target
     train = events[events["kind"] == "train"]
     assert sorted(train["version"].unique()) == [STEPS + 1, STEPS + 2]
-    from marlaas.executors.adapter_store import AdapterStore
-
-    store = AdapterStore(out / "adapters")
-    assert all(store.latest(j) == STEPS + 2 for j in ("emit-a", "emit-z", "emit-e-slow"))
+    assert all(store.latest(j) == STEPS + 2 for j in JOBS)
 
 
 @pytest.mark.slow
 def test_tenant_isolation(hf_run, tiny_model_dir):
     """Training one tenant never moves another's log-probs, and batching tenants together
     never changes a tenant's generations."""
-    from marlaas.executors.adapter_store import AdapterStore
     from marlaas.executors.hf_generator import HFGenerator
     from marlaas.executors.peft_trainer import PeftTrainer
     from marlaas.executors.rollout import TrainSample
@@ -145,30 +163,35 @@ def test_tenant_isolation(hf_run, tiny_model_dir):
 
 
 @pytest.mark.slow
-def test_staleness_bound_and_one_policy_object_for_both_drivers(tiny_model_dir, tmp_path):
-    """The policy instance that drives a simulation drives the real run; no sample staler
-    than its job's bound is ever trained on."""
-    from marlaas.sim.simulator import Simulation
-
+def test_one_policy_object_and_one_invariant_checker_for_both_worlds(tiny_model_dir, tmp_path):
+    """The policy instance that drives a simulation drives the real run; both runs pass the
+    same invariant checks, which do look at the real run (a stale sample breaks them)."""
     workload = tiny_workload(
         tiny_model_dir, **{"jobs.*.rl.steps": 5, "jobs.*.rl.max_staleness": 1,
                            "jobs.emit-e-slow.rl.max_staleness": 2},
     )  # fmt: skip
     policy = RecordingPolicy()
-    Simulation(workload, policy).run()
+    simulate(workload, policy)
     sim_calls = policy.calls
-    assert sim_calls > 0 and policy.seen == {"emit-a", "emit-z", "emit-e-slow"}
-    events, summary, rewards, _ = train_run(
-        workload, tmp_path / "stale", policy, backend="hf", progress=False
-    )
+    assert sim_calls > 0 and policy.seen == set(JOBS)
+    scheduler = Scheduler(workload, policy)
+    store = AdapterStore(tmp_path / "adapters")
+    with LocalExecutor(
+        workload, scheduler.cluster, store=store, model_dir=tiny_model_dir, backend="hf"
+    ) as executor:
+        result = drive(scheduler, executor, check=False)
     assert policy.calls > sim_calls  # the same object was asked again, by the real run
-    assert summary["policy"] == "fair"
+    check_invariants(result, scheduler)
     bounds = {j.name: j.rl.max_staleness for j in workload.jobs}
+    events = records_to_frame(result.records)
     train = events[events["kind"] == "train"]
     assert (train["staleness"] <= train["job"].map(bounds)).all()
-    assert (rewards["staleness"] <= rewards["job"].map(bounds)).all()
     assert train["staleness"].max() >= 1  # the bound was exercised, not trivially met
-    metrics.check_partition(events)
+    rewards = rewards_frame(executor.rewards)
+    assert (rewards["staleness"] <= rewards["job"].map(bounds)).all()
+    stale = [r._replace(staleness=9) if r.kind == "train" else r for r in result.records]
+    with pytest.raises(InvariantError, match="versions stale"):
+        check_invariants(dataclasses.replace(result, records=stale), scheduler)
 
 
 @pytest.mark.slow
@@ -176,14 +199,11 @@ def test_multi_turn_tool_episodes(tiny_model_dir, tmp_path):
     """A calculator tenant with 2 turns: each sample continues from its own context."""
     workload = tiny_workload(
         tiny_model_dir, **{"jobs.*.rl.steps": 2, "jobs.emit-z.rl.turns": 2,
-                           "jobs.emit-z.rl.max_new_tokens": 12},
+                           "jobs.emit-z.rl.max_new_tokens": 12,
+                           "jobs.emit-z.env": {"name": "calculator", "args": {"max_turns": 2}}},
     )  # fmt: skip
-    data = workload.model_dump()
-    data["jobs"][1]["env"] = {"name": "calculator", "args": {"max_turns": 2, "latency_s": 0.05}}
-    from marlaas.core.workload import parse_workload
-
     events, _summary, rewards, _ = train_run(
-        parse_workload(data), tmp_path / "multi", backend="hf", progress=False
+        workload, tmp_path / "multi", backend="hf", progress=False
     )
     env = events[(events["kind"] == "env") & (events["job"] == "emit-z")]
     assert sorted(env["turn"].unique()) == [0, 1]
@@ -192,16 +212,89 @@ def test_multi_turn_tool_episodes(tiny_model_dir, tmp_path):
     assert len(rewards[rewards["job"] == "emit-z"]) == 2
 
 
+class ResidencyWatch:
+    """Checks that what the engines and trainers themselves hold is what the scheduler
+    decided: after every completion, all of it (modulo loads and swaps in flight); right after
+    every eviction, that the evicted adapter is gone (the rest of its decision round is not
+    enacted yet, so the full comparison waits for the next completion)."""
+
+    def __init__(self, scheduler: Scheduler, executor: LocalExecutor) -> None:
+        self.scheduler, self.executor = scheduler, executor
+        self.evictions = self.checks = 0
+        start = executor.start
+
+        def start_and_check(decision, now):
+            start(decision, now)
+            if isinstance(decision, EvictAdapter):
+                self.evictions += 1
+                held = executor.engine_adapters(decision.engine)
+                assert (decision.job, decision.version) not in held
+
+        executor.start = start_and_check
+
+    def __call__(self, decision, event, now) -> None:
+        self.check()
+
+    def check(self) -> None:
+        self.checks += 1
+        for engine in self.scheduler.cluster.engines:
+            held = self.executor.engine_adapters(engine.name)
+            core = set(engine.resident)
+            settled = core - engine.loading
+            assert settled <= held <= core, (engine.name, held, core, engine.loading)
+        swapping = {
+            r.decision.job for r in self.scheduler.ledger.running.values()
+            if isinstance(r.decision, SwapIn)
+        }  # fmt: skip
+        for trainer in self.scheduler.cluster.trainers:
+            held = self.executor.trainers.resident(trainer.name)
+            core = set(trainer.resident)
+            assert core - swapping <= held <= core, (trainer.name, held, core)
+
+
 @pytest.mark.slow
-def test_vllm_run_each_tenant_learns_its_target(tiny_model_dir, vllm_generator, tmp_path):
-    events, _summary, rewards, _result = train_run(
-        tiny_workload(tiny_model_dir), tmp_path / "vllm", generator=vllm_generator,
-        progress=False,
+def test_vllm_two_engines_enact_placement_evictions_and_swaps(tiny_model_dir, tmp_path):
+    """Two vLLM engines and one trainer on the tiny model: work lands on both engines, the
+    engines' own adapter lists follow the core's loads and evictions, the trainer's state
+    follows its swaps, and every tenant learns its target."""
+    try:
+        import vllm  # noqa: F401
+    except Exception as exc:
+        pytest.skip(f"vllm not importable: {exc}")
+    workload = tiny_workload(
+        tiny_model_dir,
+        **{"cluster.pools": [{"name": "rollout", "role": "inference", "devices": 2},
+                             {"name": "train", "role": "training", "devices": 1}],
+           "cluster.engine.adapter_slots": 2, "cluster.trainer.adapter_slots": 2},
     )  # fmt: skip
-    assert_learned(rewards)
-    metrics.check_partition(events)
-    assert read_summary(tmp_path / "vllm")["kind"] == "real"
-    assert vllm_generator.published() == []  # the shared engine was left clean
+    scheduler = Scheduler(workload)
+    store = AdapterStore(tmp_path / "adapters")
+    with LocalExecutor(
+        workload, scheduler.cluster, store=store, model_dir=tiny_model_dir, backend="vllm"
+    ) as executor:
+        watch = ResidencyWatch(scheduler, executor)
+        result = drive(scheduler, executor, observers=[watch])
+    assert watch.evictions > 0 and watch.checks > 100
+    events = records_to_frame(result.records)
+    gen = events[events["kind"] == "generate"]
+    assert set(gen["device"]) == {"rollout/0", "rollout/1"}
+    assert gen.groupby("device").size().min() > 10
+    swaps = events[(events["kind"] == "adapter_load") & (events["pool"] == "train")]
+    assert len(swaps) > len(JOBS)  # 3 jobs, 2 slots: states moved on and off the trainer
+    assert_learned(rewards_frame(executor.rewards))
+
+
+def test_a_job_whose_work_keeps_failing_stops_the_run_with_the_reason(tiny_model_dir, tmp_path):
+    workload = tiny_workload(tiny_model_dir, **{"jobs.*.rl.steps": 1})
+    broken = apply_overrides(workload, {"jobs.emit-a.rl.max_new_tokens": 1})
+    scheduler = Scheduler(broken)
+    store = AdapterStore(tmp_path / "a")
+    stops = pytest.raises(RunError, match=r"Generate of job .* in a row: .*max_model_len")
+    with LocalExecutor(
+        broken, scheduler.cluster, store=store, model_dir=tiny_model_dir, backend="hf",
+        max_model_len=4,
+    ) as executor, stops:  # fmt: skip
+        drive(scheduler, executor)
 
 
 def test_train_cli_reports_user_errors(tmp_path, capsys):
@@ -211,6 +304,26 @@ def test_train_cli_reports_user_errors(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "marlaas: error:" in err and "make-tiny-model" in err
     assert not (tmp_path / "x").exists()
+
+
+def test_train_refuses_a_folder_that_is_not_a_real_run_before_any_work(tmp_path, capsys):
+    sim = tmp_path / "sim"
+    assert main(["simulate", "traces/small.yaml", "--quiet", "--set", "jobs.*.rl.steps=1",
+                 "--out", str(sim)]) == 0  # fmt: skip
+    (sim / "adapters").mkdir()
+    (sim / "adapters" / "keep").write_text("x")
+    assert main(["train", str(TRACE), "--out", str(sim), "--backend", "hf"]) == 2
+    assert "not a real training run" in capsys.readouterr().err
+    assert (sim / "adapters" / "keep").exists()
+
+
+def test_unknown_environment_is_refused_on_load(tmp_path, capsys):
+    out = tmp_path / "x"
+    args = ["train", str(TRACE), "--out", str(out), "--set", "jobs.emit-a.env.name=nope"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("marlaas: error: ") and "unknown environment 'nope'" in err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()
 
 
 @pytest.mark.gpu

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from marlaas.core.workload import CostModel
+from marlaas.sim.cost_model import CostModel
 from marlaas.sim.engine_model import EngineModel
 
 

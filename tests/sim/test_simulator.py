@@ -8,11 +8,13 @@ import pandas as pd
 import pytest
 
 from marlaas.core.policies import policy_names
-from marlaas.core.workload import load_workload
+from marlaas.core.scheduler import Scheduler
+from marlaas.core.work import Generate
+from marlaas.drive import InvariantError, check_invariants, drive
 from marlaas.eventlog import records_to_frame
-from marlaas.sim.invariants import InvariantError, check_invariants
-from marlaas.sim.run import simulate_run
-from marlaas.sim.simulator import Simulation, simulate
+from marlaas.sim.executor import SimPyExecutor
+from marlaas.sim.run import simulate, simulate_run
+from marlaas.workload_file import load_workload
 
 SMALL = "traces/small.yaml"
 
@@ -20,6 +22,17 @@ SMALL = "traces/small.yaml"
 @pytest.fixture(scope="module")
 def small():
     return load_workload(SMALL).with_overrides({"jobs.*.rl.steps": 4})
+
+
+def unchecked(workload, policy):
+    """(result, scheduler) of a simulation whose invariants were not checked yet."""
+    scheduler = Scheduler(workload, policy)
+    executor = SimPyExecutor(workload, scheduler.cluster, workload.cost)
+    return drive(scheduler, executor, check=False), scheduler
+
+
+def preset(workload, name):
+    return workload.with_overrides({"scheduling.preset": name})
 
 
 def test_same_seed_same_event_log_other_seed_other_log(small):
@@ -32,34 +45,54 @@ def test_same_seed_same_event_log_other_seed_other_log(small):
 
 @pytest.mark.parametrize("policy", policy_names())
 def test_every_policy_passes_the_invariants(small, policy):
-    sim = Simulation(small, policy, check=False)
-    result = sim.run()
-    check_invariants(result, sim.scheduler)  # raises on a violation
-    assert set(result.job_finish_s) == {j.name for j in small.jobs}
+    for workload in (small, preset(small, "sequential"), preset(small, "sync")):
+        result, scheduler = unchecked(workload, policy)
+        check_invariants(result, scheduler)  # raises on a violation
+        assert set(result.job_finish_s) == {j.name for j in small.jobs}
 
 
 def test_invariants_catch_a_stale_sample(small):
-    sim = Simulation(small, "fifo", check=False)
-    result = sim.run()
+    result, scheduler = unchecked(small, "fifo")
     records = [
         r._replace(staleness=5) if r.kind == "train" and r.step == 2 else r for r in result.records
     ]
     with pytest.raises(InvariantError, match="versions stale"):
-        check_invariants(dataclasses.replace(result, records=records), sim.scheduler)
+        check_invariants(dataclasses.replace(result, records=records), scheduler)
 
 
 def test_invariants_catch_an_overfull_engine(small):
-    sim = Simulation(small, "fifo", check=False)
-    result = sim.run()
+    result, scheduler = unchecked(small, "fifo")
     first = next(r for r in result.records if r.kind == "generate")
     records = [*result.records, first._replace(seqs=10_000)]
     with pytest.raises(InvariantError, match="sequences at once"):
-        check_invariants(dataclasses.replace(result, records=records), sim.scheduler)
+        check_invariants(dataclasses.replace(result, records=records), scheduler)
+
+
+def test_shared_compute_engines_share_the_processor_speed():
+    """Two engines on one processor: a group takes twice as long while the other decodes."""
+    base = load_workload(SMALL).with_overrides(
+        {"cluster.pools": [{"name": "r", "role": "inference", "devices": 2},
+                           {"name": "t", "role": "training", "devices": 1}],
+         "jobs.*.response_tokens": {"dist": "constant", "value": 100}}
+    )  # fmt: skip
+    spans = {}
+    for shared in (False, True):
+        workload = base.with_overrides({"cluster.shared_compute": shared})
+        scheduler = Scheduler(workload, "fifo")
+        executor = SimPyExecutor(workload, scheduler.cluster, workload.cost)
+        for i, engine in enumerate(("r/0", "r/1")):
+            executor.start(Generate(i + 1, "math-a", 0, i, 0, engine, 0, 8, 0, 1024), 0.0)
+        first = executor.wait(None)
+        second = executor.wait(None)
+        spans[shared] = (first[0], second[0])
+    alone, together = spans[False], spans[True]
+    assert alone[0] == pytest.approx(alone[1])  # the same group on two separate devices
+    assert together[0] == pytest.approx(2 * alone[0], rel=0.02)
 
 
 def test_async_multi_tenant_beats_sequential_on_the_bundled_workload():
     workload = load_workload(SMALL)
-    _, seq = simulate_run(workload, "sequential")
+    _, seq = simulate_run(preset(workload, "sequential"), "fifo")
     for policy in ("fifo", "fair", "round-robin"):
         _, run = simulate_run(workload, policy)
         assert run["metrics"]["makespan_s"] < 0.7 * seq["metrics"]["makespan_s"], policy
@@ -116,7 +149,7 @@ def test_multi_turn_context_that_outgrows_an_engine_is_refused_up_front():
 
 
 def test_sync_devices_wait_at_the_barrier_not_on_staleness(small):
-    frame = records_to_frame(simulate(small, "sync").records)
+    frame = records_to_frame(simulate(preset(small, "sync"), "fifo").records)
     causes = set(frame.loc[frame.kind == "idle", "outcome"])
     assert "barrier" in causes and "staleness" not in causes
     fifo = records_to_frame(simulate(small, "fifo").records)

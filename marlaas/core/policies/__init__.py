@@ -1,6 +1,6 @@
 """Scheduling policies, one file each, registered by name."""
 
-from marlaas.core.policies import fair, fifo, priority, round_robin, sequential, srtf, sync
+from marlaas.core.policies import fair, fifo, priority, round_robin, srtf
 from marlaas.core.policies.base import (
     JobView,
     Policy,
@@ -21,7 +21,5 @@ __all__ = [
     "priority",
     "register",
     "round_robin",
-    "sequential",
     "srtf",
-    "sync",
 ]

@@ -6,13 +6,15 @@ jobs, placing rollout groups on engines, environment workers, trainers). Keys ar
 after every placement, so policies whose key grows with service (fair, round-robin)
 interleave tenants and strict ones (fifo, priority, srtf) do not.
 
-A policy may also name the mechanism settings it implies (``settings``): the baselines
-``sequential`` and ``sync`` are configurations of the same mechanism, not other code.
+A policy is an ordering and nothing else: the baselines ``sequential`` and ``sync`` are presets
+of the mechanism settings (see marlaas.core.scheduling), usable with any policy.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Protocol
+from typing import ClassVar, Protocol
+
+from marlaas.core.scheduling import PRESETS
 
 
 class JobView(Protocol):
@@ -51,8 +53,6 @@ class Policy:
     """Base class: subclasses set ``name`` and implement :meth:`key`."""
 
     name: ClassVar[str] = ""
-    settings: ClassVar[dict[str, Any]] = {}
-    """Mechanism settings (SchedulingSpec fields) this policy implies."""
 
     def key(self, job: JobView) -> tuple:
         """Sort key: lower is served first. Must end with job.index for determinism."""
@@ -87,6 +87,12 @@ def get_policy(name: str) -> Policy:
     try:
         return _REGISTRY[name]()
     except KeyError:
+        hint = (
+            f" ({name!r} is a preset of mechanism settings: --preset {name}, or "
+            f"scheduling.preset: {name})"
+            if name in PRESETS
+            else ""
+        )
         raise UnknownPolicyError(
-            f"unknown policy {name!r}; choose one of: {', '.join(policy_names())}"
+            f"unknown policy {name!r}; choose one of: {', '.join(policy_names())}{hint}"
         ) from None

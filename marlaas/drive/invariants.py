@@ -1,4 +1,4 @@
-"""Invariants every simulation checks on its own event log before returning.
+"""Invariants every run checks on its own event log, simulated or real, before it returns.
 
 - every job trained and published all its steps;
 - no training step used a sample staler than its job's bound;
@@ -18,11 +18,11 @@ from marlaas.eventlog import records_to_frame
 from marlaas.metrics import check_partition, utilization
 
 if TYPE_CHECKING:
-    from marlaas.sim.simulator import SimResult
+    from marlaas.drive.result import RunResult
 
 
 class InvariantError(AssertionError):
-    """A simulation broke one of its invariants (a bug, never a user error)."""
+    """A run broke one of its invariants (a bug in the mechanism or an executor)."""
 
 
 def _max_concurrency(starts: np.ndarray, ends: np.ndarray, weights: np.ndarray) -> float:
@@ -32,7 +32,7 @@ def _max_concurrency(starts: np.ndarray, ends: np.ndarray, weights: np.ndarray) 
     return float(np.cumsum(deltas[order]).max()) if len(order) else 0.0
 
 
-def check_invariants(result: SimResult, scheduler: Scheduler) -> None:
+def check_invariants(result: RunResult, scheduler: Scheduler) -> None:
     """Raise :class:`InvariantError` naming the first invariant that does not hold."""
     frame = records_to_frame(result.records)
     train = frame[(frame.kind == "train") & (frame.outcome == "ok")]

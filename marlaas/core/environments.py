@@ -1,0 +1,59 @@
+"""The environment stage: finished turns wait for environment workers (one per sample), in
+policy order; a step either ends the episodes or sends the group back to generation."""
+
+from __future__ import annotations
+
+from marlaas.core.jobs import JobState
+from marlaas.core.ledger import Ledger, Running
+from marlaas.core.policies import Policy
+from marlaas.core.work import Decision, EnvStep, WorkDone
+
+
+class Environments:
+    """Starts environment steps while workers are free and takes their results."""
+
+    def __init__(self, jobs: list[JobState], ledger: Ledger, policy: Policy, workers: int):
+        self.jobs, self.ledger, self.policy = jobs, ledger, policy
+        self._by_name = {j.name: j for j in jobs}
+        self.free = workers
+        """Environment workers not in use."""
+        self.ready: set[int] = set()
+        """Active jobs with groups waiting for an environment step."""
+
+    def start(self, now: float, out: list[Decision]) -> None:
+        """Start the waiting groups' steps, in policy order, while workers are free."""
+        for job in sorted((self.jobs[i] for i in self.ready), key=self.policy.key):
+            seqs = job.spec.rl.group_size
+            while job.ready_env and self.free >= seqs:
+                group = job.groups[job.ready_env.popleft()]
+                self.free -= seqs
+                job.in_env += 1
+                self.ledger.touched.add(job.index)
+                last = group.turn == job.spec.rl.turns - 1
+                step = EnvStep(
+                    self.ledger.new_id(), job.name, job.step_of(group.index), group.index,
+                    group.turn, seqs, last,
+                )  # fmt: skip
+                self.ledger.begin(step, now, out)
+
+    def on_env(self, d: EnvStep, running: Running, event: WorkDone, now: float) -> None:
+        """A group's step finished: its episodes end, or its next turn waits for generation
+        (failed: the step is taken again)."""
+        job = self._by_name[d.job]
+        self.free += d.seqs
+        job.in_env -= 1
+        group = job.groups[d.group]
+        self.ledger.record(
+            "env", job, (), running.start_s, now, event, step=d.step, group=d.group,
+            turn=d.turn, seqs=d.seqs, tokens=event.tokens, version=group.version,
+            reward=event.reward,
+        )  # fmt: skip
+        if not event.ok:
+            job.ready_env.appendleft(d.group)
+            return
+        group.context_tokens += event.tokens
+        if d.last_turn:
+            job.finished.setdefault(d.step, []).append(job.groups.pop(d.group))
+        else:
+            group.turn += 1
+            job.ready_gen.append(d.group)

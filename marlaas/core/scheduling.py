@@ -1,0 +1,112 @@
+"""Mechanism settings, and the named presets that make the baselines.
+
+The policy only orders jobs; how the mechanism runs them is set here: where generation and
+training run (``placement``), how many jobs are admitted at once, a global step barrier, and a
+cap on every job's staleness bound. The usual baselines are presets of these settings, not
+other code or other policies:
+
+==========  ============================================================================
+preset      settings
+==========  ============================================================================
+sequential  ``placement: colocated, max_active_jobs: 1, staleness_cap: 0``: one job at a
+            time, synchronous on-policy RL on every device (jobs trained one after another)
+sync        ``placement: colocated, barrier: true, staleness_cap: 0``: every job at once,
+            synchronous, a global step barrier (multi-tenant, not asynchronous)
+==========  ============================================================================
+
+A field the workload sets itself and a preset sets otherwise is an error naming both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "sequential": {"placement": "colocated", "max_active_jobs": 1, "staleness_cap": 0},
+    "sync": {"placement": "colocated", "barrier": True, "staleness_cap": 0},
+}
+"""Preset name -> the mechanism settings it fixes."""
+
+DEFAULTS: dict[str, Any] = {
+    "placement": "disaggregated",
+    "max_active_jobs": None,
+    "barrier": False,
+    "staleness_cap": None,
+}
+"""The settings of a workload that neither sets a field nor names a preset."""
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """The mechanism settings in force for a run (defaults <- preset <- workload)."""
+
+    placement: str
+    """disaggregated: the pools keep their roles; colocated: every device both generates and
+    trains, time-shared (one trainer spans all devices)."""
+    max_active_jobs: int | None
+    """Jobs admitted at once (None: all that have arrived)."""
+    barrier: bool
+    """No job generates for step k+1 before every job trained and published step k."""
+    staleness_cap: int | None
+    """Upper bound on every job's rl.max_staleness (None: keep each job's)."""
+    preset: str | None = None
+    """The preset these settings came from, if any."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The settings as plain data (for a run's summary)."""
+        return {
+            "preset": self.preset,
+            "placement": self.placement,
+            "max_active_jobs": self.max_active_jobs,
+            "barrier": self.barrier,
+            "staleness_cap": self.staleness_cap,
+        }
+
+
+class SchedulingSpec(BaseModel):
+    """The workload's ``scheduling:`` block. Unset fields take the preset's value, else the
+    default (disaggregated, every arrived job admitted, no barrier, each job's own bound)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    preset: str | None = None
+    """A named preset of the settings below: sequential or sync (see the module docstring)."""
+    placement: Literal["disaggregated", "colocated"] | None = None
+    """disaggregated: the pools keep their roles; colocated: every device both generates and
+    trains, time-shared (one trainer spans all devices)."""
+    max_active_jobs: Annotated[int, Field(gt=0)] | None = None
+    """Jobs admitted at once (unset: all that have arrived)."""
+    barrier: bool | None = None
+    """A global step barrier: no job generates for step k+1 before every job trained and
+    published (synced) step k."""
+    staleness_cap: Annotated[int, Field(ge=0)] | None = None
+    """Upper bound applied to every job's rl.max_staleness (unset: keep each job's)."""
+
+    @model_validator(mode="after")
+    def _preset_agrees(self) -> SchedulingSpec:
+        if self.preset is None:
+            return self
+        if self.preset not in PRESETS:
+            raise ValueError(
+                f"preset: unknown preset {self.preset!r}; choose one of: {', '.join(PRESETS)}"
+            )
+        for key, value in PRESETS[self.preset].items():
+            own = getattr(self, key)
+            if own is not None and own != value:
+                raise ValueError(
+                    f"{key}: the workload sets {own!r} but preset {self.preset!r} sets "
+                    f"{value!r}; drop one of them"
+                )
+        return self
+
+    def resolve(self) -> Mechanism:
+        """The settings in force: the workload's own, else the preset's, else the defaults."""
+        preset = PRESETS.get(self.preset or "", {})
+        values = {
+            key: own if (own := getattr(self, key)) is not None else preset.get(key, default)
+            for key, default in DEFAULTS.items()
+        }
+        return Mechanism(**values, preset=self.preset)

@@ -1,0 +1,133 @@
+"""The training stage: which ready job trains next (the policy) and on which trainer, the swaps
+that move its state there, the step itself, and the sync that publishes the new version."""
+
+from __future__ import annotations
+
+from marlaas.core.cluster import CapacityError, Cluster, Trainer
+from marlaas.core.jobs import JobState
+from marlaas.core.ledger import Ledger, Running
+from marlaas.core.policies import Policy
+from marlaas.core.work import Decision, SwapIn, SwapOut, Sync, Train, WorkDone
+
+
+class Training:
+    """Starts training steps on free trainers and takes their swaps, steps and syncs."""
+
+    def __init__(
+        self, jobs: list[JobState], cluster: Cluster, ledger: Ledger, policy: Policy
+    ) -> None:
+        self.jobs, self.cluster, self.ledger, self.policy = jobs, cluster, ledger, policy
+        self._by_name = {j.name: j for j in jobs}
+        self.ready: set[int] = set()
+        """Active jobs whose next step has all its episodes and no step running."""
+
+    def busy(self) -> bool:
+        """Whether any trainer is swapping, training or syncing."""
+        return any(t.activity is not None for t in self.cluster.trainers)
+
+    # ------------------------------------------------------------------------------- start
+    def start(self, now: float, out: list[Decision]) -> None:
+        """Give free trainers to ready jobs in policy order (a trainer already holding the
+        job's state first, else the one holding the fewest other ready jobs' states)."""
+        free = [t for t in self.cluster.trainers if t.activity is None]
+        if not self.ready or not free:
+            return
+        ready = sorted((self.jobs[i] for i in self.ready), key=self.policy.key)
+        for job in ready:
+            trainer = next((t for t in free if job.name in t.resident), None)
+            if trainer is None:
+                others = {j.name for j in ready if j is not job}
+                trainer = min(free, key=lambda t: (len(others & t.resident.keys()), t.name))
+            free.remove(trainer)
+            job.training = True
+            self.ledger.touched.add(job.index)
+            if job.name in trainer.resident:
+                self._start_step(job, trainer, now, out)
+            else:
+                self._swap_in(job, trainer, now, out)
+            if not free:
+                return
+
+    def _swap_in(self, job: JobState, trainer: Trainer, now: float, out: list[Decision]) -> None:
+        """Move the job's state onto ``trainer``: off the trainer that holds it, and the least
+        recently used states off ``trainer`` when it is full."""
+        ledger = self.ledger
+        for other in self.cluster.trainers:
+            if job.name in other.resident:
+                del other.resident[job.name]
+                out.append(SwapOut(ledger.new_id(), job.name, other.name))
+        for victim in trainer.admit(job.name):
+            out.append(SwapOut(ledger.new_id(), victim, trainer.name))
+        ledger.set_activity(trainer, "adapter_load")
+        ledger.begin(SwapIn(ledger.new_id(), job.name, job.trained, trainer.name), now, out,
+                     trainer=trainer)  # fmt: skip
+
+    def _start_step(self, job: JobState, trainer: Trainer, now: float, out: list) -> None:
+        step = job.trained
+        groups = job.finished[step]
+        staleness = step - min(g.version for g in groups)
+        if staleness > job.max_staleness:
+            raise CapacityError(f"{job.name}: step {step} would train {staleness} versions stale")
+        tokens = sum(g.context_tokens for g in groups)
+        ledger = self.ledger
+        decision = Train(
+            ledger.new_id(), job.name, step, trainer.name, tuple(d.name for d in trainer.devices),
+            tuple(g.index for g in groups), job.spec.rl.group_size * len(groups), tokens,
+            staleness, step + 1,
+        )  # fmt: skip
+        ledger.set_activity(trainer, "train")
+        trainer.touch(job.name)
+        for device in trainer.devices:
+            ledger.add_compute(device, 1)
+        job.attained_tokens += tokens
+        ledger.begin(decision, now, out, trainer=trainer)
+
+    def _start_sync(self, job: JobState, trainer: Trainer, now: float, out: list) -> None:
+        sync = Sync(self.ledger.new_id(), job.name, job.trained, trainer.name)
+        self.ledger.begin(sync, now, out, trainer=trainer)
+
+    # ------------------------------------------------------------------------------- events
+    def on_swap(self, d: SwapIn, running: Running, event: WorkDone, now: float) -> None:
+        """The job's state arrived: its step starts next round (failed: the slot is freed)."""
+        job, trainer, ledger = self._by_name[d.job], running.trainer, self.ledger
+        ledger.record("adapter_load", job, trainer.devices, running.start_s, now, event,
+                      version=d.version)  # fmt: skip
+        ledger.set_activity(trainer, None)
+        if not event.ok:  # the executor left nothing on the trainer
+            trainer.resident.pop(job.name, None)
+            job.training = False
+            return
+        ledger.due.append(lambda t, out: self._start_step(job, trainer, t, out))
+
+    def on_train(self, d: Train, running: Running, event: WorkDone, now: float) -> None:
+        """A step finished: the new version is synced next round (failed: trained again)."""
+        job, trainer, ledger = self._by_name[d.job], running.trainer, self.ledger
+        for device in trainer.devices:
+            ledger.add_compute(device, -1)
+        ledger.record(
+            "train", job, trainer.devices, running.start_s, now, event, step=d.step,
+            seqs=d.seqs, tokens=d.tokens, version=d.version_out, staleness=d.staleness,
+        )  # fmt: skip
+        if not event.ok:
+            ledger.set_activity(trainer, None)
+            job.training = False
+            return
+        job.trained += 1
+        del job.finished[d.step]
+        ledger.set_activity(trainer, "weight_sync")
+        ledger.due.append(lambda t, out: self._start_sync(job, trainer, t, out))
+
+    def on_sync(self, d: Sync, running: Running, event: WorkDone, now: float) -> None:
+        """The new version is published (failed: published again, the trainer stays on it)."""
+        job, trainer, ledger = self._by_name[d.job], running.trainer, self.ledger
+        ledger.record("sync", job, trainer.devices, running.start_s, now, event,
+                      step=d.version - 1, version=d.version)  # fmt: skip
+        if not event.ok:
+            ledger.due.append(lambda t, out: self._start_sync(job, trainer, t, out))
+            return
+        ledger.set_activity(trainer, None)
+        job.training = False
+        job.published = d.version
+        if job.published >= job.steps:
+            job.done = True
+            job.finish_s = now

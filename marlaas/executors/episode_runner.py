@@ -1,0 +1,128 @@
+"""The episodes of every prompt group in flight: generation turns on the engine the scheduler
+chose, environment steps with the workload's declared latency, and the training batch of a
+finished step with its reward point."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from marlaas.core.work import EnvStep, Generate, Train
+from marlaas.core.workload import JobSpec
+from marlaas.envs import make_env
+from marlaas.executors.episodes import (
+    ChatFormat,
+    GroupEpisode,
+    add_completions,
+    start_group,
+    step_envs,
+)
+from marlaas.executors.rollout import TrainSample
+
+
+class EpisodeError(RuntimeError):
+    """An episode that cannot go on (e.g. its prompt does not fit the context)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RewardPoint:
+    """One training step of one job: the reward curve's point and the trainer's statistics."""
+
+    job: str
+    tenant: str
+    step: int
+    """Training step (adapter version before it), counting resumed steps."""
+    mean_reward: float
+    """Mean episode reward of the step's samples."""
+    time_s: float
+    """When the step finished [s since the run's start]."""
+    staleness: int
+    """Largest version lag of a sample in the batch, measured by the trainer [versions]."""
+    max_staleness: int
+    """The job's bound [versions]."""
+    mean_ratio: float
+    clip_fraction: float
+    loss: float
+    samples: int
+
+
+class EpisodeRunner:
+    """Keeps each group's episode between its turns; ``offsets`` are resumed jobs' versions."""
+
+    def __init__(
+        self,
+        specs: dict[str, JobSpec],
+        fmt: ChatFormat,
+        max_model_len: int,
+        seed: int,
+        offsets: dict[str, int],
+    ) -> None:
+        self.specs, self.fmt, self.max_model_len = specs, fmt, max_model_len
+        self.seed, self.offsets = seed, offsets
+        self._index = {name: i for i, name in enumerate(specs)}
+        self._episodes: dict[tuple[str, int], GroupEpisode] = {}
+
+    def version(self, job: str, version: int) -> int:
+        """The trainer's version of ``job`` for the scheduler's ``version``."""
+        return self.offsets.get(job, 0) + version
+
+    def group_seed(self, job: str, group: int) -> int:
+        """Seed of a group's prompt; resumed runs continue with new prompts."""
+        spec = self.specs[job]
+        absolute = self.offsets.get(job, 0) * spec.rl.prompts_per_step + group
+        return (self.seed * 1_000_003 + self._index[job] * 10_007 + absolute) % 2**31
+
+    async def generate(self, d: Generate, engine) -> int:
+        """One turn of the group on ``engine``; returns the tokens generated."""
+        spec, version = self.specs[d.job], self.version(d.job, d.version)
+        key, rl = (d.job, d.group), spec.rl
+        if d.turn == 0:
+            episode = self._episodes.get(key)
+            if episode is None:  # a retried first turn keeps its prompt
+                envs = [make_env(spec.env.name, spec.env.args) for _ in range(d.seqs)]
+                seed = self.group_seed(d.job, d.group)
+                episode, _ = await start_group(d.job, d.group, version, envs, seed, self.fmt)
+                self._episodes[key] = episode
+            live = episode.samples
+            prompts, n = [live[0].context], d.seqs
+        else:
+            episode = self._episodes[key]
+            for sample in episode.live:
+                if len(sample.context) + 1 >= self.max_model_len:
+                    sample.done = True  # no room left in the context: the episode ends here
+            live = episode.live
+            prompts, n = [s.context for s in live], 1
+        if not live:
+            return 0
+        room = self.max_model_len - max(len(s.context) for s in live)
+        if room <= 0:
+            raise EpisodeError(f"{d.job}: the prompt does not fit max_model_len")
+        seed = self.group_seed(d.job, d.group) * 131 + d.turn
+        groups = await engine.generate(
+            d.job, version, prompts, n, min(d.max_new_tokens, room), rl.temperature, seed
+        )
+        return add_completions(live, [c for group in groups for c in group])
+
+    async def env_step(self, d: EnvStep) -> tuple[int, float]:
+        """The group's environment step, then the declared latency (the slowest of the
+        group's samples); (observation tokens added, mean reward on the last turn else NaN)."""
+        episode = self._episodes[(d.job, d.group)]
+        rng = np.random.default_rng([self.seed, self._index[d.job], d.group, d.turn])
+        latency_s = float(self.specs[d.job].env.latency_s.sample(rng, d.seqs).max())
+        added, mean = await step_envs(episode, d.last_turn, self.fmt)
+        await asyncio.sleep(latency_s)
+        return added, (mean if d.last_turn else math.nan)
+
+    def batch(self, d: Train) -> tuple[list[TrainSample], float]:
+        """The training samples of the step's groups and their mean episode reward."""
+        episodes = [self._episodes[(d.job, g)] for g in d.groups]
+        samples = [s for e in episodes for s in e.train_samples()]
+        return samples, sum(e.mean_reward for e in episodes) / len(episodes)
+
+    def release(self, d: Train) -> None:
+        """Forget the episodes of a trained step."""
+        for g in d.groups:
+            del self._episodes[(d.job, g)]

@@ -1,0 +1,281 @@
+"""The real world in this process: an engine per inference device, a trainer per trainer.
+
+``LocalExecutor`` enacts every decision exactly as the scheduler made it::
+
+    Generate      one call on the engine the decision names (vLLM or HF + PEFT generator)
+    LoadAdapter   that engine loads the adapter version from the adapter store
+    EvictAdapter  that engine drops it (instant; the only way an adapter leaves an engine)
+    EnvStep       every sample's environment step, then the workload's declared latency
+    SwapIn        the trainer loads the job's adapter and optimizer state from the store
+    SwapOut       the trainer drops the job's state (instant; it is in the store)
+    Train         the named trainer's PEFT step (GRPO, clipped importance ratio), in a thread
+    Sync          the trainer saves the new version with its optimizer state to the store
+
+It keeps no second copy of what the scheduler owns: adapter residency, versions and capacity
+live in the core; the engines and trainers hold what the decisions put there, which a test can
+read back from them. What is physically shared (one CPU) is the workload's
+``cluster.shared_compute``, which the scheduler honours: there is no gate here.
+
+It runs its own asyncio loop: ``start`` schedules a task, ``wait`` runs the loop until a task
+finishes. Times are seconds since setup ended (``time.monotonic``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from marlaas.core.cluster import Cluster
+from marlaas.core.work import (
+    Decision,
+    EnvStep,
+    EvictAdapter,
+    Generate,
+    LoadAdapter,
+    SwapIn,
+    SwapOut,
+    Sync,
+    Train,
+    WorkDone,
+)
+from marlaas.core.workload import Workload
+from marlaas.drive.executor import Completions
+from marlaas.executors.adapter_store import AdapterStore
+from marlaas.executors.backends import make_generator, max_positions
+from marlaas.executors.devices import gpu_count, physical_devices
+from marlaas.executors.episode_runner import EpisodeRunner, RewardPoint
+from marlaas.executors.episodes import ChatFormat
+from marlaas.executors.trainers import TrainerPool
+
+log = logging.getLogger("marlaas.real")
+
+
+class LocalExecutor:
+    """Real generation, environments and training in this process, as the scheduler decides.
+
+    ``store``: the adapter store (every version of every job). ``offsets``: versions each job
+    had already trained (``--resume``); new jobs get a freshly initialised version 0.
+    ``generators``/``trainers`` (engine/trainer name -> object) may be passed in, e.g. by tests;
+    the others are built on the devices of :func:`marlaas.executors.devices.physical_devices`.
+    Use it as a context manager (``close`` shuts down what it built).
+    """
+
+    def __init__(
+        self,
+        workload: Workload,
+        cluster: Cluster,
+        *,
+        store: AdapterStore,
+        model_dir: Path,
+        backend: str,
+        seed: int | None = None,
+        offsets: dict[str, int] | None = None,
+        generators: dict | None = None,
+        trainers: dict | None = None,
+        micro_batch_size: int = 16,
+        max_model_len: int | None = None,
+        chat_template: bool | None = None,
+    ) -> None:
+        self.seed = workload.seed if seed is None else seed
+        self.workload, self.cluster, self.store = workload, cluster, store
+        self.backend = backend
+        self.offsets = dict(offsets or {})
+        self.rewards: list[RewardPoint] = []
+        self._model_dir = model_dir
+        limit = max_positions(model_dir)
+        self._max_model_len = min(max_model_len or limit, limit)
+        self._micro_batch_size = micro_batch_size
+        self._given = dict(generators or {})
+        self._engines: dict = dict(self._given)
+        self._loaded: set[tuple[str, str, int]] = set()
+        """(engine, job, trainer version) this executor loaded and has not evicted."""
+        self._specs = {j.name: j for j in workload.jobs}
+        self._tasks: dict[asyncio.Task, Decision] = {}
+        self._finished: list[tuple[float, int, WorkDone]] = []
+        self._runner = asyncio.Runner()
+        self._closed = False
+        try:
+            self._runner.run(self._setup(trainers, chat_template))
+        except BaseException:
+            self.close()
+            raise
+        self._t0 = time.monotonic()
+
+    # ----------------------------------------------------------------------------- setup
+    async def _setup(self, trainers: dict | None, chat_template: bool | None) -> None:
+        devices = physical_devices(self.cluster, gpu_count())
+        for engine in self.cluster.engines:
+            if engine.name not in self._engines:
+                self._engines[engine.name] = await asyncio.to_thread(
+                    make_generator, self.backend, self._model_dir, self.workload,
+                    self._max_model_len, self.seed, devices[engine.device.name],
+                )  # fmt: skip
+        if trainers is None:
+            from marlaas.executors.peft_trainer import PeftTrainer
+
+            trainers = {}
+            for trainer in self.cluster.trainers:
+                device = devices[trainer.devices[0].name]
+                trainers[trainer.name] = await asyncio.to_thread(
+                    PeftTrainer, self._model_dir, micro_batch_size=self._micro_batch_size,
+                    device=device,
+                )  # fmt: skip
+        self.trainers = TrainerPool(trainers, self.store, self._specs)
+        for job in self.workload.jobs:
+            if not self.offsets.get(job.name):
+                await asyncio.to_thread(self.trainers.create, job.name, self.seed)
+            self.store.clean_partial(job.name)
+        tokenizer = next(iter(self._engines.values())).tokenizer
+        self.episodes = EpisodeRunner(
+            self._specs, ChatFormat(tokenizer, chat_template), self._max_model_len, self.seed,
+            self.offsets,
+        )  # fmt: skip
+
+    # ----------------------------------------------------------------------------- protocol
+    def now(self) -> float:
+        """Seconds since setup ended."""
+        return time.monotonic() - self._t0
+
+    def start(self, decision: Decision, now: float) -> None:
+        """Start the decision's work (instant decisions are done when this returns)."""
+        if isinstance(decision, EvictAdapter):
+            self._runner.run(self._evict(decision))
+        elif isinstance(decision, SwapOut):
+            self.trainers.swap_out(decision.job, decision.trainer)
+        else:
+            task = self._runner.get_loop().create_task(self._work(decision))
+            self._tasks[task] = decision
+
+    def wait(self, until: float | None) -> Completions | None:
+        """The earliest finished work, running the event loop until some finishes or the
+        clock reaches ``until`` [s]."""
+        if not self._finished:
+            timeout = None if until is None else max(until - self.now(), 0.0)
+            self._runner.run(self._collect(timeout))
+        if not self._finished:
+            return None
+        self._finished.sort(key=lambda item: item[:2])
+        end, _, event = self._finished.pop(0)
+        return end, [event]
+
+    async def _collect(self, timeout: float | None) -> None:
+        if self._tasks:
+            done, _ = await asyncio.wait(
+                self._tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        else:
+            await asyncio.sleep(timeout or 0.0)
+            done = set()
+        for task in done:
+            self._tasks.pop(task)
+            event, end = task.result()
+            self._finished.append((end, event.work_id, event))
+
+    # ----------------------------------------------------------------------------- work
+    async def _work(self, d: Decision) -> tuple[WorkDone, float]:
+        handler: Callable = {
+            Generate: self._generate, EnvStep: self._env_step, LoadAdapter: self._load,
+            SwapIn: self._swap_in, Train: self._train, Sync: self._sync,
+        }[type(d)]  # fmt: skip
+        try:
+            tokens, reward = await handler(d)
+        except Exception as exc:
+            reason = " ".join(f"{type(exc).__name__}: {exc}".split())
+            log.warning("%s of %s failed: %s", type(d).__name__, d.job, reason)
+            return WorkDone(d.work_id, ok=False, error=reason), self.now()
+        return WorkDone(d.work_id, tokens=int(tokens), reward=reward), self.now()
+
+    def _version(self, job: str, version: int) -> int:
+        return self.episodes.version(job, version)
+
+    async def _generate(self, d: Generate) -> tuple[int, float]:
+        return await self.episodes.generate(d, self._engines[d.engine]), math.nan
+
+    async def _env_step(self, d: EnvStep) -> tuple[int, float]:
+        return await self.episodes.env_step(d)
+
+    async def _load(self, d: LoadAdapter) -> tuple[int, float]:
+        version = self._version(d.job, d.version)
+        engine = self._engines[d.engine]
+        await engine.publish(d.job, version, str(self.store.path(d.job, version)))
+        self._loaded.add((d.engine, d.job, version))
+        return 0, math.nan
+
+    async def _evict(self, d: EvictAdapter) -> None:
+        version = self._version(d.job, d.version)
+        await self._engines[d.engine].retire(d.job, version)
+        self._loaded.discard((d.engine, d.job, version))
+
+    async def _swap_in(self, d: SwapIn) -> tuple[int, float]:
+        version = self._version(d.job, d.version)
+        await asyncio.to_thread(self.trainers.swap_in, d.job, version, d.trainer)
+        return 0, math.nan
+
+    async def _train(self, d: Train) -> tuple[int, float]:
+        samples, mean_reward = self.episodes.batch(d)
+        stats = await asyncio.to_thread(self.trainers.train, d.job, d.trainer, samples)
+        expected = self._version(d.job, d.version_out)
+        if stats.version != expected:
+            raise RuntimeError(f"{d.job}: trainer at version {stats.version}, expected {expected}")
+        spec = self._specs[d.job]
+        bound = spec.rl.max_staleness
+        self.rewards.append(
+            RewardPoint(
+                d.job, spec.tenant, self._version(d.job, d.step), mean_reward, self.now(),
+                stats.max_staleness, bound, stats.mean_ratio, stats.clip_fraction, stats.loss,
+                stats.samples,
+            )
+        )  # fmt: skip
+        self.episodes.release(d)
+        return stats.tokens, math.nan
+
+    async def _sync(self, d: Sync) -> tuple[int, float]:
+        version = self._version(d.job, d.version)
+        await asyncio.to_thread(self.trainers.sync, d.job, version, d.trainer)
+        return 0, math.nan
+
+    # ----------------------------------------------------------------------------- views
+    def engine_adapters(self, engine: str) -> set[tuple[str, int]]:
+        """The (job, scheduler version) pairs the engine itself reports holding."""
+        held = self._runner.run(self._engines[engine].resident())
+        return {(job, v - self.offsets.get(job, 0)) for job, v in held}
+
+    def latest_rewards(self) -> dict[str, str]:
+        """Each tenant's latest mean reward, for a progress bar."""
+        latest = {p.tenant: p.mean_reward for p in self.rewards}
+        return {tenant: f"{reward:.2f}" for tenant, reward in latest.items()}
+
+    # ----------------------------------------------------------------------------- teardown
+    def close(self) -> None:
+        """Cancel unfinished work; shut down the engines built here, and leave engines that
+        were passed in without the adapters this run loaded."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._runner.run(self._shutdown())
+        finally:
+            self._runner.close()
+
+    async def _shutdown(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        for name, engine in self._engines.items():
+            if name not in self._given:
+                await engine.close()
+        for engine, job, version in sorted(self._loaded):
+            if engine in self._given:
+                await self._given[engine].retire(job, version)
+        self._loaded.clear()
+
+    def __enter__(self) -> LocalExecutor:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

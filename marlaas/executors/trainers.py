@@ -1,0 +1,72 @@
+"""The real trainers: one PeftTrainer per trainer the scheduler sees, each on its own device.
+
+A job's adapter and optimizer state are on a trainer only between the scheduler's ``SwapIn``
+and ``SwapOut``; otherwise they live in the adapter store, where every ``Sync`` writes the new
+version together with the optimizer state (older versions keep their adapter weights only).
+Versions here are the trainer's: the scheduler's version plus the job's resume offset.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from marlaas.core.workload import JobSpec
+from marlaas.executors.adapter_store import AdapterStore
+from marlaas.executors.peft_trainer import OPTIMIZER_FILE, PeftTrainer
+from marlaas.executors.rollout import TrainSample, TrainStats
+
+
+class TrainerPool:
+    """Moves jobs' state between trainers and the store exactly as the scheduler decides."""
+
+    def __init__(
+        self, trainers: dict[str, PeftTrainer], store: AdapterStore, specs: dict[str, JobSpec]
+    ) -> None:
+        self.trainers = trainers
+        self.store = store
+        self.specs = specs
+
+    def resident(self, trainer: str) -> set[str]:
+        """The jobs whose state is on ``trainer``, as the trainer itself reports them."""
+        return set(self.trainers[trainer].jobs)
+
+    def create(self, job: str, seed: int) -> None:
+        """Write version 0 of a new job (a freshly initialised adapter, no optimizer state)
+        to the store, using the first trainer, which keeps nothing of it."""
+        trainer = next(iter(self.trainers.values()))
+        spec = self.specs[job]
+        trainer.add_job(job, spec.lora_rank, 2 * spec.lora_rank, spec.rl.learning_rate,
+                        seed=seed)  # fmt: skip
+        try:
+            trainer.save_adapter(job, 0, self.store.path(job, 0), overwrite=True)
+        finally:
+            trainer.remove_job(job)
+
+    def swap_in(self, job: str, version: int, trainer: str) -> None:
+        """Load ``job`` at ``version`` (adapter and optimizer state) from the store."""
+        spec, target = self.specs[job], self.trainers[trainer]
+        target.add_job(
+            job, spec.lora_rank, 2 * spec.lora_rank, spec.rl.learning_rate,
+            init_dir=self.store.path(job, version), version=version,
+        )  # fmt: skip
+        if target.version(job) != version:
+            target.remove_job(job)
+            raise RuntimeError(f"{job}: the store's v{version} holds another version")
+
+    def swap_out(self, job: str, trainer: str) -> None:
+        """Drop ``job``'s state from ``trainer`` (it is in the store since its last sync)."""
+        self.trainers[trainer].remove_job(job)
+
+    def train(self, job: str, trainer: str, samples: list[TrainSample]) -> TrainStats:
+        """One training step of ``job`` on ``trainer``."""
+        return self.trainers[trainer].train_step(job, samples)
+
+    def sync(self, job: str, version: int, trainer: str) -> Path:
+        """Save ``job``'s new ``version`` with its optimizer state; older versions keep their
+        adapter weights only."""
+        path = self.store.path(job, version)
+        self.trainers[trainer].save_adapter(job, version, path, overwrite=True, optimizer=True)
+        for older in self.store.versions(job):
+            if older < version:
+                (self.store.path(job, older) / OPTIMIZER_FILE).unlink(missing_ok=True)
+        return path

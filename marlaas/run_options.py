@@ -1,0 +1,39 @@
+"""The command-line options ``simulate`` and ``train`` share, and how they make a workload."""
+
+from __future__ import annotations
+
+import argparse
+
+from marlaas.core.policies import get_policy, policy_names
+from marlaas.core.scheduling import PRESETS
+from marlaas.workload_file import load_workload, parse_overrides
+
+
+def load_run_workload(args: argparse.Namespace):
+    """The workload of a ``simulate``/``train`` command: the file, ``--preset`` and ``--set``
+    applied, and the policy (``--policy``, else the file's) checked."""
+    overrides = parse_overrides(args.set)
+    if args.preset is not None:
+        overrides["scheduling.preset"] = args.preset
+    workload = load_workload(args.workload, overrides)
+    get_policy(args.policy or workload.policy)
+    return workload
+
+
+def run_title(workload, summary: dict, kind: str) -> str:
+    """``name · preset sequential · policy fifo · seed 0``-style heading of a run."""
+    preset = f" · preset {summary['preset']}" if summary.get("preset") else ""
+    return f"{workload.name}{preset} · policy {summary['policy']} · {kind}"
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The workload, policy, preset, seed and override arguments of simulate and train."""
+    parser.add_argument("--policy", help=f"ordering: {', '.join(policy_names())} "
+                        "(default: the file's)")  # fmt: skip
+    parser.add_argument(
+        "--preset", choices=sorted(PRESETS),
+        help="mechanism preset for a baseline: sequential (one job at a time, synchronous) or "
+        "sync (all jobs, a step barrier); same as --set scheduling.preset=NAME",
+    )  # fmt: skip
+    parser.add_argument("--seed", type=int, help="random seed (default: the file's)")
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field")

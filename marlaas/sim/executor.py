@@ -1,0 +1,157 @@
+"""The simulated world: every decision's work as SimPy timeouts sized by the cost model.
+
+One ``simpy.Environment``, no globals. Engines are :class:`EngineModel` instances that
+schedule a wake-up for their next finishing group (a newer wake-up makes older ones stale);
+environments, adapter loads, swaps, training steps and syncs are plain timeouts. All
+randomness comes from one numpy Generator seeded by the run's seed, drawn in the scheduler's
+deterministic decision order, so a workload and seed give one event log.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import simpy
+
+from marlaas.core.cluster import Cluster
+from marlaas.core.work import (
+    Decision,
+    EnvStep,
+    EvictAdapter,
+    Generate,
+    LoadAdapter,
+    SwapIn,
+    SwapOut,
+    Sync,
+    Train,
+    WorkDone,
+)
+from marlaas.core.workload import Workload
+from marlaas.drive.executor import Completions
+from marlaas.sim.cost_model import CostModel
+from marlaas.sim.engine_model import EngineModel
+
+
+class SimPyExecutor:
+    """Enacts decisions on a model of the cluster: engines (continuous batching, multi-LoRA
+    cost), environments (latency distributions), trainers (tokens per second), syncs."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        cluster: Cluster,
+        cost: CostModel | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.seed = workload.seed if seed is None else seed
+        self.cost = cost or CostModel()
+        self.rng = np.random.default_rng(self.seed)
+        self.env = simpy.Environment()
+        self.engines = {e.name: EngineModel(self.cost) for e in cluster.engines}
+        self.colocated = cluster.colocated
+        self.shared_compute = cluster.shared_compute
+        self.steps = 0
+        """SimPy events processed."""
+        self._stamp = dict.fromkeys(self.engines, 0)
+        self._jobs = {j.name: j for j in workload.jobs}
+        self._tokens: dict[int, int] = {}
+        """Tokens each running generation will have produced, by work id."""
+        self._done: list[WorkDone] = []
+
+    # ----------------------------------------------------------------------------- protocol
+    def start(self, decision: Decision, now: float) -> None:
+        """Schedule the decision's completion by the cost model."""
+        cost = self.cost
+        if isinstance(decision, Generate):
+            self._start_generate(decision, now)
+        elif isinstance(decision, EnvStep):
+            self._start_env(decision)
+        elif isinstance(decision, LoadAdapter):
+            self._after(cost.adapter_load_s, WorkDone(decision.work_id))
+        elif isinstance(decision, SwapIn):
+            self._after(cost.trainer_swap_s, WorkDone(decision.work_id))
+        elif isinstance(decision, Train):
+            self._start_train(decision)
+        elif isinstance(decision, Sync):
+            switch = cost.colocated_switch_s if self.colocated else 0.0
+            self._after(cost.sync_s + switch, WorkDone(decision.work_id))
+        elif not isinstance(decision, EvictAdapter | SwapOut):  # those cost nothing here
+            raise TypeError(f"unknown decision {decision!r}")
+
+    def wait(self, until: float | None) -> Completions | None:
+        """Run SimPy to the next completion, or to ``until`` [s] if that comes first."""
+        env = self.env
+        while not self._done:
+            upcoming = env.peek()
+            if until is not None and upcoming > until:
+                if until > env.now:
+                    env.run(until=until)
+                return None
+            if upcoming == math.inf:
+                return None
+            env.step()
+            self.steps += 1
+        done, self._done = self._done, []
+        return env.now, done
+
+    # ----------------------------------------------------------------------------- work
+    def _after(self, delay: float, *done: WorkDone) -> None:
+        self.env.timeout(delay).callbacks.append(lambda _: self._done.extend(done))
+
+    def _start_generate(self, d: Generate, now: float) -> None:
+        spec = self._jobs[d.job]
+        lengths = np.clip(
+            np.rint(spec.response_tokens.sample(self.rng, d.seqs)), 1, d.max_new_tokens
+        )
+        engine = self.engines[d.engine]
+        engine.admit(now, d.work_id, lengths, d.context_tokens / d.seqs, (d.job, d.version))
+        self._tokens[d.work_id] = int(lengths.sum())
+        self._wake(d.engine)
+        self._share_processor(now)
+
+    def _wake(self, name: str) -> None:
+        """Schedule the engine's next group completion (superseding any earlier wake-up)."""
+        engine = self.engines[name]
+        when = engine.next_group_done_s()
+        if when is None:
+            return
+        self._stamp[name] += 1
+        stamp = self._stamp[name]
+
+        def fire(_event) -> None:
+            if stamp != self._stamp[name]:
+                return  # superseded by a later admission
+            now = self.env.now
+            finished = engine.pop_finished(now)
+            self._done.extend(WorkDone(w, tokens=self._tokens.pop(w)) for w in finished)
+            self._wake(name)
+            if finished:
+                self._share_processor(now)
+
+        self.env.timeout(max(when - self.env.now, 0.0)).callbacks.append(fire)
+
+    def _share_processor(self, now: float) -> None:
+        """On one shared processor, each decoding engine runs as many times slower as there
+        are engines decoding (processor sharing)."""
+        if not self.shared_compute:
+            return
+        busy = [name for name, e in self.engines.items() if e.running]
+        factor = float(max(1, len(busy)))
+        for name in busy:
+            engine = self.engines[name]
+            if engine.slowdown != factor:
+                engine.set_slowdown(now, factor)
+                self._wake(name)
+
+    def _start_env(self, d: EnvStep) -> None:
+        spec = self._jobs[d.job].env
+        latency = float(spec.latency_s.sample(self.rng, d.seqs).max())
+        added = 0 if d.last_turn else spec.observation_tokens * d.seqs
+        self._after(latency, WorkDone(d.work_id, tokens=added))
+
+    def _start_train(self, d: Train) -> None:
+        spec, cost = self._jobs[d.job], self.cost
+        compute = d.tokens * (1 + spec.lora_rank / cost.train_rank_scale)
+        duration = cost.train_overhead_s + compute / (cost.train_tokens_per_s * len(d.devices))
+        self._after(duration, WorkDone(d.work_id, tokens=d.tokens))

@@ -1,0 +1,171 @@
+"""Workload files: YAML on disk -> a validated :class:`WorkloadFile`.
+
+Everything a workload file refers to is read here, once, so that the scheduler core only ever
+sees plain data: trace files named by ``dist: trace`` distributions (paths relative to the
+workload file), the arrivals CSV, and the ``cost:`` block the simulator reads. Environment
+names and their options are checked against the environments that would run them. Every
+problem is one :class:`WorkloadError` line naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field
+
+from marlaas.core.workload import Workload, WorkloadError, parse_workload
+from marlaas.sim.cost_model import CostModel
+
+MAX_FILE_BYTES = 16 * 1024 * 1024
+"""Largest workload file read [bytes]; larger ones are refused before parsing."""
+
+
+class WorkloadFile(Workload):
+    """A workload as written in a file: the core's workload plus the simulator's cost model."""
+
+    cost: CostModel = Field(default_factory=CostModel)
+    """How long work takes in simulation (default: a 7B-class model on an H100-class GPU)."""
+
+
+class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """The C-accelerated safe loader, refusing a mapping that repeats a key."""
+
+
+def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False):
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue  # "<<: *anchor" merges defaults that the keys beside it may override
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            line = key_node.start_mark.line + 1
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (line {line})", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Parse a YAML file (size-capped, duplicate keys refused) into plain data."""
+    path = Path(path)
+    if not path.is_file():
+        raise WorkloadError(f"{path}: no such workload file")
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise WorkloadError(f"{path}: {size:,} bytes; a workload file may have at most "
+                            f"{MAX_FILE_BYTES:,}")  # fmt: skip
+    try:
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+    except UnicodeDecodeError as err:
+        raise WorkloadError(f"{path}: not a text file ({err.reason})") from None
+    except yaml.YAMLError as err:
+        raise WorkloadError(f"{path}: not valid YAML ({_one_line(err)})") from None
+
+
+def load_workload(path: str | Path, overrides: dict[str, Any] | None = None) -> WorkloadFile:
+    """Read, resolve and validate a workload file, then apply dotted-path ``overrides``."""
+    path = Path(path)
+    data = resolve_files(read_yaml(path), path.parent, str(path))
+    workload = parse_workload(data, source=str(path), schema=WorkloadFile)
+    check_environments(workload, str(path))
+    return apply_overrides(workload, overrides) if overrides else workload
+
+
+def apply_overrides(workload: Workload, overrides: dict[str, Any]) -> Workload:
+    """``workload`` with dotted-path overrides applied, its arrivals CSV applied again (so
+    ``arrivals.time_scale`` takes effect), validated again."""
+    data = resolve_files(workload.overridden(overrides), Path.cwd(), "overrides")
+    changed = parse_workload(data, source="overrides", schema=type(workload))
+    check_environments(changed, "overrides")
+    return changed
+
+
+def parse_overrides(items: list[str] | None) -> dict[str, Any]:
+    """``key=value`` strings (``--set``) -> {key: YAML-parsed value}."""
+    overrides = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise WorkloadError(f"--set {item!r}: expected key=value, e.g. scheduling.barrier=true")
+        try:
+            overrides[key.strip()] = yaml.load(value, Loader=_UniqueKeyLoader)
+        except yaml.YAMLError as err:
+            raise WorkloadError(f"--set {item!r}: not a YAML value ({_one_line(err)})") from None
+    return overrides
+
+
+def load_with_overrides(path: str | Path, items: list[str] | None) -> Workload:
+    """Load a workload file and apply ``--set key=value`` items."""
+    return load_workload(path, parse_overrides(items))
+
+
+# --------------------------------------------------------------------------- referenced files
+
+
+def resolve_files(data: Any, base_dir: Path, source: str) -> Any:
+    """A copy of raw workload data with its trace distributions and arrivals CSV read in
+    (paths relative to ``base_dir``)."""
+    if not isinstance(data, dict):
+        return data  # the schema names the problem
+    from marlaas.traces import TraceError, apply_arrivals
+
+    data = copy.deepcopy(data)
+    jobs = data.get("jobs")
+    for i, job in enumerate(jobs if isinstance(jobs, list) else []):
+        if isinstance(job, dict):
+            _read_traces(job, base_dir, f"{source}: jobs[{i}]")
+    if isinstance(data.get("arrivals"), dict):
+        try:
+            data = apply_arrivals(data, base_dir)
+        except TraceError as err:
+            raise WorkloadError(f"{source}: arrivals: {err}") from None
+    return data
+
+
+def _read_traces(node: Any, base_dir: Path, where: str) -> None:
+    """Fill every ``dist: trace`` mapping under ``node`` with its file's values, in place."""
+    if isinstance(node, list):
+        for i, item in enumerate(node):
+            _read_traces(item, base_dir, f"{where}[{i}]")
+        return
+    if not isinstance(node, dict):
+        return
+    if node.get("dist") == "trace" and isinstance(node.get("path"), str) and not node.get("values"):
+        from marlaas.traces import TraceError, load_length_trace
+
+        path = Path(node["path"])
+        path = path if path.is_absolute() else base_dir / path
+        column = node.get("column", "response")
+        try:
+            lengths = load_length_trace(path, node.get("format", "csv"))
+        except TraceError as err:
+            raise WorkloadError(f"{where}: {err}") from None
+        if column not in lengths:
+            return  # the schema names the bad column
+        node["path"] = str(path.resolve())
+        node["values"] = [float(v) for v in lengths[column]]
+        return
+    for key, value in node.items():
+        _read_traces(value, base_dir, f"{where}.{key}")
+
+
+def check_environments(workload: Workload, source: str) -> None:
+    """Every job's environment name resolves and its options are accepted."""
+    from marlaas.envs import EnvLoadError, check_env
+
+    for i, job in enumerate(workload.jobs):
+        try:
+            check_env(job.env.name, job.env.args)
+        except (EnvLoadError, ValueError, TypeError) as err:
+            raise WorkloadError(f"{source}: jobs[{i}].env: {_one_line(err)}") from None
+
+
+def _one_line(err: Exception) -> str:
+    return " ".join(str(err).split())
