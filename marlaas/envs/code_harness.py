@@ -2,7 +2,8 @@
 function on each test's arguments, and write the returned values as JSON on stdout.
 
 It never sees the expected values: the trusted parent compares (python_exec.score_results).
-Anything the code writes to stdout goes to stderr instead, so the result line stays apart.
+Anything the code writes to stdout goes to stderr instead (with tracebacks of its errors), so
+the result line stays apart.
 Input: /sandbox/calls.json = {"func": name, "args": [[arg, ...], ...]} and
 /sandbox/solution.py. Output, one line: {"results": [{"value": v} | {"error": "Type"}, ...]},
 or {"load_error": "Type"} when the code does not load or lacks the function.
@@ -11,6 +12,7 @@ or {"load_error": "Type"} when the code does not load or lacks the function.
 import json
 import os
 import sys
+import traceback
 
 MAX_DEPTH = 64
 """Nesting depth of a returned value beyond which it counts as not JSON."""
@@ -32,6 +34,7 @@ def main() -> None:
         exec(compile(source, "solution.py", "exec"), namespace)
         func = namespace[calls["func"]]
     except BaseException as exc:  # the code may raise anything, SystemExit included
+        traceback.print_exc()
         doc = {"load_error": _name(exc)}
     else:
         doc = {"results": [_call(func, args, dumps) for args in calls["args"]]}
@@ -44,6 +47,7 @@ def _call(func, args, dumps) -> dict:
         value = func(*args)
         dumps(_plain(value, 0), allow_nan=False)  # raises when it is not plain JSON
     except BaseException as exc:
+        traceback.print_exc()
         return {"error": _name(exc)}
     return {"value": value}
 

@@ -6,7 +6,7 @@ inputs, writes only to a size-capped tmpfs at /work, and lives under rlimits (pr
 address space, file size, open files, no core). The parent enforces a wall-clock timeout and an
 output cap, reading stdout/stderr incrementally, and kills the whole sandbox at the end: the
 sandbox's PID 1 is killed through a pidfd, which takes every process of the PID namespace with
-it, and the call returns only once bwrap has seen that. Threat model: docs/sandbox.md.
+it, and the call returns only once that PID 1 has exited. Threat model: docs/sandbox.md.
 """
 
 from __future__ import annotations
@@ -200,21 +200,40 @@ async def _open_init(proc: asyncio.subprocess.Process, info_fd: int) -> int | No
 
 
 async def _kill(proc: asyncio.subprocess.Process, init_pidfd: int | None) -> None:
-    """Kill the sandbox's PID 1 (the kernel then kills its whole namespace) and wait for bwrap,
-    which exits only after PID 1 is gone; if that fails, kill bwrap's process group."""
+    """Kill the sandbox's PID 1 and wait until it has exited: the kernel kills every process of
+    its PID namespace first, so nothing survives. Then wait for bwrap (if all that fails, kill
+    bwrap's process group) and reap PID 1 if it was handed to us (a trainer that is PID 1)."""
     try:
         if init_pidfd is not None:
             with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(init_pidfd, signal.SIGKILL)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(proc.wait(), KILL_GRACE_S)
+            await _exited(init_pidfd, KILL_GRACE_S)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(proc.wait(), KILL_GRACE_S)
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
+        if init_pidfd is not None:
+            # bwrap may exit before reaping its PID 1, whose parent is then the host's init.
+            with contextlib.suppress(ChildProcessError):
+                os.waitid(os.P_PIDFD, init_pidfd, os.WEXITED | os.WNOHANG)
     finally:
         if init_pidfd is not None:
             os.close(init_pidfd)
+
+
+async def _exited(pidfd: int, timeout_s: float) -> None:
+    """Return once the process of `pidfd` has exited (its fd turns readable), or after timeout."""
+    loop = asyncio.get_running_loop()
+    gone = loop.create_future()
+    loop.add_reader(pidfd, lambda: gone.done() or gone.set_result(None))
+    try:
+        await asyncio.wait_for(gone, timeout_s)
+    except asyncio.TimeoutError:
+        pass
+    finally:
+        loop.remove_reader(pidfd)
 
 
 class _Capture:
