@@ -96,7 +96,8 @@ class SandboxResult:
     outcome: str
     """"exited" (by itself), "timeout" (wall clock) or "output_limit" (killed for output)."""
     returncode: int | None
-    """bwrap's exit status: the script's, or negative for a signal (None if never known)."""
+    """bwrap's exit status: the script's, 128 + n when signal n ended it (137: killed at the
+    timeout or output cap), negative when bwrap itself was killed."""
     stdout: bytes
     stderr: bytes
 
@@ -161,7 +162,9 @@ async def _supervise(
     try:
         init_pidfd = await asyncio.wait_for(_open_init(proc, info_fd), limits.timeout_s)
         remaining_s = max(0.0, deadline - loop.time())
-        await asyncio.wait({work, over_cap}, timeout=remaining_s, return_when="FIRST_COMPLETED")
+        await asyncio.wait(
+            {work, over_cap}, timeout=remaining_s, return_when=asyncio.FIRST_COMPLETED
+        )
         if capture.over_cap.is_set():
             outcome = "output_limit"
         elif work.done():
