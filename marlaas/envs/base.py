@@ -32,6 +32,13 @@ class Environment(abc.ABC):
     options: ClassVar[tuple[str, ...] | None] = None
     """The option names this environment reads (None: not declared, nothing is refused)."""
 
+    @classmethod
+    def check_runtime(cls) -> None:
+        """Raise (a RuntimeError naming what is missing) when this machine cannot run the
+        environment for real, e.g. a code sandbox without its isolation tool. A real run calls
+        it before it starts; validating options and simulating do not."""
+        return None
+
     def __init__(self, args: dict[str, Any] | None = None) -> None:
         self.args: dict[str, Any] = dict(args or {})
 

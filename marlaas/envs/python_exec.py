@@ -1,19 +1,16 @@
-"""Code tasks: run the model's Python in a sandboxed subprocess and reward passed test cases."""
+"""Code tasks: run the model's Python in the bubblewrap sandbox and reward passed test cases."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import os
+import math
 import random
 import re
-import secrets
-import sys
-import tempfile
+from pathlib import Path
 from typing import Any
 
 from marlaas.envs.base import Environment, StepResult
+from marlaas.envs.sandbox import SandboxLimits, SandboxResult, require_sandbox, run_python
 
 # (instruction, function name, [(args, expected)]); a user passes their own through args["tasks"].
 DEFAULT_TASKS: list[dict[str, Any]] = [
@@ -40,47 +37,54 @@ DEFAULT_TASKS: list[dict[str, Any]] = [
 ]
 
 _FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
-
-# Runs in the child: the user's code, then the tests; the result line carries a nonce so that
-# the user's code cannot fake it by printing.
-_HARNESS = """
-import json as _json, socket as _socket
-def _no_net(*a, **k):
-    raise OSError("network disabled in the sandbox")
-_socket.socket = _no_net
-_socket.create_connection = _no_net
-_src = open({code_path!r}).read()
-_g = {{"__name__": "__sandbox__"}}
-exec(compile(_src, "solution.py", "exec"), _g)
-_passed = 0
-for _args, _want in {tests!r}:
-    try:
-        _passed += _g[{func!r}](*_args) == _want
-    except Exception:
-        pass
-print({nonce!r} + _json.dumps({{"passed": int(_passed)}}))
-"""
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+HARNESS = (Path(__file__).parent / "code_harness.py").read_text()
+"""The script run in the sandbox; it gets each test's arguments, never the expected values."""
+STDERR_INFO_CHARS = 2000
+"""The tail of the sandbox's stderr kept in `info["stderr"]` [characters]."""
 
 
 class PythonExecEnv(Environment):
     """Reward = fraction of test cases passed by the function the model writes (one turn).
 
-    The code runs in `python -I` in a fresh temporary folder with an empty environment, its own
-    process group, CPU-time / address-space / file-size / process-count limits (setrlimit), a
-    wall-clock `timeout_s`, sockets disabled in the interpreter and, where the OS allows it
-    (root on Linux), a private network namespace. Options: `timeout_s` (float [s], default 5),
-    `memory_mb` (int [MiB] address space, default 512), `tasks` (list of
-    {prompt, func, tests: [[args, expected], ...]}, default: a small built-in set).
+    The code runs in a bubblewrap sandbox (marlaas.envs.sandbox, docs/sandbox.md): nobody
+    (uid 65534) in its own namespaces, no network, a read-only system, a small tmpfs as its
+    only writable folder, rlimits, a wall-clock timeout and an output cap; nothing it started
+    outlives the step. The sandbox gets each test's arguments and sends back the returned
+    values as JSON; this process compares them with the expected values, so the code cannot
+    fake its score. Where bubblewrap cannot isolate, a real run refuses to start
+    (`check_runtime`) and a step raises SandboxUnavailable (a RuntimeError naming what is
+    missing): there is no unsandboxed fallback. Validating the options (and simulating) needs
+    no sandbox.
+
+    Options: `timeout_s` (float [s], default 5), `memory_mb` (int [MiB] address space per
+    process, default 512), `max_output_bytes` (int [bytes] of stdout + stderr, default 1 MiB),
+    `max_processes` (int, processes and threads at once, default 32), `tasks` (list of
+    {prompt, func, tests: [[args, expected], ...]} with JSON values, default: a small set).
+    `info` = {outcome: ok|error|memory|timeout|output_limit, passed, total, returncode,
+    stderr (last 2000 characters)}.
     """
 
-    options = ("timeout_s", "memory_mb", "tasks")
+    options = ("timeout_s", "memory_mb", "max_output_bytes", "max_processes", "tasks")
 
     def __init__(self, args=None) -> None:
         super().__init__(args)
-        self.timeout_s: float = float(self._arg("timeout_s", 5.0, (int, float)))
-        self.memory_mb: int = self._arg("memory_mb", 512, int)
+        defaults = SandboxLimits()
+        self.limits = SandboxLimits(
+            timeout_s=float(self._arg("timeout_s", defaults.timeout_s, (int, float))),
+            memory_mb=self._arg("memory_mb", defaults.memory_mb, int),
+            max_output_bytes=self._arg("max_output_bytes", defaults.max_output_bytes, int),
+            max_processes=self._arg("max_processes", defaults.max_processes, int),
+        )
         self.tasks: list[dict[str, Any]] = self._arg("tasks", DEFAULT_TASKS, list)
+        for i, task in enumerate(self.tasks):
+            _check_task(i, task)
         self.task: dict[str, Any] | None = None
+
+    @classmethod
+    def check_runtime(cls) -> None:
+        """Raise SandboxUnavailable where bubblewrap cannot isolate the code."""
+        require_sandbox()
 
     async def reset(self, seed: int) -> str:
         """Pick a task with `seed`; return its instruction."""
@@ -91,16 +95,25 @@ class PythonExecEnv(Environment):
         """Run the code against the task's tests; the episode ends after one turn."""
         if self.task is None:
             raise RuntimeError("step() before reset()")
-        result = await run_sandboxed(
-            extract_code(action),
-            self.task["func"],
-            self.task["tests"],
-            timeout_s=self.timeout_s,
-            memory_mb=self.memory_mb,
-        )
-        total = len(self.task["tests"])
-        reward = result["passed"] / total if total else 0.0
-        return StepResult("", reward, True, result)
+        require_sandbox()
+        tests = self.task["tests"]
+        calls = {"func": self.task["func"], "args": [args for args, _ in tests]}
+        inputs = {
+            "solution.py": extract_code(action).encode(errors="replace"),
+            "calls.json": json.dumps(calls).encode(),
+        }
+        result = await run_python(HARNESS, inputs, self.limits)
+        passed, outcome = score_results(result, [want for _, want in tests])
+        reward = min(max(passed / len(tests), 0.0), 1.0)
+        stderr = result.stderr.decode(errors="replace")[-STDERR_INFO_CHARS:]
+        info = {
+            "outcome": outcome,
+            "passed": passed,
+            "total": len(tests),
+            "returncode": result.returncode,
+            "stderr": stderr,
+        }
+        return StepResult("", reward, True, info)
 
 
 def extract_code(text: str) -> str:
@@ -109,84 +122,93 @@ def extract_code(text: str) -> str:
     return match.group(1) if match else text
 
 
-async def run_sandboxed(
-    code: str, func: str, tests: list, *, timeout_s: float, memory_mb: int
-) -> dict[str, Any]:
-    """Run `code` and its tests in a limited subprocess.
+def score_results(result: SandboxResult, expected: list) -> tuple[int, str]:
+    """(tests passed, outcome) from the sandbox's results line and the expected values.
 
-    Returns {"passed": int, "outcome": ok|error|timeout|memory, "returncode": int, "stderr": str}.
+    Only the last stdout line counts, as strict JSON (no NaN); a value passes when it equals the
+    expected one as JSON (json_equal). Anything malformed scores 0.
     """
-    nonce = f"@@{secrets.token_hex(8)}@@"
-    with tempfile.TemporaryDirectory(prefix="marlaas-sbx-") as tmp:
-        code_path = os.path.join(tmp, "solution.py")
-        with open(code_path, "w") as f:
-            f.write(code)
-        harness = _HARNESS.format(code_path=code_path, tests=tests, func=func, nonce=nonce)
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-I",
-            "-c",
-            harness,
-            cwd=tmp,
-            env={"PATH": "/usr/bin:/bin"},
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-            preexec_fn=_limits(timeout_s, memory_mb),
+    if result.outcome != "exited":
+        return 0, result.outcome
+    doc = _results_line(result.stdout)
+    if doc is None:
+        crashed_oom = b"MemoryError" in result.stderr[-STDERR_INFO_CHARS:]
+        return 0, "memory" if crashed_oom else "error"
+    if "load_error" in doc:
+        return 0, "memory" if doc["load_error"] == "MemoryError" else "error"
+    results = doc.get("results")
+    if not isinstance(results, list) or len(results) != len(expected):
+        return 0, "error"
+    passed = sum(
+        isinstance(got, dict) and "value" in got and json_equal(got["value"], want)
+        for got, want in zip(results, expected, strict=True)
+    )
+    return passed, "ok"
+
+
+def json_equal(got: Any, want: Any) -> bool:
+    """Equality of JSON values: bool is not a number, 1 == 1.0, lists and dicts element-wise."""
+    if isinstance(want, bool) or isinstance(got, bool):
+        return type(got) is type(want) and got == want
+    if type(want) in (int, float):
+        return type(got) in (int, float) and got == want
+    if want is None or type(want) is str:
+        return type(got) is type(want) and got == want
+    if type(want) is list:
+        return (
+            type(got) is list
+            and len(got) == len(want)
+            and all(json_equal(g, w) for g, w in zip(got, want, strict=True))
         )
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
-        except asyncio.TimeoutError:
-            _kill_group(proc.pid)
-            await proc.wait()
-            return {"passed": 0, "outcome": "timeout", "returncode": proc.returncode, "stderr": ""}
-    stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")[-2000:]
-    for line in stdout.splitlines():
-        if line.startswith(nonce):
-            passed = json.loads(line[len(nonce) :])["passed"]
-            return {
-                "passed": passed,
-                "outcome": "ok",
-                "returncode": proc.returncode,
-                "stderr": stderr,
-            }
-    outcome = "memory" if "MemoryError" in stderr else "error"
-    if proc.returncode is not None and proc.returncode < 0:
-        outcome = "timeout" if proc.returncode in (-9, -24) else outcome  # SIGKILL / SIGXCPU
-    return {"passed": 0, "outcome": outcome, "returncode": proc.returncode, "stderr": stderr}
+    if type(want) is dict:
+        return (
+            type(got) is dict
+            and got.keys() == want.keys()
+            and all(json_equal(got[k], want[k]) for k in want)
+        )
+    return False
 
 
-def _limits(timeout_s: float, memory_mb: int):
-    """A preexec_fn that sets resource limits (and a private network namespace when allowed)."""
-
-    def apply() -> None:
-        import resource
-
-        cpu_s = max(1, int(timeout_s) + 1)
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
-        mem = memory_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (16 * 1024 * 1024, 16 * 1024 * 1024))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        _try_unshare_network()
-
-    return apply
-
-
-def _try_unshare_network() -> None:
+def _results_line(stdout: bytes) -> dict | None:
+    lines = stdout.strip().splitlines()
+    if not lines:
+        return None
     try:
-        import ctypes
-
-        clone_newnet = 0x40000000
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.unshare(clone_newnet)  # fails harmlessly without CAP_SYS_ADMIN
-    except Exception:
-        pass
+        doc = json.loads(lines[-1], parse_constant=_reject_constant)
+    except (ValueError, RecursionError):  # also: NaN/Infinity, ints of > 4300 digits
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
-def _kill_group(pid: int) -> None:
-    import signal
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
 
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)
+
+def _check_task(i: int, task: Any) -> None:
+    """Raise ValueError unless task `i` is {prompt: str, func: identifier, tests: [[args, want]]}
+    with JSON values only (they travel to the sandbox and back as JSON)."""
+    where = f"PythonExecEnv: option 'tasks'[{i}]"
+    if not isinstance(task, dict) or not isinstance(task.get("prompt"), str):
+        raise ValueError(f"{where} must be a dict with a str 'prompt', got {task!r:.80}")
+    if not isinstance(task.get("func"), str) or not _IDENTIFIER.fullmatch(task["func"]):
+        raise ValueError(f"{where}: 'func' must be a Python identifier, got {task.get('func')!r}")
+    tests = task.get("tests")
+    if not isinstance(tests, list) or not tests:
+        raise ValueError(f"{where}: 'tests' must be a non-empty list of [args, expected]")
+    for test in tests:
+        if not (isinstance(test, list) and len(test) == 2 and isinstance(test[0], list)):
+            raise ValueError(f"{where}: each test must be [args list, expected], got {test!r:.80}")
+        if not _is_json(test):
+            raise ValueError(f"{where}: test {test!r:.80} holds a value that is not JSON")
+
+
+def _is_json(value: Any) -> bool:
+    if value is None or type(value) in (bool, int, str):
+        return True
+    if type(value) is float:
+        return math.isfinite(value)
+    if type(value) is list:
+        return all(_is_json(v) for v in value)
+    if type(value) is dict:
+        return all(type(k) is str and _is_json(v) for k, v in value.items())
+    return False

@@ -150,7 +150,11 @@ def add_train_parsers(subparsers) -> None:
 def user_errors() -> tuple[type[Exception], ...]:
     """Exception types the CLI reports as one-line user errors."""
     from marlaas.envs.registry import EnvLoadError
+    from marlaas.envs.sandbox import SandboxUnavailable
     from marlaas.executors.backends import BackendError, ModelDirError
     from marlaas.executors.devices import DeviceError
 
-    return (BackendError, ModelDirError, EnvLoadError, DeviceError, ModelSetupError)
+    return (
+        BackendError, ModelDirError, EnvLoadError, DeviceError, ModelSetupError,
+        SandboxUnavailable,
+    )  # fmt: skip

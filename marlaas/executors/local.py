@@ -44,6 +44,7 @@ from marlaas.core.work import (
 )
 from marlaas.core.workload import Workload
 from marlaas.drive.executor import Completions
+from marlaas.envs import resolve_env
 from marlaas.executors.adapter_store import AdapterStore
 from marlaas.executors.backends import make_generator, max_positions
 from marlaas.executors.devices import gpu_count, physical_devices
@@ -107,6 +108,8 @@ class LocalExecutor:
 
     # ----------------------------------------------------------------------------- setup
     async def _setup(self, trainers: dict | None, chat_template: bool | None) -> None:
+        for name in sorted({j.env.name for j in self.workload.jobs}):
+            resolve_env(name).check_runtime()  # e.g. no code sandbox: refuse before any work
         devices = physical_devices(self.cluster, gpu_count())
         for engine in self.cluster.engines:
             if engine.name not in self._engines:

@@ -1,4 +1,7 @@
-"""Environments: rewards, multi-turn tool use, the Python sandbox, plugins."""
+"""Environments: rewards, multi-turn tool use, the Python sandbox, plugins.
+
+The sandbox's attack suite is tests/envs/test_sandbox.py.
+"""
 
 from __future__ import annotations
 
@@ -111,8 +114,9 @@ def test_python_exec_rewards_passed_tests():
 
 def test_python_exec_cannot_fake_the_result_line():
     env = _py()
-    fake = run(env.step("print('{\"passed\": 2}')\ndef add(a, b):\n    return 0"))
-    assert fake.reward == 0.0
+    forged = '{"passed": 2, "results": [{"value": 3}, {"value": 4}]}'
+    fake = run(env.step(f"print({forged!r})\ndef add(a, b):\n    return 0"))
+    assert fake.reward == 0.0 and forged in fake.info["stderr"]  # prints go to stderr
 
 
 def test_python_exec_timeout_kills():
