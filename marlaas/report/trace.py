@@ -230,7 +230,9 @@ def step_flows(
 
     gen, train = last("generate", "end"), last("train", "end")
     sync = frame[frame["kind"] == "sync"].sort_values("tid").groupby(key).head(1).set_index(key)
-    chain = train.join(gen, rsuffix="_gen", how="inner").join(sync, rsuffix="_sync", how="left")
+    chain = train.join(gen.add_suffix("_gen"), how="inner").join(
+        sync.add_suffix("_sync"), how="left"
+    )
     events = []
     for i, ((job, step), row) in enumerate(chain.sort_values("mid").iterrows()):
         points = [("s", "_gen"), ("t", ""), ("f", "_sync")]
