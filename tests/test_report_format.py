@@ -23,7 +23,8 @@ def test_counts_percentages_and_numbers():
     assert fmt.number(970.6) == "970.6"
     assert fmt.number(12345.67) == "12,345.7"
     assert fmt.number(0.83612) == "0.836"
-    assert fmt.number(8.0) == "8"  # whole numbers without .000
+    assert fmt.number(8.0) == "8" and fmt.number(0.0) == "0"  # no .000
+    assert fmt.number(1120.0) == "1,120.0"  # measurements keep their decimal
     assert fmt.seconds(308.64) == "308.6 s"
     assert fmt.relative(-0.6824) == "-68.2%" and fmt.relative(0.61) == "+61.0%"
     assert fmt.relative(0.0) == "0.0%"
@@ -50,6 +51,7 @@ def test_table_renames_columns_and_formats_values():
         "device-seconds received [device-s]",
     ]
     assert out.iloc[1].tolist() == ["b", "2,000", "-", "25.0%", "5"]
+    assert out.iloc[0].tolist() == ["a", "10", "129.3", "50.0%", "1,072.3"]
     assert out.iloc[0, 2] == "129.3"
 
 
@@ -71,7 +73,7 @@ def test_difference_table_is_relative_to_the_first_run():
     b = {"makespan_s": 150.0, "utilization": 0.6, "adapter_swaps": 10, "staleness_mean": 1.0}
     table = difference_table({"seq": a, "fair": b})
     assert list(table.columns) == ["seq", "fair", "fair vs seq"]
-    assert table.loc["makespan [s]"].tolist() == ["200", "150", "-25.0%"]
+    assert table.loc["makespan [s]"].tolist() == ["200.0", "150.0", "-25.0%"]
     assert table.loc["utilization, all devices"].tolist() == ["50.0%", "60.0%", "+20.0%"]
     assert table.loc["adapter loads", "fair vs seq"] == "0.0%"
     assert table.loc["staleness, mean [versions]", "fair vs seq"] == "-"  # against 0

@@ -37,17 +37,12 @@ def percent(value, digits: int = 1) -> str:
 
 
 def number(value, unit: str = "") -> str:
-    """A measurement: 1 decimal and separators from 10 up (``1,234.5``), else 3 significant
-    digits (``0.836``); whole numbers without decimals. ``unit`` follows after a space."""
+    """A measurement: 1 decimal and separators from 10 up (``1,234.5``, ``1,120.0``), else 3
+    significant digits (``0.836``, ``2``, ``0``). ``unit`` follows after a space."""
     x = _finite(value)
     if x is None:
         return MISSING
-    if x == round(x) and abs(x) < 1e15:
-        text = f"{round(x):,}"
-    elif abs(x) >= 10:
-        text = f"{x:,.1f}"
-    else:
-        text = f"{x:.3g}"
+    text = f"{x:,.1f}" if abs(x) >= 10 else f"{x:.3g}"
     return f"{text} {unit}" if unit else text
 
 

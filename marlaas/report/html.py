@@ -23,7 +23,7 @@ h1{font-size:1.6em;margin-bottom:.2em} h2{border-bottom:1px solid #ccc;padding-b
 table{border-collapse:collapse;font-size:.85em;margin:.4em 0}
 td,th{border:1px solid #ddd;padding:.2em .6em;text-align:right;white-space:nowrap}
 th{background:#f4f4f4} td:first-child,th:first-child{text-align:left}
-nav ul{padding-left:0} nav li{display:inline-block;margin:0 1.2em .3em 0}
+nav ul{padding-left:0;margin:.2em 0} nav li{display:inline-block;margin:0 1.2em .2em 0}
 .note{color:#555;font-size:.9em;max-width:70em} .files{color:#777;font-size:.8em}
 .plot{width:100%;border:1px solid #eee;margin:.5em 0}
 dl{font-size:.85em;display:grid;grid-template-columns:max-content auto;gap:.15em 1em;
@@ -48,6 +48,10 @@ class Section:
     """(term, explanation) pairs shown under the figure, e.g. what each idle cause means."""
     index: bool = False
     """Whether the tables' index is shown (e.g. metric names)."""
+    group: str = ""
+    """The run the section belongs to ("" for sections of the whole report)."""
+    nav: str = ""
+    """Short name in the table of contents (default: the title)."""
 
     def render(self) -> str:
         """The section as HTML."""
@@ -73,16 +77,26 @@ class Section:
 def render_report(title: str, sections: list[Section], intro: str = "") -> str:
     """The whole report as one HTML document: the Plotly bundle, a table of contents, the
     sections (``intro`` is trusted HTML shown under the title)."""
-    toc = "".join(
-        f'<li><a href="#{html.escape(s.id)}">{html.escape(s.title)}</a></li>' for s in sections
-    )
-    body = "\n".join(s.render() for s in sections)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title><style>{CSS}</style>{plotly_bundle()}</head><body>"
-        f"<h1>{html.escape(title)}</h1>{intro}<nav><ul>{toc}</ul></nav>\n{body}\n"
-        f"{LOADER}</body></html>\n"
+        f"<h1>{html.escape(title)}</h1>{intro}{_toc(sections)}\n"
+        + "\n".join(s.render() for s in sections)
+        + f"\n{LOADER}</body></html>\n"
     )
+
+
+def _toc(sections: list[Section]) -> str:
+    """Links to the sections: the report's own on one line, then one line per run."""
+
+    def link(s: Section) -> str:
+        return f'<a href="#{html.escape(s.id)}">{html.escape(s.nav or s.title)}</a>'
+
+    lines = ["".join(f"<li>{link(s)}</li>" for s in sections if not s.group)]
+    for group in dict.fromkeys(s.group for s in sections if s.group):
+        links = " · ".join(link(s) for s in sections if s.group == group)
+        lines.append(f"<li><b>{html.escape(group)}</b>: {links}</li>")
+    return "<nav>" + "".join(f"<ul>{line}</ul>" for line in lines) + "</nav>"
 
 
 def write_atomic(path: Path, text: str) -> Path:

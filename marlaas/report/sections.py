@@ -37,8 +37,13 @@ def run_sections(run: Run, summary: dict, static: dict[str, list[str]]) -> list[
         section = build()
         section.id = f"{name}-{run.slug}"
         section.static = static.get(section.id, [])
+        section.nav = name
         sections.append(section)
-    sections += _real(run)
+    for section in _real(run):
+        section.nav = section.id.split("-", 1)[0]
+        sections.append(section)
+    for section in sections:
+        section.group = run.label
     return sections
 
 
@@ -116,7 +121,7 @@ def _idle(df: pd.DataFrame, title: str, label: str, devices: str) -> Section:
         figure=charts.plot_idle(df, label, devices),
         notes=[
             f"Every second a {devices} is not generating or training is logged with the reason "
-            "it waits. What the causes mean:"
+            "it waits; the causes are explained under the figure."
         ],
         glossary=[(idle_name(c), IDLE_CAUSES.get(c, (c, "(unknown cause)"))[1]) for c in shown],
         tables=[(f"Idle {devices}-seconds by pool and cause", formatted)],

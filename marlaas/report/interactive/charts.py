@@ -10,6 +10,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
 from marlaas.metrics import (
@@ -24,7 +25,11 @@ from marlaas.report.names import IDLE_CAUSES, idle_name
 from marlaas.report.palette import job_colors
 from marlaas.report.style import CAUSE_COLORS
 
-LAYOUT = {"margin": {"l": 70, "r": 20, "t": 50, "b": 50}, "hoverlabel": {"align": "left"}}
+LAYOUT = {
+    "template": "plotly_white",
+    "margin": {"l": 70, "r": 20, "t": 50, "b": 50},
+    "hoverlabel": {"align": "left"},
+}
 
 
 def plot_utilization(df: pd.DataFrame, title: str = "", devices: str = "device") -> go.Figure:
@@ -107,6 +112,8 @@ def plot_jobs(
         col=2,
     )
     fig.update_xaxes(title_text="time [s]")
+    end = (jobs["arrival_s"] + jobs["jct_s"].fillna(0.0)).max() if len(jobs) else 1.0
+    fig.update_xaxes(range=[0, 1.15 * end], row=1, col=2)  # room for the labels
     fig.update_yaxes(title_text="steps", row=1, col=1)
     fig.update_yaxes(autorange="reversed", row=1, col=2, tickfont={"size": 9})
     fig.update_layout(
@@ -142,6 +149,7 @@ def plot_idle(df: pd.DataFrame, title: str = "", devices: str = "device") -> go.
         )
     fig.update_layout(
         barmode="stack",
+        bargap=max(0.2, 0.9 - 0.2 * len(pools)),  # no page-wide bar for one pool
         title={"text": title, "x": 0},
         yaxis_title=f"idle {devices}-seconds [{devices}-s]",
         height=400,
@@ -169,8 +177,8 @@ def plot_staleness(df: pd.DataFrame, title: str = "") -> go.Figure:
     if not counts.empty:
         share = counts.div(counts.sum(axis=1), axis=0)
         values = list(share.columns)
+        shades = sample_colorscale("Blues", np.linspace(0.45, 0.95, max(len(values), 2)))
         for i, value in enumerate(values):
-            shade = 0.15 + 0.75 * (i / max(len(values) - 1, 1))
             fig.add_trace(
                 go.Bar(
                     orientation="h",
@@ -179,7 +187,7 @@ def plot_staleness(df: pd.DataFrame, title: str = "") -> go.Figure:
                     name=f"{value} behind",
                     meta=int(value),
                     customdata=counts[value].to_numpy(),
-                    marker_color=f"rgba(8,48,107,{shade:.2f})",
+                    marker_color=shades[i],
                     hovertemplate="%{y}: %{x:.0%} of steps (%{customdata} steps) "
                     + f"{value} version(s) behind<extra></extra>",
                 )

@@ -52,6 +52,7 @@ def plot_comparison(summaries: Mapping[str, dict], kinds: Mapping[str, str]) -> 
         f"<span style='color:{KIND_COLORS.get(k, '#888')}'>■</span> {k}" for k in present
     )
     fig.update_layout(
+        template="plotly_white",
         height=560,
         title={"text": f"Comparison of runs<br><sup>{note}</sup>", "x": 0},
         margin={"l": 70, "r": 20, "t": 90, "b": 50},

@@ -8,7 +8,11 @@ import plotly.graph_objects as go
 
 from marlaas.report.palette import job_colors
 
-LAYOUT = {"margin": {"l": 70, "r": 20, "t": 50, "b": 50}, "hoverlabel": {"align": "left"}}
+LAYOUT = {
+    "template": "plotly_white",
+    "margin": {"l": 70, "r": 20, "t": 50, "b": 50},
+    "hoverlabel": {"align": "left"},
+}
 MODEL_COLORS = {"base": "#b0b0b0", "trained": "#2f6db5"}
 
 

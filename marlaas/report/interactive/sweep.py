@@ -11,7 +11,11 @@ from marlaas.eventlog import IDLE_CAUSES
 from marlaas.report.names import idle_name
 from marlaas.report.style import CAUSE_COLORS
 
-LAYOUT = {"margin": {"l": 70, "r": 20, "t": 60, "b": 60}, "hoverlabel": {"align": "left"}}
+LAYOUT = {
+    "template": "plotly_white",
+    "margin": {"l": 70, "r": 20, "t": 60, "b": 60},
+    "hoverlabel": {"align": "left"},
+}
 PANELS = (
     ("utilization", "utilization, all devices", ".1%"),
     ("jct_mean_s", "job completion time, mean [s]", ",.0f"),

@@ -169,6 +169,7 @@ def plot_lanes(df: pd.DataFrame, seg: pd.DataFrame, title: str = "") -> go.Figur
         legend={"title": {"text": "tenant"}, "tracegroupgap": 0},
         margin={"l": 90, "r": 20, "t": 50, "b": 50},
         hoverlabel={"align": "left"},
+        template="plotly_white",
         plot_bgcolor="#fafafa",
     )
     return fig
@@ -236,6 +237,7 @@ def plot_heatmap(df: pd.DataFrame, title: str = "", bins: int = HEAT_BINS) -> go
         title={"text": f"{title}<br><sup>busy fraction per {bin_s:,.1f} s bin</sup>", "x": 0},
         margin={"l": 110, "r": 20, "t": 70, "b": 50},
         hoverlabel={"align": "left"},
+        template="plotly_white",
         legend={
             "orientation": "h",
             "y": -0.06,
