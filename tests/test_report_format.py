@@ -40,6 +40,7 @@ def test_table_renames_columns_and_formats_values():
             "jct_s": [129.34, math.nan],
             "utilization": [0.5, 0.25],
             "device_s": [1072.31, 5.0],
+            "devices": [48, 16],
         }
     )
     out = fmt.table(frame)
@@ -49,9 +50,10 @@ def test_table_renames_columns_and_formats_values():
         "job completion time [s]",
         "utilization",
         "device-seconds received [device-s]",
+        "devices",
     ]
-    assert out.iloc[1].tolist() == ["b", "2,000", "-", "25.0%", "5"]
-    assert out.iloc[0].tolist() == ["a", "10", "129.3", "50.0%", "1,072.3"]
+    assert out.iloc[1].tolist() == ["b", "2,000", "-", "25.0%", "5", "16"]
+    assert out.iloc[0].tolist() == ["a", "10", "129.3", "50.0%", "1,072.3", "48"]
     assert out.iloc[0, 2] == "129.3"
 
 
@@ -91,7 +93,7 @@ def test_run_labels_use_preset_then_policy_and_tell_twins_apart():
     seeds = [{"policy": "fifo", "seed": 1}, {"policy": "fifo", "seed": 2}, {"policy": "fair"}]
     assert run_labels(seeds) == ["fifo (seed 1)", "fifo (seed 2)", "fair"]
     jobs = [{"policy": "fair", "metrics": {"n_jobs": n}} for n in (1, 8)]
-    assert run_labels(jobs) == ["fair (1 jobs)", "fair (8 jobs)"]
+    assert run_labels(jobs) == ["fair (1 job)", "fair (8 jobs)"]
     assert run_labels([{"policy": "x"}, {"policy": "x"}]) == ["x", "x #2"]
     assert run_labels([{}, {}], ["a", "b"]) == ["a", "b"]
     assert slug("fair (real run)") == "fair-real-run"

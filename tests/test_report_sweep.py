@@ -35,7 +35,7 @@ def sweep_dir(tmp_path_factory):
 def test_sweep_runs_are_labelled_and_found(sweep_dir):
     table = load_sweep(sweep_dir)
     assert table["label"].tolist() == [
-        "sequential (1 jobs)", "fair (1 jobs)", "sequential (2 jobs)", "fair (2 jobs)",
+        "sequential (1 job)", "fair (1 job)", "sequential (2 jobs)", "fair (2 jobs)",
     ]  # fmt: skip
     assert all(folder is not None and folder.is_dir() for folder in table["folder"])
     people = scaling_table(table)
@@ -64,7 +64,7 @@ def test_sweep_report_compares_all_runs(sweep_dir, tmp_path):
     ids = re.findall(r'<section id="([^"]+)"', text)
     assert ids == ["scaling", "idle", "overtime"]
     assert text.count("<tr") == 5  # header + one row per run
-    for label in ("sequential (1 jobs)", "fair (2 jobs)"):
+    for label in ("sequential (1 job)", "fair (2 jobs)"):
         assert label in text
     assert "utilization, pool colocated" in text and "time saved vs baseline" in text
     with pytest.raises(EventLogError, match="on its own"):
@@ -76,3 +76,21 @@ def test_sweep_without_event_logs_still_reports(tmp_path):
     text = run_report([bare], tmp_path / "out").read_text()
     assert re.findall(r'<section id="([^"]+)"', text) == ["scaling", "idle"]
     assert "--no-events" in text
+
+
+def test_overtime_rows_are_each_runs_utilization(sweep_dir):
+    from marlaas.metrics import makespan, utilization_over_time
+    from marlaas.report.interactive.sweep import plot_overtime
+    from marlaas.report.load import load_run
+    from marlaas.report.sweep_page import _overtime
+
+    table = load_sweep(sweep_dir)
+    (heat,) = plot_overtime(_overtime(table)).data
+    folders = zip(table["label"], table["folder"], strict=True)
+    events = {label: load_run(folder).events for label, folder in folders}
+    longest = max(makespan(e) for e in events.values())
+    for row, label in zip(np.asarray(heat.z), heat.y, strict=True):
+        expected = utilization_over_time(events[label], longest / 200)["overall"].to_numpy()
+        n = min(len(expected), 200)
+        assert row[:n] == pytest.approx(expected[:n])
+        assert np.isnan(row[n:]).all()

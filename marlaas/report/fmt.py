@@ -83,13 +83,14 @@ COLUMNS: dict[str, tuple[str, Formatter]] = {
 """Known table columns: (human name with unit, formatter)."""
 
 
-def column(name: str) -> tuple[str, Formatter]:
-    """Human name and formatter of a table column (known ones, else by its unit suffix)."""
+def column(name: str, integer: bool = False) -> tuple[str, Formatter]:
+    """Human name and formatter of a table column (known ones, else by its unit suffix;
+    ``integer`` columns are counts)."""
     if name in COLUMNS:
         return COLUMNS[name]
     if name.endswith("_s"):
         return f"{name[:-2].replace('_', ' ')} [s]", number
-    return name.replace("_", " "), number
+    return name.replace("_", " "), count if integer else number
 
 
 def table(frame: pd.DataFrame, index: bool = False) -> pd.DataFrame:
@@ -100,8 +101,8 @@ def table(frame: pd.DataFrame, index: bool = False) -> pd.DataFrame:
     """
     out = {}
     for name in frame.columns:
-        human, fmt = column(str(name))
         values = frame[name]
+        human, fmt = column(str(name), pd.api.types.is_integer_dtype(values))
         if values.dtype == object and not values.map(lambda v: _finite(v) is not None).any():
             out[human] = values.fillna(MISSING).astype(str).to_numpy()
         else:

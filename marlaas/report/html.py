@@ -28,6 +28,7 @@ nav ul{padding-left:0;margin:.2em 0} nav li{display:inline-block;margin:0 1.2em 
 .plot{width:100%;border:1px solid #eee;margin:.5em 0}
 dl{font-size:.85em;display:grid;grid-template-columns:max-content auto;gap:.15em 1em;
   max-width:70em} dt{font-weight:600} dd{margin:0;color:#444}
+.wide{overflow-x:auto;max-width:100%}
 .kind{display:inline-block;padding:0 .4em;border-radius:.3em;background:#eef;font-size:.85em}
 """
 
@@ -69,7 +70,8 @@ class Section:
             parts.append("</dl>")
         for caption, table in self.tables:
             parts.append(f"<h3>{html.escape(caption)}</h3>")
-            parts.append(table.to_html(index=self.index, na_rep="-", border=0))
+            table_html = table.to_html(index=self.index, na_rep="-", border=0)
+            parts.append(f'<div class="wide">{table_html}</div>')
         parts.append("</section>")
         return "\n".join(parts)
 

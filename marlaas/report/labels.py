@@ -47,7 +47,7 @@ def _n_jobs(summary: Mapping):
 
 _TELLERS = (
     ("kind", lambda s: kind_name(s), str),
-    ("jobs", _n_jobs, lambda n: f"{n} jobs"),
+    ("jobs", _n_jobs, lambda n: f"{n} job" if n == 1 else f"{n} jobs"),
     ("variant", lambda s: s.get("variant"), str),
     ("workload", lambda s: s.get("workload"), str),
     ("seed", lambda s: s.get("seed"), lambda seed: f"seed {seed}"),

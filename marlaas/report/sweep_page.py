@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from marlaas.eventlog import IDLE_CAUSES, EventLogError
-from marlaas.metrics import utilization_over_time
+from marlaas.metrics import makespan, utilization_over_time
 from marlaas.report import fmt
 from marlaas.report.html import Section, render_report, write_atomic
 from marlaas.report.interactive.sweep import plot_idle_shares, plot_overtime, plot_scaling
@@ -96,12 +96,15 @@ def scaling_table(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def _overtime(table: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """Utilization over time (overall and per pool) of every run with a folder."""
-    series = {}
-    for label, folder in zip(table["label"], table["folder"], strict=True):
-        if folder is not None:
-            series[label] = utilization_over_time(load_run(folder).events)
-    return series
+    """Utilization over time (overall and per pool) of every run with a folder, in bins of one
+    width: the longest makespan / 200."""
+    runs = {
+        label: load_run(folder).events
+        for label, folder in zip(table["label"], table["folder"], strict=True)
+        if folder is not None
+    }
+    longest = max(makespan(events) for events in runs.values())
+    return {label: utilization_over_time(ev, longest / 200) for label, ev in runs.items()}
 
 
 def write_sweep_report(path: Path, out: Path) -> Path:

@@ -114,7 +114,8 @@ def plot_jobs(
     fig.update_xaxes(title_text="time [s]")
     end = (jobs["arrival_s"] + jobs["jct_s"].fillna(0.0)).max() if len(jobs) else 1.0
     fig.update_xaxes(range=[0, 1.15 * end], row=1, col=2)  # room for the labels
-    fig.update_yaxes(title_text="steps", row=1, col=1)
+    most = int(jobs["steps"].max()) if len(jobs) else 1
+    fig.update_yaxes(title_text="steps", dtick=max(1, -(-most // 8)), row=1, col=1)
     fig.update_yaxes(autorange="reversed", row=1, col=2, tickfont={"size": 9})
     fig.update_layout(
         title={"text": title, "x": 0},

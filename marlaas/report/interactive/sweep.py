@@ -3,11 +3,13 @@ utilization over time of every run."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from marlaas.eventlog import IDLE_CAUSES
+from marlaas.report.interactive.timeline import HEAT_SCALE
 from marlaas.report.names import idle_name
 from marlaas.report.style import CAUSE_COLORS
 
@@ -110,24 +112,32 @@ def plot_idle_shares(table: pd.DataFrame) -> go.Figure:
 
 
 def plot_overtime(series: dict[str, pd.DataFrame]) -> go.Figure:
-    """Overall utilization over time [s] of every run (trace name = run label; data =
-    :func:`marlaas.metrics.utilization_over_time`'s ``overall``)."""
-    fig = go.Figure()
-    for i, (label, s) in enumerate(series.items()):
-        fig.add_trace(
-            go.Scatter(
-                x=s["t_start_s"],
-                y=s["overall"],
-                mode="lines",
-                line={"shape": "hv", "width": 1.3, "color": POLICY_COLORS[i % 10]},
-                name=label,
-                hovertemplate=f"{label}<br>t = %{{x:,.0f}} s<br>busy %{{y:.0%}}<extra></extra>",
-            )
+    """Busy fraction of all devices over time, one heatmap row per run (y = run label; data =
+    the ``overall`` column of each run's :func:`marlaas.metrics.utilization_over_time` on a
+    common bin width; blank after a run ends)."""
+    labels = list(series)
+    width = max((s["t_end_s"].iloc[-1] for s in series.values() if len(s)), default=1.0) / 200
+    z = np.full((len(labels), 200), np.nan)
+    for i, s in enumerate(series.values()):
+        values = s["overall"].to_numpy()[:200]
+        z[i, : len(values)] = values
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=(np.arange(200) + 0.5) * width,
+            y=labels,
+            colorscale=HEAT_SCALE,
+            zmin=0.0,
+            zmax=1.0,
+            colorbar={"title": {"text": "busy"}, "tickformat": ".0%"},
+            hovertemplate="%{y}<br>t = %{x:,.0f} s<br>busy %{z:.0%}<extra></extra>",
         )
+    )
     fig.update_layout(
         xaxis_title="time [s]",
-        yaxis={"title": "busy fraction, all devices", "tickformat": ".0%", "range": [0, 1.05]},
-        height=420,
+        yaxis={"autorange": "reversed"},
+        height=max(260, 22 * len(labels) + 120),
+        title={"text": f"<sup>busy fraction of all devices per {width:,.1f} s bin</sup>", "x": 0},
         **LAYOUT,
     )
     return fig

@@ -19,7 +19,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from marlaas.metrics import makespan
+from marlaas.metrics import device_table, makespan
 from marlaas.report.names import WORK_KINDS
 from marlaas.report.palette import job_colors, tenant_colors
 from marlaas.report.timeline_data import (
@@ -53,18 +53,17 @@ HEAT_SCALE = [[0.0, "#ffffff"], [0.25, "#c6dbef"], [0.6, "#4a90c8"], [1.0, "#083
 """Busy fraction 0 (white, idle) to 1 (dark blue)."""
 
 
-def uses_lanes(df: pd.DataFrame, n_devices: int) -> bool:
+def uses_lanes(n_devices: int) -> bool:
     """Whether the timeline draws device lanes (else heatmaps)."""
     return 0 < n_devices <= LANE_LIMIT
 
 
 def plot_timeline(df: pd.DataFrame, title: str = "") -> go.Figure:
     """The timeline figure: lanes for up to :data:`LANE_LIMIT` devices, else heatmaps."""
-    span = max(makespan(df), 1e-9)
-    seg = lane_segments(df, gap_s=span / MERGE_PIXELS)
-    n_devices = int(seg["lane"].max()) + 1 if len(seg) else 0
-    if uses_lanes(df, n_devices) and len(seg) <= MAX_BARS:
-        return plot_lanes(df, seg, title)
+    if uses_lanes(len(device_table(df))):
+        seg = lane_segments(df, gap_s=max(makespan(df), 1e-9) / MERGE_PIXELS)
+        if len(seg) <= MAX_BARS:
+            return plot_lanes(df, seg, title)
     return plot_heatmap(df, title)
 
 
