@@ -61,10 +61,12 @@ class Run:
 
     @property
     def title(self) -> str:
-        """Human-readable name: the label, the kind, then workload and seed when known."""
+        """Human-readable name: the label, then the kind, workload and seed when known (those
+        the label does not say already)."""
         parts = [self.kind]
         parts += [f"{k} {self.meta[k]}" for k in ("workload", "seed") if k in self.meta]
-        return f"{self.label} ({', '.join(parts)})"
+        parts = [p for p in parts if p not in self.label]
+        return f"{self.label} ({', '.join(parts)})" if parts else self.label
 
     @property
     def folder(self) -> Path:

@@ -36,9 +36,10 @@ def plot_rewards(rewards: pd.DataFrame, title: str = "") -> go.Figure:
                 hovertemplate=f"{who}<br>step %{{x}}<br>mean reward %{{y:.3f}}<extra></extra>",
             )
         )
+    last = int(rewards["step"].max()) if len(rewards) else 1
     fig.update_layout(
         title={"text": title, "x": 0},
-        xaxis_title="training step",
+        xaxis={"title": "training step", "dtick": max(1, -(-last // 10))},
         yaxis_title="mean reward",
         height=380,
         **LAYOUT,
