@@ -12,6 +12,10 @@ run's start (0). The definitions, which reports and the simulator's invariants s
   Busy and idle intervals are clipped to ``[0, makespan]``.
 - A job's *completion* [s] is the end of its last ``sync`` row (else its last ``train`` row);
   its *arrival* [s] comes from an ``arrivals`` mapping when given, else 0.
+- Work that spans several devices (a training step on a trainer of 4 devices, its weight sync,
+  a trainer's adapter swap-in) is one row *per device* in the log. Device-seconds count every
+  row; counts of work (steps, tokens, adapter loads, staleness samples) count each piece of
+  work once (:func:`train_ops`, :func:`adapter_loads`).
 
 All work is vectorised (sort + cumulative max), so 1e6-row logs take well under a second.
 """
@@ -261,14 +265,58 @@ def busy_share_s(df: pd.DataFrame) -> pd.Series:
     return pd.Series(np.maximum(share, 0.0), index=work.index)
 
 
+def train_ops(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per training step *operation*: the train rows of the devices one step ran on
+    collapsed into one (same job, step, start, end and outcome).
+
+    Columns: ``job``, ``tenant``, ``step``, ``start_s``, ``end_s`` [s], ``tokens`` (tokens
+    trained on, counted once), ``version``, ``staleness`` [versions], ``outcome`` and
+    ``devices`` (how many device rows the step had).
+    """
+    cols = ["job", "tenant", "step", "start_s", "end_s", "tokens", "version", "staleness"]
+    train = df.loc[df["kind"] == "train", [*cols, "outcome"]].astype(
+        {"job": object, "tenant": object, "outcome": object}
+    )
+    key = ["job", "step", "start_s", "end_s", "outcome"]
+    devices = train.groupby(key, sort=False).size()
+    ops = train.drop_duplicates(key).reset_index(drop=True)
+    ops["devices"] = devices.reindex(pd.MultiIndex.from_frame(ops[key])).to_numpy(np.int64)
+    return ops
+
+
+def adapter_loads(df: pd.DataFrame) -> int:
+    """Number of adapter loads: each engine's load counts once, and so does a trainer's swap-in
+    of a job although it has one row per device of the trainer.
+
+    A swap-in is recognised by what follows it: on each of its devices the job's train step
+    starts when the load ends. Rows of one (job, version, start, end) that are all followed so
+    count as one load; every other adapter_load row counts as one.
+    """
+    cols = ["job", "device", "version", "start_s", "end_s"]
+    loads = df.loc[df["kind"] == "adapter_load", cols].astype({"job": object, "device": object})
+    if loads.empty:
+        return 0
+    train = df.loc[df["kind"] == "train", ["job", "device", "start_s"]].astype(
+        {"job": object, "device": object}
+    )
+    starts = pd.MultiIndex.from_frame(train.drop_duplicates())
+    probe = pd.MultiIndex.from_arrays([loads["job"], loads["device"], loads["end_s"]])
+    followed = pd.Series(probe.isin(starts), index=loads.index)
+    key = [loads["job"], loads["version"], loads["start_s"], loads["end_s"]]
+    swap_in = followed.groupby(key).transform("all").to_numpy()
+    n_swaps = loads[swap_in].drop_duplicates(["job", "version", "start_s", "end_s"]).shape[0]
+    return int(n_swaps + np.count_nonzero(~swap_in))
+
+
 def job_table(df: pd.DataFrame, arrivals: Mapping[str, float] | None = None) -> pd.DataFrame:
     """One row per job: times [s], work done and device-seconds received.
 
     Columns: ``job``, ``tenant``, ``arrival_s`` (from ``arrivals``, else 0), ``completion_s``
     (end of the last sync row, else of the last train row; NaN when neither),
-    ``jct_s`` = completion - arrival, ``steps`` (successful train steps), ``tokens``
-    (tokens generated), ``train_tokens`` (tokens trained on), ``gpu_s`` (busy device-seconds
-    attributed to the job, see :func:`busy_share_s`; they sum to the total busy seconds).
+    ``jct_s`` = completion - arrival, ``steps`` (successful train steps, each counted once
+    however many devices it ran on), ``tokens`` (tokens generated), ``train_tokens`` (tokens
+    trained on, once per step operation), ``device_s`` (busy device-seconds attributed to the
+    job, see :func:`busy_share_s`; they sum to the total busy seconds).
     """
     arrivals = arrivals or {}
     cols = ["kind", "tenant", "job", "step", "tokens", "outcome", *TIMES]
@@ -284,12 +332,13 @@ def job_table(df: pd.DataFrame, arrivals: Mapping[str, float] | None = None) -> 
     last_sync = per_job(kind == "sync", work["end_s"], "max")
     last_train = per_job(kind == "train", work["end_s"], "max")
     completion = last_sync.fillna(last_train)
-    is_ok_train = (kind == "train") & (work["outcome"] == "ok")
-    steps = per_job(is_ok_train, work["step"], "count").fillna(0)
+    ops = train_ops(df)
+    ok = ops[ops["outcome"] == "ok"]
+    steps = ok.groupby("job")["step"].nunique().reindex(names).fillna(0)
     tokens = per_job(kind == "generate", work["tokens"], "sum").fillna(0)
-    train_tokens = per_job(kind == "train", work["tokens"], "sum").fillna(0)
+    train_tokens = ops.groupby("job")["tokens"].sum().reindex(names).fillna(0)
     share = busy_share_s(df)
-    gpu_s = share.groupby(df.loc[share.index, "job"].astype(object)).sum().reindex(names)
+    device_s = share.groupby(df.loc[share.index, "job"].astype(object)).sum().reindex(names)
     arrival = pd.Series([float(arrivals.get(n, 0.0)) for n in names], index=names)
     out = pd.DataFrame(
         {
@@ -301,7 +350,7 @@ def job_table(df: pd.DataFrame, arrivals: Mapping[str, float] | None = None) -> 
             "steps": steps.to_numpy(dtype=np.int64),
             "tokens": tokens.to_numpy(dtype=np.int64),
             "train_tokens": train_tokens.to_numpy(dtype=np.int64),
-            "gpu_s": gpu_s.fillna(0.0).to_numpy(dtype=float),
+            "device_s": device_s.fillna(0.0).to_numpy(dtype=float),
         }
     )
     return out
@@ -309,8 +358,10 @@ def job_table(df: pd.DataFrame, arrivals: Mapping[str, float] | None = None) -> 
 
 def train_progress(df: pd.DataFrame) -> pd.DataFrame:
     """Successful train steps completed over time: columns ``job``, ``tenant``, ``t_s`` [s]
-    (the end of each train row) and ``steps_done`` (cumulative count per job)."""
-    train = df[(df["kind"] == "train") & (df["outcome"] == "ok")]
+    (the end of each step, see :func:`train_ops`) and ``steps_done`` (cumulative count per
+    job)."""
+    ops = train_ops(df)
+    train = ops[ops["outcome"] == "ok"]
     out = pd.DataFrame(
         {
             "job": train["job"].astype(object).to_numpy(),
@@ -326,7 +377,9 @@ def train_progress(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _train_staleness(df: pd.DataFrame) -> pd.DataFrame:
-    train = df[(df["kind"] == "train") & (df["staleness"] >= 0)]
+    """Staleness of every train step operation (once per step, not per device)."""
+    ops = train_ops(df)
+    train = ops[ops["staleness"] >= 0]
     return pd.DataFrame(
         {
             "job": train["job"].astype(object).to_numpy(),
@@ -384,7 +437,9 @@ def jain_index(values: Iterable[float]) -> float:
 
 
 def tenant_gpu_s(df: pd.DataFrame) -> pd.Series:
-    """Busy device-seconds [s] received per tenant (see :func:`busy_share_s`)."""
+    """Busy device-seconds [s] received per tenant (see :func:`busy_share_s`).
+
+    ("gpu" in this name and in the fairness keys is historical: devices may be CPUs.)"""
     share = busy_share_s(df)
     tenants = df.loc[share.index, "tenant"].astype(object)
     out = share.groupby(tenants).sum()
@@ -441,7 +496,8 @@ def summarize(
     Keys: ``makespan_s``; ``utilization`` (overall, mean over devices) and
     ``utilization_by_pool``; ``jct_mean_s``, ``jct_p90_s``, ``jct_max_s`` (job completion
     time - arrival [s]); ``idle_by_cause_device_s`` (device-seconds per cause, all pools);
-    ``staleness_mean``, ``staleness_max`` [versions]; ``adapter_swaps`` (adapter_load rows);
+    ``staleness_mean``, ``staleness_max`` [versions]; ``adapter_swaps`` (adapter loads, see
+    :func:`adapter_loads`);
     ``fairness`` (see :func:`fairness`); ``n_jobs``, ``n_tenants``, ``n_devices``, ``n_rows``.
     """
     u = utilization(df)
@@ -460,7 +516,7 @@ def summarize(
         "idle_by_cause_device_s": {str(c): float(v) for c, v in idle.items()},
         "staleness_mean": _num(st.mean()) if len(st) else None,
         "staleness_max": int(st.max()) if len(st) else None,
-        "adapter_swaps": int((df["kind"] == "adapter_load").sum()),
+        "adapter_swaps": adapter_loads(df),
         "fairness": {k: (None if v is None else _num(v)) for k, v in fair.items()},
         "n_jobs": len(jobs),
         "n_tenants": int(jobs["tenant"].nunique()),

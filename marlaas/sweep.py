@@ -11,7 +11,9 @@ every run, as in ``simulate``; giving the same KEY several times makes one varia
 (several such keys make a grid). Every run is exactly ``simulate_run(workload, policy,
 seed)``, so a row equals ``marlaas simulate`` with the same settings. Runs go to a process
 pool; ``--out`` gets ``sweep.csv`` (see :mod:`marlaas.sweep_table`), ``summaries.json``
-(every run's summary) and ``table.txt``, all at once or not at all.
+(every run's summary), ``table.txt`` and, unless ``--no-events``, ``runs/<run_folder>/``
+with every run's event log and summary (``marlaas report --out X SWEEP_DIR`` compares
+them), all at once or not at all.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ import argparse
 import itertools
 import json
 import os
+import re
+import shutil
+import tempfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +37,7 @@ from marlaas.core.policies import get_policy
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.scheduling import PRESETS
 from marlaas.core.workload import Workload, WorkloadError, parse_workload
-from marlaas.runs import json_default, staged_folder
+from marlaas.runs import json_default, staged_folder, write_run
 from marlaas.sweep_table import add_ratios, format_table, ordered, summary_row
 from marlaas.workload_file import apply_overrides, load_with_overrides, parse_overrides
 
@@ -146,18 +151,35 @@ def _varies(items: list[str] | None, key: str) -> bool:
 # --------------------------------------------------------------------------- running
 
 
-def run_one(run: SweepRun) -> tuple[dict, dict]:
-    """Simulate one run: (table row, summary). Top level so that a process pool can call it."""
+def run_folder(jobs: int, variant: str, schedule: str, seed: int) -> str:
+    """Name of a run's folder under ``SWEEP_DIR/runs/``: ``jobs8-fair-seed0`` (the variant,
+    when there is one, reduced to letters, digits, ``-`` and ``_``, before the seed)."""
+    parts = [f"jobs{jobs}", schedule]
+    if variant and variant != "-":
+        parts.append(re.sub(r"[^A-Za-z0-9_-]+", "_", variant).strip("_"))
+    return "-".join([*parts, f"seed{seed}"])
+
+
+def run_one(run: SweepRun, events_dir: Path | None = None) -> tuple[dict, dict]:
+    """Simulate one run: (table row, summary); with ``events_dir`` also write its run folder
+    there (:func:`run_folder`). Top level so that a process pool can call it."""
     from marlaas.sim.run import simulate_run
 
-    _, summary = simulate_run(run.workload, run.policy, run.seed)
+    events, summary = simulate_run(run.workload, run.policy, run.seed)
+    if events_dir is not None:
+        write_run(events_dir / run_folder(run.jobs, run.variant, run.schedule, run.seed), events,
+                  summary)  # fmt: skip
     return summary_row(run.keys, summary), summary
 
 
 def execute(
-    runs: list[SweepRun], workers: int | None = None, progress: bool = True
+    runs: list[SweepRun],
+    workers: int | None = None,
+    progress: bool = True,
+    events_dir: Path | None = None,
 ) -> tuple[list[dict], list[dict]]:
-    """Run every run (in a process pool when there are several and workers > 1).
+    """Run every run (in a process pool when there are several and workers > 1); with
+    ``events_dir`` each run's folder is written under it.
 
     Returns rows and summaries in plan order, whatever order the runs finished in.
     """
@@ -167,12 +189,12 @@ def execute(
     try:
         if workers == 1:
             for i, run in enumerate(runs):
-                results[i] = run_one(run)
+                results[i] = run_one(run, events_dir)
                 bar.set_postfix_str(_short(run))
                 bar.update()
         else:
             with ProcessPoolExecutor(max_workers=workers) as pool:
-                futures = {pool.submit(run_one, run): i for i, run in enumerate(runs)}
+                futures = {pool.submit(run_one, r, events_dir): i for i, r in enumerate(runs)}
                 try:
                     for future in as_completed(futures):
                         i = futures[future]
@@ -197,9 +219,14 @@ def comparison(rows: list[dict], baseline: str | None) -> pd.DataFrame:
     return ordered(add_ratios(pd.DataFrame(rows), baseline))
 
 
-def write_sweep(out: str | Path, table: pd.DataFrame, summaries: list[dict]) -> Path:
-    """Write sweep.csv, summaries.json and table.txt to ``out`` atomically (replacing it)."""
+def write_sweep(
+    out: str | Path, table: pd.DataFrame, summaries: list[dict], runs_dir: Path | None = None
+) -> Path:
+    """Write sweep.csv, summaries.json and table.txt to ``out`` atomically (replacing it);
+    ``runs_dir`` (the run folders written by :func:`execute`) is moved to ``out/runs``."""
     with staged_folder(out, "sweep.csv") as staging:
+        if runs_dir is not None:
+            shutil.move(runs_dir, staging / "runs")
         table.to_csv(staging / "sweep.csv", index=False)
         text = json.dumps(summaries, indent=1, default=json_default)
         (staging / "summaries.json").write_text(text)
@@ -228,9 +255,16 @@ def _sweep(args: argparse.Namespace) -> int:
     baseline = args.baseline or ("sequential" if "sequential" in schedules else None)
     if baseline is not None and baseline not in schedules:
         raise SweepError(f"--baseline {baseline!r} is not one of the presets or policies")
-    rows, summaries = execute(runs, args.workers, progress=not args.quiet)
-    table = comparison(rows, baseline)
-    out = write_sweep(args.out, table, summaries)
+    out_parent = Path(args.out).resolve().parent
+    out_parent.mkdir(parents=True, exist_ok=True)
+    runs_dir = None if args.no_events else Path(tempfile.mkdtemp(prefix=".runs.", dir=out_parent))
+    try:
+        rows, summaries = execute(runs, args.workers, not args.quiet, runs_dir)
+        table = comparison(rows, baseline)
+        out = write_sweep(args.out, table, summaries, runs_dir)
+    finally:
+        if runs_dir is not None:
+            shutil.rmtree(runs_dir, ignore_errors=True)
     vs = f", ratios vs {baseline}" if baseline else ""
     print(f"{workload.name}: {len(runs)} runs{vs}")
     print(format_table(table))
@@ -258,4 +292,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--workers", type=int, help="processes (default: one per CPU core)")
     p.add_argument("--out", required=True, type=Path, help="folder for sweep.csv and summaries")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--no-events",
+        action="store_true",
+        help="do not keep each run's event log under OUT/runs/ (for big sweeps)",
+    )
     p.set_defaults(func=_sweep)

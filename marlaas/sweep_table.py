@@ -103,7 +103,7 @@ def format_table(table: pd.DataFrame) -> str:
         *(["seed"] if show_seed else []),
     ]
     head += ["makespan s", "JCT mean s", "JCT p90 s", "util", "util x", "time -%"]
-    head += ["idle (top causes)", "Jain slowdn", "Jain GPU", "stale mean/max"]
+    head += ["idle (top causes)", "Jain slowdn", "Jain dev-s", "stale mean/max"]
     rows = []
     for _, r in table.iterrows():
         cells = [str(r["jobs"]), *([r["variant"]] if show_variant else []), r["schedule"]]

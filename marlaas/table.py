@@ -19,7 +19,7 @@ def print_summary(summary: dict, title: str = "") -> None:
     m = summary["metrics"]
     rows = [
         ("makespan", _fmt(m["makespan_s"], " s")),
-        ("GPU utilization", f"{m['utilization']:.1%}"),
+        ("device utilization", f"{m['utilization']:.1%}"),
     ]
     rows += [(f"  pool {p}", f"{u:.1%}") for p, u in m["utilization_by_pool"].items()]
     rows += [

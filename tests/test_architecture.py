@@ -38,9 +38,11 @@ def imports_of(name: str) -> set[str]:
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-            found.update(f"{node.module}.{a.name}" for a in node.names
-                         if f"{node.module}.{a.name}" in MODULES)  # fmt: skip
+            # "from pkg import submodule" imports the submodule; "from pkg import name" pkg
+            submodules = {f"{node.module}.{a.name}" for a in node.names} & MODULES.keys()
+            found.update(submodules)
+            if len(submodules) < len(node.names):
+                found.add(node.module)
     return found
 
 

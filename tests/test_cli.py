@@ -18,7 +18,7 @@ def test_simulate_writes_a_run_folder_and_prints_a_summary(tmp_path, capsys):
                  "--quiet", "--set", "jobs.*.rl.steps=3"])  # fmt: skip
     assert code == 0
     printed = capsys.readouterr().out
-    assert "makespan" in printed and "GPU utilization" in printed
+    assert "makespan" in printed and "device utilization" in printed
     summary = json.loads((out / "summary.json").read_text())
     assert summary["policy"] == "fair"
     events = read_event_log(out)

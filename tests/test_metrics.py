@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -216,8 +217,8 @@ def test_tiny_log_exact_numbers():
     assert jobs.loc["j1", "steps"] == 1 and jobs.loc["j2", "steps"] == 1  # failed not counted
     assert jobs.loc["j2", "tokens"] == 20
     # overlap [1, 2] split in half: j1 = 1 + 0.5 + train 2; j2 = 0.5 + 1 + train 3
-    assert jobs["gpu_s"].to_dict() == pytest.approx({"j1": 3.5, "j2": 4.5})
-    assert jobs["gpu_s"].sum() == pytest.approx(u["busy_s"].sum())
+    assert jobs["device_s"].to_dict() == pytest.approx({"j1": 3.5, "j2": 4.5})
+    assert jobs["device_s"].sum() == pytest.approx(u["busy_s"].sum())
     st = metrics.staleness_table(df).set_index("job")
     assert st.loc["j2", "staleness_max"] == 2 and st.loc["j2", "staleness_mean"] == 1.5
     assert metrics.staleness_counts(df).loc["j2"].to_dict() == {0: 0, 1: 1, 2: 1}
@@ -292,3 +293,56 @@ def test_train_progress_counts_ok_steps(medium_log):
     last = prog.groupby("job")["steps_done"].max()
     jobs = metrics.job_table(df).set_index("job")
     assert last.to_dict() == jobs["steps"].to_dict()
+
+
+def multi_device() -> pd.DataFrame:
+    """One job on a trainer of 4 devices: a swap-in, 2 steps and their syncs (one row per
+    device each), plus one adapter version loaded by 2 engines at the same time."""
+    trainer = [f"train/{i}" for i in range(4)]
+    rows = []
+
+    def on_trainer(**row):
+        rows.extend(dict(row, device=d, pool="train", tenant="a", job="j") for d in trainer)
+
+    on_trainer(kind="adapter_load", start_s=0, end_s=2, version=0)
+    on_trainer(kind="train", step=0, start_s=2, end_s=5, tokens=1000, version=1, staleness=0)
+    on_trainer(kind="sync", step=0, start_s=5, end_s=6, version=1)
+    on_trainer(kind="train", step=1, start_s=6, end_s=9, tokens=3000, version=2, staleness=1)
+    on_trainer(kind="sync", step=1, start_s=9, end_s=10, version=2)
+    for engine in ("rollout/0", "rollout/1"):
+        rows.append(
+            dict(kind="adapter_load", device=engine, pool="rollout", tenant="a", job="j",
+                 start_s=6, end_s=6.2, version=1)
+        )  # fmt: skip
+    return make_frame(rows)
+
+
+def test_work_spanning_devices_is_counted_once():
+    df = multi_device()
+    jobs = metrics.job_table(df).set_index("job")
+    assert jobs.loc["j", "steps"] == 2
+    assert jobs.loc["j", "train_tokens"] == 4000
+    assert jobs.loc["j", "device_s"] == pytest.approx(4 * 6.0)  # device-seconds count devices
+    assert metrics.train_progress(df)["steps_done"].tolist() == [1, 2]
+    assert metrics.train_ops(df)["devices"].tolist() == [4, 4]
+    st = metrics.staleness_table(df).set_index("job")
+    assert st.loc["j", "train_steps"] == 2 and st.loc["j", "staleness_mean"] == 0.5
+    assert metrics.staleness_counts(df).loc["j"].to_dict() == {0: 1, 1: 1}
+    # the swap-in on 4 trainer devices is one load; the two engines' loads are two
+    assert metrics.adapter_loads(df) == 3
+    assert metrics.summarize(df)["adapter_swaps"] == 3
+
+
+def test_sequential_simulation_counts_each_step_once():
+    from marlaas.sim.run import simulate_run
+    from marlaas.workload_file import load_workload
+
+    small = Path(__file__).resolve().parent.parent / "traces" / "small.yaml"
+    workload = load_workload(small).with_overrides(
+        {"jobs.*.rl.steps": 2, "jobs.*.rl.prompts_per_step": 2, "scheduling.preset": "sequential"}
+    )
+    events, _ = simulate_run(workload, "fifo", 0)
+    assert events.loc[events["kind"] == "train", "device"].nunique() == 8  # 8 rows per step
+    jobs = metrics.job_table(events)
+    assert jobs["steps"].tolist() == [2] * len(workload.jobs)
+    assert metrics.train_progress(events).groupby("job")["steps_done"].max().eq(2).all()

@@ -1,8 +1,10 @@
-"""Executes notebooks/compare_runs.ipynb on two synthetic runs so that it cannot rot."""
+"""Executes notebooks/compare_runs.ipynb as shipped (its defaults are `make demo`'s run folders)
+so that it cannot rot, and checks the message it gives when those runs are missing."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,24 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "compare_runs.ipynb"
 
 
+def _execute(workdir: Path, monkeypatch) -> nbformat.NotebookNode:
+    """Run the notebook with ``workdir/notebooks`` as its folder and no MARLAAS_RUN_* set."""
+    monkeypatch.delenv("MARLAAS_RUN_A", raising=False)
+    monkeypatch.delenv("MARLAAS_RUN_B", raising=False)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    monkeypatch.setenv("PYTHONPATH", path)
+    (workdir / "notebooks").mkdir(parents=True, exist_ok=True)
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    client = nbclient.NotebookClient(
+        nb,
+        timeout=300,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(workdir / "notebooks")}},
+    )
+    client.execute()
+    return nb
+
+
 def test_notebook_is_committed_with_outputs_cleared():
     nb = nbformat.read(NOTEBOOK, as_version=4)
     for cell in nb.cells:
@@ -22,18 +42,20 @@ def test_notebook_is_committed_with_outputs_cleared():
             assert cell.outputs == [] and cell.execution_count is None
 
 
-def test_compare_runs_notebook_executes(two_runs, monkeypatch):
-    monkeypatch.setenv("MARLAAS_RUN_A", str(two_runs[0]))
-    monkeypatch.setenv("MARLAAS_RUN_B", str(two_runs[1]))
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    monkeypatch.setenv("PYTHONPATH", path)
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    client = nbclient.NotebookClient(
-        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}
-    )
-    client.execute()
+def test_notebook_runs_on_the_demo_runs_by_default(two_runs, tmp_path, monkeypatch):
+    for name, run in zip(("sequential", "fair"), two_runs, strict=True):
+        shutil.copytree(run, tmp_path / "runs" / name)
+    nb = _execute(tmp_path, monkeypatch)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
+    stderr = "".join(o.get("text", "") for o in outputs if o.get("name") == "stderr")
+    assert "Warning" not in stderr, stderr  # e.g. tqdm's TqdmExperimentalWarning
     assert any("image/png" in o.get("data", {}) for o in outputs), "no figure was displayed"
     html = "".join(str(o.get("data", {}).get("text/html", "")) for o in outputs)
-    assert "makespan_s" in html and "jct_s" in html
+    assert "makespan [s]" in html and "job completion time [s]" in html
+    assert "fair vs fifo" in html  # relative difference against the first run
+
+
+def test_notebook_says_how_to_make_missing_runs(tmp_path, monkeypatch):
+    with pytest.raises(nbclient.exceptions.CellExecutionError, match="make demo"):
+        _execute(tmp_path, monkeypatch)

@@ -20,13 +20,8 @@ from marlaas import metrics
 from marlaas.eventlog import EventLogError, write_event_log
 from marlaas.report import add_report_parser, run_report
 from marlaas.report.build import FIGURES
-from marlaas.report.gantt import plot_gantt
-from marlaas.report.idle import plot_idle
-from marlaas.report.jobs import plot_jobs
 from marlaas.report.load import load_runs
-from marlaas.report.staleness import plot_staleness
 from marlaas.report.trace import trace_events, write_trace
-from marlaas.report.utilization import plot_utilization
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -38,96 +33,90 @@ def report(two_runs, tmp_path_factory):
     return run_report(list(two_runs), out)
 
 
-# ------------------------------------------------------------------ plotted data
-
-
-def test_utilization_figure_plots_the_metric(medium_log):
-    df, _ = medium_log
-    fig = plot_utilization(df)
-    patches = {p.get_gid(): p for p in fig.axes[0].patches if p.get_gid()}
-    assert set(patches) == {"util-rollout", "util-train", "util-overall"}
-    u = metrics.utilization(df)
-    for pool, devs in u.groupby("pool"):
-        values, edges, _ = patches[f"util-{pool}"].get_data()
-        assert np.sum(values * np.diff(edges)) * len(devs) == pytest.approx(devs["busy_s"].sum())
-    values, edges, _ = patches["util-overall"].get_data()
-    assert np.sum(values * np.diff(edges)) * len(u) == pytest.approx(u["busy_s"].sum())
-
-
-def test_idle_figure_stacks_idle_rows(medium_log):
-    df, _ = medium_log
-    ax = plot_idle(df).axes[0]
-    pools = [t.get_text() for t in ax.get_xticklabels()]
-    idle = df[df["kind"] == "idle"]
-    expected = (idle["end_s"] - idle["start_s"]).groupby([idle["pool"], idle["outcome"]]).sum()
-    drawn = {}
-    for container in ax.containers:
-        for pool, bar in zip(pools, container, strict=True):
-            drawn[(pool, container.get_label())] = bar.get_height()
-    assert {k: v for k, v in drawn.items() if v} == pytest.approx(expected.to_dict())
-
-
-def test_gantt_has_a_lane_per_device_and_covers_busy_time(medium_log):
-    df, _ = medium_log
-    fig = plot_gantt(df)
-    ax = fig.axes[1]
-    devices = metrics.device_table(df)["device"].tolist()
-    assert [t.get_text() for t in ax.get_yticklabels()] == devices
-    gids = {c.get_gid() for c in ax.collections}
-    assert {"gantt-generate", "gantt-train", "gantt-sync", "gantt-adapter_load"} <= gids
-    # drawn generate/train bars cover at least the busy time (they are merged and widened)
-    covered = 0.0
-    for c in ax.collections:
-        if c.get_gid() in ("gantt-generate", "gantt-train"):
-            for path in c.get_paths():
-                xs = path.vertices[:, 0]
-                covered += xs.max() - xs.min()
-    assert covered >= metrics.utilization(df)["busy_s"].sum() * 0.99
-    # env lane: mean concurrency integrates to env seconds
-    env = df[df["kind"] == "env"]
-    assert fig.axes[0].collections, "env lane is empty"
-    env_s = (env["end_s"] - env["start_s"]).sum()
-    assert env_s > 0
-
-
-def test_jobs_and_staleness_figures(medium_log):
-    df, arrivals = medium_log
-    fig = plot_jobs(df, arrivals)
-    lines = {ln.get_gid(): ln for ln in fig.axes[0].lines}
-    jobs = metrics.job_table(df, arrivals).set_index("job")
-    for job, row in jobs.iterrows():
-        assert lines[f"progress-{job}"].get_ydata()[-1] == row["steps"]
-    bars = fig.axes[1].containers[0]
-    assert [b.get_width() for b in bars] == pytest.approx(jobs["jct_s"].tolist())
-    fig = plot_staleness(df)
-    counts = metrics.staleness_counts(df)
-    totals = np.zeros(len(counts))
-    for container in fig.axes[0].containers:
-        totals += [b.get_width() for b in container]
-    assert totals == pytest.approx(1.0)
-
-
 # ------------------------------------------------------------------ report files
 
 
-def test_report_has_every_section_and_image(report, two_runs):
+def _page_text(report: Path) -> str:
+    """report.html without the inlined Plotly bundle."""
     text = report.read_text()
-    labels = [Path(p).name for p in two_runs]
+    return re.sub(r'<script type="text/javascript">.*?</script>', "", text, count=1, flags=re.S)
+
+
+def _figures(report: Path) -> dict[str, dict]:
+    """Every embedded figure's JSON, by its div id."""
+    text = report.read_text()
+    found = re.findall(r'<script type="application/json" id="([^"]+)-data">(.*?)</script>', text)
+    return {div: json.loads(body) for div, body in found}
+
+
+def _array(value) -> np.ndarray:
+    """A Plotly JSON array: a list, or a typed array ``{"dtype", "bdata"}`` (base64)."""
+    if isinstance(value, dict) and "bdata" in value:
+        return np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
+    return np.asarray(value)
+
+
+def _table(page: str, caption: str) -> pd.DataFrame:
+    """The HTML table under ``<h3>caption</h3>`` as strings (no lxml needed)."""
+    body = page.split(f"<h3>{caption}</h3>", 1)[1].split("</table>", 1)[0]
+    rows = [
+        [re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", r)]
+        for r in re.findall(r"<tr[^>]*>(.*?)</tr>", body, flags=re.S)
+    ]
+    return pd.DataFrame(rows[1:], columns=rows[0])
+
+
+def test_report_has_every_section_and_figure(report, two_runs):
+    text = report.read_text()
+    labels = ["fifo", "fair"]  # the policies of the two runs
     ids = set(re.findall(r'<section id="([^"]+)"', text))
     expected = {"summary", "comparison"} | {f"{f}-{label}" for f in FIGURES for label in labels}
     assert ids == expected
-    images = re.findall(r'src="data:image/png;base64,([^"]+)"', text)
-    assert len(images) == len(FIGURES) * len(labels) + 1
-    assert all(base64.b64decode(img).startswith(PNG_MAGIC) for img in images)
-    assert "<table" in text and "makespan_s" in text
+    figures = _figures(report)
+    assert set(figures) == {f"fig-{i}" for i in expected - {"summary"}}
+    assert all(fig["data"] and "layout" in fig for fig in figures.values())
+    assert text.count("Plotly.newPlot") == 1 and "window.Plotly" not in _page_text(report)
+    assert len(text) > 3_000_000  # the bundle is inlined...
+    assert not re.search(r"<script[^>]+src=", text)  # ...and nothing is fetched
+    page = _page_text(report)
+    assert "makespan [s]" in page and "fair vs fifo" in page
+    assert "idle: waiting for rollouts" in page and "max_staleness" in page  # explained
+    visible = re.sub(r"<script.*?</script>", "", page, flags=re.S)
+    assert "GPU" not in visible and "makespan_s" not in visible, re.findall(".{80}GPU.{40}", page)
+    assert not re.search(r"\d\.000<", page), "counts printed with .000"
     out = report.parent
-    for f in FIGURES:
-        for label in labels:
-            assert (out / "figures" / f"{f}-{label}.png").read_bytes().startswith(PNG_MAGIC)
-            assert "<svg" in (out / "figures" / f"{f}-{label}.svg").read_text()[:2000]
+    assert not (out / "figures").exists(), "static figures are only made on demand"
     assert not list(out.glob(".*tmp")), "temporary files left behind"
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary) == set(labels)
+
+
+def test_static_figures_on_demand(two_runs, tmp_path):
+    report = run_report(list(two_runs), tmp_path / "r", static=True)
+    out = report.parent / "figures"
+    for name in [f"{f}-{label}" for f in FIGURES for label in ("fifo", "fair")] + ["comparison"]:
+        assert (out / f"{name}.png").read_bytes().startswith(PNG_MAGIC), name
+        assert "<svg" in (out / f"{name}.svg").read_text()[:2000]
+    assert "figures/timeline-fifo.png" in report.read_text()
+
+
+def test_sequential_steps_are_counted_once_in_the_report(tmp_path):
+    from marlaas.runs import write_run
+    from marlaas.sim.run import simulate_run
+    from marlaas.workload_file import load_workload
+
+    small = Path(__file__).resolve().parent.parent / "traces" / "small.yaml"
+    workload = load_workload(small).with_overrides(
+        {"jobs.*.rl.steps": 2, "jobs.*.rl.prompts_per_step": 2, "scheduling.preset": "sequential"}
+    )
+    events, summary = simulate_run(workload, "fifo", 0)
+    run = write_run(tmp_path / "seq", events, summary)
+    report = run_report([run], tmp_path / "out")
+    jobs = _table(_page_text(report), "Jobs")
+    assert jobs["training steps"].tolist() == ["2"] * len(workload.jobs)
+    figure = _figures(report)["fig-jobs-sequential"]
+    lines = [_array(t["y"]) for t in figure["data"] if t["type"] == "scatter"]
+    assert {int(y[-1]) for y in lines} == {2}
 
 
 def test_trace_json(report, two_runs):
@@ -138,15 +127,41 @@ def test_trace_json(report, two_runs):
     assert {"fifo: rollout", "fifo: train", "fifo: env", "fair: train"} <= names
     runs = load_runs(list(two_runs))
     assert len(slices) == sum(len(r.events) for r in runs)
-    train_us = sum(e["dur"] for e in slices if e["name"] == "train")
+    train_us = sum(e["dur"] for e in slices if e["cat"] == "train")
     train_s = sum((r.events.end_s - r.events.start_s)[r.events.kind == "train"].sum() for r in runs)
     assert train_us == pytest.approx(train_s * 1e6, rel=1e-6)
+    # tenants can be told apart by name
+    train = [e for e in slices if e["cat"] == "train"]
+    assert all(e["name"] == f"train {e['args']['job']} ({e['args']['tenant']})" for e in train)
     # slices on one thread never overlap (Perfetto needs nesting)
     frame = pd.DataFrame(slices).sort_values(["pid", "tid", "ts"], kind="stable")
     frame["end"] = frame["ts"] + frame["dur"]
     prev_end = frame.groupby(["pid", "tid"])["end"].shift()
     overlapping = frame[frame["ts"] < prev_end - 1e-3]
     assert overlapping.empty, overlapping.head()
+
+
+def test_trace_flows_link_generation_training_and_sync(report, two_runs):
+    events = json.loads((report.parent / "trace.json").read_text())["traceEvents"]
+    slices = pd.DataFrame([e for e in events if e["ph"] == "X"])
+    slices["job"] = slices["args"].map(lambda a: a.get("job", ""))
+    slices["step"] = slices["args"].map(lambda a: a.get("step", -1))
+    flows = pd.DataFrame([e for e in events if e["ph"] in ("s", "t", "f")])
+    steps = sum(len(metrics.train_ops(r.events)) for r in load_runs(list(two_runs)))
+    assert flows["id"].nunique() == steps  # one flow per training step
+    for _, flow in flows.groupby("id"):
+        assert flow["ph"].tolist() == ["s", "t", "f"]
+        assert flow["ts"].is_monotonic_increasing
+        for (_, point), cat in zip(flow.iterrows(), ["generate", "train", "sync"], strict=True):
+            # each point lies inside a slice of its kind on its thread, of the same step
+            job, step = point["name"].split(" of ")[1], int(point["name"].split()[1])
+            inside = slices[
+                (slices["pid"] == point["pid"]) & (slices["tid"] == point["tid"])
+                & (slices["ts"] <= point["ts"]) & (slices["ts"] + slices["dur"] >= point["ts"])
+                & (slices["cat"] == cat) & (slices["job"] == job) & (slices["step"] == step)
+            ]  # fmt: skip
+            assert len(inside) >= 1, (point.to_dict(), cat)
+    assert flows.loc[flows["ph"] == "f", "bp"].eq("e").all()
 
 
 def test_trace_downsamples_huge_logs(two_runs, tmp_path):
@@ -161,13 +176,14 @@ def test_trace_downsamples_huge_logs(two_runs, tmp_path):
 
 def test_single_run_report_has_no_comparison(two_runs, tmp_path):
     text = run_report([two_runs[0]], tmp_path).read_text()
-    assert 'id="comparison"' not in text and 'id="gantt-fifo"' in text
+    assert 'id="comparison"' not in text and 'id="timeline-fifo"' in text
 
 
 def test_cli_parser(two_runs, tmp_path, capsys):
     parser = argparse.ArgumentParser(prog="marlaas")
     add_report_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["report", str(two_runs[0]), "--out", str(tmp_path / "o")])
+    assert args.static is False
     assert args.func(args) == 0
     assert capsys.readouterr().out.strip().endswith("report.html")
 
@@ -243,15 +259,23 @@ CHROMIUM = next(
 PROBE = """<script>
 window.__errors = [];
 window.addEventListener('error', e => window.__errors.push(String(e.message || e.type)), true);
-window.addEventListener('load', () => {
-  const imgs = Array.from(document.images);
+window.addEventListener('unhandledrejection', e => window.__errors.push(String(e.reason)));
+const consoleError = console.error;
+console.error = (...args) => { window.__errors.push(args.join(' ')); consoleError(...args); };
+window.addEventListener('load', () => setTimeout(() => {
+  const plots = Array.from(document.querySelectorAll('div.plot'));
   const probe = document.createElement('div');
   probe.id = 'probe';
-  probe.dataset.images = imgs.length;
-  probe.dataset.loaded = imgs.filter(i => i.complete && i.naturalWidth > 0).length;
+  probe.dataset.plots = plots.length;
+  probe.dataset.drawn = plots.filter(
+    p => p.classList.contains('js-plotly-plot') && p.querySelector('svg.main-svg')).length;
+  probe.dataset.bars = document.querySelectorAll('#fig-timeline-fifo g.point').length;
+  probe.dataset.done = document.body.dataset.plotsDone || '0';
+  probe.dataset.failed = document.body.dataset.plotsFailed || '-1';
   probe.dataset.errors = window.__errors.length;
+  probe.textContent = window.__errors.join(' | ');
   document.body.appendChild(probe);
-});
+}, 500));
 </script>"""
 
 
@@ -268,27 +292,35 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
         "--disable-sync",
         "--no-first-run",
         "--disable-dev-shm-usage",
+        "--enable-logging=stderr",
+        "--v=0",
         f"--user-data-dir={tmp_path / 'profile'}",
-        "--virtual-time-budget=10000",
+        "--virtual-time-budget=20000",
     ]
-    dom = subprocess.run(
+    run = subprocess.run(
         [CHROMIUM, *flags, "--dump-dom", page.as_uri()],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=180,
         check=True,
-    ).stdout
-    probe = re.search(r'<div id="probe"([^>]*)>', dom)
-    assert probe, f"probe missing from DOM: {dom[-500:]}"
-    attrs = dict(re.findall(r'data-(\w+)="(\d+)"', probe.group(1)))
-    assert int(attrs["images"]) == len(re.findall(r"<img ", report.read_text()))
-    assert attrs["loaded"] == attrs["images"]
-    assert attrs["errors"] == "0"
+    )
+    probe = re.search(r'<div id="probe"([^>]*)>(.*?)</div>', run.stdout, flags=re.S)
+    assert probe, f"probe missing from DOM: {run.stdout[-500:]}"
+    attrs = dict(re.findall(r'data-(\w+)="(-?\d+)"', probe.group(1)))
+    assert attrs["errors"] == "0", probe.group(2)
+    assert attrs["done"] == "1" and attrs["failed"] == "0"
+    assert int(attrs["plots"]) == len(re.findall(r'<div class="plot"', report.read_text()))
+    assert attrs["drawn"] == attrs["plots"]  # every figure was drawn by Plotly
+    timeline = _figures(report)["fig-timeline-fifo"]["data"]
+    n_bars = sum(len(_array(t["x"])) for t in timeline if t["type"] == "bar")
+    assert int(attrs["bars"]) == n_bars > 50  # every bar of the timeline is in the DOM
+    console = [ln for ln in run.stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
+    assert not [ln for ln in console if "rror" in ln or "Uncaught" in ln], console
     shot = tmp_path / "shot.png"
     subprocess.run(
         [CHROMIUM, *flags, "--window-size=1400,2000", f"--screenshot={shot}", report.as_uri()],
         capture_output=True,
-        timeout=120,
+        timeout=180,
         check=True,
     )
     from matplotlib.image import imread

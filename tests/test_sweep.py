@@ -155,3 +155,31 @@ def test_cli_errors_are_one_line(tmp_path, capsys, args, message):
     if "rl.steps" not in message:  # a bad workload gets one line per bad field
         assert len(err.splitlines()) == 1
     assert not out.exists()
+
+
+def test_cli_keeps_each_runs_event_log_unless_no_events(tmp_path):
+    from marlaas.eventlog import read_event_log
+    from marlaas.sweep import run_folder
+
+    out = tmp_path / "kept"
+    assert sweep("--policies", "fifo,fair", "--workers", "1", "--out", str(out)) == 0
+    summaries = json.loads((out / "summaries.json").read_text())
+    folders = sorted(p.name for p in (out / "runs").iterdir())
+    assert folders == sorted(run_folder(4, "-", s["policy"], s["seed"]) for s in summaries)
+    for summary in summaries:  # (no presets here: each run's schedule is its policy)
+        run = out / "runs" / run_folder(4, "-", summary["policy"], summary["seed"])
+        assert json.loads((run / "summary.json").read_text())["metrics"] == summary["metrics"]
+        assert len(read_event_log(run)) == summary["metrics"]["n_rows"]
+    bare = tmp_path / "bare"
+    assert sweep("--policies", "fifo", "--no-events", "--out", str(bare)) == 0
+    assert not (bare / "runs").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
+
+
+def test_run_folder_names():
+    from marlaas.sweep import run_folder
+
+    assert run_folder(8, "-", "fair", 0) == "jobs8-fair-seed0"
+    assert run_folder(2, 'scheduling.barrier=true rl.x="a b"', "sync", 3) == (
+        "jobs2-sync-scheduling_barrier_true_rl_x_a_b-seed3"
+    )

@@ -1,130 +1,138 @@
-"""``marlaas report``: figures, report.html, trace.json and summaries for one or more runs."""
+"""``marlaas report``: report.html, trace.json and summaries for one or more runs, or a sweep."""
 
 from __future__ import annotations
 
+import html
 import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from marlaas import metrics
-from marlaas.report.compare import comparison_table, plot_comparison
-from marlaas.report.gantt import plot_gantt
+from marlaas.eventlog import EventLogError
+from marlaas.report import fmt
+from marlaas.report.compare import difference_table
 from marlaas.report.html import Section, render_report, write_atomic
-from marlaas.report.idle import plot_idle
-from marlaas.report.jobs import plot_jobs
+from marlaas.report.interactive.compare import plot_comparison
+from marlaas.report.labels import base_name, device_noun
 from marlaas.report.load import Run, load_runs
-from marlaas.report.staleness import plot_staleness
-from marlaas.report.style import save_figure
+from marlaas.report.sections import FIGURES, run_sections
+from marlaas.report.sweep_page import is_sweep_folder, write_sweep_report
 from marlaas.report.trace import write_trace
-from marlaas.report.utilization import plot_utilization
 from marlaas.runs import staged_folder
 
 REPORT_FILE = "report.html"
 TRACE_FILE = "trace.json"
 FIGURES_DIR = "figures"
-FIGURES = ("gantt", "utilization", "jobs", "idle", "staleness")
-"""Figure families drawn for every run; section ids are ``<figure>-<run label>``."""
+__all__ = ["FIGURES", "REPORT_FILE", "TRACE_FILE", "run_report"]
 
 
-def _summary_table(summaries: dict[str, dict]) -> pd.DataFrame:
-    """Metric (rows) x run (columns), nested dicts flattened with dots."""
-    flat = {label: pd.json_normalize(s, sep=".").iloc[0] for label, s in summaries.items()}
-    return pd.DataFrame(flat)
+def run_report(run_dirs: Sequence[str | Path], out_dir: str | Path, static: bool = False) -> Path:
+    """Write the report of one or more runs, or of one sweep folder, to ``out_dir``; returns
+    the path of report.html.
 
-
-def _run_sections(run: Run, summary: dict, fig_dir: Path, progress: tqdm) -> list[Section]:
-    df, title = run.events, run.title
-    figures = {
-        "gantt": lambda: plot_gantt(df, f"Timeline: {title}"),
-        "utilization": lambda: plot_utilization(df, f"Utilization over time: {title}"),
-        "jobs": lambda: plot_jobs(df, run.arrivals, f"Jobs: {title}"),
-        "idle": lambda: plot_idle(df, f"Idle time by cause: {title}"),
-        "staleness": lambda: plot_staleness(df, f"Staleness: {title}"),
-    }
-    tables = {
-        "utilization": [("Utilization per device", metrics.utilization(df))],
-        "jobs": [("Jobs", metrics.job_table(df, run.arrivals))],
-        "idle": [("Idle device-seconds [s] by pool and cause", metrics.idle_breakdown(df))],
-        "staleness": [("Staleness per job [versions]", metrics.staleness_table(df))],
-    }
-    notes = {
-        "gantt": [
-            "Lanes are devices; colour = tenant; faint = generate, solid = train, "
-            "black-edged = sync, short black-edged bar = adapter_load. Top: mean number "
-            "of concurrent environment steps per tenant."
-        ],
-        "utilization": [
-            f"Mean utilization {summary['utilization']:.1%} over "
-            f"{summary['n_devices']} devices, makespan "
-            f"{summary['makespan_s']:.1f} s."
-        ],
-    }
-    sections = []
-    for name, draw in figures.items():
-        progress.set_postfix_str(f"{run.label}: {name}")
-        saved = save_figure(draw(), fig_dir, f"{name}-{run.label}")
-        sections.append(
-            Section(
-                id=f"{name}-{run.label}",
-                title=f"{name.capitalize()}: {title}",
-                figure=saved,
-                tables=tables.get(name, []),
-                notes=notes.get(name, []),
-            )
-        )
-        progress.update()
-    return sections
-
-
-def run_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Path:
-    """Write the report of one or more runs to ``out_dir``; returns the path of report.html.
-
-    The folder is built aside and replaces ``out_dir`` whole (no stale figures from an
-    earlier report stay). ``out_dir`` gets ``report.html`` (self-contained), ``trace.json``
-    (Chrome/Perfetto, all runs), ``summary.json`` (metrics.summarize per run) and
-    ``figures/*.png|svg``. Raises
+    The folder is built aside and replaces ``out_dir`` whole (no stale files from an earlier
+    report stay). ``out_dir`` gets ``report.html`` (self-contained, interactive),
+    ``trace.json`` (Chrome/Perfetto, all runs), ``summary.json`` (metrics.summarize per run)
+    and, with ``static``, ``figures/*.png|svg``. A sweep folder (with sweep.csv) gets the
+    sweep's page instead (see :mod:`marlaas.report.sweep_page`). Raises
     :class:`marlaas.eventlog.EventLogError` when a run is missing, empty, truncated or foreign.
     """
     if not run_dirs:
         raise ValueError("run_report needs at least one run folder")
+    if any(is_sweep_folder(p) for p in run_dirs):
+        if len(run_dirs) > 1:
+            raise EventLogError("a sweep folder is reported on its own: marlaas report SWEEP_DIR")
+        with staged_folder(out_dir, REPORT_FILE) as staging:
+            write_sweep_report(Path(run_dirs[0]), staging / REPORT_FILE)
+        return Path(out_dir) / REPORT_FILE
     runs = load_runs(list(run_dirs))
     with staged_folder(out_dir, REPORT_FILE) as staging:
-        _write_report(runs, staging)
+        _write_report(runs, staging, static)
     return Path(out_dir) / REPORT_FILE
 
 
-def _write_report(runs: list[Run], out: Path) -> Path:
-    fig_dir = out / FIGURES_DIR
+def _write_report(runs: list[Run], out: Path, static: bool) -> Path:
     summaries = {r.label: metrics.summarize(r.events, r.arrivals, r.weights) for r in runs}
-    total = len(runs) * len(FIGURES) + (len(runs) > 1) + 1
-    sections = [
-        Section(
-            "summary",
-            "Summary",
-            tables=[("Headline metrics", _summary_table(summaries))],
-            notes=[f"{r.label}: {r.path}" for r in runs],
-        )
-    ]
-    with tqdm(total=total, desc="marlaas report", unit="fig", disable=None) as progress:
-        for run in runs:
-            sections += _run_sections(run, summaries[run.label], fig_dir, progress)
+    pool, futures = None, {}
+    if static:
+        from marlaas.report.static import start_exports
+
+        pool, futures = start_exports(runs, summaries, out / FIGURES_DIR)
+    try:
+        sections = [_overview(runs, summaries)]
         if len(runs) > 1:
-            saved = save_figure(plot_comparison(summaries), fig_dir, "comparison")
+            kinds = {r.label: r.kind for r in runs}
             sections.append(
                 Section(
                     "comparison",
                     "Comparison of runs",
-                    figure=saved,
-                    tables=[("Per run", comparison_table(summaries))],
+                    figure=plot_comparison(summaries, kinds),
+                    notes=["Relative differences against the first run are in the summary."],
                 )
             )
-            progress.update()
-        progress.set_postfix_str("trace")
-        write_trace(runs, out / TRACE_FILE)
-        progress.update()
+        with tqdm(total=len(runs) + 1, desc="marlaas report", unit="run", disable=None) as bar:
+            for run in runs:
+                bar.set_postfix_str(run.label)
+                sections += run_sections(run, summaries[run.label], {})
+                bar.update()
+            bar.set_postfix_str("trace")
+            write_trace(runs, out / TRACE_FILE)
+            bar.update()
+        for section in sections:
+            if section.id in futures:
+                section.static = futures[section.id].result()
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     write_atomic(out / "summary.json", json.dumps(summaries, indent=2))
     title = "MARLaaS report: " + ", ".join(r.label for r in runs)
-    return write_atomic(out / REPORT_FILE, render_report(title, sections))
+    return write_atomic(out / REPORT_FILE, render_report(title, sections, _intro(runs)))
+
+
+def _intro(runs: list[Run]) -> str:
+    items = "".join(
+        f'<li><b>{html.escape(r.label)}</b> <span class="kind">{html.escape(r.kind)}</span> '
+        f"{html.escape(str(r.path))}</li>"
+        for r in runs
+    )
+    return f'<ul class="note">{items}</ul>'
+
+
+def _overview(runs: list[Run], summaries: dict[str, dict]) -> Section:
+    """Who the runs are, and their headline metrics side by side."""
+    info = pd.DataFrame(
+        {
+            "run": [r.label for r in runs],
+            "kind": [r.kind for r in runs],
+            "workload": [str(r.meta.get("workload", "-")) for r in runs],
+            "preset / policy": [base_name(r.meta, "-") for r in runs],
+            "seed": [str(r.meta.get("seed", "-")) for r in runs],
+            "devices": [fmt.count(summaries[r.label]["n_devices"]) for r in runs],
+            "jobs": [fmt.count(summaries[r.label]["n_jobs"]) for r in runs],
+            "event-log rows": [fmt.count(len(r.events)) for r in runs],
+        }
+    )
+    devices = {device_noun(r.meta) for r in runs}
+    noun = devices.pop() if len(devices) == 1 else "device"
+    notes = []
+    if len(runs) > 1:
+        notes.append(
+            f"The columns '<run> vs {runs[0].label}' are relative differences against the "
+            f"first run, {runs[0].label}: (run - {runs[0].label}) / {runs[0].label}."
+        )
+    kinds = {r.kind for r in runs}
+    if len(kinds) > 1:
+        notes.append(
+            "These runs are of different kinds (" + ", ".join(sorted(kinds)) + "): the "
+            "differences show how far they disagree."
+        )
+    table = difference_table(summaries, noun)
+    return Section(
+        "summary",
+        "Summary",
+        tables=[("Runs", info), ("Headline metrics", table.reset_index())],
+        notes=notes,
+    )

@@ -1,4 +1,5 @@
-"""argparse wiring of ``marlaas report RUN_DIR [RUN_DIR ...] --out DIR``."""
+"""argparse wiring of ``marlaas report RUN_DIR [RUN_DIR ...] --out DIR [--static]`` and
+``marlaas report SWEEP_DIR --out DIR``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ def report_command(args: argparse.Namespace) -> int:
 
     Raises marlaas.eventlog.EventLogError for unreadable runs (the CLI prints it, exits 2).
     """
-    path = run_report(args.run_dirs, args.out)
+    path = run_report(args.run_dirs, args.out, static=args.static)
     print(path)
     return 0
 
@@ -24,17 +25,25 @@ def add_report_parser(subparsers) -> argparse.ArgumentParser:
     """
     parser = subparsers.add_parser(
         "report",
-        help="figures, report.html and trace.json from run folders",
-        description="Write report.html (self-contained), trace.json (Chrome/Perfetto), "
-        "summary.json and figures/*.png|svg for one or more run folders; with several runs "
-        "the report also compares them.",
+        help="report.html (interactive) and trace.json from run folders or a sweep",
+        description="Write report.html (self-contained, interactive figures), trace.json "
+        "(Chrome/Perfetto) and summary.json for one or more run folders; with several runs "
+        "the report also compares them (relative differences against the first). Given a "
+        "sweep folder (from marlaas sweep), it compares all the sweep's runs.",
     )
     parser.add_argument(
         "run_dirs",
         nargs="+",
         metavar="RUN_DIR",
-        help="run folder with events.parquet (and optionally summary.json)",
+        help="run folder with events.parquet (and optionally summary.json), or one sweep "
+        "folder with sweep.csv",
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    parser.add_argument(
+        "--static",
+        action="store_true",
+        help="also write static copies of the figures, figures/*.png and *.svg (drawn in "
+        "parallel processes)",
+    )
     parser.set_defaults(func=report_command)
     return parser

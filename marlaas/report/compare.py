@@ -1,4 +1,5 @@
-"""Side-by-side comparison of several runs: makespan, utilization, mean and p90 JCT."""
+"""Side-by-side comparison of several runs: the headline table with relative differences
+against the first run, and a static figure (makespan, utilization, mean and p90 JCT)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+
+from marlaas.report import fmt
+from marlaas.report.names import metric
 
 
 def comparison_table(summaries: Mapping[str, dict]) -> pd.DataFrame:
@@ -27,6 +31,49 @@ def comparison_table(summaries: Mapping[str, dict]) -> pd.DataFrame:
         rows[label] = row
     table = pd.DataFrame.from_dict(rows, orient="index")
     table.index.name = "run"
+    return table
+
+
+def relative_difference(value, reference) -> float:
+    """(value - reference) / |reference|; NaN when either is missing or the reference is 0."""
+    try:
+        v, r = float(value), float(reference)
+    except (TypeError, ValueError):
+        return float("nan")
+    if not (np.isfinite(v) and np.isfinite(r)) or r == 0:
+        return float("nan")
+    return (v - r) / abs(r)
+
+
+ORDER = (
+    "makespan_s", "utilization", "utilization_by_pool", "jct_", "staleness_", "adapter_swaps",
+    "idle_by_cause_device_s", "fairness", "n_",
+)  # fmt: skip
+"""Order of the headline metrics: by the first of these prefixes their key starts with."""
+
+
+def _metric_order(key: str) -> int:
+    return next((i for i, p in enumerate(ORDER) if key.startswith(p)), len(ORDER))
+
+
+def difference_table(summaries: Mapping[str, dict], devices: str = "device") -> pd.DataFrame:
+    """Headline metrics for people: one row per metric (human name with unit), one column
+    per run (formatted values), and for every run after the first a column ``<run> vs
+    <first>`` with the relative difference (``+12.3%``). ``summaries`` maps run labels to
+    :func:`marlaas.metrics.summarize` dicts, the reference run first."""
+    flat = {label: pd.json_normalize(s, sep=".").iloc[0] for label, s in summaries.items()}
+    keys = sorted(dict.fromkeys(k for f in flat.values() for k in f.index), key=_metric_order)
+    labels = list(flat)
+    rows = {}
+    for key in keys:
+        name, formatter = metric(key, devices)
+        values = [flat[label].get(key) for label in labels]
+        row = {label: formatter(v) for label, v in zip(labels, values, strict=True)}
+        for label, v in zip(labels[1:], values[1:], strict=True):
+            row[f"{label} vs {labels[0]}"] = fmt.relative(relative_difference(v, values[0]))
+        rows[name] = row
+    table = pd.DataFrame.from_dict(rows, orient="index")
+    table.index.name = "metric"
     return table
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from marlaas.metrics import job_table, train_progress
-from marlaas.report.style import tenant_colors
+from marlaas.report.palette import job_colors
 
 
 def plot_jobs(
@@ -19,17 +19,17 @@ def plot_jobs(
     job's span from arrival to completion [s], labelled with its completion time (JCT)."""
     jobs = job_table(df, arrivals)
     prog = train_progress(df)
-    colors = tenant_colors(jobs["tenant"])
+    colors = job_colors(dict(zip(jobs["job"], jobs["tenant"], strict=True)))
     fig = Figure(figsize=(14, max(4.0, 0.2 * len(jobs) + 1.5)))
     ax_p, ax_j = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
     for job, rows in prog.groupby("job", sort=False):
         t = np.r_[0.0, rows["t_s"].to_numpy()]
         n = np.r_[0, rows["steps_done"].to_numpy()]
-        line = ax_p.step(t, n, where="post", color=colors.get(rows["tenant"].iloc[0]), lw=1)
+        line = ax_p.step(t, n, where="post", color=colors.get(job), lw=1)
         line[0].set_gid(f"progress-{job}")
     ax_p.set_xlabel("time [s]")
     ax_p.set_ylabel("train steps completed")
-    ax_p.set_title("Progress per job (colour = tenant)")
+    ax_p.set_title("Progress per job (colour = job, shades of its tenant's)")
     ax_p.grid(alpha=0.3)
 
     y = np.arange(len(jobs))
@@ -37,7 +37,7 @@ def plot_jobs(
         y,
         jobs["jct_s"].fillna(0.0),
         left=jobs["arrival_s"],
-        color=[colors.get(t, "grey") for t in jobs["tenant"]],
+        color=[colors.get(j, "grey") for j in jobs["job"]],
     )
     for i, (jct, end) in enumerate(zip(jobs["jct_s"], jobs["completion_s"], strict=True)):
         if np.isfinite(jct):

@@ -1,10 +1,11 @@
-"""Loading run folders for reports: the event log, its metadata, and clear errors."""
+"""Loading run folders for reports: the event log, its metadata, a real run's rewards and
+evaluation, and clear errors."""
 
 from __future__ import annotations
 
 import json
 import math
-import re
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,8 +14,16 @@ import pandas as pd
 import pyarrow as pa
 
 from marlaas.eventlog import EVENT_LOG_FILE, KINDS, EventLogError, read_event_log
+from marlaas.report.labels import kind_name, run_labels
+from marlaas.report.labels import slug as _slug
 
 SUMMARY_FILE = "summary.json"
+REWARDS_FILE = "rewards.csv"
+"""Mean reward per job and training step of a real run (see marlaas.executors.outputs)."""
+EVAL_FILE = "eval.json"
+"""Held-out evaluation of a real run (``marlaas evaluate``), when it was made."""
+DEMO_RUNS = ("runs/sequential", "runs/fair")
+"""The run folders that ``make demo`` writes."""
 
 
 @dataclass(frozen=True)
@@ -22,7 +31,7 @@ class Run:
     """One run as a report sees it."""
 
     label: str
-    """Short unique name, used in section ids and file names (letters, digits, - and _)."""
+    """Unique name of the run in its report (see :func:`marlaas.report.labels.run_label`)."""
     path: Path
     """The run folder (or the Parquet file when given directly)."""
     events: pd.DataFrame = field(repr=False)
@@ -41,10 +50,57 @@ class Run:
         return self.meta.get("weights")
 
     @property
+    def slug(self) -> str:
+        """The label as letters, digits, - and _ (for section ids and file names)."""
+        return _slug(self.label)
+
+    @property
+    def kind(self) -> str:
+        """Human name of the run's kind: simulation, real run or replay."""
+        return kind_name(self.meta)
+
+    @property
     def title(self) -> str:
-        """Human-readable name: the label plus workload, policy and seed when known."""
-        parts = [f"{k} {self.meta[k]}" for k in ("workload", "policy", "seed") if k in self.meta]
+        """Human-readable name: the label, then the kind, workload and seed when known (those
+        the label does not say already)."""
+        parts = [self.kind]
+        parts += [f"{k} {self.meta[k]}" for k in ("workload", "seed") if k in self.meta]
+        parts = [p for p in parts if p not in self.label]
         return f"{self.label} ({', '.join(parts)})" if parts else self.label
+
+    @property
+    def folder(self) -> Path:
+        """The run folder (the Parquet file's folder when a file was given)."""
+        return self.path if self.path.is_dir() else self.path.parent
+
+    def rewards(self) -> pd.DataFrame | None:
+        """``rewards.csv`` of a real run (job, tenant, step, mean_reward, ...), else None."""
+        path = self.folder / REWARDS_FILE
+        if not path.exists():
+            return None
+        try:
+            frame = pd.read_csv(path)
+        except (OSError, ValueError) as err:
+            raise EventLogError(f"{path}: not a readable rewards table ({err})") from err
+        missing = {"job", "step", "mean_reward"} - set(frame.columns)
+        if missing:
+            raise EventLogError(f"{path}: missing columns {sorted(missing)}")
+        return frame
+
+    def evaluation(self) -> pd.DataFrame | None:
+        """``eval.json`` of a real run (one row per job and model: accuracy, mean_reward),
+        else None."""
+        path = self.folder / EVAL_FILE
+        if not path.exists():
+            return None
+        try:
+            frame = pd.DataFrame(json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError) as err:
+            raise EventLogError(f"{path}: not a readable evaluation ({err})") from err
+        missing = {"job", "model", "accuracy"} - set(frame.columns)
+        if missing:
+            raise EventLogError(f"{path}: missing keys {sorted(missing)}")
+        return frame
 
 
 def validate_events(df: pd.DataFrame, source: str | Path) -> None:
@@ -96,23 +152,45 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
         raise EventLogError(f"{path}: not a readable event log ({err})") from err
     source = path / EVENT_LOG_FILE if path.is_dir() else path
     validate_events(events, source)
-    name = path.name if path.is_dir() else path.parent.name or path.stem
-    return Run(label=label or slug(name), path=path, events=events, meta=_read_meta(path))
+    meta = _read_meta(path)
+    return Run(label=label or run_labels([meta], [_folder_name(path)])[0], path=path,
+               events=events, meta=meta)  # fmt: skip
 
 
-def slug(text: str) -> str:
-    """``text`` reduced to letters, digits, - and _ (for ids and file names)."""
-    return re.sub(r"[^A-Za-z0-9_-]+", "-", text).strip("-") or "run"
+def _folder_name(path: Path) -> str:
+    return path.name if path.is_dir() else path.parent.name or path.stem
 
 
 def load_runs(paths: list[str | Path]) -> list[Run]:
-    """Load several runs, giving them unique labels (folder names, suffixed when repeated)."""
-    runs, seen = [], set()
-    for p in paths:
-        run = load_run(p)
-        label, i = run.label, 2
-        while label in seen:
-            label, i = f"{run.label}-{i}", i + 1
-        seen.add(label)
-        runs.append(Run(label=label, path=run.path, events=run.events, meta=run.meta))
-    return runs
+    """Load several runs and name them together (:func:`marlaas.report.labels.run_labels`:
+    preset or policy, plus what tells runs of one name apart; the folder name without a
+    summary)."""
+    loaded = [load_run(p) for p in paths]
+    labels = run_labels([r.meta for r in loaded], [_folder_name(r.path) for r in loaded])
+    return [
+        Run(label=label, path=r.path, events=r.events, meta=r.meta)
+        for label, r in zip(labels, loaded, strict=True)
+    ]
+
+
+def locate_runs(*paths: str | Path) -> list[Path]:
+    """The run folders ``paths``, each as given or, when relative and not found there, in the
+    parent folders of the working directory (so ``runs/fair`` works from ``notebooks/``).
+
+    Raises FileNotFoundError naming what is missing and how to make it (``make demo``).
+    """
+    found, missing = [], []
+    for path in map(Path, paths):
+        candidates = [path]
+        if not path.is_absolute():
+            candidates += [parent / path for parent in Path.cwd().resolve().parents]
+        hit = next((c for c in candidates if (c / EVENT_LOG_FILE).is_file()), None)
+        (found if hit else missing).append(hit or path)
+    if missing:
+        names = ", ".join(str(m) for m in missing)
+        raise FileNotFoundError(
+            f"no run folder {names} (looked from {os.getcwd()} upwards). Run `make demo` to "
+            f"write {' and '.join(DEMO_RUNS)}, or point MARLAAS_RUN_A / MARLAAS_RUN_B at two "
+            "run folders."
+        )
+    return found

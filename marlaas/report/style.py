@@ -1,4 +1,5 @@
-"""Shared look of report figures: colours per tenant, styles per kind, saving PNG + SVG."""
+"""Shared look of the static (matplotlib) report figures: styles per kind, colours per idle
+cause, saving PNG + SVG. Tenant and job colours come from :mod:`marlaas.report.palette`."""
 
 from __future__ import annotations
 
@@ -7,21 +8,19 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
-from matplotlib import colormaps
 from matplotlib.figure import Figure
-
-from marlaas.metrics import natural_key
 
 DPI = 100
 """Resolution of the PNGs [pixels per inch]."""
 KIND_STYLE = {
-    "generate": {"alpha": 0.4, "height": 0.8, "edge": 0.0},
-    "train": {"alpha": 1.0, "height": 0.8, "edge": 0.0},
-    "adapter_load": {"alpha": 1.0, "height": 0.35, "edge": 0.8},
-    "sync": {"alpha": 1.0, "height": 0.8, "edge": 0.8},
+    "generate": {"offset": 0.0, "height": 0.5, "color": None},
+    "train": {"offset": 0.0, "height": 0.5, "color": None},
+    "adapter_load": {"offset": -0.36, "height": 0.18, "color": "#8c8c8c"},
+    "sync": {"offset": 0.36, "height": 0.18, "color": "#303030"},
 }
-"""How each kind of work is drawn on a device lane, in drawing order: opacity, height [lanes]
-and black edge width [pt]. (Hatching shows stages well but costs seconds per 1e4 bars.)"""
+"""How each kind of work is drawn on a device lane, in drawing order: centre offset and height
+[lanes] (the y axis points down: adapter loads are a strip at the top, syncs at the bottom),
+and a fixed colour (None: the job's colour). No edges, no transparency."""
 CAUSE_COLORS = {
     "rollouts": "#4c72b0",
     "trainer": "#dd8452",
@@ -29,16 +28,10 @@ CAUSE_COLORS = {
     "weight_sync": "#c44e52",
     "adapter_load": "#8172b3",
     "staleness": "#937860",
+    "barrier": "#da8bc3",
     "no_work": "#bbbbbb",
 }
 """Colour per idle cause."""
-
-
-def tenant_colors(tenants) -> dict[str, tuple]:
-    """A stable colour per tenant (tab20 cycled, in natural name order)."""
-    cmap = colormaps["tab20"]
-    names = sorted({str(t) for t in tenants if str(t)}, key=natural_key)
-    return {t: cmap(i % 20) for i, t in enumerate(names)}
 
 
 @dataclass(frozen=True)

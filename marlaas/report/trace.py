@@ -1,20 +1,24 @@
 """Chrome / Perfetto trace export: one process per pool, one thread per device lane.
 
-Perfetto wants complete (``ph: "X"``) slices on one thread to nest, so rows that overlap on a
-device (generate rows of several groups, environment steps) are spread over lanes
-``device #k``. Huge logs are downsampled first: intervals of one (device, tenant, kind, cause)
-closer than a gap are merged, doubling the gap until at most ``max_events`` slices remain.
+Slices are named after the work and whose it is, ``train math-a (alice)``, so that tenants can
+be told apart and searched for; idle slices are ``idle: <cause>``. Flow arrows link each
+training step's story: the generation that completed its batch -> the training step -> its
+weight sync. Perfetto wants complete (``ph: "X"``) slices on one thread to nest, so rows that
+overlap on a device (generate rows of several groups, environment steps) are spread over lanes
+``device #k``. Huge logs are downsampled first: intervals of one (device, tenant, slice name)
+closer than a gap are merged, doubling the gap until at most ``max_events`` slices remain
+(merged traces have no flows). The file is written with orjson.
 """
 
 from __future__ import annotations
 
 import heapq
-import json
 import os
 import tempfile
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pandas as pd
 
 from marlaas.metrics import makespan, merge_intervals, natural_key
@@ -24,11 +28,21 @@ MAX_EVENTS = 200_000
 """Default cap on slices per trace (about 150 bytes each in JSON)."""
 
 
+def slice_names(df: pd.DataFrame) -> pd.Series:
+    """Slice name of every row: ``<kind> <job> (<tenant>)``, `` [failed]`` appended for failed
+    work; ``idle: <cause>`` for idle rows."""
+    kind = df["kind"].astype(object)
+    owner = " " + df["job"].astype(object) + " (" + df["tenant"].astype(object) + ")"
+    failed = np.where(df["outcome"].astype(object) == "failed", " [failed]", "")
+    work = kind + owner.where(df["job"] != "", "") + failed
+    return work.where(kind != "idle", "idle: " + df["outcome"].astype(object))
+
+
 def _slices(df: pd.DataFrame, max_events: int) -> tuple[pd.DataFrame, float]:
     """Rows as slices (device, pool, tenant, job, kind, name, start_s, end_s, detail), merged
     when there are more than ``max_events``; returns them and the merge gap used [s]."""
     lane_dev = df["device"].astype(object).where(df["device"] != "", "env")
-    name = df["kind"].astype(object).where(df["kind"] != "idle", "idle: " + df["outcome"])
+    name = slice_names(df)
     if len(df) <= max_events:
         out = pd.DataFrame(
             {
@@ -36,6 +50,7 @@ def _slices(df: pd.DataFrame, max_events: int) -> tuple[pd.DataFrame, float]:
                 "pool": df["pool"].astype(object),
                 "tenant": df["tenant"].astype(object),
                 "job": df["job"].astype(object),
+                "kind": df["kind"].astype(object),
                 "name": name,
                 "start_s": df["start_s"],
                 "end_s": df["end_s"],
@@ -51,6 +66,7 @@ def _slices(df: pd.DataFrame, max_events: int) -> tuple[pd.DataFrame, float]:
             "device": lane_dev,
             "pool": df["pool"].astype(object),
             "tenant": df["tenant"].astype(object),
+            "kind": df["kind"].astype(object),
             "name": name,
         }
     )
@@ -65,6 +81,7 @@ def _slices(df: pd.DataFrame, max_events: int) -> tuple[pd.DataFrame, float]:
         gap *= 2
     keys = key_frame.iloc[first[k]].reset_index(drop=True)
     out = keys.assign(job="", start_s=s, end_s=e, step=-1, version=-1, tokens=0, merged=0)
+    out["name"] = out["name"] + " (merged)"
     return out, gap
 
 
@@ -149,6 +166,7 @@ def trace_events(runs: list[Run], max_events: int = MAX_EVENTS) -> list[dict]:
         dur = np.round(sl["end_s"].to_numpy() * 1e6, 3) - ts  # so touching slices still touch
         cols = zip(
             sl["name"],
+            sl["kind"],
             sl["tenant"],
             sl["job"],
             sl["step"],
@@ -160,7 +178,7 @@ def trace_events(runs: list[Run], max_events: int = MAX_EVENTS) -> list[dict]:
             dur,
             strict=True,
         )
-        for name, tenant, job, step, version, tokens, pid, tid, t, d in cols:
+        for name, kind, tenant, job, step, version, tokens, pid, tid, t, d in cols:
             args = {"tenant": tenant}
             if job:
                 args.update(job=job, step=int(step), version=int(version), tokens=int(tokens))
@@ -168,7 +186,7 @@ def trace_events(runs: list[Run], max_events: int = MAX_EVENTS) -> list[dict]:
                 {
                     "ph": "X",
                     "name": name,
-                    "cat": name.split(":")[0],
+                    "cat": kind,
                     "pid": int(pid),
                     "tid": int(tid),
                     "ts": float(t),
@@ -176,6 +194,63 @@ def trace_events(runs: list[Run], max_events: int = MAX_EVENTS) -> list[dict]:
                     "args": args,
                 }
             )
+        if not gap:
+            events += step_flows(sl, pids, tids, ts, dur, first_id=1_000_000 * (r + 1))
+    return events
+
+
+def step_flows(
+    sl: pd.DataFrame,
+    pids: np.ndarray,
+    tids: np.ndarray,
+    ts: np.ndarray,
+    dur: np.ndarray,
+    first_id: int = 1,
+) -> list[dict]:
+    """Flow events (``ph`` s -> t -> f) that link, per (job, step), the generate slice that
+    finished last, the training step (its first device's slice) and its weight sync. Each flow
+    point sits in the middle of its slice [us], which Perfetto binds it to."""
+    frame = pd.DataFrame(
+        {
+            "job": sl["job"].to_numpy(),
+            "step": sl["step"].to_numpy(),
+            "kind": sl["kind"].to_numpy(),
+            "pid": pids,
+            "tid": tids,
+            "mid": ts + dur / 2,
+            "end": ts + dur,
+        }
+    )
+    frame = frame[(frame["job"] != "") & (frame["step"] >= 0)]
+    key = ["job", "step"]
+
+    def last(kind: str, by: str) -> pd.DataFrame:
+        rows = frame[frame["kind"] == kind].sort_values([by, "tid"], kind="stable")
+        return rows.groupby(key, sort=False).tail(1).set_index(key)
+
+    gen, train = last("generate", "end"), last("train", "end")
+    sync = frame[frame["kind"] == "sync"].sort_values("tid").groupby(key).head(1).set_index(key)
+    chain = train.join(gen.add_suffix("_gen"), how="inner").join(
+        sync.add_suffix("_sync"), how="left"
+    )
+    events = []
+    for i, ((job, step), row) in enumerate(chain.sort_values("mid").iterrows()):
+        points = [("s", "_gen"), ("t", ""), ("f", "_sync")]
+        if not np.isfinite(row["mid_sync"]):
+            points = [("s", "_gen"), ("f", "")]
+        for ph, suffix in points:
+            event = {
+                "ph": ph,
+                "id": first_id + i,
+                "name": f"step {int(step)} of {job}",
+                "cat": "step",
+                "pid": int(row[f"pid{suffix}"]),
+                "tid": int(row[f"tid{suffix}"]),
+                "ts": float(row[f"mid{suffix}"]),
+            }
+            if ph == "f":
+                event["bp"] = "e"
+            events.append(event)
     return events
 
 
@@ -186,8 +261,8 @@ def write_trace(runs: list[Run], path: Path, max_events: int = MAX_EVENTS) -> Pa
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.chmod(tmp, 0o644)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(payload, fh, separators=(",", ":"))
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

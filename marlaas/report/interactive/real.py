@@ -1,0 +1,85 @@
+"""Interactive figures of a real run: reward curves (rewards.csv) and held-out evaluation
+(eval.json)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from marlaas.report.palette import job_colors
+
+LAYOUT = {
+    "template": "plotly_white",
+    "margin": {"l": 70, "r": 20, "t": 50, "b": 50},
+    "hoverlabel": {"align": "left"},
+}
+MODEL_COLORS = {"base": "#b0b0b0", "trained": "#2f6db5"}
+
+
+def plot_rewards(rewards: pd.DataFrame, title: str = "") -> go.Figure:
+    """Mean reward per training step, one line per job (trace name = job; data = the
+    ``mean_reward`` column of rewards.csv, unchanged)."""
+    tenant = rewards["tenant"] if "tenant" in rewards else pd.Series("", index=rewards.index)
+    colors = job_colors(dict(zip(rewards["job"], tenant.astype(str), strict=True)))
+    fig = go.Figure()
+    for job, rows in rewards.sort_values(["job", "step"]).groupby("job", sort=True):
+        who = f"{job} ({rows['tenant'].iloc[0]})" if "tenant" in rows else str(job)
+        fig.add_trace(
+            go.Scatter(
+                x=rows["step"],
+                y=rows["mean_reward"],
+                mode="lines+markers",
+                marker={"size": 5},
+                line={"color": colors.get(job)},
+                name=who,
+                meta=str(job),
+                hovertemplate=f"{who}<br>step %{{x}}<br>mean reward %{{y:.3f}}<extra></extra>",
+            )
+        )
+    last = int(rewards["step"].max()) if len(rewards) else 1
+    fig.update_layout(
+        title={"text": title, "x": 0},
+        xaxis={"title": "training step", "dtick": max(1, -(-last // 10))},
+        yaxis_title="mean reward",
+        height=380,
+        **LAYOUT,
+    )
+    return fig
+
+
+def accuracy_pivot(evaluation: pd.DataFrame) -> pd.DataFrame:
+    """job x model (``base``, ``trained``) accuracy in [0, 1], with ``change`` when both."""
+    index = [c for c in ("job", "tenant") if c in evaluation]
+    table = evaluation.pivot_table(index=index, columns="model", values="accuracy")
+    table.columns.name = None
+    if {"base", "trained"} <= set(table.columns):
+        table["change"] = table["trained"] - table["base"]
+    return table.reset_index()
+
+
+def plot_evaluation(evaluation: pd.DataFrame, title: str = "") -> go.Figure:
+    """Held-out accuracy per job, one bar per model (trace name = the model)."""
+    fig = go.Figure()
+    for model, rows in evaluation.groupby("model", sort=True):
+        prompts = rows["prompts"] if "prompts" in rows else pd.Series("?", index=rows.index)
+        fig.add_trace(
+            go.Bar(
+                x=rows["job"],
+                y=rows["accuracy"],
+                name=str(model),
+                marker_color=MODEL_COLORS.get(str(model)),
+                customdata=prompts.to_numpy(),
+                text=[f"{a:.0%}" for a in rows["accuracy"]],
+                textposition="outside",
+                hovertemplate=f"%{{x}} · {model}<br>accuracy %{{y:.1%}} on %{{customdata}} "
+                "held-out prompts<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        barmode="group",
+        title={"text": title, "x": 0},
+        yaxis={"title": "held-out accuracy", "tickformat": ".0%", "range": [0, 1.1]},
+        height=360,
+        **LAYOUT,
+    )
+    return fig

@@ -1,0 +1,81 @@
+"""Reports of real runs (reward curves, evaluation) and of runs of different kinds."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from marlaas.report import run_report
+from marlaas.report.interactive.real import accuracy_pivot, plot_evaluation, plot_rewards
+from marlaas.report.load import load_runs
+from tests.synthetic import write_run
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory):
+    """A synthetic real run folder: events, summary kind real, rewards.csv and eval.json."""
+    run = write_run(tmp_path_factory.mktemp("real") / "fifo-real", policy="fifo", seed=0)
+    summary = json.loads((run / "summary.json").read_text())
+    summary["kind"] = "real"
+    (run / "summary.json").write_text(json.dumps(summary))
+    jobs = [(f"job{j}", f"t{j % 2}") for j in range(4)]
+    rewards = pd.DataFrame(
+        [
+            {"job": job, "tenant": tenant, "step": step, "mean_reward": 0.1 * step + 0.01 * j,
+             "time_s": 3.0 * step}
+            for j, (job, tenant) in enumerate(jobs)
+            for step in range(5)
+        ]
+    )  # fmt: skip
+    rewards.to_csv(run / "rewards.csv", index=False)
+    evaluation = [
+        {"job": job, "tenant": tenant, "env": "arithmetic", "model": model, "version": v,
+         "prompts": 20, "accuracy": acc, "mean_reward": acc}
+        for job, tenant in jobs
+        for model, v, acc in (("base", -1, 0.2), ("trained", 5, 0.65))
+    ]  # fmt: skip
+    (run / "eval.json").write_text(json.dumps(evaluation))
+    return run
+
+
+def test_reward_and_evaluation_figures_plot_the_files(real_run):
+    rewards = pd.read_csv(real_run / "rewards.csv")
+    fig = plot_rewards(rewards)
+    assert {t.meta for t in fig.data} == set(rewards["job"])
+    for trace in fig.data:
+        rows = rewards[rewards["job"] == trace.meta].sort_values("step")
+        assert np.asarray(trace.y) == pytest.approx(rows["mean_reward"].to_numpy())
+        assert list(trace.x) == rows["step"].tolist()
+    evaluation = pd.DataFrame(json.loads((real_run / "eval.json").read_text()))
+    bars = {t.name: np.asarray(t.y) for t in plot_evaluation(evaluation).data}
+    assert bars["trained"] == pytest.approx([0.65] * 4) and bars["base"] == pytest.approx(0.2)
+    pivot = accuracy_pivot(evaluation)
+    assert pivot["change"].to_numpy() == pytest.approx(0.45)
+
+
+def test_real_run_report_shows_rewards_and_evaluation(real_run, tmp_path):
+    text = run_report([real_run], tmp_path / "out").read_text()
+    ids = set(re.findall(r'<section id="([^"]+)"', text))
+    assert {"rewards-fifo", "evaluation-fifo", "timeline-fifo"} <= ids
+    assert '<span class="kind">real run</span>' in text
+    assert "+45.0 points" in text  # accuracy change, trained vs base
+
+
+def test_runs_of_different_kinds_are_labelled_and_compared(real_run, tmp_path):
+    sim = write_run(tmp_path / "fifo-sim", policy="fifo", seed=3)  # same policy, simulated
+    runs = load_runs([real_run, sim])
+    real, simulated = "fifo (real run, seed 0)", "fifo (simulation, seed 3)"
+    assert [r.label for r in runs] == [real, simulated]
+    text = run_report([real_run, sim], tmp_path / "out").read_text()
+    assert f"{simulated} vs {real}" in text
+    assert "runs are of different kinds" in text
+    assert 'id="timeline-fifo-real-run-seed-0"' in text
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    a, b = summary[real], summary[simulated]
+    expected = (b["makespan_s"] - a["makespan_s"]) / a["makespan_s"]
+    row = re.search(r"<td>makespan \[s\]</td>(.*?)</tr>", text, flags=re.S).group(1)
+    assert f"{expected:+.1%}" in row
