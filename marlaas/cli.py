@@ -21,6 +21,7 @@ from marlaas.report.cli import add_report_parser
 from marlaas.run_options import add_run_arguments, load_run_workload, run_title
 from marlaas.runs import write_run
 from marlaas.table import print_summary
+from marlaas.twin.cli import add_parsers as add_twin_parsers
 
 USER_ERRORS = (
     WorkloadError,
@@ -34,11 +35,15 @@ USER_ERRORS = (
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from marlaas.sim.run import simulate_run
+    from marlaas.sim.cost_profiles import load_profile
+    from marlaas.sim.run import cost_of, simulate_run
 
     workload = load_run_workload(args)
-    events, summary = simulate_run(workload, args.policy, args.seed, progress=not args.quiet)
-    out = write_run(args.out, events, summary)
+    profile = load_profile(args.cost, base=cost_of(workload)) if args.cost else None
+    events, summary = simulate_run(
+        workload, args.policy, args.seed, progress=not args.quiet, profile=profile
+    )
+    out = write_run(args.out, events, summary, workload)
     print_summary(summary, title=run_title(workload, summary, f"seed {summary['seed']}"))
     print(f"wrote {out}/ ({len(events)} events, simulated in {summary['wall_s']:.2f} s)")
     return 0
@@ -68,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim = sub.add_parser("simulate", help="simulate a workload under a policy")
     sim.add_argument("workload", help="workload YAML file (see traces/)")
     add_run_arguments(sim)
+    sim.add_argument("--cost", metavar="PROFILE", help="cost profile: a bundled name (h100-7b, "
+                     "a100-7b, cpu-tiny) or a YAML file from `marlaas calibrate`; replaces the "
+                     "workload's cost model")  # fmt: skip
     sim.add_argument("--out", required=True, type=Path, help="run folder to write")
     sim.add_argument("--quiet", action="store_true", help="no progress bar")
     sim.set_defaults(func=_simulate)
@@ -78,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_report_parser(sub)
     sweep.add_parser(sub)
     add_train_parsers(sub)
+    add_twin_parsers(sub)
     return parser
 
 

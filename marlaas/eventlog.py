@@ -30,6 +30,10 @@ outcome    str     ``ok`` or ``failed``; for idle rows the cause: ``rollouts``,
                    ``staleness``, ``barrier`` (the step barrier of ``sync``),
                    ``no_work``
 reward     float   mean reward of the group (real runs; NaN in simulation)
+prompt_tokens int  generate: context tokens per sequence the turn started from (the
+                   prompt on the first turn; prompt, earlier turns and observations
+                   later); -1 for other kinds and in logs written before it existed
+longest_tokens int generate: tokens of the group's longest sample; -1 otherwise
 ========== ======= ==================================================================
 """
 
@@ -64,6 +68,8 @@ SCHEMA = pa.schema(
         ("staleness", pa.int32()),
         ("outcome", pa.string()),
         ("reward", pa.float64()),
+        ("prompt_tokens", pa.int32()),
+        ("longest_tokens", pa.int32()),
     ]
 )
 COLUMNS: tuple[str, ...] = tuple(SCHEMA.names)
@@ -79,6 +85,8 @@ IDLE_CAUSES = (
     "no_work",
 )
 EVENT_LOG_FILE = "events.parquet"
+ADDED_COLUMNS = {"prompt_tokens": -1, "longest_tokens": -1}
+"""Columns added after the first schema, with the value older logs read as."""
 
 
 class EventLogError(ValueError):
@@ -129,6 +137,10 @@ def read_event_log(path: str | Path) -> pd.DataFrame:
         table = pq.read_table(path)
     except (pa.ArrowInvalid, OSError) as err:
         raise EventLogError(f"{path}: not a Parquet event log ({err})") from err
+    for column, default in ADDED_COLUMNS.items():  # logs written before a column existed
+        if column not in table.column_names:
+            values = pa.array([default] * table.num_rows, type=SCHEMA.field(column).type)
+            table = table.append_column(column, values)
     missing = [c for c in COLUMNS if c not in table.column_names]
     if missing:
         raise EventLogError(f"{path}: not a MARLaaS event log (missing columns: {missing})")

@@ -1,8 +1,9 @@
 """Run folders: the event log and a summary, written all at once or not at all.
 
-A run folder holds ``events.parquet`` (see marlaas.eventlog) and ``summary.json`` (the
+A run folder holds ``events.parquet`` (see marlaas.eventlog), ``summary.json`` (the
 workload's name, the policy, the seed, the mechanism settings, job arrivals and weights, and
-the headline metrics). It is built in a temporary sibling folder and renamed into place, so
+the headline metrics) and ``workload.json`` (the whole workload as run, which ``marlaas
+replay`` simulates again). It is built in a temporary sibling folder and renamed into place, so
 an interrupted or failed run never leaves a half-written ``--out``.
 """
 
@@ -22,6 +23,7 @@ from marlaas.core.workload import Workload
 from marlaas.eventlog import EVENT_LOG_FILE, write_event_log
 
 SUMMARY_FILE = "summary.json"
+WORKLOAD_FILE = "workload.json"
 
 
 @contextmanager
@@ -60,11 +62,15 @@ def staged_folder(out: str | Path, marker: str) -> Iterator[Path]:
         raise
 
 
-def write_run(out: str | Path, events: pd.DataFrame, summary: dict) -> Path:
+def write_run(
+    out: str | Path, events: pd.DataFrame, summary: dict, workload: Workload | None = None
+) -> Path:
     """Write a run folder at ``out`` atomically, replacing an earlier run there."""
     with staged_folder(out, SUMMARY_FILE) as staging:
         write_event_log(events, staging / EVENT_LOG_FILE)
         (staging / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=json_default))
+        if workload is not None:
+            (staging / WORKLOAD_FILE).write_text(workload.model_dump_json(indent=1))
     return Path(out)
 
 

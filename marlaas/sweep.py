@@ -28,7 +28,7 @@ import tempfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from tqdm import tqdm
@@ -40,6 +40,9 @@ from marlaas.core.workload import Workload, WorkloadError, parse_workload
 from marlaas.runs import json_default, staged_folder, write_run
 from marlaas.sweep_table import add_ratios, format_table, ordered, summary_row
 from marlaas.workload_file import apply_overrides, load_with_overrides, parse_overrides
+
+if TYPE_CHECKING:
+    from marlaas.sim.cost_profiles import CostProfile
 
 
 class SweepError(WorkloadError):
@@ -58,6 +61,8 @@ class SweepRun:
     policy: str
     seed: int
     workload: Workload = field(repr=False, compare=False)
+    profile: CostProfile | None = field(default=None, repr=False, compare=False)
+    """The cost profile that replaces the workload's cost model (``--cost``)."""
 
     @property
     def keys(self) -> dict[str, Any]:
@@ -118,6 +123,7 @@ def plan(
     jobs: list[int] | None = None,
     seeds: list[int] | None = None,
     presets: list[str] | None = None,
+    profile: CostProfile | None = None,
 ) -> list[SweepRun]:
     """Every run of the sweep, validated (schedules, overrides, feasibility) before any runs."""
     for name in policies:
@@ -140,7 +146,8 @@ def plan(
                 )
                 Scheduler(run_workload, policy)  # raises InfeasibleWorkloadError up front
                 for seed in seeds or [sub.seed]:
-                    runs.append(SweepRun(n, label, schedule, policy, seed, run_workload))
+                    run = SweepRun(n, label, schedule, policy, seed, run_workload, profile)
+                    runs.append(run)
     return runs
 
 
@@ -165,10 +172,10 @@ def run_one(run: SweepRun, events_dir: Path | None = None) -> tuple[dict, dict]:
     there (:func:`run_folder`). Top level so that a process pool can call it."""
     from marlaas.sim.run import simulate_run
 
-    events, summary = simulate_run(run.workload, run.policy, run.seed)
+    events, summary = simulate_run(run.workload, run.policy, run.seed, profile=run.profile)
     if events_dir is not None:
-        write_run(events_dir / run_folder(run.jobs, run.variant, run.schedule, run.seed), events,
-                  summary)  # fmt: skip
+        folder = events_dir / run_folder(run.jobs, run.variant, run.schedule, run.seed)
+        write_run(folder, events, summary, run.workload)
     return summary_row(run.keys, summary), summary
 
 
@@ -250,7 +257,11 @@ def _sweep(args: argparse.Namespace) -> int:
     fixed = [s for s in args.set or [] if not _varies(args.set, s.partition("=")[0].strip())]
     varying = [s for s in args.set or [] if s not in fixed]
     workload = load_with_overrides(args.workload, fixed)
-    runs = plan(workload, policies, varying, jobs, seeds, presets)
+    from marlaas.sim.cost_profiles import load_profile
+    from marlaas.sim.run import cost_of
+
+    profile = load_profile(args.cost, base=cost_of(workload)) if args.cost else None
+    runs = plan(workload, policies, varying, jobs, seeds, presets, profile)
     schedules = presets + policies
     baseline = args.baseline or ("sequential" if "sequential" in schedules else None)
     if baseline is not None and baseline not in schedules:
@@ -287,6 +298,8 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--jobs", metavar="N[,N...]", help="run the workload's first N jobs, per N")
     p.add_argument("--seeds", metavar="S[,S...]", help="seeds (default: the workload's)")
+    p.add_argument("--cost", metavar="PROFILE", help="cost profile (bundled name or YAML file) "
+                   "for every run")  # fmt: skip
     p.add_argument("--baseline", help="preset or policy the ratios compare to (default: "
                    "sequential when swept)")  # fmt: skip
     p.add_argument("--workers", type=int, help="processes (default: one per CPU core)")

@@ -10,6 +10,7 @@ problem is one :class:`WorkloadError` line naming the file and the field.
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,20 @@ def load_workload(path: str | Path, overrides: dict[str, Any] | None = None) -> 
     workload = parse_workload(data, source=str(path), schema=WorkloadFile)
     check_environments(workload, str(path))
     return apply_overrides(workload, overrides) if overrides else workload
+
+
+def load_run_workload(run_dir: str | Path) -> WorkloadFile:
+    """The workload a run folder was made from (its ``workload.json``)."""
+    path = Path(run_dir) / "workload.json"
+    if not path.is_file():
+        raise WorkloadError(
+            f"{run_dir}: no workload.json (a run folder written by this version of marlaas has one)"
+        )
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise WorkloadError(f"{path}: not readable JSON ({_one_line(err)})") from None
+    return parse_workload(data, source=str(path), schema=WorkloadFile)
 
 
 def apply_overrides(workload: Workload, overrides: dict[str, Any]) -> Workload:

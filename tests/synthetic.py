@@ -41,6 +41,8 @@ class _Rows:
             staleness=-1,
             outcome="ok",
             reward=np.nan,
+            prompt_tokens=-1,
+            longest_tokens=-1,
         )
         defaults.update(values)
         for c in COLUMNS:
@@ -50,7 +52,8 @@ class _Rows:
     def frame(self) -> pd.DataFrame:
         data = {c: np.concatenate(v) if v else np.zeros(0) for c, v in self.cols.items()}
         df = pd.DataFrame(data)
-        ints = ["step", "group", "turn", "seqs", "version", "staleness"]
+        ints = ["step", "group", "turn", "seqs", "version", "staleness", "prompt_tokens",
+                "longest_tokens"]  # fmt: skip
         return df.astype({**dict.fromkeys(ints, "int32"), "tokens": "int64"})
 
 

@@ -106,9 +106,11 @@ class Generation:
         engine.release(d.seqs, kv_reserve(d), (d.job, d.version))
         self.ledger.add_compute(engine.device, -1)
         job.in_gen -= 1
+        prompt = event.prompt_tokens if event.prompt_tokens >= 0 else d.context_tokens // d.seqs
         self.ledger.record(
             "generate", job, (engine.device,), running.start_s, now, event, step=d.step,
             group=d.group, turn=d.turn, seqs=d.seqs, tokens=event.tokens, version=d.version,
+            prompt_tokens=prompt, longest_tokens=event.longest_tokens,
         )  # fmt: skip
         job.attained_tokens += event.tokens - job.turn_tokens
         if not event.ok:

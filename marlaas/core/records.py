@@ -29,3 +29,9 @@ class WorkRecord(NamedTuple):
     outcome: str = "ok"
     """ok / failed, or the idle cause for idle rows."""
     reward: float = math.nan
+    prompt_tokens: int = -1
+    """Generate: context tokens per sequence the turn started from (the prompt on the first
+    turn; prompt, earlier turns and observations later); -1 for other kinds."""
+    longest_tokens: int = -1
+    """Generate: tokens of the group's longest sample (it decides when the group ends); -1
+    for other kinds."""

@@ -138,3 +138,8 @@ class WorkDone:
     """Mean reward of the group (EnvStep on the last turn, in real runs)."""
     error: str = ""
     """Why the work failed (``ok=False``), one line."""
+    prompt_tokens: int = -1
+    """Generate: the measured context tokens per sequence the turn started from (-1: the
+    scheduler's own count, the decision's context_tokens / seqs)."""
+    longest_tokens: int = -1
+    """Generate: tokens of the group's longest sample (-1: unknown)."""

@@ -75,8 +75,9 @@ class EpisodeRunner:
         absolute = self.offsets.get(job, 0) * spec.rl.prompts_per_step + group
         return (self.seed * 1_000_003 + self._index[job] * 10_007 + absolute) % 2**31
 
-    async def generate(self, d: Generate, engine) -> int:
-        """One turn of the group on ``engine``; returns the tokens generated."""
+    async def generate(self, d: Generate, engine) -> tuple[int, int, int]:
+        """One turn of the group on ``engine``: (tokens generated, the longest sample's
+        tokens, mean context tokens per sequence it started from)."""
         spec, version = self.specs[d.job], self.version(d.job, d.version)
         key, rl = (d.job, d.group), spec.rl
         if d.turn == 0:
@@ -96,7 +97,8 @@ class EpisodeRunner:
             live = episode.live
             prompts, n = [s.context for s in live], 1
         if not live:
-            return 0
+            return 0, 0, 0
+        context = round(sum(len(s.context) for s in live) / len(live))
         room = self.max_model_len - max(len(s.context) for s in live)
         if room <= 0:
             raise EpisodeError(f"{d.job}: the prompt does not fit max_model_len")
@@ -104,7 +106,9 @@ class EpisodeRunner:
         groups = await engine.generate(
             d.job, version, prompts, n, min(d.max_new_tokens, room), rl.temperature, seed
         )
-        return add_completions(live, [c for group in groups for c in group])
+        completions = [c for group in groups for c in group]
+        longest = max((len(c.completion_ids) for c in completions), default=0)
+        return add_completions(live, completions), longest, context
 
     async def env_step(self, d: EnvStep) -> tuple[int, float]:
         """The group's environment step, then the declared latency (the slowest of the

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -185,40 +184,42 @@ class LocalExecutor:
             SwapIn: self._swap_in, Train: self._train, Sync: self._sync,
         }[type(d)]  # fmt: skip
         try:
-            tokens, reward = await handler(d)
+            outcome = await handler(d)
         except Exception as exc:
             reason = " ".join(f"{type(exc).__name__}: {exc}".split())
             log.warning("%s of %s failed: %s", type(d).__name__, d.job, reason)
             return WorkDone(d.work_id, ok=False, error=reason), self.now()
-        return WorkDone(d.work_id, tokens=int(tokens), reward=reward), self.now()
+        return WorkDone(d.work_id, **outcome), self.now()
 
     def _version(self, job: str, version: int) -> int:
         return self.episodes.version(job, version)
 
-    async def _generate(self, d: Generate) -> tuple[int, float]:
-        return await self.episodes.generate(d, self._engines[d.engine]), math.nan
+    async def _generate(self, d: Generate) -> dict:
+        tokens, longest, context = await self.episodes.generate(d, self._engines[d.engine])
+        return {"tokens": tokens, "longest_tokens": longest, "prompt_tokens": context}
 
-    async def _env_step(self, d: EnvStep) -> tuple[int, float]:
-        return await self.episodes.env_step(d)
+    async def _env_step(self, d: EnvStep) -> dict:
+        tokens, reward = await self.episodes.env_step(d)
+        return {"tokens": tokens, "reward": reward}
 
-    async def _load(self, d: LoadAdapter) -> tuple[int, float]:
+    async def _load(self, d: LoadAdapter) -> dict:
         version = self._version(d.job, d.version)
         engine = self._engines[d.engine]
         await engine.publish(d.job, version, str(self.store.path(d.job, version)))
         self._loaded.add((d.engine, d.job, version))
-        return 0, math.nan
+        return {}
 
     async def _evict(self, d: EvictAdapter) -> None:
         version = self._version(d.job, d.version)
         await self._engines[d.engine].retire(d.job, version)
         self._loaded.discard((d.engine, d.job, version))
 
-    async def _swap_in(self, d: SwapIn) -> tuple[int, float]:
+    async def _swap_in(self, d: SwapIn) -> dict:
         version = self._version(d.job, d.version)
         await asyncio.to_thread(self.trainers.swap_in, d.job, version, d.trainer)
-        return 0, math.nan
+        return {}
 
-    async def _train(self, d: Train) -> tuple[int, float]:
+    async def _train(self, d: Train) -> dict:
         samples, mean_reward = self.episodes.batch(d)
         stats = await asyncio.to_thread(self.trainers.train, d.job, d.trainer, samples)
         expected = self._version(d.job, d.version_out)
@@ -234,12 +235,12 @@ class LocalExecutor:
             )
         )  # fmt: skip
         self.episodes.release(d)
-        return stats.tokens, math.nan
+        return {"tokens": stats.tokens}
 
-    async def _sync(self, d: Sync) -> tuple[int, float]:
+    async def _sync(self, d: Sync) -> dict:
         version = self._version(d.job, d.version)
         await asyncio.to_thread(self.trainers.sync, d.job, version, d.trainer)
-        return 0, math.nan
+        return {}
 
     # ----------------------------------------------------------------------------- views
     def engine_adapters(self, engine: str) -> set[tuple[str, int]]:

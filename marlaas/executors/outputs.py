@@ -24,8 +24,8 @@ REWARDS_PNG = "rewards.png"
 ADAPTERS_DIR = "adapters"
 
 
-REAL_RUN_ENTRIES = {"adapters", "events.parquet", "summary.json", REWARDS_CSV, REWARDS_PNG,
-                    "eval.json"}  # fmt: skip
+REAL_RUN_ENTRIES = {"adapters", "events.parquet", "summary.json", "workload.json", REWARDS_CSV,
+                    REWARDS_PNG, "eval.json"}  # fmt: skip
 """What a real run folder may hold (anything else: not ours to replace)."""
 
 
@@ -78,7 +78,9 @@ def real_summary(
     )  # fmt: skip
 
 
-def write_real_run(out: str | Path, events: pd.DataFrame, summary: dict, rewards: pd.DataFrame):
+def write_real_run(
+    out: str | Path, events: pd.DataFrame, summary: dict, rewards: pd.DataFrame, workload=None
+):
     """Write the run folder (atomically, as write_run does) and keep ``out/adapters``."""
     out = Path(out)
     adapters = out / ADAPTERS_DIR
@@ -87,7 +89,7 @@ def write_real_run(out: str | Path, events: pd.DataFrame, summary: dict, rewards
         shutil.rmtree(aside, ignore_errors=True)
         adapters.rename(aside)
     try:
-        write_run(out, events, summary)
+        write_run(out, events, summary, workload)
     finally:
         if aside.is_dir():
             out.mkdir(parents=True, exist_ok=True)

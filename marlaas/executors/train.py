@@ -72,5 +72,5 @@ def train_run(
     events = real_events(result, offsets)
     rewards = rewards_frame(executor.rewards)
     summary = real_summary(workload, result, events, rewards, backend, offsets)
-    write_real_run(out, events, summary, rewards)
+    write_real_run(out, events, summary, rewards, workload)
     return events, summary, rewards, result

@@ -20,7 +20,8 @@ class CostModel(BaseModel):
     Decode iteration time = decode_base_ms + decode_per_seq_ms * running sequences
     + decode_per_kv_token_ms * context tokens in the batch + decode_per_adapter_ms * distinct
     adapters in the batch. Training step = train_overhead_s + tokens * (1 + lora_rank /
-    train_rank_scale) / (train_tokens_per_s * devices).
+    train_rank_scale) / (train_tokens_per_s * devices). Profiles for other hardware are in
+    marlaas/sim/profiles/ (``--cost NAME``); ``marlaas calibrate`` fits one from real runs.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
@@ -49,3 +50,6 @@ class CostModel(BaseModel):
     """Publishing a new adapter version to the engines (save + transfer)."""
     colocated_switch_s: NonNegFloat = 3.0
     """Colocated placement: offloading the engine and back around a training step."""
+    engine_warmup_s: NonNegFloat = 0.0
+    """Extra time of an engine's first generation (lazy initialisation, first kernels) [s];
+    0 for an engine warmed up before the run."""

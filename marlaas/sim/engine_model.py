@@ -40,6 +40,8 @@ class EngineModel:
         self.per_kv_s = cost.decode_per_kv_token_ms / 1e3
         self.per_adapter_s = cost.decode_per_adapter_ms / 1e3
         self.prefill_s_per_token = 1.0 / cost.prefill_tokens_per_s
+        self.warmup_s = cost.engine_warmup_s
+        """Still to be paid by the first admission [s] (then 0)."""
         self.progress = 0.0
         """Decode iterations done since the engine started."""
         self.clock_s = 0.0
@@ -114,7 +116,8 @@ class EngineModel:
         """Start a group: ``lengths`` [tokens] per sample, ``prompt`` context per sample."""
         self.advance(now)
         prefill_s = prompt * len(lengths) * self.prefill_s_per_token * self.slowdown
-        self.resume_s = max(self.resume_s, now) + prefill_s
+        self.resume_s = max(self.resume_s, now) + prefill_s + self.warmup_s
+        self.warmup_s = 0.0
         offset = prompt - self.progress
         for length in lengths.tolist():
             self._seq_ids += 1

@@ -4,7 +4,9 @@ One ``simpy.Environment``, no globals. Engines are :class:`EngineModel` instance
 schedule a wake-up for their next finishing group (a newer wake-up makes older ones stale);
 environments, adapter loads, swaps, training steps and syncs are plain timeouts. All
 randomness comes from one numpy Generator seeded by the run's seed, drawn in the scheduler's
-deterministic decision order, so a workload and seed give one event log.
+deterministic decision order, so a workload and seed give one event log. A replay passes a
+:class:`~marlaas.sim.recording.Recording` of a real run: each group turn then generates what
+it generated for real, and each environment step takes what it took.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from marlaas.core.workload import Workload
 from marlaas.drive.executor import Completions
 from marlaas.sim.cost_model import CostModel
 from marlaas.sim.engine_model import EngineModel
+from marlaas.sim.recording import Recording
 
 
 class SimPyExecutor:
@@ -43,8 +46,10 @@ class SimPyExecutor:
         cluster: Cluster,
         cost: CostModel | None = None,
         seed: int | None = None,
+        recording: Recording | None = None,
     ) -> None:
         self.seed = workload.seed if seed is None else seed
+        self.recording = recording
         self.cost = cost or CostModel()
         self.rng = np.random.default_rng(self.seed)
         self.env = simpy.Environment()
@@ -55,8 +60,8 @@ class SimPyExecutor:
         """SimPy events processed."""
         self._stamp = dict.fromkeys(self.engines, 0)
         self._jobs = {j.name: j for j in workload.jobs}
-        self._tokens: dict[int, int] = {}
-        """Tokens each running generation will have produced, by work id."""
+        self._tokens: dict[int, tuple[int, int]] = {}
+        """(tokens, longest sample's tokens) each running generation will produce, by id."""
         self._done: list[WorkDone] = []
 
     # ----------------------------------------------------------------------------- protocol
@@ -101,12 +106,13 @@ class SimPyExecutor:
 
     def _start_generate(self, d: Generate, now: float) -> None:
         spec = self._jobs[d.job]
-        lengths = np.clip(
-            np.rint(spec.response_tokens.sample(self.rng, d.seqs)), 1, d.max_new_tokens
-        )
+        drawn = spec.response_tokens.sample(self.rng, d.seqs)
+        if self.recording is not None:
+            drawn = self.recording.lengths((d.job, d.group, d.turn), d.seqs, drawn)
+        lengths = np.clip(np.rint(drawn), 1, d.max_new_tokens)
         engine = self.engines[d.engine]
         engine.admit(now, d.work_id, lengths, d.context_tokens / d.seqs, (d.job, d.version))
-        self._tokens[d.work_id] = int(lengths.sum())
+        self._tokens[d.work_id] = (int(lengths.sum()), int(lengths.max()))
         self._wake(d.engine)
         self._share_processor(now)
 
@@ -124,7 +130,9 @@ class SimPyExecutor:
                 return  # superseded by a later admission
             now = self.env.now
             finished = engine.pop_finished(now)
-            self._done.extend(WorkDone(w, tokens=self._tokens.pop(w)) for w in finished)
+            for work_id in finished:
+                tokens, longest = self._tokens.pop(work_id)
+                self._done.append(WorkDone(work_id, tokens=tokens, longest_tokens=longest))
             self._wake(name)
             if finished:
                 self._share_processor(now)
@@ -147,6 +155,8 @@ class SimPyExecutor:
     def _start_env(self, d: EnvStep) -> None:
         spec = self._jobs[d.job].env
         latency = float(spec.latency_s.sample(self.rng, d.seqs).max())
+        if self.recording is not None:
+            latency = self.recording.env_s.get((d.job, d.group, d.turn), latency)
         added = 0 if d.last_turn else spec.observation_tokens * d.seqs
         self._after(latency, WorkDone(d.work_id, tokens=added))
 

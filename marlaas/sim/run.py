@@ -12,7 +12,9 @@ from marlaas.drive.progress import StepProgress
 from marlaas.eventlog import records_to_frame
 from marlaas.runs import run_summary
 from marlaas.sim.cost_model import CostModel
+from marlaas.sim.cost_profiles import CostProfile
 from marlaas.sim.executor import SimPyExecutor
+from marlaas.sim.recording import Recording
 
 
 def cost_of(workload: Workload) -> CostModel:
@@ -26,19 +28,35 @@ def simulate(
     seed: int | None = None,
     progress: bool = False,
     cost: CostModel | None = None,
+    recording: Recording | None = None,
+    check: bool = True,
 ) -> RunResult:
-    """Simulate ``workload`` under ``policy`` (default: the workload's) and ``seed``."""
+    """Simulate ``workload`` under ``policy`` (default: the workload's) and ``seed`` with
+    ``cost`` (default: the workload's cost model), replaying ``recording`` if given;
+    ``check``: verify the run's invariants."""
     scheduler = Scheduler(workload, policy)
-    executor = SimPyExecutor(workload, scheduler.cluster, cost or cost_of(workload), seed)
+    executor = SimPyExecutor(
+        workload, scheduler.cluster, cost or cost_of(workload), seed, recording
+    )
     total = sum(j.rl.steps for j in workload.jobs)
     with StepProgress(total, "simulating", enabled=progress) as bar:
-        return drive(scheduler, executor, observers=[bar])
+        return drive(scheduler, executor, observers=[bar], check=check)
 
 
 def simulate_run(
-    workload: Workload, policy: str | None = None, seed: int | None = None, progress: bool = False
+    workload: Workload,
+    policy: str | None = None,
+    seed: int | None = None,
+    progress: bool = False,
+    profile: CostProfile | None = None,
+    recording: Recording | None = None,
+    kind: str = "simulation",
+    **extra,
 ) -> tuple[pd.DataFrame, dict]:
-    """Simulate and return (event log frame, summary)."""
-    result = simulate(workload, policy, seed, progress)
+    """Simulate and return (event log frame, summary); the summary records the cost profile
+    (``profile``: it replaces the workload's cost model) and ``extra`` keys."""
+    cost = profile.cost if profile is not None else None
+    result = simulate(workload, policy, seed, progress, cost, recording)
     events = records_to_frame(result.records)
-    return events, run_summary(workload, result, events, "simulation")
+    used = profile.summary() if profile is not None else {"name": "workload", "path": None}
+    return events, run_summary(workload, result, events, kind, cost_profile=used, **extra)

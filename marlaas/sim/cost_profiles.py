@@ -1,0 +1,117 @@
+"""Cost profiles: a cost model for one model on one kind of hardware, with where it came from.
+
+A profile is YAML::
+
+    name: cpu-tiny
+    description: ...
+    origin: calibrated | published
+    hardware: ..., model: ...              (free text)
+    sources: {...}                         (published: citations; calibrated: runs, fit quality)
+    cost: {decode_base_ms: ..., ...}       (CostModel fields; missing ones keep their defaults)
+
+``--cost NAME`` picks a bundled profile (marlaas/sim/profiles/NAME.yaml), ``--cost PATH`` a file.
+``marlaas calibrate`` writes profiles from real runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from marlaas.core.workload import WorkloadError, format_validation_error
+from marlaas.sim.cost_model import CostModel
+
+BUNDLED = Path(__file__).parent / "profiles"
+"""Folder of the profiles that ship with marlaas."""
+
+
+class ProfileError(WorkloadError):
+    """A cost profile that is missing, unreadable or invalid."""
+
+
+@dataclass(frozen=True)
+class CostProfile:
+    """A validated cost model and its provenance."""
+
+    name: str
+    cost: CostModel
+    path: str
+    digest: str
+    """sha256 of the file (first 12 hex digits), to tell profiles of one name apart."""
+    meta: dict[str, Any] = field(default_factory=dict)
+    """Everything in the file besides ``cost`` (origin, hardware, model, sources)."""
+
+    def summary(self) -> dict[str, Any]:
+        """What a run's summary records of the profile it used."""
+        keys = ("origin", "hardware", "model", "description")
+        return {"name": self.name, "path": self.path, "sha256": self.digest,
+                **{k: self.meta[k] for k in keys if k in self.meta}}  # fmt: skip
+
+
+def bundled_profiles() -> list[str]:
+    """Names of the profiles that ship with marlaas."""
+    return sorted(p.stem for p in BUNDLED.glob("*.yaml"))
+
+
+def resolve_profile(name_or_path: str | Path) -> Path:
+    """The file of a bundled profile name, or the given path."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    bundled = BUNDLED / f"{name_or_path}.yaml"
+    if bundled.is_file():
+        return bundled
+    raise ProfileError(
+        f"--cost {str(name_or_path)!r}: no such file and no bundled profile of that name "
+        f"(bundled: {', '.join(bundled_profiles()) or 'none'})"
+    )
+
+
+def load_profile(name_or_path: str | Path, base: CostModel | None = None) -> CostProfile:
+    """Read and validate a profile; its ``cost`` values replace ``base``'s (default: the
+    defaults) field by field."""
+    path = resolve_profile(name_or_path)
+    raw = path.read_bytes()
+    try:
+        data = yaml.safe_load(raw)
+    except yaml.YAMLError as err:
+        raise ProfileError(f"{path}: not valid YAML ({' '.join(str(err).split())})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("cost"), dict):
+        raise ProfileError(f"{path}: a cost profile is a mapping with a 'cost' mapping")
+    merged = {**(base or CostModel()).model_dump(), **data["cost"]}
+    try:
+        cost = CostModel.model_validate(merged)
+    except ValidationError as err:
+        raise ProfileError(format_validation_error(err, f"{path}: cost")) from None
+    meta = {k: v for k, v in data.items() if k != "cost"}
+    digest = hashlib.sha256(raw).hexdigest()[:12]
+    return CostProfile(str(data.get("name") or path.stem), cost, str(path), digest, meta)
+
+
+def write_profile(path: str | Path, cost: CostModel, meta: dict[str, Any], notes: dict) -> Path:
+    """Write a profile atomically; ``notes`` (parameter -> text) become end-of-line comments."""
+    path = Path(path)
+    head = yaml.safe_dump(meta, sort_keys=False, width=96, allow_unicode=True)
+    lines = ["cost:"]
+    for key, value in cost.model_dump().items():
+        comment = f"  # {notes[key]}" if key in notes else ""
+        lines.append(f"  {key}: {value!r}{comment}")
+    text = head + "\n".join(lines) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

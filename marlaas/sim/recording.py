@@ -1,0 +1,60 @@
+"""What a real run did, for a replay to do the same: each group turn's generated lengths and each
+environment step's duration, read from the real run's event log.
+
+The log keeps a group turn's total tokens and its longest sample's: the replay gives one sample
+the longest length and shares the rest equally among the others (the group ends when its
+longest sample does; the others leave the batch earlier)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+Key = tuple[str, int, int]
+"""(job, group, turn)."""
+
+
+@dataclass(frozen=True)
+class Recording:
+    """Per (job, group, turn): (total, longest) tokens of the generation, seconds of the env
+    step."""
+
+    tokens: dict[Key, tuple[int, int]] = field(default_factory=dict)
+    env_s: dict[Key, float] = field(default_factory=dict)
+
+    def lengths(self, key: Key, seqs: int, otherwise: np.ndarray) -> np.ndarray:
+        """Each sample's tokens for a replayed turn (``otherwise`` when not recorded)."""
+        if key not in self.tokens:
+            return otherwise
+        total, longest = self.tokens[key]
+        if longest < 0 or seqs == 1:  # a log without the longest sample: the mean for all
+            return np.full(seqs, total / seqs)
+        rest = max(total - longest, 0) / (seqs - 1)
+        return np.array([longest] + [rest] * (seqs - 1), dtype=float)
+
+    @classmethod
+    def from_events(cls, events: pd.DataFrame) -> Recording:
+        """The successful generate and env rows of an event log (one row per piece of work)."""
+        ok = events[events["outcome"] == "ok"]
+        gen = ok[ok["kind"] == "generate"]
+        env = ok[ok["kind"] == "env"]
+        tokens = {
+            (j, int(g), int(t)): (int(tok), int(longest))
+            for j, g, t, tok, longest in zip(
+                gen["job"],
+                gen["group"],
+                gen["turn"],
+                gen["tokens"],
+                gen["longest_tokens"],
+                strict=True,
+            )
+        }
+        env_s = {
+            (j, int(g), int(t)): end - start
+            for j, g, t, start, end in zip(
+                env["job"], env["group"], env["turn"], env["start_s"], env["end_s"], strict=True
+            )
+        }
+        return cls(tokens, env_s)

@@ -1,0 +1,275 @@
+"""``marlaas calibrate``: fit the simulator's cost model from real runs' event logs.
+
+Per stage, from the successful work of every run given:
+
+- decode and prefill: see :mod:`marlaas.twin.decode_fit` (non-negative least squares over
+  generate rows; an engine's first batch gives its warm-up), then refined by replaying the
+  runs (:mod:`marlaas.twin.refine`) so that each group turn takes what it took;
+- training: ``duration = train_overhead_s + tokens * (1 + rank / train_rank_scale) /
+  (train_tokens_per_s * devices)``, least squares over training steps (``train_rank_scale``
+  keeps its value: one rank cannot tell it apart);
+- sync, engine adapter load, trainer swap: the mean duration of their operations;
+- colocated switch: what a sync under colocated placement takes beyond a disaggregated one
+  (0 when the runs have no colocated placement, or only colocated).
+
+A stage missing from every run is an error that names it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from marlaas.core.workload import Workload, WorkloadError
+from marlaas.eventlog import read_event_log
+from marlaas.runs import read_summary
+from marlaas.sim.cost_model import CostModel
+from marlaas.twin.decode_fit import features, fit_decode
+from marlaas.twin.operations import operations, split_loads
+from marlaas.twin.refine import ENGINE_TERMS, refine
+from marlaas.workload_file import load_run_workload
+
+
+class CalibrationError(WorkloadError):
+    """Runs that cannot calibrate a cost model (a stage is missing, too few rows)."""
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """One parameter of the cost model as calibrated."""
+
+    name: str
+    value: float
+    unit: str
+    rows: int
+    quality: str
+    """How well the model explains the rows (R², mean absolute % error), or why not fitted."""
+
+
+@dataclass
+class Calibration:
+    """The fitted cost model, each parameter's provenance, and the runs it came from."""
+
+    cost: CostModel
+    fitted: list[Fitted] = field(default_factory=list)
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    model: str = ""
+    """The base model the runs trained (its name and folder)."""
+
+    def table(self) -> str:
+        """The parameters as aligned text (what ``marlaas calibrate`` prints)."""
+        head = ("parameter", "value", "unit", "rows", "fit")
+        cells = [(f.name, f"{f.value:.6g}", f.unit, str(f.rows), f.quality) for f in self.fitted]
+        widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
+        line = lambda c: "  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True))  # noqa: E731
+        return "\n".join([line(head), "  ".join("-" * w for w in widths), *map(line, cells)])
+
+
+@dataclass(frozen=True)
+class RealRun:
+    """A real run folder's event log, workload and summary."""
+
+    path: Path
+    events: pd.DataFrame
+    workload: Workload
+    summary: dict
+
+
+def load_real_run(path: str | Path) -> RealRun:
+    """Read a run folder written by ``marlaas train``."""
+    path = Path(path)
+    summary = read_summary(path)
+    if summary.get("kind") != "real":
+        kind = summary.get("kind", "no summary.json")
+        raise CalibrationError(f"{path}: not a real training run ({kind}); calibrate reads the "
+                               "folders `marlaas train` writes")  # fmt: skip
+    return RealRun(path, read_event_log(path), load_run_workload(path), summary)
+
+
+def calibrate(
+    paths: list[str | Path], base: CostModel | None = None, refine_evaluations: int = 150
+) -> Calibration:
+    """Fit a cost model to the real runs at ``paths`` (``base`` supplies what no run can
+    tell, e.g. train_rank_scale); ``refine_evaluations``: replays of the runs that refine the
+    engine terms (0: the regression alone)."""
+    runs = [load_real_run(p) for p in paths]
+    base = base or CostModel()
+    _require_stages(runs)
+    fitted: list[Fitted] = []
+    values: dict[str, float] = {}
+
+    rows = pd.concat(
+        [features(r.events, r.workload.cluster.shared_compute) for r in runs], ignore_index=True
+    )
+    decode = fit_decode(rows)
+    quality = f"R² {decode.r2:.3f}"
+    for name, unit, scale in [
+        ("decode_base_ms", "ms per iteration", 1e3),
+        ("decode_per_seq_ms", "ms per sequence and iteration", 1e3),
+        ("decode_per_kv_token_ms", "ms per context token and iteration", 1e3),
+        ("decode_per_adapter_ms", "ms per adapter and iteration", 1e3),
+    ]:
+        values[name] = decode.coef[name] * scale
+        if name == "decode_base_ms":
+            values[name] = max(values[name], 1e-6)  # the model needs a positive iteration time
+        fitted.append(Fitted(name, values[name], unit, decode.rows, quality))
+    per_token = decode.coef["prefill_s_per_token"]
+    values["prefill_tokens_per_s"] = 1.0 / per_token if per_token > 0 else 1e9
+    fitted.append(Fitted("prefill_tokens_per_s", values["prefill_tokens_per_s"], "tokens/s",
+                         decode.rows, quality))  # fmt: skip
+    values["engine_warmup_s"] = decode.warmup_s
+    fitted.append(Fitted("engine_warmup_s", decode.warmup_s, "s", decode.warmup_rows,
+                         "first batches"))  # fmt: skip
+
+    overhead, rate, train_quality, train_rows = _fit_train(runs, base.train_rank_scale)
+    values["train_overhead_s"], values["train_tokens_per_s"] = overhead, rate
+    fitted.append(Fitted("train_overhead_s", overhead, "s per step", train_rows, train_quality))
+    fitted.append(Fitted("train_tokens_per_s", rate, "tokens/s per device", train_rows,
+                         train_quality))  # fmt: skip
+
+    loads = [split_loads(r.events) for r in runs]
+    engine_loads = pd.concat([e for e, _ in loads])
+    swaps = pd.concat([s for _, s in loads])
+    for name, ops in (("adapter_load_s", engine_loads), ("trainer_swap_s", swaps)):
+        values[name] = float(ops["duration_s"].mean())
+        fitted.append(Fitted(name, values[name], "s", len(ops), _spread(ops["duration_s"])))
+
+    sync_s, switch_s, sync_rows, switch_note = _fit_sync(runs)
+    values["sync_s"], values["colocated_switch_s"] = sync_s, switch_s
+    fitted.append(Fitted("sync_s", sync_s, "s", sync_rows, "mean of the syncs"))
+    fitted.append(Fitted("colocated_switch_s", switch_s, "s", sync_rows, switch_note))
+    cost = CostModel.model_validate(base.model_copy(update=values).model_dump())
+    if refine_evaluations > 0:
+        refined = refine(runs, cost, refine_evaluations)
+        cost = refined.cost
+        note = f"replayed: {refined.error_before:.1%} -> {refined.error_after:.1%}"
+        fitted = [
+            Fitted(f.name, getattr(cost, f.name), f.unit, f.rows, f"{f.quality}; {note}")
+            if f.name in ENGINE_TERMS else f
+            for f in fitted
+        ]  # fmt: skip
+    base_model = runs[0].workload.base_model
+    model = f"{base_model.name} ({base_model.path})" if base_model.path else base_model.name
+    return Calibration(cost, fitted, [_describe(r) for r in runs], model)
+
+
+def _require_stages(runs: list[RealRun]) -> None:
+    events = pd.concat([r.events for r in runs])
+    ok = events[events["outcome"] == "ok"]
+    engine_loads, swaps = split_loads(ok)
+    present = {
+        "generate": (ok["kind"] == "generate").any(),
+        "train": (ok["kind"] == "train").any(),
+        "sync": (ok["kind"] == "sync").any(),
+        "adapter_load (engine)": len(engine_loads) > 0,
+        "adapter_load (trainer swap)": len(swaps) > 0,
+    }
+    missing = [stage for stage, seen in present.items() if not seen]
+    if missing:
+        names = ", ".join(str(r.path) for r in runs)
+        raise CalibrationError(
+            f"{names}: no successful {' / '.join(missing)} rows in the event log(s); "
+            "calibrate needs every stage (add a run that has them)"
+        )
+
+
+def _fit_train(runs: list[RealRun], rank_scale: float) -> tuple[float, float, str, int]:
+    xs, ys = [], []
+    for run in runs:
+        ranks = {j.name: j.lora_rank for j in run.workload.jobs}
+        ops = operations(run.events, "train")
+        work = ops["tokens"] * (1 + ops["job"].map(ranks) / rank_scale) / ops["devices"]
+        xs.append(work.to_numpy(float))
+        ys.append(ops["duration_s"].to_numpy(float))
+    x, y = np.concatenate(xs), np.concatenate(ys)
+    spread = float(np.std(x) / max(np.mean(x), 1e-12))
+    slope, intercept = np.polyfit(x, y, 1) if spread > 0.02 else (0.0, float(np.mean(y)))
+    if slope <= 0:  # steps all of one size: the fixed cost carries them
+        slope, intercept = 0.0, float(np.mean(y))
+    overhead = max(float(intercept), 0.0)
+    pred = overhead + slope * x
+    mape = float(np.mean(np.abs(pred - y) / np.maximum(y, 1e-9)))
+    note = f"error {mape:.1%}; batch tokens vary {spread:.0%}"
+    rate = 1.0 / slope if slope > 0 else 1e12
+    return overhead, rate, note, len(y)
+
+
+def _fit_sync(runs: list[RealRun]) -> tuple[float, float, int, str]:
+    apart, together = [], []
+    for run in runs:
+        colocated = run.workload.scheduling.resolve().placement == "colocated"
+        durations = operations(run.events, "sync")["duration_s"].to_numpy(float)
+        (together if colocated else apart).append(durations)
+    apart_s = np.concatenate(apart) if apart else np.zeros(0)
+    together_s = np.concatenate(together) if together else np.zeros(0)
+    if len(apart_s) and len(together_s):
+        switch = max(float(together_s.mean() - apart_s.mean()), 0.0)
+        rows = len(apart_s) + len(together_s)
+        return float(apart_s.mean()), switch, rows, "colocated minus apart"
+    both = np.concatenate([apart_s, together_s])
+    note = "no runs of both placements: 0"
+    return float(both.mean()), 0.0, len(both), note
+
+
+def _spread(durations: pd.Series) -> str:
+    return f"p10 {durations.quantile(0.1):.3g} s, p90 {durations.quantile(0.9):.3g} s"
+
+
+def _describe(run: RealRun) -> dict[str, Any]:
+    s = run.summary
+    return {
+        "path": str(run.path), "workload": s.get("workload"), "policy": s.get("policy"),
+        "preset": s.get("preset"), "backend": s.get("backend"),
+        "makespan_s": s.get("metrics", {}).get("makespan_s"),
+    }  # fmt: skip
+
+
+def provenance(calibration: Calibration, name: str) -> dict[str, Any]:
+    """The profile's header: what was calibrated, from which runs, when, on what machine."""
+    try:
+        ours = version("marlaas")
+    except PackageNotFoundError:
+        ours = "unknown"
+    return {
+        "name": name,
+        "description": f"calibrated from {len(calibration.runs)} real run(s) of "
+        f"{', '.join(sorted({str(r['workload']) for r in calibration.runs}))}",
+        "origin": "calibrated",
+        "model": calibration.model,
+        "hardware": hardware(),
+        "calibrated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "marlaas_version": ours,
+        "sources": {
+            "runs": calibration.runs,
+            "fit": {f.name: {"rows": f.rows, "quality": f.quality} for f in calibration.fitted},
+        },
+    }
+
+
+def hardware() -> str:
+    """The CPU model and core count (and GPUs, when torch sees any) of this machine."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    text = f"{cpu}, {os.cpu_count()} cores"
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            text += f", {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
+    except ImportError:
+        pass
+    return text

@@ -1,0 +1,68 @@
+"""``marlaas calibrate`` and ``marlaas replay``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from marlaas.sim.cost_profiles import write_profile
+    from marlaas.twin.calibrate import calibrate, provenance
+
+    result = calibrate(args.runs)
+    name = args.name or Path(args.out).stem
+    meta = provenance(result, name)
+    notes = {f.name: f"{f.unit}; {f.rows} rows; {f.quality}" for f in result.fitted}
+    write_profile(args.out, result.cost, meta, notes)
+    print(result.table())
+    print(
+        "fit: R² of the regression over generate rows; replayed: RMS log ratio of replayed to "
+        "real generate durations, before -> after refining by replays"
+    )
+    print(f"wrote {args.out} (profile {name!r}, from {len(args.runs)} run(s))")
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from marlaas.runs import write_run
+    from marlaas.sim.cost_profiles import load_profile
+    from marlaas.twin.fidelity import format_fidelity
+    from marlaas.twin.replay import FIDELITY_FILE, replay
+    from marlaas.workload_file import load_run_workload
+
+    workload = load_run_workload(args.run)
+    profile = load_profile(args.cost, base=workload.cost) if args.cost else None
+    events, summary, table = replay(args.run, profile)
+    out = write_run(args.out, events, summary, workload)
+    table.to_csv(out / FIDELITY_FILE, index=False)
+    used = profile.name if profile else "the workload's cost model"
+    print(f"replay of {args.run} with {used}")
+    print(format_fidelity(table, devices=args.devices))
+    print(f"wrote {out}/ ({FIDELITY_FILE}; `marlaas report {args.run} {out} --out R` compares)")
+    return 0
+
+
+def add_parsers(subparsers) -> None:
+    """Register ``calibrate`` and ``replay``."""
+    cal = subparsers.add_parser(
+        "calibrate", help="fit the simulator's cost model from real runs",
+        description="Fit every cost-model parameter from the event logs of real runs (folders "
+        "of `marlaas train`) and write a cost profile for `simulate/sweep/replay --cost`.",
+    )  # fmt: skip
+    cal.add_argument("runs", nargs="+", type=Path, help="real run folders")
+    cal.add_argument("--out", required=True, type=Path, help="cost profile to write (YAML)")
+    cal.add_argument("--name", help="profile name (default: the file's stem)")
+    cal.set_defaults(func=_calibrate)
+
+    rep = subparsers.add_parser(
+        "replay", help="simulate a real run again and report the error per metric",
+        description="Simulate a real run's own workload, policy and seed (its recorded "
+        "generation lengths and environment times) and write the fidelity table.",
+    )  # fmt: skip
+    rep.add_argument("run", type=Path, help="a real run folder")
+    rep.add_argument("--cost", metavar="PROFILE", help="cost profile (bundled name or file); "
+                     "default: the run's workload's cost model")  # fmt: skip
+    rep.add_argument("--out", required=True, type=Path, help="replay run folder to write")
+    rep.add_argument("--devices", action="store_true", help="also list every device's row")
+    rep.set_defaults(func=_replay)

@@ -1,0 +1,133 @@
+"""Fit the engine model's decode and prefill terms to a real run's generation rows.
+
+The simulator's engine (marlaas.sim.engine_model) spends, on a group of k decode iterations,
+
+    slowdown * (k * (base + per_seq * n + per_kv * C + per_adapter * L) + P / prefill_rate)
+
+where, while the group runs on its engine, n is the number of running sequences, C the context
+tokens they hold, L the distinct adapters, P the prompt tokens prefilled on that engine (its
+own and those of groups admitted beside it: decode pauses for them) and slowdown the number of
+engines decoding at once on one shared processor. For each real generate row those quantities
+are the time-weighted means over its span, read from the event log (k = its longest sample's
+tokens, which decide when the group ends), and the five coefficients are fitted by
+non-negative least squares on the rows' durations. The rows of an
+engine's first batch carry its warm-up, which is fitted separately as their mean residual.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import nnls
+
+from marlaas.twin.operations import operations, overlap_mean
+
+TERMS = ("decode_base_ms", "decode_per_seq_ms", "decode_per_kv_token_ms",
+         "decode_per_adapter_ms", "prefill_s_per_token")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DecodeFit:
+    """The fitted coefficients [s per unit] and the fit's quality."""
+
+    coef: dict[str, float]
+    """TERMS -> seconds per iteration (per sequence, per token, per adapter) or per prompt
+    token."""
+    warmup_s: float
+    rows: int
+    warmup_rows: int
+    r2: float
+    mape: float
+    """Mean absolute percentage error of the fitted rows' durations."""
+
+
+def features(events: pd.DataFrame, shared_compute: bool) -> pd.DataFrame:
+    """One row per successful generate operation: ``duration_s`` and the design columns."""
+    gen = operations(events, "generate")
+    if gen.empty:
+        return gen
+    prompt = gen["prompt_tokens"].clip(lower=0).to_numpy(float)
+    mean = (gen["tokens"] / gen["seqs"].clip(lower=1)).to_numpy(float)
+    longest = gen["longest_tokens"].to_numpy(float)
+    k = np.where(longest >= 0, longest, mean)
+    seqs = gen["seqs"].to_numpy(float)
+    starts, ends = gen["start_s"].to_numpy(float), gen["end_s"].to_numpy(float)
+    context = seqs * (prompt + mean / 2)  # the mean context a group holds over its span
+    busy_engine = _busy_engines(gen) if shared_compute else None
+    rows = []
+    for device, idx in gen.groupby("device", sort=False).indices.items():
+        s_, e_ = starts[idx], ends[idx]
+        adapters = gen.iloc[idx][["job", "version"]].astype(str).agg("@".join, axis=1).to_numpy()
+        first_end = e_[s_ == s_.min()].max()
+        for i in idx:
+            s, e = starts[i], ends[i]
+            live = (s_ < e) & (e_ > s)
+            n = overlap_mean(s_[live], e_[live], seqs[idx][live], s, e)
+            c = overlap_mean(s_[live], e_[live], context[idx][live], s, e)
+            distinct = len(set(adapters[live]))
+            admitted = (s_ >= s) & (s_ < e)
+            p = float((seqs[idx][admitted] * prompt[idx][admitted]).sum())
+            slow = 1.0 if busy_engine is None else max(busy_engine(s, e), 1.0)
+            rows.append({
+                "row": i, "device": device, "duration_s": e - s, "warm": s < first_end,
+                "x_base": slow * k[i], "x_seq": slow * k[i] * n, "x_kv": slow * k[i] * c,
+                "x_adapter": slow * k[i] * distinct, "x_prefill": slow * p,
+            })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _busy_engines(gen: pd.DataFrame):
+    """Mean number of engines with work over a span (all engines on one processor)."""
+    per_device = {
+        d: (g["start_s"].to_numpy(float), g["end_s"].to_numpy(float))
+        for d, g in gen.groupby("device", sort=False)
+    }
+
+    def busy(s: float, e: float) -> float:
+        total = 0.0
+        for starts, ends in per_device.values():
+            lo, hi = np.maximum(starts, s), np.minimum(ends, e)
+            total += _union_length(lo[hi > lo], hi[hi > lo]) / max(e - s, 1e-12)
+        return total
+
+    return busy
+
+
+def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
+    if not len(starts):
+        return 0.0
+    order = np.argsort(starts)
+    total, cur_s, cur_e = 0.0, starts[order[0]], ends[order[0]]
+    for s, e in zip(starts[order[1:]], ends[order[1:]], strict=True):
+        if s > cur_e:
+            total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    return total + cur_e - cur_s
+
+
+COLUMNS = ("x_base", "x_seq", "x_kv", "x_adapter", "x_prefill")
+
+
+def fit_decode(rows: pd.DataFrame) -> DecodeFit:
+    """Non-negative least squares of the steady rows' durations on the design columns, then
+    the warm-up as the mean residual of each engine's first batch."""
+    steady = rows[~rows["warm"]]
+    if len(steady) < len(COLUMNS):
+        raise ValueError(f"{len(steady)} steady generate rows; the fit needs at least 5")
+    x = steady[list(COLUMNS)].to_numpy(float)
+    y = steady["duration_s"].to_numpy(float)
+    scale = np.where(x.max(axis=0) > 0, x.max(axis=0), 1.0)
+    beta, _ = nnls(x / scale, y)
+    beta = beta / scale
+    pred = x @ beta
+    r2 = 1 - float(((y - pred) ** 2).sum() / max(((y - y.mean()) ** 2).sum(), 1e-300))
+    mape = float(np.mean(np.abs(pred - y) / np.maximum(y, 1e-9)))
+    warm = rows[rows["warm"]]
+    residual = warm["duration_s"].to_numpy(float) - warm[list(COLUMNS)].to_numpy(float) @ beta
+    warmup = float(max(np.mean(residual), 0.0)) if len(warm) else 0.0
+    return DecodeFit(dict(zip(TERMS, beta.tolist(), strict=True)), warmup, len(steady),
+                     len(warm), r2, mape)  # fmt: skip

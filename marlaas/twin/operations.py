@@ -1,0 +1,43 @@
+"""A real run's event log as operations: one row per piece of work (a training step, a sync
+or a trainer swap spans several device rows), with what the cost model needs to know of it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def operations(events: pd.DataFrame, kind: str) -> pd.DataFrame:
+    """Successful work of ``kind``, one row per operation, with ``duration_s`` and ``devices``
+    (how many device rows it had)."""
+    rows = events[(events["kind"] == kind) & (events["outcome"] == "ok")]
+    key = ["job", "step", "group", "turn", "version", "start_s", "end_s"]
+    devices = rows.groupby(key, sort=False).size().rename("devices").reset_index()
+    ops = rows.drop_duplicates(key).merge(devices, on=key)
+    return ops.assign(duration_s=ops["end_s"] - ops["start_s"]).reset_index(drop=True)
+
+
+def engine_devices(events: pd.DataFrame) -> set[str]:
+    """Devices that ran generation (the engines)."""
+    return set(events.loc[events["kind"] == "generate", "device"])
+
+
+def split_loads(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(engine adapter loads, trainer swap-ins): a swap-in is the load that the job's training
+    step starts right after (the scheduler starts it when the state has arrived)."""
+    loads = operations(events, "adapter_load")
+    train = operations(events, "train")[["job", "start_s"]].rename(columns={"start_s": "end_s"})
+    swap = loads.merge(train.drop_duplicates(), on=["job", "end_s"], how="left", indicator=True)
+    is_swap = swap["_merge"].eq("both").to_numpy()
+    return loads[~is_swap].reset_index(drop=True), loads[is_swap].reset_index(drop=True)
+
+
+def overlap_mean(
+    starts: np.ndarray, ends: np.ndarray, values: np.ndarray, s: float, e: float
+) -> float:
+    """Time-weighted mean over [s, e] of the sum of ``values`` of the intervals covering each
+    instant."""
+    if e <= s:
+        return float(values[(starts <= s) & (ends > s)].sum())
+    covered = np.clip(np.minimum(ends, e) - np.maximum(starts, s), 0.0, None)
+    return float((covered * values).sum() / (e - s))

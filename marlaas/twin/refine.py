@@ -1,0 +1,103 @@
+"""Refine the regression's engine terms by simulating the calibration runs again.
+
+The regression (marlaas.twin.decode_fit) reads batch sizes and adapters as means over each
+group's span; the engine model (marlaas.sim.engine_model) follows them iteration by iteration,
+with sequences leaving the batch as they finish and decode pausing for every prefill. Starting
+from the regression, Nelder-Mead adjusts the engine terms so that replays of the calibration
+runs (their recorded lengths and environment times, marlaas.sim.recording) give each group
+turn the duration it had for real: it minimises the mean squared log ratio of replayed to real
+generate durations, matched by (job, group, turn).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import minimize
+
+from marlaas.sim.cost_model import CostModel
+from marlaas.sim.recording import Recording
+from marlaas.sim.run import simulate
+from marlaas.twin.operations import operations
+
+ENGINE_TERMS = ("decode_base_ms", "decode_per_seq_ms", "decode_per_kv_token_ms",
+                "decode_per_adapter_ms", "prefill_tokens_per_s", "engine_warmup_s")  # fmt: skip
+KEY = ["job", "group", "turn"]
+
+
+@dataclass(frozen=True)
+class Refinement:
+    """The refined cost model and the generate-duration error before and after."""
+
+    cost: CostModel
+    error_before: float
+    """Root mean squared log ratio of replayed to real generate durations, regression only."""
+    error_after: float
+    evaluations: int
+
+
+def refine(runs, cost: CostModel, max_evaluations: int = 150) -> Refinement:
+    """Adjust ``cost``'s engine terms to the real runs (marlaas.twin.calibrate.RealRun)."""
+    targets = [_real_durations(run.events) for run in runs]
+    recordings = [Recording.from_events(run.events) for run in runs]
+    start = _vector(cost)
+    scale = np.where(start > 0, start, _floor(cost))
+
+    def error(y: np.ndarray) -> float:
+        candidate = _cost(cost, np.maximum(scale * (1 + y), 0.0))
+        squared = []
+        for run, target, recording in zip(runs, targets, recordings, strict=True):
+            replayed = _replayed_durations(run, candidate, recording)
+            joined = target.join(replayed.rename(columns={"duration_s": "replayed_s"}), how="inner")
+            squared.append(np.log(joined["replayed_s"] / joined["duration_s"]) ** 2)
+        return float(np.sqrt(np.mean(np.concatenate(squared))))
+
+    y0 = np.where(start > 0, 0.0, -1.0)  # a zero term starts at zero
+    before = error(y0)
+    result = minimize(
+        error, y0, method="Nelder-Mead",
+        options={"maxfev": max_evaluations, "xatol": 1e-3, "fatol": 1e-4,
+                 "initial_simplex": _simplex(y0)},
+    )  # fmt: skip
+    best = result.x if result.fun < before else y0
+    refined = _cost(cost, np.maximum(scale * (1 + best), 0.0))
+    return Refinement(refined, before, min(float(result.fun), before), int(result.nfev))
+
+
+def _real_durations(events: pd.DataFrame) -> pd.DataFrame:
+    gen = operations(events, "generate")
+    return gen.set_index(KEY)[["duration_s"]]
+
+
+def _replayed_durations(run, cost: CostModel, recording: Recording) -> pd.DataFrame:
+    result = simulate(run.workload, run.summary["policy"], run.summary["seed"], cost=cost,
+                      recording=recording, check=False)  # fmt: skip
+    rows = [(r.job, r.group, r.turn, r.end_s - r.start_s) for r in result.records
+            if r.kind == "generate" and r.outcome == "ok"]  # fmt: skip
+    return pd.DataFrame(rows, columns=[*KEY, "duration_s"]).set_index(KEY)
+
+
+def _vector(cost: CostModel) -> np.ndarray:
+    values = [getattr(cost, t) for t in ENGINE_TERMS]
+    values[4] = 1.0 / values[4]  # prefill as seconds per token: 0 = no cost
+    return np.array(values, dtype=float)
+
+
+def _cost(base: CostModel, v: np.ndarray) -> CostModel:
+    values = dict(zip(ENGINE_TERMS, v.tolist(), strict=True))
+    values["prefill_tokens_per_s"] = 1.0 / max(values["prefill_tokens_per_s"], 1e-12)
+    values["decode_base_ms"] = max(values["decode_base_ms"], 1e-6)
+    return base.model_copy(update=values)
+
+
+def _floor(cost: CostModel) -> np.ndarray:
+    """Scales for terms the regression left at zero, relative to the per-iteration base."""
+    base = cost.decode_base_ms
+    return np.array([base, base * 0.1, base * 1e-4, base * 0.1, 1e-4, 0.1])
+
+
+def _simplex(y0: np.ndarray) -> np.ndarray:
+    steps = np.where(y0 == 0.0, 0.4, 0.6)
+    return np.vstack([y0, *(y0 + np.eye(len(y0))[i] * steps[i] for i in range(len(y0)))])

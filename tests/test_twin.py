@@ -1,0 +1,166 @@
+"""The twin: calibrate recovers a cost model from event logs, replay measures the error.
+
+"Real" runs here are simulations with a known cost model written as real run folders, so that
+calibrating from them must give that cost model back, and replaying them with it must give
+their own numbers back (the same workload, policy, seed, lengths and environment times).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from marlaas.cli import main
+from marlaas.runs import write_run
+from marlaas.sim.cost_model import CostModel
+from marlaas.sim.cost_profiles import bundled_profiles, load_profile
+from marlaas.sim.run import simulate_run
+from marlaas.twin.calibrate import CalibrationError, calibrate
+from marlaas.twin.replay import replay
+from marlaas.workload_file import load_workload
+
+TINY = Path(__file__).resolve().parents[1] / "traces" / "real-tiny.yaml"
+TRUE = CostModel(
+    decode_base_ms=9.0, decode_per_seq_ms=0.4, decode_per_kv_token_ms=0.001,
+    decode_per_adapter_ms=2.0, prefill_tokens_per_s=5_000.0, adapter_load_s=0.005,
+    train_tokens_per_s=40_000.0, train_overhead_s=0.02, trainer_swap_s=0.015, sync_s=0.017,
+    colocated_switch_s=0.0, engine_warmup_s=1.5,
+)  # fmt: skip
+"""A CPU-like cost model the fake real runs are made with."""
+
+
+def fake_real_run(tmp_path: Path, name: str, overrides: dict, policy: str) -> Path:
+    """A simulation with TRUE written as a real run folder (kind real, workload.json)."""
+    workload = load_workload(TINY, {"jobs.*.rl.steps": 6, **overrides})
+    true = workload.model_copy(update={"cost": TRUE})
+    events, summary = simulate_run(true, policy, kind="real", backend="sim")
+    return write_run(tmp_path / name, events, summary, workload)  # with the default cost model
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("twin")
+    two_engines = {
+        "cluster.pools": [
+            {"name": "rollout", "role": "inference", "devices": 2},
+            {"name": "train", "role": "training", "devices": 1},
+        ]
+    }
+    varied = {
+        "jobs.*.response_tokens": {"dist": "uniform", "low": 2, "high": 8},
+        "jobs.emit-a.rl.group_size": 8,
+        "jobs.emit-z.rl.prompts_per_step": 2,
+    }
+    return {
+        "fair": fake_real_run(root, "fair", varied, "fair"),
+        "fair-2": fake_real_run(root, "fair-2", {**varied, **two_engines}, "fair"),
+        "sequential": fake_real_run(root, "seq", {"scheduling.preset": "sequential"}, "fifo"),
+    }  # fmt: skip
+
+
+def test_calibrate_recovers_the_cost_model(runs):
+    result = calibrate([runs["fair"], runs["fair-2"]])
+    fitted = result.cost
+    for name in ("adapter_load_s", "trainer_swap_s", "sync_s"):
+        assert getattr(fitted, name) == pytest.approx(getattr(TRUE, name), rel=1e-6), name
+    assert fitted.decode_base_ms == pytest.approx(TRUE.decode_base_ms, rel=0.15)
+    assert fitted.decode_per_adapter_ms == pytest.approx(TRUE.decode_per_adapter_ms, rel=0.25)
+    assert fitted.engine_warmup_s == pytest.approx(TRUE.engine_warmup_s, rel=0.1)
+    table = result.table()
+    assert "decode_base_ms" in table and "replayed:" in table
+    assert fitted.train_overhead_s + 512 / fitted.train_tokens_per_s == pytest.approx(
+        TRUE.train_overhead_s + 512 / TRUE.train_tokens_per_s, rel=0.05
+    )  # a step of 512 tokens takes what it took
+
+
+def test_replay_with_the_true_cost_model_reproduces_the_run(runs, tmp_path):
+    profile_path = tmp_path / "true.yaml"
+    profile_path.write_text(json.dumps({"name": "true", "cost": TRUE.model_dump()}))
+    # equal lengths within a group: the recording is exact; unequal: it keeps the longest
+    # sample and the total, not every sample, so the batch differs a little
+    for name, tolerance in (("sequential", 1e-9), ("fair", 0.01)):
+        _, summary, table = replay(runs[name], load_profile(profile_path))
+        assert summary["kind"] == "replay" and summary["replay_of"] == str(runs[name])
+        errors = table.set_index("metric")["error"]
+        assert abs(errors["makespan"]) < tolerance, name
+        assert abs(errors["job completion, mean"]) < tolerance, name
+
+
+def test_the_regression_alone_is_not_enough(runs):
+    """The refinement by replays earns its keep: without it the held-out replay is worse."""
+    from marlaas.sim.cost_profiles import CostProfile
+
+    errors = []
+    for evaluations in (0, 150):
+        cost = calibrate([runs["fair"], runs["fair-2"]], refine_evaluations=evaluations).cost
+        _, _, table = replay(runs["sequential"], CostProfile("fit", cost, "", ""))
+        errors.append(abs(table.set_index("metric")["error"]["makespan"]))
+    assert errors[1] < errors[0]
+
+
+def test_calibrated_on_one_schedule_the_replay_of_another_is_close(runs, tmp_path):
+    out = tmp_path / "fitted.yaml"
+    assert main(["calibrate", str(runs["fair"]), str(runs["fair-2"]), "--out", str(out)]) == 0
+    profile = load_profile(out)
+    assert profile.meta["origin"] == "calibrated" and len(profile.meta["sources"]["runs"]) == 2
+    _, _, table = replay(runs["sequential"], profile)
+    errors = table.set_index("metric")["error"]
+    assert abs(errors["makespan"]) < 0.10
+    assert abs(errors["job completion, mean"]) < 0.15
+    pools = [m for m in errors.index if m.startswith("busy fraction, pool")]
+    assert all(abs(errors[m]) < 5 for m in pools)  # points
+
+
+def test_before_calibration_the_default_model_is_far_off(runs):
+    _, _, table = replay(runs["fair"])  # the workload's own (default, 7B/H100) cost model
+    assert abs(table.set_index("metric")["error"]["makespan"]) > 0.3
+
+
+def test_a_missing_stage_is_named(runs, tmp_path):
+    from marlaas.eventlog import read_event_log, write_event_log
+
+    broken = tmp_path / "nosync"
+    broken.mkdir()
+    for f in ("summary.json", "workload.json"):
+        (broken / f).write_text((runs["fair"] / f).read_text())
+    events = read_event_log(runs["fair"])
+    write_event_log(events[events["kind"] != "sync"], broken / "events.parquet")
+    with pytest.raises(CalibrationError, match="no successful sync rows"):
+        calibrate([broken])
+
+
+def test_replay_and_calibrate_refuse_a_simulation(tmp_path, capsys):
+    sim = tmp_path / "sim"
+    args = ["simulate", str(TINY), "--quiet", "--set", "jobs.*.rl.steps=1", "--out", str(sim)]
+    assert main(args) == 0
+    for command in (["calibrate", str(sim), "--out", str(tmp_path / "p.yaml")],
+                    ["replay", str(sim), "--out", str(tmp_path / "r")]):  # fmt: skip
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("marlaas: error: ") and "not a real training run" in err
+
+
+def test_bundled_profiles_load_and_simulate_records_the_profile(tmp_path):
+    assert {"h100-7b", "a100-7b", "cpu-tiny"} <= set(bundled_profiles())
+    for name in bundled_profiles():
+        profile = load_profile(name)
+        assert profile.meta.get("origin") in ("published", "calibrated") and profile.meta["sources"]
+    out = tmp_path / "run"
+    args = ["simulate", "traces/small.yaml", "--quiet", "--set", "jobs.*.rl.steps=2"]
+    assert main([*args, "--cost", "a100-7b", "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["cost_profile"]["name"] == "a100-7b" and summary["cost_profile"]["sha256"]
+    assert main([*args, "--cost", "nope", "--out", str(tmp_path / "x")]) == 2
+
+
+def test_fidelity_table_has_every_metric(runs):
+    _, _, table = replay(runs["fair-2"])
+    metrics = set(table["metric"])
+    assert {"makespan", "job completion, mean", "busy fraction, pool rollout",
+            "busy fraction, rollout/1", "generate duration, mean", "train duration, p90",
+            "sync duration, mean", "adapter_load duration, mean", "staleness, max",
+            "adapter loads"} <= metrics  # fmt: skip
+    assert isinstance(table, pd.DataFrame) and table["real"].notna().all()
