@@ -1,42 +1,77 @@
-"""The ``marlaas`` command line: simulate, list policies (and more as subcommands register).
+"""The ``marlaas`` command line: simulate, sweep, report, train, evaluate, and the model helpers.
 
 Every user error (bad workload, unknown policy, bad override, unreadable run) is printed as
 one ``marlaas: error: ...`` line and exits with status 2; nothing is written to ``--out``.
+
+Start-up is fast: this module imports only the commands' argument wiring. A command's
+arguments are added when it is chosen (or its help is shown), and each command imports its
+heavy dependencies (pandas, SimPy, plotly, torch, vLLM) inside the function that runs it,
+so ``marlaas --help``, ``--version`` and argument errors never load them.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
-from marlaas import sweep
-from marlaas.core.feasibility import InfeasibleWorkloadError
-from marlaas.core.policies import UnknownPolicyError, get_policy, policy_names
-from marlaas.core.workload import WorkloadError
-from marlaas.drive import RunError
-from marlaas.eventlog import EventLogError
-from marlaas.executors.cli import add_train_parsers, user_errors
-from marlaas.report.cli import add_report_parser
-from marlaas.run_options import add_run_arguments, load_run_workload, run_title
-from marlaas.runs import write_run
-from marlaas.table import print_summary
-from marlaas.twin.cli import add_parsers as add_twin_parsers
+from marlaas import run_options, sweep_cli
+from marlaas.executors import cli as real_cli
+from marlaas.report import cli as report_cli
+from marlaas.twin import cli as twin_cli
 
 USER_ERRORS = (
-    WorkloadError,
-    UnknownPolicyError,
-    InfeasibleWorkloadError,
-    EventLogError,
-    FileExistsError,
-    RunError,
-    *user_errors(),
+    ("marlaas.core.workload", "WorkloadError"),
+    ("marlaas.core.policies.base", "UnknownPolicyError"),
+    ("marlaas.core.feasibility", "InfeasibleWorkloadError"),
+    ("marlaas.eventlog", "EventLogError"),
+    ("marlaas.drive.loop", "RunError"),
+    ("marlaas.envs.registry", "EnvLoadError"),
+    ("marlaas.envs.sandbox_runtime", "SandboxUnavailable"),
+    ("marlaas.executors.backends", "BackendError"),
+    ("marlaas.executors.backends", "ModelDirError"),
+    ("marlaas.executors.devices", "DeviceError"),
+    ("marlaas.executors.cli", "ModelSetupError"),
+    ("marlaas.executors.tracking", "TrackerError"),
 )
+"""(module, class) of the errors printed as one line: an error whose module was never
+imported cannot have been raised, so checking one imports nothing."""
+
+EXAMPLES = """\
+examples:
+  marlaas simulate traces/small.yaml --policy fair --out runs/fair
+  marlaas simulate traces/small.yaml --preset sequential --out runs/sequential
+  marlaas report runs/sequential runs/fair --out runs/report
+  marlaas sweep traces/paper-32.yaml --presets sequential,sync --policies fair --out runs/sweep
+  marlaas make-tiny-model models/tiny
+  marlaas train traces/real-tiny.yaml --out runs/real-tiny --tracker tensorboard
+  marlaas calibrate runs/real-tiny --out cpu.yaml   # then: marlaas replay RUN --cost cpu.yaml
+
+`marlaas COMMAND --help` shows a command's options and their defaults. Quote --set values
+that contain * (zsh expands them): --set 'jobs.*.rl.steps=5'.
+"""
+
+
+def _is_user_error(err: BaseException) -> bool:
+    if isinstance(err, FileExistsError):
+        return True
+    for module, name in USER_ERRORS:
+        loaded = sys.modules.get(module)
+        if loaded is not None and isinstance(err, getattr(loaded, name)):
+            return True
+    return False
+
+
+# ------------------------------------------------------------------ simulate and policies
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    from marlaas.run_options import load_run_workload, run_title
+    from marlaas.runs import write_run
     from marlaas.sim.cost_profiles import load_profile
     from marlaas.sim.run import cost_of, simulate_run
+    from marlaas.table import print_summary
 
     workload = load_run_workload(args)
     profile = load_profile(args.cost, base=cost_of(workload)) if args.cost else None
@@ -49,7 +84,19 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _simulate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("workload", help="workload YAML file (see traces/)")
+    run_options.add_run_arguments(parser)
+    parser.add_argument("--cost", metavar="PROFILE", help="cost profile: a bundled name "
+                        "(h100-7b, a100-7b, cpu-tiny) or a YAML file from `marlaas calibrate`; "
+                        "replaces the workload's cost model")  # fmt: skip
+    parser.add_argument("--out", required=True, type=Path, help="run folder to write")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(func=_simulate)
+
+
 def _policies(_args: argparse.Namespace) -> int:
+    from marlaas.core.policies import get_policy, policy_names
     from marlaas.core.scheduling import PRESETS
 
     print("policies (--policy NAME): the order jobs are served in")
@@ -63,44 +110,152 @@ def _policies(_args: argparse.Namespace) -> int:
     return 0
 
 
+def _policies_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.set_defaults(func=_policies)
+
+
+COMMANDS = (
+    ("simulate", "simulate a workload under a policy", _simulate_arguments),
+    ("sweep", sweep_cli.HELP, sweep_cli.add_sweep_arguments),
+    ("report", report_cli.HELP, report_cli.add_report_arguments),
+    ("policies", "list the scheduling policies and presets", _policies_arguments),
+    ("train", real_cli.TRAIN_HELP, real_cli.add_train_arguments),
+    ("evaluate", real_cli.EVALUATE_HELP, real_cli.add_evaluate_arguments),
+    ("make-tiny-model", real_cli.TINY_HELP, real_cli.add_tiny_model_arguments),
+    ("prepare-smollm2", real_cli.SMOLLM2_HELP, real_cli.add_smollm2_arguments),
+    ("calibrate", twin_cli.CALIBRATE_HELP, twin_cli.add_calibrate_arguments),
+    ("replay", twin_cli.REPLAY_HELP, twin_cli.add_replay_arguments),
+)
+"""(name, help line, function adding the command's arguments and ``func``)."""
+
+
+# ------------------------------------------------------------------ parser
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends ``(default: X)`` to an option's help, except where the default is None or
+    False (nothing to show) or the help already tells it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default is None or action.default is False or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+class _TopHelpFormatter(argparse.RawDescriptionHelpFormatter, HelpFormatter):
+    """The top-level help keeps its examples' lines as written."""
+
+
+class CommandParser(argparse.ArgumentParser):
+    """A command's parser; ``add_arguments(parser)`` runs on first use (see :class:`_Commands`)."""
+
+    def __init__(self, *args, add_arguments=None, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+        self._add_arguments = add_arguments
+
+    def complete(self) -> CommandParser:
+        """Add the command's arguments (once); returns the parser."""
+        add, self._add_arguments = self._add_arguments, None
+        if add is not None:
+            add(self)
+        return self
+
+    def format_usage(self) -> str:
+        return super(CommandParser, self.complete()).format_usage()
+
+    def format_help(self) -> str:
+        return super(CommandParser, self.complete()).format_help()
+
+
+class _Commands(argparse._SubParsersAction):
+    """The subcommands action: completes the chosen command's parser before it parses."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        chosen = self.choices.get(values[0])
+        if isinstance(chosen, CommandParser):
+            chosen.complete()
+        super().__call__(parser, namespace, values, option_string)
+
+
+class _Version(argparse.Action):
+    """``--version``: the installed package's version, looked up only when asked."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, **kwargs) -> None:
+        kwargs.setdefault("help", "show the version and exit")
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(f"marlaas {package_version()}")
+        parser.exit()
+
+
+def package_version() -> str:
+    """The version of the installed ``marlaas`` distribution (``unknown`` when not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("marlaas")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand."""
+    """The argument parser with every subcommand (their arguments are added on first use;
+    ``command_parsers(parser)`` completes them all)."""
     parser = argparse.ArgumentParser(
-        prog="marlaas", description="Multi-tenant asynchronous RL: simulate, train, report."
+        prog="marlaas",
+        description="Multi-tenant asynchronous RL: simulate, train, report.",
+        epilog=EXAMPLES,
+        formatter_class=_TopHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    sim = sub.add_parser("simulate", help="simulate a workload under a policy")
-    sim.add_argument("workload", help="workload YAML file (see traces/)")
-    add_run_arguments(sim)
-    sim.add_argument("--cost", metavar="PROFILE", help="cost profile: a bundled name (h100-7b, "
-                     "a100-7b, cpu-tiny) or a YAML file from `marlaas calibrate`; replaces the "
-                     "workload's cost model")  # fmt: skip
-    sim.add_argument("--out", required=True, type=Path, help="run folder to write")
-    sim.add_argument("--quiet", action="store_true", help="no progress bar")
-    sim.set_defaults(func=_simulate)
-
-    pol = sub.add_parser("policies", help="list the scheduling policies")
-    pol.set_defaults(func=_policies)
-
-    add_report_parser(sub)
-    sweep.add_parser(sub)
-    add_train_parsers(sub)
-    add_twin_parsers(sub)
+    parser.add_argument("--version", action=_Version)
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", action=_Commands,
+        parser_class=CommandParser,
+    )  # fmt: skip
+    for name, help_line, add_arguments in COMMANDS:
+        sub.add_parser(name, help=help_line, add_arguments=add_arguments)
     return parser
+
+
+def command_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """Every command's parser of ``build_parser()``'s parser, with its arguments added."""
+    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {name: p.complete() for name, p in sub.choices.items()}
+
+
+# ------------------------------------------------------------------ entry point
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the flush at exit does not fail on a closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (e.g. captured in tests)
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``marlaas`` console script."""
-    args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
-    except USER_ERRORS as err:
-        print(f"marlaas: error: {err}", file=sys.stderr)
-        return 2
+        args = build_parser().parse_args(argv)
+        code = args.func(args)
+        sys.stdout.flush()  # a reader that went away (`| head`) shows here, not at exit
+        return code
+    except BrokenPipeError:
+        _silence_stdout()  # the reader has what it wanted: exit quietly, as SIGPIPE would
+        return 141
     except KeyboardInterrupt:
         print("marlaas: interrupted; nothing was written", file=sys.stderr)
         return 130
+    except Exception as err:
+        if not _is_user_error(err):
+            raise
+        print(f"marlaas: error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

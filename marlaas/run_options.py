@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from marlaas.core.policies import get_policy, policy_names
-from marlaas.core.scheduling import PRESETS
-from marlaas.workload_file import load_workload, parse_overrides
-
 
 def load_run_workload(args: argparse.Namespace):
     """The workload of a ``simulate``/``train`` command: the file, ``--preset`` and ``--set``
     applied, and the policy (``--policy``, else the file's) checked."""
+    from marlaas.core.policies import get_policy
+    from marlaas.workload_file import load_workload, parse_overrides
+
     overrides = parse_overrides(args.set)
     if args.preset is not None:
         overrides["scheduling.preset"] = args.preset
@@ -28,6 +27,9 @@ def run_title(workload, summary: dict, kind: str) -> str:
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """The workload, policy, preset, seed and override arguments of simulate and train."""
+    from marlaas.core.policies import policy_names
+    from marlaas.core.scheduling import PRESETS
+
     parser.add_argument("--policy", help=f"ordering: {', '.join(policy_names())} "
                         "(default: the file's)")  # fmt: skip
     parser.add_argument(
@@ -36,4 +38,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "sync (all jobs, a step barrier); same as --set scheduling.preset=NAME",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, help="random seed (default: the file's)")
-    parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field")
+    parser.add_argument(
+        "--set", action="append", metavar="KEY=VALUE",
+        help="override a workload field by dotted path, repeatable: --set 'jobs.*.rl.steps=5'",
+    )  # fmt: skip

@@ -244,7 +244,8 @@ def write_sweep(
 # --------------------------------------------------------------------------- CLI
 
 
-def _sweep(args: argparse.Namespace) -> int:
+def sweep_command(args: argparse.Namespace) -> int:
+    """``marlaas sweep`` for parsed arguments (see :mod:`marlaas.sweep_cli`)."""
     policies = parse_list(args.policies, "policies") if args.policies else []
     presets = parse_list(args.presets, "presets") if args.presets else []
     if not policies and not presets:
@@ -281,33 +282,3 @@ def _sweep(args: argparse.Namespace) -> int:
     print(format_table(table))
     print(f"wrote {out}/sweep.csv ({len(runs)} runs, {table['wall_s'].sum():.1f} s simulated)")
     return 0
-
-
-def add_parser(subparsers) -> None:
-    """Register ``marlaas sweep``."""
-    p = subparsers.add_parser("sweep", help="compare schedules (and overrides, job counts)")
-    p.add_argument("workload", help="workload YAML file (see traces/)")
-    p.add_argument("--presets", help="baselines, comma-separated: sequential,sync (each with "
-                   "the workload's policy)")  # fmt: skip
-    p.add_argument("--policies", help="orderings, comma-separated, e.g. fifo,fair,srtf")
-    p.add_argument(
-        "--set",
-        action="append",
-        metavar="KEY=VALUE",
-        help="override a field in every run; the same KEY again makes one variant per value",
-    )
-    p.add_argument("--jobs", metavar="N[,N...]", help="run the workload's first N jobs, per N")
-    p.add_argument("--seeds", metavar="S[,S...]", help="seeds (default: the workload's)")
-    p.add_argument("--cost", metavar="PROFILE", help="cost profile (bundled name or YAML file) "
-                   "for every run")  # fmt: skip
-    p.add_argument("--baseline", help="preset or policy the ratios compare to (default: "
-                   "sequential when swept)")  # fmt: skip
-    p.add_argument("--workers", type=int, help="processes (default: one per CPU core)")
-    p.add_argument("--out", required=True, type=Path, help="folder for sweep.csv and summaries")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument(
-        "--no-events",
-        action="store_true",
-        help="do not keep each run's event log under OUT/runs/ (for big sweeps)",
-    )
-    p.set_defaults(func=_sweep)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from marlaas.cli import main
+from marlaas.cli import USER_ERRORS, build_parser, command_parsers, main
 from marlaas.eventlog import read_event_log
 
 
@@ -115,3 +118,102 @@ def test_out_never_replaces_a_folder_that_is_not_a_run(tmp_path, capsys):
     (run / "stale.txt").write_text("from before")
     assert main([*args, "--out", str(run)]) == 0
     assert not (run / "stale.txt").exists()
+
+
+# ------------------------------------------------------------------ start-up, help, pipes
+
+REPO = Path(__file__).resolve().parents[1]
+HEAVY = ("pandas", "matplotlib", "plotly", "simpy", "torch", "vllm", "pyarrow")
+
+
+def _python(code: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=REPO, env=env,
+        check=False, **kwargs,
+    )  # fmt: skip
+
+
+def test_help_and_every_commands_help_import_no_heavy_package():
+    code = f"""
+import contextlib, io, sys
+from marlaas.cli import build_parser, command_parsers, main
+
+def loaded(names):
+    return sorted({{m.split(".")[0] for m in sys.modules}} & set(names))
+
+with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.suppress(SystemExit):
+    main(["--help"])
+assert "examples:" in out.getvalue()
+top = loaded({[*HEAVY, "pydantic"]!r})
+for parser in command_parsers(build_parser()).values():
+    parser.format_help()
+print(top, loaded({HEAVY!r}))
+"""
+    done = _python(code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[]", "[]"]  # nothing heavy (top level: not even pydantic)
+
+
+def test_every_option_has_help_and_shows_its_default():
+    parser = build_parser()
+    top = parser.format_help()
+    assert "examples:" in top and "marlaas train" in top
+    for name, command in command_parsers(parser).items():
+        assert name in top
+        formatter = command.formatter_class(prog=command.prog)
+        for action in command._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            assert action.help, f"{name} {action.dest}: no help"
+            shown = formatter._get_help_string(action)
+            if action.default is not None and action.default is not False:
+                assert "default" in shown, f"{name} {action.dest}: default not shown"
+
+
+def test_version_comes_from_the_package_metadata():
+    from importlib.metadata import version
+
+    done = _python("from marlaas.cli import main; main(['--version'])")
+    assert done.returncode == 0
+    assert done.stdout.strip() == f"marlaas {version('marlaas')}"
+
+
+def test_argument_errors_exit_2_with_usage(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["simulate", "traces/small.yaml"])  # no --out
+    assert exit_.value.code == 2
+    assert "the following arguments are required: --out" in capsys.readouterr().err
+
+
+def test_user_errors_name_existing_exception_classes():
+    import importlib
+
+    for module, name in USER_ERRORS:
+        assert issubclass(getattr(importlib.import_module(module), name), Exception)
+
+
+def test_a_closed_pipe_ends_quietly_after_the_run_is_written(tmp_path):
+    read, write = os.pipe()
+    os.close(read)  # the reader has gone (`| head` that already exited): any write fails
+    out = tmp_path / "run"
+    args = ["simulate", "traces/small.yaml", "--quiet", "--set", "jobs.*.rl.steps=2"]
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "marlaas", *args, "--out", str(out)], stdout=write,
+            stderr=subprocess.PIPE, text=True, cwd=REPO, check=False,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert done.returncode == 141 and done.stderr == ""
+    assert (out / "events.parquet").exists()
+
+
+def test_output_piped_into_head_has_no_traceback():
+    done = subprocess.run(
+        f"{sys.executable} -m marlaas policies | head -1", shell=True, capture_output=True,
+        text=True, cwd=REPO, check=False, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert done.returncode == 0 and len(done.stdout.splitlines()) == 1
+    assert "Error" not in done.stderr and "Traceback" not in done.stderr

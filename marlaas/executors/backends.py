@@ -119,6 +119,7 @@ def make_generator(
     """
     engine = workload.cluster.engine
     if backend == "vllm":
+        from marlaas.executors.quiet import library_progress_bars
         from marlaas.executors.vllm_generator import VLLMGenerator
 
         if device not in ("cpu", "cuda:0"):
@@ -135,7 +136,10 @@ def make_generator(
             model_dir, max_loras=engine.adapter_slots, max_lora_rank=_vllm_rank(rank),
             max_model_len=max_model_len, max_num_seqs=engine.max_seqs, seed=seed,
             max_cpu_loras=engine.adapter_slots, dtype=dtype, kv_cache_bytes=kv_bytes,
-            engine_kwargs=_NO_CHUNKING | {"max_num_batched_tokens": max(8192, max_model_len)},
+            engine_kwargs=_NO_CHUNKING | {
+                "max_num_batched_tokens": max(8192, max_model_len),
+                "use_tqdm_on_load": library_progress_bars(),
+            },
         )  # fmt: skip
     from marlaas.executors.hf_generator import HFGenerator
 

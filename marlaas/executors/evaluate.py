@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 
 import pandas as pd
+from tqdm import tqdm
 
 from marlaas.core.workload import Workload
 from marlaas.envs import make_env
@@ -26,9 +27,10 @@ async def evaluate(
     generator,
     prompts: int = 50,
     chat_template: bool | None = None,
+    progress: bool = False,
 ) -> pd.DataFrame:
     """One row per job and model (``base``, ``trained``): accuracy and mean reward on
-    ``prompts`` held-out episodes."""
+    ``prompts`` held-out episodes. ``progress``: a bar per job on stderr (episodes done)."""
     fmt = ChatFormat(generator.tokenizer, chat_template)
     rows = []
     for spec in workload.jobs:
@@ -37,10 +39,14 @@ async def evaluate(
         if latest is not None:
             await generator.publish(spec.name, latest, str(store.path(spec.name, latest)))
             targets.append(("trained", spec.name, latest))
+        bar = tqdm(total=prompts * len(targets), desc=spec.name, unit="episode",
+                   disable=not progress)  # fmt: skip
         for label, adapter, version in targets:
-            episodes = await asyncio.gather(
-                *(_episode(spec, i, adapter, version, generator, fmt) for i in range(prompts))
-            )
+            bar.set_postfix_str(label, refresh=False)
+            episodes = await asyncio.gather(*(
+                _counted(_episode(spec, i, adapter, version, generator, fmt), bar)
+                for i in range(prompts)
+            ))  # fmt: skip
             correct = [c for c, _ in episodes]
             rewards = [r for _, r in episodes]
             rows.append({
@@ -48,9 +54,16 @@ async def evaluate(
                 "version": version, "prompts": prompts,
                 "accuracy": sum(correct) / prompts, "mean_reward": sum(rewards) / prompts,
             })  # fmt: skip
+        bar.close()
         if latest is not None:
             await generator.retire(spec.name, latest)
     return pd.DataFrame(rows)
+
+
+async def _counted(episode, bar):
+    result = await episode
+    bar.update()
+    return result
 
 
 async def _episode(spec, i: int, adapter, version: int, generator, fmt) -> tuple[bool, float]:

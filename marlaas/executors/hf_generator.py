@@ -101,6 +101,8 @@ class HFGenerator:
             with self._model_lock, warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)  # "active adapter was deleted"
                 self.model.delete_adapter(key)
+                if not self._adapters:  # a PeftModel cannot run without one: the plain model
+                    self.model = self.model.unload()
 
         await asyncio.to_thread(delete)
 
@@ -201,7 +203,9 @@ class HFGenerator:
         ids, attn = ids.to(self.device), attn.to(self.device)
         gens = [torch.Generator().manual_seed(r.seed) for r in rows]
         kwargs = {}
-        if any(r.key != BASE for r in rows):
+        if any(r.key != BASE for r in rows) or hasattr(self.model, "peft_config"):
+            # A PeftModel gets every row's adapter, "__base__" included: a batch of base rows
+            # must not fall back to its active adapter, which retire() may have deleted.
             kwargs["adapter_names"] = [r.key for r in rows]
         out_ids: list[list[int]] = [[] for _ in rows]
         out_lp: list[list[float]] = [[] for _ in rows]

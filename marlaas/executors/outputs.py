@@ -3,7 +3,8 @@
 ``out/events.parquet`` and ``out/summary.json`` are written by :func:`marlaas.runs.write_run`
 (summary kind ``real``, the simulator's keys plus ``reward_curves``); ``out/rewards.csv`` and
 ``out/rewards.png`` hold the mean reward per job and training step; ``out/adapters/`` is the
-adapter store (every version of every job), kept across the atomic replacement of the folder.
+adapter store (every version of every job) and ``out/tensorboard/`` (or ``out/wandb/``) the
+tracker's log (``--tracker``), both kept across the atomic replacement of the folder.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pandas as pd
 from marlaas.core.workload import Workload
 from marlaas.eventlog import records_to_frame
 from marlaas.executors.resume import shift_versions
+from marlaas.executors.tracking import TRACKERS
 from marlaas.runs import read_summary, run_summary, write_run
 
 REWARDS_CSV = "rewards.csv"
@@ -24,7 +26,10 @@ REWARDS_PNG = "rewards.png"
 ADAPTERS_DIR = "adapters"
 
 
-REAL_RUN_ENTRIES = {"adapters", "events.parquet", "summary.json", "workload.json", REWARDS_CSV,
+KEPT_DIRS = (ADAPTERS_DIR, *TRACKERS)
+"""Folders a real run writes while it runs (adapter versions, tracker logs); the run folder's
+final write keeps them."""
+REAL_RUN_ENTRIES = {*KEPT_DIRS, "events.parquet", "summary.json", "workload.json", REWARDS_CSV,
                     REWARDS_PNG, "eval.json"}  # fmt: skip
 """What a real run folder may hold (anything else: not ours to replace)."""
 
@@ -81,19 +86,21 @@ def real_summary(
 def write_real_run(
     out: str | Path, events: pd.DataFrame, summary: dict, rewards: pd.DataFrame, workload=None
 ):
-    """Write the run folder (atomically, as write_run does) and keep ``out/adapters``."""
+    """Write the run folder (atomically, as write_run does) and keep its KEPT_DIRS."""
     out = Path(out)
-    adapters = out / ADAPTERS_DIR
-    aside = out.parent / f".{out.name}.{ADAPTERS_DIR}"
-    if adapters.is_dir():
-        shutil.rmtree(aside, ignore_errors=True)
-        adapters.rename(aside)
+    aside = {}
+    for name in KEPT_DIRS:
+        if (out / name).is_dir():
+            aside[name] = out.parent / f".{out.name}.{name}"
+            shutil.rmtree(aside[name], ignore_errors=True)
+            (out / name).rename(aside[name])
     try:
         write_run(out, events, summary, workload)
     finally:
-        if aside.is_dir():
-            out.mkdir(parents=True, exist_ok=True)
-            aside.rename(adapters)
+        for name, path in aside.items():
+            if path.is_dir():
+                out.mkdir(parents=True, exist_ok=True)
+                path.rename(out / name)
     rewards.to_csv(out / REWARDS_CSV, index=False)
     plot_rewards(rewards, out / REWARDS_PNG, title=f"{summary['workload']} · {summary['policy']}")
     return out

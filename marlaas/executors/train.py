@@ -22,6 +22,7 @@ from marlaas.executors.backends import model_dir_of, resolve_backend
 from marlaas.executors.local import LocalExecutor
 from marlaas.executors.outputs import (
     ADAPTERS_DIR,
+    KEPT_DIRS,
     check_real_run_folder,
     real_events,
     real_summary,
@@ -29,6 +30,7 @@ from marlaas.executors.outputs import (
     write_real_run,
 )
 from marlaas.executors.resume import remaining_workload, resume_offsets
+from marlaas.executors.tracking import RewardFeed, open_tracker
 
 
 def train_run(
@@ -42,6 +44,7 @@ def train_run(
     seed: int | None = None,
     progress: bool = True,
     observers: Sequence[Observer] = (),
+    tracker: str | None = None,
     **options,
 ) -> tuple[pd.DataFrame, dict, pd.DataFrame, RunResult]:
     """Train every job of ``workload`` for real and write the run folder ``out``.
@@ -49,8 +52,10 @@ def train_run(
     Without ``resume`` the adapters of an earlier run in ``out`` are replaced; with it, each
     job continues from its newest saved version (adapter and optimizer state). ``options`` go
     to :class:`LocalExecutor` (generators, trainers, micro_batch_size, max_model_len,
-    chat_template). ``observers`` see every completion (see marlaas.drive). Returns (events,
-    summary, rewards, result).
+    chat_template). ``observers`` see every completion (see marlaas.drive). ``tracker``
+    (``tensorboard`` or ``wandb``, see marlaas.executors.tracking) logs every job's training
+    steps under ``out/<tracker>/`` as they finish (a fresh run starts a fresh log, a resumed
+    one appends). Returns (events, summary, rewards, result).
     """
     out = Path(out)
     check_real_run_folder(out)
@@ -58,19 +63,40 @@ def train_run(
     model_dir = model_dir_of(workload, base_dir)
     store = AdapterStore(out / ADAPTERS_DIR)
     if not resume:
-        shutil.rmtree(out / ADAPTERS_DIR, ignore_errors=True)
+        for name in KEPT_DIRS:
+            shutil.rmtree(out / name, ignore_errors=True)
     offsets = resume_offsets(store, workload) if resume else {}
     scheduler = Scheduler(remaining_workload(workload, offsets), policy)
     total = sum(j.steps for j in scheduler.jobs)
-    with LocalExecutor(
-        scheduler.workload, scheduler.cluster, store=store, model_dir=model_dir,
-        backend=backend, seed=seed, offsets=offsets, **options,
-    ) as executor, StepProgress(
-        total, "training", enabled=progress, postfix=executor.latest_rewards
-    ) as bar:  # fmt: skip
-        result = drive(scheduler, executor, observers=[bar, *observers])
-    events = real_events(result, offsets)
-    rewards = rewards_frame(executor.rewards)
-    summary = real_summary(workload, result, events, rewards, backend, offsets)
+    track = None
+    if tracker is not None:  # before the models load: a missing package fails at once
+        config = _tracker_config(workload, scheduler, backend, seed)
+        track = open_tracker(tracker, out, run_name=out.name, config=config)
+    try:
+        with LocalExecutor(
+            scheduler.workload, scheduler.cluster, store=store, model_dir=model_dir,
+            backend=backend, seed=seed, offsets=offsets, **options,
+        ) as executor, StepProgress(
+            total, "training", enabled=progress, postfix=executor.latest_rewards
+        ) as bar:  # fmt: skip
+            feeds = [RewardFeed(executor.rewards, [track.log_step])] if track else []
+            result = drive(scheduler, executor, observers=[bar, *feeds, *observers])
+        events = real_events(result, offsets)
+        rewards = rewards_frame(executor.rewards)
+        summary = real_summary(workload, result, events, rewards, backend, offsets)
+        if track is not None:
+            track.log_run(summary)
+    finally:
+        if track is not None:
+            track.close()
     write_real_run(out, events, summary, rewards, workload)
     return events, summary, rewards, result
+
+
+def _tracker_config(workload: Workload, scheduler: Scheduler, backend: str, seed) -> dict:
+    """What a tracker records about the run (W&B's config)."""
+    return {
+        "workload": workload.name, "policy": scheduler.policy.name, "backend": backend,
+        "seed": workload.seed if seed is None else seed,
+        "jobs": [j.name for j in workload.jobs],
+    }  # fmt: skip

@@ -5,7 +5,19 @@ Entry points: :func:`run_report` and :func:`add_report_parser` (for the ``marlaa
 Every run is named by :func:`marlaas.report.labels.run_label`.
 """
 
-from marlaas.report.build import run_report
-from marlaas.report.cli import add_report_parser
+from __future__ import annotations
 
 __all__ = ["add_report_parser", "run_report"]
+
+
+def __getattr__(name: str):
+    # Imported on first use: ``marlaas --help`` imports report.cli without pandas or plotly.
+    if name == "run_report":
+        from marlaas.report.build import run_report
+
+        return run_report
+    if name == "add_report_parser":
+        from marlaas.report.cli import add_report_parser
+
+        return add_report_parser
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from marlaas.report.build import run_report
+HELP = "report.html (interactive) and trace.json from run folders or a sweep"
 
 
 def report_command(args: argparse.Namespace) -> int:
@@ -13,6 +13,8 @@ def report_command(args: argparse.Namespace) -> int:
 
     Raises marlaas.eventlog.EventLogError for unreadable runs (the CLI prints it, exits 2).
     """
+    from marlaas.report.build import run_report
+
     path = run_report(args.run_dirs, args.out, static=args.static)
     print(path)
     return 0
@@ -23,13 +25,19 @@ def add_report_parser(subparsers) -> argparse.ArgumentParser:
 
     The parser's default ``func`` is :func:`report_command`.
     """
-    parser = subparsers.add_parser(
-        "report",
-        help="report.html (interactive) and trace.json from run folders or a sweep",
-        description="Write report.html (self-contained, interactive figures), trace.json "
+    parser = subparsers.add_parser("report", help=HELP)
+    add_report_arguments(parser)
+    return parser
+
+
+def add_report_arguments(parser: argparse.ArgumentParser) -> None:
+    """The description, arguments and ``func`` of ``marlaas report``."""
+    parser.description = (
+        "Write report.html (self-contained, interactive figures), trace.json "
         "(Chrome/Perfetto) and summary.json for one or more run folders; with several runs "
         "the report also compares them (relative differences against the first). Given a "
-        "sweep folder (from marlaas sweep), it compares all the sweep's runs.",
+        "sweep folder (from marlaas sweep), it compares all the sweep's runs. A progress bar "
+        "goes to stderr when it is a terminal."
     )
     parser.add_argument(
         "run_dirs",
@@ -46,4 +54,3 @@ def add_report_parser(subparsers) -> argparse.ArgumentParser:
         "parallel processes)",
     )
     parser.set_defaults(func=report_command)
-    return parser

@@ -43,26 +43,31 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(subparsers) -> None:
-    """Register ``calibrate`` and ``replay``."""
-    cal = subparsers.add_parser(
-        "calibrate", help="fit the simulator's cost model from real runs",
-        description="Fit every cost-model parameter from the event logs of real runs (folders "
-        "of `marlaas train`) and write a cost profile for `simulate/sweep/replay --cost`.",
-    )  # fmt: skip
-    cal.add_argument("runs", nargs="+", type=Path, help="real run folders")
-    cal.add_argument("--out", required=True, type=Path, help="cost profile to write (YAML)")
-    cal.add_argument("--name", help="profile name (default: the file's stem)")
-    cal.set_defaults(func=_calibrate)
+CALIBRATE_HELP = "fit the simulator's cost model from real runs"
+REPLAY_HELP = "simulate a real run again and report the error per metric"
 
-    rep = subparsers.add_parser(
-        "replay", help="simulate a real run again and report the error per metric",
-        description="Simulate a real run's own workload, policy and seed (its recorded "
-        "generation lengths and environment times) and write the fidelity table.",
-    )  # fmt: skip
-    rep.add_argument("run", type=Path, help="a real run folder")
-    rep.add_argument("--cost", metavar="PROFILE", help="cost profile (bundled name or file); "
-                     "default: the run's workload's cost model")  # fmt: skip
-    rep.add_argument("--out", required=True, type=Path, help="replay run folder to write")
-    rep.add_argument("--devices", action="store_true", help="also list every device's row")
-    rep.set_defaults(func=_replay)
+
+def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``marlaas calibrate``."""
+    parser.description = (
+        "Fit every cost-model parameter from the event logs of real runs (folders of "
+        "`marlaas train`) and write a cost profile for `simulate/sweep/replay --cost`."
+    )
+    parser.add_argument("runs", nargs="+", type=Path, help="real run folders")
+    parser.add_argument("--out", required=True, type=Path, help="cost profile to write (YAML)")
+    parser.add_argument("--name", help="profile name (default: the file's stem)")
+    parser.set_defaults(func=_calibrate)
+
+
+def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``marlaas replay``."""
+    parser.description = (
+        "Simulate a real run's own workload, policy and seed (its recorded generation lengths "
+        "and environment times) and write the fidelity table."
+    )
+    parser.add_argument("run", type=Path, help="a real run folder")
+    parser.add_argument("--cost", metavar="PROFILE", help="cost profile (bundled name or "
+                        "file); default: the run's workload's cost model")  # fmt: skip
+    parser.add_argument("--out", required=True, type=Path, help="replay run folder to write")
+    parser.add_argument("--devices", action="store_true", help="also list every device's row")
+    parser.set_defaults(func=_replay)

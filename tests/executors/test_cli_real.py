@@ -1,0 +1,115 @@
+"""``marlaas train`` and ``evaluate`` as a user runs them: quiet by default (no library logs,
+warnings or weight-loading bars), ``--verbose`` shows them, ``--tracker tensorboard`` logs
+every job's steps, ``evaluate`` shows a progress bar per job."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+from marlaas.cli import main
+from marlaas.executors.quiet import ALWAYS_ENV, QUIET_ENV
+
+REPO = Path(__file__).resolve().parents[2]
+TRACE = REPO / "traces" / "real-tiny.yaml"
+JOBS = ("emit-a", "emit-z", "emit-e-slow")
+NOISE = ("INFO", "WARNING", "Warning", "Loading weights", "Loading safetensors")
+
+
+def marlaas(*args: str) -> subprocess.CompletedProcess:
+    """``python -m marlaas ARGS`` with the environment a user has (no quieting variables)."""
+    env = {k: v for k, v in os.environ.items() if k not in {*QUIET_ENV, *ALWAYS_ENV}}
+    env["PYTHONPATH"] = str(REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "marlaas", *args], capture_output=True, text=True, env=env,
+        cwd=REPO, check=False, timeout=300,
+    )  # fmt: skip
+
+
+def tiny_args(model_dir: Path, steps: int) -> list[str]:
+    model, steps_ = f"base_model.path={model_dir}", f"jobs.*.rl.steps={steps}"
+    return [str(TRACE), "--set", model, "--set", steps_]
+
+
+@pytest.fixture(scope="module")
+def quiet_run(tiny_model_dir, tmp_path_factory):
+    """(run folder, finished process) of a 2-step HF `marlaas train --tracker tensorboard`."""
+    out = tmp_path_factory.mktemp("cli") / "run"
+    args = ["train", *tiny_args(tiny_model_dir, 2), "--backend", "hf", "--out", str(out)]
+    return out, marlaas(*args, "--tracker", "tensorboard")
+
+
+def test_train_is_quiet_by_default(quiet_run):
+    _out, done = quiet_run
+    assert done.returncode == 0, done.stderr
+    noisy = [line for line in done.stderr.splitlines() if any(n in line for n in NOISE)]
+    assert noisy == []
+    assert "training" in done.stderr  # our own progress bar stays
+    assert "makespan" in done.stdout
+
+
+def test_train_tracker_writes_each_jobs_steps_and_the_makespan(quiet_run):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out, done = quiet_run
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    for job in JOBS:
+        acc = EventAccumulator(str(out / "tensorboard" / job))
+        acc.Reload()
+        rewards = [(e.step, e.value) for e in acc.Scalars("reward/mean")]
+        assert [step for step, _ in rewards] == [0, 1]
+        assert [v for _, v in rewards] == pytest.approx(summary["reward_curves"][job], abs=1e-4)
+        assert {"train/loss", "train/clip_fraction", "train/staleness"} <= set(
+            acc.Tags()["scalars"]
+        )
+    acc = EventAccumulator(str(out / "tensorboard"))
+    acc.Reload()
+    (makespan,) = acc.Scalars("run/makespan_s")
+    assert makespan.value == pytest.approx(summary["metrics"]["makespan_s"], rel=1e-5)
+
+
+def test_train_verbose_shows_the_libraries_output(tiny_model_dir, tmp_path):
+    args = ["train", *tiny_args(tiny_model_dir, 1), "--backend", "hf", "--verbose"]
+    done = marlaas(*args, "--out", str(tmp_path / "run"), "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert "Loading weights" in done.stderr
+
+
+def test_evaluate_shows_a_progress_bar_per_job(quiet_run, tiny_model_dir, capsys, monkeypatch):
+    for key in (*QUIET_ENV, *ALWAYS_ENV):  # evaluate sets them; give them back afterwards
+        monkeypatch.delenv(key, raising=False)
+    out, _done = quiet_run
+    args = [str(TRACE), "--set", f"base_model.path={tiny_model_dir}", "--run", str(out)]
+    assert main(["evaluate", *args, "--prompts", "2", "--backend", "hf"]) == 0
+    captured = capsys.readouterr()
+    for job in JOBS:
+        assert f"{job}: 100%" in captured.err and job in captured.out
+    rows = json.loads((out / "eval.json").read_text())
+    expected = {(job, model) for job in JOBS for model in ("base", "trained")}
+    assert {(r["job"], r["model"]) for r in rows} == expected
+
+
+@pytest.mark.slow
+def test_vllm_start_up_prints_no_log(quiet_run, tiny_model_dir, tmp_path):
+    """vLLM's ~30 lines of engine start-up (here through evaluate, which quiets the libraries
+    as train does, without training) stay off stdout and stderr."""
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vllm is not installed")
+    out, _done = quiet_run
+    args = [str(TRACE), "--set", f"base_model.path={tiny_model_dir}", "--run", str(out)]
+    evaluate = ["evaluate", *args, "--prompts", "1", "--backend", "vllm"]
+    done = marlaas(*evaluate, "--out", str(tmp_path / "eval.json"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = (done.stdout + done.stderr).splitlines()
+    assert [line for line in lines if any(n in line for n in NOISE)] == []
