@@ -20,7 +20,8 @@ class CostModel(BaseModel):
     Decode iteration time = decode_base_ms + decode_per_seq_ms * running sequences
     + decode_per_kv_token_ms * context tokens in the batch + decode_per_adapter_ms * distinct
     adapters in the batch. Training step = train_overhead_s + tokens * (1 + lora_rank /
-    train_rank_scale) / (train_tokens_per_s * devices). Profiles for other hardware are in
+    train_rank_scale) / (train_tokens_per_s * devices), with devices = 1 when the cluster
+    declares shared compute (one processor). Profiles for other hardware are in
     marlaas/sim/profiles/ (``--cost NAME``); ``marlaas calibrate`` fits one from real runs.
     """
 

@@ -107,11 +107,18 @@ class SimPyExecutor:
     def _start_generate(self, d: Generate, now: float) -> None:
         spec = self._jobs[d.job]
         drawn = spec.response_tokens.sample(self.rng, d.seqs)
+        prompt, shortest = d.context_tokens / d.seqs, 1
         if self.recording is not None:
-            drawn = self.recording.lengths((d.job, d.group, d.turn), d.seqs, drawn)
-        lengths = np.clip(np.rint(drawn), 1, d.max_new_tokens)
+            key = (d.job, d.group, d.turn)
+            drawn = self.recording.lengths(key, d.seqs, drawn)
+            prompt = self.recording.prompt_tokens.get(key, prompt)
+            shortest = 0  # a real turn may have had nothing left to generate
+        lengths = np.clip(np.rint(drawn), shortest, d.max_new_tokens)
+        if not lengths.any():  # nothing to generate: done at once
+            self._after(0.0, WorkDone(d.work_id, tokens=0, longest_tokens=0))
+            return
         engine = self.engines[d.engine]
-        engine.admit(now, d.work_id, lengths, d.context_tokens / d.seqs, (d.job, d.version))
+        engine.admit(now, d.work_id, lengths, prompt, (d.job, d.version))
         self._tokens[d.work_id] = (int(lengths.sum()), int(lengths.max()))
         self._wake(d.engine)
         self._share_processor(now)
@@ -163,5 +170,6 @@ class SimPyExecutor:
     def _start_train(self, d: Train) -> None:
         spec, cost = self._jobs[d.job], self.cost
         compute = d.tokens * (1 + spec.lora_rank / cost.train_rank_scale)
-        duration = cost.train_overhead_s + compute / (cost.train_tokens_per_s * len(d.devices))
+        devices = 1 if self.shared_compute else len(d.devices)  # one processor: no speed-up
+        duration = cost.train_overhead_s + compute / (cost.train_tokens_per_s * devices)
         self._after(duration, WorkDone(d.work_id, tokens=d.tokens))

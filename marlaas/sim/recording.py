@@ -1,5 +1,5 @@
-"""What a real run did, for a replay to do the same: each group turn's generated lengths and each
-environment step's duration, read from the real run's event log.
+"""What a real run did, for a replay to do the same: each group turn's prompt and generated
+lengths and each environment step's duration, read from the real run's event log.
 
 The log keeps a group turn's total tokens and its longest sample's: the replay gives one sample
 the longest length and shares the rest equally among the others (the group ends when its
@@ -23,6 +23,8 @@ class Recording:
 
     tokens: dict[Key, tuple[int, int]] = field(default_factory=dict)
     env_s: dict[Key, float] = field(default_factory=dict)
+    prompt_tokens: dict[Key, float] = field(default_factory=dict)
+    """Context tokens per sequence each turn started from (where the log has them)."""
 
     def lengths(self, key: Key, seqs: int, otherwise: np.ndarray) -> np.ndarray:
         """Each sample's tokens for a replayed turn (``otherwise`` when not recorded)."""
@@ -51,10 +53,17 @@ class Recording:
                 strict=True,
             )
         }
+        prompts = {
+            (j, int(g), int(t)): float(p)
+            for j, g, t, p in zip(
+                gen["job"], gen["group"], gen["turn"], gen["prompt_tokens"], strict=True
+            )
+            if p >= 0
+        }
         env_s = {
             (j, int(g), int(t)): end - start
             for j, g, t, start, end in zip(
                 env["job"], env["group"], env["turn"], env["start_s"], env["end_s"], strict=True
             )
         }
-        return cls(tokens, env_s)
+        return cls(tokens, env_s, prompts)

@@ -110,6 +110,7 @@ def calibrate(
         [features(r.events, r.workload.cluster.shared_compute) for r in runs], ignore_index=True
     )
     decode = fit_decode(rows)
+    alternatives = [fit_decode(rows, ridge) for ridge in RIDGES]
     quality = f"R² {decode.r2:.3f}"
     for name, unit, scale in [
         ("decode_base_ms", "ms per iteration", 1e3),
@@ -148,7 +149,8 @@ def calibrate(
     fitted.append(Fitted("colocated_switch_s", switch_s, "s", sync_rows, switch_note))
     cost = CostModel.model_validate(base.model_copy(update=values).model_dump())
     if refine_evaluations > 0:
-        refined = refine(runs, cost, refine_evaluations)
+        starts = [cost, *(_with_decode(cost, fit) for fit in alternatives)]
+        refined = refine(runs, starts, refine_evaluations)
         cost = refined.cost
         note = f"replayed: {refined.error_before:.1%} -> {refined.error_after:.1%}"
         fitted = [
@@ -159,6 +161,20 @@ def calibrate(
     base_model = runs[0].workload.base_model
     model = f"{base_model.name} ({base_model.path})" if base_model.path else base_model.name
     return Calibration(cost, fitted, [_describe(r) for r in runs], model)
+
+
+RIDGES = (0.01, 0.1)
+"""Penalties of the regressions tried as further starting points of the refinement."""
+
+
+def _with_decode(cost: CostModel, fit) -> CostModel:
+    """``cost`` with the engine terms of another decode regression."""
+    per_token = fit.coef["prefill_s_per_token"]
+    update = {name: fit.coef[name] * 1e3 for name in fit.coef if name.endswith("_ms")}
+    update["decode_base_ms"] = max(update["decode_base_ms"], 1e-6)
+    update["prefill_tokens_per_s"] = 1.0 / per_token if per_token > 0 else 1e9
+    update["engine_warmup_s"] = fit.warmup_s
+    return cost.model_copy(update=update)
 
 
 def _require_stages(runs: list[RealRun]) -> None:
@@ -186,7 +202,8 @@ def _fit_train(runs: list[RealRun], rank_scale: float) -> tuple[float, float, st
     for run in runs:
         ranks = {j.name: j.lora_rank for j in run.workload.jobs}
         ops = operations(run.events, "train")
-        work = ops["tokens"] * (1 + ops["job"].map(ranks) / rank_scale) / ops["devices"]
+        devices = 1 if run.workload.cluster.shared_compute else ops["devices"]  # one processor
+        work = ops["tokens"] * (1 + ops["job"].map(ranks) / rank_scale) / devices
         xs.append(work.to_numpy(float))
         ys.append(ops["duration_s"].to_numpy(float))
     x, y = np.concatenate(xs), np.concatenate(ys)

@@ -17,8 +17,9 @@ def _calibrate(args: argparse.Namespace) -> int:
     write_profile(args.out, result.cost, meta, notes)
     print(result.table())
     print(
-        "fit: R² of the regression over generate rows; replayed: RMS log ratio of replayed to "
-        "real generate durations, before -> after refining by replays"
+        "fit: R² of the regression over generate rows; replayed: the refinement's objective "
+        "(RMS log ratio of replayed to real generate durations, plus the log ratios of their "
+        "sums and of the makespans), regression -> refined"
     )
     print(f"wrote {args.out} (profile {name!r}, from {len(args.runs)} run(s))")
     return 0

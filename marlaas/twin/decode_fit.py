@@ -112,16 +112,23 @@ def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
 COLUMNS = ("x_base", "x_seq", "x_kv", "x_adapter", "x_prefill")
 
 
-def fit_decode(rows: pd.DataFrame) -> DecodeFit:
+def fit_decode(rows: pd.DataFrame, ridge: float = 0.0) -> DecodeFit:
     """Non-negative least squares of the steady rows' durations on the design columns, then
-    the warm-up as the mean residual of each engine's first batch."""
+    the warm-up as the mean residual of each engine's first batch. ``ridge`` > 0 adds a
+    Tikhonov penalty (relative to the columns' scales) that shares the duration among
+    collinear terms instead of giving it all to one (runs of one policy often move batch size,
+    context and adapters together)."""
     steady = rows[~rows["warm"]]
     if len(steady) < len(COLUMNS):
         raise ValueError(f"{len(steady)} steady generate rows; the fit needs at least 5")
     x = steady[list(COLUMNS)].to_numpy(float)
     y = steady["duration_s"].to_numpy(float)
     scale = np.where(x.max(axis=0) > 0, x.max(axis=0), 1.0)
-    beta, _ = nnls(x / scale, y)
+    design, target = x / scale, y
+    if ridge > 0:
+        design = np.vstack([design, np.sqrt(ridge * len(y)) * np.eye(len(COLUMNS))])
+        target = np.concatenate([y, np.zeros(len(COLUMNS))])
+    beta, _ = nnls(design, target)
     beta = beta / scale
     pred = x @ beta
     r2 = 1 - float(((y - pred) ** 2).sum() / max(((y - y.mean()) ** 2).sum(), 1e-300))

@@ -26,6 +26,8 @@ from marlaas.twin.operations import operations
 ENGINE_TERMS = ("decode_base_ms", "decode_per_seq_ms", "decode_per_kv_token_ms",
                 "decode_per_adapter_ms", "prefill_tokens_per_s", "engine_warmup_s")  # fmt: skip
 KEY = ["job", "group", "turn"]
+FLOOR_S = 1e-3
+"""Durations below this [s] count as this in the log ratios."""
 
 
 @dataclass(frozen=True)
@@ -39,23 +41,19 @@ class Refinement:
     evaluations: int
 
 
-def refine(runs, cost: CostModel, max_evaluations: int = 150) -> Refinement:
-    """Adjust ``cost``'s engine terms to the real runs (marlaas.twin.calibrate.RealRun)."""
+def refine(runs, starts: list[CostModel], max_evaluations: int = 150) -> Refinement:
+    """Adjust the engine terms to the real runs (marlaas.twin.calibrate.RealRun), from the
+    best of ``starts`` (e.g. regressions with different penalties)."""
     targets = [_real_durations(run.events) for run in runs]
     recordings = [Recording.from_events(run.events) for run in runs]
+    scored = [(_objective(runs, targets, recordings, c), i) for i, c in enumerate(starts)]
+    cost = starts[min(scored)[1]]
     start = _vector(cost)
     scale = np.where(start > 0, start, _floor(cost))
 
     def error(y: np.ndarray) -> float:
         candidate = _cost(cost, np.maximum(scale * (1 + y), 0.0))
-        squared, totals = [], 0.0
-        for run, target, recording in zip(runs, targets, recordings, strict=True):
-            replayed, makespan = _replay(run, candidate, recording)
-            joined = target.join(replayed.rename(columns={"duration_s": "replayed_s"}), how="inner")
-            squared.append(np.log(joined["replayed_s"] / joined["duration_s"]) ** 2)
-            totals += abs(np.log(joined["replayed_s"].sum() / joined["duration_s"].sum()))
-            totals += abs(np.log(makespan / run.summary["metrics"]["makespan_s"]))
-        return float(np.sqrt(np.mean(np.concatenate(squared))) + totals / len(runs))
+        return _objective(runs, targets, recordings, candidate)
 
     y0 = np.where(start > 0, 0.0, -1.0)  # a zero term starts at zero
     before = error(y0)
@@ -67,6 +65,20 @@ def refine(runs, cost: CostModel, max_evaluations: int = 150) -> Refinement:
     best = result.x if result.fun < before else y0
     refined = _cost(cost, np.maximum(scale * (1 + best), 0.0))
     return Refinement(refined, before, min(float(result.fun), before), int(result.nfev))
+
+
+def _objective(runs, targets, recordings, cost: CostModel) -> float:
+    """RMS log ratio of replayed to real generate durations, plus the mean absolute log
+    ratios of their sums and of the makespans."""
+    squared, totals = [], 0.0
+    for run, target, recording in zip(runs, targets, recordings, strict=True):
+        replayed, makespan = _replay(run, cost, recording)
+        joined = target.join(replayed.rename(columns={"duration_s": "replayed_s"}), how="inner")
+        joined = joined.clip(lower=FLOOR_S)  # turns with nothing left to generate take ~0 s
+        squared.append(np.log(joined["replayed_s"] / joined["duration_s"]) ** 2)
+        totals += abs(np.log(joined["replayed_s"].sum() / joined["duration_s"].sum()))
+        totals += abs(np.log(makespan / run.summary["metrics"]["makespan_s"]))
+    return float(np.sqrt(np.mean(np.concatenate(squared))) + totals / len(runs))
 
 
 def _real_durations(events: pd.DataFrame) -> pd.DataFrame:
