@@ -11,7 +11,13 @@ import asyncio
 import json
 from pathlib import Path
 
+from marlaas.core.limits import MAX_SEED, MAX_TOKENS
 from marlaas.executors.backends import BACKENDS
+from marlaas.run_options import bounded_int
+
+MAX_MICRO_BATCH = 4_096
+"""Largest --micro-batch-size [sequences]."""
+MAX_EVAL_PROMPTS = 100_000
 
 
 class ModelSetupError(RuntimeError):
@@ -113,11 +119,12 @@ def add_train_parsers(subparsers) -> None:
     )
     train.add_argument(
         "--micro-batch-size",
-        type=int,
+        type=bounded_int(1, MAX_MICRO_BATCH),
         default=16,
         help="sequences per forward/backward pass (bounds memory)",
     )
-    train.add_argument("--max-model-len", type=int, help="context cap [tokens]")
+    train.add_argument("--max-model-len", type=bounded_int(1, MAX_TOKENS),
+                       help="context cap [tokens]")  # fmt: skip
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_train)
 
@@ -126,7 +133,8 @@ def add_train_parsers(subparsers) -> None:
     )
     ev.add_argument("workload", help="the workload the run trained")
     ev.add_argument("--run", required=True, type=Path, help="run folder (with adapters/)")
-    ev.add_argument("--prompts", type=int, default=50, help="held-out episodes per job")
+    ev.add_argument("--prompts", type=bounded_int(1, MAX_EVAL_PROMPTS), default=50,
+                    help="held-out episodes per job")  # fmt: skip
     ev.add_argument("--backend", choices=BACKENDS, default="auto")
     ev.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field")
     ev.add_argument("--out", type=Path, help="JSON file (default: RUN/eval.json)")
@@ -134,7 +142,7 @@ def add_train_parsers(subparsers) -> None:
 
     tiny = subparsers.add_parser("make-tiny-model", help="build the tiny test model (seconds)")
     tiny.add_argument("dir", type=Path)
-    tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("--seed", type=bounded_int(0, MAX_SEED), default=0)
     tiny.add_argument("--overwrite", action="store_true")
     tiny.set_defaults(func=_make_tiny)
 
