@@ -40,6 +40,9 @@ from pathlib import Path
 MANIFEST_FILE = "manifest.json"
 KINDS = ("simulation", "real", "report", "sweep", "replay")
 """The kinds of output folder; a folder is only ever replaced by an output of its own kind."""
+NAMES = {"simulation": "simulation run", "real": "real training run", "report": "report",
+         "sweep": "sweep", "replay": "replay"}  # fmt: skip
+"""How an error names each kind."""
 
 LEGACY_ENTRIES: dict[str, frozenset[str]] = {
     "simulation": frozenset({"events.parquet", "summary.json"}),
@@ -224,10 +227,11 @@ def _check_owner(out: Path, kind: str, existing: tuple[str | None, str], partial
         raise OutputError(f"{out}: folder exists and is not a marlaas output (no "
                           f"{MANIFEST_FILE}); not replacing it (choose another --out)")  # fmt: skip
     if found != kind:
-        raise OutputError(f"{out}: holds a {found} output, not a {kind}; not replacing it "
-                          "(choose another --out)")  # fmt: skip
+        raise OutputError(f"{out}: holds a {NAMES[found]}, not a {NAMES[kind]}; not "
+                          "writing there (choose another --out)")  # fmt: skip
     if status != "finished" and not partial:
-        raise OutputError(f"{out}: holds an unfinished {kind} output; not replacing it")
+        hint = " (continue it: the same command with --resume)" if kind == "real" else ""
+        raise OutputError(f"{out}: holds an unfinished {NAMES[kind]}{hint}; not replacing it")
 
 
 def lock_path(out: Path) -> Path:

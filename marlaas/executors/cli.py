@@ -30,6 +30,10 @@ def _train(args: argparse.Namespace) -> int:
     from marlaas.table import print_summary
 
     workload = load_run_workload(args)  # an unknown policy fails before any model loads
+    args.interrupt_hint = (
+        f"the steps made durable so far are kept in {args.out}: run the same command with "
+        "--resume to continue"
+    )
     events, summary, rewards, result = train_run(
         workload, args.out, args.policy, resume=args.resume, backend=args.backend,
         seed=args.seed, base_dir=Path(args.workload).parent, progress=not args.quiet,
@@ -56,12 +60,16 @@ def _evaluate(args: argparse.Namespace) -> int:
     )
     from marlaas.executors.evaluate import accuracy_table, evaluate
     from marlaas.executors.outputs import ADAPTERS_DIR
+    from marlaas.out_folder import OutputError, claim, write_durably, write_manifest
     from marlaas.workload_file import load_with_overrides
 
     workload = load_with_overrides(args.workload, args.set)
     model_dir = model_dir_of(workload, Path(args.workload).parent)
     backend = resolve_backend(args.backend)
-    store = AdapterStore(Path(args.run) / ADAPTERS_DIR)
+    run = Path(args.run)
+    if not (run / ADAPTERS_DIR).is_dir():
+        raise OutputError(f"{run}: has no {ADAPTERS_DIR}/; not a real training run")
+    store = AdapterStore(run / ADAPTERS_DIR)
 
     async def go():
         gen = make_generator(backend, model_dir, workload, min(max_positions(model_dir), 2048))
@@ -70,11 +78,16 @@ def _evaluate(args: argparse.Namespace) -> int:
         finally:
             await gen.close()
 
-    frame = asyncio.run(go())
+    with claim(run, "real", allow_partial=True) as target:  # no train --resume meanwhile
+        frame = asyncio.run(go())
+        text = json.dumps(frame.to_dict(orient="records"), indent=2) + "\n"
+        if args.out is None:
+            out = write_durably(run / "eval.json", text)
+            write_manifest(run, "real", target.existing_status or "finished")
+        else:
+            out = write_durably(Path(args.out), text)
     table = accuracy_table(frame)
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    out = Path(args.out or Path(args.run) / "eval.json")
-    out.write_text(json.dumps(frame.to_dict(orient="records"), indent=2) + "\n")
     print(f"wrote {out}")
     return 0
 
