@@ -101,6 +101,8 @@ class HFGenerator:
             with self._model_lock, warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)  # "active adapter was deleted"
                 self.model.delete_adapter(key)
+                if not self.model.peft_config:  # the last one: back to the plain base model
+                    self.model = self.model.unload()
 
         await asyncio.to_thread(delete)
 
@@ -205,7 +207,7 @@ class HFGenerator:
         ids, attn = ids.to(self.device), attn.to(self.device)
         gens = [torch.Generator().manual_seed(r.seed) for r in rows]
         kwargs = {}
-        if any(r.key != BASE for r in rows):
+        if hasattr(self.model, "peft_config"):  # a PeftModel: name every row's adapter, base too
             kwargs["adapter_names"] = [r.key for r in rows]
         out_ids: list[list[int]] = [[] for _ in rows]
         out_lp: list[list[float]] = [[] for _ in rows]

@@ -142,3 +142,42 @@ def test_without_resume_an_unfinished_run_is_refused(tiny_model_dir, tmp_path, c
     err = capsys.readouterr().err
     assert "unfinished real training run" in err and "--resume" in err
     assert (out / "adapters" / "emit-a" / "v3").is_dir()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_stops_training_with_one_line_and_resume_finishes(
+    tiny_model_dir, tmp_path, capsys, sig
+):
+    workload = tmp_path / "w.yaml"
+    workload.write_text(workload_text(tiny_model_dir))
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    command = [sys.executable, "-m", "marlaas.cli", *train_args(workload, out)]
+    proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + KILL_TIMEOUT_S
+    while durable_steps(out) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=KILL_TIMEOUT_S)
+    assert proc.returncode == 128 + sig, err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]  # (transformers' loading bars come before it)
+    assert last == (
+        f"marlaas: interrupted ({sig.name}); the steps made durable so far are kept in {out}: "
+        "run the same command with --resume to continue"
+    )
+    assert read_manifest(out)["status"] == "partial"
+    assert sorted(p.name for p in out.iterdir()) == ["adapters", "journal.jsonl", "manifest.json"]
+    assert not list(tmp_path.glob(".run.*"))  # no lock or staging left
+    # a held-out evaluation of the partial run is part of the run from now on
+    assert main(["evaluate", str(workload), "--run", str(out), "--prompts", "2",
+                 "--backend", "hf"]) == 0  # fmt: skip
+    assert "eval.json" in read_manifest(out)["files"]
+    evaluation = (out / "eval.json").read_text()
+    assert main(train_args(workload, out, "--resume")) == 0
+    assert (out / "eval.json").read_text() == evaluation
+    rewards = pd.read_csv(out / "rewards.csv")
+    assert len(rewards) == len(JOBS) * STEPS
+    assert main(train_args(workload, out, "--resume")) == 2
+    assert "nothing to resume" in capsys.readouterr().err
