@@ -25,11 +25,12 @@ from pathlib import Path
 
 from marlaas.core.records import WorkRecord
 from marlaas.executors.episode_runner import RewardPoint
+from marlaas.out_folder import OutputError
 
 JOURNAL_FILE = "journal.jsonl"
 
 
-class JournalError(ValueError):
+class JournalError(OutputError):
     """A journal that cannot be read back (damaged before its last line)."""
 
 
@@ -67,6 +68,7 @@ class Journal:
     def __init__(self, path: Path, part: int, offset_s: float, versions: dict[str, int]) -> None:
         self.path, self.part, self.offset_s = Path(path), part, offset_s
         self.versions = dict(versions)
+        _drop_cut_line(self.path)
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
         self._write({"start": {"offset_s": offset_s, "versions": self.versions}}, sync=True)
 
@@ -106,6 +108,16 @@ class Journal:
             os.fsync(self._file.fileno())
 
 
+def _drop_cut_line(path: Path) -> None:
+    """Truncate a last line that a kill cut short, so that new lines start on their own."""
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with open(path, "r+b") as handle:
+            handle.truncate(data.rfind(b"\n") + 1)
+
+
 def read_journal(path: Path) -> Journaled:
     """Read a journal back (an empty one when there is no file)."""
     out = Journaled()
@@ -121,14 +133,21 @@ def read_journal(path: Path) -> Journaled:
             if number >= len(lines) - 1:
                 break  # the last line, cut short by a kill
             raise JournalError(f"{path}: line {number} is damaged; cannot resume") from None
-        part = int(line["part"])
-        out.parts = max(out.parts, part + 1)
-        if "record" in line:
-            out.records.append((part, WorkRecord(**_floats(line["record"]))))
-        elif "step" in line:
-            out.steps.append((part, RewardPoint(**_floats(line["step"]))))
-            out.counters[part] = line.get("counters", {})
+        try:
+            _add(out, line)
+        except (KeyError, TypeError, ValueError) as err:
+            raise JournalError(f"{path}: line {number} is not a journal line ({err})") from None
     return out
+
+
+def _add(out: Journaled, line: dict) -> None:
+    part = int(line["part"])
+    out.parts = max(out.parts, part + 1)
+    if "record" in line:
+        out.records.append((part, WorkRecord(**_floats(line["record"]))))
+    elif "step" in line:
+        out.steps.append((part, RewardPoint(**_floats(line["step"]))))
+        out.counters[part] = line.get("counters", {})
 
 
 def _plain(values: dict) -> dict:
