@@ -204,6 +204,10 @@ def claim(out: str | Path, kind: str, *, allow_partial: bool = False) -> Iterato
     if kind not in KINDS:
         raise ValueError(f"unknown output kind {kind!r}")
     out = Path(out)
+    if out.name in ("", ".", ".."):
+        out = Path(os.path.abspath(out))  # "." or "runs/..": the folder it names
+    if not out.name:
+        raise OutputError(f"{out}: the root folder cannot be an output folder")
     if out.exists() and not out.is_dir():
         raise OutputError(f"{out}: exists and is not a folder; not writing there")
     try:
