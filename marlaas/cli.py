@@ -116,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         except (KeyboardInterrupt, Interrupted) as err:
             number = err.signal if isinstance(err, Interrupted) else signal.SIGINT
-            hint = getattr(args, "interrupt_hint", None) or "nothing was written"
+            out = getattr(args, "out", None)
+            left = f"{out} was left as it was" if out else "nothing was written"
+            hint = getattr(args, "interrupt_hint", None) or left
             print(f"marlaas: interrupted ({signal.Signals(number).name}); {hint}",
                   file=sys.stderr)  # fmt: skip
             return 128 + number

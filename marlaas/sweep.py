@@ -267,7 +267,6 @@ def _sweep(args: argparse.Namespace) -> int:
     baseline = args.baseline or ("sequential" if "sequential" in schedules else None)
     if baseline is not None and baseline not in schedules:
         raise SweepError(f"--baseline {baseline!r} is not one of the presets or policies")
-    args.interrupt_hint = f"{args.out} was left as it was"
     with claim(args.out, "sweep") as out, out.staged() as staging:
         runs_dir = None if args.no_events else staging / "runs"
         rows, summaries = execute(runs, args.workers, not args.quiet, runs_dir)
