@@ -9,7 +9,6 @@ are in the field names (``_s`` seconds, ``_ms`` milliseconds, ``tokens``).
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -365,19 +364,20 @@ def format_validation_error(err: ValidationError, source: str) -> str:
     be greater than 0 (got -3); ...``."""
     problems: dict[tuple[str, str], list[str]] = {}
     for problem in err.errors():
-        path = ""
+        path = shape = ""  # shape: the path with every list index as [*]
         for part in problem["loc"]:
             if isinstance(part, int):
-                path += f"[{part}]"
+                path, shape = path + f"[{part}]", shape + "[*]"
             elif not str(part).startswith(("function-", "tagged-union")):
                 path += f".{part}" if path else str(part)
+                shape += f".{part}" if shape else str(part)
         message = problem["msg"].removeprefix("Value error, ")
         if problem["type"] == "extra_forbidden":
             message = "unknown field"
         got = problem.get("input")
         shown = "" if isinstance(got, dict | list) else f" (got {_short_repr(got)})"
         path = path or "<top>"
-        problems.setdefault((re.sub(r"\[\d+\]", "[*]", path), message + shown), []).append(path)
+        problems.setdefault((shape, message + shown), []).append(path)
     lines = []
     for (_, message), paths in problems.items():
         alike = f" (and {len(paths) - 1} more like it)" if len(paths) > 1 else ""
