@@ -27,7 +27,7 @@ _PR_SET_PDEATHSIG = 1
 def start_pool(processes: int) -> Pool:
     """A process pool whose workers die with this process; use it as a context manager
     (leaving the block terminates the workers at once, without waiting for their tasks)."""
-    return multiprocessing.get_context("fork").Pool(
+    return multiprocessing.get_context().Pool(
         processes, initializer=_init_worker, initargs=(os.getpid(),)
     )
 
