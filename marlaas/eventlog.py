@@ -106,6 +106,9 @@ def write_event_log(records: Iterable[WorkRecord] | pd.DataFrame, path: str | Pa
     """Write the event log as Parquet atomically (temporary file, then rename)."""
     path = Path(path)
     frame = records if isinstance(records, pd.DataFrame) else records_to_frame(records)
+    missing = {c: d for c, d in ADDED_COLUMNS.items() if c not in frame.columns}
+    if missing:  # a frame of an older log: its added columns take their defaults
+        frame = frame.assign(**missing)
     table = pa.Table.from_pandas(frame[list(COLUMNS)], schema=SCHEMA, preserve_index=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

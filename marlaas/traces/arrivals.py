@@ -30,6 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from marlaas.core.limits import MAX_ARRIVAL_S, MAX_STEPS
 from marlaas.traces.csvrows import count, number, read_rows
 from marlaas.traces.errors import TraceError
 
@@ -59,16 +60,16 @@ def load_arrivals(path: str | Path) -> list[Arrival]:
         elif "submit_time" in row:
             try:
                 submit = datetime.fromisoformat(row["submit_time"]).timestamp()
-            except ValueError:
+            except (ValueError, OverflowError, OSError):
                 raise TraceError(
-                    path, f"submit_time: {row['submit_time']!r} is not an ISO 8601 time", line
+                    path, f"submit_time: {row['submit_time'][:40]!r} is not an ISO 8601 time", line
                 ) from None
         else:
             raise TraceError(path, "needs a submit_s [s] or a submit_time column", line)
         if not row["tenant"]:
             raise TraceError(path, "tenant: must not be empty", line)
         size = row.get("size", "")
-        steps = count(path, line, "size", size) if size else None
+        steps = count(path, line, "size", size, high=MAX_STEPS) if size else None
         if steps == 0:
             raise TraceError(path, "size: a job needs at least 1 training step", line)
         stamps.append(submit)
@@ -78,6 +79,10 @@ def load_arrivals(path: str | Path) -> list[Arrival]:
     if "submit_s" not in rows[0][1]:
         first = min(stamps)
         out = [Arrival(a.line, a.tenant, a.submit_s - first, a.job, a.size) for a in out]
+        late = next((a for a in out if a.submit_s > MAX_ARRIVAL_S), None)
+        if late is not None:
+            raise TraceError(path, f"submit_time: {late.submit_s:g} s after the first row; "
+                             f"at most {MAX_ARRIVAL_S:g} s", late.line)  # fmt: skip
     return out
 
 
