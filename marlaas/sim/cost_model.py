@@ -71,5 +71,9 @@ class CostModel(BaseModel):
     colocated_switch_s: Seconds = 1.4
     """Colocated placement: putting the engine to sleep and waking it around a training step
     [s] [S8]."""
+    adapter_load_wait_iterations: Annotated[float, Field(ge=0, le=1_000)] = 0.0
+    """Decode iterations an adapter load waits for when engines on its processor are
+    decoding (vLLM adds a LoRA between two engine steps) [iterations]; 0 for the published
+    profiles, where the load itself dominates; calibrated on CPUs, where it does not."""
     engine_warmup_s: Seconds = 0.0
     """Extra time of an engine's first generation [s] (0: warmed up before the run) [S8]."""

@@ -78,6 +78,11 @@ class EngineModel:
         context = self.context_offset + self.running * self.progress
         return self._iteration(self.running, context, len(self.adapters))
 
+    def iteration_s(self, now: float) -> float:
+        """How long a decode iteration takes at ``now`` [s] (0 when nothing decodes)."""
+        self.advance(now)
+        return self._iteration_s()[0] if self.running else 0.0
+
     def set_slowdown(self, now: float, factor: float) -> None:
         """From ``now`` [s] on, every iteration takes ``factor`` times as long."""
         self.advance(now)

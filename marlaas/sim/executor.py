@@ -73,7 +73,8 @@ class SimPyExecutor:
         elif isinstance(decision, EnvStep):
             self._start_env(decision)
         elif isinstance(decision, LoadAdapter):
-            self._after(cost.adapter_load_s, WorkDone(decision.work_id))
+            wait = cost.adapter_load_wait_iterations * self._busiest_iteration_s(decision, now)
+            self._after(cost.adapter_load_s + wait, WorkDone(decision.work_id))
         elif isinstance(decision, SwapIn):
             self._after(cost.trainer_swap_s, WorkDone(decision.work_id))
         elif isinstance(decision, Train):
@@ -122,6 +123,14 @@ class SimPyExecutor:
         self._tokens[d.work_id] = (int(lengths.sum()), int(lengths.max()))
         self._wake(d.engine)
         self._share_processor(now)
+
+    def _busiest_iteration_s(self, d: LoadAdapter, now: float) -> float:
+        """The longest decode iteration running on the load's processor: its own engine, or
+        every engine when they share one processor [s]."""
+        if not self.cost.adapter_load_wait_iterations:
+            return 0.0
+        names = self.engines if self.shared_compute else [d.engine]
+        return max(self.engines[name].iteration_s(now) for name in names)
 
     def _wake(self, name: str) -> None:
         """Schedule the engine's next group completion (superseding any earlier wake-up)."""
