@@ -101,12 +101,13 @@ class Empirical(_Dist):
 
 
 class Trace(_Dist):
-    """Token counts of a request trace file (Azure LLM trace, BurstGPT or plain CSV)."""
+    """Token counts of a request trace file (Azure LLM trace, BurstGPT, Mooncake JSONL or
+    plain CSV), in the file's row order."""
 
     dist: Literal["trace"]
     path: str
     """The trace file (made absolute when the workload file is read)."""
-    format: Literal["azure", "burstgpt", "csv"] = "csv"
+    format: Literal["azure", "burstgpt", "mooncake", "csv"] = "csv"
     column: Literal["prompt", "response"] = "response"
     values: Values = Field(default_factory=list)
     """The column's token counts, filled in from the file by marlaas.workload_file."""

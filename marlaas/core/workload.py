@@ -238,14 +238,29 @@ class ClusterSpec(_Strict):
 
 
 class ArrivalsSpec(_Strict):
-    """Job arrivals (and sizes) taken from an arrivals CSV (see marlaas.traces.arrivals)."""
+    """Job arrivals taken from a file (see marlaas.traces.arrivals): an arrivals CSV (one
+    row per job, with its size), or a request trace whose timestamps become arrivals."""
 
     path: str
-    """The CSV, relative to the workload file."""
+    """The file, relative to the workload file."""
+    format: Literal["jobs", "azure", "burstgpt", "mooncake", "csv"] = "jobs"
+    """jobs: an arrivals CSV (tenant, submit_s or submit_time, size, job); else a request
+    trace in that format, whose first N timestamps (relative to the earliest) are the N jobs'
+    arrivals, in workload order."""
     match: Literal["job", "tenant"] = "job"
-    """job: a row names its job; tenant: a tenant's k-th row goes to its k-th job."""
+    """Arrivals CSV: job: a row names its job; tenant: a tenant's k-th row goes to its k-th
+    job."""
     time_scale: Amount(L.MAX_TIME_SCALE) = 1.0
-    """Factor on the file's submit times (0 = every job at once)."""
+    """Factor on the file's times (0 = every job at once)."""
+
+    @model_validator(mode="after")
+    def _match_for_jobs(self) -> ArrivalsSpec:
+        if self.format != "jobs" and self.match != "job":
+            raise ValueError(
+                f"match: {self.match!r} is for an arrivals CSV (format: jobs); the jobs of a "
+                f"request trace ({self.format}) arrive at its requests' times in workload order"
+            )
+        return self
 
 
 class Workload(_Strict):
