@@ -10,8 +10,9 @@ Written in YAML as a mapping with a ``dist`` tag::
 
 A ``trace`` distribution holds token counts read from a request trace (see marlaas.traces):
 :mod:`marlaas.workload_file` reads the file, relative to the workload file, into ``values``
-when it loads the workload; from then on it behaves as ``empirical``. Sampling takes a numpy
-Generator so that all randomness comes from the run's seed.
+when it loads the workload; from then on it behaves as ``empirical``, except that a job's
+prompt and response traces of one file are drawn as pairs (:mod:`marlaas.core.prompts`).
+Sampling takes a numpy Generator so that all randomness comes from the run's seed.
 """
 
 from __future__ import annotations
