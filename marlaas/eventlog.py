@@ -30,9 +30,12 @@ outcome    str     ``ok`` or ``failed``; for idle rows the cause: ``rollouts``,
                    ``staleness``, ``barrier`` (the step barrier of ``sync``),
                    ``no_work``
 reward     float   mean reward of the group (real runs; NaN in simulation)
-prompt_tokens int  generate: context tokens per sequence the turn started from (the
-                   prompt on the first turn; prompt, earlier turns and observations
-                   later); -1 for other kinds and in logs written before it existed
+prompt_tokens int  generate: context tokens per sequence the turn started from: on
+                   the first turn the group's own prompt (every sample of a group
+                   shares it; in simulation drawn per group, marlaas.core.prompts;
+                   in real runs the tokenized prompt), later the prompt, the earlier
+                   turns and observations; -1 for other kinds and in logs written
+                   before it existed
 longest_tokens int generate: tokens of the group's longest sample; -1 otherwise
 ========== ======= ==================================================================
 """

@@ -2,7 +2,8 @@
 
 Everything a workload file refers to is read here, once, so that the scheduler core only ever
 sees plain data: trace files named by ``dist: trace`` distributions (paths relative to the
-workload file), the arrivals CSV, and the ``cost:`` block the simulator reads. Environment
+workload file), the arrivals file (an arrivals CSV or a request trace's timestamps), and the
+``cost:`` block the simulator reads. Environment
 names and their options are checked against the environments that would run them. Every
 problem is one :class:`WorkloadError` line naming the file and the field.
 """
@@ -170,7 +171,7 @@ def load_with_overrides(path: str | Path, items: list[str] | None) -> Workload:
 
 
 def resolve_files(data: Any, base_dir: Path, source: str) -> Any:
-    """A copy of raw workload data with its trace distributions and arrivals CSV read in
+    """A copy of raw workload data with its trace distributions and arrivals file read in
     (paths relative to ``base_dir``)."""
     if not isinstance(data, dict):
         return data  # the schema names the problem

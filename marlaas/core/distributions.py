@@ -10,8 +10,9 @@ Written in YAML as a mapping with a ``dist`` tag::
 
 A ``trace`` distribution holds token counts read from a request trace (see marlaas.traces):
 :mod:`marlaas.workload_file` reads the file, relative to the workload file, into ``values``
-when it loads the workload; from then on it behaves as ``empirical``. Sampling takes a numpy
-Generator so that all randomness comes from the run's seed.
+when it loads the workload; from then on it behaves as ``empirical``, except that a job's
+prompt and response traces of one file are drawn as pairs (:mod:`marlaas.core.prompts`).
+Sampling takes a numpy Generator so that all randomness comes from the run's seed.
 """
 
 from __future__ import annotations
@@ -101,12 +102,13 @@ class Empirical(_Dist):
 
 
 class Trace(_Dist):
-    """Token counts of a request trace file (Azure LLM trace, BurstGPT or plain CSV)."""
+    """Token counts of a request trace file (Azure LLM trace, BurstGPT, Mooncake JSONL or
+    plain CSV), in the file's row order."""
 
     dist: Literal["trace"]
     path: str
     """The trace file (made absolute when the workload file is read)."""
-    format: Literal["azure", "burstgpt", "csv"] = "csv"
+    format: Literal["azure", "burstgpt", "mooncake", "csv"] = "csv"
     column: Literal["prompt", "response"] = "response"
     values: Values = Field(default_factory=list)
     """The column's token counts, filled in from the file by marlaas.workload_file."""

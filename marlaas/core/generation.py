@@ -146,7 +146,8 @@ def next_group(job: JobState) -> tuple[Group, int]:
     if job.ready_gen:
         group = job.groups[job.ready_gen[0]]
     else:
-        group = Group(job.next_group, job.published, context_tokens=job.prompt_reserve)
+        context = job.prompt_reserve_of(job.next_group)  # the group's own prompt, per sample
+        group = Group(job.next_group, job.published, context_tokens=context)
     return group, group.context_tokens + rl.group_size * rl.max_new_tokens
 
 

@@ -41,8 +41,12 @@ from marlaas.core.workload import Workload
 class Scheduler:
     """Schedules every tenant's generation, environment, training and sync work."""
 
-    def __init__(self, workload: Workload, policy: Policy | str | None = None) -> None:
+    def __init__(
+        self, workload: Workload, policy: Policy | str | None = None, seed: int | None = None
+    ) -> None:
         self.workload = workload
+        self.seed = workload.seed if seed is None else seed
+        """The run's seed (default: the workload's); it fixes each group's prompt length."""
         self.policy = (
             policy if isinstance(policy, Policy) else get_policy(policy or workload.policy)
         )
@@ -51,7 +55,9 @@ class Scheduler:
         cap = self.mechanism.staleness_cap
         bounds = [j.rl.max_staleness if cap is None else min(cap, j.rl.max_staleness)
                   for j in workload.jobs]  # fmt: skip
-        self.jobs = [JobState(spec, i, bounds[i]) for i, spec in enumerate(workload.jobs)]
+        self.jobs = [
+            JobState(spec, i, bounds[i], self.seed) for i, spec in enumerate(workload.jobs)
+        ]
         self._jobs_by_name = {j.name: j for j in self.jobs}
         self.ledger = Ledger(self.cluster)
         self.generation = Generation(

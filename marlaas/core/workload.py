@@ -71,6 +71,10 @@ class RLSettings(_Strict):
     """Samples per prompt (the GRPO group size)."""
     max_new_tokens: Count(L.MAX_TOKENS) = 1024
     """Cap on generated tokens per turn and sample [tokens]."""
+    max_prompt_tokens: Count(L.MAX_TOKENS) | None = None
+    """Cap on a prompt [tokens]: a longer one drawn from prompt_tokens is truncated to it
+    (verl's max_prompt_length). None: the longest prompt_tokens can give (its largest value;
+    a lognormal's p99.99). Every group's KV reservation must fit an engine at this length."""
     turns: Count(L.MAX_TURNS) = 1
     """Generation turns per episode; each turn is followed by one environment step."""
     max_staleness: Count(L.MAX_STALENESS, low=0) = 1
@@ -117,12 +121,16 @@ class JobSpec(_Strict):
     lora_rank: Count(L.MAX_LORA_RANK) = 16
     rl: RLSettings = Field(default_factory=RLSettings)
     prompt_tokens: Distribution = Field(default_factory=lambda: {"dist": "constant", "value": 256})
-    """Prompt length per prompt [tokens]; its mean sizes each group's KV reservation and the
-    simulated prefill."""
+    """Prompt length [tokens], drawn once per group (its samples share the prompt, as in
+    GRPO), the same for a (seed, job, group) in every run (marlaas.core.prompts), truncated
+    at rl.max_prompt_tokens; it sizes the group's KV reservation and simulated prefill."""
     response_tokens: Distribution = Field(
         default_factory=lambda: {"dist": "lognormal", "median": 300, "sigma": 0.8}
     )
-    """Response length per sample and turn [tokens], truncated at rl.max_new_tokens."""
+    """Response length per sample and turn [tokens], truncated at rl.max_new_tokens. When
+    both are ``trace`` distributions of one file (same path and format), they are drawn as
+    pairs: a group's samples' responses come from the trace's requests whose prompts are
+    close to the group's (marlaas.core.prompts), so their correlation is kept."""
     env: EnvSpec = Field(default_factory=EnvSpec)
 
     @model_validator(mode="before")
@@ -238,14 +246,29 @@ class ClusterSpec(_Strict):
 
 
 class ArrivalsSpec(_Strict):
-    """Job arrivals (and sizes) taken from an arrivals CSV (see marlaas.traces.arrivals)."""
+    """Job arrivals taken from a file (see marlaas.traces.arrivals): an arrivals CSV (one
+    row per job, with its size), or a request trace whose timestamps become arrivals."""
 
     path: str
-    """The CSV, relative to the workload file."""
+    """The file, relative to the workload file."""
+    format: Literal["jobs", "azure", "burstgpt", "mooncake", "csv"] = "jobs"
+    """jobs: an arrivals CSV (tenant, submit_s or submit_time, size, job); else a request
+    trace in that format, whose first N timestamps (relative to the earliest) are the N jobs'
+    arrivals, in workload order."""
     match: Literal["job", "tenant"] = "job"
-    """job: a row names its job; tenant: a tenant's k-th row goes to its k-th job."""
+    """Arrivals CSV: job: a row names its job; tenant: a tenant's k-th row goes to its k-th
+    job."""
     time_scale: Amount(L.MAX_TIME_SCALE) = 1.0
-    """Factor on the file's submit times (0 = every job at once)."""
+    """Factor on the file's times (0 = every job at once)."""
+
+    @model_validator(mode="after")
+    def _match_for_jobs(self) -> ArrivalsSpec:
+        if self.format != "jobs" and self.match != "job":
+            raise ValueError(
+                f"match: {self.match!r} is for an arrivals CSV (format: jobs); the jobs of a "
+                f"request trace ({self.format}) arrive at its requests' times in workload order"
+            )
+        return self
 
 
 class Workload(_Strict):

@@ -117,7 +117,7 @@ def _train_part(workload, journal, store, model_dir, backend, policy, seed, prog
                 observers, offsets, options, track) -> RunResult:  # fmt: skip
     """Drive one part of the run (the first, or a resumed one), journaling it (and feeding
     ``track``, a tracker, each training step's statistics)."""
-    scheduler = Scheduler(workload, policy)
+    scheduler = Scheduler(workload, policy, seed)
     total = sum(j.steps for j in scheduler.jobs)
     with LocalExecutor(
         scheduler.workload, scheduler.cluster, store=store, model_dir=model_dir,

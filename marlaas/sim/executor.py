@@ -17,6 +17,7 @@ import numpy as np
 import simpy
 
 from marlaas.core.cluster import Cluster
+from marlaas.core.prompts import GroupLengths
 from marlaas.core.work import (
     Decision,
     EnvStep,
@@ -60,6 +61,8 @@ class SimPyExecutor:
         """SimPy events processed."""
         self._stamp = dict.fromkeys(self.engines, 0)
         self._jobs = {j.name: j for j in workload.jobs}
+        self._lengths = {j.name: GroupLengths(j, self.seed, i) for i, j in enumerate(workload.jobs)}
+        """Each job's response lengths per sample (paired with the group's prompt)."""
         self._tokens: dict[int, tuple[int, int]] = {}
         """(tokens, longest sample's tokens) each running generation will produce, by id."""
         self._done: list[WorkDone] = []
@@ -106,8 +109,7 @@ class SimPyExecutor:
         self.env.timeout(delay).callbacks.append(lambda _: self._done.extend(done))
 
     def _start_generate(self, d: Generate, now: float) -> None:
-        spec = self._jobs[d.job]
-        drawn = spec.response_tokens.sample(self.rng, d.seqs)
+        drawn = self._lengths[d.job].responses(self.rng, d.group, d.seqs)
         prompt, shortest = d.context_tokens / d.seqs, 1
         if self.recording is not None:
             key = (d.job, d.group, d.turn)

@@ -34,7 +34,7 @@ def simulate(
     """Simulate ``workload`` under ``policy`` (default: the workload's) and ``seed`` with
     ``cost`` (default: the workload's cost model), replaying ``recording`` if given;
     ``check``: verify the run's invariants."""
-    scheduler = Scheduler(workload, policy)
+    scheduler = Scheduler(workload, policy, seed)
     executor = SimPyExecutor(
         workload, scheduler.cluster, cost or cost_of(workload), seed, recording
     )

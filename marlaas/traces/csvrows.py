@@ -27,13 +27,7 @@ def read_rows(path: str | Path, required: tuple[str, ...]) -> Iterator[tuple[int
     Raises :class:`TraceError` when the file is missing, has no header, lacks one of the
     ``required`` columns, or a row has a different number of fields than the header.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise TraceError(path, "no such trace file")
-    size = path.stat().st_size
-    if size > MAX_TRACE_BYTES:
-        raise TraceError(path, f"{size:,} bytes; a trace file may have at most "
-                         f"{MAX_TRACE_BYTES:,}")  # fmt: skip
+    path = checked_file(path)
     try:
         yield from _rows(path, required)
     except UnicodeDecodeError as err:
@@ -42,6 +36,18 @@ def read_rows(path: str | Path, required: tuple[str, ...]) -> Iterator[tuple[int
         raise TraceError(path, f"not a CSV file ({err})") from None
     except OSError as err:
         raise TraceError(path, f"cannot read it ({err.strerror})") from None
+
+
+def checked_file(path: str | Path) -> Path:
+    """``path`` when it is a file of at most MAX_TRACE_BYTES, else a TraceError."""
+    path = Path(path)
+    if not path.is_file():
+        raise TraceError(path, "no such trace file")
+    size = path.stat().st_size
+    if size > MAX_TRACE_BYTES:
+        raise TraceError(path, f"{size:,} bytes; a trace file may have at most "
+                         f"{MAX_TRACE_BYTES:,}")  # fmt: skip
+    return path
 
 
 def _rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
@@ -82,7 +88,9 @@ def count(path: str | Path, line: int, column: str, text: str, high: int = MAX_T
     TraceError naming the line and column."""
     value = _float(text)
     if not math.isfinite(value) or value < 0 or value != int(value):
-        raise TraceError(path, f"{column}: {text[:40]!r} is not a non-negative integer", line)
+        raise TraceError(
+            path, f"{column}: {text[:40]!r} is not a non-negative integer (0 to {high:,})", line
+        )
     if value > high:
         raise TraceError(path, f"{column}: {text[:40]!r} is more than {high:,}", line)
     return int(value)
@@ -95,7 +103,9 @@ def number(
     naming the line and column."""
     value = _float(text)
     if not math.isfinite(value) or value < 0:
-        raise TraceError(path, f"{column}: {text[:40]!r} is not a non-negative number", line)
+        raise TraceError(
+            path, f"{column}: {text[:40]!r} is not a non-negative number (0 to {high:g})", line
+        )
     if value > high:
         raise TraceError(path, f"{column}: {text[:40]!r} is more than {high:g}", line)
     return value
