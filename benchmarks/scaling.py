@@ -1,0 +1,154 @@
+"""Simulator cost per event as the number of jobs (and GPUs with them) grows.
+
+    python benchmarks/scaling.py                          # paper-32, then 8 ... 256 jobs
+    python benchmarks/scaling.py --jobs 1024 --steps 20   # a thousand tenants
+
+The workload of N jobs is paper-32's jobs cycled (job i is paper-32's job i mod 32, renamed,
+with a tenant of its own) on 2 GPUs per job, split 3:1 between rollout and training (trainers
+of 4 devices): traces/paper-8.yaml is the 8-job one. Every size is simulated under ``fair``
+(invariants not checked: they read the whole event log), then a bare SimPy loop processes
+the same number of events (timeouts with a callback each, as the simulator uses SimPy; the
+best of 3) in the same process right after, so that the ratio of the two is measured under
+the same machine load. Printed per size: SimPy events, wall time, µs per event, the bare
+loop's µs per event and the ratio; then the growth exponent of µs per event between 64 and
+256 jobs (0: flat; 1: linear in jobs) and the peak RSS of the process. The script imports
+marlaas from PYTHONPATH, so one copy of it can measure an older tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import resource
+import sys
+import time
+from pathlib import Path
+
+import simpy
+
+from marlaas.core.scheduler import Scheduler
+from marlaas.core.workload import Workload, parse_workload
+from marlaas.drive import drive
+from marlaas.sim.executor import SimPyExecutor
+from marlaas.workload_file import WorkloadFile, load_workload
+
+PAPER_32 = Path(__file__).resolve().parents[1] / "traces" / "paper-32.yaml"
+
+
+def cycled_workload(jobs: int, steps: int | None = None) -> Workload:
+    """paper-32's jobs cycled to ``jobs`` jobs on ``2 * jobs`` GPUs (3:1 rollout:train);
+    ``steps``: every job's rl.steps (default: each paper-32 job's own)."""
+    if jobs % 8:
+        raise ValueError(f"jobs={jobs}: a multiple of 8 (whole 4-device trainers)")
+    data = load_workload(PAPER_32).model_dump()
+    source = data["jobs"]
+    cycled = []
+    for i in range(jobs):
+        job = dict(source[i % len(source)])
+        if i >= len(source):
+            lap = i // len(source)
+            job["name"], job["tenant"] = f"{job['name']}.{lap}", f"{job['tenant']}.{lap}"
+        if steps is not None:
+            job["rl"] = {**job["rl"], "steps": steps}
+        cycled.append(job)
+    data["jobs"], data["arrivals"], data["name"] = cycled, None, f"paper-cycled-{jobs}"
+    data["cluster"]["pools"] = [
+        {"name": "rollout", "role": "inference", "devices": jobs * 3 // 2},
+        {"name": "train", "role": "training", "devices": jobs // 2, "devices_per_trainer": 4},
+    ]
+    return parse_workload(data, source=f"paper-32 cycled to {jobs} jobs", schema=WorkloadFile)
+
+
+def bare_simpy(events: int, chains: int = 64) -> float:
+    """Wall time [s] of SimPy processing ``events`` timeouts in ``chains`` callback chains."""
+    env = simpy.Environment()
+    left = [events]
+
+    def fire(_event) -> None:
+        left[0] -= 1
+        if left[0] >= chains:
+            env.timeout(1.0 + (left[0] % 7) * 0.1).callbacks.append(fire)
+
+    for i in range(min(chains, events)):
+        env.timeout(i * 0.01).callbacks.append(fire)
+    t0 = time.perf_counter()
+    env.run()
+    return time.perf_counter() - t0
+
+
+def measure(workload: Workload, policy: str = "fair") -> dict:
+    """One simulation and a bare SimPy loop of as many events, right after it."""
+    t0 = time.perf_counter()
+    scheduler = Scheduler(workload, policy)
+    executor = SimPyExecutor(workload, scheduler.cluster)
+    result = drive(scheduler, executor, check=False)
+    wall = time.perf_counter() - t0
+    events = executor.steps
+    bare = min(bare_simpy(events) for _ in range(3))
+    return {
+        "jobs": len(workload.jobs),
+        "gpus": workload.cluster.total_devices,
+        "events": events,
+        "wall_s": wall,
+        "us_per_event": wall / events * 1e6,
+        "bare_us_per_event": bare / events * 1e6,
+        "ratio": wall / bare,
+        "makespan_s": result.makespan_s,
+    }
+
+
+def growth_exponent(rows: list[dict], small: int = 64, large: int = 256) -> float | None:
+    """d log(µs per event) / d log(jobs) between ``small`` and ``large`` jobs."""
+    by_jobs = {r["jobs"]: r for r in rows if r["label"] != "paper-32"}
+    if small not in by_jobs or large not in by_jobs:
+        return None
+    a, b = by_jobs[small]["us_per_event"], by_jobs[large]["us_per_event"]
+    return math.log(b / a) / math.log(large / small)
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process [MB] (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", default="8,32,64,128,256", help="job counts (multiples of 8)")
+    parser.add_argument("--steps", type=int, help="every job's rl.steps (default: its own)")
+    parser.add_argument("--policy", default="fair")
+    parser.add_argument("--no-paper", action="store_true", help="skip paper-32 itself")
+    args = parser.parse_args(argv)
+    rows = []
+    header = (
+        f"{'run':>10s} {'jobs':>5s} {'GPUs':>5s} {'events':>9s} {'wall s':>8s} "
+        f"{'us/event':>9s} {'bare us':>8s} {'x bare':>7s}"
+    )
+    print(header, flush=True)
+    runs = [] if args.no_paper else [("paper-32", load_workload(PAPER_32))]
+    runs += [("cycled", n) for n in map(int, args.jobs.split(","))]
+    for label, what in runs:
+        workload = what if isinstance(what, Workload) else cycled_workload(what, args.steps)
+        row = {"label": label, **measure(workload, args.policy)}
+        rows.append(row)
+        print(
+            f"{label:>10s} {row['jobs']:5d} {row['gpus']:5d} {row['events']:9d} "
+            f"{row['wall_s']:8.2f} {row['us_per_event']:9.1f} {row['bare_us_per_event']:8.2f} "
+            f"{row['ratio']:7.1f}",
+            flush=True,
+        )
+    cycled = [r for r in rows if r["label"] != "paper-32"]
+    if len(cycled) >= 2:
+        first, last = cycled[0], cycled[-1]
+        print(
+            f"per-event cost {last['jobs']} vs {first['jobs']} jobs: "
+            f"{last['us_per_event'] / first['us_per_event']:.2f}x"
+        )
+    exponent = growth_exponent(rows)
+    if exponent is not None:
+        print(f"growth exponent of us/event, 64 -> 256 jobs: {exponent:.2f}")
+    print(f"peak RSS: {peak_rss_mb():.0f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
