@@ -70,6 +70,9 @@ class Scheduler:
             Sync: self.training.on_sync,
         }
         self._round_limit: dict[str, int] = {}
+        self._round_left: set[int] = set()
+        """Jobs of the barrier round that have not published their round's step yet."""
+        self._finished: set[int] = set()
         self._arrivals = sorted(self.jobs, key=lambda j: (j.arrival_s, j.index))
         self._waiting: list[JobState] = []
         """Arrived, not yet admitted (max_active_jobs)."""
@@ -85,7 +88,7 @@ class Scheduler:
     @property
     def done(self) -> bool:
         """True when every job trained and published all its steps."""
-        return all(j.done for j in self.jobs)
+        return len(self._finished) == len(self.jobs)
 
     @property
     def running(self) -> int:
@@ -127,7 +130,8 @@ class Scheduler:
         return self.records
 
     def _engines_busy(self) -> bool:
-        return any(e.seqs or e.loading for e in self.cluster.engines)
+        engines = self.cluster.engines
+        return bool(engines) and engines[0].directory.free.busy > 0
 
     def _open_engines(self) -> list:
         """The engines that may take new groups: all, unless generation and training share
@@ -149,9 +153,10 @@ class Scheduler:
             self.ledger.touched.add(job.index)
 
     def _advance_round(self) -> None:
-        members = [self._jobs_by_name[n] for n in self._round_limit]
-        if all(j.done or j.published >= self._round_limit[j.name] for j in members):
+        """Open the next barrier round once every job of this one published its step."""
+        if not self._round_left:
             self._round_limit = {j.name: j.published + 1 for j in self._active.values()}
+            self._round_left = set(self._active)
             self.ledger.touched.update(self._active)
 
     def _barrier_limit(self, job: JobState) -> int | None:
@@ -166,7 +171,7 @@ class Scheduler:
             job = self.jobs[index]
             active = index in self._active
             gen = active and self.generation.has_work(job)
-            _toggle(self.generation.ready, index, gen)
+            self.generation.set_ready(index, gen)
             _toggle(self.training.ready, index, active and job.train_ready())
             _toggle(self.environments.ready, index, active and bool(job.ready_env))
             if active:
@@ -184,8 +189,13 @@ class Scheduler:
         job = self.job(decision.job)
         self.ledger.touched.add(job.index)
         self._handlers[type(decision)](decision, running, event, now)
+        if job.index in self._round_left and (
+            job.done or job.published >= self._round_limit[job.name]
+        ):
+            self._round_left.discard(job.index)
         if job.done:
             self._active.pop(job.index, None)
+            self._finished.add(job.index)
 
 
 def _toggle(members: set[int], index: int, present: bool) -> None:
