@@ -123,6 +123,7 @@ class Engine:
         """An adapter load ended (its groups may start, or it failed and is dropped next)."""
         self.loading.discard(adapter)
         self._index()
+        self.directory.free.grown.add(self.index)
 
     def evict(self, adapter: AdapterKey) -> None:
         """Drop an unused adapter after its load failed: its slot is free again."""

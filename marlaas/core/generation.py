@@ -79,7 +79,7 @@ class Generation:
         """The job changed: whether it has a group to generate now."""
         if ready:
             self.ready.add(index)
-            self._changed.add(index)
+            self._reindex(index)
         elif index in self.ready:
             self.ready.discard(index)
             self._changed.discard(index)
@@ -104,7 +104,9 @@ class Generation:
                     job = self.jobs[index]
                     self._place(job, engine, now, out)
                     if self.has_work(job):
-                        heapq.heappush(candidates, (*self._index(job), -1))
+                        self._reindex(index)
+                        self._changed.discard(index)
+                        heapq.heappush(candidates, (self._key[index], index, -1))
                     else:
                         self._needs.remove(index)
             if source >= 0:
@@ -113,26 +115,34 @@ class Generation:
 
     def _candidates(self) -> list[tuple[tuple, int, int]]:
         """(key, job, engine that proposed it or -1) of the jobs that may be placed now."""
+        for index in self.ledger.touched:  # changed since the jobs were last refreshed
+            if index in self.ready:
+                self._reindex(index)
         if self._recheck_all:
-            changed, self._recheck_all = self.ready, False
-        else:
-            changed = self._changed
-            changed.update(i for i in self.ledger.touched if i in self.ready)
-        candidates = [(*self._index(self.jobs[i]), -1) for i in changed]
-        self._changed = set()
+            self._changed.update(self.ready)
+            self._recheck_all = False
+        candidates = [(self._key[i], i, -1) for i in self._changed]
+        self._changed.clear()
         for engine in self._free.grown:
             self._propose(engine, candidates)
         self._free.grown.clear()
         heapq.heapify(candidates)
         return candidates
 
-    def _index(self, job: JobState) -> tuple[tuple, int]:
-        """Recompute a ready job's next group and key and index them: (key, job index)."""
-        seqs, tokens, _ = need = next_need(job)
-        key = self.policy.key(job)
-        self._need[job.index], self._key[job.index] = need, key
-        self._needs.put(job.index, seqs, tokens, key)
-        return key, job.index
+    def _reindex(self, index: int) -> None:
+        """Recompute a ready job's next group and key; when either changed (or the job is
+        not indexed), index them and count the job as changed.
+
+        A job whose group and key are as indexed could not be placed at the end of the last
+        round (or was placed and indexed again since): it can only be placed now if an
+        engine's room grew, and then that engine proposes it."""
+        job = self.jobs[index]
+        need, key = next_need(job), self.policy.key(job)
+        if index in self._needs and self._need[index] == need and self._key[index] == key:
+            return
+        self._need[index], self._key[index] = need, key
+        self._needs.put(index, need[0], need[1], key)
+        self._changed.add(index)
 
     def _propose(self, index: int, candidates: list) -> None:
         """Add the jobs that could take engine ``index``'s room first: the one with the

@@ -50,6 +50,8 @@ class IdleAccounting:
         self._votes: dict[int, Votes] = {}
         self._counts = (Counter(), Counter())
         self._causes = ("no_work", "no_work")
+        self._recount = False
+        """Votes changed since the majority causes were last found."""
         self._open: dict[str, tuple[float, str]] = {}
         """device name -> (idle since [s], cause)."""
         self.dirty: set[str] = set(self._devices)
@@ -67,6 +69,7 @@ class IdleAccounting:
                     counter[before] -= 1
                 if after is not None:
                     counter[after] += 1
+                self._recount = True
 
     def mark(self, *devices: Device) -> None:
         """Note that these devices' compute, loading or trainer activity changed."""
@@ -74,10 +77,14 @@ class IdleAccounting:
 
     def update(self, now: float) -> None:
         """Bring every changed device's idle interval up to date at ``now``."""
-        causes = (majority_cause(self._counts[0]), majority_cause(self._counts[1]))
-        if causes != self._causes:
-            self._causes = causes
-            self.dirty.update(self._devices)
+        if self._recount:
+            self._recount = False
+            causes = (majority_cause(self._counts[0]), majority_cause(self._counts[1]))
+            if causes != self._causes:
+                self._causes = causes
+                self.dirty.update(self._open)  # only idle devices can change their cause
+        if not self.dirty:
+            return
         for name in sorted(self.dirty):  # sorted: row order must not depend on hashing
             self._set(name, self._cause(name), now)
         self.dirty.clear()

@@ -173,7 +173,7 @@ class Scheduler:
             gen = active and self.generation.has_work(job)
             self.generation.set_ready(index, gen)
             _toggle(self.training.ready, index, active and job.train_ready())
-            _toggle(self.environments.ready, index, active and bool(job.ready_env))
+            self.environments.set_ready(index, active and bool(job.ready_env))
             if active:
                 engine_vote = None if gen else job.waiting_on(self._barrier_limit(job))
                 ledger.idle.vote(index, (engine_vote, job.trainer_vote()))

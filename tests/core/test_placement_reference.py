@@ -1,10 +1,11 @@
-"""The indexed placement round decides exactly what trying every ready job on every engine
-decided (the round before the indexes), on random workloads, with and without failures.
+"""The indexed rounds decide exactly what the rounds that looked at everything decided,
+on random workloads, with and without failures.
 
-The reference below is the earlier round verbatim in behaviour: a heap of every ready job
-by policy key, each tried on every engine (its adapter resident first, then the most free
-sequences, then the lowest index), a placed job pushed back with its new key, a job that
-fits nowhere dropped for the round.
+The references below are the earlier rounds, verbatim in behaviour. Placement: a heap of
+every ready job by policy key, each tried on every engine (its adapter resident first, then
+the most free sequences, then the lowest index), a placed job pushed back with its new key,
+a job that fits nowhere dropped for the round. Environments: every waiting job sorted by
+key, each starting as many groups as free workers allow.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 from marlaas.core.generation import next_group
 from marlaas.core.policies import policy_names
 from marlaas.core.scheduler import Scheduler
+from marlaas.core.work import EnvStep
 from marlaas.core.workload import parse_workload
 from marlaas.drive import FixedExecutor, drive
 from marlaas.sim.executor import SimPyExecutor
@@ -44,6 +46,22 @@ def reference_start(self, now, out, engines):
             self._place(job, best, now, out)
             if self.has_work(job):
                 heapq.heappush(heap, (self.policy.key(job), index))
+
+
+def reference_env_start(self, now, out):
+    for job in sorted((self.jobs[i] for i in self.ready), key=self.policy.key):
+        seqs = job.spec.rl.group_size
+        while job.ready_env and self.free >= seqs:
+            group = job.groups[job.ready_env.popleft()]
+            self.free -= seqs
+            job.in_env += 1
+            self.ledger.touched.add(job.index)
+            last = group.turn == job.spec.rl.turns - 1
+            step = EnvStep(
+                self.ledger.new_id(), job.name, job.step_of(group.index), group.index,
+                group.turn, seqs, last,
+            )  # fmt: skip
+            self.ledger.begin(step, now, out)
 
 
 def random_workload(rng: random.Random, preset: str | None) -> dict:
@@ -74,7 +92,7 @@ def random_workload(rng: random.Random, preset: str | None) -> dict:
                        "kv_tokens": rng.choice([4_000, 6_000, 10_000]),
                        "adapter_slots": rng.randint(1, 3)},
             "trainer": {"adapter_slots": rng.randint(1, 3)},
-            "env_workers": rng.choice([8, 16, 64]),
+            "env_workers": rng.choice([8, 12, 16, 64]),
         },
         "scheduling": {"preset": preset},
     }  # fmt: skip
@@ -84,6 +102,8 @@ def decisions(data: dict, policy: str, reference: bool, failures: float | None) 
     scheduler = Scheduler(parse_workload(data), policy)
     if reference:
         scheduler.generation.start = types.MethodType(reference_start, scheduler.generation)
+        environments = scheduler.environments
+        environments.start = types.MethodType(reference_env_start, environments)
     if failures is None:
         executor = SimPyExecutor(scheduler.workload, scheduler.cluster)
         started = []
