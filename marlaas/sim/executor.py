@@ -100,13 +100,13 @@ class SimPyExecutor:
         self.env.timeout(delay).callbacks.append(lambda _: self._done.extend(done))
 
     def _start_generate(self, d: Generate, now: float) -> None:
-        spec = self._jobs[d.job]
-        lengths = np.clip(
-            np.rint(spec.response_tokens.sample(self.rng, d.seqs)), 1, d.max_new_tokens
-        )
+        spec, cap = self._jobs[d.job], d.max_new_tokens
+        # rounded half to even (as numpy's rint), then clipped to [1, max_new_tokens]
+        drawn = spec.response_tokens.sample(self.rng, d.seqs).tolist()
+        lengths = [min(max(round(x), 1), cap) for x in drawn]
         engine = self.engines[d.engine]
         engine.admit(now, d.work_id, lengths, d.context_tokens / d.seqs, (d.job, d.version))
-        self._tokens[d.work_id] = int(lengths.sum())
+        self._tokens[d.work_id] = sum(lengths)
         self._wake(d.engine)
         self._share_processor(now)
 
