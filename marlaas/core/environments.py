@@ -25,12 +25,13 @@ class Environments:
         self._smallest = min((j.spec.rl.group_size for j in jobs), default=0)
         """No group can start with fewer free workers than this."""
 
-    def set_ready(self, index: int, ready: bool) -> None:
-        """The job changed: whether it has groups waiting for an environment step."""
+    def set_ready(self, index: int, ready: bool, key: tuple | None = None) -> None:
+        """The job changed: whether it has groups waiting for an environment step
+        (``key``: its policy key now, if the caller has it)."""
         if ready:
             self.ready.add(index)
-            self._queue.put(index, self.policy.key(self.jobs[index]))
-        else:
+            self._queue.put(index, self.policy.key(self.jobs[index]) if key is None else key)
+        elif index in self.ready:
             self.ready.discard(index)
             self._queue.discard(index)
 

@@ -8,9 +8,11 @@ sequences, then the lowest index) is the first engine, from the left, holding at
 ``tokens`` in the highest level with at least ``seqs``: a walk down one tree per level tried,
 instead of a test of every engine.
 
-The index also counts the engines that are busy (running groups or loading an adapter) and
-collects the engines whose room grew (a group ended, an adapter was dropped) since the
-scheduler last looked, so that a placement round looks only at what changed.
+It also keeps the most free KV tokens on any engine, open or not (a bound that rejects most
+groups that fit nowhere at once), counts the engines that are busy (running groups or
+loading an adapter) and collects the engines whose room grew (a group ended, an adapter was
+dropped or loaded) since the scheduler last looked, so that a placement round looks only at
+what changed.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class FreeEngines:
         """Trees of emptied levels, every node _EMPTY, for reuse."""
         self._level_of: list[int | None] = [None] * engines
         """Each engine's level (None: not open)."""
+        self._room = [_EMPTY] * (2 * self._size)
+        """Max-tree of free KV tokens over every engine, open or not."""
         self._busy: list[bool] = [False] * engines
         self.busy = 0
         """Engines running groups or loading an adapter."""
@@ -53,6 +57,8 @@ class FreeEngines:
         if busy != self._busy[index]:
             self._busy[index] = busy
             self.busy += 1 if busy else -1
+        if self._room[self._size + index] != free_tokens:
+            self._set(self._room, index, free_tokens)
         old, new = self._level_of[index], (free_seqs if is_open else None)
         if old is not None and old != new:
             self._set(self._trees[old], index, _EMPTY)
@@ -72,6 +78,11 @@ class FreeEngines:
                 self._members[new] += 1
             self._set(tree, index, free_tokens)
         self._level_of[index] = new
+
+    def most_tokens(self) -> int:
+        """The most free KV tokens on any engine (-1 without engines): no group that needs
+        more fits anywhere."""
+        return self._room[1]
 
     def best(self, seqs: int, tokens: int, exclude: Collection[int] = ()) -> int | None:
         """The open engine with at least ``seqs`` free sequences and ``tokens`` free KV

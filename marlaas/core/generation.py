@@ -75,11 +75,12 @@ class Generation:
         """Whether ``job`` has a group to generate now (a continuing episode or a new group)."""
         return bool(job.ready_gen) or job.next_group_allowed(self.barrier_limit(job))
 
-    def set_ready(self, index: int, ready: bool) -> None:
-        """The job changed: whether it has a group to generate now."""
+    def set_ready(self, index: int, ready: bool, key: tuple | None = None) -> None:
+        """The job changed: whether it has a group to generate now (``key``: its policy key
+        now, if the caller has it)."""
         if ready:
             self.ready.add(index)
-            self._reindex(index)
+            self._reindex(index, key)
         elif index in self.ready:
             self.ready.discard(index)
             self._changed.discard(index)
@@ -94,9 +95,10 @@ class Generation:
             return
         candidates = self._candidates()
         self._dropped = dropped = set()
+        indexed = self._needs.indexed
         while candidates:
             key, index, source = heapq.heappop(candidates)
-            if key == self._key.get(index) and index in self._needs and index not in dropped:
+            if key == self._key.get(index) and index in indexed and index not in dropped:
                 engine = self._choose(*self._need[index])
                 if engine is None:  # nowhere now, nor later this round: engines only fill up
                     dropped.add(index)
@@ -129,7 +131,7 @@ class Generation:
         heapq.heapify(candidates)
         return candidates
 
-    def _reindex(self, index: int) -> None:
+    def _reindex(self, index: int, key: tuple | None = None) -> None:
         """Recompute a ready job's next group and key; when either changed (or the job is
         not indexed), index them and count the job as changed.
 
@@ -137,8 +139,11 @@ class Generation:
         round (or was placed and indexed again since): it can only be placed now if an
         engine's room grew, and then that engine proposes it."""
         job = self.jobs[index]
-        need, key = next_need(job), self.policy.key(job)
-        if index in self._needs and self._need[index] == need and self._key[index] == key:
+        need = next_need(job)
+        if key is None:
+            key = self.policy.key(job)
+        indexed = index in self._needs.indexed
+        if indexed and self._key[index] == key and self._need[index] == need:
             return
         self._need[index], self._key[index] = need, key
         self._needs.put(index, need[0], need[1], key)
@@ -163,7 +168,7 @@ class Generation:
             if (
                 need is not None
                 and need[2] == adapter
-                and job.index in self._needs
+                and job.index in self._needs.indexed
                 and job.index not in self._dropped
                 and adapter not in engine.loading
                 and engine.fits(need[0], need[1])
@@ -189,21 +194,27 @@ class Generation:
         """The engine to place a group on: one that holds its adapter first (the most free
         sequences, then the lowest index), else the open engine with the most free sequences,
         then the lowest index; None when no engine has room."""
+        free = self._free
+        if tokens > free.most_tokens():
+            return None
         engines, hosts = self.cluster.engines, self._hosts.get(adapter)
         if not hosts:
-            found = self._free.best(seqs, tokens)
+            found = free.best(seqs, tokens)
             return None if found is None else engines[found]
-        best, best_score = None, None
-        for index in hosts:
+        best, most = None, -self._max_seqs - 1  # most: -(sequences) of the best so far
+        seqs_left, tokens_left = self._max_seqs - seqs, self._kv_tokens - tokens
+        for index in hosts:  # engine.fits and engine.can_host, inline
             engine = engines[index]
-            if adapter in engine.loading or not engine.fits(seqs, tokens):
-                continue
-            score = (-engine.seqs, -index)
-            if best_score is None or score > best_score:
-                best, best_score = engine, score
+            if (
+                engine.tokens <= tokens_left
+                and engine.seqs <= seqs_left
+                and adapter not in engine.loading
+                and (-engine.seqs > most or (-engine.seqs == most and index < best.index))
+            ):
+                best, most = engine, -engine.seqs
         if best is not None:
             return best
-        found = self._free.best(seqs, tokens, hosts)
+        found = free.best(seqs, tokens, hosts)
         return None if found is None else engines[found]
 
     def _place(self, job: JobState, engine: Engine, now: float, out: list) -> None:
@@ -288,13 +299,12 @@ def next_group(job: JobState) -> tuple[Group, int]:
 def next_need(job: JobState) -> Need:
     """The room the job's next group needs: (sequences, KV reserve, adapter), as
     :func:`next_group` would make it."""
-    rl = job.spec.rl
     if job.ready_gen:
         group = job.groups[job.ready_gen[0]]
         context, version = group.context_tokens, group.version
     else:
         context, version = job.prompt_reserve, job.published
-    return rl.group_size, context + rl.group_size * rl.max_new_tokens, (job.name, version)
+    return job.group_size, context + job.answer_reserve, (job.name, version)
 
 
 def kv_reserve(generate: Generate) -> int:

@@ -59,10 +59,14 @@ class IdleAccounting:
 
     def vote(self, job: int, votes: Votes | None) -> None:
         """Set (or with None, withdraw) a job's votes."""
-        old = self._votes.pop(job, (None, None))
-        new = votes or (None, None)
-        if votes is not None:
+        old = self._votes.get(job)
+        if old == votes:
+            return
+        if votes is None:
+            del self._votes[job]
+        else:
             self._votes[job] = votes
+        old, new = old or (None, None), votes or (None, None)
         for counter, before, after in zip(self._counts, old, new, strict=True):
             if before != after:
                 if before is not None:
@@ -73,7 +77,8 @@ class IdleAccounting:
 
     def mark(self, *devices: Device) -> None:
         """Note that these devices' compute, loading or trainer activity changed."""
-        self.dirty.update(d.name for d in devices)
+        for device in devices:
+            self.dirty.add(device.name)
 
     def update(self, now: float) -> None:
         """Bring every changed device's idle interval up to date at ``now``."""

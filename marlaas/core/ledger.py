@@ -7,6 +7,7 @@ its kind.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -79,14 +80,23 @@ class Ledger:
         start: float,
         end: float,
         event: WorkDone,
-        **fields: Any,
+        step: int = -1,
+        group: int = -1,
+        turn: int = -1,
+        seqs: int = 0,
+        tokens: int = 0,
+        version: int = -1,
+        staleness: int = -1,
+        reward: float = math.nan,
     ) -> None:
-        """One record per device the work ran on (environment work: one, without device)."""
+        """One record per device the work ran on (environment work: one, without device);
+        the fields as in :class:`WorkRecord`."""
         outcome = "ok" if event.ok else "failed"
-        for name, pool in [(d.name, d.pool) for d in devices] or [("", "env")]:
-            self.records.append(
+        tenant, name, records = job.tenant, job.name, self.records
+        for device, pool in [(d.name, d.pool) for d in devices] or [("", "env")]:
+            records.append(
                 WorkRecord(
-                    kind, job.tenant, job.name, device=name, pool=pool, start_s=start,
-                    end_s=end, outcome=outcome, **fields,
+                    kind, tenant, name, device, pool, start, end, step, group, turn, seqs,
+                    tokens, version, staleness, outcome, reward,
                 )
             )  # fmt: skip

@@ -29,24 +29,21 @@ class NeedIndex:
         """Group size -> node -> smallest entry below it (None: no entry)."""
         self._leaves: dict[tuple[int, int], list[Entry]] = {}
         """(group size, reserve) -> heap of entries, some stale (see _entry)."""
-        self._entry: dict[int, tuple[int, int, Any]] = {}
-        """Job -> (group size, reserve, key): what the job is indexed under now."""
+        self.indexed: dict[int, tuple[int, int, Any]] = {}
+        """Job -> (group size, reserve, key): what the job is indexed under now (read only)."""
         self._live: dict[tuple[int, int], int] = {}
         """Current entries per leaf (the rest of its heap is stale)."""
 
-    def __contains__(self, job: int) -> bool:
-        return job in self._entry
-
     def put(self, job: int, seqs: int, tokens: int, key: Any) -> None:
         """Index ``job`` under its next group's size and reserve and its policy key."""
-        old = self._entry.get(job)
+        old = self.indexed.get(job)
         if old is not None:
             if old == (seqs, tokens, key):
                 return
             self.remove(job)
         if tokens > self.max_tokens:
             return  # no engine can ever hold it: never the answer to first_fitting
-        self._entry[job] = (seqs, tokens, key)
+        self.indexed[job] = (seqs, tokens, key)
         leaf = (seqs, tokens)
         heap = self._leaves.get(leaf)
         if heap is None:
@@ -60,7 +57,7 @@ class NeedIndex:
 
     def remove(self, job: int) -> None:
         """Take ``job`` out (no group to generate, or none that can be placed this round)."""
-        old = self._entry.pop(job, None)
+        old = self.indexed.pop(job, None)
         if old is None:
             return
         seqs, tokens, _ = old
@@ -102,12 +99,12 @@ class NeedIndex:
         return best
 
     def _current(self, entry: Entry, leaf: tuple[int, int]) -> bool:
-        now = self._entry.get(entry[1])
+        now = self.indexed.get(entry[1])
         return now is not None and now[2] == entry[0] and (now[0], now[1]) == leaf
 
     def _clean(self, heap: list[Entry]) -> Entry:
         """Pop stale entries off the top of a leaf's heap; returns the top (a current one)."""
-        leaf_of = self._entry
+        leaf_of = self.indexed
         while True:
             key, job = heap[0]
             now = leaf_of.get(job)

@@ -97,6 +97,8 @@ class Scheduler:
 
     def next_arrival(self, now: float) -> float | None:
         """The next time a job arrives after ``now``, so a driver can wake the scheduler."""
+        if not self._arrivals:
+            return None
         later = (j.arrival_s for j in self._arrivals if j.arrival_s > now)
         return next(later, None)
 
@@ -166,20 +168,32 @@ class Scheduler:
 
     def _refresh_touched(self) -> None:
         """Recompute the work sets and idle votes of the jobs that changed."""
-        ledger = self.ledger
-        for index in ledger.touched:
+        touched = self.ledger.touched
+        if not touched:
+            return
+        generation, training, environments = self.generation, self.training, self.environments
+        vote, key_of, train_ready = self.ledger.idle.vote, self.policy.key, training.ready
+        barrier, round_limit = self.mechanism.barrier, self._round_limit
+        for index in touched:
             job = self.jobs[index]
-            active = index in self._active
-            gen = active and self.generation.has_work(job)
-            self.generation.set_ready(index, gen)
-            _toggle(self.training.ready, index, active and job.train_ready())
-            self.environments.set_ready(index, active and bool(job.ready_env))
-            if active:
-                engine_vote = None if gen else job.waiting_on(self._barrier_limit(job))
-                ledger.idle.vote(index, (engine_vote, job.trainer_vote()))
+            if index not in self._active:
+                generation.set_ready(index, False)
+                train_ready.discard(index)
+                environments.set_ready(index, False)
+                vote(index, None)
+                continue
+            limit = round_limit.get(job.name, job.published) if barrier else None
+            gen = bool(job.ready_gen) or job.next_group_allowed(limit)
+            env = bool(job.ready_env)
+            key = key_of(job) if gen or env else None
+            generation.set_ready(index, gen, key)
+            if job.train_ready():
+                train_ready.add(index)
             else:
-                ledger.idle.vote(index, None)
-        ledger.touched.clear()
+                train_ready.discard(index)
+            environments.set_ready(index, env, key)
+            vote(index, (None if gen else job.waiting_on(limit), job.trainer_vote()))
+        touched.clear()
 
     # ----------------------------------------------------------------------------- events
     def on_event(self, event: WorkDone, now: float) -> None:
@@ -196,10 +210,3 @@ class Scheduler:
         if job.done:
             self._active.pop(job.index, None)
             self._finished.add(job.index)
-
-
-def _toggle(members: set[int], index: int, present: bool) -> None:
-    if present:
-        members.add(index)
-    else:
-        members.discard(index)
