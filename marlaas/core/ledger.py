@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from marlaas.core.cluster import Cluster, Device, Engine, Trainer
 from marlaas.core.idle import IdleAccounting
@@ -22,7 +21,7 @@ FollowUp = Callable[[float, list[Decision]], None]
 """Work that starts in the next decision round: ``(now, out) -> None``."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Running:
     """A decision whose work is in flight, and where it runs."""
 
@@ -50,9 +49,17 @@ class Ledger:
         self._next_id += 1
         return self._next_id
 
-    def begin(self, decision: Decision, now: float, out: list[Decision], **where: Any) -> None:
-        """Start ``decision`` at ``now``: track it until its WorkDone, and hand it out."""
-        self.running[decision.work_id] = Running(decision, now, **where)
+    def begin(
+        self,
+        decision: Decision,
+        now: float,
+        out: list[Decision],
+        engine: Engine | None = None,
+        trainer: Trainer | None = None,
+    ) -> None:
+        """Start ``decision`` at ``now`` (on ``engine`` or ``trainer``, if any): track it
+        until its WorkDone, and hand it out."""
+        self.running[decision.work_id] = Running(decision, now, engine, trainer)
         out.append(decision)
 
     def end(self, work_id: int) -> Running:
@@ -93,10 +100,17 @@ class Ledger:
         the fields as in :class:`WorkRecord`."""
         outcome = "ok" if event.ok else "failed"
         tenant, name, records = job.tenant, job.name, self.records
-        for device, pool in [(d.name, d.pool) for d in devices] or [("", "env")]:
+        if not devices:
             records.append(
                 WorkRecord(
-                    kind, tenant, name, device, pool, start, end, step, group, turn, seqs,
-                    tokens, version, staleness, outcome, reward,
+                    kind, tenant, name, "", "env", start, end, step, group, turn, seqs, tokens,
+                    version, staleness, outcome, reward,
+                )
+            )  # fmt: skip
+        for device in devices:
+            records.append(
+                WorkRecord(
+                    kind, tenant, name, device.name, device.pool, start, end, step, group, turn,
+                    seqs, tokens, version, staleness, outcome, reward,
                 )
             )  # fmt: skip

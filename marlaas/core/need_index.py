@@ -1,11 +1,17 @@
 """Jobs by the room their next rollout group needs, in policy order.
 
-For each group size, a sparse min-tree over the KV tokens a group reserves holds the policy
-keys of the jobs whose next group has that size and reserve (one heap per reserve, for the
-jobs that share it). ``first_fitting(seqs, tokens)`` is the job with the smallest key whose
-group fits in ``seqs`` free sequences and ``tokens`` free KV tokens: a walk up one tree per
-group size, whatever the number of jobs. When an engine's room grows, this is the only job
-that could take it first.
+Jobs whose next group has the same size and KV reserve share a *leaf*: a heap of their
+policy keys. Per group size, the leaves are grouped into about a hundred buckets of
+consecutive reserves, and a min-tree over the buckets holds each bucket's smallest key.
+``first_fitting(seqs, tokens)`` is the job with the smallest key whose group fits in
+``seqs`` free sequences and ``tokens`` free KV tokens: the buckets wholly below ``tokens``
+from the tree (a walk up a tree of about seven levels) and the leaves of the bucket that
+holds ``tokens`` one by one, whatever the number of jobs. When an engine's room grows, this
+is the only job that could take it first.
+
+Leaves change often (a fair policy moves a job's key with every group it places); the trees
+are brought up to date when a query needs them, so several changes between two queries cost
+one walk.
 """
 
 from __future__ import annotations
@@ -16,6 +22,9 @@ from typing import Any
 Entry = tuple[Any, int]
 """(policy key, job index); keys end with the job index, so no two are equal."""
 
+BUCKETS_LOG2 = 7
+"""About 2**7 buckets of reserves per group size."""
+
 
 class NeedIndex:
     """Jobs (by index) with the size and KV reserve of their next group and their key."""
@@ -23,16 +32,22 @@ class NeedIndex:
     def __init__(self, max_tokens: int) -> None:
         self.max_tokens = max_tokens
         """Largest reserve an engine can hold; jobs that need more are not indexed."""
-        self._size = 1 << max_tokens.bit_length()
-        """Leaves per tree: reserves 0 .. max_tokens."""
-        self._trees: dict[int, list[Entry | None]] = {}
-        """Group size -> node -> smallest entry below it (None: no entry)."""
-        self._leaves: dict[tuple[int, int], list[Entry]] = {}
-        """(group size, reserve) -> heap of entries, some stale (see _entry)."""
+        self._shift = max(0, max_tokens.bit_length() - BUCKETS_LOG2)
+        """A reserve's bucket is reserve >> shift."""
+        self._size = 1 << (max_tokens >> self._shift).bit_length()
+        """Leaves per tree (buckets 0 .. max_tokens >> shift)."""
         self.indexed: dict[int, tuple[int, int, Any]] = {}
         """Job -> (group size, reserve, key): what the job is indexed under now (read only)."""
+        self._leaves: dict[tuple[int, int], list[Entry]] = {}
+        """(group size, reserve) -> heap of entries, some stale (see indexed)."""
         self._live: dict[tuple[int, int], int] = {}
         """Current entries per leaf (the rest of its heap is stale)."""
+        self._tops: dict[int, dict[int, dict[int, Entry]]] = {}
+        """Group size -> bucket -> reserve -> the leaf's smallest current entry."""
+        self._trees: dict[int, list[Entry | None]] = {}
+        """Group size -> min-tree over buckets of their smallest entry (None: empty)."""
+        self._stale: set[tuple[int, int]] = set()
+        """Leaves that changed since the trees were brought up to date."""
 
     def put(self, job: int, seqs: int, tokens: int, key: Any) -> None:
         """Index ``job`` under its next group's size and reserve and its policy key."""
@@ -50,74 +65,82 @@ class NeedIndex:
             heap = self._leaves[leaf] = []
             self._live[leaf] = 0
         self._live[leaf] += 1
-        entry = (key, job)
-        heapq.heappush(heap, entry)
-        if heap[0] is entry:
-            self._fix(seqs, tokens, entry)
+        heapq.heappush(heap, (key, job))
+        self._stale.add(leaf)
 
     def remove(self, job: int) -> None:
         """Take ``job`` out (no group to generate, or none that can be placed this round)."""
         old = self.indexed.pop(job, None)
         if old is None:
             return
-        seqs, tokens, _ = old
-        leaf = (seqs, tokens)
-        self._live[leaf] -= 1
+        leaf = (old[0], old[1])
+        live = self._live[leaf] = self._live[leaf] - 1
+        self._stale.add(leaf)
         heap = self._leaves[leaf]
-        if self._live[leaf] == 0:
-            del self._leaves[leaf], self._live[leaf]
-            self._fix(seqs, tokens, None)
-        elif heap[0][1] == job:
-            top = self._clean(heap)
-            self._fix(seqs, tokens, top)
-        elif len(heap) > 2 * self._live[leaf] + 8:
+        if len(heap) > 2 * live + 8:  # mostly stale entries: keep the current ones
             heap[:] = [e for e in heap if self._current(e, leaf)]
             heapq.heapify(heap)
 
     def first_fitting(self, seqs: int, tokens: int) -> Entry | None:
         """The smallest (key, job) whose next group needs at most ``seqs`` sequences and
         ``tokens`` KV tokens, or None."""
+        if self._stale:
+            self._settle()
         best = None
-        last = min(tokens, self.max_tokens) + 1
+        tokens = min(tokens, self.max_tokens)
+        bucket = tokens >> self._shift
         for size, tree in self._trees.items():
             if size > seqs:
                 continue
-            low, high = self._size, self._size + last  # the leaves [0, last)
-            while low < high:
-                if low & 1:
-                    entry = tree[low]
+            node = self._size + bucket
+            while node > 1:  # the buckets below: left siblings on the way up from its leaf
+                if node & 1:
+                    entry = tree[node - 1]
                     if entry is not None and (best is None or entry < best):
                         best = entry
-                    low += 1
-                if high & 1:
-                    high -= 1
-                    entry = tree[high]
-                    if entry is not None and (best is None or entry < best):
-                        best = entry
-                low >>= 1
-                high >>= 1
+                node >>= 1
+            for reserve, entry in self._tops[size].get(bucket, {}).items():
+                if reserve <= tokens and (best is None or entry < best):
+                    best = entry
         return best
+
+    def _settle(self) -> None:
+        """Bring the leaves' smallest entries and the trees up to date."""
+        buckets = set()
+        for leaf in self._stale:
+            seqs, tokens = leaf
+            bucket = tokens >> self._shift
+            tops = self._tops.setdefault(seqs, {}).setdefault(bucket, {})
+            if self._live[leaf]:
+                tops[tokens] = self._clean(leaf)
+            else:
+                del self._leaves[leaf], self._live[leaf]
+                tops.pop(tokens, None)
+            buckets.add((seqs, bucket))
+        self._stale.clear()
+        for seqs, bucket in buckets:
+            tops = self._tops[seqs][bucket]
+            self._fix(seqs, bucket, min(tops.values()) if tops else None)
+            if not tops:
+                del self._tops[seqs][bucket]
 
     def _current(self, entry: Entry, leaf: tuple[int, int]) -> bool:
         now = self.indexed.get(entry[1])
         return now is not None and now[2] == entry[0] and (now[0], now[1]) == leaf
 
-    def _clean(self, heap: list[Entry]) -> Entry:
+    def _clean(self, leaf: tuple[int, int]) -> Entry:
         """Pop stale entries off the top of a leaf's heap; returns the top (a current one)."""
-        leaf_of = self.indexed
-        while True:
-            key, job = heap[0]
-            now = leaf_of.get(job)
-            if now is not None and now[2] == key and self._leaves.get((now[0], now[1])) is heap:
-                return heap[0]
+        heap = self._leaves[leaf]
+        while not self._current(heap[0], leaf):
             heapq.heappop(heap)
+        return heap[0]
 
-    def _fix(self, seqs: int, tokens: int, top: Entry | None) -> None:
-        """Set a leaf's smallest entry and bring its ancestors up to date."""
+    def _fix(self, seqs: int, bucket: int, top: Entry | None) -> None:
+        """Set a bucket's smallest entry and bring its ancestors up to date."""
         tree = self._trees.get(seqs)
         if tree is None:
             tree = self._trees[seqs] = [None] * (2 * self._size)
-        node = self._size + tokens
+        node = self._size + bucket
         tree[node] = top
         while node > 1:
             other = tree[node ^ 1]

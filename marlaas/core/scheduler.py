@@ -111,9 +111,10 @@ class Scheduler:
         """Everything that should start at ``now``, in a deterministic order; an executor
         starts them in this order (an eviction before the load it makes room for)."""
         out: list[Decision] = []
-        due, self.ledger.due = self.ledger.due, []
-        for start in due:
-            start(now, out)
+        if self.ledger.due:
+            due, self.ledger.due = self.ledger.due, []
+            for start in due:
+                start(now, out)
         self._admit(now)
         if self.mechanism.barrier:
             self._advance_round()
@@ -200,7 +201,7 @@ class Scheduler:
         """Record that a piece of work finished (or failed) at ``now``."""
         running = self.ledger.end(event.work_id)
         decision = running.decision
-        job = self.job(decision.job)
+        job = self._jobs_by_name[decision.job]
         self.ledger.touched.add(job.index)
         self._handlers[type(decision)](decision, running, event, now)
         if job.index in self._round_left and (

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import Counter
 
 import numpy as np
 
@@ -49,7 +48,8 @@ class EngineModel:
         self.context_offset = 0.0
         """Sum over running sequences of (prompt - progress at admission) [tokens]; the batch
         holds context_offset + running * progress tokens."""
-        self.adapters: Counter = Counter()
+        self.adapters: dict[object, int] = {}
+        """Running sequences per distinct adapter."""
         self.slowdown = 1.0
         """Factor on every iteration and prefill time (processor sharing; 1 = alone)."""
         self._seqs: list[tuple[float, int, int, float]] = []
@@ -78,26 +78,37 @@ class EngineModel:
     def advance(self, now: float) -> None:
         """Move decode forward to ``now`` [s], ending the sequences that finish on the way."""
         start = max(self.clock_s, self.resume_s)
-        if self.running and now > start:
+        running = self.running
+        if running and now > start:
             base, per_seq, per_kv = self.base_s, self.per_seq_s, self.per_kv_s
             per_adapter, slowdown, seqs = self.per_adapter_s, self.slowdown, self._seqs
-            while self.running and now > start:
+            progress, offset, adapters = self.progress, self.context_offset, self.adapters
+            distinct, left, adapter_of = len(adapters), self._left, self._adapter_of
+            while running and now > start:
                 # dt(n, C, L) of the module docstring now (alpha), and its growth per iteration
-                running = self.running
-                context = self.context_offset + running * self.progress
+                context = offset + running * progress
                 alpha = base + per_seq * running + per_kv * context
-                alpha = (alpha + per_adapter * len(self.adapters)) * slowdown
+                alpha = (alpha + per_adapter * distinct) * slowdown
                 slope = per_kv * running * slowdown
-                k = seqs[0][0] - self.progress
+                end = seqs[0][0]
+                k = end - progress
                 needed = alpha * k + 0.5 * slope * k * k
-                if start + needed <= now:
-                    self.progress = seqs[0][0]
-                    start += needed
-                    self._end_sequence()
-                    continue
-                dt = now - start  # solve alpha k + slope k^2 / 2 = dt, in the stable form
-                self.progress += 2 * dt / (alpha + math.sqrt(alpha * alpha + 2 * slope * dt))
-                break
+                if start + needed > now:
+                    dt = now - start  # solve alpha k + slope k^2 / 2 = dt, in the stable form
+                    progress += 2 * dt / (alpha + math.sqrt(alpha * alpha + 2 * slope * dt))
+                    break
+                progress = end  # the first sequence ends (as _end_sequence, inline)
+                start += needed
+                _, _, work_id, seq_offset = seqs.pop(0)
+                running -= 1
+                offset -= seq_offset
+                adapter = adapter_of[work_id]
+                adapters[adapter] -= 1
+                if not adapters[adapter]:
+                    del adapters[adapter]
+                    distinct -= 1
+                left[work_id] -= 1
+            self.progress, self.running, self.context_offset = progress, running, offset
         self.clock_s = max(self.clock_s, now)
         if not self.running:
             self.context_offset = 0.0
@@ -106,7 +117,8 @@ class EngineModel:
         """Start a group: ``lengths`` [tokens] per sample (a sequence or an array),
         ``prompt`` context per sample."""
         self.advance(now)
-        lengths = lengths.tolist() if isinstance(lengths, np.ndarray) else list(lengths)
+        if isinstance(lengths, np.ndarray):
+            lengths = lengths.tolist()
         n = len(lengths)
         prefill_s = prompt * n * self.prefill_s_per_token * self.slowdown
         self.resume_s = max(self.resume_s, now) + prefill_s
@@ -120,7 +132,7 @@ class EngineModel:
         heapq.heappush(self._groups, (progress + float(max(lengths)), work_id))
         self.running += n
         self.context_offset += offset * n
-        self.adapters[adapter] += n
+        self.adapters[adapter] = self.adapters.get(adapter, 0) + n
         self._left[work_id] = n
         self._adapter_of[work_id] = adapter
 
@@ -157,13 +169,16 @@ class EngineModel:
         """Advance to ``now`` and return the work ids of groups whose last sample ended."""
         self.advance(now)
         limit = self.progress + _EPS * max(1.0, self.progress)
-        while self._seqs and self._seqs[0][0] <= limit:
-            self.progress = max(self.progress, self._seqs[0][0])
+        seqs = self._seqs
+        while seqs and seqs[0][0] <= limit:
+            if seqs[0][0] > self.progress:
+                self.progress = seqs[0][0]
             self._end_sequence()
         done = []
-        while self._groups and not self._left[self._groups[0][1]]:
-            _, work_id = heapq.heappop(self._groups)
-            del self._left[work_id], self._adapter_of[work_id]
+        groups, left = self._groups, self._left
+        while groups and not left[groups[0][1]]:
+            _, work_id = heapq.heappop(groups)
+            del left[work_id], self._adapter_of[work_id]
             done.append(work_id)
         if not self.running:
             self.context_offset = 0.0

@@ -103,12 +103,13 @@ class SimPyExecutor:
         spec, cap = self._jobs[d.job], d.max_new_tokens
         # rounded half to even (as numpy's rint), then clipped to [1, max_new_tokens]
         drawn = spec.response_tokens.sample(self.rng, d.seqs).tolist()
-        lengths = [min(max(round(x), 1), cap) for x in drawn]
+        lengths = [r if 1 <= (r := round(x)) <= cap else (1 if r < 1 else cap) for x in drawn]
         engine = self.engines[d.engine]
         engine.admit(now, d.work_id, lengths, d.context_tokens / d.seqs, (d.job, d.version))
         self._tokens[d.work_id] = sum(lengths)
         self._wake(d.engine)
-        self._share_processor(now)
+        if self.shared_compute:
+            self._share_processor(now)
 
     def _wake(self, name: str) -> None:
         """Schedule the engine's next group completion (superseding any earlier wake-up)."""
@@ -119,17 +120,19 @@ class SimPyExecutor:
         self._stamp[name] += 1
         stamp = self._stamp[name]
 
-        def fire(_event) -> None:
+        def fire(event) -> None:
             if stamp != self._stamp[name]:
                 return  # superseded by a later admission
-            now = self.env.now
+            now = event.env.now
             finished = engine.pop_finished(now)
-            self._done.extend(WorkDone(w, tokens=self._tokens.pop(w)) for w in finished)
+            for work_id in finished:
+                self._done.append(WorkDone(work_id, True, self._tokens.pop(work_id)))
             self._wake(name)
-            if finished:
+            if finished and self.shared_compute:
                 self._share_processor(now)
 
-        self.env.timeout(max(when - self.env.now, 0.0)).callbacks.append(fire)
+        env = self.env
+        env.timeout(max(when - env.now, 0.0)).callbacks.append(fire)
 
     def _share_processor(self, now: float) -> None:
         """On one shared processor, each decoding engine runs as many times slower as there
@@ -146,7 +149,7 @@ class SimPyExecutor:
 
     def _start_env(self, d: EnvStep) -> None:
         spec = self._jobs[d.job].env
-        latency = float(spec.latency_s.sample(self.rng, d.seqs).max())
+        latency = max(spec.latency_s.sample(self.rng, d.seqs).tolist())
         added = 0 if d.last_turn else spec.observation_tokens * d.seqs
         self._after(latency, WorkDone(d.work_id, tokens=added))
 
