@@ -44,7 +44,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from marlaas.core.records import WorkRecord
+from marlaas.core.records import RecordLog, WorkRecord
 
 SCHEMA = pa.schema(
     [
@@ -87,7 +87,7 @@ class EventLogError(ValueError):
 
 def records_to_frame(records: Iterable[WorkRecord]) -> pd.DataFrame:
     """Turn work records into a DataFrame with exactly the event-log columns and types."""
-    records = list(records)
+    records = records.rows if isinstance(records, RecordLog) else list(records)
     columns = zip(*records, strict=True) if records else [()] * len(WorkRecord._fields)
     by_field = dict(zip(WorkRecord._fields, columns, strict=True))
     arrays = [pa.array(by_field.get(c, ()), type=SCHEMA.field(c).type) for c in COLUMNS]

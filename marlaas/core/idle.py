@@ -11,15 +11,18 @@ idle rows partition the run.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from marlaas.core.cluster import Cluster, Device, Engine, Trainer
-from marlaas.core.records import WorkRecord
+from marlaas.core.records import RecordLog
 
 CAUSE_ORDER = (
     "trainer", "rollouts", "environment", "weight_sync", "staleness", "barrier", "no_work",
 )  # fmt: skip
 """Tie-break order between causes with equal votes."""
+
+NAN = math.nan
 
 Votes = tuple[str | None, str | None]
 """A job's (engine cause, trainer cause); None where it does not hold that role up."""
@@ -36,7 +39,7 @@ def majority_cause(votes: Counter[str]) -> str:
 class IdleAccounting:
     """Open idle intervals per device, the jobs' votes, and the idle records they become."""
 
-    def __init__(self, cluster: Cluster, records: list[WorkRecord]) -> None:
+    def __init__(self, cluster: Cluster, records: RecordLog) -> None:
         self._records = records
         self._devices = {d.name: d for d in cluster.devices}
         self._roles: dict[str, tuple[Engine | None, Trainer | None]] = {
@@ -118,8 +121,8 @@ class IdleAccounting:
             since, old = self._open.pop(name)
             if now > since:
                 pool = self._devices[name].pool
-                self._records.append(
-                    WorkRecord("idle", "", "", name, pool, since, now, outcome=old)
-                )
+                self._records.rows.append(
+                    ("idle", "", "", name, pool, since, now, -1, -1, -1, 0, 0, -1, -1, old, NAN)
+                )  # the fields of WorkRecord
         if cause is not None:
             self._open[name] = (now, cause)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from marlaas.core.cluster import Cluster, Device, Engine, Trainer
 from marlaas.core.idle import IdleAccounting
 from marlaas.core.jobs import JobState
-from marlaas.core.records import WorkRecord
+from marlaas.core.records import RecordLog
 from marlaas.core.work import Decision, WorkDone
 
 FollowUp = Callable[[float, list[Decision]], None]
@@ -35,7 +35,7 @@ class Ledger:
     """What is running, what starts next round, which jobs changed, and what happened."""
 
     def __init__(self, cluster: Cluster) -> None:
-        self.records: list[WorkRecord] = []
+        self.records = RecordLog()
         self.idle = IdleAccounting(cluster, self.records)
         self.running: dict[int, Running] = {}
         self.due: list[FollowUp] = []
@@ -99,18 +99,14 @@ class Ledger:
         """One record per device the work ran on (environment work: one, without device);
         the fields as in :class:`WorkRecord`."""
         outcome = "ok" if event.ok else "failed"
-        tenant, name, records = job.tenant, job.name, self.records
+        tenant, name, rows = job.tenant, job.name, self.records.rows
         if not devices:
-            records.append(
-                WorkRecord(
-                    kind, tenant, name, "", "env", start, end, step, group, turn, seqs, tokens,
-                    version, staleness, outcome, reward,
-                )
+            rows.append(
+                (kind, tenant, name, "", "env", start, end, step, group, turn, seqs, tokens,
+                 version, staleness, outcome, reward)
             )  # fmt: skip
         for device in devices:
-            records.append(
-                WorkRecord(
-                    kind, tenant, name, device.name, device.pool, start, end, step, group, turn,
-                    seqs, tokens, version, staleness, outcome, reward,
-                )
+            rows.append(
+                (kind, tenant, name, device.name, device.pool, start, end, step, group, turn,
+                 seqs, tokens, version, staleness, outcome, reward)
             )  # fmt: skip

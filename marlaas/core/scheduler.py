@@ -23,7 +23,7 @@ from marlaas.core.generation import Generation
 from marlaas.core.jobs import JobState
 from marlaas.core.ledger import Ledger
 from marlaas.core.policies import Policy, get_policy
-from marlaas.core.records import WorkRecord
+from marlaas.core.records import RecordLog
 from marlaas.core.training import Training
 from marlaas.core.work import (
     Decision,
@@ -81,7 +81,7 @@ class Scheduler:
 
     # ----------------------------------------------------------------------------- queries
     @property
-    def records(self) -> list[WorkRecord]:
+    def records(self) -> RecordLog:
         """Every piece of work so far, and the idle intervals closed so far."""
         return self.ledger.records
 
@@ -127,7 +127,7 @@ class Scheduler:
         self.ledger.idle.update(now)
         return out
 
-    def finish(self, now: float) -> list[WorkRecord]:
+    def finish(self, now: float) -> RecordLog:
         """Close the run at ``now``: idle intervals end here. Returns all records."""
         self.ledger.idle.close_all(now)
         return self.records
