@@ -59,6 +59,12 @@ class Generation:
         self._max_seqs = engines[0].spec.max_seqs if engines else 0
         self._kv_tokens = engines[0].spec.kv_tokens if engines else 0
         self._needs = NeedIndex(self._kv_tokens)
+        self._least = (
+            min((j.group_size for j in jobs), default=0),
+            min((j.prompt_reserve + j.answer_reserve for j in jobs), default=0),
+        )
+        """No group needs fewer sequences or KV tokens: a job's next group reserves its prompts
+        and responses at least (a continuing episode more: its context only grows)."""
         """Ready jobs by their next group's room, in policy order."""
         self._need: dict[int, Need] = {}
         """Each ready job's next group: (sequences, KV reserve, adapter)."""
@@ -156,6 +162,8 @@ class Generation:
         engine = self.cluster.engines[index]
         if engine.is_open:
             room = (self._max_seqs - engine.seqs, self._kv_tokens - engine.tokens)
+            if room[0] < self._least[0] or room[1] < self._least[1]:
+                return  # not even the smallest group of any job fits
             found = self._needs.first_fitting(*room)
             if found is not None and found[1] in self._dropped:
                 found = self._first_not_dropped(room)

@@ -99,14 +99,14 @@ class Ledger:
         """One record per device the work ran on (environment work: one, without device);
         the fields as in :class:`WorkRecord`."""
         outcome = "ok" if event.ok else "failed"
-        tenant, name, rows = job.tenant, job.name, self.records.rows
+        tenant, name, records = job.tenant, job.name, self.records
         if not devices:
-            rows.append(
+            records.append(
                 (kind, tenant, name, "", "env", start, end, step, group, turn, seqs, tokens,
                  version, staleness, outcome, reward)
             )  # fmt: skip
         for device in devices:
-            rows.append(
+            records.append(
                 (kind, tenant, name, device.name, device.pool, start, end, step, group, turn,
                  seqs, tokens, version, staleness, outcome, reward)
             )  # fmt: skip

@@ -58,46 +58,57 @@ class SimPyExecutor:
         self._tokens: dict[int, int] = {}
         """Tokens each running generation will have produced, by work id."""
         self._done: list[WorkDone] = []
+        self._starts = {
+            Generate: self._start_generate, EnvStep: self._start_env,
+            LoadAdapter: self._start_load, SwapIn: self._start_swap, Train: self._start_train,
+            Sync: self._start_sync, EvictAdapter: self._start_nothing,
+            SwapOut: self._start_nothing,
+        }  # fmt: skip
 
     # ----------------------------------------------------------------------------- protocol
     def start(self, decision: Decision, now: float) -> None:
         """Schedule the decision's completion by the cost model."""
-        cost = self.cost
-        if isinstance(decision, Generate):
-            self._start_generate(decision, now)
-        elif isinstance(decision, EnvStep):
-            self._start_env(decision)
-        elif isinstance(decision, LoadAdapter):
-            self._after(cost.adapter_load_s, WorkDone(decision.work_id))
-        elif isinstance(decision, SwapIn):
-            self._after(cost.trainer_swap_s, WorkDone(decision.work_id))
-        elif isinstance(decision, Train):
-            self._start_train(decision)
-        elif isinstance(decision, Sync):
-            switch = cost.colocated_switch_s if self.colocated else 0.0
-            self._after(cost.sync_s + switch, WorkDone(decision.work_id))
-        elif not isinstance(decision, EvictAdapter | SwapOut):  # those cost nothing here
+        start = self._starts.get(type(decision))
+        if start is None:
             raise TypeError(f"unknown decision {decision!r}")
+        start(decision, now)
+
+    def _start_load(self, d: LoadAdapter, now: float) -> None:
+        self._after(self.cost.adapter_load_s, WorkDone(d.work_id))
+
+    def _start_swap(self, d: SwapIn, now: float) -> None:
+        self._after(self.cost.trainer_swap_s, WorkDone(d.work_id))
+
+    def _start_sync(self, d: Sync, now: float) -> None:
+        switch = self.cost.colocated_switch_s if self.colocated else 0.0
+        self._after(self.cost.sync_s + switch, WorkDone(d.work_id))
+
+    def _start_nothing(self, d: EvictAdapter | SwapOut, now: float) -> None:
+        """Evictions and swap-outs cost nothing here."""
 
     def wait(self, until: float | None) -> Completions | None:
         """Run SimPy to the next completion, or to ``until`` [s] if that comes first."""
         env = self.env
+        peek, step, steps = env.peek, env.step, 0
         while not self._done:
-            upcoming = env.peek()
+            upcoming = peek()
             if until is not None and upcoming > until:
+                self.steps += steps
                 if until > env.now:
                     env.run(until=until)
                 return None
             if upcoming == math.inf:
+                self.steps += steps
                 return None
-            env.step()
-            self.steps += 1
+            step()
+            steps += 1
+        self.steps += steps
         done, self._done = self._done, []
         return env.now, done
 
     # ----------------------------------------------------------------------------- work
-    def _after(self, delay: float, *done: WorkDone) -> None:
-        self.env.timeout(delay).callbacks.append(lambda _: self._done.extend(done))
+    def _after(self, delay: float, done: WorkDone) -> None:
+        self.env.timeout(delay).callbacks.append(lambda _: self._done.append(done))
 
     def _start_generate(self, d: Generate, now: float) -> None:
         spec, cap = self._jobs[d.job], d.max_new_tokens
@@ -147,13 +158,13 @@ class SimPyExecutor:
                 engine.set_slowdown(now, factor)
                 self._wake(name)
 
-    def _start_env(self, d: EnvStep) -> None:
+    def _start_env(self, d: EnvStep, now: float) -> None:
         spec = self._jobs[d.job].env
         latency = max(spec.latency_s.sample(self.rng, d.seqs).tolist())
         added = 0 if d.last_turn else spec.observation_tokens * d.seqs
         self._after(latency, WorkDone(d.work_id, tokens=added))
 
-    def _start_train(self, d: Train) -> None:
+    def _start_train(self, d: Train, now: float) -> None:
         spec, cost = self._jobs[d.job], self.cost
         compute = d.tokens * (1 + spec.lora_rank / cost.train_rank_scale)
         duration = cost.train_overhead_s + compute / (cost.train_tokens_per_s * len(d.devices))

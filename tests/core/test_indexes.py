@@ -1,14 +1,18 @@
-"""The placement indexes answer as a scan of everything would, under random changes."""
+"""The placement indexes answer as a scan of everything would, under random changes; the
+record log reads back what was appended."""
 
 from __future__ import annotations
 
+import math
 import random
 
+import numpy as np
 import pytest
 
 from marlaas.core.free_engines import FreeEngines
 from marlaas.core.need_index import NeedIndex
 from marlaas.core.policy_queue import PolicyQueue
+from marlaas.core.records import RecordLog, WorkRecord
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -75,3 +79,27 @@ def test_policy_queue_pops_in_key_order_with_keys_that_move():
             assert queue.pop() == expected
             keys.pop(expected, None)
         assert len(queue) == len(keys)
+
+
+def test_record_log_reads_back_what_was_appended():
+    rng = random.Random(5)
+    log, kept = RecordLog(), []
+    for i in range(3 * RecordLog.CHUNK + 17):
+        record = WorkRecord(
+            rng.choice(["generate", "env", "idle"]), "t", f"j{i % 7}", "rollout/1", "rollout",
+            rng.random() * 100, rng.random() * 100 + 100, i % 11, i, -1, 8, rng.randrange(10**6),
+            i % 3, -1, "ok", rng.choice([math.nan, rng.random()]),
+        )  # fmt: skip
+        if i == 5000:  # a value of another type keeps its type
+            record = record._replace(tokens=2.5)
+        log.append(record if i % 2 else tuple(record))
+        kept.append(record)
+    assert len(log) == len(kept)
+    assert [repr(tuple(r)) for r in log] == [repr(tuple(r)) for r in kept]
+    for i in (0, 1, RecordLog.CHUNK, 5000, len(kept) - 1, -1):
+        assert repr(log[i]) == repr(kept[i])
+    assert [repr(r) for r in log[4090:4100]] == [repr(r) for r in kept[4090:4100]]
+    columns = log.columns()
+    for field, values in zip(WorkRecord._fields, columns, strict=True):
+        values = values.tolist() if isinstance(values, np.ndarray) else values
+        assert [repr(v) for v in values] == [repr(getattr(r, field)) for r in kept], field
