@@ -121,7 +121,7 @@ class IdleAccounting:
             since, old = self._open.pop(name)
             if now > since:
                 pool = self._devices[name].pool
-                self._records.append(
+                self._records.rows.append(
                     ("idle", "", "", name, pool, since, now, -1, -1, -1, 0, 0, -1, -1, old, NAN)
                 )  # the fields of WorkRecord
         if cause is not None:

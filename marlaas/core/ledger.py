@@ -99,7 +99,7 @@ class Ledger:
         """One record per device the work ran on (environment work: one, without device);
         the fields as in :class:`WorkRecord`."""
         outcome = "ok" if event.ok else "failed"
-        tenant, name, records = job.tenant, job.name, self.records
+        tenant, name, records = job.tenant, job.name, self.records.rows
         if not devices:
             records.append(
                 (kind, tenant, name, "", "env", start, end, step, group, turn, seqs, tokens,

@@ -84,7 +84,7 @@ def test_policy_queue_pops_in_key_order_with_keys_that_move():
 def test_record_log_reads_back_what_was_appended():
     rng = random.Random(5)
     log, kept = RecordLog(), []
-    for i in range(3 * RecordLog.CHUNK + 17):
+    for i in range(3 * 4096 + 17):
         record = WorkRecord(
             rng.choice(["generate", "env", "idle"]), "t", f"j{i % 7}", "rollout/1", "rollout",
             rng.random() * 100, rng.random() * 100 + 100, i % 11, i, -1, 8, rng.randrange(10**6),
@@ -96,7 +96,7 @@ def test_record_log_reads_back_what_was_appended():
         kept.append(record)
     assert len(log) == len(kept)
     assert [repr(tuple(r)) for r in log] == [repr(tuple(r)) for r in kept]
-    for i in (0, 1, RecordLog.CHUNK, 5000, len(kept) - 1, -1):
+    for i in (0, 1, 4096, 5000, len(kept) - 1, -1):
         assert repr(log[i]) == repr(kept[i])
     assert [repr(r) for r in log[4090:4100]] == [repr(r) for r in kept[4090:4100]]
     columns = log.columns()
