@@ -81,10 +81,15 @@ class Generation:
         """Whether ``job`` has a group to generate now (a continuing episode or a new group)."""
         return bool(job.ready_gen) or job.next_group_allowed(self.barrier_limit(job))
 
-    def set_ready(self, index: int, ready: bool, key: tuple | None = None) -> None:
+    def set_ready(
+        self, index: int, ready: bool, key: tuple | None = None, after_round: bool = False
+    ) -> None:
         """The job changed: whether it has a group to generate now (``key``: its policy key
-        now, if the caller has it)."""
+        now, if the caller has it). ``after_round``: the job changed at most in the last
+        round, which indexed every ready job it touched or placed."""
         if ready:
+            if after_round and index in self.ready:
+                return
             self.ready.add(index)
             self._reindex(index, key)
         elif index in self.ready:
@@ -95,6 +100,9 @@ class Generation:
     # ------------------------------------------------------------------------------- start
     def start(self, now: float, out: list[Decision], engines: list[Engine]) -> None:
         """Place as many ready groups as fit on ``engines``, in policy order."""
+        for index in self.ledger.touched:  # changed since the jobs were last refreshed
+            if index in self.ready:
+                self._reindex(index)
         if not self.ready or not engines:
             self._recheck_all = bool(self.ready)
             self._free.grown.clear()
@@ -123,9 +131,6 @@ class Generation:
 
     def _candidates(self) -> list[tuple[tuple, int, int]]:
         """(key, job, engine that proposed it or -1) of the jobs that may be placed now."""
-        for index in self.ledger.touched:  # changed since the jobs were last refreshed
-            if index in self.ready:
-                self._reindex(index)
         if self._recheck_all:
             self._changed.update(self.ready)
             self._recheck_all = False

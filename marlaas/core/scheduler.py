@@ -123,7 +123,7 @@ class Scheduler:
             self.training.start(now, out)  # exclusive devices: the engines drain first
         self.environments.start(now, out)
         self.generation.start(now, out, self._open_engines())
-        self._refresh_touched()
+        self._refresh_touched(after_generation=True)
         self.ledger.idle.update(now)
         return out
 
@@ -167,8 +167,9 @@ class Scheduler:
             return None
         return self._round_limit.get(job.name, job.published)
 
-    def _refresh_touched(self) -> None:
-        """Recompute the work sets and idle votes of the jobs that changed."""
+    def _refresh_touched(self, after_generation: bool = False) -> None:
+        """Recompute the work sets and idle votes of the jobs that changed
+        (``after_generation``: right after the placement round, which indexed them)."""
         touched = self.ledger.touched
         if not touched:
             return
@@ -187,7 +188,7 @@ class Scheduler:
             gen = bool(job.ready_gen) or job.next_group_allowed(limit)
             env = bool(job.ready_env)
             key = key_of(job) if gen or env else None
-            generation.set_ready(index, gen, key)
+            generation.set_ready(index, gen, key, after_generation)
             if job.train_ready():
                 train_ready.add(index)
             else:
