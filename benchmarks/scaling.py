@@ -11,17 +11,20 @@ the same number of events (timeouts with a callback each, as the simulator uses 
 best of 3) in the same process right after, so that the ratio of the two is measured under
 the same machine load. Printed per size: SimPy events, wall and CPU time, CPU µs per event,
 the bare loop's CPU µs per event and the ratio; then the growth exponent of µs per event
-between 64 and 256 jobs (0: flat; 1: linear in jobs) and the peak RSS of the process. The
-script imports marlaas from PYTHONPATH, so one copy of it can measure an older tree.
+between 64 and 256 jobs (0: flat; 1: linear in jobs). Each size runs in a process of its own
+(``--same-process``: all in this one), which reports its peak RSS. The script imports marlaas
+from PYTHONPATH, so one copy of it can measure an older tree.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import multiprocessing
 import resource
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import simpy
@@ -114,30 +117,47 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def measure_in_child(label: str, jobs: int | None, steps: int | None, policy: str) -> dict:
+    """``measure`` in this process, for ``run_fresh``: paper-32 (``jobs`` None) or the cycled
+    workload; with the peak RSS of the process [MB]."""
+    workload = load_workload(PAPER_32) if jobs is None else cycled_workload(jobs, steps)
+    return {"label": label, **measure(workload, policy), "peak_rss_mb": peak_rss_mb()}
+
+
+def run_fresh(label: str, jobs: int | None, steps: int | None, policy: str) -> dict:
+    """``measure_in_child`` in a new process: a size measured after another would otherwise
+    pay for the memory the earlier one left behind."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        return pool.submit(measure_in_child, label, jobs, steps, policy).result()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", default="8,32,64,128,256", help="job counts (multiples of 8)")
     parser.add_argument("--steps", type=int, help="every job's rl.steps (default: its own)")
     parser.add_argument("--policy", default="fair")
     parser.add_argument("--no-paper", action="store_true", help="skip paper-32 itself")
+    parser.add_argument(
+        "--same-process", action="store_true", help="measure every size in this process"
+    )
     args = parser.parse_args(argv)
     rows = []
     header = (
         f"{'run':>10s} {'jobs':>5s} {'GPUs':>5s} {'events':>9s} {'wall s':>8s} {'cpu s':>8s} "
-        f"{'us/event':>9s} {'bare us':>8s} {'x bare':>7s}"
+        f"{'us/event':>9s} {'bare us':>8s} {'x bare':>7s} {'RSS MB':>7s}"
     )
     print(header, flush=True)
-    runs = [] if args.no_paper else [("paper-32", load_workload(PAPER_32))]
+    runs = [] if args.no_paper else [("paper-32", None)]
     runs += [("cycled", n) for n in map(int, args.jobs.split(","))]
-    for label, what in runs:
-        workload = what if isinstance(what, Workload) else cycled_workload(what, args.steps)
-        row = {"label": label, **measure(workload, args.policy)}
+    run = measure_in_child if args.same_process else run_fresh
+    for label, jobs in runs:
+        row = run(label, jobs, args.steps, args.policy)
         rows.append(row)
         print(
             f"{label:>10s} {row['jobs']:5d} {row['gpus']:5d} {row['events']:9d} "
             f"{row['wall_s']:8.2f} {row['cpu_s']:8.2f} {row['us_per_event']:9.1f} "
-            f"{row['bare_us_per_event']:8.2f} "
-            f"{row['ratio']:7.1f}",
+            f"{row['bare_us_per_event']:8.2f} {row['ratio']:7.1f} {row['peak_rss_mb']:7.0f}",
             flush=True,
         )
     cycled = [r for r in rows if r["label"] != "paper-32"]
@@ -150,7 +170,6 @@ def main(argv: list[str] | None = None) -> int:
     exponent = growth_exponent(rows)
     if exponent is not None:
         print(f"growth exponent of us/event, 64 -> 256 jobs: {exponent:.2f}")
-    print(f"peak RSS: {peak_rss_mb():.0f} MB")
     return 0
 
 

@@ -194,7 +194,9 @@ def execute(
                 bar.update()
         else:
             with ProcessPoolExecutor(max_workers=workers) as pool:
-                futures = {pool.submit(run_one, r, events_dir): i for i, r in enumerate(runs)}
+                # the longest runs first, so that the pool does not end on one long run
+                order = sorted(range(len(runs)), key=lambda i: -_work(runs[i]))
+                futures = {pool.submit(run_one, runs[i], events_dir): i for i in order}
                 try:
                     for future in as_completed(futures):
                         i = futures[future]
@@ -207,6 +209,11 @@ def execute(
     finally:
         bar.close()
     return [r[0] for r in results], [r[1] for r in results]
+
+
+def _work(run: SweepRun) -> int:
+    """A run's group turns to generate: a rough measure of how long it takes."""
+    return sum(j.rl.steps * j.rl.prompts_per_step * j.rl.turns for j in run.workload.jobs)
 
 
 def _short(run: SweepRun) -> str:
