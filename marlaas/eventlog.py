@@ -51,7 +51,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from marlaas.core.records import WorkRecord
+from marlaas.core.records import RecordLog, WorkRecord
 
 SCHEMA = pa.schema(
     [
@@ -98,8 +98,11 @@ class EventLogError(ValueError):
 
 def records_to_frame(records: Iterable[WorkRecord]) -> pd.DataFrame:
     """Turn work records into a DataFrame with exactly the event-log columns and types."""
-    records = list(records)
-    columns = zip(*records, strict=True) if records else [()] * len(WorkRecord._fields)
+    if isinstance(records, RecordLog):
+        columns = records.columns()
+    else:
+        records = list(records)
+        columns = zip(*records, strict=True) if records else [()] * len(WorkRecord._fields)
     by_field = dict(zip(WorkRecord._fields, columns, strict=True))
     arrays = [pa.array(by_field.get(c, ()), type=SCHEMA.field(c).type) for c in COLUMNS]
     return pa.Table.from_arrays(arrays, schema=SCHEMA).to_pandas()

@@ -217,7 +217,9 @@ def execute(
         else:
             # Leaving the block (done, an error, Ctrl-C, SIGTERM) terminates the workers.
             with start_pool(workers) as pool:
-                tasks = [(i, run, events_dir) for i, run in enumerate(runs)]
+                # the longest runs first, so that the pool does not end on one long run
+                order = sorted(range(len(runs)), key=lambda i: -_work(runs[i]))
+                tasks = [(i, runs[i], events_dir) for i in order]
                 for i, result in pool.imap_unordered(_run_indexed, tasks):
                     results[i] = result
                     bar.set_postfix_str(_short(runs[i]))
@@ -230,6 +232,11 @@ def execute(
 def _run_indexed(task: tuple[int, SweepRun, Path | None]) -> tuple[int, tuple[dict, dict]]:
     i, run, events_dir = task
     return i, run_one(run, events_dir)
+
+
+def _work(run: SweepRun) -> int:
+    """A run's group turns to generate: a rough measure of how long it takes."""
+    return sum(j.rl.steps * j.rl.prompts_per_step * j.rl.turns for j in run.workload.jobs)
 
 
 def _short(run: SweepRun) -> str:

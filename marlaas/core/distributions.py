@@ -17,6 +17,7 @@ Sampling takes a numpy Generator so that all randomness comes from the run's see
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Annotated, Literal
 
 import numpy as np
@@ -61,8 +62,12 @@ class LogNormal(_Dist):
     median: Annotated[float, Field(gt=0, le=MAX_DIST_VALUE)]
     sigma: Annotated[float, Field(ge=0, le=MAX_SIGMA)]
 
+    @cached_property
+    def _log_median(self) -> float:
+        return np.log(self.median)
+
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        return rng.lognormal(np.log(self.median), self.sigma, n)
+        return rng.lognormal(self._log_median, self.sigma, n)
 
     def mean(self) -> float:
         return float(self.median * np.exp(self.sigma**2 / 2))

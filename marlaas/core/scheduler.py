@@ -23,7 +23,7 @@ from marlaas.core.generation import Generation
 from marlaas.core.jobs import JobState
 from marlaas.core.ledger import Ledger
 from marlaas.core.policies import Policy, get_policy
-from marlaas.core.records import WorkRecord
+from marlaas.core.records import RecordLog
 from marlaas.core.training import Training
 from marlaas.core.work import (
     Decision,
@@ -76,6 +76,9 @@ class Scheduler:
             Sync: self.training.on_sync,
         }
         self._round_limit: dict[str, int] = {}
+        self._round_left: set[int] = set()
+        """Jobs of the barrier round that have not published their round's step yet."""
+        self._finished: set[int] = set()
         self._arrivals = sorted(self.jobs, key=lambda j: (j.arrival_s, j.index))
         self._waiting: list[JobState] = []
         """Arrived, not yet admitted (max_active_jobs)."""
@@ -84,14 +87,14 @@ class Scheduler:
 
     # ----------------------------------------------------------------------------- queries
     @property
-    def records(self) -> list[WorkRecord]:
+    def records(self) -> RecordLog:
         """Every piece of work so far, and the idle intervals closed so far."""
         return self.ledger.records
 
     @property
     def done(self) -> bool:
         """True when every job trained and published all its steps."""
-        return all(j.done for j in self.jobs)
+        return len(self._finished) == len(self.jobs)
 
     @property
     def running(self) -> int:
@@ -100,6 +103,8 @@ class Scheduler:
 
     def next_arrival(self, now: float) -> float | None:
         """The next time a job arrives after ``now``, so a driver can wake the scheduler."""
+        if not self._arrivals:
+            return None
         later = (j.arrival_s for j in self._arrivals if j.arrival_s > now)
         return next(later, None)
 
@@ -112,9 +117,10 @@ class Scheduler:
         """Everything that should start at ``now``, in a deterministic order; an executor
         starts them in this order (an eviction before the load it makes room for)."""
         out: list[Decision] = []
-        due, self.ledger.due = self.ledger.due, []
-        for start in due:
-            start(now, out)
+        if self.ledger.due:
+            due, self.ledger.due = self.ledger.due, []
+            for start in due:
+                start(now, out)
         self._admit(now)
         if self.mechanism.barrier:
             self._advance_round()
@@ -123,17 +129,18 @@ class Scheduler:
             self.training.start(now, out)  # exclusive devices: the engines drain first
         self.environments.start(now, out)
         self.generation.start(now, out, self._open_engines())
-        self._refresh_touched()
+        self._refresh_touched(after_generation=True)
         self.ledger.idle.update(now)
         return out
 
-    def finish(self, now: float) -> list[WorkRecord]:
+    def finish(self, now: float) -> RecordLog:
         """Close the run at ``now``: idle intervals end here. Returns all records."""
         self.ledger.idle.close_all(now)
         return self.records
 
     def _engines_busy(self) -> bool:
-        return any(e.seqs or e.loading for e in self.cluster.engines)
+        engines = self.cluster.engines
+        return bool(engines) and engines[0].directory.free.busy > 0
 
     def _open_engines(self) -> list:
         """The engines that may take new groups: all, unless generation and training share
@@ -155,9 +162,10 @@ class Scheduler:
             self.ledger.touched.add(job.index)
 
     def _advance_round(self) -> None:
-        members = [self._jobs_by_name[n] for n in self._round_limit]
-        if all(j.done or j.published >= self._round_limit[j.name] for j in members):
+        """Open the next barrier round once every job of this one published its step."""
+        if not self._round_left:
             self._round_limit = {j.name: j.published + 1 for j in self._active.values()}
+            self._round_left = set(self._active)
             self.ledger.touched.update(self._active)
 
     def _barrier_limit(self, job: JobState) -> int | None:
@@ -165,37 +173,48 @@ class Scheduler:
             return None
         return self._round_limit.get(job.name, job.published)
 
-    def _refresh_touched(self) -> None:
-        """Recompute the work sets and idle votes of the jobs that changed."""
-        ledger = self.ledger
-        for index in ledger.touched:
+    def _refresh_touched(self, after_generation: bool = False) -> None:
+        """Recompute the work sets and idle votes of the jobs that changed
+        (``after_generation``: right after the placement round, which indexed them)."""
+        touched = self.ledger.touched
+        if not touched:
+            return
+        generation, training, environments = self.generation, self.training, self.environments
+        vote, key_of, train_ready = self.ledger.idle.vote, self.policy.key, training.ready
+        barrier, round_limit = self.mechanism.barrier, self._round_limit
+        for index in touched:
             job = self.jobs[index]
-            active = index in self._active
-            gen = active and self.generation.has_work(job)
-            _toggle(self.generation.ready, index, gen)
-            _toggle(self.training.ready, index, active and job.train_ready())
-            _toggle(self.environments.ready, index, active and bool(job.ready_env))
-            if active:
-                engine_vote = None if gen else job.waiting_on(self._barrier_limit(job))
-                ledger.idle.vote(index, (engine_vote, job.trainer_vote()))
+            if index not in self._active:
+                generation.set_ready(index, False)
+                train_ready.discard(index)
+                environments.set_ready(index, False)
+                vote(index, None)
+                continue
+            limit = round_limit.get(job.name, job.published) if barrier else None
+            gen = bool(job.ready_gen) or job.next_group_allowed(limit)
+            env = bool(job.ready_env)
+            key = key_of(job) if gen or env else None
+            generation.set_ready(index, gen, key, after_generation)
+            if job.train_ready():
+                train_ready.add(index)
             else:
-                ledger.idle.vote(index, None)
-        ledger.touched.clear()
+                train_ready.discard(index)
+            environments.set_ready(index, env, key)
+            vote(index, (None if gen else job.waiting_on(limit), job.trainer_vote()))
+        touched.clear()
 
     # ----------------------------------------------------------------------------- events
     def on_event(self, event: WorkDone, now: float) -> None:
         """Record that a piece of work finished (or failed) at ``now``."""
         running = self.ledger.end(event.work_id)
         decision = running.decision
-        job = self.job(decision.job)
+        job = self._jobs_by_name[decision.job]
         self.ledger.touched.add(job.index)
         self._handlers[type(decision)](decision, running, event, now)
+        if job.index in self._round_left and (
+            job.done or job.published >= self._round_limit[job.name]
+        ):
+            self._round_left.discard(job.index)
         if job.done:
             self._active.pop(job.index, None)
-
-
-def _toggle(members: set[int], index: int, present: bool) -> None:
-    if present:
-        members.add(index)
-    else:
-        members.discard(index)
+            self._finished.add(job.index)

@@ -66,65 +66,82 @@ class SimPyExecutor:
         self._tokens: dict[int, tuple[int, int]] = {}
         """(tokens, longest sample's tokens) each running generation will produce, by id."""
         self._done: list[WorkDone] = []
+        self._starts = {
+            Generate: self._start_generate, EnvStep: self._start_env,
+            LoadAdapter: self._start_load, SwapIn: self._start_swap, Train: self._start_train,
+            Sync: self._start_sync, EvictAdapter: self._start_nothing,
+            SwapOut: self._start_nothing,
+        }  # fmt: skip
 
     # ----------------------------------------------------------------------------- protocol
     def start(self, decision: Decision, now: float) -> None:
         """Schedule the decision's completion by the cost model."""
-        cost = self.cost
-        if isinstance(decision, Generate):
-            self._start_generate(decision, now)
-        elif isinstance(decision, EnvStep):
-            self._start_env(decision)
-        elif isinstance(decision, LoadAdapter):
-            wait = cost.adapter_load_wait_iterations * self._busiest_iteration_s(decision, now)
-            self._after(cost.adapter_load_s + wait, WorkDone(decision.work_id))
-        elif isinstance(decision, SwapIn):
-            self._after(cost.trainer_swap_s, WorkDone(decision.work_id))
-        elif isinstance(decision, Train):
-            self._start_train(decision)
-        elif isinstance(decision, Sync):
-            switch = cost.colocated_switch_s if self.colocated else 0.0
-            self._after(cost.sync_s + switch, WorkDone(decision.work_id))
-        elif not isinstance(decision, EvictAdapter | SwapOut):  # those cost nothing here
+        start = self._starts.get(type(decision))
+        if start is None:
             raise TypeError(f"unknown decision {decision!r}")
+        start(decision, now)
+
+    def _start_load(self, d: LoadAdapter, now: float) -> None:
+        wait = self.cost.adapter_load_wait_iterations * self._busiest_iteration_s(d, now)
+        self._after(self.cost.adapter_load_s + wait, WorkDone(d.work_id))
+
+    def _start_swap(self, d: SwapIn, now: float) -> None:
+        self._after(self.cost.trainer_swap_s, WorkDone(d.work_id))
+
+    def _start_sync(self, d: Sync, now: float) -> None:
+        switch = self.cost.colocated_switch_s if self.colocated else 0.0
+        self._after(self.cost.sync_s + switch, WorkDone(d.work_id))
+
+    def _start_nothing(self, d: EvictAdapter | SwapOut, now: float) -> None:
+        """Evictions and swap-outs cost nothing here."""
 
     def wait(self, until: float | None) -> Completions | None:
         """Run SimPy to the next completion, or to ``until`` [s] if that comes first."""
         env = self.env
+        peek, step, steps = env.peek, env.step, 0
         while not self._done:
-            upcoming = env.peek()
+            upcoming = peek()
             if until is not None and upcoming > until:
+                self.steps += steps
                 if until > env.now:
                     env.run(until=until)
                 return None
             if upcoming == math.inf:
+                self.steps += steps
                 return None
-            env.step()
-            self.steps += 1
+            step()
+            steps += 1
+        self.steps += steps
         done, self._done = self._done, []
         return env.now, done
 
     # ----------------------------------------------------------------------------- work
-    def _after(self, delay: float, *done: WorkDone) -> None:
-        self.env.timeout(delay).callbacks.append(lambda _: self._done.extend(done))
+    def _after(self, delay: float, done: WorkDone) -> None:
+        self.env.timeout(delay).callbacks.append(lambda _: self._done.append(done))
 
     def _start_generate(self, d: Generate, now: float) -> None:
+        cap, shortest = d.max_new_tokens, 1
         drawn = self._lengths[d.job].responses(self.rng, d.group, d.seqs)
-        prompt, shortest = d.context_tokens / d.seqs, 1
+        prompt = d.context_tokens / d.seqs
         if self.recording is not None:
             key = (d.job, d.group, d.turn)
             drawn = self.recording.lengths(key, d.seqs, drawn)
             prompt = self.recording.prompt_tokens.get(key, prompt)
             shortest = 0  # a real turn may have had nothing left to generate
-        lengths = np.clip(np.rint(drawn), shortest, d.max_new_tokens)
-        if not lengths.any():  # nothing to generate: done at once
+        # rounded half to even (as numpy's rint), then clipped to [shortest, max_new_tokens]
+        lengths = [
+            r if shortest <= (r := round(x)) <= cap else (shortest if r < shortest else cap)
+            for x in drawn.tolist()
+        ]
+        if not any(lengths):  # nothing to generate: done at once
             self._after(0.0, WorkDone(d.work_id, tokens=0, longest_tokens=0))
             return
         engine = self.engines[d.engine]
         engine.admit(now, d.work_id, lengths, prompt, (d.job, d.version))
-        self._tokens[d.work_id] = (int(lengths.sum()), int(lengths.max()))
+        self._tokens[d.work_id] = (sum(lengths), max(lengths))
         self._wake(d.engine)
-        self._share_processor(now)
+        if self.shared_compute:
+            self._share_processor(now)
 
     def _busiest_iteration_s(self, d: LoadAdapter, now: float) -> float:
         """The longest decode iteration running on the load's processor: its own engine, or
@@ -143,19 +160,20 @@ class SimPyExecutor:
         self._stamp[name] += 1
         stamp = self._stamp[name]
 
-        def fire(_event) -> None:
+        def fire(event) -> None:
             if stamp != self._stamp[name]:
                 return  # superseded by a later admission
-            now = self.env.now
+            now = event.env.now
             finished = engine.pop_finished(now)
             for work_id in finished:
                 tokens, longest = self._tokens.pop(work_id)
                 self._done.append(WorkDone(work_id, tokens=tokens, longest_tokens=longest))
             self._wake(name)
-            if finished:
+            if finished and self.shared_compute:
                 self._share_processor(now)
 
-        self.env.timeout(max(when - self.env.now, 0.0)).callbacks.append(fire)
+        env = self.env
+        env.timeout(max(when - env.now, 0.0)).callbacks.append(fire)
 
     def _share_processor(self, now: float) -> None:
         """On one shared processor, each decoding engine runs as many times slower as there
@@ -170,15 +188,15 @@ class SimPyExecutor:
                 engine.set_slowdown(now, factor)
                 self._wake(name)
 
-    def _start_env(self, d: EnvStep) -> None:
+    def _start_env(self, d: EnvStep, now: float) -> None:
         spec = self._jobs[d.job].env
-        latency = float(spec.latency_s.sample(self.rng, d.seqs).max())
+        latency = max(spec.latency_s.sample(self.rng, d.seqs).tolist())
         if self.recording is not None:
             latency = self.recording.env_s.get((d.job, d.group, d.turn), latency)
         added = 0 if d.last_turn else spec.observation_tokens * d.seqs
         self._after(latency, WorkDone(d.work_id, tokens=added))
 
-    def _start_train(self, d: Train) -> None:
+    def _start_train(self, d: Train, now: float) -> None:
         spec, cost = self._jobs[d.job], self.cost
         compute = d.tokens * (1 + spec.lora_rank / cost.train_rank_scale)
         devices = 1 if self.shared_compute else len(d.devices)  # one processor: no speed-up
