@@ -50,7 +50,7 @@ def cycled_workload(jobs: int, steps: int | None = None) -> Workload:
         job = dict(source[i % len(source)])
         if i >= len(source):
             lap = i // len(source)
-            job["name"], job["tenant"] = f"{job['name']}.{lap}", f"{job['tenant']}.{lap}"
+            job["name"], job["tenant"] = f"{job['name']}-{lap}", f"{job['tenant']}-{lap}"
         if steps is not None:
             job["rl"] = {**job["rl"], "steps": steps}
         cycled.append(job)
