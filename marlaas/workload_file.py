@@ -49,13 +49,12 @@ def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool 
         key = loader.construct_object(key_node, deep=deep)
         if not isinstance(key, str | int | float | bool) and key is not None:
             raise yaml.constructor.ConstructorError(
-                None, None, f"a key must be a plain value, not a {type(key).__name__} (line "
-                f"{key_node.start_mark.line + 1})", key_node.start_mark,
+                None, None, f"a key must be a plain value, not a {type(key).__name__}",
+                key_node.start_mark,
             )  # fmt: skip
         if key in seen:
-            line = key_node.start_mark.line + 1
             raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (line {line})", key_node.start_mark
+                None, None, f"duplicate key {key!r}", key_node.start_mark
             )
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)
@@ -229,4 +228,13 @@ def check_environments(workload: Workload, source: str) -> None:
 
 
 def _one_line(err: Exception) -> str:
-    return " ".join(str(err).split())
+    """A YAML error on one line: what is wrong and where (line, column), without the
+    parser's echo of the text."""
+    if isinstance(err, yaml.MarkedYAMLError) and err.problem:
+        mark = err.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        context = f"{err.context}: " if err.context else ""
+        text = f"{context}{err.problem}{where}"
+    else:
+        text = str(err)
+    return " ".join(text.split())

@@ -399,12 +399,11 @@ def format_validation_error(err: ValidationError, source: str) -> str:
             message = "unknown field"
         got = problem.get("input")
         shown = "" if isinstance(got, dict | list) else f" (got {_short_repr(got)})"
-        path = path or "<top>"
         problems.setdefault((shape, message + shown), []).append(path)
     lines = []
     for (_, message), paths in problems.items():
         alike = f" (and {len(paths) - 1} more like it)" if len(paths) > 1 else ""
-        lines.append(f"{paths[0]}: {message}{alike}")
+        lines.append(f"{paths[0]}: {message}{alike}" if paths[0] else message + alike)
     more = len(lines) - MAX_PROBLEMS_SHOWN
     text = "; ".join(lines[:MAX_PROBLEMS_SHOWN]) + (f"; and {more} more" if more > 0 else "")
     return f"{source}: {text}"
