@@ -76,6 +76,16 @@ def test_calibrate_recovers_the_cost_model(runs):
     )  # a step of 512 tokens takes what it took
 
 
+def test_steps_of_one_size_are_charged_per_step_and_the_table_says_so(runs):
+    result = calibrate([runs["sequential"]])  # every step trains the same number of tokens
+    fitted = result.cost
+    notes = {f.name: f.quality for f in result.fitted}
+    assert "add runs with other batch sizes" in notes["train_tokens_per_s"]
+    assert fitted.train_overhead_s > TRUE.train_overhead_s  # it carries the per-token time
+    varied = calibrate([runs["fair"]])
+    assert "add runs" not in {f.name: f.quality for f in varied.fitted}["train_tokens_per_s"]
+
+
 def test_replay_with_the_true_cost_model_reproduces_the_run(runs, tmp_path):
     profile_path = tmp_path / "true.yaml"
     profile_path.write_text(json.dumps({"name": "true", "cost": TRUE.model_dump()}))

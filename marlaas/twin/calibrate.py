@@ -221,6 +221,8 @@ def _fit_train(runs: list[RealRun], rank_scale: float) -> tuple[float, float, st
     pred = overhead + slope * x
     mape = float(np.mean(np.abs(pred - y) / np.maximum(y, 1e-9)))
     note = f"error {mape:.1%}; batch tokens vary {spread:.0%}"
+    if slope == 0:
+        note += " (all per step: add runs with other batch sizes to fit tokens/s)"
     rate = 1.0 / slope if slope > 0 else 1e12
     return overhead, rate, note, len(y)
 
