@@ -191,6 +191,7 @@ class Scheduler:
         barrier, round_limit = self._barrier, self._round_limit
         jobs, active = self.jobs, self._active
         set_gen, set_env = generation.set_ready, environments.set_ready
+        gen_ready, env_ready = generation.ready, environments.ready
         for index in touched:
             job = jobs[index]
             if index not in active:
@@ -203,12 +204,17 @@ class Scheduler:
             gen = bool(job.ready_gen) or job.next_group_allowed(limit)
             env = bool(job.ready_env)
             key = key_of(job) if gen or env else None
-            set_gen(index, gen, key, after_generation)
+            if gen:
+                if not (after_generation and index in gen_ready):  # else: as the round left it
+                    set_gen(index, True, key, after_generation)
+            elif index in gen_ready:
+                set_gen(index, False)
             if job.train_ready():
                 train_ready.add(index)
             else:
                 train_ready.discard(index)
-            set_env(index, env, key)
+            if env or index in env_ready:
+                set_env(index, env, key)
             vote(index, (None if gen else job.waiting_on(limit), job.trainer_vote()))
         touched.clear()
 
