@@ -91,19 +91,21 @@ class Engine:
             raise CapacityError(f"{self.name}: no room for {seqs} seqs / {tokens} tokens")
         self.seqs += seqs
         self.tokens += tokens
-        must_load = adapter not in self.resident
-        victim = None
+        resident = self.resident
+        users = resident.get(adapter)
+        must_load, victim = users is None, None
         if must_load:
-            if len(self.resident) >= self.spec.adapter_slots:
-                victim = next(k for k, users in self.resident.items() if users == 0)
+            if len(resident) >= self.spec.adapter_slots:
+                victim = next(k for k, users in resident.items() if users == 0)
                 self._drop(victim)
-            self.resident[adapter] = 0
+            resident[adapter] = 1  # added last: the most recently used
             self.directory.hosts.setdefault(adapter, set()).add(self.index)
             self.loading.add(adapter)
-        elif self.resident[adapter] == 0:
-            self.unused -= 1
-        self.resident[adapter] += 1
-        self.resident.move_to_end(adapter)
+        else:
+            if users == 0:
+                self.unused -= 1
+            resident[adapter] = users + 1
+            resident.move_to_end(adapter)
         self._index()
         return must_load, victim
 
@@ -146,8 +148,9 @@ class Engine:
 
     def _index(self) -> None:
         spec = self.spec
+        is_open = len(self.resident) < spec.adapter_slots or self.unused > 0  # is_open, inline
         self.directory.free.update(
-            self.index, self.is_open, spec.max_seqs - self.seqs, spec.kv_tokens - self.tokens,
+            self.index, is_open, spec.max_seqs - self.seqs, spec.kv_tokens - self.tokens,
             bool(self.seqs or self.loading),
         )  # fmt: skip
 

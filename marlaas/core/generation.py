@@ -56,7 +56,9 @@ class Generation:
         engines = cluster.engines
         self._free = engines[0].directory.free if engines else FreeEngines(0)
         self._hosts = engines[0].directory.hosts if engines else {}
+        self._engines = engines
         self._max_seqs = engines[0].spec.max_seqs if engines else 0
+        self._slots = engines[0].spec.adapter_slots if engines else 0
         self._kv_tokens = engines[0].spec.kv_tokens if engines else 0
         self._needs = NeedIndex(self._kv_tokens)
         self._least = (
@@ -76,7 +78,7 @@ class Generation:
         self._recheck_all = False
         """A round was skipped while jobs were ready: try them all next time."""
         self._dropped: set[int] = set()
-        """Jobs whose group fits nowhere in this round (empty between rounds)."""
+        """Jobs whose group fits nowhere in this round (emptied at its end)."""
 
     def has_work(self, job: JobState) -> bool:
         """Whether ``job`` has a group to generate now (a continuing episode or a new group)."""
@@ -101,20 +103,23 @@ class Generation:
     # ------------------------------------------------------------------------------- start
     def start(self, now: float, out: list[Decision], engines: list[Engine]) -> None:
         """Place as many ready groups as fit on ``engines``, in policy order."""
+        ready = self.ready
         for index in self.ledger.touched:  # changed since the jobs were last refreshed
-            if index in self.ready:
+            if index in ready:
                 self._reindex(index)
-        if not self.ready or not engines:
-            self._recheck_all = bool(self.ready)
+        if not ready or not engines:
+            self._recheck_all = bool(ready)
             self._free.grown.clear()
             return
         candidates = self._candidates()
-        self._dropped = dropped = set()
-        indexed = self._needs.indexed
+        if not candidates:
+            return
+        dropped, indexed, keys, needs = self._dropped, self._needs.indexed, self._key, self._need
+        choose, pop, push = self._choose, heapq.heappop, heapq.heappush
         while candidates:
-            key, index, source = heapq.heappop(candidates)
-            if key == self._key.get(index) and index in indexed and index not in dropped:
-                engine = self._choose(*self._need[index])
+            key, index, source = pop(candidates)
+            if key == keys.get(index) and index in indexed and index not in dropped:
+                engine = choose(*needs[index])
                 if engine is None:  # nowhere now, nor later this round: engines only fill up
                     dropped.add(index)
                 else:
@@ -123,23 +128,27 @@ class Generation:
                     if self.has_work(job):
                         self._reindex(index)
                         self._changed.discard(index)
-                        heapq.heappush(candidates, (self._key[index], index, -1))
+                        push(candidates, (keys[index], index, -1))
                     else:
                         self._needs.remove(index)
             if source >= 0:
                 self._propose(source, candidates)
-        self._dropped = set()
+        dropped.clear()
 
     def _candidates(self) -> list[tuple[tuple, int, int]]:
         """(key, job, engine that proposed it or -1) of the jobs that may be placed now."""
+        changed = self._changed
         if self._recheck_all:
-            self._changed.update(self.ready)
+            changed.update(self.ready)
             self._recheck_all = False
-        candidates = [(self._key[i], i, -1) for i in self._changed]
-        self._changed.clear()
-        for engine in self._free.grown:
-            self._propose(engine, candidates)
-        self._free.grown.clear()
+        keys = self._key
+        candidates = [(keys[i], i, -1) for i in changed]
+        changed.clear()
+        grown = self._free.grown
+        if grown:
+            for engine in grown:
+                self._propose(engine, candidates)
+            grown.clear()
         heapq.heapify(candidates)
         return candidates
 
@@ -151,11 +160,15 @@ class Generation:
         round (or was placed and indexed again since): it can only be placed now if an
         engine's room grew, and then that engine proposes it."""
         job = self.jobs[index]
-        need = next_need(job)
+        if job.ready_gen:  # next_need(job), inline
+            group = job.groups[job.ready_gen[0]]
+            context, version = group.context_tokens, group.version
+        else:
+            context, version = job.prompt_reserve_of(job.next_group), job.published
+        need = (job.group_size, context + job.answer_reserve, (job.name, version))
         if key is None:
             key = self.policy.key(job)
-        indexed = index in self._needs.indexed
-        if indexed and self._key[index] == key and self._need[index] == need:
+        if index in self._needs.indexed and self._key[index] == key and self._need[index] == need:
             return
         self._need[index], self._key[index] = need, key
         self._needs.put(index, need[0], need[1], key)
@@ -165,14 +178,14 @@ class Generation:
         """Add the jobs that could take engine ``index``'s room first: the one with the
         smallest key that fits, when the engine can load any adapter, else those whose
         adapter it holds."""
-        engine = self.cluster.engines[index]
-        if engine.is_open:
-            room = (self._max_seqs - engine.seqs, self._kv_tokens - engine.tokens)
-            if room[0] < self._least[0] or room[1] < self._least[1]:
+        engine = self._engines[index]
+        if len(engine.resident) < self._slots or engine.unused > 0:  # engine.is_open, inline
+            seqs, tokens = self._max_seqs - engine.seqs, self._kv_tokens - engine.tokens
+            if seqs < self._least[0] or tokens < self._least[1]:
                 return  # not even the smallest group of any job fits
-            found = self._needs.first_fitting(*room)
+            found = self._needs.first_fitting(seqs, tokens)
             if found is not None and found[1] in self._dropped:
-                found = self._first_not_dropped(room)
+                found = self._first_not_dropped((seqs, tokens))
             if found is not None:
                 heapq.heappush(candidates, (*found, index))
             return

@@ -91,11 +91,13 @@ class IdleAccounting:
             if causes != self._causes:
                 self._causes = causes
                 self.dirty.update(self._open)  # only idle devices can change their cause
-        if not self.dirty:
+        dirty = self.dirty
+        if not dirty:
             return
-        for name in sorted(self.dirty):  # sorted: row order must not depend on hashing
-            self._set(name, self._cause(name), now)
-        self.dirty.clear()
+        cause, set_cause = self._cause, self._set
+        for name in sorted(dirty) if len(dirty) > 1 else dirty:  # sorted: row order must
+            set_cause(name, cause(name), now)  # not depend on hashing
+        dirty.clear()
 
     def close_all(self, now: float) -> None:
         """Close every open interval at ``now`` (the end of the run)."""

@@ -79,11 +79,15 @@ class JobState:
         self.remaining_tokens = self.total_groups * rl.turns * self.turn_tokens
         self.lengths = GroupLengths(self.spec, self.seed, self.index)
         """Each group's own prompt length (marlaas.core.prompts)."""
+        self._reserve = (-1, 0)
+        """(group, prompt reserve) of the group last asked for (asked again and again)."""
 
     def prompt_reserve_of(self, group: int) -> int:
         """KV tokens group ``group`` reserves for its prompts: its own prompt length for each
         of its samples."""
-        return self.lengths.prompt(group) * self.spec.rl.group_size
+        if self._reserve[0] != group:
+            self._reserve = (group, self.lengths.prompt(group) * self.group_size)
+        return self._reserve[1]
 
     # Progress ----------------------------------------------------------------------------
     def step_of(self, group: int) -> int:

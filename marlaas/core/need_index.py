@@ -87,42 +87,51 @@ class NeedIndex:
         if self._stale:
             self._settle()
         best = None
-        tokens = min(tokens, self.max_tokens)
+        if tokens > self.max_tokens:
+            tokens = self.max_tokens
         bucket = tokens >> self._shift
+        leaf = self._size + bucket
         for size, tree in self._trees.items():
             if size > seqs:
                 continue
-            node = self._size + bucket
+            node = leaf
             while node > 1:  # the buckets below: left siblings on the way up from its leaf
                 if node & 1:
                     entry = tree[node - 1]
                     if entry is not None and (best is None or entry < best):
                         best = entry
                 node >>= 1
-            for reserve, entry in self._tops[size].get(bucket, {}).items():
-                if reserve <= tokens and (best is None or entry < best):
-                    best = entry
+            tops = self._tops[size].get(bucket)
+            if tops:
+                for reserve, entry in tops.items():
+                    if reserve <= tokens and (best is None or entry < best):
+                        best = entry
         return best
 
     def _settle(self) -> None:
         """Bring the leaves' smallest entries and the trees up to date."""
-        buckets = set()
+        buckets, live, all_tops = set(), self._live, self._tops
         for leaf in self._stale:
             seqs, tokens = leaf
             bucket = tokens >> self._shift
-            tops = self._tops.setdefault(seqs, {}).setdefault(bucket, {})
-            if self._live[leaf]:
+            by_bucket = all_tops.get(seqs)
+            if by_bucket is None:
+                by_bucket = all_tops[seqs] = {}
+            tops = by_bucket.get(bucket)
+            if tops is None:
+                tops = by_bucket[bucket] = {}
+            if live[leaf]:
                 tops[tokens] = self._clean(leaf)
             else:
-                del self._leaves[leaf], self._live[leaf]
+                del self._leaves[leaf], live[leaf]
                 tops.pop(tokens, None)
             buckets.add((seqs, bucket))
         self._stale.clear()
         for seqs, bucket in buckets:
-            tops = self._tops[seqs][bucket]
+            tops = all_tops[seqs][bucket]
             self._fix(seqs, bucket, min(tops.values()) if tops else None)
             if not tops:
-                del self._tops[seqs][bucket]
+                del all_tops[seqs][bucket]
 
     def _current(self, entry: Entry, leaf: tuple[int, int]) -> bool:
         now = self.indexed.get(entry[1])

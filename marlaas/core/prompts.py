@@ -24,6 +24,7 @@ import numpy as np
 
 from marlaas.core.distributions import Constant, LogNormal, Trace, Uniform
 from marlaas.core.limits import MAX_TOKENS
+from marlaas.core.seeds import SeededBlock
 from marlaas.core.workload import JobSpec
 
 LOGNORMAL_TAIL_Z = 3.719016485455709
@@ -85,6 +86,8 @@ class GroupLengths:
         self._pairs = _Buckets(self._values, spec.response_tokens.values) if paired(spec) else None
         self._last = (-1, 0, -1)
         """(group, prompt, row) of the last group asked for (asked again and again)."""
+        self._seeded = SeededBlock([seed, job])
+        """Each group's generator, default_rng([seed, job, group]), made in blocks."""
 
     def prompt(self, group: int) -> int:
         """Group ``group``'s prompt length [tokens], the same for each of its samples."""
@@ -105,7 +108,7 @@ class GroupLengths:
         if self._constant is not None:
             self._last = (group, self._constant, -1)
             return self._last
-        rng = np.random.default_rng([self.seed, self.job, group])
+        rng = self._seeded.rng(group)
         if self._values is not None:
             row = int(rng.integers(len(self._values)))
             drawn = self._values[row]

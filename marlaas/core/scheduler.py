@@ -83,6 +83,9 @@ class Scheduler:
         self._waiting: list[JobState] = []
         """Arrived, not yet admitted (max_active_jobs)."""
         self._active: dict[int, JobState] = {}
+        self._barrier = self.mechanism.barrier
+        self._exclusive = self.cluster.exclusive
+        """Generation and training take turns on the devices (fixed for the run)."""
         check_feasible(workload, self.jobs)
 
     # ----------------------------------------------------------------------------- queries
@@ -117,20 +120,24 @@ class Scheduler:
         """Everything that should start at ``now``, in a deterministic order; an executor
         starts them in this order (an eviction before the load it makes room for)."""
         out: list[Decision] = []
-        if self.ledger.due:
-            due, self.ledger.due = self.ledger.due, []
+        ledger = self.ledger
+        if ledger.due:
+            due, ledger.due = ledger.due, []
             for start in due:
                 start(now, out)
-        self._admit(now)
-        if self.mechanism.barrier:
+        if self._waiting or (self._arrivals and self._arrivals[0].arrival_s <= now):
+            self._admit(now)
+        if self._barrier:
             self._advance_round()
-        self._refresh_touched()
-        if not (self.cluster.exclusive and self._engines_busy()):
+        if ledger.touched:
+            self._refresh_touched()
+        if not (self._exclusive and self._engines_busy()):
             self.training.start(now, out)  # exclusive devices: the engines drain first
         self.environments.start(now, out)
         self.generation.start(now, out, self._open_engines())
-        self._refresh_touched(after_generation=True)
-        self.ledger.idle.update(now)
+        if ledger.touched:
+            self._refresh_touched(after_generation=True)
+        ledger.idle.update(now)
         return out
 
     def finish(self, now: float) -> RecordLog:
@@ -145,7 +152,7 @@ class Scheduler:
     def _open_engines(self) -> list:
         """The engines that may take new groups: all, unless generation and training share
         the devices and a trainer is busy or a job is ready to train."""
-        if self.cluster.exclusive and (self.training.ready or self.training.busy()):
+        if self._exclusive and (self.training.ready or self.training.busy()):
             return []
         return self.cluster.engines
 
@@ -181,10 +188,13 @@ class Scheduler:
             return
         generation, training, environments = self.generation, self.training, self.environments
         vote, key_of, train_ready = self.ledger.idle.vote, self.policy.key, training.ready
-        barrier, round_limit = self.mechanism.barrier, self._round_limit
+        barrier, round_limit = self._barrier, self._round_limit
+        jobs, active = self.jobs, self._active
+        set_gen, set_env = generation.set_ready, environments.set_ready
+        gen_ready, env_ready = generation.ready, environments.ready
         for index in touched:
-            job = self.jobs[index]
-            if index not in self._active:
+            job = jobs[index]
+            if index not in active:
                 generation.set_ready(index, False)
                 train_ready.discard(index)
                 environments.set_ready(index, False)
@@ -194,12 +204,17 @@ class Scheduler:
             gen = bool(job.ready_gen) or job.next_group_allowed(limit)
             env = bool(job.ready_env)
             key = key_of(job) if gen or env else None
-            generation.set_ready(index, gen, key, after_generation)
+            if gen:
+                if not (after_generation and index in gen_ready):  # else: as the round left it
+                    set_gen(index, True, key, after_generation)
+            elif index in gen_ready:
+                set_gen(index, False)
             if job.train_ready():
                 train_ready.add(index)
             else:
                 train_ready.discard(index)
-            environments.set_ready(index, env, key)
+            if env or index in env_ready:
+                set_env(index, env, key)
             vote(index, (None if gen else job.waiting_on(limit), job.trainer_vote()))
         touched.clear()
 

@@ -59,13 +59,16 @@ class SimPyExecutor:
         self.shared_compute = cluster.shared_compute
         self.steps = 0
         """SimPy events processed."""
-        self._stamp = dict.fromkeys(self.engines, 0)
         self._jobs = {j.name: j for j in workload.jobs}
         self._lengths = {j.name: GroupLengths(j, self.seed, i) for i, j in enumerate(workload.jobs)}
         """Each job's response lengths per sample (paired with the group's prompt)."""
         self._tokens: dict[int, tuple[int, int]] = {}
         """(tokens, longest sample's tokens) each running generation will produce, by id."""
         self._done: list[WorkDone] = []
+        self._wakes: dict[str, simpy.Timeout] = {}
+        """Each engine's pending wake-up (an older one is emptied of its callback)."""
+        self._fire = {name: self._fire_for(name) for name in self.engines}
+        """Each engine's wake-up callback."""
         self._starts = {
             Generate: self._start_generate, EnvStep: self._start_env,
             LoadAdapter: self._start_load, SwapIn: self._start_swap, Train: self._start_train,
@@ -112,12 +115,17 @@ class SimPyExecutor:
             step()
             steps += 1
         self.steps += steps
-        done, self._done = self._done, []
+        done = self._done[:]
+        self._done.clear()  # the same list: the engines' wake-ups append to it
         return env.now, done
 
     # ----------------------------------------------------------------------------- work
     def _after(self, delay: float, done: WorkDone) -> None:
-        self.env.timeout(delay).callbacks.append(lambda _: self._done.append(done))
+        self.env.timeout(delay, done).callbacks.append(self._collect)
+
+    def _collect(self, event: simpy.Timeout) -> None:
+        """A timeout of :meth:`_after` fired: its work is done."""
+        self._done.append(event.value)
 
     def _start_generate(self, d: Generate, now: float) -> None:
         cap, shortest = d.max_new_tokens, 1
@@ -152,28 +160,35 @@ class SimPyExecutor:
         return max(self.engines[name].iteration_s(now) for name in names)
 
     def _wake(self, name: str) -> None:
-        """Schedule the engine's next group completion (superseding any earlier wake-up)."""
-        engine = self.engines[name]
-        when = engine.next_group_done_s()
+        """Schedule the engine's next group completion (superseding any earlier wake-up:
+        the earlier timeout still fires, but without a callback)."""
+        when = self.engines[name].next_group_done_s()
         if when is None:
             return
-        self._stamp[name] += 1
-        stamp = self._stamp[name]
+        pending = self._wakes.get(name)
+        if pending is not None and pending.callbacks:
+            pending.callbacks.clear()  # superseded by this admission
+        env = self.env
+        now = env.now
+        wake = env.timeout(when - now if when > now else 0.0)
+        wake.callbacks.append(self._fire[name])
+        self._wakes[name] = wake
+
+    def _fire_for(self, name: str):
+        """The callback of engine ``name``'s wake-up: report the groups that finished."""
+        engine, tokens, done = self.engines[name], self._tokens, self._done
 
         def fire(event) -> None:
-            if stamp != self._stamp[name]:
-                return  # superseded by a later admission
             now = event.env.now
             finished = engine.pop_finished(now)
             for work_id in finished:
-                tokens, longest = self._tokens.pop(work_id)
-                self._done.append(WorkDone(work_id, tokens=tokens, longest_tokens=longest))
+                total, longest = tokens.pop(work_id)
+                done.append(WorkDone(work_id, tokens=total, longest_tokens=longest))
             self._wake(name)
             if finished and self.shared_compute:
                 self._share_processor(now)
 
-        env = self.env
-        env.timeout(max(when - env.now, 0.0)).callbacks.append(fire)
+        return fire
 
     def _share_processor(self, now: float) -> None:
         """On one shared processor, each decoding engine runs as many times slower as there
