@@ -154,13 +154,6 @@ class Engine:
             bool(self.seqs or self.loading),
         )  # fmt: skip
 
-    def check(self) -> None:
-        """Raise CapacityError if any limit is exceeded."""
-        if self.seqs > self.spec.max_seqs or self.tokens > self.spec.kv_tokens:
-            raise CapacityError(f"{self.name}: {self.seqs} seqs / {self.tokens} tokens over limit")
-        if len(self.resident) > self.spec.adapter_slots:
-            raise CapacityError(f"{self.name}: {len(self.resident)} adapters resident")
-
 
 @dataclass
 class Trainer:

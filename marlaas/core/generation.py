@@ -253,7 +253,6 @@ class Generation:
             job.groups[group.index] = group
             job.next_group += 1
         must_load, victim = engine.reserve(rl.group_size, reserve, (job.name, group.version))
-        engine.check()
         job.in_gen += 1
         self._served += 1
         job.last_served = self._served

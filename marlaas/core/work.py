@@ -1,10 +1,12 @@
 """Decisions the scheduler hands to a driver, and the completion events it gets back.
 
-Plain frozen dataclasses: an executor (SimPy, real, fixed-duration) starts each decision's
-work and later reports a :class:`WorkDone` carrying the same ``work_id``. Two decisions are
-instant (:data:`INSTANT`): evicting an adapter from an engine and moving a job's state off a
-trainer complete when the executor starts them, before any later decision, and report
-nothing. Devices, engines and trainers are named by strings; engine-specific ids (vLLM's
+Plain dataclasses, read-only by convention (not ``frozen``: a frozen dataclass costs
+about three times as much to make, and a simulation makes millions of them): an executor
+(SimPy, real, fixed-duration) starts each decision's work and later reports a
+:class:`WorkDone` carrying the same ``work_id``. Two decisions are instant
+(:data:`INSTANT`): evicting an adapter from an engine and moving a job's state off a trainer
+complete when the executor starts them, before any later decision, and report nothing.
+Devices, engines and trainers are named by strings; engine-specific ids (vLLM's
 lora_int_id) never appear here.
 """
 
@@ -14,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Generate:
     """Run one turn of one prompt group (``seqs`` samples) on an inference engine."""
 
@@ -35,7 +37,7 @@ class Generate:
     """Cap per sample."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EnvStep:
     """One environment step for every sample of a group (reward check, tool call, sandbox)."""
 
@@ -49,7 +51,7 @@ class EnvStep:
     """True when this step ends the episodes (the reward is final)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LoadAdapter:
     """Make a job's adapter version resident on an inference engine."""
 
@@ -59,7 +61,7 @@ class LoadAdapter:
     engine: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EvictAdapter:
     """Drop an idle adapter version from an inference engine (instant: frees its slot)."""
 
@@ -69,7 +71,7 @@ class EvictAdapter:
     engine: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SwapIn:
     """Move a job's adapter and optimizer state (at ``version``, the newest published) onto a
     trainer, before a training step."""
@@ -80,7 +82,7 @@ class SwapIn:
     trainer: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SwapOut:
     """Drop a job's adapter and optimizer state from a trainer (instant; the state is kept in
     storage since its last sync)."""
@@ -90,7 +92,7 @@ class SwapOut:
     trainer: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Train:
     """One training step of one job on a trainer (a group of devices)."""
 
@@ -109,7 +111,7 @@ class Train:
     version_out: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Sync:
     """Publish a job's new adapter version to the inference engines."""
 
@@ -125,7 +127,7 @@ INSTANT = (EvictAdapter, SwapOut)
 """Decisions that complete when started: no WorkDone comes back for them."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class WorkDone:
     """A piece of work finished (``ok=False``: it failed and will be retried)."""
 

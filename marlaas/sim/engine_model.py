@@ -54,12 +54,13 @@ class EngineModel:
         """Running sequences per distinct adapter."""
         self.slowdown = 1.0
         """Factor on every iteration and prefill time (processor sharing; 1 = alone)."""
-        self._seqs: list[tuple[float, int, int, float]] = []
-        """Running sequences sorted by (progress at which they end, seq id, work id, offset)."""
+        self._seqs: list[tuple[float, int, int, float, object]] = []
+        """Running sequences sorted by (progress at which they end, seq id, work id, offset,
+        adapter)."""
         self._groups: list[tuple[float, int]] = []
         """Heap of (progress at which the group's slowest sample ends, work id)."""
         self._left: dict[int, int] = {}
-        self._adapter_of: dict[int, object] = {}
+        """Running sequences per group (work id)."""
         self._seq_ids = 0
 
     def iteration_s(self, now: float) -> float:
@@ -77,10 +78,9 @@ class EngineModel:
         self.slowdown = factor
 
     def _end_sequence(self) -> None:
-        _, _, work_id, offset = self._seqs.pop(0)
+        _, _, work_id, offset, adapter = self._seqs.pop(0)
         self.running -= 1
         self.context_offset -= offset
-        adapter = self._adapter_of[work_id]
         self.adapters[adapter] -= 1
         if not self.adapters[adapter]:
             del self.adapters[adapter]
@@ -94,7 +94,7 @@ class EngineModel:
             base, per_seq, per_kv = self.base_s, self.per_seq_s, self.per_kv_s
             per_adapter, slowdown, seqs = self.per_adapter_s, self.slowdown, self._seqs
             progress, offset, adapters = self.progress, self.context_offset, self.adapters
-            distinct, left, adapter_of = len(adapters), self._left, self._adapter_of
+            distinct, left = len(adapters), self._left
             while running and now > start:
                 # dt(n, C, L) of the module docstring now (alpha), and its growth per iteration
                 context = offset + running * progress
@@ -110,10 +110,9 @@ class EngineModel:
                     break
                 progress = end  # the first sequence ends (as _end_sequence, inline)
                 start += needed
-                _, _, work_id, seq_offset = seqs.pop(0)
+                _, _, work_id, seq_offset, adapter = seqs.pop(0)
                 running -= 1
                 offset -= seq_offset
-                adapter = adapter_of[work_id]
                 adapters[adapter] -= 1
                 if not adapters[adapter]:
                     del adapters[adapter]
@@ -137,7 +136,8 @@ class EngineModel:
         progress, first = self.progress, self._seq_ids + 1
         offset = prompt - progress
         self._seqs += [
-            (progress + length, first + k, work_id, offset) for k, length in enumerate(lengths)
+            (progress + length, first + k, work_id, offset, adapter)
+            for k, length in enumerate(lengths)
         ]
         self._seqs.sort()  # the same order as inserting one by one: seq ids are unique
         self._seq_ids += n
@@ -146,7 +146,6 @@ class EngineModel:
         self.context_offset += offset * n
         self.adapters[adapter] = self.adapters.get(adapter, 0) + n
         self._left[work_id] = n
-        self._adapter_of[work_id] = adapter
 
     def next_group_done_s(self) -> float | None:
         """When the next group finishes [s], if nothing is admitted before."""
@@ -158,19 +157,19 @@ class EngineModel:
         adapters = dict(self.adapters)
         distinct = len(adapters)
         base, per_seq, per_kv = self.base_s, self.per_seq_s, self.per_kv_s
-        per_adapter, slowdown, adapter_of = self.per_adapter_s, self.slowdown, self._adapter_of
-        for end, _, work_id, seq_offset in self._seqs:
+        per_adapter, slowdown = self.per_adapter_s, self.slowdown
+        growth = 0.5 * per_kv * slowdown  # the first factors of the growth term, as below
+        for end, _, _, seq_offset, adapter in self._seqs:
             k = end - progress
             if k < 0.0:
                 k = 0.0
             context = offset + running * progress  # as in advance: the same floats
             alpha = base + per_seq * running + per_kv * context
             alpha = (alpha + per_adapter * distinct) * slowdown
-            t += alpha * k + 0.5 * per_kv * slowdown * running * k * k
+            t += alpha * k + growth * running * k * k  # 0.5 * per_kv * slowdown * running ...
             if end >= target:
                 return t
             progress, running, offset = end, running - 1, offset - seq_offset
-            adapter = adapter_of[work_id]
             adapters[adapter] -= 1
             if not adapters[adapter]:
                 del adapters[adapter]
@@ -190,7 +189,7 @@ class EngineModel:
         groups, left = self._groups, self._left
         while groups and not left[groups[0][1]]:
             _, work_id = heapq.heappop(groups)
-            del left[work_id], self._adapter_of[work_id]
+            del left[work_id]
             done.append(work_id)
         if not self.running:
             self.context_offset = 0.0
