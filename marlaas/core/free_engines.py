@@ -10,11 +10,10 @@ far, the one with more free sequences first: a few paths down the trees instead 
 every engine (engines that lack the tokens, the usual case on a busy cluster, are never
 visited).
 
-A third max-tree holds the most free KV tokens of every engine, open or not: a bound that
-rejects at once most groups that fit nowhere. The index also counts the engines that are busy
-(running groups or loading an adapter) and collects the engines whose room grew (a group
-ended, an adapter was dropped or loaded) since the scheduler last looked, so that a
-placement round looks only at what changed.
+The roots are a bound that rejects at once a group that fits no open engine. The index also
+counts the engines that are busy (running groups or loading an adapter) and collects the
+engines whose room grew (a group ended, an adapter was dropped or loaded) since the scheduler
+last looked, so that a placement round looks only at what changed.
 """
 
 from __future__ import annotations
@@ -35,8 +34,6 @@ class FreeEngines:
         """Max-tree of the free KV tokens of open engines."""
         self._seqs = [_EMPTY] * (2 * self._size)
         """Max-tree of the free sequences of open engines."""
-        self._room = [_EMPTY] * (2 * self._size)
-        """Max-tree of the free KV tokens of every engine, open or not."""
         self._busy: list[bool] = [False] * engines
         self.busy = 0
         """Engines running groups or loading an adapter."""
@@ -52,19 +49,12 @@ class FreeEngines:
             self._busy[index] = busy
             self.busy += 1 if busy else -1
         leaf = self._size + index
-        if self._room[leaf] != free_tokens:
-            _set(self._room, leaf, free_tokens)
         if not is_open:
             free_seqs = free_tokens = _EMPTY
         if self._tokens[leaf] != free_tokens:
             _set(self._tokens, leaf, free_tokens)
         if self._seqs[leaf] != free_seqs:
             _set(self._seqs, leaf, free_seqs)
-
-    def most_tokens(self) -> int:
-        """The most free KV tokens on any engine (-1 without engines): no group that needs
-        more fits anywhere."""
-        return self._room[1]
 
     def best(self, seqs: int, tokens: int, exclude: Collection[int] = ()) -> int | None:
         """The open engine with at least ``seqs`` free sequences and ``tokens`` free KV

@@ -222,8 +222,6 @@ class Generation:
         sequences, then the lowest index), else the open engine with the most free sequences,
         then the lowest index; None when no engine has room."""
         free = self._free
-        if tokens > free.most_tokens():
-            return None
         engines, hosts = self.cluster.engines, self._hosts.get(adapter)
         if not hosts:
             found = free.best(seqs, tokens)

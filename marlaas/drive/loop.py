@@ -94,11 +94,11 @@ def _loop(
         if finished is None:
             if arrival is None:
                 raise RunError(f"the executor reported nothing while {len(pending)} ran")
-            now = max(now, arrival)
+            now = arrival if arrival > now else now  # max(now, arrival), without a call
             decision_round()
             continue
         at, events = finished
-        now = max(now, at)
+        now = at if at > now else now
         for event in events:
             decision = pending.pop(event.work_id)
             scheduler.on_event(event, now)

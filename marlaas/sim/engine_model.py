@@ -88,7 +88,8 @@ class EngineModel:
 
     def advance(self, now: float) -> None:
         """Move decode forward to ``now`` [s], ending the sequences that finish on the way."""
-        start = max(self.clock_s, self.resume_s)
+        clock, resume = self.clock_s, self.resume_s
+        start = resume if resume > clock else clock  # max(clock, resume), without a call
         running = self.running
         if running and now > start:
             base, per_seq, per_kv = self.base_s, self.per_seq_s, self.per_kv_s
@@ -113,13 +114,16 @@ class EngineModel:
                 _, _, work_id, seq_offset, adapter = seqs.pop(0)
                 running -= 1
                 offset -= seq_offset
-                adapters[adapter] -= 1
-                if not adapters[adapter]:
+                users = adapters[adapter] - 1
+                if users:
+                    adapters[adapter] = users
+                else:
                     del adapters[adapter]
                     distinct -= 1
                 left[work_id] -= 1
             self.progress, self.running, self.context_offset = progress, running, offset
-        self.clock_s = max(self.clock_s, now)
+        if now > clock:
+            self.clock_s = now
         if not self.running:
             self.context_offset = 0.0
 
@@ -131,7 +135,8 @@ class EngineModel:
             lengths = lengths.tolist()
         n = len(lengths)
         prefill_s = prompt * n * self.prefill_s_per_token * self.slowdown
-        self.resume_s = max(self.resume_s, now) + prefill_s + self.warmup_s
+        resume = self.resume_s
+        self.resume_s = (now if now > resume else resume) + prefill_s + self.warmup_s
         self.warmup_s = 0.0
         progress, first = self.progress, self._seq_ids + 1
         offset = prompt - progress
@@ -152,7 +157,8 @@ class EngineModel:
         if not self._groups:
             return None
         target = self._groups[0][0]
-        t = max(self.clock_s, self.resume_s)
+        clock, resume = self.clock_s, self.resume_s
+        t = resume if resume > clock else clock
         progress, running, offset = self.progress, self.running, self.context_offset
         adapters = dict(self.adapters)
         distinct = len(adapters)
@@ -170,8 +176,10 @@ class EngineModel:
             if end >= target:
                 return t
             progress, running, offset = end, running - 1, offset - seq_offset
-            adapters[adapter] -= 1
-            if not adapters[adapter]:
+            users = adapters[adapter] - 1
+            if users:
+                adapters[adapter] = users
+            else:
                 del adapters[adapter]
                 distinct -= 1
         return t
