@@ -186,35 +186,33 @@ class Scheduler:
         touched = self.ledger.touched
         if not touched:
             return
-        generation, training, environments = self.generation, self.training, self.environments
-        vote, key_of, train_ready = self.ledger.idle.vote, self.policy.key, training.ready
-        barrier, round_limit = self._barrier, self._round_limit
-        jobs, active = self.jobs, self._active
-        set_gen, set_env = generation.set_ready, environments.set_ready
-        gen_ready, env_ready = generation.ready, environments.ready
+        generation, environments = self.generation, self.environments
+        train_ready, vote, active = self.training.ready, self.ledger.idle.vote, self._active
+        barrier = self._barrier
         for index in touched:
-            job = jobs[index]
+            job = self.jobs[index]
             if index not in active:
                 generation.set_ready(index, False)
                 train_ready.discard(index)
                 environments.set_ready(index, False)
                 vote(index, None)
                 continue
-            limit = round_limit.get(job.name, job.published) if barrier else None
+            limit = self._round_limit.get(job.name, job.published) if barrier else None
             gen = bool(job.ready_gen) or job.next_group_allowed(limit)
             env = bool(job.ready_env)
-            key = key_of(job) if gen or env else None
+            key = None  # the job's policy key, computed at most once, when needed
             if gen:
-                if not (after_generation and index in gen_ready):  # else: as the round left it
-                    set_gen(index, True, key, after_generation)
-            elif index in gen_ready:
-                set_gen(index, False)
+                if not (after_generation and index in generation.ready):  # else: as the
+                    key = self.policy.key(job)  # placement round left it
+                    generation.set_ready(index, True, key, after_generation)
+            elif index in generation.ready:
+                generation.set_ready(index, False)
             if job.train_ready():
                 train_ready.add(index)
             else:
                 train_ready.discard(index)
-            if env or index in env_ready:
-                set_env(index, env, key)
+            if env or index in environments.ready:
+                environments.set_ready(index, env, key)
             vote(index, (None if gen else job.waiting_on(limit), job.trainer_vote()))
         touched.clear()
 

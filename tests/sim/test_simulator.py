@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 
 import pandas as pd
 import pytest
@@ -11,6 +12,7 @@ from marlaas.core.policies import policy_names
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.work import Generate
 from marlaas.drive import InvariantError, check_invariants, drive
+from marlaas.drive.collector import YOUNG_THRESHOLD
 from marlaas.eventlog import records_to_frame
 from marlaas.sim.executor import SimPyExecutor
 from marlaas.sim.run import simulate, simulate_run
@@ -154,3 +156,13 @@ def test_sync_devices_wait_at_the_barrier_not_on_staleness(small):
     assert "barrier" in causes and "staleness" not in causes
     fifo = records_to_frame(simulate(small, "fifo").records)
     assert "barrier" not in set(fifo.loc[fifo.kind == "idle", "outcome"])
+
+
+def test_the_loop_collects_less_often_and_restores_the_thresholds(small):
+    before = gc.get_threshold()
+    seen = []
+    scheduler = Scheduler(small, "fair")
+    executor = SimPyExecutor(small, scheduler.cluster)
+    drive(scheduler, executor, observers=[lambda *_: seen.append(gc.get_threshold())])
+    assert seen and all(t[0] >= YOUNG_THRESHOLD for t in seen)
+    assert gc.get_threshold() == before
