@@ -46,22 +46,25 @@ class Environments:
         visited = []
         while self.free >= self._smallest and (index := queue.pop()) is not None:
             visited.append(index)
-            job = self.jobs[index]
-            seqs = job.spec.rl.group_size
-            while job.ready_env and self.free >= seqs:
-                group = job.groups[job.ready_env.popleft()]
-                self.free -= seqs
-                job.in_env += 1
-                self.ledger.touched.add(job.index)
-                last = group.turn == job.spec.rl.turns - 1
-                step = EnvStep(
-                    self.ledger.new_id(), job.name, job.step_of(group.index), group.index,
-                    group.turn, seqs, last,
-                )  # fmt: skip
-                self.ledger.begin(step, now, out)
+            self.start_job(self.jobs[index], now, out)
         for index in visited:
             if self.jobs[index].ready_env:
                 queue.put(index, policy.key(self.jobs[index]))
+
+    def start_job(self, job: JobState, now: float, out: list[Decision]) -> None:
+        """Start ``job``'s waiting groups' steps, oldest first, while workers are free."""
+        seqs = job.spec.rl.group_size
+        while job.ready_env and self.free >= seqs:
+            group = job.groups[job.ready_env.popleft()]
+            self.free -= seqs
+            job.in_env += 1
+            self.ledger.touched.add(job.index)
+            last = group.turn == job.spec.rl.turns - 1
+            step = EnvStep(
+                self.ledger.new_id(), job.name, job.step_of(group.index), group.index,
+                group.turn, seqs, last,
+            )  # fmt: skip
+            self.ledger.begin(step, now, out)
 
     def on_env(self, d: EnvStep, running: Running, event: WorkDone, now: float) -> None:
         """A group's step finished: its episodes end, or its next turn waits for generation

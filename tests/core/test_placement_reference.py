@@ -19,7 +19,6 @@ import pytest
 from marlaas.core.generation import next_group
 from marlaas.core.policies import policy_names
 from marlaas.core.scheduler import Scheduler
-from marlaas.core.work import EnvStep
 from marlaas.core.workload import parse_workload
 from marlaas.drive import FixedExecutor, drive
 from marlaas.sim.executor import SimPyExecutor
@@ -50,18 +49,7 @@ def reference_start(self, now, out, engines):
 
 def reference_env_start(self, now, out):
     for job in sorted((self.jobs[i] for i in self.ready), key=self.policy.key):
-        seqs = job.spec.rl.group_size
-        while job.ready_env and self.free >= seqs:
-            group = job.groups[job.ready_env.popleft()]
-            self.free -= seqs
-            job.in_env += 1
-            self.ledger.touched.add(job.index)
-            last = group.turn == job.spec.rl.turns - 1
-            step = EnvStep(
-                self.ledger.new_id(), job.name, job.step_of(group.index), group.index,
-                group.turn, seqs, last,
-            )  # fmt: skip
-            self.ledger.begin(step, now, out)
+        self.start_job(job, now, out)
 
 
 def random_workload(rng: random.Random, preset: str | None) -> dict:
