@@ -20,6 +20,7 @@ from marlaas.drive.progress import StepProgress
 from marlaas.executors.adapter_store import AdapterStore
 from marlaas.executors.backends import model_dir_of, resolve_backend
 from marlaas.executors.local import LocalExecutor
+from marlaas.executors.memory import MemoryMonitor, release_large_blocks
 from marlaas.executors.outputs import (
     ADAPTERS_DIR,
     KEPT_DIRS,
@@ -51,12 +52,20 @@ def train_run(
 
     Without ``resume`` the adapters of an earlier run in ``out`` are replaced; with it, each
     job continues from its newest saved version (adapter and optimizer state). ``options`` go
-    to :class:`LocalExecutor` (generators, trainers, micro_batch_size, max_model_len,
-    chat_template). ``observers`` see every completion (see marlaas.drive). ``tracker``
+    to :class:`LocalExecutor` (generators, trainers, micro_batch_size,
+    activation_checkpointing, max_model_len, chat_template). ``observers`` see every
+    completion (see marlaas.drive). ``tracker``
     (``tensorboard`` or ``wandb``, see marlaas.executors.tracking) logs every job's training
     steps under ``out/<tracker>/`` as they finish (a fresh run starts a fresh log, a resumed
     one appends). Returns (events, summary, rewards, result).
+
+    Memory: freed blocks of 256 KiB and more go back to the system from the start (see
+    marlaas.executors.memory: process-wide); the summary's ``memory`` holds this process's
+    peak resident memory (``peak_rss_mb``, ru_maxrss) and the run's, sampled from before the
+    models load to the end (``run_peak_rss_mb``), in MB, and their ratio to the model's
+    weight files; rewards.csv holds the resident memory after every training step.
     """
+    release_large_blocks()
     out = Path(out)
     check_real_run_folder(out)
     backend = "external" if options.get("generators") else resolve_backend(backend)
@@ -73,7 +82,7 @@ def train_run(
         config = _tracker_config(workload, scheduler, backend, seed)
         track = open_tracker(tracker, out, run_name=out.name, config=config)
     try:
-        with LocalExecutor(
+        with MemoryMonitor() as memory, LocalExecutor(
             scheduler.workload, scheduler.cluster, store=store, model_dir=model_dir,
             backend=backend, seed=seed, offsets=offsets, **options,
         ) as executor, StepProgress(
@@ -83,7 +92,8 @@ def train_run(
             result = drive(scheduler, executor, observers=[bar, *feeds, *observers])
         events = real_events(result, offsets)
         rewards = rewards_frame(executor.rewards)
-        summary = real_summary(workload, result, events, rewards, backend, offsets)
+        summary = real_summary(workload, result, events, rewards, backend, offsets,
+                               memory.summary(model_dir))  # fmt: skip
         if track is not None:
             track.log_run(summary)
     finally:
