@@ -1,41 +1,65 @@
-"""Simulator speed against a bare SimPy loop, and against its own token count.
+"""Simulator speed on real workloads, against a bare SimPy loop measured in the same run.
 
-Run: ``python -m pytest benchmarks/bench_simulator.py --benchmark-enable -s``.
+Run: ``python -m pytest benchmarks/bench_simulator.py --benchmark-enable -s`` (a few
+minutes), or ``python benchmarks/scaling.py`` for the same table without pytest.
 
-1. A paper-scale simulation (32 jobs, 64 GPUs, 100 steps each) and, in the same session, a
-   bare SimPy loop processing the same number of events (timeouts with a callback each, the
-   way the simulator uses SimPy). The ratio of wall time per event is printed and stored.
-2. The same workload with every max_new_tokens doubled (same number of sequences): the wall
-   time ratio shows that cost follows sequences, not tokens.
+1. paper-32 itself (32 jobs, 64 GPUs, the bundled trace) under ``fair``.
+2. The job-count series: paper-32's jobs cycled to 8, 32, 64, 128 and 256 jobs on 2 GPUs per
+   job (3:1 rollout to training), each reporting CPU µs per SimPy event and its ratio to a
+   bare SimPy loop of as many events measured right after it; then the growth exponent of µs
+   per event between 64 and 256 jobs (0: the cost per event does not grow with the cluster).
+3. The paper-scale workload (1024-token groups) with every max_new_tokens doubled (same
+   number of sequences): the wall time ratio shows that cost follows sequences, not tokens.
+
+Ratios, not wall-clock limits: the machines that run this are shared.
 """
 
 from __future__ import annotations
 
 import time
 
-import simpy
-
 from benchmarks.paper_scale import paper_scale_workload
+from benchmarks.scaling import PAPER_32, cycled_workload, growth_exponent, measure
 from marlaas.core.scheduler import Scheduler
 from marlaas.drive import drive
 from marlaas.sim.executor import SimPyExecutor
+from marlaas.workload_file import load_workload
+
+SERIES = (8, 32, 64, 128, 256)
 
 
-def bare_simpy(events: int, chains: int = 64) -> float:
-    """Wall time [s] of SimPy processing ``events`` timeouts in ``chains`` callback chains."""
-    env = simpy.Environment()
-    left = [events]
+def _row(label: str, row: dict) -> str:
+    return (
+        f"{label:>10s} {row['jobs']:5d} jobs {row['gpus']:5d} GPUs {row['events']:9d} events "
+        f"{row['us_per_event']:7.1f} us/event  bare {row['bare_us_per_event']:.2f}  "
+        f"x{row['ratio']:.1f}"
+    )
 
-    def fire(_event) -> None:
-        left[0] -= 1
-        if left[0] >= chains:
-            env.timeout(1.0 + (left[0] % 7) * 0.1).callbacks.append(fire)
 
-    for i in range(min(chains, events)):
-        env.timeout(i * 0.01).callbacks.append(fire)
-    t0 = time.perf_counter()
-    env.run()
-    return time.perf_counter() - t0
+def test_paper_32_vs_bare_simpy(benchmark):
+    workload = load_workload(PAPER_32)
+    row = benchmark.pedantic(measure, args=(workload,), rounds=1, iterations=1)
+    benchmark.extra_info.update(row)
+    print("\n" + _row("paper-32", row))
+    assert row["events"] > 0
+
+
+def test_job_count_series(benchmark):
+    def series() -> list[dict]:
+        return [{"label": "cycled", **measure(cycled_workload(n))} for n in SERIES]
+
+    rows = benchmark.pedantic(series, rounds=1, iterations=1)
+    exponent = growth_exponent(rows)
+    flat = rows[-1]["us_per_event"] / rows[0]["us_per_event"]
+    benchmark.extra_info.update(rows=rows, growth_exponent=exponent, last_vs_first=flat)
+    print()
+    for row in rows:
+        print(_row("cycled", row))
+    print(
+        f"growth exponent of us/event, 64 -> 256 jobs: {exponent:.2f}; "
+        f"{SERIES[-1]} vs {SERIES[0]} jobs: {flat:.2f}x"
+    )
+    assert all(r["events"] > 0 for r in rows)
 
 
 def _simulate(workload):
@@ -45,22 +69,6 @@ def _simulate(workload):
     t0 = time.perf_counter()
     result = drive(scheduler, executor, check=False)
     return time.perf_counter() - t0, result, executor.steps
-
-
-def test_paper_scale_vs_bare_simpy(benchmark):
-    workload = paper_scale_workload()
-    wall_s, result, events = benchmark.pedantic(_simulate, args=(workload,), rounds=1, iterations=1)
-    bare_s = min(bare_simpy(events) for _ in range(3))
-    ratio = wall_s / bare_s
-    benchmark.extra_info.update(events=events, sim_s=wall_s, bare_simpy_s=bare_s,
-                                per_event_ratio=ratio)  # fmt: skip
-    print(
-        f"\n32 jobs x 64 GPUs x 100 steps: {events} events, simulated "
-        f"{result.makespan_s:,.0f} s in {wall_s:.2f} s wall ({wall_s / events * 1e6:.1f} "
-        f"us/event); bare SimPy, same events: {bare_s:.3f} s "
-        f"({bare_s / events * 1e6:.2f} us/event); ratio {ratio:.1f}x"
-    )
-    assert events > 0
 
 
 def test_doubling_tokens_barely_changes_wall_time(benchmark):

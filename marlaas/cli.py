@@ -1,7 +1,12 @@
 """The ``marlaas`` command line: simulate, sweep, report, train, evaluate, and the model helpers.
 
-Every user error (bad workload, unknown policy, bad override, unreadable run) is printed as
-one ``marlaas: error: ...`` line and exits with status 2; nothing is written to ``--out``.
+Every user error (bad workload, unknown policy, bad override, bad argument, unreadable run,
+an ``--out`` that is not ours or is in use) is printed as one ``marlaas: error: ...`` line,
+with control characters escaped (:func:`marlaas.terminal.printable`), and exits with status
+2; nothing is written to ``--out``. A failure of the machine (a file that cannot be read or
+written) is one such line with status 1. Ctrl-C (SIGINT) and SIGTERM stop a command with
+status 130 and 143, leaving ``--out`` as it was (see :mod:`marlaas.out_folder`); a reader
+that goes away (``| head``) ends it quietly with status 141.
 
 Start-up is fast: this module imports only the commands' argument wiring. A command's
 arguments are added when it is chosen (or its help is shown), and each command imports its
@@ -13,12 +18,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 
 from marlaas import run_options, sweep_cli
 from marlaas.executors import cli as real_cli
 from marlaas.report import cli as report_cli
+from marlaas.terminal import Interrupted, UsageError, error_line, on_signals
 from marlaas.twin import cli as twin_cli
 
 USER_ERRORS = (
@@ -34,6 +41,8 @@ USER_ERRORS = (
     ("marlaas.executors.devices", "DeviceError"),
     ("marlaas.executors.cli", "ModelSetupError"),
     ("marlaas.executors.tracking", "TrackerError"),
+    ("marlaas.out_folder", "OutputError"),
+    ("marlaas.terminal", "UsageError"),
 )
 """(module, class) of the errors printed as one line: an error whose module was never
 imported cannot have been raised, so checking one imports nothing."""
@@ -67,20 +76,23 @@ def _is_user_error(err: BaseException) -> bool:
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    from marlaas.out_folder import claim
     from marlaas.run_options import load_run_workload, run_title
-    from marlaas.runs import write_run
+    from marlaas.runs import write_run_files
     from marlaas.sim.cost_profiles import load_profile
     from marlaas.sim.run import cost_of, simulate_run
     from marlaas.table import print_summary
 
     workload = load_run_workload(args)
     profile = load_profile(args.cost, base=cost_of(workload)) if args.cost else None
-    events, summary = simulate_run(
-        workload, args.policy, args.seed, progress=not args.quiet, profile=profile
-    )
-    out = write_run(args.out, events, summary, workload)
+    with claim(args.out, "simulation") as out:  # --out is checked and locked before any work
+        events, summary = simulate_run(
+            workload, args.policy, args.seed, progress=not args.quiet, profile=profile
+        )
+        with out.staged() as staging:
+            write_run_files(staging, events, summary, workload)
     print_summary(summary, title=run_title(workload, summary, f"seed {summary['seed']}"))
-    print(f"wrote {out}/ ({len(events)} events, simulated in {summary['wall_s']:.2f} s)")
+    print(f"wrote {args.out}/ ({len(events)} events, simulated in {summary['wall_s']:.2f} s)")
     return 0
 
 
@@ -132,6 +144,15 @@ COMMANDS = (
 # ------------------------------------------------------------------ parser
 
 
+class OneLineErrors(argparse.ArgumentParser):
+    """argparse with its errors raised as one-line :class:`UsageError` (exit 2), not the
+    usage text."""
+
+    def error(self, message: str):
+        command = self.prog.removeprefix("marlaas").strip()
+        raise UsageError(f"{command}: {message}" if command else message)
+
+
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Appends ``(default: X)`` to an option's help, except where the default is None or
     False (nothing to show) or the help already tells it."""
@@ -147,7 +168,7 @@ class _TopHelpFormatter(argparse.RawDescriptionHelpFormatter, HelpFormatter):
     """The top-level help keeps its examples' lines as written."""
 
 
-class CommandParser(argparse.ArgumentParser):
+class CommandParser(OneLineErrors):
     """A command's parser; ``add_arguments(parser)`` runs on first use (see :class:`_Commands`)."""
 
     def __init__(self, *args, add_arguments=None, **kwargs) -> None:
@@ -204,7 +225,7 @@ def package_version() -> str:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand (their arguments are added on first use;
     ``command_parsers(parser)`` completes them all)."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrors(
         prog="marlaas",
         description="Multi-tenant asynchronous RL: simulate, train, report.",
         epilog=EXAMPLES,
@@ -240,22 +261,32 @@ def _silence_stdout() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``marlaas`` console script."""
-    try:
-        args = build_parser().parse_args(argv)
-        code = args.func(args)
-        sys.stdout.flush()  # a reader that went away (`| head`) shows here, not at exit
-        return code
-    except BrokenPipeError:
-        _silence_stdout()  # the reader has what it wanted: exit quietly, as SIGPIPE would
-        return 141
-    except KeyboardInterrupt:
-        print("marlaas: interrupted; nothing was written", file=sys.stderr)
-        return 130
-    except Exception as err:
-        if not _is_user_error(err):
+    args = None
+    with on_signals():
+        try:
+            args = build_parser().parse_args(argv)
+            code = args.func(args)
+            sys.stdout.flush()  # a reader that went away (`| head`) shows here, not at exit
+            return code
+        except BrokenPipeError:
+            _silence_stdout()  # the reader has what it wanted: exit quietly, as SIGPIPE would
+            return 141
+        except (KeyboardInterrupt, Interrupted) as err:
+            number = err.signal if isinstance(err, Interrupted) else signal.SIGINT
+            out = getattr(args, "out", None)
+            left = f"{out} was left as it was" if out else "nothing was written"
+            hint = getattr(args, "interrupt_hint", None) or left
+            print(f"marlaas: interrupted ({signal.Signals(number).name}); {hint}",
+                  file=sys.stderr)  # fmt: skip
+            return 128 + number
+        except Exception as err:
+            if _is_user_error(err):
+                print(error_line(err), file=sys.stderr)
+                return 2
+            if isinstance(err, OSError):
+                print(error_line(err), file=sys.stderr)
+                return 1
             raise
-        print(f"marlaas: error: {err}", file=sys.stderr)
-        return 2
 
 
 if __name__ == "__main__":

@@ -30,9 +30,12 @@ outcome    str     ``ok`` or ``failed``; for idle rows the cause: ``rollouts``,
                    ``staleness``, ``barrier`` (the step barrier of ``sync``),
                    ``no_work``
 reward     float   mean reward of the group (real runs; NaN in simulation)
-prompt_tokens int  generate: context tokens per sequence the turn started from (the
-                   prompt on the first turn; prompt, earlier turns and observations
-                   later); -1 for other kinds and in logs written before it existed
+prompt_tokens int  generate: context tokens per sequence the turn started from: on
+                   the first turn the group's own prompt (every sample of a group
+                   shares it; in simulation drawn per group, marlaas.core.prompts;
+                   in real runs the tokenized prompt), later the prompt, the earlier
+                   turns and observations; -1 for other kinds and in logs written
+                   before it existed
 longest_tokens int generate: tokens of the group's longest sample; -1 otherwise
 ========== ======= ==================================================================
 """
@@ -48,7 +51,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from marlaas.core.records import WorkRecord
+from marlaas.core.records import RecordLog, WorkRecord
 
 SCHEMA = pa.schema(
     [
@@ -95,8 +98,11 @@ class EventLogError(ValueError):
 
 def records_to_frame(records: Iterable[WorkRecord]) -> pd.DataFrame:
     """Turn work records into a DataFrame with exactly the event-log columns and types."""
-    records = list(records)
-    columns = zip(*records, strict=True) if records else [()] * len(WorkRecord._fields)
+    if isinstance(records, RecordLog):
+        columns = records.columns()
+    else:
+        records = list(records)
+        columns = zip(*records, strict=True) if records else [()] * len(WorkRecord._fields)
     by_field = dict(zip(WorkRecord._fields, columns, strict=True))
     arrays = [pa.array(by_field.get(c, ()), type=SCHEMA.field(c).type) for c in COLUMNS]
     return pa.Table.from_arrays(arrays, schema=SCHEMA).to_pandas()
@@ -106,6 +112,9 @@ def write_event_log(records: Iterable[WorkRecord] | pd.DataFrame, path: str | Pa
     """Write the event log as Parquet atomically (temporary file, then rename)."""
     path = Path(path)
     frame = records if isinstance(records, pd.DataFrame) else records_to_frame(records)
+    missing = {c: d for c, d in ADDED_COLUMNS.items() if c not in frame.columns}
+    if missing:  # a frame of an older log: its added columns take their defaults
+        frame = frame.assign(**missing)
     table = pa.Table.from_pandas(frame[list(COLUMNS)], schema=SCHEMA, preserve_index=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -4,6 +4,32 @@ from __future__ import annotations
 
 import argparse
 
+from marlaas.core.limits import MAX_SEED
+
+
+def check_seed(seed: int | None, option: str = "--seed") -> None:
+    """A seed from the command line is in 0..MAX_SEED (numpy's range), as in a workload."""
+    from marlaas.core.workload import WorkloadError
+
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise WorkloadError(f"{option} {seed}: a seed is an integer from 0 to {MAX_SEED}")
+
+
+def bounded_int(low: int, high: int):
+    """An argparse ``type``: an integer in [low, high], else a one-line usage error."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not an integer") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not in {low}..{high}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
 
 def load_run_workload(args: argparse.Namespace):
     """The workload of a ``simulate``/``train`` command: the file, ``--preset`` and ``--set``
@@ -37,7 +63,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         help="mechanism preset for a baseline: sequential (one job at a time, synchronous) or "
         "sync (all jobs, a step barrier); same as --set scheduling.preset=NAME",
     )  # fmt: skip
-    parser.add_argument("--seed", type=int, help="random seed (default: the file's)")
+    parser.add_argument("--seed", type=bounded_int(0, MAX_SEED),
+                        help="random seed (default: the file's)")  # fmt: skip
     parser.add_argument(
         "--set", action="append", metavar="KEY=VALUE",
         help="override a workload field by dotted path, repeatable: --set 'jobs.*.rl.steps=5'",

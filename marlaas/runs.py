@@ -2,18 +2,15 @@
 
 A run folder holds ``events.parquet`` (see marlaas.eventlog), ``summary.json`` (the
 workload's name, the policy, the seed, the mechanism settings, job arrivals and weights, and
-the headline metrics) and ``workload.json`` (the whole workload as run, which ``marlaas
-replay`` simulates again). It is built in a temporary sibling folder and renamed into place, so
-an interrupted or failed run never leaves a half-written ``--out``.
+the headline metrics), ``workload.json`` (the whole workload as run, which ``marlaas replay``
+simulates again) and ``manifest.json`` (see :mod:`marlaas.out_folder`: it is built in a
+staging folder beside ``--out`` and swapped into place, so an interrupted or failed run
+never leaves a half-written ``--out``, and only a run folder is ever replaced by a run).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -21,57 +18,41 @@ import pandas as pd
 from marlaas import metrics
 from marlaas.core.workload import Workload
 from marlaas.eventlog import EVENT_LOG_FILE, write_event_log
+from marlaas.out_folder import claim
 
 SUMMARY_FILE = "summary.json"
 WORKLOAD_FILE = "workload.json"
-
-
-@contextmanager
-def staged_folder(out: str | Path, marker: str) -> Iterator[Path]:
-    """Yield an empty temporary sibling of ``out``; when the block succeeds it replaces
-    ``out`` whole, when it fails it is removed and ``out`` is left as it was.
-
-    An existing ``out`` is replaced only when it is empty or holds ``marker`` (a file that
-    this kind of output writes), so a mistyped ``--out`` never deletes someone's folder."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise FileExistsError(f"{out}: exists and is not a folder")
-    if out.exists() and any(out.iterdir()) and not (out / marker).exists():
-        raise FileExistsError(
-            f"{out}: folder exists and has no {marker}; not replacing it (choose another --out)"
-        )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        yield staging
-        staging.chmod(0o755)
-        if out.exists():
-            old = out.with_name(f".{out.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            out.rename(old)
-            try:
-                staging.rename(out)
-            except BaseException:
-                old.rename(out)
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            staging.rename(out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+SIMULATION = "simulation"
 
 
 def write_run(
     out: str | Path, events: pd.DataFrame, summary: dict, workload: Workload | None = None
 ) -> Path:
-    """Write a run folder at ``out`` atomically, replacing an earlier run there."""
-    with staged_folder(out, SUMMARY_FILE) as staging:
-        write_event_log(events, staging / EVENT_LOG_FILE)
-        (staging / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=json_default))
-        if workload is not None:
-            (staging / WORKLOAD_FILE).write_text(workload.model_dump_json(indent=1))
+    """Write a simulation's (or replay's) run folder at ``out`` whole (see
+    :mod:`marlaas.out_folder`), replacing an earlier one of its kind; any other folder is
+    refused."""
+    with claim(out, summary.get("kind", SIMULATION)) as target, target.staged() as staging:
+        write_run_files(staging, events, summary, workload)
     return Path(out)
+
+
+def write_run_files(
+    folder: Path, events: pd.DataFrame, summary: dict, workload: Workload | None = None
+) -> Path:
+    """Write ``events.parquet``, ``summary.json`` and ``workload.json`` into ``folder``
+    (created; no manifest: the caller's staging adds it, or the folder is part of a bigger
+    output)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_event_log(events, folder / EVENT_LOG_FILE)
+    (folder / SUMMARY_FILE).write_text(summary_json(summary))
+    if workload is not None:
+        (folder / WORKLOAD_FILE).write_text(workload.model_dump_json(indent=1))
+    return folder
+
+
+def summary_json(summary: dict) -> str:
+    """summary.json text (numpy scalars as plain numbers)."""
+    return json.dumps(summary, indent=2, default=json_default)
 
 
 def run_summary(workload: Workload, result, events: pd.DataFrame, kind: str, **extra) -> dict:

@@ -10,10 +10,11 @@ workload's first N jobs) x ``--set`` variants x ``--seeds``. ``--set KEY=VALUE``
 every run, as in ``simulate``; giving the same KEY several times makes one variant per value
 (several such keys make a grid). Every run is exactly ``simulate_run(workload, policy,
 seed)``, so a row equals ``marlaas simulate`` with the same settings. Runs go to a process
-pool; ``--out`` gets ``sweep.csv`` (see :mod:`marlaas.sweep_table`), ``summaries.json``
-(every run's summary), ``table.txt`` and, unless ``--no-events``, ``runs/<run_folder>/``
-with every run's event log and summary (``marlaas report --out X SWEEP_DIR`` compares
-them), all at once or not at all.
+pool whose workers stop with the command (see :mod:`marlaas.workers`); ``--out`` gets
+``sweep.csv`` (see :mod:`marlaas.sweep_table`), ``summaries.json`` (every run's summary),
+``table.txt`` and, unless ``--no-events``, ``runs/<run_folder>/`` with every run's event
+log and summary (``marlaas report --out X SWEEP_DIR`` compares them), all at once or not at
+all.
 """
 
 from __future__ import annotations
@@ -21,11 +22,9 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import re
-import shutil
-import tempfile
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,12 +36,20 @@ from marlaas.core.policies import get_policy
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.scheduling import PRESETS
 from marlaas.core.workload import Workload, WorkloadError, parse_workload
-from marlaas.runs import json_default, staged_folder, write_run
+from marlaas.out_folder import claim
+from marlaas.run_options import check_seed
+from marlaas.runs import json_default, write_run_files
 from marlaas.sweep_table import add_ratios, format_table, ordered, summary_row
+from marlaas.workers import start_pool
 from marlaas.workload_file import apply_overrides, load_with_overrides, parse_overrides
 
 if TYPE_CHECKING:
     from marlaas.sim.cost_profiles import CostProfile
+
+MAX_WORKERS = 1_024
+"""Largest --workers [processes]."""
+MAX_RUNS = 10_000
+"""Runs in one sweep (schedules x job counts x variants x seeds)."""
 
 
 class SweepError(WorkloadError):
@@ -102,6 +109,9 @@ def variants(items: list[str] | None) -> list[dict[str, Any]]:
         ((key, value),) = parse_overrides([item]).items()
         by_key.setdefault(key, []).append(value)
     keys = list(by_key)
+    count = math.prod(len(values) for values in by_key.values())
+    if count > MAX_RUNS:
+        raise SweepError(f"--set: {count:,} variants; a sweep may have at most {MAX_RUNS:,} runs")
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*by_key.values())]
 
 
@@ -133,8 +143,13 @@ def plan(
             raise SweepError(f"--presets: unknown preset {name!r}; choose from {list(PRESETS)}")
     schedules = [(p, workload.policy, p) for p in presets or []]
     schedules += [(p, p, None) for p in policies]
+    every = variants(overrides)
+    count = len(every) * len(jobs or [0]) * len(schedules) * len(seeds or [0])
+    if count > MAX_RUNS:
+        raise SweepError(f"{count:,} runs; a sweep may have at most {MAX_RUNS:,} (fewer "
+                         "schedules, job counts, variants or seeds)")  # fmt: skip
     runs = []
-    for variant in variants(overrides):
+    for variant in every:
         base = apply_overrides(workload, variant) if variant else workload
         varying = {k: v for k, v in variant.items() if _varies(overrides, k)}
         label = " ".join(f"{k}={json.dumps(v)}" for k, v in varying.items()) or "-"
@@ -175,7 +190,7 @@ def run_one(run: SweepRun, events_dir: Path | None = None) -> tuple[dict, dict]:
     events, summary = simulate_run(run.workload, run.policy, run.seed, profile=run.profile)
     if events_dir is not None:
         folder = events_dir / run_folder(run.jobs, run.variant, run.schedule, run.seed)
-        write_run(folder, events, summary, run.workload)
+        write_run_files(folder, events, summary, run.workload)
     return summary_row(run.keys, summary), summary
 
 
@@ -200,20 +215,28 @@ def execute(
                 bar.set_postfix_str(_short(run))
                 bar.update()
         else:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
-                futures = {pool.submit(run_one, r, events_dir): i for i, r in enumerate(runs)}
-                try:
-                    for future in as_completed(futures):
-                        i = futures[future]
-                        results[i] = future.result()
-                        bar.set_postfix_str(_short(runs[i]))
-                        bar.update()
-                except BaseException:
-                    pool.shutdown(cancel_futures=True)
-                    raise
+            # Leaving the block (done, an error, Ctrl-C, SIGTERM) terminates the workers.
+            with start_pool(workers) as pool:
+                # the longest runs first, so that the pool does not end on one long run
+                order = sorted(range(len(runs)), key=lambda i: -_work(runs[i]))
+                tasks = [(i, runs[i], events_dir) for i in order]
+                for i, result in pool.imap_unordered(_run_indexed, tasks):
+                    results[i] = result
+                    bar.set_postfix_str(_short(runs[i]))
+                    bar.update()
     finally:
         bar.close()
     return [r[0] for r in results], [r[1] for r in results]
+
+
+def _run_indexed(task: tuple[int, SweepRun, Path | None]) -> tuple[int, tuple[dict, dict]]:
+    i, run, events_dir = task
+    return i, run_one(run, events_dir)
+
+
+def _work(run: SweepRun) -> int:
+    """A run's group turns to generate: a rough measure of how long it takes."""
+    return sum(j.rl.steps * j.rl.prompts_per_step * j.rl.turns for j in run.workload.jobs)
 
 
 def _short(run: SweepRun) -> str:
@@ -226,19 +249,13 @@ def comparison(rows: list[dict], baseline: str | None) -> pd.DataFrame:
     return ordered(add_ratios(pd.DataFrame(rows), baseline))
 
 
-def write_sweep(
-    out: str | Path, table: pd.DataFrame, summaries: list[dict], runs_dir: Path | None = None
-) -> Path:
-    """Write sweep.csv, summaries.json and table.txt to ``out`` atomically (replacing it);
-    ``runs_dir`` (the run folders written by :func:`execute`) is moved to ``out/runs``."""
-    with staged_folder(out, "sweep.csv") as staging:
-        if runs_dir is not None:
-            shutil.move(runs_dir, staging / "runs")
-        table.to_csv(staging / "sweep.csv", index=False)
-        text = json.dumps(summaries, indent=1, default=json_default)
-        (staging / "summaries.json").write_text(text)
-        (staging / "table.txt").write_text(format_table(table) + "\n")
-    return Path(out)
+def write_sweep_files(folder: Path, table: pd.DataFrame, summaries: list[dict]) -> Path:
+    """Write sweep.csv, summaries.json and table.txt into ``folder`` (a staging folder)."""
+    table.to_csv(folder / "sweep.csv", index=False)
+    text = json.dumps(summaries, indent=1, default=json_default)
+    (folder / "summaries.json").write_text(text)
+    (folder / "table.txt").write_text(format_table(table) + "\n")
+    return folder
 
 
 # --------------------------------------------------------------------------- CLI
@@ -253,8 +270,10 @@ def sweep_command(args: argparse.Namespace) -> int:
                          "--policies fifo,fair")  # fmt: skip
     jobs = parse_list(args.jobs, "jobs", int) if args.jobs else None
     seeds = parse_list(args.seeds, "seeds", int) if args.seeds else None
-    if args.workers is not None and args.workers < 1:
-        raise SweepError(f"--workers {args.workers}: must be >= 1")
+    for seed in seeds or []:
+        check_seed(seed, "--seeds")
+    if args.workers is not None and not 1 <= args.workers <= MAX_WORKERS:
+        raise SweepError(f"--workers {args.workers}: must be >= 1 and <= {MAX_WORKERS}")
     fixed = [s for s in args.set or [] if not _varies(args.set, s.partition("=")[0].strip())]
     varying = [s for s in args.set or [] if s not in fixed]
     workload = load_with_overrides(args.workload, fixed)
@@ -267,18 +286,13 @@ def sweep_command(args: argparse.Namespace) -> int:
     baseline = args.baseline or ("sequential" if "sequential" in schedules else None)
     if baseline is not None and baseline not in schedules:
         raise SweepError(f"--baseline {baseline!r} is not one of the presets or policies")
-    out_parent = Path(args.out).resolve().parent
-    out_parent.mkdir(parents=True, exist_ok=True)
-    runs_dir = None if args.no_events else Path(tempfile.mkdtemp(prefix=".runs.", dir=out_parent))
-    try:
+    with claim(args.out, "sweep") as out, out.staged() as staging:
+        runs_dir = None if args.no_events else staging / "runs"
         rows, summaries = execute(runs, args.workers, not args.quiet, runs_dir)
         table = comparison(rows, baseline)
-        out = write_sweep(args.out, table, summaries, runs_dir)
-    finally:
-        if runs_dir is not None:
-            shutil.rmtree(runs_dir, ignore_errors=True)
+        write_sweep_files(staging, table, summaries)
     vs = f", ratios vs {baseline}" if baseline else ""
     print(f"{workload.name}: {len(runs)} runs{vs}")
     print(format_table(table))
-    print(f"wrote {out}/sweep.csv ({len(runs)} runs, {table['wall_s'].sum():.1f} s simulated)")
+    print(f"wrote {args.out}/sweep.csv ({len(runs)} runs, {table['wall_s'].sum():.1f} s simulated)")
     return 0

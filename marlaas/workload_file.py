@@ -2,7 +2,8 @@
 
 Everything a workload file refers to is read here, once, so that the scheduler core only ever
 sees plain data: trace files named by ``dist: trace`` distributions (paths relative to the
-workload file), the arrivals CSV, and the ``cost:`` block the simulator reads. Environment
+workload file), the arrivals file (an arrivals CSV or a request trace's timestamps), and the
+``cost:`` block the simulator reads. Environment
 names and their options are checked against the environments that would run them. Every
 problem is one :class:`WorkloadError` line naming the file and the field.
 """
@@ -22,6 +23,11 @@ from marlaas.sim.cost_model import CostModel
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
 """Largest workload file read [bytes]; larger ones are refused before parsing."""
+MAX_NODES = 2_000_000
+"""Values (mappings, lists, scalars) a workload may expand to, counting every use of a YAML
+alias again: an alias bomb (``&a [*b, *b, ...]``) of a few lines is refused here."""
+MAX_DEPTH = 64
+"""Deepest nesting of mappings and lists in a workload."""
 
 
 class WorkloadFile(Workload):
@@ -41,10 +47,14 @@ def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool 
         if key_node.tag == "tag:yaml.org,2002:merge":
             continue  # "<<: *anchor" merges defaults that the keys beside it may override
         key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            line = key_node.start_mark.line + 1
+        if not isinstance(key, str | int | float | bool) and key is not None:
             raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (line {line})", key_node.start_mark
+                None, None, f"a key must be a plain value, not a {type(key).__name__}",
+                key_node.start_mark,
+            )  # fmt: skip
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
             )
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)
@@ -63,17 +73,50 @@ def read_yaml(path: str | Path) -> Any:
         raise WorkloadError(f"{path}: {size:,} bytes; a workload file may have at most "
                             f"{MAX_FILE_BYTES:,}")  # fmt: skip
     try:
-        return yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise WorkloadError(f"{path}: not a text file ({err.reason})") from None
+    except OSError as err:
+        raise WorkloadError(f"{path}: cannot read it ({err.strerror})") from None
+    return parse_yaml(text, str(path))
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """Parse YAML text (duplicate keys, alias bombs and deep nesting refused)."""
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as err:
-        raise WorkloadError(f"{path}: not valid YAML ({_one_line(err)})") from None
+        raise WorkloadError(f"{source}: not valid YAML ({_one_line(err)})") from None
+    except RecursionError:
+        raise WorkloadError(f"{source}: nested too deeply (at most {MAX_DEPTH} levels)") from None
+    check_size(data, source)
+    return data
+
+
+def check_size(data: Any, source: str) -> None:
+    """Refuse data that expands to more than MAX_NODES values or nests deeper than
+    MAX_DEPTH (the walk stops at the first value over the budget)."""
+    stack, seen = [(data, 1)], 0
+    while stack:
+        node, depth = stack.pop()
+        seen += 1
+        if seen > MAX_NODES:
+            raise WorkloadError(f"{source}: expands to more than {MAX_NODES:,} values (YAML "
+                                "aliases repeated too often?); not loading it")  # fmt: skip
+        if depth > MAX_DEPTH:
+            raise WorkloadError(f"{source}: nested too deeply (at most {MAX_DEPTH} levels)")
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+            seen += len(node)  # the keys
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
 
 
 def load_workload(path: str | Path, overrides: dict[str, Any] | None = None) -> WorkloadFile:
     """Read, resolve and validate a workload file, then apply dotted-path ``overrides``."""
     path = Path(path)
     data = resolve_files(read_yaml(path), path.parent, str(path))
+    check_size(data, f"{path} (with its traces)")
     workload = parse_workload(data, source=str(path), schema=WorkloadFile)
     check_environments(workload, str(path))
     return apply_overrides(workload, overrides) if overrides else workload
@@ -96,7 +139,9 @@ def load_run_workload(run_dir: str | Path) -> WorkloadFile:
 def apply_overrides(workload: Workload, overrides: dict[str, Any]) -> Workload:
     """``workload`` with dotted-path overrides applied, its arrivals CSV applied again (so
     ``arrivals.time_scale`` takes effect), validated again."""
-    data = resolve_files(workload.overridden(overrides), Path.cwd(), "overrides")
+    data = workload.overridden(overrides)
+    check_size(data, "overrides")
+    data = resolve_files(data, Path.cwd(), "overrides")
     changed = parse_workload(data, source="overrides", schema=type(workload))
     check_environments(changed, "overrides")
     return changed
@@ -110,9 +155,9 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
         if not sep or not key.strip():
             raise WorkloadError(f"--set {item!r}: expected key=value, e.g. scheduling.barrier=true")
         try:
-            overrides[key.strip()] = yaml.load(value, Loader=_UniqueKeyLoader)
-        except yaml.YAMLError as err:
-            raise WorkloadError(f"--set {item!r}: not a YAML value ({_one_line(err)})") from None
+            overrides[key.strip()] = parse_yaml(value, f"--set {item[:80]!r}")
+        except WorkloadError as err:
+            raise WorkloadError(str(err).replace("not valid YAML", "not a YAML value")) from None
     return overrides
 
 
@@ -125,7 +170,7 @@ def load_with_overrides(path: str | Path, items: list[str] | None) -> Workload:
 
 
 def resolve_files(data: Any, base_dir: Path, source: str) -> Any:
-    """A copy of raw workload data with its trace distributions and arrivals CSV read in
+    """A copy of raw workload data with its trace distributions and arrivals file read in
     (paths relative to ``base_dir``)."""
     if not isinstance(data, dict):
         return data  # the schema names the problem
@@ -183,4 +228,13 @@ def check_environments(workload: Workload, source: str) -> None:
 
 
 def _one_line(err: Exception) -> str:
-    return " ".join(str(err).split())
+    """A YAML error on one line: what is wrong and where (line, column), without the
+    parser's echo of the text."""
+    if isinstance(err, yaml.MarkedYAMLError) and err.problem:
+        mark = err.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        context = f"{err.context}: " if err.context else ""
+        text = f"{context}{err.problem}{where}"
+    else:
+        text = str(err)
+    return " ".join(text.split())

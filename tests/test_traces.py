@@ -10,6 +10,7 @@ import yaml
 
 from marlaas.core.workload import WorkloadError
 from marlaas.traces import TraceError, load_arrivals, load_length_trace
+from marlaas.traces.arrivals import load_request_times
 from marlaas.workload_file import apply_overrides, load_workload
 
 TRACES = Path(__file__).resolve().parent.parent / "traces"
@@ -222,3 +223,140 @@ def test_bundled_staggered_workload():
     assert [j.rl.steps for j in staggered.jobs] == [j.rl.steps for j in at_once.jobs]
     same = apply_overrides(staggered, {"arrivals.time_scale": 0})
     assert [j.model_dump() for j in same.jobs] == [j.model_dump() for j in at_once.jobs]
+
+
+# ----------------------------------------------------------------------------- formats
+
+MOONCAKE = (
+    '{"timestamp": 0, "input_length": 6755, "output_length": 500, "hash_ids": [0, 1, 2]}\n'
+    "\n"
+    '{"timestamp": 3052, "input_length": 7319, "output_length": 490}\n'
+)
+
+
+def test_mooncake_jsonl(tmp_path):
+    got = load_length_trace(write(tmp_path, "m.jsonl", MOONCAKE), "mooncake")
+    assert got["prompt"].tolist() == [6755, 7319] and got["response"].tolist() == [500, 490]
+
+
+def test_plain_csv_with_timestamps(tmp_path):
+    path = write(tmp_path, "p.csv", "timestamp_s,prompt_tokens,response_tokens\n0.5,10,20\n")
+    assert load_length_trace(path, "csv")["prompt"].tolist() == [10]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "text", "message"),
+    [
+        # a file of another format: one line naming the missing column, the file and line
+        ("azure", MOONCAKE, "line 1: missing column(s) ['ContextTokens', 'GeneratedTokens']"),
+        ("burstgpt", "TIMESTAMP,ContextTokens,GeneratedTokens\n1,2,3\n", "['Request tokens',"),
+        ("csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n1,2,3\n", "['prompt_tokens',"),
+        ("mooncake", "TIMESTAMP,ContextTokens,GeneratedTokens\n", "line 1: not a JSON object"),
+        ("mooncake", '{"timestamp": 1, "input_length": 5}\n', "line 1: missing field(s) ['output_"),
+        ("mooncake", '{"input_length": 5, "output_length": [1]}\n', "output_length: [1] is not a"),
+        ("mooncake", '{"input_length": 1e30, "output_length": 1}\n', "'1e+30' is more than 1,048,"),
+        ("mooncake", '{"input_length": NaN, "output_length": 1}\n', "'nan' is not a non-negative"),
+        ("mooncake", "[" * 100_000 + "\n", "line 1: not a JSON object"),
+        ("azure", "TIMESTAMP,ContextTokens,GeneratedTokens\nx,inf,3\n", "(0 to 1,048,576)"),
+    ],
+)
+def test_wrong_format_is_one_line(tmp_path, fmt, text, message):
+    path = write(tmp_path, "t.txt", text)
+    with pytest.raises(TraceError) as err:
+        load_length_trace(path, fmt)
+    assert str(err.value).startswith(str(path)) and "\n" not in str(err.value)
+    assert message in str(err.value)
+
+
+# ----------------------------------------------------------------------------- arrivals from
+# a request trace's timestamps
+
+AZURE_2023 = (
+    "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+    "2023-11-16 18:15:46.6805900,374,44\n"
+    "2023-11-16 18:15:50.9951690,396,109\n"
+    "2023-11-16 18:15:51.2224670,879,55\n"
+)
+AZURE_2024 = (  # the 2024 trace: the same columns, times with a UTC offset
+    "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+    "2024-05-10 00:00:00.009930+00:00,2162,5\n"
+    "2024-05-10 00:00:01.509930+00:00,1100,90\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "text", "times"),
+    [
+        ("azure", AZURE_2023, [0.0, 4.314579, 4.541877]),
+        ("azure", AZURE_2024, [0.0, 1.5]),
+        (
+            "burstgpt",
+            "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+            "5,ChatGPT,472,18,490,x\n45,ChatGPT,1087,0,1087,x\n",
+            [0.0, 40.0],
+        ),
+        ("mooncake", MOONCAKE, [0.0, 3.052]),
+        ("csv", "prompt_tokens,response_tokens,timestamp_s\n1,2,7\n1,2,3\n", [4.0, 0.0]),
+    ],
+)
+def test_request_times(tmp_path, fmt, text, times):
+    path = write(tmp_path, "t.txt", text)
+    got = load_request_times(path, fmt, len(times))
+    assert [t for _, t in got] == pytest.approx(times, abs=1e-6)
+    assert load_request_times(path, fmt, 1) == [(got[0][0], 0.0)]  # relative to the first used
+
+
+def _request_workload(tmp_path: Path, arrivals: dict, jobs: int = 3) -> Path:
+    spec = {
+        "jobs": [{"name": f"j{i}", "tenant": f"t{i % 2}"} for i in range(jobs)],
+        "arrivals": arrivals,
+    }
+    return write(tmp_path, "w.yaml", yaml.safe_dump(spec))
+
+
+def test_arrivals_from_request_timestamps(tmp_path):
+    write(tmp_path, "az.csv", AZURE_2023)
+    path = _request_workload(tmp_path, {"path": "az.csv", "format": "azure", "time_scale": 10})
+    w = load_workload(path)
+    assert [j.arrival_s for j in w.jobs] == pytest.approx([0.0, 43.14579, 45.41877])
+    assert w.arrivals.format == "azure"
+    again = apply_overrides(w, {"arrivals.time_scale": 0})
+    assert [j.arrival_s for j in again.jobs] == [0.0, 0.0, 0.0]
+
+
+def test_bundled_azure_conv_arrivals():
+    """16 jobs at the conversation trace's first 16 request times, x 100."""
+    times = load_request_times(TRACES / "azure/AzureLLMInferenceTrace_conv.csv", "azure", 16)
+    assert times[0] == (2, 0.0) and times[-1][0] == 17
+    assert times[-1][1] == pytest.approx(11.157911)  # 18:15:57.8385010 - 18:15:46.6805900
+    assert [t for _, t in times] == sorted(t for _, t in times)
+
+
+@pytest.mark.parametrize(
+    ("arrivals", "text", "message"),
+    [
+        (
+            {"format": "azure"},
+            AZURE_2023.splitlines()[0] + "\n2023-11-16 x,1,2\n",
+            "line 2: TIMESTAMP: '2023-11-16 x' is not an ISO 8601 date and time",
+        ),
+        ({"format": "azure"}, AZURE_2023[:75], "1 request(s); the workload has 3 jobs"),
+        ({"format": "mooncake"}, '{"timestamp": -1}\n' * 3, "line 1: timestamp: '-1' is not a"),
+        ({"format": "mooncake"}, '{"timestamp": 1e300}\n' * 3, "timestamp: '1e+300' is more than"),
+        ({"format": "csv"}, "prompt_tokens,response_tokens\n1,2\n", "missing column(s) ['timest"),
+        ({"format": "azure", "match": "tenant"}, AZURE_2023, "match: 'tenant' is for an arriv"),
+        ({"format": "excel"}, AZURE_2023, "arrivals.format: Input should be 'jobs', 'azure'"),
+        (
+            {"format": "burstgpt", "time_scale": 1e6},
+            "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+            "0,a,1,1,2,x\n1,a,1,1,2,x\n1000,a,1,1,2,x\n",
+            "line 4: 1000 s x time_scale 1e+06 is later than 1e+08 s",
+        ),
+    ],
+)
+def test_bad_request_arrivals(tmp_path, arrivals, text, message):
+    write(tmp_path, "r.txt", text)
+    path = _request_workload(tmp_path, {"path": "r.txt", **arrivals})
+    with pytest.raises(WorkloadError) as err:
+        load_workload(path)
+    assert message in str(err.value) and "\n" not in str(err.value)

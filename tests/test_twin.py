@@ -76,6 +76,16 @@ def test_calibrate_recovers_the_cost_model(runs):
     )  # a step of 512 tokens takes what it took
 
 
+def test_steps_of_one_size_are_charged_per_step_and_the_table_says_so(runs):
+    result = calibrate([runs["sequential"]])  # every step trains the same number of tokens
+    fitted = result.cost
+    notes = {f.name: f.quality for f in result.fitted}
+    assert "add runs with other batch sizes" in notes["train_tokens_per_s"]
+    assert fitted.train_overhead_s > TRUE.train_overhead_s  # it carries the per-token time
+    varied = calibrate([runs["fair"]])
+    assert "add runs" not in {f.name: f.quality for f in varied.fitted}["train_tokens_per_s"]
+
+
 def test_replay_with_the_true_cost_model_reproduces_the_run(runs, tmp_path):
     profile_path = tmp_path / "true.yaml"
     profile_path.write_text(json.dumps({"name": "true", "cost": TRUE.model_dump()}))
@@ -116,7 +126,7 @@ def test_calibrated_on_one_schedule_the_replay_of_another_is_close(runs, tmp_pat
 
 def test_before_calibration_the_default_model_is_far_off(runs):
     _, _, table = replay(runs["fair"])  # the workload's own (default, 7B/H100) cost model
-    assert abs(table.set_index("metric")["error"]["makespan"]) > 0.3
+    assert abs(table.set_index("metric")["error"]["generate duration, mean"]) > 0.3
 
 
 def test_a_missing_stage_is_named(runs, tmp_path):
@@ -164,3 +174,7 @@ def test_fidelity_table_has_every_metric(runs):
             "sync duration, mean", "adapter_load duration, mean", "staleness, max",
             "adapter loads"} <= metrics  # fmt: skip
     assert isinstance(table, pd.DataFrame) and table["real"].notna().all()
+
+
+def test_the_default_cost_model_is_the_published_h100_profile():
+    assert load_profile("h100-7b").cost == CostModel()

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from marlaas.core.free_engines import FreeEngines
 from marlaas.core.scheduling import Mechanism
 from marlaas.core.workload import ClusterSpec, EngineSpec
 
@@ -36,20 +37,16 @@ class Device:
 
 @dataclass
 class AdapterDirectory:
-    """Which engines hold which adapter versions, and which can take one more.
+    """Which engines hold which adapter versions, and the engines' free room (indexed).
 
-    Kept up to date by the engines, so placing a group looks only at the engines that could
-    host its adapter instead of scanning every engine.
+    Kept up to date by the engines, so placing a group looks only at the engines that hold
+    its adapter and at the one open engine with the most room, instead of at every engine.
     """
 
+    free: FreeEngines
+    """Open engines by free sequences and KV tokens; busy and grown engines."""
     hosts: dict[AdapterKey, set[int]] = field(default_factory=dict)
     """Adapter -> indices of the engines where it is resident (or loading)."""
-    open: set[int] = field(default_factory=set)
-    """Indices of the engines with a free or evictable adapter slot."""
-
-    def candidates(self, adapter: AdapterKey) -> set[int]:
-        """Engines that hold ``adapter`` or could load it."""
-        return self.hosts.get(adapter, set()) | self.open
 
 
 @dataclass
@@ -59,8 +56,8 @@ class Engine:
     name: str
     device: Device
     spec: EngineSpec
-    index: int = 0
-    directory: AdapterDirectory = field(default_factory=AdapterDirectory)
+    index: int
+    directory: AdapterDirectory
     seqs: int = 0
     tokens: int = 0
     """KV tokens reserved by running groups."""
@@ -69,6 +66,9 @@ class Engine:
     loading: set[AdapterKey] = field(default_factory=set)
     unused: int = 0
     """Resident adapters that no group uses (evictable)."""
+
+    def __post_init__(self) -> None:
+        self._index()
 
     def fits(self, seqs: int, tokens: int) -> bool:
         """Whether a group of ``seqs`` sequences reserving ``tokens`` KV tokens fits now."""
@@ -91,20 +91,22 @@ class Engine:
             raise CapacityError(f"{self.name}: no room for {seqs} seqs / {tokens} tokens")
         self.seqs += seqs
         self.tokens += tokens
-        must_load = adapter not in self.resident
-        victim = None
+        resident = self.resident
+        users = resident.get(adapter)
+        must_load, victim = users is None, None
         if must_load:
-            if len(self.resident) >= self.spec.adapter_slots:
-                victim = next(k for k, users in self.resident.items() if users == 0)
-                self.evict(victim)
-            self.resident[adapter] = 0
+            if len(resident) >= self.spec.adapter_slots:
+                victim = next(k for k, users in resident.items() if users == 0)
+                self._drop(victim)
+            resident[adapter] = 1  # added last: the most recently used
             self.directory.hosts.setdefault(adapter, set()).add(self.index)
             self.loading.add(adapter)
-        elif self.resident[adapter] == 0:
-            self.unused -= 1
-        self.resident[adapter] += 1
-        self.resident.move_to_end(adapter)
-        self._update_open()
+        else:
+            if users == 0:
+                self.unused -= 1
+            resident[adapter] = users + 1
+            resident.move_to_end(adapter)
+        self._index()
         return must_load, victim
 
     def release(self, seqs: int, tokens: int, adapter: AdapterKey) -> None:
@@ -114,25 +116,43 @@ class Engine:
         self.resident[adapter] -= 1
         if self.resident[adapter] == 0:
             self.unused += 1
-            self._update_open()
         if self.seqs < 0 or self.tokens < 0 or self.resident[adapter] < 0:
             raise CapacityError(f"{self.name}: released more than reserved")
+        self._index()
+        self.directory.free.grown.add(self.index)
+
+    def loaded(self, adapter: AdapterKey) -> None:
+        """An adapter load ended (its groups may start, or it failed and is dropped next)."""
+        self.loading.discard(adapter)
+        self._index()
+        self.directory.free.grown.add(self.index)
 
     def evict(self, adapter: AdapterKey) -> None:
-        """Drop an unused adapter (to free its slot, or after its load failed)."""
+        """Drop an unused adapter after its load failed: its slot is free again."""
+        self._drop(adapter)
+        self._index()
+        self.directory.free.grown.add(self.index)
+
+    def _drop(self, adapter: AdapterKey) -> None:
         if self.resident.pop(adapter) == 0:
             self.unused -= 1
         hosts = self.directory.hosts[adapter]
         hosts.discard(self.index)
         if not hosts:
             del self.directory.hosts[adapter]
-        self._update_open()
 
-    def _update_open(self) -> None:
-        if len(self.resident) < self.spec.adapter_slots or self.unused > 0:
-            self.directory.open.add(self.index)
-        else:
-            self.directory.open.discard(self.index)
+    @property
+    def is_open(self) -> bool:
+        """Whether any adapter can be loaded here (a free slot, or an idle one to evict)."""
+        return len(self.resident) < self.spec.adapter_slots or self.unused > 0
+
+    def _index(self) -> None:
+        spec = self.spec
+        is_open = len(self.resident) < spec.adapter_slots or self.unused > 0  # is_open, inline
+        self.directory.free.update(
+            self.index, is_open, spec.max_seqs - self.seqs, spec.kv_tokens - self.tokens,
+            bool(self.seqs or self.loading),
+        )  # fmt: skip
 
     def check(self) -> None:
         """Raise CapacityError if any limit is exceeded."""
@@ -217,5 +237,5 @@ class Cluster:
 
 
 def _engines(devices: list[Device], spec: EngineSpec) -> list[Engine]:
-    directory = AdapterDirectory(open=set(range(len(devices))))
+    directory = AdapterDirectory(FreeEngines(len(devices)))
     return [Engine(d.name, d, spec, i, directory) for i, d in enumerate(devices)]

@@ -10,20 +10,28 @@ Written in YAML as a mapping with a ``dist`` tag::
 
 A ``trace`` distribution holds token counts read from a request trace (see marlaas.traces):
 :mod:`marlaas.workload_file` reads the file, relative to the workload file, into ``values``
-when it loads the workload; from then on it behaves as ``empirical``. Sampling takes a numpy
-Generator so that all randomness comes from the run's seed.
+when it loads the workload; from then on it behaves as ``empirical``, except that a job's
+prompt and response traces of one file are drawn as pairs (:mod:`marlaas.core.prompts`).
+Sampling takes a numpy Generator so that all randomness comes from the run's seed.
 """
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from marlaas.core.limits import MAX_DIST_VALUE, MAX_SIGMA, MAX_VALUES
+
+Value = Annotated[float, Field(ge=0, le=MAX_DIST_VALUE)]
+"""A finite, non-negative parameter (tokens or seconds), bounded (marlaas.core.limits)."""
+Values = Annotated[list[Value], Field(max_length=MAX_VALUES)]
+
 
 class _Dist(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """Draw ``n`` values as float64."""
@@ -38,7 +46,7 @@ class Constant(_Dist):
     """Always the same value."""
 
     dist: Literal["constant"]
-    value: Annotated[float, Field(ge=0)]
+    value: Value
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return np.full(n, self.value)
@@ -51,11 +59,15 @@ class LogNormal(_Dist):
     """Lognormal with the given median and log-space sigma (before any truncation)."""
 
     dist: Literal["lognormal"]
-    median: Annotated[float, Field(gt=0)]
-    sigma: Annotated[float, Field(ge=0)]
+    median: Annotated[float, Field(gt=0, le=MAX_DIST_VALUE)]
+    sigma: Annotated[float, Field(ge=0, le=MAX_SIGMA)]
+
+    @cached_property
+    def _log_median(self) -> float:
+        return np.log(self.median)
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        return rng.lognormal(np.log(self.median), self.sigma, n)
+        return rng.lognormal(self._log_median, self.sigma, n)
 
     def mean(self) -> float:
         return float(self.median * np.exp(self.sigma**2 / 2))
@@ -65,8 +77,8 @@ class Uniform(_Dist):
     """Uniform on [low, high]."""
 
     dist: Literal["uniform"]
-    low: Annotated[float, Field(ge=0)]
-    high: Annotated[float, Field(ge=0)]
+    low: Value
+    high: Value
 
     @model_validator(mode="after")
     def _ordered(self) -> Uniform:
@@ -85,7 +97,7 @@ class Empirical(_Dist):
     """Resample from observed values."""
 
     dist: Literal["empirical"]
-    values: Annotated[list[Annotated[float, Field(ge=0)]], Field(min_length=1)]
+    values: Annotated[list[Value], Field(min_length=1, max_length=MAX_VALUES)]
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return rng.choice(np.asarray(self.values, dtype=float), n)
@@ -95,14 +107,15 @@ class Empirical(_Dist):
 
 
 class Trace(_Dist):
-    """Token counts of a request trace file (Azure LLM trace, BurstGPT or plain CSV)."""
+    """Token counts of a request trace file (Azure LLM trace, BurstGPT, Mooncake JSONL or
+    plain CSV), in the file's row order."""
 
     dist: Literal["trace"]
     path: str
     """The trace file (made absolute when the workload file is read)."""
-    format: Literal["azure", "burstgpt", "csv"] = "csv"
+    format: Literal["azure", "burstgpt", "mooncake", "csv"] = "csv"
     column: Literal["prompt", "response"] = "response"
-    values: list[Annotated[float, Field(ge=0)]] = Field(default_factory=list)
+    values: Values = Field(default_factory=list)
     """The column's token counts, filled in from the file by marlaas.workload_file."""
 
     @model_validator(mode="after")
@@ -119,6 +132,18 @@ class Trace(_Dist):
 
     def mean(self) -> float:
         return float(np.mean(self.values))
+
+
+def largest(dist: _Dist) -> float:
+    """The largest value a distribution names: its constant, high end or largest value (a
+    lognormal's median: its tail is unbounded), for the bounds of marlaas.core.limits."""
+    if isinstance(dist, Constant):
+        return dist.value
+    if isinstance(dist, LogNormal):
+        return dist.median
+    if isinstance(dist, Uniform):
+        return dist.high
+    return max(dist.values)
 
 
 Distribution = Annotated[

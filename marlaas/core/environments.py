@@ -6,6 +6,7 @@ from __future__ import annotations
 from marlaas.core.jobs import JobState
 from marlaas.core.ledger import Ledger, Running
 from marlaas.core.policies import Policy
+from marlaas.core.policy_queue import PolicyQueue
 from marlaas.core.work import Decision, EnvStep, WorkDone
 
 
@@ -19,10 +20,33 @@ class Environments:
         """Environment workers not in use."""
         self.ready: set[int] = set()
         """Active jobs with groups waiting for an environment step."""
+        self._queue = PolicyQueue()
+        """The ready jobs in policy order."""
+        self._smallest = min((j.spec.rl.group_size for j in jobs), default=0)
+        """No group can start with fewer free workers than this."""
+
+    def set_ready(self, index: int, ready: bool, key: tuple | None = None) -> None:
+        """The job changed: whether it has groups waiting for an environment step
+        (``key``: its policy key now, if the caller has it)."""
+        if ready:
+            self.ready.add(index)
+            self._queue.put(index, self.policy.key(self.jobs[index]) if key is None else key)
+        elif index in self.ready:
+            self.ready.discard(index)
+            self._queue.discard(index)
 
     def start(self, now: float, out: list[Decision]) -> None:
         """Start the waiting groups' steps, in policy order, while workers are free."""
-        for job in sorted((self.jobs[i] for i in self.ready), key=self.policy.key):
+        if not self.ready or self.free < self._smallest:
+            return
+        queue, policy = self._queue, self.policy
+        for index in self.ledger.touched:  # keys may have moved since the jobs' refresh
+            if index in self.ready:
+                queue.put(index, policy.key(self.jobs[index]))
+        visited = []
+        while self.free >= self._smallest and (index := queue.pop()) is not None:
+            visited.append(index)
+            job = self.jobs[index]
             seqs = job.spec.rl.group_size
             while job.ready_env and self.free >= seqs:
                 group = job.groups[job.ready_env.popleft()]
@@ -35,6 +59,9 @@ class Environments:
                     group.turn, seqs, last,
                 )  # fmt: skip
                 self.ledger.begin(step, now, out)
+        for index in visited:
+            if self.jobs[index].ready_env:
+                queue.put(index, policy.key(self.jobs[index]))
 
     def on_env(self, d: EnvStep, running: Running, event: WorkDone, now: float) -> None:
         """A group's step finished: its episodes end, or its next turn waits for generation

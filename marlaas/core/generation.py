@@ -8,17 +8,34 @@ import heapq
 from collections.abc import Callable
 
 from marlaas.core.cluster import AdapterKey, Cluster, Engine
+from marlaas.core.free_engines import FreeEngines
 from marlaas.core.jobs import Group, JobState
 from marlaas.core.ledger import Ledger, Running
+from marlaas.core.need_index import NeedIndex
 from marlaas.core.policies import Policy
 from marlaas.core.work import Decision, EvictAdapter, Generate, LoadAdapter, WorkDone
 
 BarrierLimit = Callable[[JobState], int | None]
 """The step a job may not generate for yet under the step barrier (None: no barrier)."""
 
+Need = tuple[int, int, AdapterKey]
+"""What a group needs on an engine: (sequences, KV tokens reserved, adapter)."""
+
 
 class Generation:
-    """Places rollout groups on engines and takes their completions."""
+    """Places rollout groups on engines and takes their completions.
+
+    A placement round serves the ready jobs in policy order, each with as many groups as
+    fit, and ends when no ready job's next group fits anywhere. Since engines only fill up
+    within a round, only two kinds of jobs can be placed at the start of the next one: those
+    that changed since (a group ended, a new step opened, the key moved), and those that fit
+    an engine whose room grew since (:attr:`FreeEngines.grown`). The round starts from
+    exactly these candidates, in policy order: the jobs that changed, and for each grown
+    engine the job with the smallest key whose group fits it (:class:`NeedIndex`). Whenever
+    a candidate comes from an engine, that engine proposes its next one, so every job that
+    could be placed is tried in policy order, and the decisions are the same as trying every
+    ready job in that order, at a cost that follows what changed.
+    """
 
     def __init__(
         self,
@@ -36,42 +53,200 @@ class Generation:
         self._after_load: dict[int, Generate] = {}
         """The generation waiting for each engine adapter load, by the load's work id."""
         self._served = 0
+        engines = cluster.engines
+        self._free = engines[0].directory.free if engines else FreeEngines(0)
+        self._hosts = engines[0].directory.hosts if engines else {}
+        self._engines = engines
+        self._max_seqs = engines[0].spec.max_seqs if engines else 0
+        self._slots = engines[0].spec.adapter_slots if engines else 0
+        self._kv_tokens = engines[0].spec.kv_tokens if engines else 0
+        self._needs = NeedIndex(self._kv_tokens)
+        self._least = (
+            min((j.group_size for j in jobs), default=0),
+            min((j.answer_reserve for j in jobs), default=0),
+        )
+        """No group needs fewer sequences or KV tokens: a job's next group reserves room for
+        its responses at least (its prompts may be empty; a continuing episode's context only
+        grows)."""
+        """Ready jobs by their next group's room, in policy order."""
+        self._need: dict[int, Need] = {}
+        """Each ready job's next group: (sequences, KV reserve, adapter)."""
+        self._key: dict[int, tuple] = {}
+        """Each ready job's policy key, recomputed whenever the job changed."""
+        self._changed: set[int] = set()
+        """Ready jobs that changed since the last round."""
+        self._recheck_all = False
+        """A round was skipped while jobs were ready: try them all next time."""
+        self._dropped: set[int] = set()
+        """Jobs whose group fits nowhere in this round (emptied at its end)."""
 
     def has_work(self, job: JobState) -> bool:
         """Whether ``job`` has a group to generate now (a continuing episode or a new group)."""
         return bool(job.ready_gen) or job.next_group_allowed(self.barrier_limit(job))
 
+    def set_ready(
+        self, index: int, ready: bool, key: tuple | None = None, after_round: bool = False
+    ) -> None:
+        """The job changed: whether it has a group to generate now (``key``: its policy key
+        now, if the caller has it). ``after_round``: the job changed at most in the last
+        round, which indexed every ready job it touched or placed."""
+        if ready:
+            if after_round and index in self.ready:
+                return
+            self.ready.add(index)
+            self._reindex(index, key)
+        elif index in self.ready:
+            self.ready.discard(index)
+            self._changed.discard(index)
+            self._needs.remove(index)
+
     # ------------------------------------------------------------------------------- start
     def start(self, now: float, out: list[Decision], engines: list[Engine]) -> None:
         """Place as many ready groups as fit on ``engines``, in policy order."""
-        if not self.ready or not engines:
+        ready = self.ready
+        for index in self.ledger.touched:  # changed since the jobs were last refreshed
+            if index in ready:
+                self._reindex(index)
+        if not ready or not engines:
+            self._recheck_all = bool(ready)
+            self._free.grown.clear()
             return
-        heap = [(self.policy.key(self.jobs[i]), i) for i in self.ready]
-        heapq.heapify(heap)
-        no_room: tuple[int, int] | None = None
-        """The smallest (seqs, KV tokens) that found no engine with room this round: capacity
-        only shrinks within a round, so anything as large is skipped without a scan."""
-        while heap:
-            _, index = heapq.heappop(heap)
-            job = self.jobs[index]
-            group, reserve = next_group(job)
-            need = (job.spec.rl.group_size, reserve)
-            if no_room is not None and need[0] >= no_room[0] and need[1] >= no_room[1]:
-                continue
-            engine, room = choose_engine(engines, *need, (job.name, group.version))
-            if engine is not None:
-                self._place(job, group, engine, reserve, now, out)
-                if self.has_work(job):
-                    heapq.heappush(heap, (self.policy.key(job), index))
-            elif not room and (
-                no_room is None or (need[0] <= no_room[0] and need[1] <= no_room[1])
-            ):
-                no_room = need
+        candidates = self._candidates()
+        if not candidates:
+            return
+        dropped, indexed, keys, needs = self._dropped, self._needs.indexed, self._key, self._need
+        choose, pop, push = self._choose, heapq.heappop, heapq.heappush
+        while candidates:
+            key, index, source = pop(candidates)
+            if key == keys.get(index) and index in indexed and index not in dropped:
+                engine = choose(*needs[index])
+                if engine is None:  # nowhere now, nor later this round: engines only fill up
+                    dropped.add(index)
+                else:
+                    job = self.jobs[index]
+                    self._place(job, engine, now, out)
+                    if self.has_work(job):
+                        self._reindex(index)
+                        self._changed.discard(index)
+                        push(candidates, (keys[index], index, -1))
+                    else:
+                        self._needs.remove(index)
+            if source >= 0:
+                self._propose(source, candidates)
+        dropped.clear()
 
-    def _place(
-        self, job: JobState, group: Group, engine: Engine, reserve: int, now: float, out: list
-    ) -> None:
+    def _candidates(self) -> list[tuple[tuple, int, int]]:
+        """(key, job, engine that proposed it or -1) of the jobs that may be placed now."""
+        changed = self._changed
+        if self._recheck_all:
+            changed.update(self.ready)
+            self._recheck_all = False
+        keys = self._key
+        candidates = [(keys[i], i, -1) for i in changed]
+        changed.clear()
+        grown = self._free.grown
+        if grown:
+            for engine in grown:
+                self._propose(engine, candidates)
+            grown.clear()
+        heapq.heapify(candidates)
+        return candidates
+
+    def _reindex(self, index: int, key: tuple | None = None) -> None:
+        """Recompute a ready job's next group and key; when either changed (or the job is
+        not indexed), index them and count the job as changed.
+
+        A job whose group and key are as indexed could not be placed at the end of the last
+        round (or was placed and indexed again since): it can only be placed now if an
+        engine's room grew, and then that engine proposes it."""
+        job = self.jobs[index]
+        if job.ready_gen:  # next_need(job), inline
+            group = job.groups[job.ready_gen[0]]
+            context, version = group.context_tokens, group.version
+        else:
+            context, version = job.prompt_reserve_of(job.next_group), job.published
+        need = (job.group_size, context + job.answer_reserve, (job.name, version))
+        if key is None:
+            key = self.policy.key(job)
+        if index in self._needs.indexed and self._key[index] == key and self._need[index] == need:
+            return
+        self._need[index], self._key[index] = need, key
+        self._needs.put(index, need[0], need[1], key)
+        self._changed.add(index)
+
+    def _propose(self, index: int, candidates: list) -> None:
+        """Add the jobs that could take engine ``index``'s room first: the one with the
+        smallest key that fits, when the engine can load any adapter, else those whose
+        adapter it holds."""
+        engine = self._engines[index]
+        if len(engine.resident) < self._slots or engine.unused > 0:  # engine.is_open, inline
+            seqs, tokens = self._max_seqs - engine.seqs, self._kv_tokens - engine.tokens
+            if seqs < self._least[0] or tokens < self._least[1]:
+                return  # not even the smallest group of any job fits
+            found = self._needs.first_fitting(seqs, tokens)
+            if found is not None and found[1] in self._dropped:
+                found = self._first_not_dropped((seqs, tokens))
+            if found is not None:
+                heapq.heappush(candidates, (*found, index))
+            return
+        for adapter in engine.resident:
+            job = self._by_name[adapter[0]]
+            need = self._need.get(job.index)
+            if (
+                need is not None
+                and need[2] == adapter
+                and job.index in self._needs.indexed
+                and job.index not in self._dropped
+                and adapter not in engine.loading
+                and engine.fits(need[0], need[1])
+            ):
+                heapq.heappush(candidates, (self._key[job.index], job.index, -1))
+
+    def _first_not_dropped(self, room: tuple[int, int]) -> tuple[tuple, int] | None:
+        """first_fitting, leaving out the jobs dropped this round (rare: a job that fits an
+        open engine by room but not by adapter is loading its adapter there)."""
+        needs, taken, found = self._needs, [], None
+        while True:
+            found = needs.first_fitting(*room)
+            if found is None or found[1] not in self._dropped:
+                break
+            taken.append(found[1])
+            needs.remove(found[1])
+        for index in taken:
+            seqs, tokens, _ = self._need[index]
+            needs.put(index, seqs, tokens, self._key[index])
+        return found
+
+    def _choose(self, seqs: int, tokens: int, adapter: AdapterKey) -> Engine | None:
+        """The engine to place a group on: one that holds its adapter first (the most free
+        sequences, then the lowest index), else the open engine with the most free sequences,
+        then the lowest index; None when no engine has room."""
+        free = self._free
+        if tokens > free.most_tokens():
+            return None
+        engines, hosts = self.cluster.engines, self._hosts.get(adapter)
+        if not hosts:
+            found = free.best(seqs, tokens)
+            return None if found is None else engines[found]
+        best, most = None, -self._max_seqs - 1  # most: -(sequences) of the best so far
+        seqs_left, tokens_left = self._max_seqs - seqs, self._kv_tokens - tokens
+        for index in hosts:  # engine.fits and engine.can_host, inline
+            engine = engines[index]
+            if (
+                engine.tokens <= tokens_left
+                and engine.seqs <= seqs_left
+                and adapter not in engine.loading
+                and (-engine.seqs > most or (-engine.seqs == most and index < best.index))
+            ):
+                best, most = engine, -engine.seqs
+        if best is not None:
+            return best
+        found = free.best(seqs, tokens, hosts)
+        return None if found is None else engines[found]
+
+    def _place(self, job: JobState, engine: Engine, now: float, out: list) -> None:
         rl, ledger = job.spec.rl, self.ledger
+        group, reserve = next_group(job)
         if job.ready_gen:
             job.ready_gen.popleft()
         else:
@@ -127,7 +302,7 @@ class Generation:
         ledger.record("adapter_load", job, (engine.device,), running.start_s, now, event,
                       version=d.version)  # fmt: skip
         generate = self._after_load.pop(d.work_id)
-        engine.loading.discard((d.job, d.version))
+        engine.loaded((d.job, d.version))
         ledger.idle.mark(engine.device)
         if not event.ok:  # the executor left nothing on the engine: forget the slot
             engine.release(generate.seqs, kv_reserve(generate), (d.job, d.version))
@@ -146,26 +321,20 @@ def next_group(job: JobState) -> tuple[Group, int]:
     if job.ready_gen:
         group = job.groups[job.ready_gen[0]]
     else:
-        group = Group(job.next_group, job.published, context_tokens=job.prompt_reserve)
+        context = job.prompt_reserve_of(job.next_group)  # the group's own prompt, per sample
+        group = Group(job.next_group, job.published, context_tokens=context)
     return group, group.context_tokens + rl.group_size * rl.max_new_tokens
 
 
-def choose_engine(
-    engines: list[Engine], seqs: int, tokens: int, adapter: AdapterKey
-) -> tuple[Engine | None, bool]:
-    """The engine to place a group on (its adapter resident first, then the most free
-    sequences, then the lowest index), and whether any engine had room for it at all."""
-    best, best_score = None, None
-    for index in engines[0].directory.candidates(adapter):
-        engine = engines[index]
-        if not engine.fits(seqs, tokens) or not engine.can_host(adapter):
-            continue
-        score = (adapter in engine.resident, engine.spec.max_seqs - engine.seqs, -index)
-        if best_score is None or score > best_score:
-            best, best_score = engine, score
-    if best is not None:
-        return best, True
-    return None, any(engine.fits(seqs, tokens) for engine in engines)
+def next_need(job: JobState) -> Need:
+    """The room the job's next group needs: (sequences, KV reserve, adapter), as
+    :func:`next_group` would make it."""
+    if job.ready_gen:
+        group = job.groups[job.ready_gen[0]]
+        context, version = group.context_tokens, group.version
+    else:
+        context, version = job.prompt_reserve_of(job.next_group), job.published
+    return job.group_size, context + job.answer_reserve, (job.name, version)
 
 
 def kv_reserve(generate: Generate) -> int:

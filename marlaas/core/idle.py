@@ -11,15 +11,18 @@ idle rows partition the run.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from marlaas.core.cluster import Cluster, Device, Engine, Trainer
-from marlaas.core.records import WorkRecord
+from marlaas.core.records import RecordLog
 
 CAUSE_ORDER = (
     "trainer", "rollouts", "environment", "weight_sync", "staleness", "barrier", "no_work",
 )  # fmt: skip
 """Tie-break order between causes with equal votes."""
+
+NAN = math.nan
 
 Votes = tuple[str | None, str | None]
 """A job's (engine cause, trainer cause); None where it does not hold that role up."""
@@ -36,7 +39,7 @@ def majority_cause(votes: Counter[str]) -> str:
 class IdleAccounting:
     """Open idle intervals per device, the jobs' votes, and the idle records they become."""
 
-    def __init__(self, cluster: Cluster, records: list[WorkRecord]) -> None:
+    def __init__(self, cluster: Cluster, records: RecordLog) -> None:
         self._records = records
         self._devices = {d.name: d for d in cluster.devices}
         self._roles: dict[str, tuple[Engine | None, Trainer | None]] = {
@@ -50,6 +53,8 @@ class IdleAccounting:
         self._votes: dict[int, Votes] = {}
         self._counts = (Counter(), Counter())
         self._causes = ("no_work", "no_work")
+        self._recount = False
+        """Votes changed since the majority causes were last found."""
         self._open: dict[str, tuple[float, str]] = {}
         """device name -> (idle since [s], cause)."""
         self.dirty: set[str] = set(self._devices)
@@ -57,30 +62,42 @@ class IdleAccounting:
 
     def vote(self, job: int, votes: Votes | None) -> None:
         """Set (or with None, withdraw) a job's votes."""
-        old = self._votes.pop(job, (None, None))
-        new = votes or (None, None)
-        if votes is not None:
+        old = self._votes.get(job)
+        if old == votes:
+            return
+        if votes is None:
+            del self._votes[job]
+        else:
             self._votes[job] = votes
+        old, new = old or (None, None), votes or (None, None)
         for counter, before, after in zip(self._counts, old, new, strict=True):
             if before != after:
                 if before is not None:
                     counter[before] -= 1
                 if after is not None:
                     counter[after] += 1
+                self._recount = True
 
     def mark(self, *devices: Device) -> None:
         """Note that these devices' compute, loading or trainer activity changed."""
-        self.dirty.update(d.name for d in devices)
+        for device in devices:
+            self.dirty.add(device.name)
 
     def update(self, now: float) -> None:
         """Bring every changed device's idle interval up to date at ``now``."""
-        causes = (majority_cause(self._counts[0]), majority_cause(self._counts[1]))
-        if causes != self._causes:
-            self._causes = causes
-            self.dirty.update(self._devices)
-        for name in sorted(self.dirty):  # sorted: row order must not depend on hashing
-            self._set(name, self._cause(name), now)
-        self.dirty.clear()
+        if self._recount:
+            self._recount = False
+            causes = (majority_cause(self._counts[0]), majority_cause(self._counts[1]))
+            if causes != self._causes:
+                self._causes = causes
+                self.dirty.update(self._open)  # only idle devices can change their cause
+        dirty = self.dirty
+        if not dirty:
+            return
+        cause, set_cause = self._cause, self._set
+        for name in sorted(dirty) if len(dirty) > 1 else dirty:  # sorted: row order must
+            set_cause(name, cause(name), now)  # not depend on hashing
+        dirty.clear()
 
     def close_all(self, now: float) -> None:
         """Close every open interval at ``now`` (the end of the run)."""
@@ -106,8 +123,27 @@ class IdleAccounting:
             since, old = self._open.pop(name)
             if now > since:
                 pool = self._devices[name].pool
-                self._records.append(
-                    WorkRecord("idle", "", "", name, pool, since, now, outcome=old)
-                )
+                self._records.rows.append(
+                    (
+                        "idle",
+                        "",
+                        "",
+                        name,
+                        pool,
+                        since,
+                        now,
+                        -1,
+                        -1,
+                        -1,
+                        0,
+                        0,
+                        -1,
+                        -1,
+                        old,
+                        NAN,
+                        -1,
+                        -1,
+                    )
+                )  # the fields of WorkRecord
         if cause is not None:
             self._open[name] = (now, cause)

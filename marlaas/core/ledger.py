@@ -7,21 +7,21 @@ its kind.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from marlaas.core.cluster import Cluster, Device, Engine, Trainer
 from marlaas.core.idle import IdleAccounting
 from marlaas.core.jobs import JobState
-from marlaas.core.records import WorkRecord
+from marlaas.core.records import RecordLog
 from marlaas.core.work import Decision, WorkDone
 
 FollowUp = Callable[[float, list[Decision]], None]
 """Work that starts in the next decision round: ``(now, out) -> None``."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Running:
     """A decision whose work is in flight, and where it runs."""
 
@@ -35,7 +35,7 @@ class Ledger:
     """What is running, what starts next round, which jobs changed, and what happened."""
 
     def __init__(self, cluster: Cluster) -> None:
-        self.records: list[WorkRecord] = []
+        self.records = RecordLog()
         self.idle = IdleAccounting(cluster, self.records)
         self.running: dict[int, Running] = {}
         self.due: list[FollowUp] = []
@@ -49,9 +49,17 @@ class Ledger:
         self._next_id += 1
         return self._next_id
 
-    def begin(self, decision: Decision, now: float, out: list[Decision], **where: Any) -> None:
-        """Start ``decision`` at ``now``: track it until its WorkDone, and hand it out."""
-        self.running[decision.work_id] = Running(decision, now, **where)
+    def begin(
+        self,
+        decision: Decision,
+        now: float,
+        out: list[Decision],
+        engine: Engine | None = None,
+        trainer: Trainer | None = None,
+    ) -> None:
+        """Start ``decision`` at ``now`` (on ``engine`` or ``trainer``, if any): track it
+        until its WorkDone, and hand it out."""
+        self.running[decision.work_id] = Running(decision, now, engine, trainer)
         out.append(decision)
 
     def end(self, work_id: int) -> Running:
@@ -79,14 +87,28 @@ class Ledger:
         start: float,
         end: float,
         event: WorkDone,
-        **fields: Any,
+        step: int = -1,
+        group: int = -1,
+        turn: int = -1,
+        seqs: int = 0,
+        tokens: int = 0,
+        version: int = -1,
+        staleness: int = -1,
+        reward: float = math.nan,
+        prompt_tokens: int = -1,
+        longest_tokens: int = -1,
     ) -> None:
-        """One record per device the work ran on (environment work: one, without device)."""
+        """One record per device the work ran on (environment work: one, without device);
+        the fields as in :class:`WorkRecord`."""
         outcome = "ok" if event.ok else "failed"
-        for name, pool in [(d.name, d.pool) for d in devices] or [("", "env")]:
-            self.records.append(
-                WorkRecord(
-                    kind, job.tenant, job.name, device=name, pool=pool, start_s=start,
-                    end_s=end, outcome=outcome, **fields,
-                )
+        tenant, name, records = job.tenant, job.name, self.records.rows
+        if not devices:
+            records.append(
+                (kind, tenant, name, "", "env", start, end, step, group, turn, seqs, tokens,
+                 version, staleness, outcome, reward, prompt_tokens, longest_tokens)
+            )  # fmt: skip
+        for device in devices:
+            records.append(
+                (kind, tenant, name, device.name, device.pool, start, end, step, group, turn,
+                 seqs, tokens, version, staleness, outcome, reward, prompt_tokens, longest_tokens)
             )  # fmt: skip

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple, overload
 
 
 class WorkRecord(NamedTuple):
@@ -35,3 +36,42 @@ class WorkRecord(NamedTuple):
     longest_tokens: int = -1
     """Generate: tokens of the group's longest sample (it decides when the group ends); -1
     for other kinds."""
+
+
+class RecordLog(Sequence[WorkRecord]):
+    """The records of a run in the order they were made, read as :class:`WorkRecord`.
+
+    Stored as plain tuples in WorkRecord's field order: Python's garbage collector stops
+    tracking a plain tuple of strings and numbers but keeps tracking a NamedTuple, and a run
+    of millions of records would otherwise make every full collection longer."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple] = []
+        """The records as plain tuples (WorkRecord's fields, in order)."""
+
+    def append(self, row: tuple) -> None:
+        """Add a record (a WorkRecord, or a plain tuple of its fields in order)."""
+        self.rows.append(tuple(row) if isinstance(row, WorkRecord) else row)
+
+    def columns(self) -> list[tuple]:
+        """Every record's value of each field, in WorkRecord's field order."""
+        if not self.rows:
+            return [()] * len(WorkRecord._fields)
+        return list(zip(*self.rows, strict=True))
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @overload
+    def __getitem__(self, index: int) -> WorkRecord: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[WorkRecord]: ...
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [WorkRecord._make(row) for row in self.rows[index]]
+        return WorkRecord._make(self.rows[index])
+
+    def __iter__(self) -> Iterator[WorkRecord]:
+        return map(WorkRecord._make, self.rows)

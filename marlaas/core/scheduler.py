@@ -23,7 +23,7 @@ from marlaas.core.generation import Generation
 from marlaas.core.jobs import JobState
 from marlaas.core.ledger import Ledger
 from marlaas.core.policies import Policy, get_policy
-from marlaas.core.records import WorkRecord
+from marlaas.core.records import RecordLog
 from marlaas.core.training import Training
 from marlaas.core.work import (
     Decision,
@@ -41,8 +41,12 @@ from marlaas.core.workload import Workload
 class Scheduler:
     """Schedules every tenant's generation, environment, training and sync work."""
 
-    def __init__(self, workload: Workload, policy: Policy | str | None = None) -> None:
+    def __init__(
+        self, workload: Workload, policy: Policy | str | None = None, seed: int | None = None
+    ) -> None:
         self.workload = workload
+        self.seed = workload.seed if seed is None else seed
+        """The run's seed (default: the workload's); it fixes each group's prompt length."""
         self.policy = (
             policy if isinstance(policy, Policy) else get_policy(policy or workload.policy)
         )
@@ -51,7 +55,9 @@ class Scheduler:
         cap = self.mechanism.staleness_cap
         bounds = [j.rl.max_staleness if cap is None else min(cap, j.rl.max_staleness)
                   for j in workload.jobs]  # fmt: skip
-        self.jobs = [JobState(spec, i, bounds[i]) for i, spec in enumerate(workload.jobs)]
+        self.jobs = [
+            JobState(spec, i, bounds[i], self.seed) for i, spec in enumerate(workload.jobs)
+        ]
         self._jobs_by_name = {j.name: j for j in self.jobs}
         self.ledger = Ledger(self.cluster)
         self.generation = Generation(
@@ -70,22 +76,28 @@ class Scheduler:
             Sync: self.training.on_sync,
         }
         self._round_limit: dict[str, int] = {}
+        self._round_left: set[int] = set()
+        """Jobs of the barrier round that have not published their round's step yet."""
+        self._finished: set[int] = set()
         self._arrivals = sorted(self.jobs, key=lambda j: (j.arrival_s, j.index))
         self._waiting: list[JobState] = []
         """Arrived, not yet admitted (max_active_jobs)."""
         self._active: dict[int, JobState] = {}
+        self._barrier = self.mechanism.barrier
+        self._exclusive = self.cluster.exclusive
+        """Generation and training take turns on the devices (fixed for the run)."""
         check_feasible(workload, self.jobs)
 
     # ----------------------------------------------------------------------------- queries
     @property
-    def records(self) -> list[WorkRecord]:
+    def records(self) -> RecordLog:
         """Every piece of work so far, and the idle intervals closed so far."""
         return self.ledger.records
 
     @property
     def done(self) -> bool:
         """True when every job trained and published all its steps."""
-        return all(j.done for j in self.jobs)
+        return len(self._finished) == len(self.jobs)
 
     @property
     def running(self) -> int:
@@ -94,6 +106,8 @@ class Scheduler:
 
     def next_arrival(self, now: float) -> float | None:
         """The next time a job arrives after ``now``, so a driver can wake the scheduler."""
+        if not self._arrivals:
+            return None
         later = (j.arrival_s for j in self._arrivals if j.arrival_s > now)
         return next(later, None)
 
@@ -106,33 +120,39 @@ class Scheduler:
         """Everything that should start at ``now``, in a deterministic order; an executor
         starts them in this order (an eviction before the load it makes room for)."""
         out: list[Decision] = []
-        due, self.ledger.due = self.ledger.due, []
-        for start in due:
-            start(now, out)
-        self._admit(now)
-        if self.mechanism.barrier:
+        ledger = self.ledger
+        if ledger.due:
+            due, ledger.due = ledger.due, []
+            for start in due:
+                start(now, out)
+        if self._waiting or (self._arrivals and self._arrivals[0].arrival_s <= now):
+            self._admit(now)
+        if self._barrier:
             self._advance_round()
-        self._refresh_touched()
-        if not (self.cluster.exclusive and self._engines_busy()):
+        if ledger.touched:
+            self._refresh_touched()
+        if not (self._exclusive and self._engines_busy()):
             self.training.start(now, out)  # exclusive devices: the engines drain first
         self.environments.start(now, out)
         self.generation.start(now, out, self._open_engines())
-        self._refresh_touched()
-        self.ledger.idle.update(now)
+        if ledger.touched:
+            self._refresh_touched(after_generation=True)
+        ledger.idle.update(now)
         return out
 
-    def finish(self, now: float) -> list[WorkRecord]:
+    def finish(self, now: float) -> RecordLog:
         """Close the run at ``now``: idle intervals end here. Returns all records."""
         self.ledger.idle.close_all(now)
         return self.records
 
     def _engines_busy(self) -> bool:
-        return any(e.seqs or e.loading for e in self.cluster.engines)
+        engines = self.cluster.engines
+        return bool(engines) and engines[0].directory.free.busy > 0
 
     def _open_engines(self) -> list:
         """The engines that may take new groups: all, unless generation and training share
         the devices and a trainer is busy or a job is ready to train."""
-        if self.cluster.exclusive and (self.training.ready or self.training.busy()):
+        if self._exclusive and (self.training.ready or self.training.busy()):
             return []
         return self.cluster.engines
 
@@ -149,9 +169,10 @@ class Scheduler:
             self.ledger.touched.add(job.index)
 
     def _advance_round(self) -> None:
-        members = [self._jobs_by_name[n] for n in self._round_limit]
-        if all(j.done or j.published >= self._round_limit[j.name] for j in members):
+        """Open the next barrier round once every job of this one published its step."""
+        if not self._round_left:
             self._round_limit = {j.name: j.published + 1 for j in self._active.values()}
+            self._round_left = set(self._active)
             self.ledger.touched.update(self._active)
 
     def _barrier_limit(self, job: JobState) -> int | None:
@@ -159,37 +180,56 @@ class Scheduler:
             return None
         return self._round_limit.get(job.name, job.published)
 
-    def _refresh_touched(self) -> None:
-        """Recompute the work sets and idle votes of the jobs that changed."""
-        ledger = self.ledger
-        for index in ledger.touched:
-            job = self.jobs[index]
-            active = index in self._active
-            gen = active and self.generation.has_work(job)
-            _toggle(self.generation.ready, index, gen)
-            _toggle(self.training.ready, index, active and job.train_ready())
-            _toggle(self.environments.ready, index, active and bool(job.ready_env))
-            if active:
-                engine_vote = None if gen else job.waiting_on(self._barrier_limit(job))
-                ledger.idle.vote(index, (engine_vote, job.trainer_vote()))
+    def _refresh_touched(self, after_generation: bool = False) -> None:
+        """Recompute the work sets and idle votes of the jobs that changed
+        (``after_generation``: right after the placement round, which indexed them)."""
+        touched = self.ledger.touched
+        if not touched:
+            return
+        generation, training, environments = self.generation, self.training, self.environments
+        vote, key_of, train_ready = self.ledger.idle.vote, self.policy.key, training.ready
+        barrier, round_limit = self._barrier, self._round_limit
+        jobs, active = self.jobs, self._active
+        set_gen, set_env = generation.set_ready, environments.set_ready
+        gen_ready, env_ready = generation.ready, environments.ready
+        for index in touched:
+            job = jobs[index]
+            if index not in active:
+                generation.set_ready(index, False)
+                train_ready.discard(index)
+                environments.set_ready(index, False)
+                vote(index, None)
+                continue
+            limit = round_limit.get(job.name, job.published) if barrier else None
+            gen = bool(job.ready_gen) or job.next_group_allowed(limit)
+            env = bool(job.ready_env)
+            key = key_of(job) if gen or env else None
+            if gen:
+                if not (after_generation and index in gen_ready):  # else: as the round left it
+                    set_gen(index, True, key, after_generation)
+            elif index in gen_ready:
+                set_gen(index, False)
+            if job.train_ready():
+                train_ready.add(index)
             else:
-                ledger.idle.vote(index, None)
-        ledger.touched.clear()
+                train_ready.discard(index)
+            if env or index in env_ready:
+                set_env(index, env, key)
+            vote(index, (None if gen else job.waiting_on(limit), job.trainer_vote()))
+        touched.clear()
 
     # ----------------------------------------------------------------------------- events
     def on_event(self, event: WorkDone, now: float) -> None:
         """Record that a piece of work finished (or failed) at ``now``."""
         running = self.ledger.end(event.work_id)
         decision = running.decision
-        job = self.job(decision.job)
+        job = self._jobs_by_name[decision.job]
         self.ledger.touched.add(job.index)
         self._handlers[type(decision)](decision, running, event, now)
+        if job.index in self._round_left and (
+            job.done or job.published >= self._round_limit[job.name]
+        ):
+            self._round_left.discard(job.index)
         if job.done:
             self._active.pop(job.index, None)
-
-
-def _toggle(members: set[int], index: int, present: bool) -> None:
-    if present:
-        members.add(index)
-    else:
-        members.discard(index)
+            self._finished.add(job.index)

@@ -24,6 +24,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from marlaas.core.limits import MAX_JOBS, MAX_STALENESS
+
 PRESETS: dict[str, dict[str, Any]] = {
     "sequential": {"placement": "colocated", "max_active_jobs": 1, "staleness_cap": 0},
     "sync": {"placement": "colocated", "barrier": True, "staleness_cap": 0},
@@ -70,19 +72,19 @@ class SchedulingSpec(BaseModel):
     """The workload's ``scheduling:`` block. Unset fields take the preset's value, else the
     default (disaggregated, every arrived job admitted, no barrier, each job's own bound)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     preset: str | None = None
     """A named preset of the settings below: sequential or sync (see the module docstring)."""
     placement: Literal["disaggregated", "colocated"] | None = None
     """disaggregated: the pools keep their roles; colocated: every device both generates and
     trains, time-shared (one trainer spans all devices)."""
-    max_active_jobs: Annotated[int, Field(gt=0)] | None = None
+    max_active_jobs: Annotated[int, Field(gt=0, le=MAX_JOBS)] | None = None
     """Jobs admitted at once (unset: all that have arrived)."""
     barrier: bool | None = None
     """A global step barrier: no job generates for step k+1 before every job trained and
     published (synced) step k."""
-    staleness_cap: Annotated[int, Field(ge=0)] | None = None
+    staleness_cap: Annotated[int, Field(ge=0, le=MAX_STALENESS)] | None = None
     """Upper bound applied to every job's rl.max_staleness (unset: keep each job's)."""
 
     @model_validator(mode="after")

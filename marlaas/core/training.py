@@ -20,18 +20,28 @@ class Training:
         self._by_name = {j.name: j for j in jobs}
         self.ready: set[int] = set()
         """Active jobs whose next step has all its episodes and no step running."""
+        self._position = {t.name: i for i, t in enumerate(cluster.trainers)}
+        self._free = set(range(len(cluster.trainers)))
+        """Positions of the trainers with no activity."""
 
     def busy(self) -> bool:
         """Whether any trainer is swapping, training or syncing."""
-        return any(t.activity is not None for t in self.cluster.trainers)
+        return len(self._free) < len(self.cluster.trainers)
+
+    def _set_activity(self, trainer: Trainer, activity: str | None) -> None:
+        self.ledger.set_activity(trainer, activity)
+        if activity is None:
+            self._free.add(self._position[trainer.name])
+        else:
+            self._free.discard(self._position[trainer.name])
 
     # ------------------------------------------------------------------------------- start
     def start(self, now: float, out: list[Decision]) -> None:
         """Give free trainers to ready jobs in policy order (a trainer already holding the
         job's state first, else the one holding the fewest other ready jobs' states)."""
-        free = [t for t in self.cluster.trainers if t.activity is None]
-        if not self.ready or not free:
+        if not self.ready or not self._free:
             return
+        free = [self.cluster.trainers[i] for i in sorted(self._free)]
         ready = sorted((self.jobs[i] for i in self.ready), key=self.policy.key)
         for job in ready:
             trainer = next((t for t in free if job.name in t.resident), None)
@@ -58,7 +68,7 @@ class Training:
                 out.append(SwapOut(ledger.new_id(), job.name, other.name))
         for victim in trainer.admit(job.name):
             out.append(SwapOut(ledger.new_id(), victim, trainer.name))
-        ledger.set_activity(trainer, "adapter_load")
+        self._set_activity(trainer, "adapter_load")
         ledger.begin(SwapIn(ledger.new_id(), job.name, job.trained, trainer.name), now, out,
                      trainer=trainer)  # fmt: skip
 
@@ -75,8 +85,9 @@ class Training:
             tuple(g.index for g in groups), job.spec.rl.group_size * len(groups), tokens,
             staleness, step + 1,
         )  # fmt: skip
-        ledger.set_activity(trainer, "train")
+        self._set_activity(trainer, "train")
         trainer.touch(job.name)
+        ledger.touched.add(job.index)  # its service (a policy key) grows
         for device in trainer.devices:
             ledger.add_compute(device, 1)
         job.attained_tokens += tokens
@@ -92,7 +103,7 @@ class Training:
         job, trainer, ledger = self._by_name[d.job], running.trainer, self.ledger
         ledger.record("adapter_load", job, trainer.devices, running.start_s, now, event,
                       version=d.version)  # fmt: skip
-        ledger.set_activity(trainer, None)
+        self._set_activity(trainer, None)
         if not event.ok:  # the executor left nothing on the trainer
             trainer.resident.pop(job.name, None)
             job.training = False
@@ -109,12 +120,12 @@ class Training:
             seqs=d.seqs, tokens=d.tokens, version=d.version_out, staleness=d.staleness,
         )  # fmt: skip
         if not event.ok:
-            ledger.set_activity(trainer, None)
+            self._set_activity(trainer, None)
             job.training = False
             return
         job.trained += 1
         del job.finished[d.step]
-        ledger.set_activity(trainer, "weight_sync")
+        self._set_activity(trainer, "weight_sync")
         ledger.due.append(lambda t, out: self._start_sync(job, trainer, t, out))
 
     def on_sync(self, d: Sync, running: Running, event: WorkDone, now: float) -> None:
@@ -125,7 +136,7 @@ class Training:
         if not event.ok:
             ledger.due.append(lambda t, out: self._start_sync(job, trainer, t, out))
             return
-        ledger.set_activity(trainer, None)
+        self._set_activity(trainer, None)
         job.training = False
         job.published = d.version
         if job.published >= job.steps:

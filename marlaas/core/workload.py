@@ -20,7 +20,8 @@ from pydantic import (
     model_validator,
 )
 
-from marlaas.core.distributions import Distribution
+from marlaas.core import limits as L
+from marlaas.core.distributions import Distribution, largest
 from marlaas.core.scheduling import SchedulingSpec
 
 
@@ -29,32 +30,57 @@ class WorkloadError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False
+    )
 
 
-PositiveInt = Annotated[int, Field(gt=0)]
-NonNegInt = Annotated[int, Field(ge=0)]
-NonNegFloat = Annotated[float, Field(ge=0)]
-PositiveFloat = Annotated[float, Field(gt=0)]
+def Count(high: int, low: int = 1):
+    """An int in [low, high] (the bound comes from marlaas.core.limits)."""
+    return Annotated[int, Field(ge=low, le=high)]
+
+
+def Amount(high: float, low: float = 0.0, positive: bool = False):
+    """A finite float in [low, high] (> low when ``positive``)."""
+    return Annotated[float, Field(gt=low, le=high) if positive else Field(ge=low, le=high)]
+
+
+JOB_NAME = r"^[A-Za-z0-9_-]+$"
+"""Job names are folder and adapter names in real runs: letters, digits, - and _."""
+
+
+def check_name(value: str) -> str:
+    """A name: 1..MAX_NAME_CHARS printable characters, not only spaces."""
+    if not value.strip():
+        raise ValueError("must not be empty")
+    if len(value) > L.MAX_NAME_CHARS:
+        raise ValueError(f"at most {L.MAX_NAME_CHARS} characters (got {len(value)})")
+    if not value.isprintable():
+        raise ValueError("must hold printable characters only (no newlines or escapes)")
+    return value
 
 
 class RLSettings(_Strict):
     """The RL loop of one job (GRPO-style: groups of samples per prompt)."""
 
-    steps: PositiveInt = 20
+    steps: Count(L.MAX_STEPS) = 20
     """Training steps (adapter versions) the job runs."""
-    prompts_per_step: PositiveInt = 8
+    prompts_per_step: Count(L.MAX_PROMPTS_PER_STEP) = 8
     """Prompt groups consumed by one training step."""
-    group_size: PositiveInt = 8
+    group_size: Count(L.MAX_GROUP_SIZE) = 8
     """Samples per prompt (the GRPO group size)."""
-    max_new_tokens: PositiveInt = 1024
-    """Cap on generated tokens per turn and sample."""
-    turns: PositiveInt = 1
+    max_new_tokens: Count(L.MAX_TOKENS) = 1024
+    """Cap on generated tokens per turn and sample [tokens]."""
+    max_prompt_tokens: Count(L.MAX_TOKENS) | None = None
+    """Cap on a prompt [tokens]: a longer one drawn from prompt_tokens is truncated to it
+    (verl's max_prompt_length). None: the longest prompt_tokens can give (its largest value;
+    a lognormal's p99.99). Every group's KV reservation must fit an engine at this length."""
+    turns: Count(L.MAX_TURNS) = 1
     """Generation turns per episode; each turn is followed by one environment step."""
-    max_staleness: NonNegInt = 1
+    max_staleness: Count(L.MAX_STALENESS, low=0) = 1
     """How many adapter versions a training sample may lag the trainer (0 = on-policy)."""
-    temperature: NonNegFloat = 1.0
-    learning_rate: PositiveFloat = 1e-4
+    temperature: Amount(L.MAX_TEMPERATURE) = 1.0
+    learning_rate: Amount(L.MAX_LEARNING_RATE, positive=True) = 1e-4
 
 
 class EnvSpec(_Strict):
@@ -68,28 +94,43 @@ class EnvSpec(_Strict):
     """Per-sample latency of one environment step beyond its own computation [s]: a remote
     verifier, a tool call. The simulator waits it; a real run waits it too (a seeded sample
     per sample and step) on top of the environment's own time."""
-    observation_tokens: NonNegInt = 0
+    observation_tokens: Count(L.MAX_TOKENS, low=0) = 0
     """Tokens an environment step appends to the context (multi-turn)."""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_name(value) if ":" not in value else _printable(value, 1000)
+
+    @field_validator("latency_s")
+    @classmethod
+    def _latency(cls, dist):
+        return _at_most(dist, L.MAX_LATENCY_S, "s")
 
 
 class JobSpec(_Strict):
     """One tenant's RL fine-tuning job on the shared base model."""
 
-    name: str
+    name: Annotated[str, Field(max_length=L.MAX_NAME_CHARS, pattern=JOB_NAME)]
+    """Letters, digits, - and _ (it names the job's adapter folders)."""
     tenant: str
-    weight: PositiveFloat = 1.0
+    weight: Amount(L.MAX_WEIGHT, positive=True) = 1.0
     """Share weight used by weighted policies (priority, fair)."""
-    arrival_s: NonNegFloat = 0.0
+    arrival_s: Amount(L.MAX_ARRIVAL_S) = 0.0
     """Submission time [s] after the run's start."""
-    lora_rank: PositiveInt = 16
+    lora_rank: Count(L.MAX_LORA_RANK) = 16
     rl: RLSettings = Field(default_factory=RLSettings)
     prompt_tokens: Distribution = Field(default_factory=lambda: {"dist": "constant", "value": 256})
-    """Prompt length per prompt [tokens]; its mean sizes each group's KV reservation and the
-    simulated prefill."""
+    """Prompt length [tokens], drawn once per group (its samples share the prompt, as in
+    GRPO), the same for a (seed, job, group) in every run (marlaas.core.prompts), truncated
+    at rl.max_prompt_tokens; it sizes the group's KV reservation and simulated prefill."""
     response_tokens: Distribution = Field(
         default_factory=lambda: {"dist": "lognormal", "median": 300, "sigma": 0.8}
     )
-    """Response length per sample and turn [tokens], truncated at rl.max_new_tokens."""
+    """Response length per sample and turn [tokens], truncated at rl.max_new_tokens. When
+    both are ``trace`` distributions of one file (same path and format), they are drawn as
+    pairs: a group's samples' responses come from the trace's requests whose prompts are
+    close to the group's (marlaas.core.prompts), so their correlation is kept."""
     env: EnvSpec = Field(default_factory=EnvSpec)
 
     @model_validator(mode="before")
@@ -102,12 +143,15 @@ class JobSpec(_Strict):
             )
         return data
 
-    @field_validator("name", "tenant")
+    @field_validator("tenant")
     @classmethod
-    def _non_empty(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("must not be empty")
-        return value
+    def _tenant(cls, value: str) -> str:
+        return check_name(value)
+
+    @field_validator("prompt_tokens", "response_tokens")
+    @classmethod
+    def _tokens(cls, dist):
+        return _at_most(dist, L.MAX_TOKENS, "tokens")
 
 
 class BaseModelSpec(_Strict):
@@ -115,6 +159,12 @@ class BaseModelSpec(_Strict):
 
     name: str = "base"
     """A label for reports and cost profiles."""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_name(value)
+
     path: str | None = None
     """Local folder of the model (real runs; relative to the workload file's folder, else to
     the working folder). Nothing is downloaded."""
@@ -123,10 +173,11 @@ class BaseModelSpec(_Strict):
 class PoolSpec(_Strict):
     """A pool of identical devices with one role."""
 
-    name: str
+    name: Annotated[str, Field(max_length=L.MAX_NAME_CHARS, pattern=r"^[A-Za-z0-9_.-]+$")]
+    """Letters, digits, ., - and _ (device names are ``pool/index``)."""
     role: Literal["inference", "training"]
-    devices: PositiveInt
-    devices_per_trainer: PositiveInt = 1
+    devices: Count(L.MAX_DEVICES)
+    devices_per_trainer: Count(L.MAX_DEVICES) = 1
     """Training pools: devices that one trainer spans (data parallel)."""
 
     @model_validator(mode="after")
@@ -142,19 +193,19 @@ class PoolSpec(_Strict):
 class EngineSpec(_Strict):
     """Capacity of one inference engine (one device)."""
 
-    max_seqs: PositiveInt = 256
+    max_seqs: Count(L.MAX_ENGINE_SEQS) = 256
     """Running sequences in one continuous batch (vLLM max_num_seqs)."""
-    kv_tokens: PositiveInt = 120_000
+    kv_tokens: Count(L.MAX_KV_TOKENS) = 120_000
     """KV-cache budget [tokens]; a group reserves context + max_new_tokens per sample.
     Default: 80 GB H100 minus ~14 GB of 7B fp16 weights at 0.5 MB of KV per token."""
-    adapter_slots: PositiveInt = 8
+    adapter_slots: Count(L.MAX_ADAPTER_SLOTS) = 8
     """Adapter versions resident at once (vLLM max_loras)."""
 
 
 class TrainerSpec(_Strict):
     """Capacity of one trainer."""
 
-    adapter_slots: PositiveInt = 8
+    adapter_slots: Count(L.MAX_ADAPTER_SLOTS) = 8
     """Jobs whose adapter and optimizer state stay resident (others are swapped in)."""
 
 
@@ -169,7 +220,7 @@ class ClusterSpec(_Strict):
     )
     engine: EngineSpec = Field(default_factory=EngineSpec)
     trainer: TrainerSpec = Field(default_factory=TrainerSpec)
-    env_workers: PositiveInt = 512
+    env_workers: Count(L.MAX_ENV_WORKERS) = 512
     """Concurrent environment calls (one per sample)."""
     shared_compute: bool = False
     """Every pool runs on one processor (one CPU, or one GPU holding an engine and a trainer):
@@ -184,6 +235,8 @@ class ClusterSpec(_Strict):
         names = [p.name for p in self.pools]
         if len(set(names)) != len(names):
             raise ValueError(f"pool names must be unique, got {names}")
+        if self.total_devices > L.MAX_DEVICES:
+            raise ValueError(f"{self.total_devices} devices in all; at most {L.MAX_DEVICES:,}")
         return self
 
     @property
@@ -193,30 +246,50 @@ class ClusterSpec(_Strict):
 
 
 class ArrivalsSpec(_Strict):
-    """Job arrivals (and sizes) taken from an arrivals CSV (see marlaas.traces.arrivals)."""
+    """Job arrivals taken from a file (see marlaas.traces.arrivals): an arrivals CSV (one
+    row per job, with its size), or a request trace whose timestamps become arrivals."""
 
     path: str
-    """The CSV, relative to the workload file."""
+    """The file, relative to the workload file."""
+    format: Literal["jobs", "azure", "burstgpt", "mooncake", "csv"] = "jobs"
+    """jobs: an arrivals CSV (tenant, submit_s or submit_time, size, job); else a request
+    trace in that format, whose first N timestamps (relative to the earliest) are the N jobs'
+    arrivals, in workload order."""
     match: Literal["job", "tenant"] = "job"
-    """job: a row names its job; tenant: a tenant's k-th row goes to its k-th job."""
-    time_scale: NonNegFloat = 1.0
-    """Factor on the file's submit times (0 = every job at once)."""
+    """Arrivals CSV: job: a row names its job; tenant: a tenant's k-th row goes to its k-th
+    job."""
+    time_scale: Amount(L.MAX_TIME_SCALE) = 1.0
+    """Factor on the file's times (0 = every job at once)."""
+
+    @model_validator(mode="after")
+    def _match_for_jobs(self) -> ArrivalsSpec:
+        if self.format != "jobs" and self.match != "job":
+            raise ValueError(
+                f"match: {self.match!r} is for an arrivals CSV (format: jobs); the jobs of a "
+                f"request trace ({self.format}) arrive at its requests' times in workload order"
+            )
+        return self
 
 
 class Workload(_Strict):
     """A whole workload file."""
 
     name: str = "workload"
-    seed: int = 0
+    seed: Count(L.MAX_SEED, low=0) = 0
     policy: str = "fifo"
     """The ordering policy (see marlaas.core.policies); mechanism presets are in scheduling."""
     base_model: BaseModelSpec = Field(default_factory=BaseModelSpec)
-    jobs: list[JobSpec]
+    jobs: Annotated[list[JobSpec], Field(max_length=L.MAX_JOBS)]
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
     arrivals: ArrivalsSpec | None = None
     """Where the jobs' arrival_s (and rl.steps) came from: marlaas.workload_file applies an
     arrivals CSV when it reads the file."""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_name(value)
 
     @field_validator("policy")
     @classmethod
@@ -244,6 +317,12 @@ class Workload(_Strict):
                     f"jobs: tenant {job.tenant!r} has jobs with different weights "
                     f"({weights[job.tenant]} and {job.weight}); a weight belongs to a tenant"
                 )
+        work = sum(j.rl.steps * j.rl.prompts_per_step * j.rl.turns for j in self.jobs)
+        if work > L.MAX_GROUP_TURNS:
+            raise ValueError(
+                f"jobs: {work:,} group-turns in all (steps x prompts_per_step x turns, summed "
+                f"over jobs); at most {L.MAX_GROUP_TURNS:,} fit one run"
+            )
         return self
 
     def with_overrides(self, overrides: dict[str, Any]) -> Workload:
@@ -257,6 +336,19 @@ class Workload(_Strict):
         for key, value in overrides.items():
             _set_path(data, key.split("."), value, key)
         return data
+
+
+def _at_most(dist, bound: float, unit: str):
+    """``dist`` when its values stay within ``bound`` (a lognormal: its median)."""
+    if largest(dist) > bound:
+        raise ValueError(f"values up to {largest(dist):g} {unit}; at most {bound:g} {unit}")
+    return dist
+
+
+def _printable(value: str, limit: int) -> str:
+    if len(value) > limit or not value.isprintable():
+        raise ValueError(f"at most {limit} printable characters")
+    return value
 
 
 def _set_path(node: Any, parts: list[str], value: Any, full: str) -> None:
@@ -286,23 +378,40 @@ def _list_item(items: list, key: str, full: str) -> Any:
     raise WorkloadError(f"{full}: no list item {key!r}")
 
 
+MAX_PROBLEMS_SHOWN = 5
+"""Problems named in one error line; the rest are counted."""
+
+
 def format_validation_error(err: ValidationError, source: str) -> str:
-    """One line per problem: ``source: jobs[2].rl.steps: Input should be > 0 (got -3)``."""
-    lines = []
+    """One line naming each problem (the first few): ``source: jobs[2].rl.steps: Input should
+    be greater than 0 (got -3); ...``."""
+    problems: dict[tuple[str, str], list[str]] = {}
     for problem in err.errors():
-        path = ""
+        path = shape = ""  # shape: the path with every list index as [*]
         for part in problem["loc"]:
             if isinstance(part, int):
-                path += f"[{part}]"
+                path, shape = path + f"[{part}]", shape + "[*]"
             elif not str(part).startswith(("function-", "tagged-union")):
                 path += f".{part}" if path else str(part)
+                shape += f".{part}" if shape else str(part)
         message = problem["msg"].removeprefix("Value error, ")
         if problem["type"] == "extra_forbidden":
             message = "unknown field"
         got = problem.get("input")
-        shown = "" if isinstance(got, dict | list) else f" (got {got!r})"
-        lines.append(f"{source}: {path or '<top>'}: {message}{shown}")
-    return "\n".join(lines)
+        shown = "" if isinstance(got, dict | list) else f" (got {_short_repr(got)})"
+        problems.setdefault((shape, message + shown), []).append(path)
+    lines = []
+    for (_, message), paths in problems.items():
+        alike = f" (and {len(paths) - 1} more like it)" if len(paths) > 1 else ""
+        lines.append(f"{paths[0]}: {message}{alike}" if paths[0] else message + alike)
+    more = len(lines) - MAX_PROBLEMS_SHOWN
+    text = "; ".join(lines[:MAX_PROBLEMS_SHOWN]) + (f"; and {more} more" if more > 0 else "")
+    return f"{source}: {text}"
+
+
+def _short_repr(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def parse_workload(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pandas as pd
 
 from marlaas.core.scheduler import Scheduler
 from marlaas.eventlog import records_to_frame
@@ -32,9 +33,13 @@ def _max_concurrency(starts: np.ndarray, ends: np.ndarray, weights: np.ndarray) 
     return float(np.cumsum(deltas[order]).max()) if len(order) else 0.0
 
 
-def check_invariants(result: RunResult, scheduler: Scheduler) -> None:
-    """Raise :class:`InvariantError` naming the first invariant that does not hold."""
-    frame = records_to_frame(result.records)
+def check_invariants(
+    result: RunResult, scheduler: Scheduler, frame: pd.DataFrame | None = None
+) -> None:
+    """Raise :class:`InvariantError` naming the first invariant that does not hold
+    (``frame``: the run's event log as records_to_frame made it, if the caller has it)."""
+    if frame is None:
+        frame = records_to_frame(result.records)
     train = frame[(frame.kind == "train") & (frame.outcome == "ok")]
     for job in scheduler.jobs:
         steps = train.loc[train.job == job.name, "step"].nunique()

@@ -74,10 +74,11 @@ def drive(
         for event in events:
             decision = pending.pop(event.work_id)
             scheduler.on_event(event, now)
-            key = (type(decision).__name__, decision.job)
             if event.ok:
-                streak.pop(key, None)
+                if streak:
+                    streak.pop((type(decision).__name__, decision.job), None)
             else:
+                key = (type(decision).__name__, decision.job)
                 failures += 1
                 streak[key] += 1
                 if streak[key] > max_failures:

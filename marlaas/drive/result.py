@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,7 +13,7 @@ from marlaas.core.records import WorkRecord
 class RunResult:
     """The outcome of ``drive``: one type for every world."""
 
-    records: list[WorkRecord] = field(repr=False)
+    records: Sequence[WorkRecord] = field(repr=False)
     """Every piece of work and every idle interval, as the scheduler recorded them."""
     makespan_s: float
     """Time from the run's start to the last event [s] (simulated or wall-clock)."""

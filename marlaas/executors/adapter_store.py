@@ -10,6 +10,8 @@ from pathlib import Path
 from marlaas.executors.atomic import atomic_dir
 
 _VERSION_DIR = re.compile(r"v(\d+)")
+OPTIMIZER_FILE = "optimizer.pt"
+"""A job's optimizer state, saved beside its adapter so that training continues exactly."""
 
 
 class AdapterStore:
@@ -54,6 +56,10 @@ class AdapterStore:
         """Newest complete version of `job`, or None when it has none."""
         versions = self.versions(job)
         return versions[-1] if versions else None
+
+    def has_optimizer(self, job: str, version: int) -> bool:
+        """Whether (job, version) was saved with its optimizer state."""
+        return (self.path(job, version) / OPTIMIZER_FILE).is_file()
 
     def latest_path(self, job: str) -> Path | None:
         """Folder of the newest complete version (what a resumed job loads), or None."""

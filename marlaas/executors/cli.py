@@ -12,6 +12,14 @@ import argparse
 import json
 from pathlib import Path
 
+from marlaas.core.limits import MAX_SEED, MAX_TOKENS
+from marlaas.run_options import bounded_int
+
+MAX_MICRO_BATCH = 4_096
+"""Largest --micro-batch-size [sequences]."""
+MAX_EVAL_PROMPTS = 100_000
+"""Largest --prompts of evaluate."""
+
 TRAIN_HELP = "train the workload's LoRA adapters for real (vLLM or HF + PEFT)"
 EVALUATE_HELP = "held-out greedy accuracy per job: base model vs trained adapter"
 TINY_HELP = "build the tiny test model (~0.3 M parameters, seconds)"
@@ -35,6 +43,10 @@ def _train(args: argparse.Namespace) -> int:
     from marlaas.table import print_summary
 
     workload = load_run_workload(args)  # an unknown policy fails before any model loads
+    args.interrupt_hint = (
+        f"the steps made durable so far are kept in {args.out}: run the same command with "
+        "--resume to continue"
+    )
     events, summary, rewards, result = train_run(
         workload, args.out, args.policy, resume=args.resume, backend=args.backend,
         seed=args.seed, base_dir=Path(args.workload).parent, progress=not args.quiet,
@@ -65,12 +77,16 @@ def _evaluate(args: argparse.Namespace) -> int:
     )
     from marlaas.executors.evaluate import accuracy_table, evaluate
     from marlaas.executors.outputs import ADAPTERS_DIR
+    from marlaas.out_folder import OutputError, claim, write_durably, write_manifest
     from marlaas.workload_file import load_with_overrides
 
     workload = load_with_overrides(args.workload, args.set)
     model_dir = model_dir_of(workload, Path(args.workload).parent)
     backend = resolve_backend(args.backend)
-    store = AdapterStore(Path(args.run) / ADAPTERS_DIR)
+    run = Path(args.run)
+    if not (run / ADAPTERS_DIR).is_dir():
+        raise OutputError(f"{run}: has no {ADAPTERS_DIR}/; not a real training run")
+    store = AdapterStore(run / ADAPTERS_DIR)
 
     async def go():
         gen = make_generator(backend, model_dir, workload, min(max_positions(model_dir), 2048))
@@ -79,11 +95,16 @@ def _evaluate(args: argparse.Namespace) -> int:
         finally:
             await gen.close()
 
-    frame = asyncio.run(go())
+    with claim(run, "real", allow_partial=True) as target:  # no train --resume meanwhile
+        frame = asyncio.run(go())
+        text = json.dumps(frame.to_dict(orient="records"), indent=2) + "\n"
+        if args.out is None:
+            out = write_durably(run / "eval.json", text)
+            write_manifest(run, "real", target.existing_status or "finished")
+        else:
+            out = write_durably(Path(args.out), text)
     table = accuracy_table(frame)
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    out = Path(args.out or Path(args.run) / "eval.json")
-    out.write_text(json.dumps(frame.to_dict(orient="records"), indent=2) + "\n")
     print(f"wrote {out}")
     return 0
 
@@ -139,7 +160,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--micro-batch-size",
-        type=int,
+        type=bounded_int(1, MAX_MICRO_BATCH),
         default=16,
         help="sequences per forward/backward pass (bounds memory)",
     )
@@ -149,7 +170,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
         help="keep every layer's activations for the backward pass instead of recomputing "
         "them: a faster training step, several times its activation memory",
     )  # fmt: skip
-    parser.add_argument("--max-model-len", type=int,
+    parser.add_argument("--max-model-len", type=bounded_int(1, MAX_TOKENS),
                         help="context cap [tokens] (default: the model's)")  # fmt: skip
     parser.add_argument(
         "--tracker", choices=TRACKERS,
@@ -173,7 +194,8 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("workload", help="the workload the run trained")
     parser.add_argument("--run", required=True, type=Path, help="run folder (with adapters/)")
-    parser.add_argument("--prompts", type=int, default=50, help="held-out episodes per job")
+    parser.add_argument("--prompts", type=bounded_int(1, MAX_EVAL_PROMPTS), default=50,
+                        help="held-out episodes per job")  # fmt: skip
     parser.add_argument("--backend", choices=BACKENDS, default="auto",
                         help="generation: vllm, hf or auto")  # fmt: skip
     parser.add_argument("--set", action="append", metavar="KEY=VALUE",
@@ -191,7 +213,8 @@ def add_tiny_model_arguments(parser: argparse.ArgumentParser) -> None:
         "tests' model, and traces/real-tiny.yaml's (base_model.path: models/tiny)."
     )
     parser.add_argument("dir", type=Path, help="folder to write (e.g. models/tiny)")
-    parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
+    parser.add_argument("--seed", type=bounded_int(0, MAX_SEED), default=0,
+                        help="weight initialisation seed")  # fmt: skip
     parser.add_argument("--overwrite", action="store_true", help="replace an existing folder")
     _verbose_argument(parser)
     parser.set_defaults(func=_make_tiny)

@@ -164,7 +164,10 @@ class HFGenerator:
     async def _drain(self) -> None:
         while self._queue:
             batch, self._queue = self._queue, []
+            batch = [p for p in batch if not p.future.done()]  # cancelled callers: skip
             rows = [r for p in batch for r in p.rows]
+            if not rows:
+                continue
             try:
                 results: list[Completion] = []
                 for s in range(0, len(rows), self.max_batch_size):
@@ -177,7 +180,8 @@ class HFGenerator:
                 continue
             pos = 0
             for p in batch:
-                p.future.set_result(results[pos : pos + len(p.rows)])
+                if not p.future.done():  # a caller cancelled (the run is stopping) gets nothing
+                    p.future.set_result(results[pos : pos + len(p.rows)])
                 pos += len(p.rows)
 
     def _encode(self, prompt: str | Sequence[int]) -> list[int]:

@@ -1,53 +1,31 @@
-"""A real run's folder: the event log and summary (as for a simulation), reward curves, adapters.
+"""A real run's folder: the event log and summary (as for a simulation), reward curves,
+adapters, the journal.
 
-``out/events.parquet`` and ``out/summary.json`` are written by :func:`marlaas.runs.write_run`
-(summary kind ``real``, the simulator's keys plus ``reward_curves``); ``out/rewards.csv`` and
-``out/rewards.png`` hold the mean reward per job and training step; ``out/adapters/`` is the
-adapter store (every version of every job) and ``out/tensorboard/`` (or ``out/wandb/``) the
-tracker's log (``--tracker``), both kept across the atomic replacement of the folder.
+The folder is written in place while the run trains (``adapters/``: the adapter store, every
+version of every job; ``journal.jsonl``: see marlaas.executors.journal), with a ``partial``
+manifest (see marlaas.out_folder). At the end ``events.parquet``, ``summary.json`` (kind
+``real``, the simulator's keys plus ``reward_curves``), ``rewards.csv`` and ``rewards.png``
+(the mean reward per job and training step) are written one by one, each atomically, and
+the manifest becomes ``finished``. Other files (``eval.json`` from ``marlaas evaluate``)
+are kept.
 """
 
 from __future__ import annotations
 
-import shutil
+import os
 from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
 
 from marlaas.core.workload import Workload
-from marlaas.eventlog import records_to_frame
-from marlaas.executors.resume import shift_versions
-from marlaas.executors.tracking import TRACKERS
-from marlaas.runs import read_summary, run_summary, write_run
+from marlaas.eventlog import EVENT_LOG_FILE, write_event_log
+from marlaas.out_folder import OutputError, write_durably
+from marlaas.runs import SUMMARY_FILE, WORKLOAD_FILE, run_summary, summary_json
 
 REWARDS_CSV = "rewards.csv"
 REWARDS_PNG = "rewards.png"
 ADAPTERS_DIR = "adapters"
-
-
-KEPT_DIRS = (ADAPTERS_DIR, *TRACKERS)
-"""Folders a real run writes while it runs (adapter versions, tracker logs); the run folder's
-final write keeps them."""
-REAL_RUN_ENTRIES = {*KEPT_DIRS, "events.parquet", "summary.json", "workload.json", REWARDS_CSV,
-                    REWARDS_PNG, "eval.json"}  # fmt: skip
-"""What a real run folder may hold (anything else: not ours to replace)."""
-
-
-def check_real_run_folder(out: Path) -> None:
-    """Refuse, before any work, an ``out`` that is a file or a folder that is not a real run
-    (a simulation, a report, anything with files a run does not write)."""
-    if out.exists() and not out.is_dir():
-        raise FileExistsError(f"{out}: exists and is not a folder")
-    if not out.is_dir():
-        return
-    foreign = sorted(p.name for p in out.iterdir() if p.name not in REAL_RUN_ENTRIES)
-    kind = read_summary(out).get("kind", "real")
-    if foreign or kind != "real":
-        what = f"holds {foreign[:3]}" if foreign else f"holds a {kind} run"
-        raise FileExistsError(
-            f"{out}: {what}, not a real training run; not writing there (choose another --out)"
-        )
 
 
 def rewards_frame(points) -> pd.DataFrame:
@@ -57,11 +35,6 @@ def rewards_frame(points) -> pd.DataFrame:
     rows = [asdict(p) for p in points]
     frame = pd.DataFrame(rows) if rows else pd.DataFrame(columns=columns)
     return frame.sort_values(["job", "step"], kind="stable").reset_index(drop=True)
-
-
-def real_events(result, offsets: dict[str, int]) -> pd.DataFrame:
-    """The run's event log (steps and versions of resumed jobs counted from their start)."""
-    return shift_versions(records_to_frame(result.records), offsets)
 
 
 def real_summary(
@@ -85,26 +58,28 @@ def real_summary(
     )  # fmt: skip
 
 
-def write_real_run(
-    out: str | Path, events: pd.DataFrame, summary: dict, rewards: pd.DataFrame, workload=None
+def write_real_files(
+    out: Path, events: pd.DataFrame, summary: dict, rewards: pd.DataFrame, workload=None
 ):
-    """Write the run folder (atomically, as write_run does) and keep its KEPT_DIRS."""
-    out = Path(out)
-    aside = {}
-    for name in KEPT_DIRS:
-        if (out / name).is_dir():
-            aside[name] = out.parent / f".{out.name}.{name}"
-            shutil.rmtree(aside[name], ignore_errors=True)
-            (out / name).rename(aside[name])
+    """Write the run's event log, summary, workload and reward curves into ``out``, each
+    atomically; a failed write (disk full) is one OutputError line, the journal and adapters
+    kept."""
     try:
-        write_run(out, events, summary, workload)
-    finally:
-        for name, path in aside.items():
-            if path.is_dir():
-                out.mkdir(parents=True, exist_ok=True)
-                path.rename(out / name)
-    rewards.to_csv(out / REWARDS_CSV, index=False)
-    plot_rewards(rewards, out / REWARDS_PNG, title=f"{summary['workload']} · {summary['policy']}")
+        write_event_log(events, out / EVENT_LOG_FILE)
+        write_durably(out / SUMMARY_FILE, summary_json(summary))
+        if workload is not None:
+            write_durably(out / WORKLOAD_FILE, workload.model_dump_json(indent=1))
+        csv = out / f".{REWARDS_CSV}.tmp"
+        rewards.to_csv(csv, index=False)
+        os.replace(csv, out / REWARDS_CSV)
+        png = out / f".{REWARDS_PNG}.tmp.png"
+        plot_rewards(rewards, png, title=f"{summary['workload']} · {summary['policy']}")
+        os.replace(png, out / REWARDS_PNG)
+    except OSError as err:
+        raise OutputError(
+            f"{out}: cannot write the run's outputs ({err.strerror}); its adapters and journal "
+            "are kept: free some space and run the same command with --resume"
+        ) from None
     return out
 
 

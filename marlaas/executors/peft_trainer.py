@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from marlaas.executors.adapter_store import OPTIMIZER_FILE
 from marlaas.executors.atomic import atomic_dir
 from marlaas.executors.logprobs import token_logprobs
 from marlaas.executors.rollout import TrainSample, TrainStats
@@ -36,8 +37,6 @@ from marlaas.executors.rollout import TrainSample, TrainStats
 _JOB_NAME = re.compile(r"[A-Za-z0-9_-]+")
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 VERSION_FILE = "marlaas_adapter.json"
-OPTIMIZER_FILE = "optimizer.pt"
-"""The job's optimizer state, saved beside its adapter so that training continues exactly."""
 
 
 _UNCHECKED = object()

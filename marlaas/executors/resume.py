@@ -1,14 +1,16 @@
-"""Resuming a real run from its adapter store: versions already trained, the steps left.
+"""Resuming a real run: the steps each job made durable, and the workload of what is left.
 
-The scheduler core counts every job's versions from 0. A resumed job that had trained k
-versions is given to it as a job of ``steps - k`` steps; the driver adds k to the versions it
-hands to the trainer and the generator, and :func:`shift_versions` adds k to the event log's
-steps and versions, so a resumed run's log reads as the continuation it is.
+The scheduler core counts every job's versions from 0. A resumed job that had made k steps
+durable (its journal says so, and the adapter store holds version k with its optimizer
+state) is given to it as a job of ``steps - k`` steps; the executor adds k to the versions
+it hands to the trainer and the generator, and the journal adds k to the event log's steps
+and versions, so a resumed run's log reads as the continuation it is. Its clock starts where
+the journal ends: jobs that arrive later arrive that much earlier in the new part.
 """
 
 from __future__ import annotations
 
-import pandas as pd
+import shutil
 
 from marlaas.core.workload import Workload, WorkloadError, parse_workload
 from marlaas.executors.adapter_store import AdapterStore
@@ -18,14 +20,44 @@ class NothingToResumeError(WorkloadError):
     """``--resume`` on a run whose jobs have all trained every step."""
 
 
-def resume_offsets(store: AdapterStore, workload: Workload) -> dict[str, int]:
-    """Newest saved version of each job (0 when none), capped at the job's steps."""
-    return {j.name: min(store.latest(j.name) or 0, j.rl.steps) for j in workload.jobs}
+class ResumeError(WorkloadError):
+    """A run that cannot be continued exactly (a durable version lost its optimizer state)."""
 
 
-def remaining_workload(workload: Workload, offsets: dict[str, int]) -> Workload:
-    """The workload with each job's steps reduced by its offset; finished jobs left out."""
-    if not any(offsets.values()):
+def check_resumable(
+    store: AdapterStore, workload: Workload, durable: dict[str, int] | None
+) -> dict[str, int]:
+    """Each job's resume offset: its last durable version (``durable``, from the journal;
+    None for a run from before journals: the store's newest version), capped at its steps.
+
+    Versions the store holds beyond a job's durable one were written by a step that was
+    never journaled (killed between its sync and its journal line): they are removed, and
+    that step is trained again. Raises ResumeError when a durable version lacks its
+    optimizer state.
+    """
+    offsets = {}
+    for job in workload.jobs:
+        name = job.name
+        done = (store.latest(name) or 0) if durable is None else durable.get(name, 0)
+        for newer in store.versions(name):
+            if newer > done:
+                shutil.rmtree(store.path(name, newer))
+        offset = min(done, job.rl.steps)
+        if offset and durable is not None and not store.has_optimizer(name, done):
+            raise ResumeError(
+                f"{name}: version {done} in {store.root} has no optimizer state; the run "
+                "cannot be continued exactly (train it again without --resume)"
+            )
+        offsets[name] = offset
+    return offsets
+
+
+def remaining_workload(
+    workload: Workload, offsets: dict[str, int], start_s: float = 0.0
+) -> Workload | None:
+    """The workload with each job's steps reduced by its offset (finished jobs left out) and
+    arrivals moved ``start_s`` [s] earlier (not before 0); None when nothing is left."""
+    if not any(offsets.values()) and start_s == 0.0:
         return workload
     data = workload.model_dump()
     jobs = []
@@ -33,23 +65,9 @@ def remaining_workload(workload: Workload, offsets: dict[str, int]) -> Workload:
         left = job["rl"]["steps"] - offsets.get(job["name"], 0)
         if left > 0:
             job["rl"]["steps"] = left
+            job["arrival_s"] = max(0.0, job["arrival_s"] - start_s)
             jobs.append(job)
     if not jobs:
-        raise NothingToResumeError(
-            f"{workload.name}: every job has already trained all its steps; nothing to resume"
-        )
-    data["jobs"] = jobs
+        return None
+    data["jobs"], data["arrivals"] = jobs, None
     return parse_workload(data, source="resume", schema=type(workload))
-
-
-def shift_versions(events: pd.DataFrame, offsets: dict[str, int]) -> pd.DataFrame:
-    """The event log with each job's steps and versions moved up by its offset."""
-    events = events.copy()
-    for job, offset in offsets.items():
-        if not offset:
-            continue
-        rows = events["job"] == job
-        for column in ("step", "version"):
-            valid = rows & (events[column] >= 0)
-            events.loc[valid, column] = events.loc[valid, column] + offset
-    return events

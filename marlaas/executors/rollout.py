@@ -93,7 +93,8 @@ class TrainStats:
 
 
 class Generator(Protocol):
-    """What the asyncio driver calls on a generation backend (vLLM or HF+PEFT)."""
+    """What the real executor (marlaas.executors.local) calls on one inference engine's
+    generation backend (vLLM or HF+PEFT)."""
 
     async def generate(
         self,
@@ -114,6 +115,10 @@ class Generator(Protocol):
 
     async def retire(self, adapter: str, version: int) -> None:
         """Forget adapter (name, version); later requests for it fail."""
+        ...
+
+    async def resident(self) -> set[tuple[str, int]]:
+        """The (adapter, version) pairs the engine itself holds now."""
         ...
 
     async def close(self) -> None:

@@ -1,7 +1,11 @@
 """One real training run, end to end: what ``marlaas train`` does (also used by the tests).
 
 The scheduler core, driven by the one loop (marlaas.drive) over a :class:`LocalExecutor`,
-then the run folder: the event log, the summary, reward curves and every adapter version.
+writes its run folder in place, as it trains: ``adapters/`` (every version, the newest with
+its optimizer state) and ``journal.jsonl`` (every record, and each step once durable: see
+:mod:`marlaas.executors.journal`). At the end the event log, summary and reward curves are
+rendered from the journal, over every part of the run. ``--resume`` continues a run that was
+stopped (Ctrl-C, SIGTERM, ``kill -9``, a crash) after its last durable step.
 """
 
 from __future__ import annotations
@@ -19,19 +23,22 @@ from marlaas.drive import Observer, RunResult, drive
 from marlaas.drive.progress import StepProgress
 from marlaas.executors.adapter_store import AdapterStore
 from marlaas.executors.backends import model_dir_of, resolve_backend
+from marlaas.executors.history import history_events, history_points, history_result
+from marlaas.executors.journal import JOURNAL_FILE, Journal, read_journal
+from marlaas.executors.journal_observer import JournalObserver
 from marlaas.executors.local import LocalExecutor
 from marlaas.executors.memory import MemoryMonitor, release_large_blocks
 from marlaas.executors.outputs import (
     ADAPTERS_DIR,
-    KEPT_DIRS,
-    check_real_run_folder,
-    real_events,
     real_summary,
     rewards_frame,
-    write_real_run,
+    write_real_files,
 )
-from marlaas.executors.resume import remaining_workload, resume_offsets
+from marlaas.executors.resume import NothingToResumeError, check_resumable, remaining_workload
 from marlaas.executors.tracking import RewardFeed, open_tracker
+from marlaas.out_folder import claim, write_manifest
+
+REAL = "real"
 
 
 def train_run(
@@ -48,65 +55,119 @@ def train_run(
     tracker: str | None = None,
     **options,
 ) -> tuple[pd.DataFrame, dict, pd.DataFrame, RunResult]:
-    """Train every job of ``workload`` for real and write the run folder ``out``.
+    """Train every job of ``workload`` for real into the run folder ``out``.
 
-    Without ``resume`` the adapters of an earlier run in ``out`` are replaced; with it, each
-    job continues from its newest saved version (adapter and optimizer state). ``options`` go
-    to :class:`LocalExecutor` (generators, trainers, micro_batch_size,
+    Without ``resume`` an earlier finished real run in ``out`` is replaced (an unfinished one
+    is refused: resume it); with it, each job continues after its last durable step (adapter
+    and optimizer state), and the run's history goes on. ``options`` go to
+    :class:`LocalExecutor` (generators, trainers, micro_batch_size,
     activation_checkpointing, max_model_len, chat_template). ``observers`` see every
-    completion (see marlaas.drive). ``tracker``
-    (``tensorboard`` or ``wandb``, see marlaas.executors.tracking) logs every job's training
-    steps under ``out/<tracker>/`` as they finish (a fresh run starts a fresh log, a resumed
-    one appends). Returns (events, summary, rewards, result).
+    completion (see marlaas.drive). ``tracker`` (``tensorboard`` or ``wandb``) also logs
+    every job's training statistics per step under ``out/<tracker>/`` as they finish (a
+    resumed run appends). Returns (events, summary, rewards, result), each over the whole
+    history; ``out/workload.json`` keeps the workload for ``marlaas replay``.
 
     Memory: freed blocks of 256 KiB and more go back to the system from the start (see
-    marlaas.executors.memory: process-wide); the summary's ``memory`` holds this process's
-    peak resident memory (``peak_rss_mb``, ru_maxrss) and the run's, sampled from before the
-    models load to the end (``run_peak_rss_mb``), in MB, and their ratio to the model's
-    weight files; rewards.csv holds the resident memory after every training step.
+    marlaas.executors.memory: process-wide). The summary's ``memory`` holds the peak resident
+    memory of this process and of its child processes (an engine core, if the backend starts
+    one), sampled from before the models load to the end of this part of the run, in MB, and
+    their ratio to the model's weight files; rewards.csv holds the resident memory of the
+    process tree after every training step (``rss_mb``).
     """
     release_large_blocks()
     out = Path(out)
-    check_real_run_folder(out)
-    backend = "external" if options.get("generators") else resolve_backend(backend)
-    model_dir = model_dir_of(workload, base_dir)
-    store = AdapterStore(out / ADAPTERS_DIR)
-    if not resume:
-        for name in KEPT_DIRS:
-            shutil.rmtree(out / name, ignore_errors=True)
-    offsets = resume_offsets(store, workload) if resume else {}
-    scheduler = Scheduler(remaining_workload(workload, offsets), policy)
-    total = sum(j.steps for j in scheduler.jobs)
-    track = None
-    if tracker is not None:  # before the models load: a missing package fails at once
-        config = _tracker_config(workload, scheduler, backend, seed)
-        track = open_tracker(tracker, out, run_name=out.name, config=config)
-    try:
-        with MemoryMonitor() as memory, LocalExecutor(
-            scheduler.workload, scheduler.cluster, store=store, model_dir=model_dir,
-            backend=backend, seed=seed, offsets=offsets, **options,
-        ) as executor, StepProgress(
-            total, "training", enabled=progress, postfix=executor.latest_rewards
-        ) as bar:  # fmt: skip
-            feeds = [RewardFeed(executor.rewards, [track.log_step])] if track else []
-            result = drive(scheduler, executor, observers=[bar, *feeds, *observers])
-        events = real_events(result, offsets)
-        rewards = rewards_frame(executor.rewards)
-        summary = real_summary(workload, result, events, rewards, backend, offsets,
-                               memory.summary(model_dir))  # fmt: skip
-        if track is not None:
-            track.log_run(summary)
-    finally:
-        if track is not None:
-            track.close()
-    write_real_run(out, events, summary, rewards, workload)
+    with claim(out, REAL, allow_partial=resume) as target:  # --out first: before any work
+        backend = "external" if options.get("generators") else resolve_backend(backend)
+        model_dir = model_dir_of(workload, base_dir)
+        if target.has_output and not resume:
+            _empty(out)
+        out.mkdir(exist_ok=True)
+        store = AdapterStore(out / ADAPTERS_DIR)
+        journaled = read_journal(out / JOURNAL_FILE)
+        durable = journaled.versions if journaled.parts else None  # None: a run before journals
+        offsets = check_resumable(store, workload, durable) if resume else {}
+        left = remaining_workload(workload, offsets, journaled.end_s)
+        if left is None and target.existing_status == "finished":
+            raise NothingToResumeError(
+                f"{workload.name}: every job has already trained all its steps; nothing to resume"
+            )
+        write_manifest(out, REAL, "partial")
+        track = None
+        if tracker is not None:  # before the models load: a missing package fails at once
+            config = _tracker_config(workload, policy, backend, seed)
+            track = open_tracker(tracker, out, run_name=out.name, config=config)
+        try:
+            with MemoryMonitor() as memory:
+                if left is None:  # every step was durable: only the outputs were missing
+                    result = _no_work(workload, policy, seed)
+                else:
+                    journal = Journal(out / JOURNAL_FILE, journaled.parts, journaled.end_s,
+                                      offsets)  # fmt: skip
+                    try:
+                        result = _train_part(left, journal, store, model_dir, backend, policy,
+                                             seed, progress, observers, offsets, options,
+                                             track)  # fmt: skip
+                    finally:
+                        journal.close()
+            journaled = read_journal(out / JOURNAL_FILE)
+            events = history_events(journaled)
+            steps = {j.name: j.rl.steps for j in workload.jobs}
+            result = history_result(result, journaled, events, steps)
+            rewards = rewards_frame(history_points(journaled))
+            summary = real_summary(workload, result, events, rewards, backend, offsets,
+                                   memory.summary(model_dir))  # fmt: skip
+            if track is not None:
+                track.log_run(summary)
+        finally:
+            if track is not None:
+                track.close()
+        write_real_files(out, events, summary, rewards, workload)
+        write_manifest(out, REAL, "finished")
     return events, summary, rewards, result
 
 
-def _tracker_config(workload: Workload, scheduler: Scheduler, backend: str, seed) -> dict:
+def _train_part(workload, journal, store, model_dir, backend, policy, seed, progress,
+                observers, offsets, options, track) -> RunResult:  # fmt: skip
+    """Drive one part of the run (the first, or a resumed one), journaling it (and feeding
+    ``track``, a tracker, each training step's statistics)."""
+    scheduler = Scheduler(workload, policy, seed)
+    total = sum(j.steps for j in scheduler.jobs)
+    with LocalExecutor(
+        scheduler.workload, scheduler.cluster, store=store, model_dir=model_dir,
+        backend=backend, seed=seed, offsets=offsets, **options,
+    ) as executor, StepProgress(
+        total, "training", enabled=progress, postfix=executor.latest_rewards
+    ) as bar:  # fmt: skip
+        keeper = JournalObserver(scheduler, executor, journal)
+        feeds = [RewardFeed(executor.rewards, [track.log_step])] if track is not None else []
+        result = drive(scheduler, executor, observers=[keeper, bar, *feeds, *observers])
+        keeper.finish(result.records)
+    return result
+
+
+def _no_work(workload: Workload, policy, seed: int | None) -> RunResult:
+    scheduler = Scheduler(workload, policy)
+    return RunResult(
+        records=[], makespan_s=0.0, job_finish_s={}, policy=scheduler.policy.name,
+        settings=scheduler.mechanism.as_dict(),
+        seed=workload.seed if seed is None else seed, wall_s=0.0, events=0,
+    )  # fmt: skip
+
+
+def _empty(out: Path) -> None:
+    """Remove an earlier finished real run's files (it is being replaced)."""
+    for path in out.iterdir():
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
+def _tracker_config(workload: Workload, policy, backend: str, seed) -> dict:
     """What a tracker records about the run (W&B's config)."""
+    name = policy if isinstance(policy, str) else getattr(policy, "name", workload.policy)
     return {
-        "workload": workload.name, "policy": scheduler.policy.name, "backend": backend,
+        "workload": workload.name, "policy": name or workload.policy, "backend": backend,
         "seed": workload.seed if seed is None else seed,
         "jobs": [j.name for j in workload.jobs],
     }  # fmt: skip

@@ -2,7 +2,8 @@
 
 A job's adapter and optimizer state are on a trainer only between the scheduler's ``SwapIn``
 and ``SwapOut``; otherwise they live in the adapter store, where every ``Sync`` writes the new
-version together with the optimizer state (older versions keep their adapter weights only).
+version together with the optimizer state (older versions keep their adapter weights only,
+once the new one is durable).
 Versions here are the trainer's: the scheduler's version plus the job's resume offset.
 """
 
@@ -11,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from marlaas.core.workload import JobSpec
-from marlaas.executors.adapter_store import AdapterStore
-from marlaas.executors.peft_trainer import OPTIMIZER_FILE, PeftTrainer
+from marlaas.executors.adapter_store import OPTIMIZER_FILE, AdapterStore
+from marlaas.executors.peft_trainer import PeftTrainer
 from marlaas.executors.rollout import TrainSample, TrainStats
 
 
@@ -62,11 +63,15 @@ class TrainerPool:
         return self.trainers[trainer].train_step(job, samples)
 
     def sync(self, job: str, version: int, trainer: str) -> Path:
-        """Save ``job``'s new ``version`` with its optimizer state; older versions keep their
-        adapter weights only."""
+        """Save ``job``'s new ``version`` with its optimizer state (the older versions' states
+        are pruned once the step is durable: :meth:`prune_optimizers`)."""
         path = self.store.path(job, version)
         self.trainers[trainer].save_adapter(job, version, path, overwrite=True, optimizer=True)
+        return path
+
+    def prune_optimizers(self, job: str, version: int) -> None:
+        """Drop the optimizer state of ``job``'s versions before ``version`` (they keep their
+        adapter weights): called once ``version`` is durable in the run's journal."""
         for older in self.store.versions(job):
             if older < version:
                 (self.store.path(job, older) / OPTIMIZER_FILE).unlink(missing_ok=True)
-        return path

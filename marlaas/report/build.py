@@ -12,6 +12,7 @@ from tqdm import tqdm
 
 from marlaas import metrics
 from marlaas.eventlog import EventLogError
+from marlaas.out_folder import claim
 from marlaas.report import fmt
 from marlaas.report.compare import difference_table
 from marlaas.report.html import Section, render_report, write_atomic
@@ -21,7 +22,6 @@ from marlaas.report.load import Run, load_runs
 from marlaas.report.sections import FIGURES, run_sections
 from marlaas.report.sweep_page import is_sweep_folder, write_sweep_report
 from marlaas.report.trace import write_trace
-from marlaas.runs import staged_folder
 
 REPORT_FILE = "report.html"
 TRACE_FILE = "trace.json"
@@ -33,24 +33,27 @@ def run_report(run_dirs: Sequence[str | Path], out_dir: str | Path, static: bool
     """Write the report of one or more runs, or of one sweep folder, to ``out_dir``; returns
     the path of report.html.
 
-    The folder is built aside and replaces ``out_dir`` whole (no stale files from an earlier
-    report stay). ``out_dir`` gets ``report.html`` (self-contained, interactive),
-    ``trace.json`` (Chrome/Perfetto, all runs), ``summary.json`` (metrics.summarize per run)
-    and, with ``static``, ``figures/*.png|svg``. A sweep folder (with sweep.csv) gets the
-    sweep's page instead (see :mod:`marlaas.report.sweep_page`). Raises
+    ``out_dir`` must be empty or an earlier report (see :mod:`marlaas.out_folder`); the folder
+    is built aside and replaces it whole (no stale files from an earlier report stay).
+    ``out_dir`` gets ``report.html`` (self-contained, interactive), ``trace.json``
+    (Chrome/Perfetto, all runs), ``summary.json`` (metrics.summarize per run) and, with
+    ``static``, ``figures/*.png|svg``. A sweep folder (with sweep.csv) gets the sweep's page
+    instead (see :mod:`marlaas.report.sweep_page`). Raises
     :class:`marlaas.eventlog.EventLogError` when a run is missing, empty, truncated or foreign.
     """
     if not run_dirs:
         raise ValueError("run_report needs at least one run folder")
-    if any(is_sweep_folder(p) for p in run_dirs):
-        if len(run_dirs) > 1:
-            raise EventLogError("a sweep folder is reported on its own: marlaas report SWEEP_DIR")
-        with staged_folder(out_dir, REPORT_FILE) as staging:
-            write_sweep_report(Path(run_dirs[0]), staging / REPORT_FILE)
-        return Path(out_dir) / REPORT_FILE
-    runs = load_runs(list(run_dirs))
-    with staged_folder(out_dir, REPORT_FILE) as staging:
-        _write_report(runs, staging, static)
+    sweep = any(is_sweep_folder(p) for p in run_dirs)
+    if sweep and len(run_dirs) > 1:
+        raise EventLogError("a sweep folder is reported on its own: marlaas report SWEEP_DIR")
+    with claim(out_dir, "report") as out:  # checked and locked before any work
+        if sweep:
+            with out.staged() as staging:
+                write_sweep_report(Path(run_dirs[0]), staging / REPORT_FILE)
+        else:
+            runs = load_runs(list(run_dirs))
+            with out.staged() as staging:
+                _write_report(runs, staging, static)
     return Path(out_dir) / REPORT_FILE
 
 

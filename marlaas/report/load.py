@@ -22,6 +22,8 @@ REWARDS_FILE = "rewards.csv"
 """Mean reward per job and training step of a real run (see marlaas.executors.outputs)."""
 EVAL_FILE = "eval.json"
 """Held-out evaluation of a real run (``marlaas evaluate``), when it was made."""
+MAX_EVENT_TIME_S = 1e12
+"""Latest time an event log may hold [s] (beyond it, sums of times lose all precision)."""
 DEMO_RUNS = ("runs/sequential", "runs/fair")
 """The run folders that ``make demo`` writes."""
 
@@ -116,6 +118,8 @@ def validate_events(df: pd.DataFrame, source: str | Path) -> None:
     bad = np.flatnonzero(end < start)
     if len(bad):
         raise EventLogError(f"{source}: {len(bad)} row(s) end before they start (row {bad[0]})")
+    if (start < 0).any() or (end > MAX_EVENT_TIME_S).any():
+        raise EventLogError(f"{source}: times must lie in 0..{MAX_EVENT_TIME_S:g} s")
 
 
 def _read_meta(run_path: Path) -> dict:

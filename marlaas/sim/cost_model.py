@@ -10,12 +10,25 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-PositiveFloat = Annotated[float, Field(gt=0)]
-NonNegFloat = Annotated[float, Field(ge=0)]
+MAX_ITERATION_MS = 60_000.0
+"""Largest per-iteration cost of decoding [ms] (a minute)."""
+MAX_FIXED_S = 86_400.0
+"""Largest fixed cost of one piece of work [s] (a day)."""
+MIN_RATE, MAX_RATE = 1.0, 1e12
+"""Throughputs [tokens/s]: at least 1 (a smaller one makes times that overflow)."""
+
+Ms = Annotated[float, Field(ge=0, le=MAX_ITERATION_MS)]
+PositiveMs = Annotated[float, Field(gt=0, le=MAX_ITERATION_MS)]
+Seconds = Annotated[float, Field(ge=0, le=MAX_FIXED_S)]
+Rate = Annotated[float, Field(ge=MIN_RATE, le=MAX_RATE)]
 
 
 class CostModel(BaseModel):
-    """Latency model of a 7B-class model on an H100-class GPU (defaults, all documented).
+    """Latency model of one engine and one trainer device; the defaults are the ``h100-7b``
+    profile (a 7B-class model, bf16, on H100-80GB), derived from published measurements:
+    marlaas/sim/profiles/h100-7b.yaml carries each number's source and arithmetic
+    ([S1] Vidur's H100/A100 kernel profiles, [S3] Punica, [S8] vLLM's sleep-mode measurements;
+    docs/cost-profiles.md). GPU kernel time only: host overhead of the serving loop is not in.
 
     Decode iteration time = decode_base_ms + decode_per_seq_ms * running sequences
     + decode_per_kv_token_ms * context tokens in the batch + decode_per_adapter_ms * distinct
@@ -25,32 +38,42 @@ class CostModel(BaseModel):
     marlaas/sim/profiles/ (``--cost NAME``); ``marlaas calibrate`` fits one from real runs.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False
+    )
 
-    decode_base_ms: PositiveFloat = 6.0
-    """Weights read once per iteration: ~14 GB fp16 at ~3 TB/s is ~5 ms, plus overhead."""
-    decode_per_seq_ms: NonNegFloat = 0.03
-    """Per running sequence (sampling, GEMM rows) [ms]; assumption from vLLM batch scaling."""
-    decode_per_kv_token_ms: NonNegFloat = 0.00015
-    """KV read per context token: 0.5 MB at ~3.3 TB/s = 0.15 us."""
-    decode_per_adapter_ms: NonNegFloat = 0.3
-    """Extra per distinct LoRA adapter in the batch (Punica/S-LoRA SGMV); assumption."""
-    prefill_tokens_per_s: PositiveFloat = 20_000.0
-    """~14 GFLOP per token at ~300 TFLOP/s effective."""
-    adapter_load_s: NonNegFloat = 0.2
-    """Loading one LoRA adapter version into an engine (host to GPU plus setup)."""
-    train_tokens_per_s: PositiveFloat = 8_000.0
-    """LoRA forward+backward per device: ~42 GFLOP/token at ~35% MFU."""
-    train_overhead_s: NonNegFloat = 1.0
-    """Fixed per training step (optimizer step, log-prob pass bookkeeping)."""
-    train_rank_scale: PositiveFloat = 256.0
-    """Rank at which LoRA doubles the step's compute; assumption."""
-    trainer_swap_s: NonNegFloat = 2.0
-    """Moving a job's adapter and optimizer state onto a trainer."""
-    sync_s: NonNegFloat = 0.5
-    """Publishing a new adapter version to the engines (save + transfer)."""
-    colocated_switch_s: NonNegFloat = 3.0
-    """Colocated placement: offloading the engine and back around a training step."""
-    engine_warmup_s: NonNegFloat = 0.0
-    """Extra time of an engine's first generation (lazy initialisation, first kernels) [s];
-    0 for an engine warmed up before the run."""
+    decode_base_ms: PositiveMs = 6.0
+    """Per decode iteration [ms]: 32 layers' weight reads at batch 1 [S1][S2] (fit intercept)."""
+    decode_per_seq_ms: Ms = 0.026
+    """Per running sequence and iteration [ms]: the linear ops' growth with batch [S1][S2]."""
+    decode_per_kv_token_ms: Ms = 0.000154
+    """Per context token held by the batch, per iteration [ms]: attention's KV reads [S2]."""
+    decode_per_adapter_ms: Ms = 0.035
+    """Per distinct LoRA adapter in the batch, per iteration [ms]: reading its ~80 MB of
+    weights, as Punica's SGMV measurements scale [S3][S4]."""
+    prefill_tokens_per_s: Rate = 38_000.0
+    """Prompt tokens per second [tokens/s]: linear ops and attention at prompt length [S1][S2]."""
+    adapter_load_s: Seconds = 0.08
+    """Loading one LoRA adapter version into an engine [s]: host-side setup dominates;
+    assumption."""
+    train_tokens_per_s: Rate = 12_500.0
+    """LoRA forward + backward on the frozen base, per device [tokens/s] [S1][S2], checked
+    against published LoRA throughput [S5][S6][S7]."""
+    train_overhead_s: Seconds = 0.2
+    """Fixed per training step [s] (optimizer step, launches, host syncs); assumption."""
+    train_rank_scale: Annotated[float, Field(ge=1, le=1e6)] = 1800.0
+    """Rank at which LoRA doubles the step's compute (FLOP ratio); assumption."""
+    trainer_swap_s: Seconds = 0.12
+    """Moving a job's adapter and AdamW state onto a trainer [s] (~480 MB over PCIe);
+    assumption."""
+    sync_s: Seconds = 0.07
+    """Publishing a new adapter version (device to host, save, send) [s]; assumption."""
+    colocated_switch_s: Seconds = 1.4
+    """Colocated placement: putting the engine to sleep and waking it around a training step
+    [s] [S8]."""
+    adapter_load_wait_iterations: Annotated[float, Field(ge=0, le=1_000)] = 0.0
+    """Decode iterations an adapter load waits for when engines on its processor are
+    decoding (vLLM adds a LoRA between two engine steps) [iterations]; 0 for the published
+    profiles, where the load itself dominates; calibrated on CPUs, where it does not."""
+    engine_warmup_s: Seconds = 0.0
+    """Extra time of an engine's first generation [s] (0: warmed up before the run) [S8]."""

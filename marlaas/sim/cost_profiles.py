@@ -16,8 +16,6 @@ A profile is YAML::
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ import yaml
 from pydantic import ValidationError
 
 from marlaas.core.workload import WorkloadError, format_validation_error
+from marlaas.out_folder import write_durably
 from marlaas.sim.cost_model import CostModel
 
 BUNDLED = Path(__file__).parent / "profiles"
@@ -103,15 +102,5 @@ def write_profile(path: str | Path, cost: CostModel, meta: dict[str, Any], notes
     for key, value in cost.model_dump().items():
         comment = f"  # {notes[key]}" if key in notes else ""
         lines.append(f"  {key}: {value!r}{comment}")
-    text = head + "\n".join(lines) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_durably(path, head + "\n".join(lines) + "\n")

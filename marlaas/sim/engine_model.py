@@ -19,10 +19,8 @@ prefill, pausing decode for prompt tokens / prefill rate.
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
-from collections import Counter
 
 import numpy as np
 
@@ -52,7 +50,8 @@ class EngineModel:
         self.context_offset = 0.0
         """Sum over running sequences of (prompt - progress at admission) [tokens]; the batch
         holds context_offset + running * progress tokens."""
-        self.adapters: Counter = Counter()
+        self.adapters: dict[object, int] = {}
+        """Running sequences per distinct adapter."""
         self.slowdown = 1.0
         """Factor on every iteration and prefill time (processor sharing; 1 = alone)."""
         self._seqs: list[tuple[float, int, int, float]] = []
@@ -63,20 +62,14 @@ class EngineModel:
         self._adapter_of: dict[int, object] = {}
         self._seq_ids = 0
 
-    def _iteration(self, running: int, context: float, adapters: int) -> tuple[float, float]:
-        """(time of the next iteration [s], its growth per iteration [s]) for ``running``
-        sequences holding ``context`` tokens with ``adapters`` distinct adapters."""
-        alpha = (
-            self.base_s
-            + self.per_seq_s * running
-            + self.per_kv_s * context
-            + self.per_adapter_s * adapters
-        )
-        return alpha * self.slowdown, self.per_kv_s * running * self.slowdown
-
-    def _iteration_s(self) -> tuple[float, float]:
+    def iteration_s(self, now: float) -> float:
+        """How long a decode iteration takes at ``now`` [s] (0 when nothing decodes)."""
+        self.advance(now)
+        if not self.running:
+            return 0.0
         context = self.context_offset + self.running * self.progress
-        return self._iteration(self.running, context, len(self.adapters))
+        alpha = self.base_s + self.per_seq_s * self.running + self.per_kv_s * context
+        return (alpha + self.per_adapter_s * len(self.adapters)) * self.slowdown
 
     def set_slowdown(self, now: float, factor: float) -> None:
         """From ``now`` [s] on, every iteration takes ``factor`` times as long."""
@@ -96,37 +89,63 @@ class EngineModel:
     def advance(self, now: float) -> None:
         """Move decode forward to ``now`` [s], ending the sequences that finish on the way."""
         start = max(self.clock_s, self.resume_s)
-        while self.running and now > start:
-            alpha, slope = self._iteration_s()
-            k = self._seqs[0][0] - self.progress
-            needed = alpha * k + 0.5 * slope * k * k
-            if start + needed <= now:
-                self.progress = self._seqs[0][0]
+        running = self.running
+        if running and now > start:
+            base, per_seq, per_kv = self.base_s, self.per_seq_s, self.per_kv_s
+            per_adapter, slowdown, seqs = self.per_adapter_s, self.slowdown, self._seqs
+            progress, offset, adapters = self.progress, self.context_offset, self.adapters
+            distinct, left, adapter_of = len(adapters), self._left, self._adapter_of
+            while running and now > start:
+                # dt(n, C, L) of the module docstring now (alpha), and its growth per iteration
+                context = offset + running * progress
+                alpha = base + per_seq * running + per_kv * context
+                alpha = (alpha + per_adapter * distinct) * slowdown
+                slope = per_kv * running * slowdown
+                end = seqs[0][0]
+                k = end - progress
+                needed = alpha * k + 0.5 * slope * k * k
+                if start + needed > now:
+                    dt = now - start  # solve alpha k + slope k^2 / 2 = dt, in the stable form
+                    progress += 2 * dt / (alpha + math.sqrt(alpha * alpha + 2 * slope * dt))
+                    break
+                progress = end  # the first sequence ends (as _end_sequence, inline)
                 start += needed
-                self._end_sequence()
-                continue
-            dt = now - start  # solve alpha k + slope k^2 / 2 = dt, in the stable form
-            self.progress += 2 * dt / (alpha + math.sqrt(alpha * alpha + 2 * slope * dt))
-            break
+                _, _, work_id, seq_offset = seqs.pop(0)
+                running -= 1
+                offset -= seq_offset
+                adapter = adapter_of[work_id]
+                adapters[adapter] -= 1
+                if not adapters[adapter]:
+                    del adapters[adapter]
+                    distinct -= 1
+                left[work_id] -= 1
+            self.progress, self.running, self.context_offset = progress, running, offset
         self.clock_s = max(self.clock_s, now)
         if not self.running:
             self.context_offset = 0.0
 
-    def admit(self, now: float, work_id: int, lengths: np.ndarray, prompt: float, adapter) -> None:
-        """Start a group: ``lengths`` [tokens] per sample, ``prompt`` context per sample."""
+    def admit(self, now: float, work_id: int, lengths, prompt: float, adapter) -> None:
+        """Start a group: ``lengths`` [tokens] per sample (a sequence or an array),
+        ``prompt`` context per sample."""
         self.advance(now)
-        prefill_s = prompt * len(lengths) * self.prefill_s_per_token * self.slowdown
+        if isinstance(lengths, np.ndarray):
+            lengths = lengths.tolist()
+        n = len(lengths)
+        prefill_s = prompt * n * self.prefill_s_per_token * self.slowdown
         self.resume_s = max(self.resume_s, now) + prefill_s + self.warmup_s
         self.warmup_s = 0.0
-        offset = prompt - self.progress
-        for length in lengths.tolist():
-            self._seq_ids += 1
-            bisect.insort(self._seqs, (self.progress + length, self._seq_ids, work_id, offset))
-        heapq.heappush(self._groups, (self.progress + float(lengths.max()), work_id))
-        self.running += len(lengths)
-        self.context_offset += offset * len(lengths)
-        self.adapters[adapter] += len(lengths)
-        self._left[work_id] = len(lengths)
+        progress, first = self.progress, self._seq_ids + 1
+        offset = prompt - progress
+        self._seqs += [
+            (progress + length, first + k, work_id, offset) for k, length in enumerate(lengths)
+        ]
+        self._seqs.sort()  # the same order as inserting one by one: seq ids are unique
+        self._seq_ids += n
+        heapq.heappush(self._groups, (progress + float(max(lengths)), work_id))
+        self.running += n
+        self.context_offset += offset * n
+        self.adapters[adapter] = self.adapters.get(adapter, 0) + n
+        self._left[work_id] = n
         self._adapter_of[work_id] = adapter
 
     def next_group_done_s(self) -> float | None:
@@ -136,31 +155,42 @@ class EngineModel:
         target = self._groups[0][0]
         t = max(self.clock_s, self.resume_s)
         progress, running, offset = self.progress, self.running, self.context_offset
-        adapters = Counter(self.adapters)
+        adapters = dict(self.adapters)
+        distinct = len(adapters)
+        base, per_seq, per_kv = self.base_s, self.per_seq_s, self.per_kv_s
+        per_adapter, slowdown, adapter_of = self.per_adapter_s, self.slowdown, self._adapter_of
         for end, _, work_id, seq_offset in self._seqs:
-            k = max(end - progress, 0.0)
-            alpha, _ = self._iteration(running, offset + running * progress, len(adapters))
-            t += alpha * k + 0.5 * self.per_kv_s * self.slowdown * running * k * k
+            k = end - progress
+            if k < 0.0:
+                k = 0.0
+            context = offset + running * progress  # as in advance: the same floats
+            alpha = base + per_seq * running + per_kv * context
+            alpha = (alpha + per_adapter * distinct) * slowdown
+            t += alpha * k + 0.5 * per_kv * slowdown * running * k * k
             if end >= target:
                 return t
             progress, running, offset = end, running - 1, offset - seq_offset
-            adapter = self._adapter_of[work_id]
+            adapter = adapter_of[work_id]
             adapters[adapter] -= 1
             if not adapters[adapter]:
                 del adapters[adapter]
+                distinct -= 1
         return t
 
     def pop_finished(self, now: float) -> list[int]:
         """Advance to ``now`` and return the work ids of groups whose last sample ended."""
         self.advance(now)
         limit = self.progress + _EPS * max(1.0, self.progress)
-        while self._seqs and self._seqs[0][0] <= limit:
-            self.progress = max(self.progress, self._seqs[0][0])
+        seqs = self._seqs
+        while seqs and seqs[0][0] <= limit:
+            if seqs[0][0] > self.progress:
+                self.progress = seqs[0][0]
             self._end_sequence()
         done = []
-        while self._groups and not self._left[self._groups[0][1]]:
-            _, work_id = heapq.heappop(self._groups)
-            del self._left[work_id], self._adapter_of[work_id]
+        groups, left = self._groups, self._left
+        while groups and not left[groups[0][1]]:
+            _, work_id = heapq.heappop(groups)
+            del left[work_id], self._adapter_of[work_id]
             done.append(work_id)
         if not self.running:
             self.context_offset = 0.0

@@ -17,6 +17,7 @@ import numpy as np
 import simpy
 
 from marlaas.core.cluster import Cluster
+from marlaas.core.prompts import GroupLengths
 from marlaas.core.work import (
     Decision,
     EnvStep,
@@ -58,93 +59,136 @@ class SimPyExecutor:
         self.shared_compute = cluster.shared_compute
         self.steps = 0
         """SimPy events processed."""
-        self._stamp = dict.fromkeys(self.engines, 0)
         self._jobs = {j.name: j for j in workload.jobs}
+        self._lengths = {j.name: GroupLengths(j, self.seed, i) for i, j in enumerate(workload.jobs)}
+        """Each job's response lengths per sample (paired with the group's prompt)."""
         self._tokens: dict[int, tuple[int, int]] = {}
         """(tokens, longest sample's tokens) each running generation will produce, by id."""
         self._done: list[WorkDone] = []
+        self._wakes: dict[str, simpy.Timeout] = {}
+        """Each engine's pending wake-up (an older one is emptied of its callback)."""
+        self._fire = {name: self._fire_for(name) for name in self.engines}
+        """Each engine's wake-up callback."""
+        self._starts = {
+            Generate: self._start_generate, EnvStep: self._start_env,
+            LoadAdapter: self._start_load, SwapIn: self._start_swap, Train: self._start_train,
+            Sync: self._start_sync, EvictAdapter: self._start_nothing,
+            SwapOut: self._start_nothing,
+        }  # fmt: skip
 
     # ----------------------------------------------------------------------------- protocol
     def start(self, decision: Decision, now: float) -> None:
         """Schedule the decision's completion by the cost model."""
-        cost = self.cost
-        if isinstance(decision, Generate):
-            self._start_generate(decision, now)
-        elif isinstance(decision, EnvStep):
-            self._start_env(decision)
-        elif isinstance(decision, LoadAdapter):
-            self._after(cost.adapter_load_s, WorkDone(decision.work_id))
-        elif isinstance(decision, SwapIn):
-            self._after(cost.trainer_swap_s, WorkDone(decision.work_id))
-        elif isinstance(decision, Train):
-            self._start_train(decision)
-        elif isinstance(decision, Sync):
-            switch = cost.colocated_switch_s if self.colocated else 0.0
-            self._after(cost.sync_s + switch, WorkDone(decision.work_id))
-        elif not isinstance(decision, EvictAdapter | SwapOut):  # those cost nothing here
+        start = self._starts.get(type(decision))
+        if start is None:
             raise TypeError(f"unknown decision {decision!r}")
+        start(decision, now)
+
+    def _start_load(self, d: LoadAdapter, now: float) -> None:
+        wait = self.cost.adapter_load_wait_iterations * self._busiest_iteration_s(d, now)
+        self._after(self.cost.adapter_load_s + wait, WorkDone(d.work_id))
+
+    def _start_swap(self, d: SwapIn, now: float) -> None:
+        self._after(self.cost.trainer_swap_s, WorkDone(d.work_id))
+
+    def _start_sync(self, d: Sync, now: float) -> None:
+        switch = self.cost.colocated_switch_s if self.colocated else 0.0
+        self._after(self.cost.sync_s + switch, WorkDone(d.work_id))
+
+    def _start_nothing(self, d: EvictAdapter | SwapOut, now: float) -> None:
+        """Evictions and swap-outs cost nothing here."""
 
     def wait(self, until: float | None) -> Completions | None:
         """Run SimPy to the next completion, or to ``until`` [s] if that comes first."""
         env = self.env
+        peek, step, steps = env.peek, env.step, 0
         while not self._done:
-            upcoming = env.peek()
+            upcoming = peek()
             if until is not None and upcoming > until:
+                self.steps += steps
                 if until > env.now:
                     env.run(until=until)
                 return None
             if upcoming == math.inf:
+                self.steps += steps
                 return None
-            env.step()
-            self.steps += 1
-        done, self._done = self._done, []
+            step()
+            steps += 1
+        self.steps += steps
+        done = self._done[:]
+        self._done.clear()  # the same list: the engines' wake-ups append to it
         return env.now, done
 
     # ----------------------------------------------------------------------------- work
-    def _after(self, delay: float, *done: WorkDone) -> None:
-        self.env.timeout(delay).callbacks.append(lambda _: self._done.extend(done))
+    def _after(self, delay: float, done: WorkDone) -> None:
+        self.env.timeout(delay, done).callbacks.append(self._collect)
+
+    def _collect(self, event: simpy.Timeout) -> None:
+        """A timeout of :meth:`_after` fired: its work is done."""
+        self._done.append(event.value)
 
     def _start_generate(self, d: Generate, now: float) -> None:
-        spec = self._jobs[d.job]
-        drawn = spec.response_tokens.sample(self.rng, d.seqs)
-        prompt, shortest = d.context_tokens / d.seqs, 1
+        cap, shortest = d.max_new_tokens, 1
+        drawn = self._lengths[d.job].responses(self.rng, d.group, d.seqs)
+        prompt = d.context_tokens / d.seqs
         if self.recording is not None:
             key = (d.job, d.group, d.turn)
             drawn = self.recording.lengths(key, d.seqs, drawn)
             prompt = self.recording.prompt_tokens.get(key, prompt)
             shortest = 0  # a real turn may have had nothing left to generate
-        lengths = np.clip(np.rint(drawn), shortest, d.max_new_tokens)
-        if not lengths.any():  # nothing to generate: done at once
+        # rounded half to even (as numpy's rint), then clipped to [shortest, max_new_tokens]
+        lengths = [
+            r if shortest <= (r := round(x)) <= cap else (shortest if r < shortest else cap)
+            for x in drawn.tolist()
+        ]
+        if not any(lengths):  # nothing to generate: done at once
             self._after(0.0, WorkDone(d.work_id, tokens=0, longest_tokens=0))
             return
         engine = self.engines[d.engine]
         engine.admit(now, d.work_id, lengths, prompt, (d.job, d.version))
-        self._tokens[d.work_id] = (int(lengths.sum()), int(lengths.max()))
+        self._tokens[d.work_id] = (sum(lengths), max(lengths))
         self._wake(d.engine)
-        self._share_processor(now)
+        if self.shared_compute:
+            self._share_processor(now)
+
+    def _busiest_iteration_s(self, d: LoadAdapter, now: float) -> float:
+        """The longest decode iteration running on the load's processor: its own engine, or
+        every engine when they share one processor [s]."""
+        if not self.cost.adapter_load_wait_iterations:
+            return 0.0
+        names = self.engines if self.shared_compute else [d.engine]
+        return max(self.engines[name].iteration_s(now) for name in names)
 
     def _wake(self, name: str) -> None:
-        """Schedule the engine's next group completion (superseding any earlier wake-up)."""
-        engine = self.engines[name]
-        when = engine.next_group_done_s()
+        """Schedule the engine's next group completion (superseding any earlier wake-up:
+        the earlier timeout still fires, but without a callback)."""
+        when = self.engines[name].next_group_done_s()
         if when is None:
             return
-        self._stamp[name] += 1
-        stamp = self._stamp[name]
+        pending = self._wakes.get(name)
+        if pending is not None and pending.callbacks:
+            pending.callbacks.clear()  # superseded by this admission
+        env = self.env
+        now = env.now
+        wake = env.timeout(when - now if when > now else 0.0)
+        wake.callbacks.append(self._fire[name])
+        self._wakes[name] = wake
 
-        def fire(_event) -> None:
-            if stamp != self._stamp[name]:
-                return  # superseded by a later admission
-            now = self.env.now
+    def _fire_for(self, name: str):
+        """The callback of engine ``name``'s wake-up: report the groups that finished."""
+        engine, tokens, done = self.engines[name], self._tokens, self._done
+
+        def fire(event) -> None:
+            now = event.env.now
             finished = engine.pop_finished(now)
             for work_id in finished:
-                tokens, longest = self._tokens.pop(work_id)
-                self._done.append(WorkDone(work_id, tokens=tokens, longest_tokens=longest))
+                total, longest = tokens.pop(work_id)
+                done.append(WorkDone(work_id, tokens=total, longest_tokens=longest))
             self._wake(name)
-            if finished:
+            if finished and self.shared_compute:
                 self._share_processor(now)
 
-        self.env.timeout(max(when - self.env.now, 0.0)).callbacks.append(fire)
+        return fire
 
     def _share_processor(self, now: float) -> None:
         """On one shared processor, each decoding engine runs as many times slower as there
@@ -159,15 +203,15 @@ class SimPyExecutor:
                 engine.set_slowdown(now, factor)
                 self._wake(name)
 
-    def _start_env(self, d: EnvStep) -> None:
+    def _start_env(self, d: EnvStep, now: float) -> None:
         spec = self._jobs[d.job].env
-        latency = float(spec.latency_s.sample(self.rng, d.seqs).max())
+        latency = max(spec.latency_s.sample(self.rng, d.seqs).tolist())
         if self.recording is not None:
             latency = self.recording.env_s.get((d.job, d.group, d.turn), latency)
         added = 0 if d.last_turn else spec.observation_tokens * d.seqs
         self._after(latency, WorkDone(d.work_id, tokens=added))
 
-    def _start_train(self, d: Train) -> None:
+    def _start_train(self, d: Train, now: float) -> None:
         spec, cost = self._jobs[d.job], self.cost
         compute = d.tokens * (1 + spec.lora_rank / cost.train_rank_scale)
         devices = 1 if self.shared_compute else len(d.devices)  # one processor: no speed-up

@@ -7,7 +7,7 @@ import pandas as pd
 from marlaas.core.policies import Policy
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.workload import Workload
-from marlaas.drive import RunResult, drive
+from marlaas.drive import RunResult, check_invariants, drive
 from marlaas.drive.progress import StepProgress
 from marlaas.eventlog import records_to_frame
 from marlaas.runs import run_summary
@@ -34,13 +34,25 @@ def simulate(
     """Simulate ``workload`` under ``policy`` (default: the workload's) and ``seed`` with
     ``cost`` (default: the workload's cost model), replaying ``recording`` if given;
     ``check``: verify the run's invariants."""
-    scheduler = Scheduler(workload, policy)
+    return _simulate(workload, policy, seed, progress, cost, recording, check)[0]
+
+
+def _simulate(
+    workload: Workload,
+    policy: Policy | str | None,
+    seed: int | None,
+    progress: bool,
+    cost: CostModel | None,
+    recording: Recording | None,
+    check: bool,
+) -> tuple[RunResult, Scheduler]:
+    scheduler = Scheduler(workload, policy, seed)
     executor = SimPyExecutor(
         workload, scheduler.cluster, cost or cost_of(workload), seed, recording
     )
     total = sum(j.rl.steps for j in workload.jobs)
     with StepProgress(total, "simulating", enabled=progress) as bar:
-        return drive(scheduler, executor, observers=[bar], check=check)
+        return drive(scheduler, executor, observers=[bar], check=check), scheduler
 
 
 def simulate_run(
@@ -54,9 +66,11 @@ def simulate_run(
     **extra,
 ) -> tuple[pd.DataFrame, dict]:
     """Simulate and return (event log frame, summary); the summary records the cost profile
-    (``profile``: it replaces the workload's cost model) and ``extra`` keys."""
+    (``profile``: it replaces the workload's cost model) and ``extra`` keys. The run's
+    invariants are checked on that frame."""
     cost = profile.cost if profile is not None else None
-    result = simulate(workload, policy, seed, progress, cost, recording)
+    result, scheduler = _simulate(workload, policy, seed, progress, cost, recording, False)
     events = records_to_frame(result.records)
+    check_invariants(result, scheduler, events)
     used = profile.summary() if profile is not None else {"name": "workload", "path": None}
     return events, run_summary(workload, result, events, kind, cost_profile=used, **extra)

@@ -20,18 +20,28 @@ A workload takes them with a top-level section (see :class:`marlaas.core.workloa
 tenant (file order) to the k-th job of that tenant (workload order). Jobs without a row keep
 their own ``arrival_s`` and ``rl.steps``. A row naming an unknown job or tenant, a job named
 twice, or more rows for a tenant than it has jobs is an error with the row's line number.
+
+A request trace (``format: azure``, ``burstgpt``, ``mooncake`` or ``csv``, see
+:mod:`marlaas.traces.formats`) gives arrivals too: the k-th job (workload order) arrives at the
+k-th request's time, relative to the earliest of the first N requests (N jobs), times
+``time_scale``: the load of a live service, with its bursts, as a stream of tenants' jobs::
+
+    arrivals: {path: azure/AzureLLMInferenceTrace_conv.csv, format: azure, time_scale: 100}
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from marlaas.core.limits import MAX_ARRIVAL_S, MAX_STEPS
 from marlaas.traces.csvrows import count, number, read_rows
 from marlaas.traces.errors import TraceError
+from marlaas.traces.formats import get_format, read_requests
 
 
 @dataclass(frozen=True)
@@ -57,18 +67,13 @@ def load_arrivals(path: str | Path) -> list[Arrival]:
         if "submit_s" in row:
             submit = number(path, line, "submit_s", row["submit_s"])
         elif "submit_time" in row:
-            try:
-                submit = datetime.fromisoformat(row["submit_time"]).timestamp()
-            except ValueError:
-                raise TraceError(
-                    path, f"submit_time: {row['submit_time']!r} is not an ISO 8601 time", line
-                ) from None
+            submit = datetime_s(path, line, "submit_time", row["submit_time"])
         else:
             raise TraceError(path, "needs a submit_s [s] or a submit_time column", line)
         if not row["tenant"]:
             raise TraceError(path, "tenant: must not be empty", line)
         size = row.get("size", "")
-        steps = count(path, line, "size", size) if size else None
+        steps = count(path, line, "size", size, high=MAX_STEPS) if size else None
         if steps == 0:
             raise TraceError(path, "size: a job needs at least 1 training step", line)
         stamps.append(submit)
@@ -78,7 +83,56 @@ def load_arrivals(path: str | Path) -> list[Arrival]:
     if "submit_s" not in rows[0][1]:
         first = min(stamps)
         out = [Arrival(a.line, a.tenant, a.submit_s - first, a.job, a.size) for a in out]
+        late = next((a for a in out if a.submit_s > MAX_ARRIVAL_S), None)
+        if late is not None:
+            raise TraceError(path, f"submit_time: {late.submit_s:g} s after the first row; "
+                             f"at most {MAX_ARRIVAL_S:g} s", late.line)  # fmt: skip
     return out
+
+
+def load_request_times(path: str | Path, format: str, n: int) -> list[tuple[int, float]]:
+    """``(line, arrival time [s])`` of the first ``n`` requests of a request trace, each
+    relative to the earliest of them (BurstGPT's failed requests count: they arrived)."""
+    fmt = get_format(path, format)
+    stamps: list[tuple[int, float]] = []
+    for line, row in read_requests(path, fmt, (fmt.time,)):
+        if len(stamps) == n:
+            break
+        text = row[fmt.time]
+        if fmt.time_unit == "datetime":
+            stamp = datetime_s(path, line, fmt.time, text)
+        elif fmt.time_unit == "ms":
+            stamp = number(path, line, fmt.time, text, high=MAX_ARRIVAL_S * 1e3) / 1e3
+        else:
+            stamp = number(path, line, fmt.time, text)
+        stamps.append((line, stamp))
+    if len(stamps) < n:
+        raise TraceError(path, f"{len(stamps)} request(s); the workload has {n} jobs, and each "
+                         f"job arrives at one request's {fmt.time}")  # fmt: skip
+    first = min((s for _, s in stamps), default=0.0)
+    times = [(line, round(stamp - first, 6)) for line, stamp in stamps]  # to the microsecond
+    late = next(((line, t) for line, t in times if t > MAX_ARRIVAL_S), None)
+    if late is not None:
+        raise TraceError(path, f"{fmt.time}: {late[1]:g} s after the earliest request; at most "
+                         f"{MAX_ARRIVAL_S:g} s", late[0])  # fmt: skip
+    return times
+
+
+_FRACTION = re.compile(r"(\.\d{6})\d+")
+"""More than 6 digits of a second (Azure's traces have 7): Python reads at most 6."""
+
+
+def datetime_s(path: str | Path, line: int, column: str, text: str) -> float:
+    """An ISO 8601 date and time as seconds since 1970 (UTC when it has no offset)."""
+    try:
+        when = datetime.fromisoformat(_FRACTION.sub(r"\1", text.strip().replace("Z", "+00:00")))
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        return when.timestamp()
+    except (ValueError, OverflowError, OSError):
+        raise TraceError(
+            path, f"{column}: {text[:40]!r} is not an ISO 8601 date and time", line
+        ) from None
 
 
 def assign(
@@ -142,11 +196,18 @@ def apply_arrivals(data: dict[str, Any], base_dir: str | Path | None) -> dict[st
     jobs = [j.model_dump() if isinstance(j, BaseModel) else copy.deepcopy(j) for j in jobs]
     if not all(isinstance(j, dict) for j in jobs):
         return data
-    for i, row in assign(load_arrivals(path), jobs, spec.match, path).items():
-        jobs[i]["arrival_s"] = row.submit_s * spec.time_scale
-        if row.size is not None:
-            rl = jobs[i].get("rl") or {}
-            rl = rl.model_dump() if isinstance(rl, BaseModel) else dict(rl)
-            jobs[i]["rl"] = {**rl, "steps": row.size}
+    if spec.format == "jobs":
+        for i, row in assign(load_arrivals(path), jobs, spec.match, path).items():
+            jobs[i]["arrival_s"] = row.submit_s * spec.time_scale
+            if row.size is not None:
+                rl = jobs[i].get("rl") or {}
+                rl = rl.model_dump() if isinstance(rl, BaseModel) else dict(rl)
+                jobs[i]["rl"] = {**rl, "steps": row.size}
+    else:  # a request trace: the k-th job arrives at the k-th request
+        for i, (line, t) in enumerate(load_request_times(path, spec.format, len(jobs))):
+            if t * spec.time_scale > MAX_ARRIVAL_S:
+                late = f"{t:g} s x time_scale {spec.time_scale:g} is later than {MAX_ARRIVAL_S:g} s"
+                raise TraceError(path, f"{late} (the latest arrival)", line)
+            jobs[i]["arrival_s"] = t * spec.time_scale
     arrivals = {**spec.model_dump(), "path": str(path.resolve())}
     return {**data, "jobs": jobs, "arrivals": arrivals}

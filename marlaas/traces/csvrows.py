@@ -12,7 +12,13 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
+from marlaas.core.limits import MAX_ARRIVAL_S, MAX_TOKENS, MAX_VALUES
 from marlaas.traces.errors import TraceError
+
+MAX_ROWS = MAX_VALUES
+"""Data rows read from one trace file; a longer file is refused (sample it first)."""
+MAX_TRACE_BYTES = 256 * 1024 * 1024
+"""Largest trace file read [bytes]."""
 
 
 def read_rows(path: str | Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
@@ -21,16 +27,38 @@ def read_rows(path: str | Path, required: tuple[str, ...]) -> Iterator[tuple[int
     Raises :class:`TraceError` when the file is missing, has no header, lacks one of the
     ``required`` columns, or a row has a different number of fields than the header.
     """
+    path = checked_file(path)
+    try:
+        yield from _rows(path, required)
+    except UnicodeDecodeError as err:
+        raise TraceError(path, f"not a UTF-8 text file ({err.reason})") from None
+    except csv.Error as err:
+        raise TraceError(path, f"not a CSV file ({err})") from None
+    except OSError as err:
+        raise TraceError(path, f"cannot read it ({err.strerror})") from None
+
+
+def checked_file(path: str | Path) -> Path:
+    """``path`` when it is a file of at most MAX_TRACE_BYTES, else a TraceError."""
     path = Path(path)
     if not path.is_file():
         raise TraceError(path, "no such trace file")
-    with path.open(newline="", encoding="utf-8") as handle:
+    size = path.stat().st_size
+    if size > MAX_TRACE_BYTES:
+        raise TraceError(path, f"{size:,} bytes; a trace file may have at most "
+                         f"{MAX_TRACE_BYTES:,}")  # fmt: skip
+    return path
+
+
+def _rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
+    with path.open(newline="", encoding="utf-8", errors="strict") as handle:
         numbered = (
             (n, text)
             for n, text in enumerate(handle, start=1)
             if text.strip() and not text.lstrip().startswith("#")
         )
         header: list[str] | None = None
+        rows = 0
         for number, text in numbered:
             fields = next(csv.reader([text]))
             if header is None:
@@ -39,36 +67,52 @@ def read_rows(path: str | Path, required: tuple[str, ...]) -> Iterator[tuple[int
                 if missing:
                     raise TraceError(
                         path,
-                        f"missing column(s) {missing}; expected {list(required)}, got {header}",
+                        f"missing column(s) {missing}; expected {list(required)}, got {header[:8]}",
                         number,
                     )
                 continue
             if len(fields) != len(header):
                 raise TraceError(
-                    path, f"expected {len(header)} fields ({header}), got {len(fields)}", number
+                    path, f"expected {len(header)} fields ({header[:8]}), got {len(fields)}", number
                 )
+            rows += 1
+            if rows > MAX_ROWS:
+                raise TraceError(path, f"more than {MAX_ROWS:,} rows; sample the trace first")
             yield number, {k: v.strip() for k, v in zip(header, fields, strict=True)}
         if header is None:
             raise TraceError(path, "empty file: no header row")
 
 
-def count(path: str | Path, line: int, column: str, text: str) -> int:
-    """A non-negative integer token count, or a TraceError naming the line and column."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
+def count(path: str | Path, line: int, column: str, text: str, high: int = MAX_TOKENS) -> int:
+    """A non-negative integer count up to ``high`` (default: a token count), or a
+    TraceError naming the line and column."""
+    value = _float(text)
     if not math.isfinite(value) or value < 0 or value != int(value):
-        raise TraceError(path, f"{column}: {text!r} is not a non-negative integer", line)
+        raise TraceError(
+            path, f"{column}: {text[:40]!r} is not a non-negative integer (0 to {high:,})", line
+        )
+    if value > high:
+        raise TraceError(path, f"{column}: {text[:40]!r} is more than {high:,}", line)
     return int(value)
 
 
-def number(path: str | Path, line: int, column: str, text: str) -> float:
-    """A finite non-negative number, or a TraceError naming the line and column."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
+def number(
+    path: str | Path, line: int, column: str, text: str, high: float = MAX_ARRIVAL_S
+) -> float:
+    """A finite non-negative number up to ``high`` (default: a time [s]), or a TraceError
+    naming the line and column."""
+    value = _float(text)
     if not math.isfinite(value) or value < 0:
-        raise TraceError(path, f"{column}: {text!r} is not a non-negative number", line)
+        raise TraceError(
+            path, f"{column}: {text[:40]!r} is not a non-negative number (0 to {high:g})", line
+        )
+    if value > high:
+        raise TraceError(path, f"{column}: {text[:40]!r} is more than {high:g}", line)
     return value
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except (ValueError, OverflowError):
+        return math.nan

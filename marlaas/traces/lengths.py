@@ -1,16 +1,9 @@
-"""Per-request LLM traces -> prompt and response lengths [tokens].
+"""Per-request LLM traces -> prompt and response lengths [tokens], row by row.
 
-Formats (one row per request; see docs/workloads.md):
-
-``azure``     Azure LLM inference trace (Azure/AzurePublicDataset, 2023 and 2024):
-              ``TIMESTAMP,ContextTokens,GeneratedTokens``.
-``burstgpt``  BurstGPT (HPMLL/BurstGPT): ``Timestamp,Model,Request tokens,Response tokens,
-              Total tokens,Log Type``. Rows with 0 response tokens are failed requests and are
-              dropped, as the BurstGPT README describes them.
-``csv``       a plain CSV with ``prompt_tokens,response_tokens`` (other columns ignored).
-
-Only the token columns are checked; other columns (timestamps, model names) are kept as text
-and ignored. A bad row raises :class:`TraceError` with the file and line number.
+The formats (Azure 2023/2024, BurstGPT, Mooncake JSONL, plain CSV) are in
+:mod:`marlaas.traces.formats` and docs/workloads.md. Only the token columns are checked;
+other columns (timestamps, model names) are ignored. A bad row raises :class:`TraceError`
+with the file and line number.
 """
 
 from __future__ import annotations
@@ -19,33 +12,26 @@ from pathlib import Path
 
 import numpy as np
 
-from marlaas.traces.csvrows import count, read_rows
+from marlaas.traces.csvrows import count
 from marlaas.traces.errors import TraceError
-
-FORMATS: dict[str, tuple[str, str]] = {
-    "azure": ("ContextTokens", "GeneratedTokens"),
-    "burstgpt": ("Request tokens", "Response tokens"),
-    "csv": ("prompt_tokens", "response_tokens"),
-}
-"""Format name -> (prompt column, response column)."""
+from marlaas.traces.formats import FORMATS, get_format, read_requests
 
 
 def load_length_trace(path: str | Path, format: str = "csv") -> dict[str, np.ndarray]:
     """Read a request trace: ``{"prompt": int64 array, "response": int64 array}`` [tokens].
 
-    The arrays are aligned (row i of both is request i). Raises :class:`TraceError` for an
-    unknown format, a missing file or column, a bad row (with its line number), or a trace
-    with no usable rows.
+    The arrays are aligned (row i of both is request i: the pairs of the trace). BurstGPT's
+    failed requests (0 response tokens) are left out of both. Raises :class:`TraceError`
+    for an unknown format, a missing file or column, a bad row (with its line number), or a
+    trace with no usable rows.
     """
-    if format not in FORMATS:
-        raise TraceError(path, f"unknown trace format {format!r}; choose one of {list(FORMATS)}")
-    prompt_col, response_col = FORMATS[format]
+    fmt = get_format(path, format)
     prompts: list[int] = []
     responses: list[int] = []
-    for line, row in read_rows(path, (prompt_col, response_col)):
-        prompt = count(path, line, prompt_col, row[prompt_col])
-        response = count(path, line, response_col, row[response_col])
-        if format == "burstgpt" and response == 0:
+    for line, row in read_requests(path, fmt, (fmt.prompt, fmt.response)):
+        prompt = count(path, line, fmt.prompt, row[fmt.prompt])
+        response = count(path, line, fmt.response, row[fmt.response])
+        if fmt.zero_response_failed and response == 0:
             continue  # a failed request (BurstGPT marks failures with 0 response tokens)
         prompts.append(prompt)
         responses.append(response)

@@ -8,7 +8,9 @@ Per stage, from the successful work of every run given:
 - training: ``duration = train_overhead_s + tokens * (1 + rank / train_rank_scale) /
   (train_tokens_per_s * devices)``, least squares over training steps (``train_rank_scale``
   keeps its value: one rank cannot tell it apart);
-- sync, engine adapter load, trainer swap: the mean duration of their operations;
+- engine adapter load: a fixed time plus a wait of some decode iterations when engines on its
+  processor are decoding (least squares over the loads);
+- sync, trainer swap: the mean duration of their operations;
 - colocated switch: what a sync under colocated placement takes beyond a disaggregated one
   (0 when the runs have no colocated placement, or only colocated).
 
@@ -27,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import nnls
 
 from marlaas.core.workload import Workload, WorkloadError
 from marlaas.eventlog import read_event_log
@@ -136,12 +139,15 @@ def calibrate(
     fitted.append(Fitted("train_tokens_per_s", rate, "tokens/s per device", train_rows,
                          train_quality))  # fmt: skip
 
-    loads = [split_loads(r.events) for r in runs]
-    engine_loads = pd.concat([e for e, _ in loads])
-    swaps = pd.concat([s for _, s in loads])
-    for name, ops in (("adapter_load_s", engine_loads), ("trainer_swap_s", swaps)):
-        values[name] = float(ops["duration_s"].mean())
-        fitted.append(Fitted(name, values[name], "s", len(ops), _spread(ops["duration_s"])))
+    load_s, wait, load_rows, load_note = _fit_loads(runs)
+    values["adapter_load_s"], values["adapter_load_wait_iterations"] = load_s, wait
+    fitted.append(Fitted("adapter_load_s", load_s, "s", load_rows, load_note))
+    fitted.append(Fitted("adapter_load_wait_iterations", wait, "iterations", load_rows,
+                         load_note))  # fmt: skip
+    swaps = pd.concat([split_loads(r.events)[1] for r in runs])
+    values["trainer_swap_s"] = float(swaps["duration_s"].mean())
+    fitted.append(Fitted("trainer_swap_s", values["trainer_swap_s"], "s", len(swaps),
+                         _spread(swaps["duration_s"])))  # fmt: skip
 
     sync_s, switch_s, sync_rows, switch_note = _fit_sync(runs)
     values["sync_s"], values["colocated_switch_s"] = sync_s, switch_s
@@ -215,8 +221,34 @@ def _fit_train(runs: list[RealRun], rank_scale: float) -> tuple[float, float, st
     pred = overhead + slope * x
     mape = float(np.mean(np.abs(pred - y) / np.maximum(y, 1e-9)))
     note = f"error {mape:.1%}; batch tokens vary {spread:.0%}"
+    if slope == 0:
+        note += " (all per step: add runs with other batch sizes to fit tokens/s)"
     rate = 1.0 / slope if slope > 0 else 1e12
     return overhead, rate, note, len(y)
+
+
+def _fit_loads(runs: list[RealRun]) -> tuple[float, float, int, str]:
+    """Engine adapter loads: ``duration = adapter_load_s + wait * iteration``, where
+    iteration is the longest decode iteration running on the load's processor when it starts
+    (its engine's, or any engine's on a shared processor; 0 when none decodes)."""
+    durations, iterations = [], []
+    for run in runs:
+        loads, _ = split_loads(run.events)
+        gen = operations(run.events, "generate")
+        per_iteration = gen["duration_s"] / gen["longest_tokens"].clip(lower=1)
+        shared = run.workload.cluster.shared_compute
+        for load in loads.itertuples():
+            covering = (gen["start_s"] < load.start_s) & (gen["end_s"] > load.start_s)
+            if not shared:
+                covering &= gen["device"] == load.device
+            iterations.append(float(per_iteration[covering].max()) if covering.any() else 0.0)
+            durations.append(load.duration_s)
+    y, x = np.array(durations), np.array(iterations)
+    (base, wait), _ = nnls(np.column_stack([np.ones_like(x), x]), y)
+    pred = base + wait * x
+    mape = float(np.mean(np.abs(pred - y) / np.maximum(y, 1e-9)))
+    busy = int((x > 0).sum())
+    return float(base), float(wait), len(y), f"error {mape:.0%}; {busy} behind decoding"
 
 
 def _fit_sync(runs: list[RealRun]) -> tuple[float, float, int, str]:

@@ -94,7 +94,7 @@ def test_trace_distributions_need_their_values_read():
 def test_duplicate_keys_and_environments_are_checked_on_load(tmp_path):
     dup = tmp_path / "dup.yaml"
     dup.write_text("name: a\nname: b\njobs: [{name: j, tenant: t}]\n")
-    with pytest.raises(WorkloadError, match="duplicate key 'name' \\(line 2\\)"):
+    with pytest.raises(WorkloadError, match="duplicate key 'name' at line 2"):
         load_workload(dup)
     merged = tmp_path / "merge.yaml"
     merged.write_text(

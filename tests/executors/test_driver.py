@@ -115,11 +115,17 @@ def test_resume_continues_from_saved_adapters_and_optimizer(hf_run, tiny_model_d
         workload, out, backend="hf", resume=True, progress=False
     )
     assert summary["resumed_from"] == dict.fromkeys(JOBS, STEPS)
-    assert sorted(rewards["step"].unique()) == [STEPS, STEPS + 1]
-    assert rewards["mean_reward"].min() > 0.7  # the resumed adapters already know their target
-    train = events[events["kind"] == "train"]
-    assert sorted(train["version"].unique()) == [STEPS + 1, STEPS + 2]
+    # one history: every step of both parts once, the new ones after the old ones
+    assert sorted(rewards["step"].unique()) == list(range(STEPS + 2))
+    assert (rewards.groupby("job").size() == STEPS + 2).all()
+    new = rewards[rewards["step"] >= STEPS]
+    assert new["mean_reward"].min() > 0.7  # the resumed adapters already know their target
+    assert new["time_s"].min() > rewards[rewards["step"] < STEPS]["time_s"].max()
+    train = events[(events["kind"] == "train") & (events["outcome"] == "ok")]
+    for job in JOBS:
+        assert sorted(train[train["job"] == job]["version"]) == list(range(1, STEPS + 3))
     assert all(store.latest(j) == STEPS + 2 for j in JOBS)
+    assert summary["metrics"]["n_jobs"] == len(JOBS)
 
 
 @pytest.mark.slow

@@ -1,0 +1,177 @@
+"""Simulator cost per event as the number of jobs (and GPUs with them) grows.
+
+    python benchmarks/scaling.py                          # paper-32, then 8 ... 256 jobs
+    python benchmarks/scaling.py --jobs 1024 --steps 20   # a thousand tenants
+
+The workload of N jobs is paper-32's jobs cycled (job i is paper-32's job i mod 32, renamed,
+with a tenant of its own) on 2 GPUs per job, split 3:1 between rollout and training (trainers
+of 4 devices): traces/paper-8.yaml is the 8-job one. Every size is simulated under ``fair``
+(invariants not checked: they read the whole event log), then a bare SimPy loop processes
+the same number of events (timeouts with a callback each, as the simulator uses SimPy; the
+best of 3) in the same process right after, so that the ratio of the two is measured under
+the same machine load. Printed per size: SimPy events, wall and CPU time, CPU µs per event,
+the bare loop's CPU µs per event and the ratio; then the growth exponent of µs per event
+between 64 and 256 jobs (0: flat; 1: linear in jobs). Each size runs in a process of its own
+(``--same-process``: all in this one), which reports its peak RSS. The script imports marlaas
+from PYTHONPATH, so one copy of it can measure an older tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import multiprocessing
+import resource
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import simpy
+
+from marlaas.core.scheduler import Scheduler
+from marlaas.core.workload import Workload, parse_workload
+from marlaas.drive import drive
+from marlaas.sim.executor import SimPyExecutor
+from marlaas.workload_file import WorkloadFile, load_workload
+
+PAPER_32 = Path(__file__).resolve().parents[1] / "traces" / "paper-32.yaml"
+
+
+def cycled_workload(jobs: int, steps: int | None = None) -> Workload:
+    """paper-32's jobs cycled to ``jobs`` jobs on ``2 * jobs`` GPUs (3:1 rollout:train);
+    ``steps``: every job's rl.steps (default: each paper-32 job's own)."""
+    if jobs % 8:
+        raise ValueError(f"jobs={jobs}: a multiple of 8 (whole 4-device trainers)")
+    data = load_workload(PAPER_32).model_dump()
+    source = data["jobs"]
+    cycled = []
+    for i in range(jobs):
+        job = dict(source[i % len(source)])
+        if i >= len(source):
+            lap = i // len(source)
+            job["name"], job["tenant"] = f"{job['name']}-{lap}", f"{job['tenant']}-{lap}"
+        if steps is not None:
+            job["rl"] = {**job["rl"], "steps": steps}
+        cycled.append(job)
+    data["jobs"], data["arrivals"], data["name"] = cycled, None, f"paper-cycled-{jobs}"
+    data["cluster"]["pools"] = [
+        {"name": "rollout", "role": "inference", "devices": jobs * 3 // 2},
+        {"name": "train", "role": "training", "devices": jobs // 2, "devices_per_trainer": 4},
+    ]
+    return parse_workload(data, source=f"paper-32 cycled to {jobs} jobs", schema=WorkloadFile)
+
+
+def bare_simpy(events: int, chains: int = 64) -> float:
+    """CPU time [s] of SimPy processing ``events`` timeouts in ``chains`` callback chains."""
+    env = simpy.Environment()
+    left = [events]
+
+    def fire(_event) -> None:
+        left[0] -= 1
+        if left[0] >= chains:
+            env.timeout(1.0 + (left[0] % 7) * 0.1).callbacks.append(fire)
+
+    for i in range(min(chains, events)):
+        env.timeout(i * 0.01).callbacks.append(fire)
+    t0 = time.process_time()
+    env.run()
+    return time.process_time() - t0
+
+
+def measure(workload: Workload, policy: str = "fair") -> dict:
+    """One simulation and a bare SimPy loop of as many events, right after it. Costs per
+    event are CPU times of this process (other processes on the machine disturb them less
+    than wall times); the wall time of the simulation is reported too."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    scheduler = Scheduler(workload, policy)
+    executor = SimPyExecutor(workload, scheduler.cluster)
+    result = drive(scheduler, executor, check=False)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    events = executor.steps
+    bare = min(bare_simpy(events) for _ in range(3))
+    return {
+        "jobs": len(workload.jobs),
+        "gpus": workload.cluster.total_devices,
+        "events": events,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "us_per_event": cpu / events * 1e6,
+        "bare_us_per_event": bare / events * 1e6,
+        "ratio": cpu / bare,
+        "makespan_s": result.makespan_s,
+    }
+
+
+def growth_exponent(rows: list[dict], small: int = 64, large: int = 256) -> float | None:
+    """d log(µs per event) / d log(jobs) between ``small`` and ``large`` jobs."""
+    by_jobs = {r["jobs"]: r for r in rows if r["label"] != "paper-32"}
+    if small not in by_jobs or large not in by_jobs:
+        return None
+    a, b = by_jobs[small]["us_per_event"], by_jobs[large]["us_per_event"]
+    return math.log(b / a) / math.log(large / small)
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process [MB] (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure_in_child(label: str, jobs: int | None, steps: int | None, policy: str) -> dict:
+    """``measure`` in this process, for ``run_fresh``: paper-32 (``jobs`` None) or the cycled
+    workload; with the peak RSS of the process [MB]."""
+    workload = load_workload(PAPER_32) if jobs is None else cycled_workload(jobs, steps)
+    return {"label": label, **measure(workload, policy), "peak_rss_mb": peak_rss_mb()}
+
+
+def run_fresh(label: str, jobs: int | None, steps: int | None, policy: str) -> dict:
+    """``measure_in_child`` in a new process: a size measured after another would otherwise
+    pay for the memory the earlier one left behind."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        return pool.submit(measure_in_child, label, jobs, steps, policy).result()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", default="8,32,64,128,256", help="job counts (multiples of 8)")
+    parser.add_argument("--steps", type=int, help="every job's rl.steps (default: its own)")
+    parser.add_argument("--policy", default="fair")
+    parser.add_argument("--no-paper", action="store_true", help="skip paper-32 itself")
+    parser.add_argument(
+        "--same-process", action="store_true", help="measure every size in this process"
+    )
+    args = parser.parse_args(argv)
+    rows = []
+    header = (
+        f"{'run':>10s} {'jobs':>5s} {'GPUs':>5s} {'events':>9s} {'wall s':>8s} {'cpu s':>8s} "
+        f"{'us/event':>9s} {'bare us':>8s} {'x bare':>7s} {'RSS MB':>7s}"
+    )
+    print(header, flush=True)
+    runs = [] if args.no_paper else [("paper-32", None)]
+    runs += [("cycled", n) for n in map(int, args.jobs.split(","))]
+    run = measure_in_child if args.same_process else run_fresh
+    for label, jobs in runs:
+        row = run(label, jobs, args.steps, args.policy)
+        rows.append(row)
+        print(
+            f"{label:>10s} {row['jobs']:5d} {row['gpus']:5d} {row['events']:9d} "
+            f"{row['wall_s']:8.2f} {row['cpu_s']:8.2f} {row['us_per_event']:9.1f} "
+            f"{row['bare_us_per_event']:8.2f} {row['ratio']:7.1f} {row['peak_rss_mb']:7.0f}",
+            flush=True,
+        )
+    cycled = [r for r in rows if r["label"] != "paper-32"]
+    if len(cycled) >= 2:
+        first, last = cycled[0], cycled[-1]
+        print(
+            f"per-event cost {last['jobs']} vs {first['jobs']} jobs: "
+            f"{last['us_per_event'] / first['us_per_event']:.2f}x"
+        )
+    exponent = growth_exponent(rows)
+    if exponent is not None:
+        print(f"growth exponent of us/event, 64 -> 256 jobs: {exponent:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

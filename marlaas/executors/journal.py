@@ -1,0 +1,159 @@
+"""The journal of a real run: what has happened, appended as it happens, durable per step.
+
+``OUT/journal.jsonl`` holds one JSON object per line:
+
+    {"part": 0, "start": {"offset_s": 0.0, "versions": {"emit-a": 0}}}   a part starts
+    {"part": 0, "record": {...}}    a work record (event-log row), times and versions absolute
+    {"part": 0, "step": {...}}      a training step is durable: its reward point, plus
+                                    the part's clock and counters (wall_s, batches, failures)
+
+A step counts as done once its ``step`` line is on disk (fsynced): by then its adapter
+version and optimizer state are in the adapter store (the Sync wrote them), and its records
+and reward point are in the lines before it. ``marlaas train --resume`` reads the journal
+back (:func:`read_journal`): each job continues after its last durable step, a new part's
+times continue where the journal ends, and :mod:`marlaas.executors.history` renders every
+part as one event log and one reward curve. A last line cut short by a kill is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from marlaas.core.records import WorkRecord
+from marlaas.executors.episode_runner import RewardPoint
+from marlaas.out_folder import OutputError
+
+JOURNAL_FILE = "journal.jsonl"
+
+
+class JournalError(OutputError):
+    """A journal that cannot be read back (damaged before its last line)."""
+
+
+@dataclass
+class Journaled:
+    """What a journal holds, part by part."""
+
+    parts: int = 0
+    """Parts (the first run, then one per --resume) that started."""
+    records: list[tuple[int, WorkRecord]] = field(default_factory=list)
+    """(part, record) in the order written."""
+    steps: list[tuple[int, RewardPoint]] = field(default_factory=list)
+    """(part, reward point) of every durable step."""
+    counters: dict[int, dict[str, float]] = field(default_factory=dict)
+    """Per part, its last counters: wall_s [s], batches, failures."""
+
+    @property
+    def versions(self) -> dict[str, int]:
+        """Each job's newest durable adapter version (steps done)."""
+        done: dict[str, int] = {}
+        for _, point in self.steps:
+            done[point.job] = max(done.get(point.job, 0), point.step + 1)
+        return done
+
+    @property
+    def end_s(self) -> float:
+        """The journal's last time [s]: where a resumed part's clock starts."""
+        ends = [r.end_s for _, r in self.records] + [p.time_s for _, p in self.steps]
+        return max(ends, default=0.0)
+
+
+class Journal:
+    """Appends a part of a run to ``path``: records as they complete, steps durably."""
+
+    def __init__(self, path: Path, part: int, offset_s: float, versions: dict[str, int]) -> None:
+        self.path, self.part, self.offset_s = Path(path), part, offset_s
+        self.versions = dict(versions)
+        _drop_cut_line(self.path)
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
+        self._write({"start": {"offset_s": offset_s, "versions": self.versions}}, sync=True)
+
+    def records(self, records: list[WorkRecord]) -> None:
+        """Append work records (part-local times and versions; shifted here)."""
+        for record in records:
+            self._write({"record": _plain(self._absolute(record)._asdict())})
+
+    def step(self, point: RewardPoint, wall_s: float, batches: int, failures: int) -> None:
+        """Mark a step durable (its point's time is part-local; shifted here) and fsync."""
+        shifted = asdict(point) | {"time_s": point.time_s + self.offset_s}
+        counters = {"wall_s": wall_s, "batches": batches, "failures": failures}
+        self._write({"step": _plain(shifted), "counters": counters}, sync=True)
+
+    def close(self) -> None:
+        """Flush and close the file."""
+        if not self._file.closed:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+
+    def _absolute(self, record: WorkRecord) -> WorkRecord:
+        offset = self.versions.get(record.job, 0)
+        moved = {
+            key: getattr(record, key) + offset
+            for key in ("step", "version")
+            if offset and getattr(record, key) >= 0
+        }
+        return record._replace(
+            start_s=record.start_s + self.offset_s, end_s=record.end_s + self.offset_s, **moved
+        )
+
+    def _write(self, line: dict, sync: bool = False) -> None:
+        self._file.write(json.dumps({"part": self.part, **line}, allow_nan=False) + "\n")
+        self._file.flush()
+        if sync:
+            os.fsync(self._file.fileno())
+
+
+def _drop_cut_line(path: Path) -> None:
+    """Truncate a last line that a kill cut short, so that new lines start on their own."""
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with open(path, "r+b") as handle:
+            handle.truncate(data.rfind(b"\n") + 1)
+
+
+def read_journal(path: Path) -> Journaled:
+    """Read a journal back (an empty one when there is no file)."""
+    out = Journaled()
+    if not Path(path).exists():
+        return out
+    lines = Path(path).read_text(encoding="utf-8").split("\n")
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        try:
+            line = json.loads(text)
+        except ValueError:
+            if number >= len(lines) - 1:
+                break  # the last line, cut short by a kill
+            raise JournalError(f"{path}: line {number} is damaged; cannot resume") from None
+        try:
+            _add(out, line)
+        except (KeyError, TypeError, ValueError) as err:
+            raise JournalError(f"{path}: line {number} is not a journal line ({err})") from None
+    return out
+
+
+def _add(out: Journaled, line: dict) -> None:
+    part = int(line["part"])
+    out.parts = max(out.parts, part + 1)
+    if "record" in line:
+        out.records.append((part, WorkRecord(**_floats(line["record"]))))
+    elif "step" in line:
+        out.steps.append((part, RewardPoint(**_floats(line["step"]))))
+        out.counters[part] = line.get("counters", {})
+
+
+def _plain(values: dict) -> dict:
+    """NaN (a reward of work without one) as null: JSON has no NaN."""
+    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in values.items()}
+
+
+def _floats(values: dict) -> dict:
+    return {k: math.nan if v is None else v for k, v in values.items()}

@@ -1,0 +1,79 @@
+"""What the command line prints about failures: one line, printable, and signals as exceptions.
+
+Everything echoed from user input (file names, job names, YAML values) may hold newlines,
+ANSI escape sequences or other control characters; :func:`printable` escapes them, in this
+one place, so an error can neither forge a second ``marlaas: error:`` line nor drive the
+terminal.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+MAX_ERROR_CHARS = 2000
+"""Longest error line printed [characters]; longer ones are cut, saying how much was cut."""
+
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+class UsageError(ValueError):
+    """A command line argparse refuses (unknown option, bad value): one line, exit 2."""
+
+
+class Interrupted(BaseException):
+    """The process got SIGTERM (raised in the main thread, like KeyboardInterrupt for SIGINT)."""
+
+    def __init__(self, number: int) -> None:
+        super().__init__(f"signal {number}")
+        self.signal = number
+
+
+def printable(text: str) -> str:
+    """``text`` with every non-printable character (newlines, ESC and other C0/C1 controls,
+    bidirectional overrides) written as a Python escape such as ``\\n`` or ``\\x1b``."""
+    out = []
+    for ch in text:
+        if ch.isprintable():
+            out.append(ch)
+        elif ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        else:
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000
+                       else f"\\U{code:08x}")  # fmt: skip
+    return "".join(out)
+
+
+def error_line(err: BaseException | str) -> str:
+    """``marlaas: error: ...`` for an error: one line of printable characters, cut to
+    :data:`MAX_ERROR_CHARS`."""
+    if isinstance(err, OSError) and err.strerror:
+        where = f"{err.filename}: " if err.filename is not None else ""
+        text = f"{where}{err.strerror}"
+    else:
+        text = str(err) or type(err).__name__
+    line = printable(text.strip())
+    if len(line) > MAX_ERROR_CHARS:
+        line = f"{line[:MAX_ERROR_CHARS]}... ({len(line) - MAX_ERROR_CHARS} more characters)"
+    return f"marlaas: error: {line}"
+
+
+def _raise_interrupted(number: int, _frame) -> None:
+    raise Interrupted(number)
+
+
+@contextmanager
+def on_signals() -> Iterator[None]:
+    """Turn SIGTERM into :class:`Interrupted` in the main thread for the block (SIGINT is
+    KeyboardInterrupt already), so ``finally`` blocks clean up as for Ctrl-C."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,65 @@
+"""Reading JSON Lines trace files (one JSON object per line) row by row with line numbers.
+
+Blank lines are skipped. Each requested field must be present with a number (or a string
+holding one), which is passed on as text, as the CSV reader does, for the same checks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from marlaas.traces.csvrows import MAX_ROWS, checked_file
+from marlaas.traces.errors import TraceError
+
+
+def read_json_rows(
+    path: str | Path, required: tuple[str, ...]
+) -> Iterator[tuple[int, dict[str, str]]]:
+    """Yield ``(line number, {field: text})`` for each object of a JSONL file.
+
+    Raises :class:`TraceError` when the file is missing or too big, a line is not a JSON
+    object, lacks one of the ``required`` fields, or holds something other than a number there.
+    """
+    path = checked_file(path)
+    try:
+        yield from _rows(path, required)
+    except UnicodeDecodeError as err:
+        raise TraceError(path, f"not a UTF-8 text file ({err.reason})") from None
+    except OSError as err:
+        raise TraceError(path, f"cannot read it ({err.strerror})") from None
+
+
+def _rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
+    rows = 0
+    with path.open(encoding="utf-8", errors="strict") as handle:
+        for number, text in enumerate(handle, start=1):
+            if not text.strip():
+                continue
+            try:
+                row = json.loads(text)
+            except (ValueError, RecursionError):
+                row = None
+            if not isinstance(row, dict):
+                raise TraceError(
+                    path, f"not a JSON object; expected one per line with {list(required)}", number
+                )
+            missing = [c for c in required if c not in row]
+            if missing:
+                raise TraceError(
+                    path,
+                    f"missing field(s) {missing}; expected {list(required)}, got {list(row)[:8]}",
+                    number,
+                )
+            rows += 1
+            if rows > MAX_ROWS:
+                raise TraceError(path, f"more than {MAX_ROWS:,} rows; sample the trace first")
+            yield number, {c: _text(path, number, c, row[c]) for c in required}
+
+
+def _text(path: Path, line: int, field: str, value: object) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        shown = json.dumps(value)[:40]
+        raise TraceError(path, f"{field}: {shown} is not a number", line)
+    return str(value)

@@ -1,0 +1,88 @@
+"""The journal of a real run (torch-free): written per part, read back after a kill, rendered
+as one history with every step once and every device's time covered."""
+
+from __future__ import annotations
+
+import pytest
+
+from marlaas.core.records import WorkRecord
+from marlaas.executors.episode_runner import RewardPoint
+from marlaas.executors.history import INTERRUPTED, history_events, history_points
+from marlaas.executors.journal import Journal, JournalError, read_journal
+from marlaas.metrics import check_partition
+
+
+def point(job: str, step: int, time_s: float) -> RewardPoint:
+    return RewardPoint(job, "t", step, 0.5, time_s, 0, 0, 1.0, 0.0, 0.1, 4)
+
+
+def work(kind: str, step: int, start: float, end: float, device: str = "d/0", **kw) -> WorkRecord:
+    return WorkRecord(kind, "t", "j", device, "d", start, end, step=step, version=step, **kw)
+
+
+def idle(start: float, end: float, cause: str = "rollouts") -> WorkRecord:
+    return WorkRecord("idle", "", "", "d/0", "d", start, end, outcome=cause)
+
+
+def one_step(step: int, t: float) -> list[WorkRecord]:
+    """Generation, training, then the weight sync (the device idles for it), from ``t``."""
+    sync = [work("sync", step, t + 2, t + 3), idle(t + 2, t + 3, "weight_sync")]
+    return [work("generate", step, t, t + 1), work("train", step, t + 1, t + 2), *sync]
+
+
+def first_part(path) -> None:
+    """Steps 0 and 1 of job j durable; step 2's environment step done, then a kill (the
+    device's last idle interval was never closed)."""
+    journal = Journal(path, part=0, offset_s=0.0, versions={})
+    for step in (0, 1):
+        t = 3.0 * step
+        journal.records(one_step(step, t))
+        journal.step(point("j", step, t + 2), wall_s=t + 3, batches=3 * step + 3, failures=0)
+    journal.records([work("env", 2, 6.0, 7.0, device="")])  # step 2: lost with the part
+    journal._file.write('{"part": 0, "record": {"kind": "tra')  # cut short by the kill
+    journal._file.flush()
+
+
+def test_a_killed_part_reads_back_to_its_durable_steps(tmp_path):
+    path = tmp_path / "journal.jsonl"
+    first_part(path)
+    journaled = read_journal(path)
+    assert journaled.parts == 1 and journaled.versions == {"j": 2}
+    assert journaled.end_s == 7.0  # the last thing it journaled
+    assert len(journaled.records) == 9
+
+
+def test_two_parts_render_one_history(tmp_path):
+    path = tmp_path / "journal.jsonl"
+    first_part(path)
+    before = read_journal(path)
+    journal = Journal(path, part=1, offset_s=before.end_s, versions=before.versions)
+    # part-local times and versions: the journal makes them absolute
+    journal.records([idle(0.0, 0.5), *one_step(0, 0.5)])  # the part's step 0 is the job's 2
+    journal.step(point("j", 2, 2.5), wall_s=3.5, batches=3, failures=0)  # absolute step
+    journal.close()
+    journaled = read_journal(path)
+    assert journaled.versions == {"j": 3} and journaled.parts == 2
+    events = history_events(journaled)
+    check_partition(events)  # the gap the kill left is covered
+    gap = events[events["outcome"] == INTERRUPTED]  # from the last row before the kill to it
+    assert list(zip(gap["start_s"], gap["end_s"], strict=True)) == [(6.0, 7.0)]
+    train = events[(events["kind"] == "train") & (events["outcome"] == "ok")]
+    assert sorted(train["step"]) == [0, 1, 2]  # every step once
+    lost = events[events["outcome"] == "failed"]
+    assert list(lost["step"]) == [2] and list(lost["start_s"]) == [6.0]
+    resumed = events[(events["kind"] == "train") & (events["step"] == 2)]
+    assert resumed["start_s"].iloc[0] == pytest.approx(7.0 + 1.5)  # times continue
+    assert [(p.step, p.time_s) for p in history_points(journaled)] == [
+        (0, 2.0), (1, 5.0), (2, 9.5)
+    ]  # fmt: skip
+
+
+def test_a_journal_damaged_before_its_end_is_refused(tmp_path):
+    path = tmp_path / "journal.jsonl"
+    first_part(path)
+    lines = path.read_text().splitlines()
+    lines[2] = "{not json"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(JournalError, match="line 3 is damaged"):
+        read_journal(path)

@@ -1,0 +1,183 @@
+"""``kill -9`` of ``marlaas train`` and ``--resume``: nothing lost, nothing twice.
+
+A real tiny run (HF backend) is killed with SIGKILL once some of its steps are durable, then
+resumed; it must end exactly as an uninterrupted run of the same seed: the same adapter
+weights (up to floating-point noise: the optimizer state was restored), one event log and
+one reward curve with every step exactly once, times continuing, and its other files kept.
+Both runs are on-policy (max_staleness 0), so that each step's samples come from the same
+adapter version whatever the asynchronous schedule did; and one job's groups can share a
+batch with the other's, which moves log-probs by ~1e-7, hence a tolerance, not equality.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+from marlaas.cli import main
+from marlaas.executors.journal import JOURNAL_FILE, read_journal
+from marlaas.metrics import check_partition
+from marlaas.out_folder import read_manifest
+
+STEPS = 6
+JOBS = ("emit-a", "emit-z")
+
+
+def workload_text(model: Path) -> str:
+    """Two tenants on the tiny model, on-policy, one CPU for generation and training."""
+    jobs = "".join(
+        f"""  - name: emit-{c}
+    tenant: t{c}
+    lora_rank: 8
+    rl: {{steps: {STEPS}, prompts_per_step: 2, group_size: 4, max_new_tokens: 8,
+         max_staleness: 0, learning_rate: 0.02}}
+    prompt_tokens: {{dist: constant, value: 24}}
+    response_tokens: {{dist: constant, value: 8}}
+    env: {{name: target_char, args: {{target: {c}}}}}
+"""
+        for c in "az"
+    )
+    return f"""name: kill-tiny
+seed: 0
+policy: fair
+base_model: {{name: tiny-llama, path: {model}}}
+cluster:
+  pools:
+    - {{name: rollout, role: inference, devices: 1}}
+    - {{name: train, role: training, devices: 1}}
+  engine: {{max_seqs: 64, kv_tokens: 8192, adapter_slots: 4}}
+  trainer: {{adapter_slots: 4}}
+  shared_compute: true
+jobs:
+{jobs}"""
+
+
+KILL_TIMEOUT_S = 300
+"""Generous bound for the killed run to reach its durable steps."""
+
+
+def durable_steps(out: Path) -> int:
+    path = out / JOURNAL_FILE
+    return len(read_journal(path).steps) if path.exists() else 0
+
+
+def train_args(workload: Path, out: Path, *extra: str) -> list[str]:
+    return ["train", str(workload), "--backend", "hf", "--quiet", "--out", str(out), *extra]
+
+
+def adapter(out: Path, job: str, version: int) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(out / "adapters" / job / f"v{version}" / "adapter_model.safetensors"))
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumes_to_the_same_adapters_and_one_history(tiny_model_dir, tmp_path):
+    workload = tmp_path / "w.yaml"
+    workload.write_text(workload_text(tiny_model_dir))
+    full, part = tmp_path / "full", tmp_path / "part"
+    assert main(train_args(workload, full)) == 0
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    command = [sys.executable, "-m", "marlaas.cli", *train_args(workload, part)]
+    proc = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + KILL_TIMEOUT_S
+    while durable_steps(part) < 3 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL
+    done_before = durable_steps(part)
+    assert 3 <= done_before < len(JOBS) * STEPS  # killed midway
+    assert read_manifest(part)["status"] == "partial"
+    (part / "eval.json").write_text('[{"job": "emit-a", "model": "base", "accuracy": 0.1}]')
+
+    assert main(train_args(workload, part, "--resume")) == 0
+
+    assert read_manifest(part)["status"] == "finished"
+    assert json.loads((part / "eval.json").read_text())[0]["accuracy"] == 0.1
+    for job in JOBS:  # the optimizer state came back: Adam's moments shape every later step
+        ours, theirs = adapter(part, job, STEPS), adapter(full, job, STEPS)
+        assert ours.keys() == theirs.keys()
+        for key, value in ours.items():
+            assert (value - theirs[key]).abs().max() < 1e-4, (job, key)
+    events = pd.read_parquet(part / "events.parquet")
+    check_partition(events)
+    train = events[(events["kind"] == "train") & (events["outcome"] == "ok")]
+    for job in JOBS:
+        assert sorted(train[train["job"] == job]["step"]) == list(range(STEPS))
+    rewards, reference = (pd.read_csv(run / "rewards.csv") for run in (part, full))
+    assert list(zip(rewards["job"], rewards["step"], strict=True)) == [
+        (job, step) for job in JOBS for step in range(STEPS)
+    ]
+    assert (rewards["mean_reward"] - reference["mean_reward"]).abs().max() < 1e-6
+    for _job, curve in rewards.groupby("job"):
+        assert curve["time_s"].is_monotonic_increasing  # times continue after the kill
+    parts = read_journal(part / JOURNAL_FILE)
+    assert parts.parts == 2 and len(parts.steps) == len(JOBS) * STEPS
+    summary = json.loads((part / "summary.json").read_text())
+    assert all(t is not None for t in summary["job_finish_s"].values())
+    assert summary["metrics"]["makespan_s"] == pytest.approx(events["end_s"].max())
+
+
+def test_without_resume_an_unfinished_run_is_refused(tiny_model_dir, tmp_path, capsys):
+    from marlaas.out_folder import write_manifest
+
+    workload = tmp_path / "w.yaml"
+    workload.write_text(workload_text(tiny_model_dir))
+    out = tmp_path / "run"
+    (out / "adapters" / "emit-a" / "v3").mkdir(parents=True)
+    write_manifest(out, "real", "partial")
+    assert main(train_args(workload, out)) == 2
+    err = capsys.readouterr().err
+    assert "unfinished real training run" in err and "--resume" in err
+    assert (out / "adapters" / "emit-a" / "v3").is_dir()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_stops_training_with_one_line_and_resume_finishes(
+    tiny_model_dir, tmp_path, capsys, sig
+):
+    workload = tmp_path / "w.yaml"
+    workload.write_text(workload_text(tiny_model_dir))
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    command = [sys.executable, "-m", "marlaas.cli", *train_args(workload, out)]
+    proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + KILL_TIMEOUT_S
+    while durable_steps(out) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=KILL_TIMEOUT_S)
+    assert proc.returncode == 128 + sig, err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]  # (transformers' loading bars come before it)
+    assert last == (
+        f"marlaas: interrupted ({sig.name}); the steps made durable so far are kept in {out}: "
+        "run the same command with --resume to continue"
+    )
+    assert read_manifest(out)["status"] == "partial"
+    assert sorted(p.name for p in out.iterdir()) == ["adapters", "journal.jsonl", "manifest.json"]
+    assert not list(tmp_path.glob(".run.*"))  # no lock or staging left
+    # a held-out evaluation of the partial run is part of the run from now on
+    assert main(["evaluate", str(workload), "--run", str(out), "--prompts", "2",
+                 "--backend", "hf"]) == 0  # fmt: skip
+    assert "eval.json" in read_manifest(out)["files"]
+    evaluation = (out / "eval.json").read_text()
+    assert main(train_args(workload, out, "--resume")) == 0
+    assert (out / "eval.json").read_text() == evaluation
+    rewards = pd.read_csv(out / "rewards.csv")
+    assert len(rewards) == len(JOBS) * STEPS
+    assert main(train_args(workload, out, "--resume")) == 2
+    assert "nothing to resume" in capsys.readouterr().err
