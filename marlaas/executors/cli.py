@@ -161,7 +161,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--micro-batch-size",
         type=bounded_int(1, MAX_MICRO_BATCH),
-        default=16,
+        default=8,
         help="sequences per forward/backward pass (bounds memory)",
     )
     parser.add_argument(

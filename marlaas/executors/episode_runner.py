@@ -48,7 +48,7 @@ class RewardPoint:
     loss: float
     samples: int
     rss_mb: float = 0.0
-    """Resident memory of the run's process when the step finished [MB]."""
+    """Resident memory of the run's process and its children when the step finished [MiB]."""
 
 
 class EpisodeRunner:

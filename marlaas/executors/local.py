@@ -49,7 +49,7 @@ from marlaas.executors.backends import make_generator, max_positions
 from marlaas.executors.devices import gpu_count, physical_devices
 from marlaas.executors.episode_runner import EpisodeRunner, RewardPoint
 from marlaas.executors.episodes import ChatFormat
-from marlaas.executors.memory import rss_mb
+from marlaas.executors.memory import tree_rss_mb
 from marlaas.executors.trainers import TrainerPool
 
 log = logging.getLogger("marlaas.real")
@@ -77,7 +77,7 @@ class LocalExecutor:
         offsets: dict[str, int] | None = None,
         generators: dict | None = None,
         trainers: dict | None = None,
-        micro_batch_size: int = 16,
+        micro_batch_size: int = 8,
         activation_checkpointing: bool = True,
         max_model_len: int | None = None,
         chat_template: bool | None = None,
@@ -234,7 +234,7 @@ class LocalExecutor:
             RewardPoint(
                 d.job, spec.tenant, self._version(d.job, d.step), mean_reward, self.now(),
                 stats.max_staleness, bound, stats.mean_ratio, stats.clip_fraction, stats.loss,
-                stats.samples, round(rss_mb(), 1),
+                stats.samples, round(tree_rss_mb(), 1),
             )
         )  # fmt: skip
         self.episodes.release(d)

@@ -5,7 +5,7 @@ The plain way, ``log_softmax(lm_head(h))[target]``, materialises a [positions, v
 tensor, keeps it for the backward pass and allocates its gradient too: for SmolLM2's 49,152
 tokens that is 196 KB per position, ~0.5 GB for a 16 x 154-token micro-batch (measured peak of
 a training step: docs/real-runs.md). Here only ``chunk`` positions' logits exist at any time
-(``chunk`` x vocab x 4 bytes, 50 MB for 256 positions of a 49k vocabulary); the backward pass
+(``chunk`` x vocab x 4 bytes, 12 MiB for 64 positions of a 49k vocabulary); the backward pass
 recomputes them from the saved hidden states (one more lm_head matmul per chunk), as fused
 linear cross-entropy kernels do::
 
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-DEFAULT_CHUNK = 256
-"""Positions per lm_head chunk: 256 x 49,152 x 4 bytes = 48 MiB of logits for SmolLM2."""
+DEFAULT_CHUNK = 64
+"""Positions per lm_head chunk: 64 x 49,152 x 4 bytes = 12 MiB of logits for SmolLM2."""
 
 
 def token_logprobs(

@@ -93,9 +93,10 @@ def _run_scalars(summary: dict) -> dict[str, float]:
     metrics = summary.get("metrics", {})
     names = ("makespan_s", "utilization", "jct_mean_s")
     out = {f"run/{n}": float(metrics[n]) for n in names if metrics.get(n) is not None}
-    peak = (summary.get("memory") or {}).get("peak_rss_mb")
-    if peak is not None:
-        out["run/peak_rss_mb"] = float(peak)
+    memory = summary.get("memory") or {}
+    for name in ("peak_rss_mb", "tree_peak_rss_mb"):
+        if memory.get(name) is not None:
+            out[f"run/{name}"] = float(memory[name])
     return out
 
 
