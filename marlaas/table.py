@@ -33,9 +33,14 @@ def print_summary(summary: dict, title: str = "") -> None:
     memory = summary.get("memory") or {}
     if memory.get("peak_rss_mb") is not None:
         rows.append(("peak memory (process)", f"{memory['peak_rss_mb']:,.0f} MiB resident"))
-        for child in memory.get("children") or []:
-            name = child["command"].split(" ")[0].rsplit("/", 1)[-1]
-            rows.append((f"  child {child['pid']} ({name})", f"{child['peak_rss_mb']:,.0f} MiB"))
+        children = memory.get("children") or []
+        if children:  # largest first
+            top = children[0]
+            name = top["command"].split(" ")[0].rsplit("/", 1)[-1]
+            rows.append((
+                "  child processes",
+                f"{len(children)}, the largest {top['peak_rss_mb']:,.0f} MiB ({name})",
+            ))  # fmt: skip
         ratio = memory.get("peak_to_weights")
         times = f", {ratio:.1f}x the weights" if ratio else ""
         rows.append(("peak memory (all)", f"{memory['tree_peak_rss_mb']:,.0f} MiB{times}"))

@@ -4,10 +4,14 @@ glibc's malloc serves a block of up to 32 MiB from its heap once a block that si
 freed (the dynamic mmap threshold), and keeps freed heap memory for reuse instead of returning
 it. A training step allocates and frees gigabytes of activations in blocks of 0.1-10 MiB, so
 the process kept what its largest step ever touched, fragmented: a SmolLM2 training step of 64
-sequences peaked at 9.3 GiB and still held 5.9 GiB after it; with a fixed threshold of 256 KiB
-(blocks above it are mmap'ed and unmapped on free) the same step peaked at 3.9 GiB and fell
-back to 1.0 GiB (docs/real-runs.md, "Where the memory goes"). :func:`release_large_blocks`
-sets that threshold (the environment variable ``MALLOC_MMAP_THRESHOLD_``, when set, wins).
+sequences peaked at 9.3 GB and still held 5.9 GB after it; with a fixed threshold of 256 KiB
+(blocks above it are mmap'ed and unmapped on free) the same step peaked at 3.9 GB and fell
+back to 1.0 GB (measured with full-vocabulary logits, before marlaas.executors.logprobs).
+Threads (asyncio workers, the engine thread, OpenMP) each get an arena of their own, up to 8
+per core, and each keeps its own freed memory. :func:`release_large_blocks` sets that
+threshold and at most :data:`ARENAS` arenas (``MALLOC_MMAP_THRESHOLD_`` and
+``MALLOC_ARENA_MAX``, when set, win). Measured on the 2-step SmolLM2 run: docs/real-runs.md,
+"Where the memory goes".
 
 :class:`MemoryMonitor` samples the resident set size of this process and of every process it
 started (an engine core in a child process, compiler or probe subprocesses) on a light
@@ -211,7 +215,7 @@ def _command(pid: int) -> str:
         raw = (_PROC / str(pid) / "cmdline").read_bytes()
     except OSError:
         return "?"
-    text = raw.replace(b"\0", b" ").decode(errors="replace").strip()
+    text = " ".join(raw.replace(b"\0", b" ").decode(errors="replace").split())
     if not text:
         try:
             text = (_PROC / str(pid) / "comm").read_text().strip()
