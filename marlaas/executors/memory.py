@@ -15,9 +15,10 @@ threshold and at most :data:`ARENAS` arenas (``MALLOC_MMAP_THRESHOLD_`` and
 
 :class:`MemoryMonitor` samples the resident set size of this process and of every process it
 started (an engine core in a child process, compiler or probe subprocesses) on a light
-background thread (every ``period_s``). Each process's peak is the kernel's own high-water
-mark (``VmHWM`` in /proc/PID/status; ``ru_maxrss`` for this process), which no sampling
-interval can miss; the peak of the whole tree (their sum) is sampled.
+background thread (every ``period_s``). This process's peak is the kernel's own figure
+(``ru_maxrss``), which no sampling interval can miss; a child's is its high-water mark
+(``VmHWM`` in /proc/PID/status) when last sampled (a child that lives less than
+``period_s`` may be missed); the peak of the whole tree (their sum) is sampled.
 
 Sizes are in MiB (2^20 bytes), written ``_mb`` as elsewhere in the project (ru_maxrss / 1024).
 """
@@ -204,7 +205,7 @@ class MemoryMonitor:
         }
         if model_dir is not None:
             weights = weights_mb(model_dir)
-            out["weights_mb"] = round(weights, 1)
+            out["weights_mb"] = round(weights, 3)
             out["peak_to_weights"] = round(tree_peak / weights, 2) if weights else None
         return out
 
