@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from marlaas.executors.memory import descendants, hwm_mb, rss_mb, weights_mb
+from marlaas.executors.memory import descendants, forked_copy, hwm_mb, rss_mb, weights_mb
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = {
@@ -62,7 +62,8 @@ def measure(name: str, steps: int = 2, period_s: float = 0.1, out: Path | None =
         with open(log, "w") as err:
             proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err)
             while proc.poll() is None:
-                pids = [proc.pid, *descendants(proc.pid)]
+                pids = [proc.pid]  # and its children, but not forks of it before exec
+                pids += [pid for pid in descendants(proc.pid) if not forked_copy(pid, proc.pid)]
                 now = {pid: rss_mb(pid) for pid in pids}
                 tree_peak = max(tree_peak, sum(now.values()))
                 for pid in pids:

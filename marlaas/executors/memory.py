@@ -18,7 +18,10 @@ started (an engine core in a child process, compiler or probe subprocesses) on a
 background thread (every ``period_s``). This process's peak is the kernel's own figure
 (``ru_maxrss``), which no sampling interval can miss; a child's is its high-water mark
 (``VmHWM`` in /proc/PID/status) when last sampled (a child that lives less than
-``period_s`` may be missed); the peak of the whole tree (their sum) is sampled.
+``period_s`` may be missed); the peak of the whole tree (their sum) is sampled. A child
+forked from this process and not (yet) exec'ed is left out of both: its resident pages are
+mostly this process's, shared copy-on-write (a child that forks without exec, such as a
+``fork`` multiprocessing worker, is therefore not counted).
 
 Sizes are in MiB (2^20 bytes), written ``_mb`` as elsewhere in the project (ru_maxrss / 1024).
 """
@@ -117,9 +120,21 @@ def descendants(pid: int | None = None) -> list[int]:
     return out
 
 
+def forked_copy(pid: int, of: int | None = None) -> bool:
+    """Whether process ``pid`` still runs the same command line as ``of`` (default: this
+    process): forked and not (yet) exec'ed, so most of its resident pages are its parent's,
+    shared copy-on-write; counted in a sum, they would count twice."""
+    try:
+        mine = (_PROC / str(os.getpid() if of is None else of) / "cmdline").read_bytes()
+        return (_PROC / str(pid) / "cmdline").read_bytes() == mine
+    except OSError:
+        return False
+
+
 def tree_rss_mb() -> float:
-    """Resident memory of this process and all its descendants now [MiB]."""
-    return rss_mb() + sum(rss_mb(pid) for pid in descendants())
+    """Resident memory of this process and its descendants now [MiB] (forked copies of this
+    process that have not exec'ed are left out: their pages are mostly this one's)."""
+    return rss_mb() + sum(rss_mb(pid) for pid in descendants() if not forked_copy(pid))
 
 
 def weights_mb(model_dir: str | Path) -> float:
@@ -168,6 +183,8 @@ class MemoryMonitor:
             now = rss_mb(pid)
             if now <= 0.0:
                 continue  # ended meanwhile
+            if forked_copy(pid):
+                continue  # forked, not yet exec'ed: its pages are this process's
             total += now
             seen.append((pid, max(now, hwm_mb(pid))))
         with self._lock:

@@ -15,6 +15,7 @@ from marlaas.executors.backends import KV_BLOCK_TOKENS, engine_kv_tokens, longes
 from marlaas.executors.memory import (
     MemoryMonitor,
     descendants,
+    forked_copy,
     hwm_mb,
     peak_rss_mb,
     release_large_blocks,
@@ -157,3 +158,29 @@ def test_monitor_sees_children_and_its_peak_is_at_least_every_sample():
     assert seen["peak_rss_mb"] >= 80  # its own high-water mark (VmHWM)
     assert "bytearray" in seen["command"]
     assert summary["end_rss_mb"] > 0
+
+
+def test_a_fork_before_exec_is_not_counted_twice():
+    import os
+
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: wait until the parent has looked, then leave
+        os.close(write)
+        os.read(read, 1)
+        os._exit(0)
+    os.close(read)
+    try:
+        assert pid in descendants()
+        assert forked_copy(pid)
+        with MemoryMonitor(period_s=10) as monitor:
+            total = monitor.mark()
+        assert total == pytest.approx(rss_mb(), rel=0.05)  # not twice this process
+        assert all(c["pid"] != pid for c in monitor.summary()["children"])
+    finally:
+        os.write(write, b"x")
+        os.close(write)
+        os.waitpid(pid, 0)
+    assert not forked_copy(pid)  # gone
