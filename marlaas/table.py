@@ -30,6 +30,20 @@ def print_summary(summary: dict, title: str = "") -> None:
     ]
     fairness = m.get("fairness") or {}
     rows += [(f"fairness ({k})", _fmt(v)) for k, v in fairness.items()]
+    memory = summary.get("memory") or {}
+    if memory.get("peak_rss_mb") is not None:
+        rows.append(("peak memory (process)", f"{memory['peak_rss_mb']:,.0f} MiB resident"))
+        children = memory.get("children") or []
+        if children:  # largest first
+            top = children[0]
+            name = top["command"].split(" ")[0].rsplit("/", 1)[-1]
+            rows.append((
+                "  child processes",
+                f"{len(children)}, the largest {top['peak_rss_mb']:,.0f} MiB ({name})",
+            ))  # fmt: skip
+        ratio = memory.get("peak_to_weights")
+        times = f", {ratio:.1f}x the weights" if ratio else ""
+        rows.append(("peak memory (all)", f"{memory['tree_peak_rss_mb']:,.0f} MiB{times}"))
     idle = sorted(m["idle_by_cause_device_s"].items(), key=lambda kv: -kv[1])
     rows += [(f"idle: {cause}", _fmt(secs, " device-s")) for cause, secs in idle if secs > 0]
     width = max(len(k) for k, _ in rows)

@@ -103,6 +103,36 @@ KV_BLOCK_TOKENS = 128
 """KV capacity is sized in whole blocks of this many tokens (a multiple of vLLM's blocks)."""
 
 
+def longest_sequence(workload: Workload) -> int:
+    """The longest sequence any job's episode reaches [tokens]: its longest prompt
+    (:func:`marlaas.core.prompts.prompt_cap`), every earlier turn's response and observation
+    (at most ``max_new_tokens`` and ``observation_tokens``), and the last turn's response."""
+    from marlaas.core.prompts import prompt_cap
+
+    return max(
+        prompt_cap(job)
+        + (job.rl.turns - 1) * (job.rl.max_new_tokens + job.env.observation_tokens)
+        + job.rl.max_new_tokens
+        for job in workload.jobs
+    )
+
+
+def engine_kv_tokens(workload: Workload, max_model_len: int) -> int:
+    """KV tokens an engine allocates [tokens]: what the workload can hold at once, not more.
+
+    The scheduler never puts more than ``cluster.engine.max_seqs`` sequences or
+    ``kv_tokens`` tokens on an engine, and no sequence grows past :func:`longest_sequence`,
+    so ``min(kv_tokens, max_seqs x longest_sequence)`` is all it can use; vLLM needs room for
+    one ``max_model_len`` sequence at least. In whole :data:`KV_BLOCK_TOKENS` blocks.
+    (traces/real-smollm2.yaml: min(65,536, 64 x 144) = 9,216 tokens, 405 MiB in fp32 instead
+    of 2.8 GiB; vLLM allocates and zeroes the whole cache when the engine starts.)
+    """
+    engine = workload.cluster.engine
+    tokens = min(engine.kv_tokens, engine.max_seqs * longest_sequence(workload))
+    tokens = max(tokens, max_model_len)
+    return -(-tokens // KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
+
+
 def make_generator(
     backend: str,
     model_dir: Path,
@@ -115,7 +145,9 @@ def make_generator(
 
     Its capacity is the workload's, declared once in ``cluster.engine``: ``max_seqs``
     sequences, ``adapter_slots`` adapters (vLLM loads and evicts only what the scheduler
-    says), and a KV cache of ``kv_tokens`` tokens (at least one ``max_model_len`` sequence).
+    says), and a KV cache of :func:`engine_kv_tokens` tokens (``kv_tokens`` at most: what
+    ``max_seqs`` sequences of the workload's longest episode need, at least one
+    ``max_model_len`` sequence).
     """
     engine = workload.cluster.engine
     if backend == "vllm":
@@ -128,8 +160,7 @@ def make_generator(
                 "inference pool the first GPU or use --backend hf"
             )
         dtype = "float32" if device == "cpu" else "bfloat16"
-        tokens = max(engine.kv_tokens, max_model_len)
-        tokens = -(-tokens // KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
+        tokens = engine_kv_tokens(workload, max_model_len)
         kv_bytes = tokens * kv_bytes_per_token(model_dir, 4 if dtype == "float32" else 2)
         rank = max(j.lora_rank for j in workload.jobs)
         return VLLMGenerator(

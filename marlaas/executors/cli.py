@@ -51,7 +51,7 @@ def _train(args: argparse.Namespace) -> int:
         workload, args.out, args.policy, resume=args.resume, backend=args.backend,
         seed=args.seed, base_dir=Path(args.workload).parent, progress=not args.quiet,
         micro_batch_size=args.micro_batch_size, max_model_len=args.max_model_len,
-        tracker=args.tracker,
+        activation_checkpointing=args.activation_checkpointing, tracker=args.tracker,
     )  # fmt: skip
     print_summary(summary, title=run_title(workload, summary, f"{summary['backend']} · real"))
     for job, group in rewards.groupby("job", sort=True):
@@ -161,9 +161,15 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--micro-batch-size",
         type=bounded_int(1, MAX_MICRO_BATCH),
-        default=16,
+        default=8,
         help="sequences per forward/backward pass (bounds memory)",
     )
+    parser.add_argument(
+        "--no-activation-checkpointing", dest="activation_checkpointing",
+        action="store_false",
+        help="keep every layer's activations for the backward pass instead of recomputing "
+        "them: a faster training step, several times its activation memory",
+    )  # fmt: skip
     parser.add_argument("--max-model-len", type=bounded_int(1, MAX_TOKENS),
                         help="context cap [tokens] (default: the model's)")  # fmt: skip
     parser.add_argument(

@@ -47,6 +47,8 @@ class RewardPoint:
     clip_fraction: float
     loss: float
     samples: int
+    rss_mb: float = 0.0
+    """Resident memory of the run's process and its children when the step finished [MiB]."""
 
 
 class EpisodeRunner:

@@ -49,6 +49,7 @@ from marlaas.executors.backends import make_generator, max_positions
 from marlaas.executors.devices import gpu_count, physical_devices
 from marlaas.executors.episode_runner import EpisodeRunner, RewardPoint
 from marlaas.executors.episodes import ChatFormat
+from marlaas.executors.memory import tree_rss_mb
 from marlaas.executors.trainers import TrainerPool
 
 log = logging.getLogger("marlaas.real")
@@ -76,7 +77,8 @@ class LocalExecutor:
         offsets: dict[str, int] | None = None,
         generators: dict | None = None,
         trainers: dict | None = None,
-        micro_batch_size: int = 16,
+        micro_batch_size: int = 8,
+        activation_checkpointing: bool = True,
         max_model_len: int | None = None,
         chat_template: bool | None = None,
     ) -> None:
@@ -89,6 +91,7 @@ class LocalExecutor:
         limit = max_positions(model_dir)
         self._max_model_len = min(max_model_len or limit, limit)
         self._micro_batch_size = micro_batch_size
+        self._checkpointing = activation_checkpointing
         self._given = dict(generators or {})
         self._engines: dict = dict(self._given)
         self._loaded: set[tuple[str, str, int]] = set()
@@ -124,7 +127,7 @@ class LocalExecutor:
                 device = devices[trainer.devices[0].name]
                 trainers[trainer.name] = await asyncio.to_thread(
                     PeftTrainer, self._model_dir, micro_batch_size=self._micro_batch_size,
-                    device=device,
+                    device=device, activation_checkpointing=self._checkpointing,
                 )  # fmt: skip
         self.trainers = TrainerPool(trainers, self.store, self._specs)
         for job in self.workload.jobs:
@@ -231,7 +234,7 @@ class LocalExecutor:
             RewardPoint(
                 d.job, spec.tenant, self._version(d.job, d.step), mean_reward, self.now(),
                 stats.max_staleness, bound, stats.mean_ratio, stats.clip_fraction, stats.loss,
-                stats.samples,
+                stats.samples, round(tree_rss_mb(), 1),
             )
         )  # fmt: skip
         self.episodes.release(d)

@@ -44,15 +44,17 @@ def real_summary(
     rewards: pd.DataFrame,
     backend: str,
     offsets: dict[str, int],
+    memory: dict | None = None,
 ) -> dict:
-    """The summary.json content of a real run: a simulation's keys plus reward curves."""
+    """The summary.json content of a real run: a simulation's keys plus reward curves and
+    ``memory`` (the run's process's resident memory, MemoryMonitor.summary)."""
     curves = {
         job: [round(float(r), 4) for r in group["mean_reward"]]
         for job, group in rewards.groupby("job", sort=True)
     }
     return run_summary(
         workload, result, events, "real", backend=backend, resumed_from=offsets,
-        reward_curves=curves,
+        reward_curves=curves, memory=memory or {},
     )  # fmt: skip
 
 

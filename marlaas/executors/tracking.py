@@ -85,13 +85,19 @@ def _step_scalars(p: RewardPoint) -> dict[str, float]:
         "train/clip_fraction": p.clip_fraction,
         "train/staleness": p.staleness,
         "train/samples": p.samples,
+        "memory/rss_mb": p.rss_mb,
     }
 
 
 def _run_scalars(summary: dict) -> dict[str, float]:
     metrics = summary.get("metrics", {})
     names = ("makespan_s", "utilization", "jct_mean_s")
-    return {f"run/{n}": float(metrics[n]) for n in names if metrics.get(n) is not None}
+    out = {f"run/{n}": float(metrics[n]) for n in names if metrics.get(n) is not None}
+    memory = summary.get("memory") or {}
+    for name in ("peak_rss_mb", "tree_peak_rss_mb"):
+        if memory.get(name) is not None:
+            out[f"run/{name}"] = float(memory[name])
+    return out
 
 
 def _folder_name(job: str) -> str:

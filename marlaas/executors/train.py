@@ -27,6 +27,7 @@ from marlaas.executors.history import history_events, history_points, history_re
 from marlaas.executors.journal import JOURNAL_FILE, Journal, read_journal
 from marlaas.executors.journal_observer import JournalObserver
 from marlaas.executors.local import LocalExecutor
+from marlaas.executors.memory import MemoryMonitor, release_large_blocks
 from marlaas.executors.outputs import (
     ADAPTERS_DIR,
     real_summary,
@@ -59,13 +60,21 @@ def train_run(
     Without ``resume`` an earlier finished real run in ``out`` is replaced (an unfinished one
     is refused: resume it); with it, each job continues after its last durable step (adapter
     and optimizer state), and the run's history goes on. ``options`` go to
-    :class:`LocalExecutor` (generators, trainers, micro_batch_size, max_model_len,
-    chat_template). ``observers`` see every completion (see marlaas.drive). ``tracker``
-    (``tensorboard`` or ``wandb``) also logs every job's training statistics per step under
-    ``out/<tracker>/`` as they finish (a resumed run appends). Returns (events, summary,
-    rewards, result), each over the whole history; ``out/workload.json`` keeps the workload
-    for ``marlaas replay``.
+    :class:`LocalExecutor` (generators, trainers, micro_batch_size,
+    activation_checkpointing, max_model_len, chat_template). ``observers`` see every
+    completion (see marlaas.drive). ``tracker`` (``tensorboard`` or ``wandb``) also logs
+    every job's training statistics per step under ``out/<tracker>/`` as they finish (a
+    resumed run appends). Returns (events, summary, rewards, result), each over the whole
+    history; ``out/workload.json`` keeps the workload for ``marlaas replay``.
+
+    Memory: freed blocks of 256 KiB and more go back to the system from the start (see
+    marlaas.executors.memory: process-wide). The summary's ``memory`` holds the peak resident
+    memory of this process and of its child processes (an engine core, if the backend starts
+    one), sampled from before the models load to the end of this part of the run, in MB, and
+    their ratio to the model's weight files; rewards.csv holds the resident memory of the
+    process tree after every training step (``rss_mb``).
     """
+    release_large_blocks()
     out = Path(out)
     with claim(out, REAL, allow_partial=resume) as target:  # --out first: before any work
         backend = "external" if options.get("generators") else resolve_backend(backend)
@@ -88,21 +97,25 @@ def train_run(
             config = _tracker_config(workload, policy, backend, seed)
             track = open_tracker(tracker, out, run_name=out.name, config=config)
         try:
-            if left is None:  # every step was durable: only the outputs were missing
-                result = _no_work(workload, policy, seed)
-            else:
-                journal = Journal(out / JOURNAL_FILE, journaled.parts, journaled.end_s, offsets)
-                try:
-                    result = _train_part(left, journal, store, model_dir, backend, policy, seed,
-                                         progress, observers, offsets, options, track)  # fmt: skip
-                finally:
-                    journal.close()
+            with MemoryMonitor() as memory:
+                if left is None:  # every step was durable: only the outputs were missing
+                    result = _no_work(workload, policy, seed)
+                else:
+                    journal = Journal(out / JOURNAL_FILE, journaled.parts, journaled.end_s,
+                                      offsets)  # fmt: skip
+                    try:
+                        result = _train_part(left, journal, store, model_dir, backend, policy,
+                                             seed, progress, observers, offsets, options,
+                                             track)  # fmt: skip
+                    finally:
+                        journal.close()
             journaled = read_journal(out / JOURNAL_FILE)
             events = history_events(journaled)
             steps = {j.name: j.rl.steps for j in workload.jobs}
             result = history_result(result, journaled, events, steps)
             rewards = rewards_frame(history_points(journaled))
-            summary = real_summary(workload, result, events, rewards, backend, offsets)
+            summary = real_summary(workload, result, events, rewards, backend, offsets,
+                                   memory.summary(model_dir))  # fmt: skip
             if track is not None:
                 track.log_run(summary)
         finally:

@@ -79,6 +79,35 @@ def test_train_tracker_writes_each_jobs_steps_and_the_makespan(quiet_run):
     assert makespan.value == pytest.approx(summary["metrics"]["makespan_s"], rel=1e-5)
 
 
+def test_train_records_peak_memory_per_process(quiet_run):
+    """summary.json keeps the run's peak resident memory (this process, its children, all of
+    them, over the weights), rewards.csv the memory after every step, the table prints it."""
+    import pandas as pd
+
+    out, done = quiet_run
+    assert done.returncode == 0, done.stderr
+    memory = json.loads((out / "summary.json").read_text())["memory"]
+    assert memory["peak_rss_mb"] > 100  # torch alone is more
+    assert memory["tree_peak_rss_mb"] >= memory["peak_rss_mb"] - 0.1
+    assert isinstance(memory["children"], list)
+    assert memory["weights_mb"] == pytest.approx(1.256, abs=0.01)  # the tiny model: 1.3 MB
+    assert memory["peak_to_weights"] == pytest.approx(
+        memory["tree_peak_rss_mb"] / memory["weights_mb"], rel=0.02
+    )
+    rewards = pd.read_csv(out / "rewards.csv")
+    assert (rewards["rss_mb"] > 100).all()
+    assert (rewards["rss_mb"] <= memory["tree_peak_rss_mb"] + 1).all()
+    assert "peak memory (process)" in done.stdout
+    acc_dir = out / "tensorboard"
+    if importlib.util.find_spec("tensorboard") is not None:
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        acc = EventAccumulator(str(acc_dir))
+        acc.Reload()
+        (peak,) = acc.Scalars("run/peak_rss_mb")
+        assert peak.value == pytest.approx(memory["peak_rss_mb"], rel=1e-5)
+
+
 def test_train_verbose_shows_the_libraries_output(tiny_model_dir, tmp_path):
     args = ["train", *tiny_args(tiny_model_dir, 1), "--backend", "hf", "--verbose"]
     done = marlaas(*args, "--out", str(tmp_path / "run"), "--quiet")

@@ -71,7 +71,7 @@ def test_tensorboard_tracker_writes_per_job_scalars_and_the_run(tmp_path):
     job_a = scalars(tmp_path / "tensorboard" / "a")
     assert set(job_a) == {
         "reward/mean", "train/loss", "train/importance_ratio", "train/clip_fraction",
-        "train/staleness", "train/samples", "job/finish_s",
+        "train/staleness", "train/samples", "memory/rss_mb", "job/finish_s",
     }  # fmt: skip
     assert job_a["reward/mean"] == pytest.approx({0: 0.0, 1: 0.1, 2: 0.2})
     assert job_a["train/staleness"] == {0: 0, 1: 1, 2: 0}

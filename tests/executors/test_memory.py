@@ -1,0 +1,186 @@
+"""Memory of real runs: selected-token log-probs equal the full-logits ones (values and
+gradients), the trainer's two ways agree, the engine's KV cache is what the workload can use,
+and the monitor sees this process and its children."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from marlaas.executors.backends import KV_BLOCK_TOKENS, engine_kv_tokens, longest_sequence
+from marlaas.executors.memory import (
+    MemoryMonitor,
+    descendants,
+    forked_copy,
+    hwm_mb,
+    peak_rss_mb,
+    release_large_blocks,
+    rss_mb,
+    tree_rss_mb,
+    weights_mb,
+)
+from marlaas.executors.rollout import TrainSample
+from marlaas.workload_file import apply_overrides, load_workload
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+# ------------------------------------------------------------------ selected-token log-probs
+@pytest.mark.parametrize("chunk", [1, 3, 7, 64])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_token_logprobs_equal_the_full_log_softmax(chunk, with_bias):
+    torch = pytest.importorskip("torch")
+    from marlaas.executors.logprobs import token_logprobs
+
+    gen = torch.Generator().manual_seed(0)
+    n, hidden, vocab = 11, 16, 50  # 11 positions: chunks of 3 and 7 leave a remainder
+    h = torch.randn(n, hidden, generator=gen, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(vocab, hidden, generator=gen, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(vocab, generator=gen, dtype=torch.float64, requires_grad=True)
+    bias = b if with_bias else None
+    targets = torch.randint(vocab, (n,), generator=gen)
+    upstream = torch.randn(n, generator=gen, dtype=torch.float64)
+
+    mine = token_logprobs(h, w, targets, bias, chunk=chunk)
+    logits = h @ w.t() + (b if with_bias else 0)
+    full = torch.log_softmax(logits.float(), dim=1).gather(1, targets[:, None]).squeeze(1)
+    assert mine.dtype == torch.float32
+    torch.testing.assert_close(mine, full, rtol=1e-5, atol=1e-5)
+
+    inputs = [h, w, *([b] if with_bias else [])]
+    got = torch.autograd.grad((mine * upstream).sum(), inputs)
+    ref = torch.log_softmax(logits, dim=1).gather(1, targets[:, None]).squeeze(1)
+    want = torch.autograd.grad((ref * upstream).sum(), inputs)
+    for g, r in zip(got, want, strict=True):
+        torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-6)
+
+
+def test_token_logprobs_refuses_bad_shapes():
+    torch = pytest.importorskip("torch")
+    from marlaas.executors.logprobs import token_logprobs
+
+    with pytest.raises(ValueError, match="hidden"):
+        token_logprobs(torch.zeros(2, 3, 4), torch.zeros(5, 4), torch.zeros(2, dtype=torch.long))
+    with pytest.raises(ValueError, match="chunk"):
+        targets = torch.zeros(2, dtype=torch.long)
+        token_logprobs(torch.zeros(2, 4), torch.zeros(5, 4), targets, None, chunk=0)
+
+
+@pytest.mark.parametrize("checkpointing", [True, False])
+def test_trainer_selected_token_logprobs_match_the_full_logits(tiny_model_dir, checkpointing):
+    """The trainer's chunked log-probs (and their gradients in the LoRA weights) equal the
+    ones from the model's full [B, L, vocab] logits, with and without checkpointing."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    from marlaas.executors.peft_trainer import PeftTrainer
+
+    trainer = PeftTrainer(tiny_model_dir, activation_checkpointing=checkpointing)
+    trainer.add_job("A", seed=0)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # a non-zero adapter, so that its B matrices get gradients too
+        for p in trainer._jobs["A"].params:
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
+    samples = [  # different prompt and completion lengths: padding and offsets
+        TrainSample((5, 6, 7), (20, 21, 22, 23), (-1.0,) * 4, 1.0, 0, 0),
+        TrainSample((5, 6, 7, 8, 9), (30, 31), (-1.0,) * 2, 0.0, 0, 0),
+        TrainSample((5,), (40, 41, 42), (-1.0,) * 3, 0.5, 0, 0),
+    ]
+    trainer._activate("A")
+    trainer.model.train()
+    try:
+        results = []
+        for way in (trainer._completion_logprobs, trainer._full_logits_logprobs):
+            logp, mask = way(samples)
+            params = trainer._jobs["A"].params
+            grads = torch.autograd.grad((logp * mask).sum(), params)
+            results.append((logp.detach(), mask, grads))
+    finally:
+        trainer._deactivate("A")
+        trainer.model.eval()
+    (logp, mask, grads), (ref_logp, ref_mask, ref_grads) = results
+    assert trainer._head is not None  # the tiny Llama's head is a plain Linear: chunked path
+    torch.testing.assert_close(mask, ref_mask)
+    torch.testing.assert_close(logp * mask, ref_logp * ref_mask, rtol=1e-5, atol=1e-5)
+    assert mask.sum() == 9
+    for g, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-6)
+
+
+# ------------------------------------------------------------------ engine budgets
+def test_engine_kv_tokens_is_what_the_workload_can_hold():
+    workload = load_workload(REPO / "traces" / "real-smollm2.yaml")
+    # calc-tool: 80-token prompt + turn 1 (24 new + 16 observed) + turn 2 (24 new) = 144
+    assert longest_sequence(workload) == 144
+    assert engine_kv_tokens(workload, max_model_len=2048) == 64 * 144  # 9,216, not 65,536
+    # at least one max_model_len sequence (vLLM refuses less), in whole blocks
+    assert engine_kv_tokens(workload, max_model_len=10_000) == 10_112
+    assert 10_112 % KV_BLOCK_TOKENS == 0
+    # never more than the workload's kv_tokens
+    small = apply_overrides(workload, {"cluster.engine.kv_tokens": 4096})
+    assert engine_kv_tokens(small, max_model_len=512) == 4096
+
+
+# ------------------------------------------------------------------ measuring
+def test_rss_figures_of_this_process(tmp_path):
+    now = rss_mb()
+    assert 1.0 < now <= peak_rss_mb() + 1.0
+    assert hwm_mb("self") == pytest.approx(peak_rss_mb(), rel=0.05)
+    assert tree_rss_mb() >= now - 1.0
+    assert rss_mb(2**22 + 12345) == 0.0 and hwm_mb(2**22 + 12345) == 0.0  # no such process
+    (tmp_path / "model.safetensors").write_bytes(b"\0" * (3 * 1024 * 1024))
+    assert weights_mb(tmp_path) == pytest.approx(3.0)
+    if sys.platform.startswith("linux"):
+        assert release_large_blocks() in (True, False)  # no error; False with the env set
+
+
+def test_monitor_sees_children_and_its_peak_is_at_least_every_sample():
+    allocate = "import time; b = bytearray(80 * 2**20); b[::4096] = b'x' * 20480; time.sleep(3)"
+    with MemoryMonitor(period_s=0.05) as monitor:
+        child = subprocess.Popen([sys.executable, "-c", allocate])
+        try:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                if child.pid in descendants() and rss_mb(child.pid) > 80:
+                    break
+                time.sleep(0.05)
+            sampled = monitor.mark()
+        finally:
+            child.wait(timeout=30)
+    summary = monitor.summary()
+    assert sampled >= rss_mb() + 80 - 5  # this process and the child's 80 MiB
+    assert summary["tree_peak_rss_mb"] >= sampled - 0.1
+    assert summary["peak_rss_mb"] == pytest.approx(peak_rss_mb(), abs=1.0)
+    [seen] = [c for c in summary["children"] if c["pid"] == child.pid]
+    assert seen["peak_rss_mb"] >= 80  # its own high-water mark (VmHWM)
+    assert "bytearray" in seen["command"]
+    assert summary["end_rss_mb"] > 0
+
+
+def test_a_fork_before_exec_is_not_counted_twice():
+    import os
+
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: wait until the parent has looked, then leave
+        os.close(write)
+        os.read(read, 1)
+        os._exit(0)
+    os.close(read)
+    try:
+        assert pid in descendants()
+        assert forked_copy(pid)
+        with MemoryMonitor(period_s=10) as monitor:
+            total = monitor.mark()
+        assert total == pytest.approx(rss_mb(), rel=0.05)  # not twice this process
+        assert all(c["pid"] != pid for c in monitor.summary()["children"])
+    finally:
+        os.write(write, b"x")
+        os.close(write)
+        os.waitpid(pid, 0)
+    assert not forked_copy(pid)  # gone
