@@ -63,24 +63,37 @@ def _rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str
             fields = next(csv.reader([text]))
             if header is None:
                 header = [f.strip() for f in fields]
-                missing = [c for c in required if c not in header]
-                if missing:
-                    raise TraceError(
-                        path,
-                        f"missing column(s) {missing}; expected {list(required)}, got {header[:8]}",
-                        number,
-                    )
+                check_required(path, number, "column", required, header)
                 continue
             if len(fields) != len(header):
                 raise TraceError(
                     path, f"expected {len(header)} fields ({header[:8]}), got {len(fields)}", number
                 )
-            rows += 1
-            if rows > MAX_ROWS:
-                raise TraceError(path, f"more than {MAX_ROWS:,} rows; sample the trace first")
+            rows = counted(path, rows)
             yield number, {k: v.strip() for k, v in zip(header, fields, strict=True)}
         if header is None:
             raise TraceError(path, "empty file: no header row")
+
+
+def check_required(
+    path: Path, line: int, noun: str, required: tuple[str, ...], present: list[str]
+) -> None:
+    """Raise a TraceError naming the ``required`` fields (``noun``: column or field) that
+    ``present`` lacks."""
+    missing = [c for c in required if c not in present]
+    if missing:
+        raise TraceError(
+            path,
+            f"missing {noun}(s) {missing}; expected {list(required)}, got {list(present)[:8]}",
+            line,
+        )
+
+
+def counted(path: Path, rows: int) -> int:
+    """``rows + 1``, or a TraceError when a trace has more than :data:`MAX_ROWS` rows."""
+    if rows >= MAX_ROWS:
+        raise TraceError(path, f"more than {MAX_ROWS:,} rows; sample the trace first")
+    return rows + 1
 
 
 def count(path: str | Path, line: int, column: str, text: str, high: int = MAX_TOKENS) -> int:

@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from marlaas.traces.csvrows import MAX_ROWS, checked_file
+from marlaas.traces.csvrows import check_required, checked_file, counted
 from marlaas.traces.errors import TraceError
 
 
@@ -45,16 +45,8 @@ def _rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str
                 raise TraceError(
                     path, f"not a JSON object; expected one per line with {list(required)}", number
                 )
-            missing = [c for c in required if c not in row]
-            if missing:
-                raise TraceError(
-                    path,
-                    f"missing field(s) {missing}; expected {list(required)}, got {list(row)[:8]}",
-                    number,
-                )
-            rows += 1
-            if rows > MAX_ROWS:
-                raise TraceError(path, f"more than {MAX_ROWS:,} rows; sample the trace first")
+            check_required(path, number, "field", required, list(row))
+            rows = counted(path, rows)
             yield number, {c: _text(path, number, c, row[c]) for c in required}
 
 
