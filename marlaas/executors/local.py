@@ -145,6 +145,11 @@ class LocalExecutor:
         """Seconds since setup ended."""
         return time.monotonic() - self._t0
 
+    @property
+    def clock_zero(self) -> float:
+        """The monotonic time [s] this executor's clock (``now``) counts from."""
+        return self._t0
+
     def start(self, decision: Decision, now: float) -> None:
         """Start the decision's work (instant decisions are done when this returns)."""
         if isinstance(decision, EvictAdapter):

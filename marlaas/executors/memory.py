@@ -34,6 +34,7 @@ import os
 import resource
 import sys
 import threading
+import time
 from pathlib import Path
 
 MMAP_THRESHOLD_BYTES = 256 * 1024
@@ -149,17 +150,29 @@ class MemoryMonitor:
     sampled every ``period_s`` [s].
 
     Use as a context manager; ``mark()`` returns the process tree's resident memory now [MiB]
-    (e.g. after each training step) and ``summary()`` the figures a run's summary keeps.
+    (e.g. after each training step), ``timeline()`` every sample on a run's clock and
+    ``summary()`` the figures a run's summary keeps.
+
+    Every sample also keeps this process's peak so far (ru_maxrss, which misses nothing), so
+    the peak's time is known to within one period even when it lasted less: it is the first
+    sample that saw the final peak (``peak_at_s``).
     """
 
     def __init__(self, period_s: float = 0.25) -> None:
         self.period_s = period_s
+        self.zero = time.monotonic()
+        """The monotonic time [s] a timeline's ``time_s`` counts from (a run's clock: set it
+        when the run's setup ends); ``offset_s`` is added (a resumed run's earlier parts)."""
+        self.offset_s = 0.0
         self.start_mb = tree_rss_mb()
         self.tree_peak_mb = self.start_mb
         """The largest sampled sum over the process tree [MiB]."""
         self.end_mb: float | None = None
         self.children: dict[int, dict] = {}
         """pid -> {"command", "peak_rss_mb"} of every child process seen."""
+        self.samples: list[tuple[float, float, float]] = []
+        """(monotonic time [s], the tree's resident memory [MiB], this process's peak so far
+        [MiB]) of every sample."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -188,6 +201,7 @@ class MemoryMonitor:
             total += now
             seen.append((pid, max(now, hwm_mb(pid))))
         with self._lock:
+            self.samples.append((time.monotonic(), total, peak_rss_mb()))
             self.tree_peak_mb = max(self.tree_peak_mb, total)
             for pid, peak in seen:
                 child = self.children.get(pid)
@@ -200,12 +214,30 @@ class MemoryMonitor:
         while not self._stop.wait(self.period_s):
             self.mark()
 
+    def timeline(self) -> list[tuple[float, float, float]]:
+        """(time_s, rss_mb, peak_rss_mb) of every sample: seconds on the run's clock (``zero``,
+        ``offset_s``; negative while the run set up), the process tree's resident memory and
+        this process's peak so far [MiB]."""
+        with self._lock:
+            samples = list(self.samples)
+        return [(t - self.zero + self.offset_s, now, peak) for t, now, peak in samples]
+
+    def peak_at_s(self) -> float | None:
+        """When this process's peak was reached, on the run's clock [s]: the first sample that
+        saw it (the peak came at most one period before); None before any sample."""
+        timeline = self.timeline()
+        if not timeline:
+            return None
+        top = max(peak for _, _, peak in timeline)
+        return next(t for t, _, peak in timeline if peak >= top)
+
     def summary(self, model_dir: str | Path | None = None) -> dict:
         """The figures of a run's summary [MiB]: ``peak_rss_mb``, this process's peak since it
         started (ru_maxrss: model loading included); ``children``, every child process seen
         (pid, command, its peak, largest first); ``tree_peak_rss_mb``, the largest sampled sum
         of the process and its children; ``start_rss_mb`` and ``end_rss_mb``, the tree when
-        monitoring began and ended (or now); with ``model_dir`` also ``weights_mb`` (the
+        monitoring began and ended (or now); ``peak_at_s``, when the process's peak came, on
+        the run's clock [s]; with ``model_dir`` also ``weights_mb`` (the
         weight files) and ``peak_to_weights`` (the tree's peak over the weights)."""
         with self._lock:
             children = [
@@ -220,6 +252,8 @@ class MemoryMonitor:
             "start_rss_mb": round(self.start_mb, 1),
             "end_rss_mb": round(tree_rss_mb() if self.end_mb is None else self.end_mb, 1),
         }
+        peak_at = self.peak_at_s()
+        out["peak_at_s"] = None if peak_at is None else round(peak_at, 2)
         if model_dir is not None:
             weights = weights_mb(model_dir)
             out["weights_mb"] = round(weights, 3)

@@ -5,8 +5,9 @@ The folder is written in place while the run trains (``adapters/``: the adapter 
 version of every job; ``journal.jsonl``: see marlaas.executors.journal), with a ``partial``
 manifest (see marlaas.out_folder). At the end ``events.parquet``, ``summary.json`` (kind
 ``real``, the simulator's keys plus ``reward_curves``), ``rewards.csv`` and ``rewards.png``
-(the mean reward per job and training step) are written one by one, each atomically, and
-the manifest becomes ``finished``. Other files (``eval.json`` from ``marlaas evaluate``)
+(the mean reward per job and training step) and ``memory.csv`` (the resident memory over the
+run's last part, sampled) are written one by one, each atomically, and the manifest becomes
+``finished``. Other files (``eval.json`` from ``marlaas evaluate``)
 are kept.
 """
 
@@ -25,6 +26,7 @@ from marlaas.runs import SUMMARY_FILE, WORKLOAD_FILE, run_summary, summary_json
 
 REWARDS_CSV = "rewards.csv"
 REWARDS_PNG = "rewards.png"
+MEMORY_CSV = "memory.csv"
 ADAPTERS_DIR = "adapters"
 
 
@@ -59,9 +61,15 @@ def real_summary(
 
 
 def write_real_files(
-    out: Path, events: pd.DataFrame, summary: dict, rewards: pd.DataFrame, workload=None
+    out: Path,
+    events: pd.DataFrame,
+    summary: dict,
+    rewards: pd.DataFrame,
+    workload=None,
+    memory: list[tuple[float, float, float]] | None = None,
 ):
-    """Write the run's event log, summary, workload and reward curves into ``out``, each
+    """Write the run's event log, summary, workload, reward curves and ``memory`` (the
+    samples of MemoryMonitor.timeline: time_s, rss_mb, peak_rss_mb) into ``out``, each
     atomically; a failed write (disk full) is one OutputError line, the journal and adapters
     kept."""
     try:
@@ -69,9 +77,11 @@ def write_real_files(
         write_durably(out / SUMMARY_FILE, summary_json(summary))
         if workload is not None:
             write_durably(out / WORKLOAD_FILE, workload.model_dump_json(indent=1))
-        csv = out / f".{REWARDS_CSV}.tmp"
-        rewards.to_csv(csv, index=False)
-        os.replace(csv, out / REWARDS_CSV)
+        _write_csv(rewards, out / REWARDS_CSV)
+        if memory is not None:
+            columns = ["time_s", "rss_mb", "peak_rss_mb"]
+            frame = pd.DataFrame(memory, columns=columns).round({c: 2 for c in columns})
+            _write_csv(frame, out / MEMORY_CSV)
         png = out / f".{REWARDS_PNG}.tmp.png"
         plot_rewards(rewards, png, title=f"{summary['workload']} · {summary['policy']}")
         os.replace(png, out / REWARDS_PNG)
@@ -81,6 +91,12 @@ def write_real_files(
             "are kept: free some space and run the same command with --resume"
         ) from None
     return out
+
+
+def _write_csv(frame: pd.DataFrame, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    frame.to_csv(tmp, index=False)
+    os.replace(tmp, path)
 
 
 def plot_rewards(rewards: pd.DataFrame, path: Path, title: str = "") -> Path:

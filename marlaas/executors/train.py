@@ -103,10 +103,11 @@ def train_run(
                 else:
                     journal = Journal(out / JOURNAL_FILE, journaled.parts, journaled.end_s,
                                       offsets)  # fmt: skip
+                    memory.offset_s = journaled.end_s
                     try:
                         result = _train_part(left, journal, store, model_dir, backend, policy,
                                              seed, progress, observers, offsets, options,
-                                             track)  # fmt: skip
+                                             track, memory)  # fmt: skip
                     finally:
                         journal.close()
             journaled = read_journal(out / JOURNAL_FILE)
@@ -121,15 +122,16 @@ def train_run(
         finally:
             if track is not None:
                 track.close()
-        write_real_files(out, events, summary, rewards, workload)
+        write_real_files(out, events, summary, rewards, workload, memory.timeline())
         write_manifest(out, REAL, "finished")
     return events, summary, rewards, result
 
 
 def _train_part(workload, journal, store, model_dir, backend, policy, seed, progress,
-                observers, offsets, options, track) -> RunResult:  # fmt: skip
+                observers, offsets, options, track, memory) -> RunResult:  # fmt: skip
     """Drive one part of the run (the first, or a resumed one), journaling it (and feeding
-    ``track``, a tracker, each training step's statistics)."""
+    ``track``, a tracker, each training step's statistics); ``memory``'s timeline counts on
+    the run's clock from the end of the setup."""
     scheduler = Scheduler(workload, policy, seed)
     total = sum(j.steps for j in scheduler.jobs)
     with LocalExecutor(
@@ -138,6 +140,7 @@ def _train_part(workload, journal, store, model_dir, backend, policy, seed, prog
     ) as executor, StepProgress(
         total, "training", enabled=progress, postfix=executor.latest_rewards
     ) as bar:  # fmt: skip
+        memory.zero = executor.clock_zero
         keeper = JournalObserver(scheduler, executor, journal)
         feeds = [RewardFeed(executor.rewards, [track.log_step])] if track is not None else []
         result = drive(scheduler, executor, observers=[keeper, bar, *feeds, *observers])

@@ -98,6 +98,14 @@ def test_train_records_peak_memory_per_process(quiet_run):
     assert (rewards["rss_mb"] > 100).all()
     assert (rewards["rss_mb"] <= memory["tree_peak_rss_mb"] + 1).all()
     assert "peak memory (process)" in done.stdout
+    timeline = pd.read_csv(out / "memory.csv")
+    assert list(timeline.columns) == ["time_s", "rss_mb", "peak_rss_mb"]
+    assert timeline["time_s"].is_monotonic_increasing
+    assert timeline["time_s"].iloc[0] < 0 < timeline["time_s"].iloc[-1]  # setup, then the run
+    assert timeline["peak_rss_mb"].is_monotonic_increasing
+    assert timeline["peak_rss_mb"].max() == pytest.approx(memory["peak_rss_mb"], abs=1.0)
+    first_at_peak = timeline[timeline["peak_rss_mb"] >= timeline["peak_rss_mb"].max()].iloc[0]
+    assert memory["peak_at_s"] == pytest.approx(first_at_peak["time_s"], abs=0.01)
     acc_dir = out / "tensorboard"
     if importlib.util.find_spec("tensorboard") is not None:
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -160,6 +160,28 @@ def test_monitor_sees_children_and_its_peak_is_at_least_every_sample():
     assert summary["end_rss_mb"] > 0
 
 
+def test_timeline_is_on_the_runs_clock_and_dates_the_peak():
+    with MemoryMonitor(period_s=0.02) as monitor:
+        time.sleep(0.1)
+        monitor.zero, monitor.offset_s = time.monotonic(), 100.0  # the run's clock starts
+        time.sleep(0.1)
+        above = peak_rss_mb() - rss_mb() + 64  # a new peak, whatever the process did before
+        grown = bytearray(int(above * 2**20))
+        grown[::4096] = b"x" * (len(grown) // 4096)  # touched: resident
+        time.sleep(0.1)
+        dated = time.monotonic() - monitor.zero + 100.0
+        del grown
+        time.sleep(0.1)
+    timeline = monitor.timeline()
+    times = [t for t, _, _ in timeline]
+    assert times == sorted(times) and times[0] < 100.0 < times[-1]  # setup, then the run
+    peaks = [peak for _, _, peak in timeline]
+    assert peaks == sorted(peaks) and peaks[-1] == pytest.approx(peak_rss_mb(), abs=1.0)
+    peak_at = monitor.summary()["peak_at_s"]
+    assert 100.0 < peak_at <= dated + 0.1  # after the clock started, once the block was touched
+    assert max(now for t, now, _ in timeline if t >= peak_at - 0.05) > timeline[0][1] + 50
+
+
 def test_a_fork_before_exec_is_not_counted_twice():
     import os
 
