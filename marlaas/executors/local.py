@@ -128,6 +128,7 @@ class LocalExecutor:
                 trainers[trainer.name] = await asyncio.to_thread(
                     PeftTrainer, self._model_dir, micro_batch_size=self._micro_batch_size,
                     device=device, activation_checkpointing=self._checkpointing,
+                    shared_weights=self._plain_weights(device, devices),
                 )  # fmt: skip
         self.trainers = TrainerPool(trainers, self.store, self._specs)
         for job in self.workload.jobs:
@@ -139,6 +140,17 @@ class LocalExecutor:
             self._specs, ChatFormat(tokenizer, chat_template), self._max_model_len, self.seed,
             self.offsets,
         )  # fmt: skip
+
+    def _plain_weights(self, device: str, devices: dict[str, str]) -> dict:
+        """Base-model tensors an engine built here on ``device`` keeps as loaded, for a trainer
+        on the same device to use instead of its own copy (a vLLM engine in this process)."""
+        for engine in self.cluster.engines:
+            built = self._engines[engine.name]
+            if engine.name not in self._given and devices[engine.device.name] == device:
+                plain = getattr(built, "plain_weights", None)
+                if plain is not None:
+                    return plain()
+        return {}
 
     # ----------------------------------------------------------------------------- protocol
     def now(self) -> float:

@@ -206,3 +206,40 @@ def test_a_fork_before_exec_is_not_counted_twice():
         os.close(write)
         os.waitpid(pid, 0)
     assert not forked_copy(pid)  # gone
+
+
+def test_a_trainer_uses_shared_weights_that_match_and_keeps_its_own_otherwise(tiny_model_dir):
+    """Shared base weights (e.g. an in-process engine's) replace the trainer's own copy where
+    name, shape, dtype and values match; the log-probs and a training step are unchanged."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    from marlaas.executors.peft_trainer import PeftTrainer
+
+    own = PeftTrainer(tiny_model_dir)
+    params = dict(own.model.named_parameters())
+    embed = "model.embed_tokens.weight"
+    norm = "model.norm.weight"
+    tensors = {
+        # the same values in a padded vocabulary (as vLLM pads it), another copy
+        embed: torch.cat([params[embed].detach(), torch.zeros(61, params[embed].shape[1])]),
+        norm: params[norm].detach().clone() + 1.0,  # other values: not shared
+        "model.layers.0.mlp.up_proj.weight": torch.zeros(3, 3),  # another shape: not shared
+        "no.such.weight": torch.zeros(1),
+    }
+    shared = PeftTrainer(tiny_model_dir, shared_weights=tensors)
+    assert shared.shared == [embed]
+    mine = dict(shared.model.named_parameters())
+    assert mine[embed].data_ptr() == tensors[embed].data_ptr()
+    assert mine[embed].shape == params[embed].shape  # the first rows
+    assert mine[norm].data_ptr() != tensors[norm].data_ptr()
+    head = shared._causal_lm().get_output_embeddings().weight
+    assert head.data_ptr() == tensors[embed].data_ptr()  # tied: the head reads the same tensor
+    samples = [TrainSample((5, 6, 7), (20, 21, 22), (-1.0,) * 3, r, 0, 0) for r in (0.0, 1.0)]
+    for trainer in (own, shared):
+        trainer.add_job("A", seed=0)
+    before = tensors[embed].clone()
+    stats = [t.train_step("A", samples) for t in (own, shared)]
+    assert stats[0].loss == pytest.approx(stats[1].loss, rel=1e-6)
+    assert torch.equal(tensors[embed], before)  # frozen: the shared tensor is left as it was
+    lp = [t.logprobs("A", [(5, 6, 7)], [(20, 21, 22)]) for t in (own, shared)]
+    assert lp[0][0] == pytest.approx(lp[1][0], rel=1e-6)
