@@ -21,6 +21,7 @@ from marlaas.executors.memory import (
     release_large_blocks,
     rss_mb,
     tree_rss_mb,
+    trim,
     weights_mb,
 )
 from marlaas.executors.rollout import TrainSample
@@ -135,6 +136,18 @@ def test_rss_figures_of_this_process(tmp_path):
     assert weights_mb(tmp_path) == pytest.approx(3.0)
     if sys.platform.startswith("linux"):
         assert release_large_blocks() in (True, False)  # no error; False with the env set
+
+
+def test_trim_returns_freed_heap_memory_to_the_system():
+    if not sys.platform.startswith("linux"):
+        pytest.skip("glibc's malloc_trim")
+    blocks = [bytearray(100_000) for _ in range(2_000)]  # below the mmap threshold: the heap
+    for b in blocks:
+        b[::4096] = b"x" * len(range(0, len(b), 4096))  # touched: resident
+    del blocks[::2]  # every other block freed: holes the heap's top cannot give back
+    held = rss_mb()
+    assert trim()
+    assert rss_mb() < held - 50  # about 95 MiB of whole free pages went back
 
 
 def test_monitor_sees_children_and_its_peak_is_at_least_every_sample():
