@@ -60,7 +60,8 @@ def device_table(df: pd.DataFrame) -> pd.DataFrame:
     """Devices of the run in natural order: columns ``device``, ``pool`` (first pool seen)."""
     rows = df.loc[df["device"] != "", ["device", "pool"]].drop_duplicates("device")
     rows = rows.astype({"device": object, "pool": object})
-    order = sorted(range(len(rows)), key=lambda i: natural_key(rows["device"].iloc[i]))
+    names = rows["device"].tolist()
+    order = sorted(range(len(names)), key=lambda i: natural_key(names[i]))
     return rows.iloc[order].reset_index(drop=True)
 
 
@@ -145,9 +146,11 @@ def utilization(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def utilization_by_pool(df: pd.DataFrame) -> dict[str, float]:
-    """Utilization of each pool: the mean over its devices of busy seconds / makespan."""
-    u = utilization(df)
+def utilization_by_pool(df: pd.DataFrame, u: pd.DataFrame | None = None) -> dict[str, float]:
+    """Utilization of each pool: the mean over its devices of busy seconds / makespan
+    (``u``: :func:`utilization` of ``df``, when the caller has it)."""
+    if u is None:
+        u = utilization(df)
     means = u.groupby("pool", sort=False)["utilization"].mean()
     return {str(p): float(v) for p, v in means.items()}
 
@@ -209,11 +212,12 @@ def idle_breakdown(df: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def check_partition(df: pd.DataFrame, tol: float = 1e-6) -> None:
+def check_partition(df: pd.DataFrame, tol: float = 1e-6) -> pd.DataFrame:
     """Assert that on every device busy seconds + idle seconds = makespan.
 
     The tolerance is ``tol`` x max(1, makespan) [s]. Raises AssertionError naming the first
-    device that breaks the invariant (the simulator calls this after every run).
+    device that breaks the invariant (the simulator calls this after every run). Returns
+    :func:`utilization` of ``df``, which the check computes.
     """
     u = utilization(df)
     span = makespan(df)
@@ -230,6 +234,7 @@ def check_partition(df: pd.DataFrame, tol: float = 1e-6) -> None:
             f"{total[i]:.6f} s, but the makespan is {span:.6f} s "
             f"({len(bad)} device(s) break the busy + idle partition)"
         )
+    return u
 
 
 # --------------------------------------------------------------------------- jobs
@@ -450,8 +455,10 @@ def fairness(
     df: pd.DataFrame,
     arrivals: Mapping[str, float] | None = None,
     weights: Mapping[str, float] | None = None,
+    jobs: pd.DataFrame | None = None,
 ) -> dict[str, float | None]:
-    """Fairness figures in [0, 1] (1 = perfectly fair).
+    """Fairness figures in [0, 1] (1 = perfectly fair); ``jobs``: :func:`job_table` of ``df``
+    and ``arrivals``, when the caller has it.
 
     ``jain_slowdown``: Jain's index over jobs of slowdown = jct / min jct.
     ``jain_tenant_gpu_s``: Jain's index over tenants of busy device-seconds received.
@@ -459,7 +466,8 @@ def fairness(
     ``weights`` are given (tenants missing from ``weights`` count with weight 1; weighted
     tenants with no work count with 0 s).
     """
-    jobs = job_table(df, arrivals)
+    if jobs is None:
+        jobs = job_table(df, arrivals)
     jct = jobs["jct_s"].to_numpy(dtype=float)
     jct = jct[np.isfinite(jct)]
     slowdown = jct / jct.min() if len(jct) and jct.min() > 0 else np.ones(len(jct))
@@ -505,11 +513,11 @@ def summarize(
     jct = jobs["jct_s"].dropna().to_numpy(dtype=float)
     idle = idle_breakdown(df).sum(axis=0)
     st = _train_staleness(df)["staleness"]
-    fair = fairness(df, arrivals, weights)
+    fair = fairness(df, arrivals, weights, jobs)
     return {
         "makespan_s": float(makespan(df)),
         "utilization": float(u["utilization"].mean()) if len(u) else 0.0,
-        "utilization_by_pool": utilization_by_pool(df),
+        "utilization_by_pool": utilization_by_pool(df, u),
         "jct_mean_s": _num(jct.mean()) if len(jct) else None,
         "jct_p90_s": _num(np.percentile(jct, 90)) if len(jct) else None,
         "jct_max_s": _num(jct.max()) if len(jct) else None,

@@ -26,7 +26,7 @@ class CapacityError(AssertionError):
     """A capacity rule was broken: a bug in the mechanism, never a user error."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Device:
     """One accelerator; ``compute`` counts the generate/train work running on it."""
 
@@ -49,7 +49,7 @@ class AdapterDirectory:
     """Adapter -> indices of the engines where it is resident (or loading)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Engine:
     """An inference engine on one device (continuous batching, multi-LoRA)."""
 
@@ -155,7 +155,7 @@ class Engine:
         )  # fmt: skip
 
 
-@dataclass
+@dataclass(slots=True)
 class Trainer:
     """A trainer over one or more devices; runs one training step (or sync) at a time."""
 

@@ -6,6 +6,8 @@ import math
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple, overload
 
+import numpy as np
+
 
 class WorkRecord(NamedTuple):
     """One piece of work as it happened; the row type of the event log (see marlaas.eventlog)."""
@@ -53,11 +55,13 @@ class RecordLog(Sequence[WorkRecord]):
         """Add a record (a WorkRecord, or a plain tuple of its fields in order)."""
         self.rows.append(tuple(row) if isinstance(row, WorkRecord) else row)
 
-    def columns(self) -> list[tuple]:
-        """Every record's value of each field, in WorkRecord's field order."""
+    def columns(self) -> list:
+        """Every record's value of each field, in WorkRecord's field order (a column each:
+        an object array of the records' own values)."""
         if not self.rows:
             return [()] * len(WorkRecord._fields)
-        return list(zip(*self.rows, strict=True))
+        # one pass over the rows (zip(*rows) takes one per field, each through every row)
+        return list(np.array(self.rows, dtype=object).T)
 
     def __len__(self) -> int:
         return len(self.rows)

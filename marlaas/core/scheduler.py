@@ -217,8 +217,9 @@ class Scheduler:
         touched.clear()
 
     # ----------------------------------------------------------------------------- events
-    def on_event(self, event: WorkDone, now: float) -> None:
-        """Record that a piece of work finished (or failed) at ``now``."""
+    def on_event(self, event: WorkDone, now: float) -> Decision:
+        """Record that a piece of work finished (or failed) at ``now``; returns its decision
+        (KeyError when no such work is running)."""
         running = self.ledger.end(event.work_id)
         decision = running.decision
         job = self._jobs_by_name[decision.job]
@@ -231,3 +232,4 @@ class Scheduler:
         if job.done:
             self._active.pop(job.index, None)
             self._finished.add(job.index)
+        return decision

@@ -16,7 +16,7 @@ import pandas as pd
 
 from marlaas.core.scheduler import Scheduler
 from marlaas.eventlog import records_to_frame
-from marlaas.metrics import check_partition, utilization
+from marlaas.metrics import check_partition
 
 if TYPE_CHECKING:
     from marlaas.drive.result import RunResult
@@ -59,9 +59,8 @@ def check_invariants(
         if _max_concurrency(rows.start_s.values, rows.end_s.values, ones) > 1:
             raise InvariantError(f"{device}: two training steps at once")
     try:
-        check_partition(frame)
+        util = check_partition(frame)["utilization"]
     except AssertionError as err:
         raise InvariantError(str(err)) from None
-    util = utilization(frame)["utilization"]
     if ((util < 0) | (util > 1 + 1e-9)).any():
         raise InvariantError(f"utilization outside [0, 1]: {util.tolist()}")

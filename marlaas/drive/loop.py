@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from marlaas.core.scheduler import Scheduler
-from marlaas.core.work import INSTANT, Decision, WorkDone
+from marlaas.core.work import Decision, WorkDone
 from marlaas.drive.collector import fewer_collections
 from marlaas.drive.executor import Executor
 from marlaas.drive.invariants import check_invariants
@@ -72,8 +72,8 @@ def _loop(
     max_failures: int,
     observers: Sequence[Observer],
 ) -> tuple[float, int, int]:
-    """The loop of :func:`drive` until every job is done: (now [s], batches, failures)."""
-    pending: dict[int, Decision] = {}
+    """The loop of :func:`drive` until every job is done: (now [s], batches, failures).
+    The work in flight is the scheduler's to track (instant decisions report nothing)."""
     streak: Counter[tuple[str, str]] = Counter()
     failures = batches = 0
     now = 0.0
@@ -81,27 +81,24 @@ def _loop(
     def decision_round() -> None:
         for decision in scheduler.decide(now):
             executor.start(decision, now)
-            if not isinstance(decision, INSTANT):
-                pending[decision.work_id] = decision
 
     decision_round()
     while not scheduler.done:
         arrival = scheduler.next_arrival(now)
-        if not pending and arrival is None:
+        if not scheduler.running and arrival is None:
             stuck = [j.name for j in scheduler.jobs if not j.done]
             raise RunError(f"the run stalled at t={now:.1f} s; unfinished: {stuck}")
         finished = executor.wait(arrival)
         if finished is None:
             if arrival is None:
-                raise RunError(f"the executor reported nothing while {len(pending)} ran")
+                raise RunError(f"the executor reported nothing while {scheduler.running} ran")
             now = arrival if arrival > now else now  # max(now, arrival), without a call
             decision_round()
             continue
         at, events = finished
         now = at if at > now else now
         for event in events:
-            decision = pending.pop(event.work_id)
-            scheduler.on_event(event, now)
+            decision = scheduler.on_event(event, now)
             if event.ok:
                 if streak:
                     streak.pop((type(decision).__name__, decision.job), None)

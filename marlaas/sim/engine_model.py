@@ -90,12 +90,14 @@ class EngineModel:
         """Move decode forward to ``now`` [s], ending the sequences that finish on the way."""
         clock, resume = self.clock_s, self.resume_s
         start = resume if resume > clock else clock  # max(clock, resume), without a call
-        running = self.running
-        if running and now > start:
+        if self.running and now > start:
             base, per_seq, per_kv = self.base_s, self.per_seq_s, self.per_kv_s
             per_adapter, slowdown, seqs = self.per_adapter_s, self.slowdown, self._seqs
             progress, offset, adapters = self.progress, self.context_offset, self.adapters
-            distinct, left = len(adapters), self._left
+            left = self._left
+            # the counts as floats: the same values (exact), and float-only arithmetic is
+            # the interpreter's fast path (an int operand takes its generic one)
+            running, distinct = float(self.running), float(len(adapters))
             while running and now > start:
                 # dt(n, C, L) of the module docstring now (alpha), and its growth per iteration
                 context = offset + running * progress
@@ -107,21 +109,21 @@ class EngineModel:
                 needed = alpha * k + 0.5 * slope * k * k
                 if start + needed > now:
                     dt = now - start  # solve alpha k + slope k^2 / 2 = dt, in the stable form
-                    progress += 2 * dt / (alpha + math.sqrt(alpha * alpha + 2 * slope * dt))
+                    progress += 2.0 * dt / (alpha + math.sqrt(alpha * alpha + 2.0 * slope * dt))
                     break
                 progress = end  # the first sequence ends (as _end_sequence, inline)
                 start += needed
                 _, _, work_id, seq_offset, adapter = seqs.pop(0)
-                running -= 1
+                running -= 1.0
                 offset -= seq_offset
                 users = adapters[adapter] - 1
                 if users:
                     adapters[adapter] = users
                 else:
                     del adapters[adapter]
-                    distinct -= 1
+                    distinct -= 1.0
                 left[work_id] -= 1
-            self.progress, self.running, self.context_offset = progress, running, offset
+            self.progress, self.running, self.context_offset = progress, int(running), offset
         if now > clock:
             self.clock_s = now
         if not self.running:
@@ -159,9 +161,9 @@ class EngineModel:
         target = self._groups[0][0]
         clock, resume = self.clock_s, self.resume_s
         t = resume if resume > clock else clock
-        progress, running, offset = self.progress, self.running, self.context_offset
+        progress, offset = self.progress, self.context_offset
         adapters = dict(self.adapters)
-        distinct = len(adapters)
+        running, distinct = float(self.running), float(len(adapters))  # as in advance
         base, per_seq, per_kv = self.base_s, self.per_seq_s, self.per_kv_s
         per_adapter, slowdown = self.per_adapter_s, self.slowdown
         growth = 0.5 * per_kv * slowdown  # the first factors of the growth term, as below
@@ -175,13 +177,13 @@ class EngineModel:
             t += alpha * k + growth * running * k * k  # 0.5 * per_kv * slowdown * running ...
             if end >= target:
                 return t
-            progress, running, offset = end, running - 1, offset - seq_offset
+            progress, running, offset = end, running - 1.0, offset - seq_offset
             users = adapters[adapter] - 1
             if users:
                 adapters[adapter] = users
             else:
                 del adapters[adapter]
-                distinct -= 1
+                distinct -= 1.0
         return t
 
     def pop_finished(self, now: float) -> list[int]:

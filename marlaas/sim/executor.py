@@ -12,6 +12,7 @@ it generated for real, and each environment step takes what it took.
 from __future__ import annotations
 
 import math
+from heapq import heappop
 
 import numpy as np
 import simpy
@@ -99,25 +100,29 @@ class SimPyExecutor:
         """Evictions and swap-outs cost nothing here."""
 
     def wait(self, until: float | None) -> Completions | None:
-        """Run SimPy to the next completion, or to ``until`` [s] if that comes first."""
-        env = self.env
-        peek, step, steps = env.peek, env.step, 0
-        while not self._done:
-            upcoming = peek()
-            if until is not None and upcoming > until:
+        """Run SimPy to the next completion, or to ``until`` [s] if that comes first.
+
+        The loop is SimPy's ``Environment.step`` inline (its event heap popped here): every
+        event the simulator schedules is a Timeout that succeeds, so a step only has to set
+        the clock and run the event's callbacks."""
+        env, done = self.env, self._done
+        queue, steps = env._queue, 0
+        limit = math.inf if until is None else until
+        while not done:
+            if not queue or (at := queue[0][0]) > limit or at == math.inf:
                 self.steps += steps
-                if until > env.now:
+                if until is not None and until > env.now:
                     env.run(until=until)
                 return None
-            if upcoming == math.inf:
-                self.steps += steps
-                return None
-            step()
+            env._now, _, _, event = heappop(queue)
+            callbacks, event.callbacks = event.callbacks, None
+            for callback in callbacks:
+                callback(event)
             steps += 1
         self.steps += steps
-        done = self._done[:]
-        self._done.clear()  # the same list: the engines' wake-ups append to it
-        return env.now, done
+        events = done[:]
+        done.clear()  # the same list: the engines' wake-ups append to it
+        return env.now, events
 
     # ----------------------------------------------------------------------------- work
     def _after(self, delay: float, done: WorkDone) -> None:

@@ -52,7 +52,8 @@ def _simulate(
     )
     total = sum(j.rl.steps for j in workload.jobs)
     with StepProgress(total, "simulating", enabled=progress) as bar:
-        return drive(scheduler, executor, observers=[bar], check=check), scheduler
+        observers = [bar] if progress else []  # a bar that shows nothing need not count
+        return drive(scheduler, executor, observers=observers, check=check), scheduler
 
 
 def simulate_run(
