@@ -167,8 +167,7 @@ def _real(run: Run) -> list[Section]:
         )
     memory = run.memory()
     if memory is not None and len(memory):
-        top = memory["peak_rss_mb"].max()
-        at = memory.loc[memory["peak_rss_mb"] >= top, "time_s"].iloc[0]
+        top, at = real.memory_peak(memory)
         out.append(
             Section(
                 id=f"memory-{run.slug}",

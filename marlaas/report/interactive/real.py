@@ -57,6 +57,13 @@ def accuracy_pivot(evaluation: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index()
 
 
+def memory_peak(memory: pd.DataFrame) -> tuple[float, float]:
+    """(the process's peak [MiB], the run time [s] of the first sample that saw it) of a
+    memory.csv frame with rows."""
+    top = float(memory["peak_rss_mb"].max())
+    return top, float(memory.loc[memory["peak_rss_mb"] >= top, "time_s"].iloc[0])
+
+
 def plot_memory(memory: pd.DataFrame, title: str = "") -> go.Figure:
     """The run's resident memory over its clock [MiB] (``rss_mb``, sampled) and the process's
     high-water mark so far (``peak_rss_mb``), the peak marked where it was first seen."""
@@ -73,8 +80,7 @@ def plot_memory(memory: pd.DataFrame, title: str = "") -> go.Figure:
             )
         )  # fmt: skip
     if len(memory):
-        top = memory["peak_rss_mb"].max()
-        at = memory.loc[memory["peak_rss_mb"] >= top, "time_s"].iloc[0]
+        top, at = memory_peak(memory)
         fig.add_annotation(x=at, y=top, text=f"peak {top:,.0f} MiB at {at:,.1f} s", ay=-30)
     fig.update_layout(
         title={"text": title, "x": 0},
