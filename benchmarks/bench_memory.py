@@ -190,7 +190,7 @@ def breakdown(name: str = "smollm2", kv_tokens: int | None = None) -> list[tuple
 
     gen = loop.run_until_complete(engine())
     part(f"vLLM engine, KV cache {engine_kv_tokens(workload, max_len):,} tokens")
-    trainer = PeftTrainer(model)
+    trainer = PeftTrainer(model, shared_weights=gen.plain_weights())  # as a run builds it
     for i, job in enumerate(workload.jobs):
         trainer.add_job(job.name, rank=job.lora_rank, seed=i)
     part(f"trainer, {len(workload.jobs)} LoRA jobs (weights mapped)")

@@ -10,14 +10,20 @@ import pandas as pd
 import pytest
 
 from marlaas.report import run_report
-from marlaas.report.interactive.real import accuracy_pivot, plot_evaluation, plot_rewards
+from marlaas.report.interactive.real import (
+    accuracy_pivot,
+    plot_evaluation,
+    plot_memory,
+    plot_rewards,
+)
 from marlaas.report.load import load_runs
 from tests.synthetic import write_run
 
 
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory):
-    """A synthetic real run folder: events, summary kind real, rewards.csv and eval.json."""
+    """A synthetic real run folder: events, summary kind real, rewards.csv, memory.csv and
+    eval.json."""
     run = write_run(tmp_path_factory.mktemp("real") / "fifo-real", policy="fifo", seed=0)
     summary = json.loads((run / "summary.json").read_text())
     summary["kind"] = "real"
@@ -32,6 +38,12 @@ def real_run(tmp_path_factory):
         ]
     )  # fmt: skip
     rewards.to_csv(run / "rewards.csv", index=False)
+    rss = [400.0, 900.0, 1500.0, 1200.0, 1700.0, 1300.0]  # peaks at 1,700 MiB, at 6 s
+    memory = pd.DataFrame(
+        {"time_s": [-2.0, 0.0, 2.0, 4.0, 6.0, 8.0], "rss_mb": rss,
+         "peak_rss_mb": np.maximum.accumulate(rss)}
+    )  # fmt: skip
+    memory.to_csv(run / "memory.csv", index=False)
     evaluation = [
         {"job": job, "tenant": tenant, "env": "arithmetic", "model": model, "version": v,
          "prompts": 20, "accuracy": acc, "mean_reward": acc}
@@ -57,10 +69,21 @@ def test_reward_and_evaluation_figures_plot_the_files(real_run):
     assert pivot["change"].to_numpy() == pytest.approx(0.45)
 
 
-def test_real_run_report_shows_rewards_and_evaluation(real_run, tmp_path):
+def test_memory_figure_plots_the_timeline_and_dates_the_peak(real_run):
+    memory = pd.read_csv(real_run / "memory.csv")
+    fig = plot_memory(memory)
+    lines = {t.name: t for t in fig.data}
+    assert list(lines["resident (all processes)"].y) == memory["rss_mb"].tolist()
+    assert list(lines["peak so far (this process)"].x) == memory["time_s"].tolist()
+    [note] = fig.layout.annotations
+    assert (note.x, note.y) == (6.0, 1700.0) and "1,700 MiB at 6.0 s" in note.text
+
+
+def test_real_run_report_shows_rewards_memory_and_evaluation(real_run, tmp_path):
     text = run_report([real_run], tmp_path / "out").read_text()
     ids = set(re.findall(r'<section id="([^"]+)"', text))
-    assert {"rewards-fifo", "evaluation-fifo", "timeline-fifo"} <= ids
+    assert {"rewards-fifo", "memory-fifo", "evaluation-fifo", "timeline-fifo"} <= ids
+    assert "peaked at 1,700 MiB, first seen at 6.0 s" in text
     assert '<span class="kind">real run</span>' in text
     assert "+45.0 points" in text  # accuracy change, trained vs base
 

@@ -170,8 +170,11 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
         help="keep every layer's activations for the backward pass instead of recomputing "
         "them: a faster training step, several times its activation memory",
     )  # fmt: skip
-    parser.add_argument("--max-model-len", type=bounded_int(1, MAX_TOKENS),
-                        help="context cap [tokens] (default: the model's)")  # fmt: skip
+    parser.add_argument(
+        "--max-model-len", type=bounded_int(1, MAX_TOKENS),
+        help="context cap [tokens] (default: the model's, at most 2,048 or 4x the workload's "
+        "longest episode; it bounds an engine step's prefill)",
+    )  # fmt: skip
     parser.add_argument(
         "--tracker", choices=TRACKERS,
         help="also log every job's reward, loss, importance ratio, clip fraction and "

@@ -45,7 +45,7 @@ from marlaas.core.workload import Workload
 from marlaas.drive.executor import Completions
 from marlaas.envs import resolve_env
 from marlaas.executors.adapter_store import AdapterStore
-from marlaas.executors.backends import make_generator, max_positions
+from marlaas.executors.backends import default_max_model_len, make_generator, max_positions
 from marlaas.executors.devices import gpu_count, physical_devices
 from marlaas.executors.episode_runner import EpisodeRunner, RewardPoint
 from marlaas.executors.episodes import ChatFormat
@@ -89,7 +89,7 @@ class LocalExecutor:
         self.rewards: list[RewardPoint] = []
         self._model_dir = model_dir
         limit = max_positions(model_dir)
-        self._max_model_len = min(max_model_len or limit, limit)
+        self._max_model_len = min(max_model_len or default_max_model_len(workload, limit), limit)
         self._micro_batch_size = micro_batch_size
         self._checkpointing = activation_checkpointing
         self._given = dict(generators or {})
@@ -128,6 +128,7 @@ class LocalExecutor:
                 trainers[trainer.name] = await asyncio.to_thread(
                     PeftTrainer, self._model_dir, micro_batch_size=self._micro_batch_size,
                     device=device, activation_checkpointing=self._checkpointing,
+                    shared_weights=self._plain_weights(device, devices),
                 )  # fmt: skip
         self.trainers = TrainerPool(trainers, self.store, self._specs)
         for job in self.workload.jobs:
@@ -139,6 +140,17 @@ class LocalExecutor:
             self._specs, ChatFormat(tokenizer, chat_template), self._max_model_len, self.seed,
             self.offsets,
         )  # fmt: skip
+
+    def _plain_weights(self, device: str, devices: dict[str, str]) -> dict:
+        """Base-model tensors an engine built here on ``device`` keeps as loaded, for a trainer
+        on the same device to use instead of its own copy (a vLLM engine in this process)."""
+        for engine in self.cluster.engines:
+            built = self._engines[engine.name]
+            if engine.name not in self._given and devices[engine.device.name] == device:
+                plain = getattr(built, "plain_weights", None)
+                if plain is not None:
+                    return plain()
+        return {}
 
     # ----------------------------------------------------------------------------- protocol
     def now(self) -> float:

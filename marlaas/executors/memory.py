@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import resource
 import sys
@@ -64,6 +65,15 @@ def release_large_blocks(threshold: int = MMAP_THRESHOLD_BYTES, arenas: int = AR
     if os.environ.get("MALLOC_MMAP_THRESHOLD_"):
         return False
     return bool(libc.mallopt(_M_MMAP_THRESHOLD, int(threshold)))
+
+
+def trim() -> bool:
+    """Return the free memory of every malloc arena to the system now (glibc's
+    ``malloc_trim(0)``: whole free pages, anywhere in the heaps); True when glibc did so."""
+    libc = _libc() if sys.platform.startswith("linux") else None
+    if libc is None or not hasattr(libc, "malloc_trim"):
+        return False
+    return bool(libc.malloc_trim(0))
 
 
 def rss_mb(pid: int | str = "self") -> float:
@@ -276,6 +286,7 @@ def _command(pid: int) -> str:
     return text[:120]
 
 
+@functools.cache
 def _libc():
     name = ctypes.util.find_library("c")
     if name is None:

@@ -32,6 +32,7 @@ import torch
 from marlaas.executors.adapter_store import OPTIMIZER_FILE
 from marlaas.executors.atomic import atomic_dir
 from marlaas.executors.logprobs import token_logprobs
+from marlaas.executors.memory import trim
 from marlaas.executors.rollout import TrainSample, TrainStats
 
 _JOB_NAME = re.compile(r"[A-Za-z0-9_-]+")
@@ -62,6 +63,9 @@ class PeftTrainer:
     ``micro_batch_size`` sequences go through one forward/backward pass;
     ``activation_checkpointing`` (default on) trades one more forward pass per step for
     activation memory (a 64-sequence SmolLM2 step: 3.9 GB -> 1.3 GB peak resident, measured).
+    ``shared_weights`` (Hugging Face name -> tensor, e.g. an in-process engine's
+    ``plain_weights()``) replace the base model's frozen weights of the same name, shape,
+    dtype, device and values (see :func:`share_weights`): one copy in the process, not two.
     """
 
     def __init__(
@@ -78,6 +82,7 @@ class PeftTrainer:
         device: str = "cpu",
         dtype: torch.dtype = torch.float32,
         activation_checkpointing: bool = True,
+        shared_weights: dict[str, torch.Tensor] | None = None,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -90,6 +95,7 @@ class PeftTrainer:
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         base = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=dtype).to(self.device)
         base.requires_grad_(False)
+        self.shared = share_weights(base, shared_weights or {})
         if activation_checkpointing:  # keep each layer's input only, recompute the rest
             base.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False}
@@ -211,6 +217,7 @@ class PeftTrainer:
         finally:
             self._deactivate(job)
             self.model.eval()
+            trim()  # the step's freed activations, back to the system
         state.version += 1
         return TrainStats(
             job=job,
@@ -382,6 +389,37 @@ class PeftTrainer:
 
     def _no_adapter(self):
         return self.model.disable_adapter()
+
+
+def share_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> list[str]:
+    """Point ``model``'s parameters at ``tensors`` of the same name (tied parameters once),
+    where dtype and device match, the shape matches or has more rows (an engine pads its
+    vocabulary: the first rows are used) and sampled rows hold the same values; the names
+    shared. The model's own copies are then never read: memory-mapped from the weight file,
+    they never become resident. The parameters must stay frozen (both users read them)."""
+    shared = []
+    for name, param in model.named_parameters():
+        other = tensors.get(name)
+        if other is None or other.dtype != param.dtype or other.device != param.device:
+            continue
+        if other.dim() != param.dim() or other.dim() == 0:
+            continue
+        if other.shape[1:] != param.shape[1:] or other.shape[0] < param.shape[0]:
+            continue
+        other = other[: param.shape[0]]
+        if not _same_rows(param.data, other):
+            continue
+        param.data = other
+        shared.append(name)
+    return shared
+
+
+def _same_rows(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """The first, middle and last rows are equal (reading all of ``a`` would page it in)."""
+    if a.shape[0] == 0:
+        return True
+    rows = sorted({0, a.shape[0] // 2, a.shape[0] - 1})
+    return all(torch.equal(a[i], b[i]) for i in rows)
 
 
 def group_advantages(samples: Sequence[TrainSample], eps: float = 1e-4) -> list[float]:

@@ -150,6 +150,20 @@ class VLLMGenerator:
         by_id = {request.lora_int_id: key for key, request in self._loras.items()}
         return {by_id.get(i, ("?", i)) for i in ids}
 
+    def plain_weights(self) -> dict:
+        """The base model's weights this in-process engine keeps as plain tensors, by their
+        Hugging Face names (``model.embed_tokens.weight``, the norms): on a CPU vLLM repacks
+        the linear layers for oneDNN, these it keeps as loaded, so a trainer in this process
+        can use them instead of a second copy. Empty for an engine in a child process."""
+        if not self.in_process:
+            return {}
+        worker = self.engine.model_executor.driver_worker
+        model = getattr(worker, "worker", worker).model_runner.model
+        tensors = {}
+        for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+            tensors[name.replace(".base_layer.", ".")] = tensor.detach()
+        return tensors
+
     # ---------------------------------------------------------------- generation
     async def generate(
         self,

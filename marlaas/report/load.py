@@ -19,6 +19,7 @@ from marlaas.report.labels import slug as _slug
 
 SUMMARY_FILE = "summary.json"
 REWARDS_FILE = "rewards.csv"
+MEMORY_FILE = "memory.csv"
 """Mean reward per job and training step of a real run (see marlaas.executors.outputs)."""
 EVAL_FILE = "eval.json"
 """Held-out evaluation of a real run (``marlaas evaluate``), when it was made."""
@@ -77,14 +78,21 @@ class Run:
 
     def rewards(self) -> pd.DataFrame | None:
         """``rewards.csv`` of a real run (job, tenant, step, mean_reward, ...), else None."""
-        path = self.folder / REWARDS_FILE
+        return self._csv(REWARDS_FILE, "rewards table", {"job", "step", "mean_reward"})
+
+    def memory(self) -> pd.DataFrame | None:
+        """``memory.csv`` of a real run (time_s, rss_mb, peak_rss_mb), else None."""
+        return self._csv(MEMORY_FILE, "memory timeline", {"time_s", "rss_mb", "peak_rss_mb"})
+
+    def _csv(self, name: str, what: str, required: set[str]) -> pd.DataFrame | None:
+        path = self.folder / name
         if not path.exists():
             return None
         try:
             frame = pd.read_csv(path)
         except (OSError, ValueError) as err:
-            raise EventLogError(f"{path}: not a readable rewards table ({err})") from err
-        missing = {"job", "step", "mean_reward"} - set(frame.columns)
+            raise EventLogError(f"{path}: not a readable {what} ({err})") from err
+        missing = required - set(frame.columns)
         if missing:
             raise EventLogError(f"{path}: missing columns {sorted(missing)}")
         return frame

@@ -165,6 +165,21 @@ def _real(run: Run) -> list[Section]:
                 tables=[("Reward per job", curve)],
             )
         )
+    memory = run.memory()
+    if memory is not None and len(memory):
+        top, at = real.memory_peak(memory)
+        out.append(
+            Section(
+                id=f"memory-{run.slug}",
+                title=f"Memory: {run.title}",
+                figure=real.plot_memory(memory, run.label),
+                notes=[
+                    "From memory.csv: the resident memory of the run's processes, sampled every "
+                    f"0.25 s, on the event log's clock; the process peaked at {top:,.0f} MiB, "
+                    f"first seen at {at:,.1f} s (see the timeline for what ran then)."
+                ],
+            )
+        )
     evaluation = run.evaluation()
     if evaluation is not None and len(evaluation):
         table = real.accuracy_pivot(evaluation)

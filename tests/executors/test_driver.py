@@ -280,6 +280,9 @@ def test_vllm_two_engines_enact_placement_evictions_and_swaps(tiny_model_dir, tm
     ) as executor:
         watch = ResidencyWatch(scheduler, executor)
         result = drive(scheduler, executor, observers=[watch])
+        [trainer] = executor.trainers.trainers.values()
+    # the engine's embedding (vocabulary padded to 320 rows) and norms: one copy, not two
+    assert {"model.embed_tokens.weight", "model.norm.weight"} <= set(trainer.shared)
     assert watch.evictions > 0 and watch.checks > 100
     events = records_to_frame(result.records)
     gen = events[events["kind"] == "generate"]

@@ -11,7 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from marlaas.executors.backends import KV_BLOCK_TOKENS, engine_kv_tokens, longest_sequence
+from marlaas.executors.backends import (
+    CONTEXT_FLOOR_TOKENS,
+    KV_BLOCK_TOKENS,
+    default_max_model_len,
+    engine_kv_tokens,
+    longest_sequence,
+)
 from marlaas.executors.memory import (
     MemoryMonitor,
     descendants,
@@ -21,6 +27,7 @@ from marlaas.executors.memory import (
     release_large_blocks,
     rss_mb,
     tree_rss_mb,
+    trim,
     weights_mb,
 )
 from marlaas.executors.rollout import TrainSample
@@ -124,6 +131,17 @@ def test_engine_kv_tokens_is_what_the_workload_can_hold():
     assert engine_kv_tokens(small, max_model_len=512) == 4096
 
 
+def test_default_context_cap_follows_the_workload_within_the_models_limit():
+    workload = load_workload(REPO / "traces" / "real-smollm2.yaml")  # longest episode: 144
+    assert default_max_model_len(workload, model_limit=8192) == CONTEXT_FLOOR_TOKENS
+    assert default_max_model_len(workload, model_limit=512) == 512  # the model's limit wins
+    long = apply_overrides(
+        workload, {"jobs.calc-tool.prompt_tokens": {"dist": "constant", "value": 1000}}
+    )
+    assert longest_sequence(long) == 1064
+    assert default_max_model_len(long, model_limit=8192) == 4 * 1064  # headroom for prompts
+
+
 # ------------------------------------------------------------------ measuring
 def test_rss_figures_of_this_process(tmp_path):
     now = rss_mb()
@@ -135,6 +153,18 @@ def test_rss_figures_of_this_process(tmp_path):
     assert weights_mb(tmp_path) == pytest.approx(3.0)
     if sys.platform.startswith("linux"):
         assert release_large_blocks() in (True, False)  # no error; False with the env set
+
+
+def test_trim_returns_freed_heap_memory_to_the_system():
+    if not sys.platform.startswith("linux"):
+        pytest.skip("glibc's malloc_trim")
+    blocks = [bytearray(100_000) for _ in range(2_000)]  # below the mmap threshold: the heap
+    for b in blocks:
+        b[::4096] = b"x" * len(range(0, len(b), 4096))  # touched: resident
+    del blocks[::2]  # every other block freed: holes the heap's top cannot give back
+    held = rss_mb()
+    assert trim()
+    assert rss_mb() < held - 50  # about 95 MiB of whole free pages went back
 
 
 def test_monitor_sees_children_and_its_peak_is_at_least_every_sample():
@@ -206,3 +236,40 @@ def test_a_fork_before_exec_is_not_counted_twice():
         os.close(write)
         os.waitpid(pid, 0)
     assert not forked_copy(pid)  # gone
+
+
+def test_a_trainer_uses_shared_weights_that_match_and_keeps_its_own_otherwise(tiny_model_dir):
+    """Shared base weights (e.g. an in-process engine's) replace the trainer's own copy where
+    name, shape, dtype and values match; the log-probs and a training step are unchanged."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    from marlaas.executors.peft_trainer import PeftTrainer
+
+    own = PeftTrainer(tiny_model_dir)
+    params = dict(own.model.named_parameters())
+    embed = "model.embed_tokens.weight"
+    norm = "model.norm.weight"
+    tensors = {
+        # the same values in a padded vocabulary (as vLLM pads it), another copy
+        embed: torch.cat([params[embed].detach(), torch.zeros(61, params[embed].shape[1])]),
+        norm: params[norm].detach().clone() + 1.0,  # other values: not shared
+        "model.layers.0.mlp.up_proj.weight": torch.zeros(3, 3),  # another shape: not shared
+        "no.such.weight": torch.zeros(1),
+    }
+    shared = PeftTrainer(tiny_model_dir, shared_weights=tensors)
+    assert shared.shared == [embed]
+    mine = dict(shared.model.named_parameters())
+    assert mine[embed].data_ptr() == tensors[embed].data_ptr()
+    assert mine[embed].shape == params[embed].shape  # the first rows
+    assert mine[norm].data_ptr() != tensors[norm].data_ptr()
+    head = shared._causal_lm().get_output_embeddings().weight
+    assert head.data_ptr() == tensors[embed].data_ptr()  # tied: the head reads the same tensor
+    samples = [TrainSample((5, 6, 7), (20, 21, 22), (-1.0,) * 3, r, 0, 0) for r in (0.0, 1.0)]
+    for trainer in (own, shared):
+        trainer.add_job("A", seed=0)
+    before = tensors[embed].clone()
+    stats = [t.train_step("A", samples) for t in (own, shared)]
+    assert stats[0].loss == pytest.approx(stats[1].loss, rel=1e-6)
+    assert torch.equal(tensors[embed], before)  # frozen: the shared tensor is left as it was
+    lp = [t.logprobs("A", [(5, 6, 7)], [(20, 21, 22)]) for t in (own, shared)]
+    assert lp[0][0] == pytest.approx(lp[1][0], rel=1e-6)

@@ -1,5 +1,5 @@
-"""Interactive figures of a real run: reward curves (rewards.csv) and held-out evaluation
-(eval.json)."""
+"""Interactive figures of a real run: reward curves (rewards.csv), resident memory over the
+run (memory.csv) and held-out evaluation (eval.json)."""
 
 from __future__ import annotations
 
@@ -55,6 +55,41 @@ def accuracy_pivot(evaluation: pd.DataFrame) -> pd.DataFrame:
     if {"base", "trained"} <= set(table.columns):
         table["change"] = table["trained"] - table["base"]
     return table.reset_index()
+
+
+def memory_peak(memory: pd.DataFrame) -> tuple[float, float]:
+    """(the process's peak [MiB], the run time [s] of the first sample that saw it) of a
+    memory.csv frame with rows."""
+    top = float(memory["peak_rss_mb"].max())
+    return top, float(memory.loc[memory["peak_rss_mb"] >= top, "time_s"].iloc[0])
+
+
+def plot_memory(memory: pd.DataFrame, title: str = "") -> go.Figure:
+    """The run's resident memory over its clock [MiB] (``rss_mb``, sampled) and the process's
+    high-water mark so far (``peak_rss_mb``), the peak marked where it was first seen."""
+    memory = memory.sort_values("time_s")
+    fig = go.Figure()
+    for column, name, line in (
+        ("rss_mb", "resident (all processes)", {"color": "#2f6db5", "width": 1}),
+        ("peak_rss_mb", "peak so far (this process)", {"color": "#d62728", "dash": "dash"}),
+    ):
+        fig.add_trace(
+            go.Scatter(
+                x=memory["time_s"], y=memory[column], mode="lines", line=line, name=name,
+                hovertemplate=f"{name}<br>%{{x:.1f}} s<br>%{{y:,.0f}} MiB<extra></extra>",
+            )
+        )  # fmt: skip
+    if len(memory):
+        top, at = memory_peak(memory)
+        fig.add_annotation(x=at, y=top, text=f"peak {top:,.0f} MiB at {at:,.1f} s", ay=-30)
+    fig.update_layout(
+        title={"text": title, "x": 0},
+        xaxis_title="run time [s] (negative: loading the models)",
+        yaxis_title="resident memory [MiB]",
+        height=380,
+        **LAYOUT,
+    )
+    return fig
 
 
 def plot_evaluation(evaluation: pd.DataFrame, title: str = "") -> go.Figure:
