@@ -35,7 +35,10 @@ JOBS = ("emit-a", "emit-z")
 
 
 def workload_text(model: Path) -> str:
-    """Two tenants on the tiny model, on-policy, one CPU for generation and training."""
+    """Two tenants on the tiny model, on-policy, one CPU for generation and training; each
+    environment step waits 0.25 s, so that a run lasts seconds even on an idle machine and a
+    signal sent after its first durable steps lands while it still trains (without the wait,
+    a starved test process could see the run end first)."""
     jobs = "".join(
         f"""  - name: emit-{c}
     tenant: t{c}
@@ -44,7 +47,7 @@ def workload_text(model: Path) -> str:
          max_staleness: 0, learning_rate: 0.02}}
     prompt_tokens: {{dist: constant, value: 24}}
     response_tokens: {{dist: constant, value: 8}}
-    env: {{name: target_char, args: {{target: {c}}}}}
+    env: {{name: target_char, args: {{target: {c}}}, latency_s: {{dist: constant, value: 0.25}}}}
 """
         for c in "az"
     )
