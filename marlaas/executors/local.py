@@ -45,7 +45,7 @@ from marlaas.core.workload import Workload
 from marlaas.drive.executor import Completions
 from marlaas.envs import resolve_env
 from marlaas.executors.adapter_store import AdapterStore
-from marlaas.executors.backends import default_max_model_len, make_generator, max_positions
+from marlaas.executors.backends import make_generator, max_positions
 from marlaas.executors.devices import gpu_count, physical_devices
 from marlaas.executors.episode_runner import EpisodeRunner, RewardPoint
 from marlaas.executors.episodes import ChatFormat
@@ -89,7 +89,7 @@ class LocalExecutor:
         self.rewards: list[RewardPoint] = []
         self._model_dir = model_dir
         limit = max_positions(model_dir)
-        self._max_model_len = min(max_model_len or default_max_model_len(workload, limit), limit)
+        self._max_model_len = min(max_model_len or limit, limit)
         self._micro_batch_size = micro_batch_size
         self._checkpointing = activation_checkpointing
         self._given = dict(generators or {})

@@ -11,13 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from marlaas.executors.backends import (
-    CONTEXT_FLOOR_TOKENS,
-    KV_BLOCK_TOKENS,
-    default_max_model_len,
-    engine_kv_tokens,
-    longest_sequence,
-)
+from marlaas.executors.backends import KV_BLOCK_TOKENS, engine_kv_tokens, longest_sequence
 from marlaas.executors.memory import (
     MemoryMonitor,
     descendants,
@@ -129,17 +123,6 @@ def test_engine_kv_tokens_is_what_the_workload_can_hold():
     # never more than the workload's kv_tokens
     small = apply_overrides(workload, {"cluster.engine.kv_tokens": 4096})
     assert engine_kv_tokens(small, max_model_len=512) == 4096
-
-
-def test_default_context_cap_follows_the_workload_within_the_models_limit():
-    workload = load_workload(REPO / "traces" / "real-smollm2.yaml")  # longest episode: 144
-    assert default_max_model_len(workload, model_limit=8192) == CONTEXT_FLOOR_TOKENS
-    assert default_max_model_len(workload, model_limit=512) == 512  # the model's limit wins
-    long = apply_overrides(
-        workload, {"jobs.calc-tool.prompt_tokens": {"dist": "constant", "value": 1000}}
-    )
-    assert longest_sequence(long) == 1064
-    assert default_max_model_len(long, model_limit=8192) == 4 * 1064  # headroom for prompts
 
 
 # ------------------------------------------------------------------ measuring
