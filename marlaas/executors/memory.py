@@ -67,15 +67,6 @@ def release_large_blocks(threshold: int = MMAP_THRESHOLD_BYTES, arenas: int = AR
     return bool(libc.mallopt(_M_MMAP_THRESHOLD, int(threshold)))
 
 
-def trim() -> bool:
-    """Return the free memory of every malloc arena to the system now (glibc's
-    ``malloc_trim(0)``: whole free pages, anywhere in the heaps); True when glibc did so."""
-    libc = _libc() if sys.platform.startswith("linux") else None
-    if libc is None or not hasattr(libc, "malloc_trim"):
-        return False
-    return bool(libc.malloc_trim(0))
-
-
 def rss_mb(pid: int | str = "self") -> float:
     """A process's resident set size now [MiB] (0 when it is gone or /proc is missing)."""
     try:

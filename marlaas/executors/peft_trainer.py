@@ -32,7 +32,6 @@ import torch
 from marlaas.executors.adapter_store import OPTIMIZER_FILE
 from marlaas.executors.atomic import atomic_dir
 from marlaas.executors.logprobs import token_logprobs
-from marlaas.executors.memory import trim
 from marlaas.executors.rollout import TrainSample, TrainStats
 
 _JOB_NAME = re.compile(r"[A-Za-z0-9_-]+")
@@ -217,7 +216,6 @@ class PeftTrainer:
         finally:
             self._deactivate(job)
             self.model.eval()
-            trim()  # the step's freed activations, back to the system
         state.version += 1
         return TrainStats(
             job=job,

@@ -21,7 +21,6 @@ from marlaas.executors.memory import (
     release_large_blocks,
     rss_mb,
     tree_rss_mb,
-    trim,
     weights_mb,
 )
 from marlaas.executors.rollout import TrainSample
@@ -138,18 +137,6 @@ def test_rss_figures_of_this_process(tmp_path):
         assert release_large_blocks() in (True, False)  # no error; False with the env set
 
 
-def test_trim_returns_freed_heap_memory_to_the_system():
-    if not sys.platform.startswith("linux"):
-        pytest.skip("glibc's malloc_trim")
-    blocks = [bytearray(100_000) for _ in range(2_000)]  # below the mmap threshold: the heap
-    for b in blocks:
-        b[::4096] = b"x" * len(range(0, len(b), 4096))  # touched: resident
-    del blocks[::2]  # every other block freed: holes the heap's top cannot give back
-    held = rss_mb()
-    assert trim()
-    assert rss_mb() < held - 50  # about 95 MiB of whole free pages went back
-
-
 def test_monitor_sees_children_and_its_peak_is_at_least_every_sample():
     allocate = "import time; b = bytearray(80 * 2**20); b[::4096] = b'x' * 20480; time.sleep(3)"
     with MemoryMonitor(period_s=0.05) as monitor:
@@ -178,21 +165,13 @@ def test_timeline_is_on_the_runs_clock_and_dates_the_peak():
         time.sleep(0.1)
         monitor.zero, monitor.offset_s = time.monotonic(), 100.0  # the run's clock starts
         time.sleep(0.1)
-        above = peak_rss_mb() - rss_mb() + 64  # a new peak, whatever the process did before
-        grown = bytearray(int(above * 2**20))
-        grown[::4096] = b"x" * (len(grown) // 4096)  # touched: resident
-        time.sleep(0.1)
-        dated = time.monotonic() - monitor.zero + 100.0
-        del grown
-        time.sleep(0.1)
     timeline = monitor.timeline()
     times = [t for t, _, _ in timeline]
     assert times == sorted(times) and times[0] < 100.0 < times[-1]  # setup, then the run
     peaks = [peak for _, _, peak in timeline]
     assert peaks == sorted(peaks) and peaks[-1] == pytest.approx(peak_rss_mb(), abs=1.0)
-    peak_at = monitor.summary()["peak_at_s"]
-    assert 100.0 < peak_at <= dated + 0.1  # after the clock started, once the block was touched
-    assert max(now for t, now, _ in timeline if t >= peak_at - 0.05) > timeline[0][1] + 50
+    first = next(t for t, _, peak in timeline if peak >= peaks[-1])
+    assert monitor.summary()["peak_at_s"] == pytest.approx(first, abs=0.01)
 
 
 def test_a_fork_before_exec_is_not_counted_twice():
