@@ -70,6 +70,15 @@ KILL_TIMEOUT_S = 300
 """Generous bound for the killed run to reach its durable steps."""
 
 
+def _signals_as_a_shell_sets() -> None:
+    """In the child, before exec: SIGINT and SIGTERM unblocked and at their defaults, as a
+    terminal's shell starts a command; a signal mask or ignored SIGINT that this (pytest)
+    process picked up from a library would otherwise be inherited, and the signal never seen."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def durable_steps(out: Path) -> int:
     path = out / JOURNAL_FILE
     return len(read_journal(path).steps) if path.exists() else 0
@@ -157,7 +166,9 @@ def test_ctrl_c_or_sigterm_stops_training_with_one_line_and_resume_finishes(
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     command = [sys.executable, "-m", "marlaas.cli", *train_args(workload, out)]
-    proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        command, env=env, stderr=subprocess.PIPE, text=True, preexec_fn=_signals_as_a_shell_sets
+    )
     deadline = time.monotonic() + KILL_TIMEOUT_S
     while durable_steps(out) < 2 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
