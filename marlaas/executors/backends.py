@@ -169,7 +169,7 @@ def make_generator(
         # gathers each token's adapter matrices, [tokens x 1,536 x rank 8] floats in SmolLM2's
         # MLP, 355 MiB for a 7,200-token prefill step (measured: the run's peak), so a smaller
         # --max-model-len bounds it (docs/real-runs.md). A GPU's kernels gather nothing.
-        budget = max(max_model_len if device == "cpu" else 8192, max_model_len, engine.max_seqs)
+        budget = max(max_model_len, engine.max_seqs, 0 if device == "cpu" else 8192)
         return VLLMGenerator(
             model_dir, max_loras=engine.adapter_slots, max_lora_rank=_vllm_rank(rank),
             max_model_len=max_model_len, max_num_seqs=engine.max_seqs, seed=seed,
