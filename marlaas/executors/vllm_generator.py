@@ -14,8 +14,9 @@ Two engine modes behind one async interface:
   several engines take turns step by step, which is also what sharing one CPU means.
 - in_process=False: vLLM's `AsyncLLM` with its engine core in a child process (~21 s start on
   a CPU; the calling script needs an `if __name__ == "__main__":` guard).
-On a CPU: float32, eager mode. The KV cache is ``kv_cache_bytes`` (vLLM's
-kv_cache_memory_bytes; the legacy VLLM_CPU_KVCACHE_SPACE variable, when set, overrides it).
+On a CPU: float32, eager mode, LoRA kernels over token chunks (`vllm_cpu_lora`). The KV cache
+is ``kv_cache_bytes`` (vLLM's kv_cache_memory_bytes; the legacy VLLM_CPU_KVCACHE_SPACE
+variable, when set, overrides it).
 """
 
 from __future__ import annotations
@@ -100,6 +101,9 @@ class VLLMGenerator:
                 raise RuntimeError("in_process=True needs VLLM_ENABLE_V1_MULTIPROCESSING=0")
             from vllm.v1.engine.llm_engine import LLMEngine
 
+            from marlaas.executors import vllm_cpu_lora
+
+            vllm_cpu_lora.install()  # LoRA gathers of a few MiB per step, not hundreds
             # Every engine call runs on the one shared engine thread (see the module docstring).
             self._thread = _EngineThread.acquire()
             try:

@@ -1,0 +1,71 @@
+"""vLLM's CPU LoRA kernels over token chunks: the same bits, a bounded gather."""
+
+import pytest
+import torch
+
+from marlaas.executors.vllm_cpu_lora import by_token_chunks, per_sequence
+
+
+def _recording_kernel(calls):
+    def bgmv_probe(inputs, weights, output, token_indices, scale):
+        calls.append((inputs.shape[0], output.shape[0], token_indices.shape[0]))
+        output += scale * inputs[:, : output.shape[1]] + token_indices[:, None]
+
+    return bgmv_probe
+
+
+def test_chunks_cover_every_row_once_and_never_exceed_the_chunk():
+    calls = []
+    kernel = by_token_chunks(_recording_kernel(calls), chunk=4)
+    inputs, output = torch.arange(22.0).reshape(11, 2), torch.zeros(11, 2)
+    kernel(inputs, None, output, torch.arange(11), 2.0)
+    assert [rows for rows, _, _ in calls] == [4, 4, 3]
+    assert all(a == b == c for a, b, c in calls)
+    assert torch.equal(output, 2.0 * inputs + torch.arange(11.0)[:, None])
+
+
+def test_a_broadcast_input_row_goes_to_the_kernel_whole():
+    calls = []
+    kernel = by_token_chunks(_recording_kernel(calls), chunk=4)
+    kernel(torch.ones(1, 2), None, torch.zeros(9, 2), torch.zeros(9), 1.0)
+    assert calls == [(1, 9, 9)]
+
+
+def test_the_prefill_form_repeats_each_sequence_index_over_its_tokens():
+    seen = []
+    sgmv = per_sequence(lambda x, w, y, idx, *rest: seen.append((idx.tolist(), rest)),
+                        torch.repeat_interleave)  # fmt: skip
+    sgmv(None, None, None, None, torch.tensor([2, 3]), torch.tensor([5, 7]), 2, 3, 5, 0.5)
+    assert seen == [([5, 5, 7, 7, 7], (0.5,))]
+
+
+@pytest.mark.parametrize("tokens", [1, 255, 256, 257, 1000, 3000])
+@pytest.mark.parametrize("kind", ["shrink", "expand", "expand_slice"])
+def test_vllm_kernels_give_the_same_bits_over_chunks(tokens, kind):
+    lora_ops = pytest.importorskip("vllm.lora.ops.torch_ops")
+    whole = getattr(lora_ops, f"bgmv_{kind}")
+    chunked = by_token_chunks(whole)
+    torch.manual_seed(tokens)
+    d_in, d_out = (1536, 8) if kind == "shrink" else (8, 1536)
+    weights = torch.randn(3, 1, d_out, d_in)
+    inputs, indices = torch.randn(tokens, d_in), torch.randint(0, 3, (tokens,))
+    rest = {"shrink": (0.5,), "expand": (True,), "expand_slice": (16, d_out, True)}[kind]
+    width = d_out + (16 if kind == "expand_slice" else 0)
+    expected = torch.randn(tokens, width)
+    got = expected.clone()
+    whole(inputs, weights, expected, indices, *rest)
+    chunked(inputs, weights, got, indices, *rest)
+    assert torch.equal(got, expected)
+
+
+def test_install_swaps_the_six_kernels_of_the_cpu_wrapper_once():
+    punica_cpu = pytest.importorskip("vllm.lora.punica_wrapper.punica_cpu")
+    from marlaas.executors import vllm_cpu_lora
+
+    vllm_cpu_lora.install()
+    first = {n: getattr(punica_cpu, n) for n in ("bgmv_shrink", "sgmv_expand_slice")}
+    vllm_cpu_lora.install()
+    assert {n: getattr(punica_cpu, n) for n in first} == first
+    for name in ("bgmv_shrink", "bgmv_expand", "bgmv_expand_slice",
+                 "sgmv_shrink", "sgmv_expand", "sgmv_expand_slice"):  # fmt: skip
+        assert getattr(punica_cpu, name).__module__ == vllm_cpu_lora.__name__
