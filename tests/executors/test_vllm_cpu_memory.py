@@ -1,9 +1,9 @@
-"""vLLM's CPU LoRA kernels over token chunks: the same bits, a bounded gather."""
+"""vLLM-cpu bounded: LoRA kernels over token chunks give the same bits with a bounded gather."""
 
 import pytest
 import torch
 
-from marlaas.executors.vllm_cpu_lora import by_token_chunks, per_sequence
+from marlaas.executors.vllm_cpu_memory import by_token_chunks, per_sequence
 
 
 def _recording_kernel(calls):
@@ -60,12 +60,12 @@ def test_vllm_kernels_give_the_same_bits_over_chunks(tokens, kind):
 
 def test_install_swaps_the_six_kernels_of_the_cpu_wrapper_once():
     punica_cpu = pytest.importorskip("vllm.lora.punica_wrapper.punica_cpu")
-    from marlaas.executors import vllm_cpu_lora
+    from marlaas.executors import vllm_cpu_memory
 
-    vllm_cpu_lora.install()
+    vllm_cpu_memory.install()
     first = {n: getattr(punica_cpu, n) for n in ("bgmv_shrink", "sgmv_expand_slice")}
-    vllm_cpu_lora.install()
+    vllm_cpu_memory.install()
     assert {n: getattr(punica_cpu, n) for n in first} == first
     for name in ("bgmv_shrink", "bgmv_expand", "bgmv_expand_slice",
                  "sgmv_shrink", "sgmv_expand", "sgmv_expand_slice"):  # fmt: skip
-        assert getattr(punica_cpu, name).__module__ == vllm_cpu_lora.__name__
+        assert getattr(punica_cpu, name).__module__ == vllm_cpu_memory.__name__

