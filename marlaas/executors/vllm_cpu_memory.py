@@ -67,19 +67,20 @@ def fewer_kernels(create_onednn_mm: Callable, keep: int = KERNELS_PER_SHAPE) -> 
 
 
 def by_token_chunks(kernel: Callable, chunk: int = CHUNK_TOKENS) -> Callable:
-    """``kernel(inputs, weights, output, token_indices, *rest)`` over ``chunk`` rows at a time.
+    """``kernel(inputs, weights, output, token_indices, ...)`` over ``chunk`` rows at a time.
 
     Calls whose inputs, output and indices do not share one row count (vLLM broadcasts a
     single input row) go to ``kernel`` whole.
     """
 
-    def run(inputs, weights, output, token_indices, *rest):
+    def run(inputs, weights, output, token_indices, *rest, **options):
         rows = inputs.shape[0]
         if rows <= chunk or output.shape[0] != rows or token_indices.shape[0] != rows:
-            return kernel(inputs, weights, output, token_indices, *rest)
+            return kernel(inputs, weights, output, token_indices, *rest, **options)
         for start in range(0, rows, chunk):
             end = start + chunk
-            kernel(inputs[start:end], weights, output[start:end], token_indices[start:end], *rest)
+            part = inputs[start:end], weights, output[start:end], token_indices[start:end]
+            kernel(*part, *rest, **options)
         return None
 
     run.__name__ = run.__qualname__ = kernel.__name__
@@ -93,9 +94,9 @@ def per_sequence(token_kernel: Callable, repeat_interleave: Callable) -> Callabl
     """
 
     def run(inputs, weights, output, _starts, seq_lens, lora_indices, _batches, _longest,
-            _tokens, *rest):  # fmt: skip
+            _tokens, *rest, **options):  # fmt: skip
         token_indices = repeat_interleave(lora_indices, seq_lens)
-        return token_kernel(inputs, weights, output, token_indices, *rest)
+        return token_kernel(inputs, weights, output, token_indices, *rest, **options)
 
     run.__name__ = run.__qualname__ = "s" + token_kernel.__name__[1:]
     return run

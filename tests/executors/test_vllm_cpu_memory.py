@@ -24,6 +24,14 @@ def test_chunks_cover_every_row_once_and_never_exceed_the_chunk():
     assert torch.equal(output, 2.0 * inputs + torch.arange(11.0)[:, None])
 
 
+def test_keyword_arguments_reach_every_chunk():
+    calls = []
+    kernel = by_token_chunks(_recording_kernel(calls), chunk=4)
+    inputs, output = torch.ones(6, 2), torch.zeros(6, 2)
+    kernel(inputs, None, output, torch.zeros(6), scale=3.0)  # as vLLM's logits LoRA calls it
+    assert len(calls) == 2 and torch.equal(output, torch.full((6, 2), 3.0))
+
+
 def test_a_broadcast_input_row_goes_to_the_kernel_whole():
     calls = []
     kernel = by_token_chunks(_recording_kernel(calls), chunk=4)
