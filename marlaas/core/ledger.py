@@ -71,8 +71,10 @@ class Ledger:
 
     def add_compute(self, device: Device, delta: int) -> None:
         """Count generate/train work starting (+1) or ending (-1) on a device."""
-        device.compute += delta
-        self.idle.mark(device)
+        before = device.compute
+        device.compute = before + delta
+        if not before or not device.compute:  # idle time sees only whether it has any
+            self.idle.mark(device)
 
     def set_activity(self, trainer: Trainer, activity: str | None) -> None:
         """What a trainer is doing besides computing (adapter_load, train, weight_sync)."""
