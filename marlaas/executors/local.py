@@ -98,6 +98,7 @@ class LocalExecutor:
         """(engine, job, trainer version) this executor loaded and has not evicted."""
         self._specs = {j.name: j for j in workload.jobs}
         self._tasks: dict[asyncio.Task, Decision] = {}
+        self.trainers: TrainerPool | None = None  # built by _setup
         self._finished: list[tuple[float, int, WorkDone]] = []
         self._runner = asyncio.Runner()
         self._closed = False
@@ -286,6 +287,8 @@ class LocalExecutor:
             self._runner.close()
 
     async def _shutdown(self) -> None:
+        if self._tasks and self.trainers is not None:  # stopped with work in flight:
+            self.trainers.interrupt()  # its training step ends at the next micro-batch
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -51,6 +51,10 @@ class _Job:
     version: int
 
 
+class TrainingInterrupted(RuntimeError):
+    """A training step stopped by :meth:`PeftTrainer.interrupt` before its optimizer step."""
+
+
 class PeftTrainer:
     """One frozen base model, one LoRA adapter + AdamW optimizer per job, GRPO/PPO updates.
 
@@ -105,6 +109,7 @@ class PeftTrainer:
         self._head = _UNCHECKED  # lm_head when the logits are exactly lm_head(hidden states)
         # One model: steps of different jobs must not interleave (a driver may call from threads).
         self._lock = threading.RLock()
+        self._interrupts = 0  # PeftTrainer.interrupt calls so far
 
     # ---------------------------------------------------------------- jobs
     @property
@@ -178,12 +183,20 @@ class PeftTrainer:
             self.model.delete_adapter(job)
 
     # ---------------------------------------------------------------- training
+    def interrupt(self) -> None:
+        """Stop a training step in progress at its next micro-batch, before its optimizer
+        step (it raises :class:`TrainingInterrupted`; the job's adapter and version stay as
+        they were). Steps started after the call run whole. Does not wait for the lock: a
+        run that is shutting down calls it so that it need not wait for a whole step."""
+        self._interrupts += 1
+
     def train_step(self, job: str, samples: Sequence[TrainSample]) -> TrainStats:
         """One optimizer step of `job` on `samples` (GRPO advantages, clipped ratio)."""
         with self._lock:
             return self._train_step(job, samples)
 
     def _train_step(self, job: str, samples: Sequence[TrainSample]) -> TrainStats:
+        interrupts = self._interrupts
         state = self._job(job)
         if not samples:
             raise ValueError("train_step needs at least one sample")
@@ -195,6 +208,8 @@ class PeftTrainer:
         loss_sum, ratio_sum, ratio_max, clipped = 0.0, 0.0, 0.0, 0
         try:
             for start in range(0, len(samples), self.micro_batch_size):
+                if self._interrupts != interrupts:
+                    raise TrainingInterrupted(f"{job}: training step interrupted")
                 chunk = samples[start : start + self.micro_batch_size]
                 logp, mask = self._completion_logprobs(chunk)
                 old = _pad_rows([s.logprobs for s in chunk], mask.shape[1], self.device)

@@ -58,6 +58,12 @@ class TrainerPool:
         """Drop ``job``'s state from ``trainer`` (it is in the store since its last sync)."""
         self.trainers[trainer].remove_job(job)
 
+    def interrupt(self) -> None:
+        """Stop every training step in progress at its next micro-batch (see
+        :meth:`PeftTrainer.interrupt`)."""
+        for trainer in self.trainers.values():
+            trainer.interrupt()
+
     def train(self, job: str, trainer: str, samples: list[TrainSample]) -> TrainStats:
         """One training step of ``job`` on ``trainer``."""
         return self.trainers[trainer].train_step(job, samples)

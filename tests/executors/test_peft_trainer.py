@@ -133,3 +133,29 @@ def test_train_step_on_gpu(tiny_model_dir):
     trainer.add_job("A", seed=0)
     stats = trainer.train_step("A", _samples(trainer, "A", [1.0, 0.0]))
     assert stats.grad_norm > 0 and stats.mean_ratio == pytest.approx(1.0, abs=1e-3)
+
+
+def test_an_interrupted_step_stops_before_its_optimizer_step_and_the_next_runs_whole(
+    tiny_model_dir, monkeypatch
+):
+    from marlaas.executors.peft_trainer import TrainingInterrupted
+
+    trainer = PeftTrainer(tiny_model_dir, lr=1e-2, micro_batch_size=1)
+    trainer.add_job("A", seed=0)
+    samples = _samples(trainer, "A", [1.0, 0.0, 0.5, 0.0])
+    before, forward = _weights(trainer, "A"), trainer._completion_logprobs
+    micro_batches = []
+
+    def interrupted_during_the_first(chunk):  # as a run's shutdown would, from another thread
+        micro_batches.append(len(chunk))
+        trainer.interrupt()
+        return forward(chunk)
+
+    monkeypatch.setattr(trainer, "_completion_logprobs", interrupted_during_the_first)
+    with pytest.raises(TrainingInterrupted, match="A: training step interrupted"):
+        trainer.train_step("A", samples)
+    assert micro_batches == [1]  # not the other three
+    assert trainer.version("A") == 0
+    assert all(torch.equal(x, y) for x, y in zip(before, _weights(trainer, "A"), strict=True))
+    monkeypatch.undo()
+    assert trainer.train_step("A", samples).version == 1
