@@ -172,8 +172,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--max-model-len", type=bounded_int(1, MAX_TOKENS),
-        help="context cap [tokens] (default: the model's); on a CPU also vLLM's prefill budget: "
-        "2048 takes the SmolLM2 run's peak from 3.3 to 3.0 GB (docs/real-runs.md)",
+        help="context cap [tokens] (default: the model's); on a CPU also vLLM's prefill budget, "
+        "so a smaller cap bounds an engine step's activations (docs/real-runs.md)",
     )  # fmt: skip
     parser.add_argument(
         "--tracker", choices=TRACKERS,

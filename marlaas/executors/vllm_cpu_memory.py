@@ -12,9 +12,10 @@ Each token's product depends on that token's row alone, so the same kernels run 
 batch's row count, and keeps the compiled kernels: the last 32 row counts per weight shape,
 and oneDNN's process-wide cache 1,024 more, about 0.5 MiB each for SmolLM2's shapes. Every
 new decode batch size or prefill length then added memory for the whole run. Here each
-weight shape keeps :data:`KERNELS_PER_SHAPE` row counts, and the process-wide cache is
-``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` (set by :mod:`marlaas.executors.vllm_generator`): a
-kernel compiled again for a row count is the same kernel (about 0.4 ms to compile).
+weight shape keeps :data:`KERNELS_PER_SHAPE` row counts, and the process-wide cache
+:data:`PROCESS_KERNELS` (``ONEDNN_PRIMITIVE_CACHE_CAPACITY``, which
+:mod:`marlaas.executors.vllm_generator` sets before vLLM loads): a kernel compiled again for a
+row count is the same kernel (about 0.4 ms to compile).
 
 :func:`install` swaps them in vLLM's namespaces, where vLLM looks them up on every call;
 GPU builds use other kernels and are unaffected. tests/executors/test_vllm_cpu_memory.py and
@@ -30,6 +31,9 @@ CHUNK_TOKENS = 256
 
 KERNELS_PER_SHAPE = 8
 """Row counts whose compiled matmul each weight shape keeps (vLLM's own: 32)."""
+
+PROCESS_KERNELS = 64
+"""Compiled kernels oneDNN's process-wide cache keeps (its own default: 1,024)."""
 
 _KERNELS = ("bgmv_shrink", "bgmv_expand", "bgmv_expand_slice")
 

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from marlaas.executors import vllm_cpu_memory
 from marlaas.executors.hf_generator import _mix
 from marlaas.executors.rollout import Completion
 
@@ -40,9 +41,8 @@ _CPU_ENV = {
     "DO_NOT_TRACK": "1",
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
-    # oneDNN's process-wide cache of compiled kernels (1,024 by default, about 0.5 MiB each
-    # for SmolLM2's matmuls; read when the first one is compiled): see vllm_cpu_memory.
-    "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64",
+    # read when oneDNN compiles its first kernel: see vllm_cpu_memory
+    "ONEDNN_PRIMITIVE_CACHE_CAPACITY": str(vllm_cpu_memory.PROCESS_KERNELS),
 }
 
 
@@ -103,8 +103,6 @@ class VLLMGenerator:
             if vllm.envs.VLLM_ENABLE_V1_MULTIPROCESSING:
                 raise RuntimeError("in_process=True needs VLLM_ENABLE_V1_MULTIPROCESSING=0")
             from vllm.v1.engine.llm_engine import LLMEngine
-
-            from marlaas.executors import vllm_cpu_memory
 
             vllm_cpu_memory.install()  # LoRA gathers and kernel caches of a few MiB
             # Every engine call runs on the one shared engine thread (see the module docstring).

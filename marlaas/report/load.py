@@ -14,13 +14,11 @@ import pandas as pd
 import pyarrow as pa
 
 from marlaas.eventlog import EVENT_LOG_FILE, KINDS, EventLogError, read_event_log
+from marlaas.executors.outputs import MEMORY_CSV, REWARDS_CSV
 from marlaas.report.labels import kind_name, run_labels
 from marlaas.report.labels import slug as _slug
+from marlaas.runs import SUMMARY_FILE
 
-SUMMARY_FILE = "summary.json"
-REWARDS_FILE = "rewards.csv"
-MEMORY_FILE = "memory.csv"
-"""Mean reward per job and training step of a real run (see marlaas.executors.outputs)."""
 EVAL_FILE = "eval.json"
 """Held-out evaluation of a real run (``marlaas evaluate``), when it was made."""
 MAX_EVENT_TIME_S = 1e12
@@ -78,11 +76,11 @@ class Run:
 
     def rewards(self) -> pd.DataFrame | None:
         """``rewards.csv`` of a real run (job, tenant, step, mean_reward, ...), else None."""
-        return self._csv(REWARDS_FILE, "rewards table", {"job", "step", "mean_reward"})
+        return self._csv(REWARDS_CSV, "rewards table", {"job", "step", "mean_reward"})
 
     def memory(self) -> pd.DataFrame | None:
         """``memory.csv`` of a real run (time_s, rss_mb, peak_rss_mb), else None."""
-        return self._csv(MEMORY_FILE, "memory timeline", {"time_s", "rss_mb", "peak_rss_mb"})
+        return self._csv(MEMORY_CSV, "memory timeline", {"time_s", "rss_mb", "peak_rss_mb"})
 
     def _csv(self, name: str, what: str, required: set[str]) -> pd.DataFrame | None:
         path = self.folder / name
