@@ -51,7 +51,7 @@ class IdleAccounting:
             for device in trainer.devices:
                 self._roles[device.name] = (self._roles[device.name][0], trainer)
         self._votes: dict[int, Votes] = {}
-        self._counts = (Counter(), Counter())
+        self._counts: tuple[Counter[str], Counter[str]] = (Counter(), Counter())
         self._causes = ("no_work", "no_work")
         self._recount = False
         """Votes changed since the majority causes were last found."""
