@@ -11,18 +11,16 @@ idle rows partition the run.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 
 from marlaas.core.cluster import Cluster, Device, Engine, Trainer
-from marlaas.core.records import RecordLog
+from marlaas.core.records import NO_REWARD, RecordLog
 
 CAUSE_ORDER = (
     "trainer", "rollouts", "environment", "weight_sync", "staleness", "barrier", "no_work",
 )  # fmt: skip
 """Tie-break order between causes with equal votes."""
 
-NAN = math.nan
 
 Votes = tuple[str | None, str | None]
 """A job's (engine cause, trainer cause); None where it does not hold that role up."""
@@ -140,7 +138,7 @@ class IdleAccounting:
                         -1,
                         -1,
                         old,
-                        NAN,
+                        NO_REWARD,
                         -1,
                         -1,
                     )
