@@ -54,3 +54,10 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason="needs a CUDA GPU")
         for item in gpu_items:
             item.add_marker(skip)
+
+
+def pytest_report_header(config):
+    """Which build of the simulator's hot path the tests run (marlaas/compiled.py)."""
+    from marlaas import compiled
+
+    return f"marlaas hot path: {compiled.state()}"

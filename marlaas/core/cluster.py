@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from mypy_extensions import mypyc_attr
+
 from marlaas.core.free_engines import FreeEngines
 from marlaas.core.scheduling import Mechanism
 from marlaas.core.workload import ClusterSpec, EngineSpec
@@ -22,6 +24,7 @@ AdapterKey = tuple[str, int]
 """(job name, adapter version)."""
 
 
+@mypyc_attr(native_class=False)
 class CapacityError(AssertionError):
     """A capacity rule was broken: a bug in the mechanism, never a user error."""
 
@@ -94,7 +97,7 @@ class Engine:
         resident = self.resident
         users = resident.get(adapter)
         must_load, victim = users is None, None
-        if must_load:
+        if users is None:
             if len(resident) >= self.spec.adapter_slots:
                 victim = next(k for k, users in resident.items() if users == 0)
                 self._drop(victim)

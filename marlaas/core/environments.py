@@ -44,9 +44,9 @@ class Environments:
             if index in self.ready:
                 queue.put(index, policy.key(self.jobs[index]))
         visited = []
-        while self.free >= self._smallest and (index := queue.pop()) is not None:
-            visited.append(index)
-            self.start_job(self.jobs[index], now, out)
+        while self.free >= self._smallest and (popped := queue.pop()) is not None:
+            visited.append(popped)
+            self.start_job(self.jobs[popped], now, out)
         for index in visited:
             if self.jobs[index].ready_env:
                 queue.put(index, policy.key(self.jobs[index]))

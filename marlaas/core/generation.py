@@ -226,7 +226,8 @@ class Generation:
         if not hosts:
             found = free.best(seqs, tokens)
             return None if found is None else engines[found]
-        best, most = None, -self._max_seqs - 1  # most: -(sequences) of the best so far
+        best: Engine | None = None
+        best_index, most = -1, -self._max_seqs - 1  # most: -(sequences) of the best so far
         seqs_left, tokens_left = self._max_seqs - seqs, self._kv_tokens - tokens
         for index in hosts:  # engine.fits and engine.can_host, inline
             engine = engines[index]
@@ -234,9 +235,9 @@ class Generation:
                 engine.tokens <= tokens_left
                 and engine.seqs <= seqs_left
                 and adapter not in engine.loading
-                and (-engine.seqs > most or (-engine.seqs == most and index < best.index))
+                and (-engine.seqs > most or (-engine.seqs == most and index < best_index))
             ):
-                best, most = engine, -engine.seqs
+                best, best_index, most = engine, index, -engine.seqs
         if best is not None:
             return best
         found = free.best(seqs, tokens, hosts)
@@ -275,6 +276,7 @@ class Generation:
     def on_generate(self, d: Generate, running: Running, event: WorkDone, now: float) -> None:
         """A group's turn finished (or failed: it is generated again)."""
         job, engine = self._by_name[d.job], running.engine
+        assert engine is not None
         engine.release(d.seqs, kv_reserve(d), (d.job, d.version))
         self.ledger.add_compute(engine.device, -1)
         job.in_gen -= 1
@@ -296,6 +298,7 @@ class Generation:
         """An adapter load finished: its generation starts next round (or, when the load
         failed, the slot is freed and the group waits to be placed again)."""
         job, engine, ledger = self._by_name[d.job], running.engine, self.ledger
+        assert engine is not None
         ledger.record("adapter_load", job, (engine.device,), running.start_s, now, event,
                       version=d.version)  # fmt: skip
         generate = self._after_load.pop(d.work_id)

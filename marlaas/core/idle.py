@@ -11,18 +11,16 @@ idle rows partition the run.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 
 from marlaas.core.cluster import Cluster, Device, Engine, Trainer
-from marlaas.core.records import RecordLog
+from marlaas.core.records import NO_REWARD, RecordLog
 
 CAUSE_ORDER = (
     "trainer", "rollouts", "environment", "weight_sync", "staleness", "barrier", "no_work",
 )  # fmt: skip
 """Tie-break order between causes with equal votes."""
 
-NAN = math.nan
 
 Votes = tuple[str | None, str | None]
 """A job's (engine cause, trainer cause); None where it does not hold that role up."""
@@ -51,7 +49,7 @@ class IdleAccounting:
             for device in trainer.devices:
                 self._roles[device.name] = (self._roles[device.name][0], trainer)
         self._votes: dict[int, Votes] = {}
-        self._counts = (Counter(), Counter())
+        self._counts: tuple[Counter[str], Counter[str]] = (Counter(), Counter())
         self._causes = ("no_work", "no_work")
         self._recount = False
         """Votes changed since the majority causes were last found."""
@@ -140,7 +138,7 @@ class IdleAccounting:
                         -1,
                         -1,
                         old,
-                        NAN,
+                        NO_REWARD,
                         -1,
                         -1,
                     )

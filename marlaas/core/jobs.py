@@ -144,7 +144,10 @@ class JobState:
             return "rollouts"
         if self.in_env or self.ready_env:
             return "environment"
-        at_barrier = barrier_limit is not None and self.next_group < self.total_groups
-        if at_barrier and self.step_of(self.next_group) >= barrier_limit:
+        if (
+            barrier_limit is not None
+            and self.next_group < self.total_groups
+            and self.step_of(self.next_group) >= barrier_limit
+        ):
             return "barrier"
         return "staleness"

@@ -7,14 +7,13 @@ its kind.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from marlaas.core.cluster import Cluster, Device, Engine, Trainer
 from marlaas.core.idle import IdleAccounting
 from marlaas.core.jobs import JobState
-from marlaas.core.records import RecordLog
+from marlaas.core.records import NO_REWARD, RecordLog
 from marlaas.core.work import Decision, WorkDone
 
 FollowUp = Callable[[float, list[Decision]], None]
@@ -96,7 +95,7 @@ class Ledger:
         tokens: int = 0,
         version: int = -1,
         staleness: int = -1,
-        reward: float = math.nan,
+        reward: object = NO_REWARD,
         prompt_tokens: int = -1,
         longest_tokens: int = -1,
     ) -> None:

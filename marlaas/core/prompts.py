@@ -83,7 +83,7 @@ class GroupLengths:
         self._constant = min(round(dist.value), self.cap) if isinstance(dist, Constant) else None
         values = getattr(dist, "values", None)
         self._values = np.asarray(values, dtype=float) if values else None
-        self._pairs = _Buckets(self._values, spec.response_tokens.values) if paired(spec) else None
+        self._pairs = _Buckets(self._values, spec.response_tokens.values) if paired(spec) else None  # type: ignore[union-attr,arg-type]
         self._last = (-1, 0, -1)
         """(group, prompt, row) of the last group asked for (asked again and again)."""
         self._seeded = SeededBlock([seed, job])

@@ -8,6 +8,10 @@ from typing import NamedTuple, overload
 
 import numpy as np
 
+NO_REWARD: object = math.nan
+"""The reward field of every record without a reward: one shared object (a compiled module
+that wrote ``math.nan`` into each record would make a float object per record)."""
+
 
 class WorkRecord(NamedTuple):
     """One piece of work as it happened; the row type of the event log (see marlaas.eventlog)."""

@@ -16,12 +16,15 @@ changed and hands events to the stage that started the work.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from marlaas.core.cluster import Cluster
 from marlaas.core.environments import Environments
 from marlaas.core.feasibility import check_feasible
 from marlaas.core.generation import Generation
 from marlaas.core.jobs import JobState
-from marlaas.core.ledger import Ledger
+from marlaas.core.ledger import Ledger, Running
 from marlaas.core.policies import Policy, get_policy
 from marlaas.core.records import RecordLog
 from marlaas.core.training import Training
@@ -67,7 +70,7 @@ class Scheduler:
             self.jobs, self.ledger, self.policy, workload.cluster.env_workers
         )
         self.training = Training(self.jobs, self.cluster, self.ledger, self.policy)
-        self._handlers = {
+        self._handlers: dict[type, Callable[[Any, Running, WorkDone, float], None]] = {
             Generate: self.generation.on_generate,
             LoadAdapter: self.generation.on_load,
             EnvStep: self.environments.on_env,

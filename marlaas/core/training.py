@@ -101,6 +101,7 @@ class Training:
     def on_swap(self, d: SwapIn, running: Running, event: WorkDone, now: float) -> None:
         """The job's state arrived: its step starts next round (failed: the slot is freed)."""
         job, trainer, ledger = self._by_name[d.job], running.trainer, self.ledger
+        assert trainer is not None
         ledger.record("adapter_load", job, trainer.devices, running.start_s, now, event,
                       version=d.version)  # fmt: skip
         self._set_activity(trainer, None)
@@ -113,6 +114,7 @@ class Training:
     def on_train(self, d: Train, running: Running, event: WorkDone, now: float) -> None:
         """A step finished: the new version is synced next round (failed: trained again)."""
         job, trainer, ledger = self._by_name[d.job], running.trainer, self.ledger
+        assert trainer is not None
         for device in trainer.devices:
             ledger.add_compute(device, -1)
         ledger.record(
@@ -131,6 +133,7 @@ class Training:
     def on_sync(self, d: Sync, running: Running, event: WorkDone, now: float) -> None:
         """The new version is published (failed: published again, the trainer stays on it)."""
         job, trainer, ledger = self._by_name[d.job], running.trainer, self.ledger
+        assert trainer is not None
         ledger.record("sync", job, trainer.devices, running.start_s, now, event,
                       step=d.version - 1, version=d.version)  # fmt: skip
         if not event.ok:

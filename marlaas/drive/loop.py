@@ -17,6 +17,8 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+from mypy_extensions import mypyc_attr
+
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.work import Decision, WorkDone
 from marlaas.drive.collector import fewer_collections
@@ -28,6 +30,7 @@ Observer = Callable[[Decision, WorkDone, float], None]
 """Called after the scheduler took each completion: (decision, event, now [s])."""
 
 
+@mypyc_attr(native_class=False)
 class RunError(RuntimeError):
     """A run that cannot go on: work failed too often in a row, or nothing can progress."""
 

@@ -12,7 +12,9 @@ it generated for real, and each environment step takes what it took.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from heapq import heappop
+from typing import Any
 
 import numpy as np
 import simpy
@@ -70,7 +72,7 @@ class SimPyExecutor:
         """Each engine's pending wake-up (an older one is emptied of its callback)."""
         self._fire = {name: self._fire_for(name) for name in self.engines}
         """Each engine's wake-up callback."""
-        self._starts = {
+        self._starts: dict[type, Callable[[Any, float], None]] = {
             Generate: self._start_generate, EnvStep: self._start_env,
             LoadAdapter: self._start_load, SwapIn: self._start_swap, Train: self._start_train,
             Sync: self._start_sync, EvictAdapter: self._start_nothing,

@@ -16,12 +16,19 @@ import types
 
 import pytest
 
+from marlaas import compiled
 from marlaas.core.generation import next_group
 from marlaas.core.policies import policy_names
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.workload import parse_workload
 from marlaas.drive import FixedExecutor, drive
 from marlaas.sim.executor import SimPyExecutor
+
+pytestmark = pytest.mark.skipif(
+    compiled.pure_reason() is None,
+    reason="replaces the core's methods, which compiled classes refuse: "
+    "tests/test_compiled.py runs it on the plain sources",
+)
 
 
 def reference_start(self, now, out, engines):

@@ -32,7 +32,8 @@ def train(job: str) -> Train:
 
 
 def generate() -> Generate:
-    return Generate(**dict.fromkeys(Generate.__dataclass_fields__, 0))
+    return Generate(work_id=2, job="a", step=0, group=0, turn=0, engine="e0", version=0, seqs=4,
+                    context_tokens=0, max_new_tokens=16)  # fmt: skip
 
 
 def test_the_feed_hands_on_each_new_point_once_after_a_training_step():

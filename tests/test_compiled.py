@@ -1,0 +1,91 @@
+"""The simulator's hot path, compiled by mypyc or as plain Python (marlaas/compiled.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from marlaas import compiled
+
+ROOT = Path(__file__).resolve().parents[1]
+SUFFIX = compiled.importlib.machinery.EXTENSION_SUFFIXES[0]
+IS_COMPILED = compiled.pure_reason() is None
+
+
+def fake_tree(tmp_path: Path, extension_age_s: float | None) -> Path:
+    """A package ``pkg`` with one module, its source, and (unless None) an extension module
+    ``extension_age_s`` seconds older than the source (negative: newer)."""
+    source = tmp_path / "pkg" / "mod.py"
+    source.parent.mkdir()
+    source.write_text("WHERE = 'source'\n")
+    os.utime(source, (1_000_000, 1_000_000))
+    if extension_age_s is not None:
+        extension = source.with_suffix(SUFFIX)
+        extension.write_bytes(b"")
+        then = 1_000_000 - extension_age_s
+        os.utime(extension, (then, then))
+    return tmp_path
+
+
+def test_an_extension_older_than_its_source_is_stale(tmp_path):
+    root = fake_tree(tmp_path, extension_age_s=5.0)
+    assert compiled.stale(root, ["pkg.mod"]) == ["pkg.mod"]
+    reason = compiled.pure_reason(root, ["pkg.mod"])
+    assert reason is not None and "pkg.mod edited since the build" in reason
+
+
+def test_an_extension_newer_than_its_source_is_used(tmp_path, monkeypatch):
+    monkeypatch.delenv(compiled.PURE_ENV, raising=False)
+    root = fake_tree(tmp_path, extension_age_s=-5.0)
+    assert compiled.stale(root, ["pkg.mod"]) == []
+    assert compiled.pure_reason(root, ["pkg.mod"]) is None
+    monkeypatch.setenv(compiled.PURE_ENV, "1")
+    assert compiled.PURE_ENV in compiled.pure_reason(root, ["pkg.mod"])
+
+
+def test_a_module_without_an_extension_is_not_compiled(tmp_path, monkeypatch):
+    monkeypatch.delenv(compiled.PURE_ENV, raising=False)
+    root = fake_tree(tmp_path, extension_age_s=None)
+    assert compiled.pure_reason(root, ["pkg.mod"]) == compiled.NOT_COMPILED
+
+
+def test_the_source_finder_loads_the_source_of_its_modules_only(tmp_path):
+    root = fake_tree(tmp_path, extension_age_s=-5.0)
+    finder = compiled.SourceFinder(root, ["pkg.mod"])
+    spec = finder.find_spec("pkg.mod")
+    assert spec is not None and spec.origin == str(root / "pkg" / "mod.py")
+    assert finder.find_spec("pkg.other") is None
+
+
+def imported_file(env: dict[str, str]) -> str:
+    code = "import marlaas.core.scheduler as m; print(m.__file__)"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, env={**os.environ, **env}, check=True)  # fmt: skip
+    return run.stdout.strip()
+
+
+def test_the_pure_setting_imports_the_plain_sources():
+    assert imported_file({compiled.PURE_ENV: "1"}).endswith("scheduler.py")
+
+
+@pytest.mark.skipif(not IS_COMPILED, reason="the hot path is not compiled here")
+def test_a_process_imports_the_compiled_build_when_it_is_current():
+    assert imported_file({compiled.PURE_ENV: "0"}).endswith(SUFFIX)
+
+
+@pytest.mark.skipif(not IS_COMPILED, reason="the suite already runs on the plain sources")
+def test_the_plain_sources_pass_the_decision_tests():
+    """The tests that pin every decision (golden logs, placement against its brute-force
+    reference, failures) pass on the plain sources too: the fallback decides as the build."""
+    tests = ["tests/sim/test_golden_logs.py", "tests/core/test_placement_reference.py",
+             "tests/core/test_failures.py"]  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
+        capture_output=True, text=True, cwd=ROOT, env={**os.environ, compiled.PURE_ENV: "1"},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-4000:]
+    assert "skipped" not in run.stdout.splitlines()[-1], run.stdout[-2000:]
