@@ -11,7 +11,8 @@ each other directly, so a mix would still run old code) when:
 
 - ``MARLAAS_PURE_PYTHON=1`` is set: profilers such as py-spy see only Python frames, and tests
   that patch the core's methods need them;
-- a source is newer than its extension module (edited since the build): a warning says so;
+- a source is newer than its extension module (edited since the build): one line on stderr
+  says so, and the processes this one starts run the plain sources too;
 - nothing was compiled (no C compiler where it was installed): silently.
 
 This module imports only the standard library: ``setup.py`` reads :data:`MODULES` from it.
@@ -23,7 +24,6 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -117,13 +117,14 @@ class SourceFinder:
         return importlib.util.spec_from_file_location(name, source_of(name, self.root))
 
 
-def choose() -> None:
+def choose(root: Path = ROOT, modules: Sequence[str] = MODULES) -> None:
     """Make this process import the plain sources when :func:`pure_reason` gives a reason
     (called by ``marlaas/__init__.py``, before any of :data:`MODULES` is imported)."""
-    reason = pure_reason()
+    reason = pure_reason(root, modules)
     if reason is None or reason == NOT_COMPILED:
         return
-    if "edited" in reason:
-        warnings.warn(f"marlaas: the simulator runs as plain Python: {reason}", stacklevel=2)
+    if "edited" in reason:  # said once: the processes this one starts inherit the setting
+        sys.stderr.write(f"marlaas: the simulator runs as plain Python: {reason}\n")
+        os.environ[PURE_ENV] = "1"
     if not any(isinstance(f, SourceFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, SourceFinder())
+        sys.meta_path.insert(0, SourceFinder(root, modules))

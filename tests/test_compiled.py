@@ -61,6 +61,20 @@ def test_the_source_finder_loads_the_source_of_its_modules_only(tmp_path):
     assert finder.find_spec("pkg.other") is None
 
 
+def test_a_stale_build_is_said_once_and_its_sources_imported(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(compiled.PURE_ENV, "0")  # "0": not set; restored after the test
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    monkeypatch.syspath_prepend(str(fake_tree(tmp_path, extension_age_s=5.0)))
+    compiled.choose(tmp_path, ["pkg.mod"])
+    assert "pkg.mod edited since the build" in capsys.readouterr().err
+    assert os.environ[compiled.PURE_ENV] == "1"  # the processes it starts: plain, silently
+    import pkg.mod  # the fake extension is empty: only its source imports
+
+    assert pkg.mod.WHERE == "source"
+    monkeypatch.delitem(sys.modules, "pkg.mod")
+    monkeypatch.delitem(sys.modules, "pkg")
+
+
 def imported_file(env: dict[str, str]) -> str:
     code = "import marlaas.core.scheduler as m; print(m.__file__)"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
