@@ -11,8 +11,10 @@ each other directly, so a mix would still run old code) when:
 
 - ``MARLAAS_PURE_PYTHON=1`` is set: profilers such as py-spy see only Python frames, and tests
   that patch the core's methods need them;
-- a source is newer than its extension module (edited since the build): one line on stderr
-  says so, and the processes this one starts run the plain sources too;
+- in a source checkout (``setup.py`` beside the package), a source is newer than its
+  extension module (edited since the build): one line on stderr says so, and the processes
+  this one starts run the plain sources too. An installed package is not checked: a wheel
+  writes its files in any order;
 - nothing was compiled (no C compiler where it was installed): silently.
 
 This module imports only the standard library: ``setup.py`` reads :data:`MODULES` from it.
@@ -93,8 +95,10 @@ def pure_reason(root: Path = ROOT, modules: Sequence[str] = MODULES) -> str | No
         return f"{PURE_ENV} is set"
     if any(extension_of(m, root) is None for m in modules):
         return NOT_COMPILED
-    if old := stale(root, modules):
-        return f"{', '.join(old)} edited since the build; `make build` compiles again"
+    if (root / "setup.py").exists() and (old := stale(root, modules)):
+        more = f" and {len(old) - 2} more" if len(old) > 3 else ""
+        named = ", ".join(old[:2] if more else old)
+        return f"{named}{more} edited since the build; `make build` compiles again"
     return None
 
 
@@ -126,5 +130,6 @@ def choose(root: Path = ROOT, modules: Sequence[str] = MODULES) -> None:
     if "edited" in reason:  # said once: the processes this one starts inherit the setting
         sys.stderr.write(f"marlaas: the simulator runs as plain Python: {reason}\n")
         os.environ[PURE_ENV] = "1"
-    if not any(isinstance(f, SourceFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, SourceFinder(root, modules))
+    finder = SourceFinder(root, modules)
+    if not any(vars(f) == vars(finder) for f in sys.meta_path if isinstance(f, SourceFinder)):
+        sys.meta_path.insert(0, finder)

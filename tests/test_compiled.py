@@ -19,6 +19,7 @@ IS_COMPILED = compiled.pure_reason() is None
 def fake_tree(tmp_path: Path, extension_age_s: float | None) -> Path:
     """A package ``pkg`` with one module, its source, and (unless None) an extension module
     ``extension_age_s`` seconds older than the source (negative: newer)."""
+    (tmp_path / "setup.py").write_text("")  # a source checkout
     source = tmp_path / "pkg" / "mod.py"
     source.parent.mkdir()
     source.write_text("WHERE = 'source'\n")
@@ -31,15 +32,34 @@ def fake_tree(tmp_path: Path, extension_age_s: float | None) -> Path:
     return tmp_path
 
 
-def test_an_extension_older_than_its_source_is_stale(tmp_path):
+def test_an_extension_older_than_its_source_is_stale(tmp_path, monkeypatch):
+    monkeypatch.setenv(compiled.PURE_ENV, "0")
     root = fake_tree(tmp_path, extension_age_s=5.0)
     assert compiled.stale(root, ["pkg.mod"]) == ["pkg.mod"]
     reason = compiled.pure_reason(root, ["pkg.mod"])
     assert reason is not None and "pkg.mod edited since the build" in reason
 
 
+def test_an_installed_package_is_never_stale(tmp_path, monkeypatch):
+    monkeypatch.setenv(compiled.PURE_ENV, "0")
+    root = fake_tree(tmp_path, extension_age_s=5.0)
+    (root / "setup.py").unlink()  # site-packages: no setup.py beside the package
+    assert compiled.pure_reason(root, ["pkg.mod"]) is None
+
+
+def test_many_stale_modules_are_named_in_one_short_line(tmp_path, monkeypatch):
+    monkeypatch.setenv(compiled.PURE_ENV, "0")
+    root = fake_tree(tmp_path, extension_age_s=5.0)
+    for name in ("a", "b", "c"):
+        (root / "pkg" / f"{name}.py").write_text("")
+        (root / "pkg" / f"{name}{SUFFIX}").write_bytes(b"")
+        os.utime(root / "pkg" / f"{name}{SUFFIX}", (0, 0))
+    reason = compiled.pure_reason(root, ["pkg.mod", "pkg.a", "pkg.b", "pkg.c"])
+    assert reason is not None and reason.startswith("pkg.mod, pkg.a and 2 more edited")
+
+
 def test_an_extension_newer_than_its_source_is_used(tmp_path, monkeypatch):
-    monkeypatch.delenv(compiled.PURE_ENV, raising=False)
+    monkeypatch.setenv(compiled.PURE_ENV, "0")
     root = fake_tree(tmp_path, extension_age_s=-5.0)
     assert compiled.stale(root, ["pkg.mod"]) == []
     assert compiled.pure_reason(root, ["pkg.mod"]) is None
@@ -48,7 +68,7 @@ def test_an_extension_newer_than_its_source_is_used(tmp_path, monkeypatch):
 
 
 def test_a_module_without_an_extension_is_not_compiled(tmp_path, monkeypatch):
-    monkeypatch.delenv(compiled.PURE_ENV, raising=False)
+    monkeypatch.setenv(compiled.PURE_ENV, "0")
     root = fake_tree(tmp_path, extension_age_s=None)
     assert compiled.pure_reason(root, ["pkg.mod"]) == compiled.NOT_COMPILED
 
