@@ -23,9 +23,9 @@ setup-sim:
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q -e ".[dev]"
 
-# Compile the hot path again after editing one of its modules (until then it runs as plain
-# Python, with a warning). About 25 s.
-build: $(STAMP)
+# Compile the hot path again after editing it (until then it runs as plain Python, and says
+# so). About 25 s, in the venv `make setup` or `make setup-sim` made.
+build:
 	$(PY) -m pip install -q --no-deps -e .
 
 demo: $(STAMP)

@@ -5,13 +5,26 @@ Everything else is declared in pyproject.toml. The extensions are optional: wher
 build (no C compiler), the same modules run as plain Python.
 """
 
+import importlib.machinery
+import os
 import runpy
+from pathlib import Path
 
 from mypyc.build import mypycify
 from setuptools import setup
 
-MODULES = runpy.run_path("marlaas/compiled.py")["MODULES"]
+HERE = Path(__file__).resolve().parent
+MODULES = runpy.run_path(str(HERE / "marlaas" / "compiled.py"))["MODULES"]
 
+# An extension left from an earlier build of a module no longer compiled would shadow its
+# source (and fail to import against this build's runtime library).
+for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+    for leftover in (HERE / "marlaas").rglob(f"*{suffix}"):
+        module = ".".join(leftover.relative_to(HERE).with_suffix("").with_suffix("").parts)
+        if module not in MODULES:
+            leftover.unlink(missing_ok=True)
+
+os.chdir(HERE)  # mypyc names modules by their paths from here
 paths = [m.replace(".", "/") + ".py" for m in MODULES]
 extensions = mypycify(paths, opt_level="3", group_name="marlaas")  # marlaas__mypyc: their runtime
 for extension in extensions:

@@ -12,10 +12,17 @@ each other directly, so a mix would still run old code) when:
 - ``MARLAAS_PURE_PYTHON=1`` is set: profilers such as py-spy see only Python frames, and tests
   that patch the core's methods need them;
 - in a source checkout (``setup.py`` beside the package), a source is newer than its
-  extension module (edited since the build): one line on stderr says so, and the processes
-  this one starts run the plain sources too. An installed package is not checked: a wheel
-  writes its files in any order;
+  extension module, or one of :data:`TYPE_SOURCES` is newer than the build (edited since);
+  or the build is partial (a module added to :data:`MODULES`, an extension that failed to
+  build). One line on stderr says so, and the processes this one starts run the plain
+  sources too. An installed package is not checked for edits: a wheel writes its files in
+  any order;
 - nothing was compiled (no C compiler where it was installed): silently.
+
+Compiled, the classes of :data:`MODULES` check their fields' and arguments' types as
+annotated: a custom policy's ``key`` must return a tuple (as ``Policy.key`` says), and a
+custom executor's completions must be a ``(float, list)`` tuple of ``WorkDone`` with Python
+ints in its int fields (a numpy integer is a TypeError there).
 
 This module imports only the standard library: ``setup.py`` reads :data:`MODULES` from it.
 """
@@ -51,6 +58,26 @@ MODULES = (
 )
 """The modules mypyc compiles: the scheduler core and the simulator's per-event work."""
 
+TYPE_SOURCES = (
+    "marlaas.core.distributions",
+    "marlaas.core.limits",
+    "marlaas.core.policies",
+    "marlaas.core.records",
+    "marlaas.core.scheduling",
+    "marlaas.core.workload",
+    "marlaas.drive.collector",
+    "marlaas.drive.executor",
+    "marlaas.drive.invariants",
+    "marlaas.drive.result",
+    "marlaas.sim.cost_model",
+    "marlaas.sim.recording",
+)
+"""The other modules (a package: all its modules) that :data:`MODULES` import: the build
+took their types, so an edit of one also makes the build stale."""
+
+RUNTIME = "marlaas__mypyc"
+"""The build's runtime library, beside the package (setup.py's mypyc group ``marlaas``)."""
+
 PURE_ENV = "MARLAAS_PURE_PYTHON"
 """Set to 1 to run the plain-Python sources of :data:`MODULES`."""
 
@@ -73,8 +100,17 @@ def extension_of(module: str, root: Path = ROOT) -> Path | None:
     return None
 
 
-def stale(root: Path = ROOT, modules: Sequence[str] = MODULES) -> list[str]:
-    """The modules whose source was modified after their extension module was built."""
+def files_of(module: str, root: Path = ROOT) -> list[Path]:
+    """The source of a module, or every source of a package."""
+    package = root.joinpath(*module.split("."))
+    return sorted(package.rglob("*.py")) if package.is_dir() else [source_of(module, root)]
+
+
+def stale(
+    root: Path = ROOT, modules: Sequence[str] = MODULES, type_sources: Sequence[str] = TYPE_SOURCES
+) -> list[str]:
+    """The modules whose source was modified after their extension module was built, and
+    the type sources modified after the build's runtime library."""
     out = []
     for module in modules:
         extension = extension_of(module, root)
@@ -82,29 +118,46 @@ def stale(root: Path = ROOT, modules: Sequence[str] = MODULES) -> list[str]:
             extension.stat().st_mtime
         ):
             out.append(module)
+    runtime = extension_of(RUNTIME, root)
+    if runtime is not None:
+        built = runtime.stat().st_mtime
+        for module in type_sources:
+            if any(p.stat().st_mtime > built for p in files_of(module, root)):
+                out.append(module)
     return out
 
 
 NOT_COMPILED = "not compiled"
 
 
-def pure_reason(root: Path = ROOT, modules: Sequence[str] = MODULES) -> str | None:
+def pure_reason(
+    root: Path = ROOT, modules: Sequence[str] = MODULES, type_sources: Sequence[str] = TYPE_SOURCES
+) -> str | None:
     """Why this process runs the plain sources of :data:`MODULES`; None when it runs the
     compiled build."""
     if os.environ.get(PURE_ENV, "") not in ("", "0"):
         return f"{PURE_ENV} is set"
-    if any(extension_of(m, root) is None for m in modules):
+    built = sum(extension_of(m, root) is not None for m in modules)
+    runtime = extension_of(RUNTIME, root) is not None
+    if not built and not runtime:
         return NOT_COMPILED
-    if (root / "setup.py").exists() and (old := stale(root, modules)):
+    if built < len(modules) or not runtime:
+        missing = len(modules) - built + (not runtime)
+        return f"{missing} of its {len(modules) + 1} compiled files missing; `make build`"
+    if (root / "setup.py").exists() and (old := stale(root, modules, type_sources)):
         more = f" and {len(old) - 2} more" if len(old) > 3 else ""
         named = ", ".join(old[:2] if more else old)
         return f"{named}{more} edited since the build; `make build` compiles again"
     return None
 
 
+_chosen: list[str] = []
+"""The reason :func:`choose` found for this process to run the plain sources, if any."""
+
+
 def state() -> str:
     """Which build of :data:`MODULES` this process runs, in a few words."""
-    reason = pure_reason()
+    reason = _chosen[0] if _chosen else pure_reason()
     return "compiled (mypyc)" if reason is None else f"plain Python ({reason})"
 
 
@@ -121,13 +174,16 @@ class SourceFinder:
         return importlib.util.spec_from_file_location(name, source_of(name, self.root))
 
 
-def choose(root: Path = ROOT, modules: Sequence[str] = MODULES) -> None:
+def choose(
+    root: Path = ROOT, modules: Sequence[str] = MODULES, type_sources: Sequence[str] = TYPE_SOURCES
+) -> None:
     """Make this process import the plain sources when :func:`pure_reason` gives a reason
     (called by ``marlaas/__init__.py``, before any of :data:`MODULES` is imported)."""
-    reason = pure_reason(root, modules)
+    reason = pure_reason(root, modules, type_sources)
     if reason is None or reason == NOT_COMPILED:
         return
-    if "edited" in reason:  # said once: the processes this one starts inherit the setting
+    _chosen[:] = [reason]
+    if os.environ.get(PURE_ENV, "") in ("", "0"):  # said once: the processes it starts inherit it
         sys.stderr.write(f"marlaas: the simulator runs as plain Python: {reason}\n")
         os.environ[PURE_ENV] = "1"
     finder = SourceFinder(root, modules)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -17,60 +18,81 @@ IS_COMPILED = compiled.pure_reason() is None
 
 
 def fake_tree(tmp_path: Path, extension_age_s: float | None) -> Path:
-    """A package ``pkg`` with one module, its source, and (unless None) an extension module
-    ``extension_age_s`` seconds older than the source (negative: newer)."""
-    (tmp_path / "setup.py").write_text("")  # a source checkout
-    source = tmp_path / "pkg" / "mod.py"
-    source.parent.mkdir()
-    source.write_text("WHERE = 'source'\n")
-    os.utime(source, (1_000_000, 1_000_000))
+    """A source checkout of a package ``pkg``: a module ``mod`` and a module ``types`` it
+    takes types from, both written at t = 1,000,000 s, and (unless None) ``mod``'s extension
+    module and the build's runtime library ``extension_age_s`` seconds older (negative:
+    newer)."""
+    (tmp_path / "setup.py").write_text("")
+    (tmp_path / "pkg").mkdir()
+    for name, text in (("mod", "WHERE = 'source'\n"), ("types", "")):
+        source = tmp_path / "pkg" / f"{name}.py"
+        source.write_text(text)
+        os.utime(source, (1_000_000, 1_000_000))
     if extension_age_s is not None:
-        extension = source.with_suffix(SUFFIX)
-        extension.write_bytes(b"")
         then = 1_000_000 - extension_age_s
-        os.utime(extension, (then, then))
+        for built in (tmp_path / "pkg" / f"mod{SUFFIX}", tmp_path / f"{compiled.RUNTIME}{SUFFIX}"):
+            built.write_bytes(b"")
+            os.utime(built, (then, then))
     return tmp_path
 
 
-def test_an_extension_older_than_its_source_is_stale(tmp_path, monkeypatch):
-    monkeypatch.setenv(compiled.PURE_ENV, "0")
+def reason(root: Path, modules=("pkg.mod",)) -> str | None:
+    return compiled.pure_reason(root, modules, ("pkg.types",))
+
+
+@pytest.fixture(autouse=True)
+def not_pure(monkeypatch):
+    monkeypatch.setenv(compiled.PURE_ENV, "0")  # "0": not set; restored after each test
+
+
+def test_an_extension_older_than_its_source_is_stale(tmp_path):
     root = fake_tree(tmp_path, extension_age_s=5.0)
-    assert compiled.stale(root, ["pkg.mod"]) == ["pkg.mod"]
-    reason = compiled.pure_reason(root, ["pkg.mod"])
-    assert reason is not None and "pkg.mod edited since the build" in reason
+    assert compiled.stale(root, ["pkg.mod"], ()) == ["pkg.mod"]
+    assert "pkg.mod, pkg.types edited since the build" in reason(root)
 
 
-def test_an_installed_package_is_never_stale(tmp_path, monkeypatch):
-    monkeypatch.setenv(compiled.PURE_ENV, "0")
+def test_a_module_the_build_took_types_from_makes_it_stale(tmp_path):
+    root = fake_tree(tmp_path, extension_age_s=-5.0)
+    assert reason(root) is None
+    os.utime(root / "pkg" / "types.py", (1_000_010, 1_000_010))
+    assert "pkg.types edited since the build" in reason(root)
+
+
+def test_an_installed_package_is_never_stale(tmp_path):
     root = fake_tree(tmp_path, extension_age_s=5.0)
     (root / "setup.py").unlink()  # site-packages: no setup.py beside the package
-    assert compiled.pure_reason(root, ["pkg.mod"]) is None
+    assert reason(root) is None
 
 
-def test_many_stale_modules_are_named_in_one_short_line(tmp_path, monkeypatch):
-    monkeypatch.setenv(compiled.PURE_ENV, "0")
+def test_many_stale_modules_are_named_in_one_short_line(tmp_path):
     root = fake_tree(tmp_path, extension_age_s=5.0)
     for name in ("a", "b", "c"):
         (root / "pkg" / f"{name}.py").write_text("")
         (root / "pkg" / f"{name}{SUFFIX}").write_bytes(b"")
         os.utime(root / "pkg" / f"{name}{SUFFIX}", (0, 0))
-    reason = compiled.pure_reason(root, ["pkg.mod", "pkg.a", "pkg.b", "pkg.c"])
-    assert reason is not None and reason.startswith("pkg.mod, pkg.a and 2 more edited")
+    assert reason(root, ["pkg.mod", "pkg.a", "pkg.b", "pkg.c"]).startswith(
+        "pkg.mod, pkg.a and 3 more edited"
+    )
 
 
 def test_an_extension_newer_than_its_source_is_used(tmp_path, monkeypatch):
-    monkeypatch.setenv(compiled.PURE_ENV, "0")
     root = fake_tree(tmp_path, extension_age_s=-5.0)
-    assert compiled.stale(root, ["pkg.mod"]) == []
-    assert compiled.pure_reason(root, ["pkg.mod"]) is None
+    assert compiled.stale(root, ["pkg.mod"], ["pkg.types"]) == []
+    assert reason(root) is None
     monkeypatch.setenv(compiled.PURE_ENV, "1")
-    assert compiled.PURE_ENV in compiled.pure_reason(root, ["pkg.mod"])
+    assert compiled.PURE_ENV in reason(root)
 
 
-def test_a_module_without_an_extension_is_not_compiled(tmp_path, monkeypatch):
-    monkeypatch.setenv(compiled.PURE_ENV, "0")
-    root = fake_tree(tmp_path, extension_age_s=None)
-    assert compiled.pure_reason(root, ["pkg.mod"]) == compiled.NOT_COMPILED
+def test_a_module_without_an_extension_is_not_compiled(tmp_path):
+    assert reason(fake_tree(tmp_path, extension_age_s=None)) == compiled.NOT_COMPILED
+
+
+def test_a_partial_build_runs_the_plain_sources(tmp_path):
+    root = fake_tree(tmp_path, extension_age_s=-5.0)
+    (root / "pkg" / "new.py").write_text("")  # a module added to MODULES, not built yet
+    assert "1 of its 3 compiled files missing" in reason(root, ["pkg.mod", "pkg.new"])
+    (root / f"{compiled.RUNTIME}{SUFFIX}").unlink()  # the runtime library failed to build
+    assert "1 of its 2 compiled files missing" in reason(root)
 
 
 def test_the_source_finder_loads_the_source_of_its_modules_only(tmp_path):
@@ -82,15 +104,16 @@ def test_the_source_finder_loads_the_source_of_its_modules_only(tmp_path):
 
 
 def test_a_stale_build_is_said_once_and_its_sources_imported(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv(compiled.PURE_ENV, "0")  # "0": not set; restored after the test
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
     monkeypatch.syspath_prepend(str(fake_tree(tmp_path, extension_age_s=5.0)))
-    compiled.choose(tmp_path, ["pkg.mod"])
-    assert "pkg.mod edited since the build" in capsys.readouterr().err
+    monkeypatch.setattr(compiled, "_chosen", [])
+    compiled.choose(tmp_path, ["pkg.mod"], ["pkg.types"])
+    assert "pkg.mod, pkg.types edited since the build" in capsys.readouterr().err
     assert os.environ[compiled.PURE_ENV] == "1"  # the processes it starts: plain, silently
     import pkg.mod  # the fake extension is empty: only its source imports
 
     assert pkg.mod.WHERE == "source"
+    assert "pkg.mod, pkg.types edited since the build" in compiled.state()
     monkeypatch.delitem(sys.modules, "pkg.mod")
     monkeypatch.delitem(sys.modules, "pkg")
 
@@ -123,3 +146,20 @@ def test_the_plain_sources_pass_the_decision_tests():
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-4000:]
     assert "skipped" not in run.stdout.splitlines()[-1], run.stdout[-2000:]
+
+
+def test_the_type_sources_are_what_the_compiled_modules_import():
+    imported = set()
+    for module in compiled.MODULES:
+        tree = ast.parse(compiled.source_of(module, ROOT).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("marlaas."):
+                imported.add(node.module)
+            elif isinstance(node, ast.Import):
+                imported |= {a.name for a in node.names if a.name.startswith("marlaas.")}
+    imported -= set(compiled.MODULES)
+    covered = {
+        m for m in imported for t in compiled.TYPE_SOURCES if m == t or m.startswith(t + ".")
+    }
+    assert imported == covered, sorted(imported - covered)
+    assert set(compiled.TYPE_SOURCES) <= imported
