@@ -123,7 +123,7 @@ def test_a_killed_run_resumes_to_the_same_adapters_and_one_history(tiny_model_di
         assert ours.keys() == theirs.keys()
         for key, value in ours.items():  # Adam moves a weight ~lr = 0.02 a step: a lost
             # optimizer state differs by ~1e-2; batches composed otherwise after the kill
-            # give float noise (1.0e-4 seen once)
+            # give float noise (about 1e-4 seen once)
             assert (value - theirs[key]).abs().max() < 1e-3, (job, key)
     events = pd.read_parquet(part / "events.parquet")
     check_partition(events)
