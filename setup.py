@@ -16,12 +16,14 @@ from setuptools import setup
 HERE = Path(__file__).resolve().parent
 MODULES = runpy.run_path(str(HERE / "marlaas" / "compiled.py"))["MODULES"]
 
-# An extension left from an earlier build of a module no longer compiled would shadow its
-# source (and fail to import against this build's runtime library).
+# An extension an earlier build left beside a module no longer compiled would shadow its
+# source (and fail to import against this build's runtime library). Only such a file goes:
+# one named as a module of marlaas with its .py beside it.
 for suffix in importlib.machinery.EXTENSION_SUFFIXES:
     for leftover in (HERE / "marlaas").rglob(f"*{suffix}"):
-        module = ".".join(leftover.relative_to(HERE).with_suffix("").with_suffix("").parts)
-        if module not in MODULES:
+        source = leftover.with_name(leftover.name.removesuffix(suffix) + ".py")
+        module = ".".join(source.relative_to(HERE).with_suffix("").parts)
+        if source.exists() and module not in MODULES:
             leftover.unlink(missing_ok=True)
 
 os.chdir(HERE)  # mypyc names modules by their paths from here

@@ -130,12 +130,16 @@ def stale(
 NOT_COMPILED = "not compiled"
 
 
+def _pure_requested() -> bool:
+    return os.environ.get(PURE_ENV, "") not in ("", "0")
+
+
 def pure_reason(
     root: Path = ROOT, modules: Sequence[str] = MODULES, type_sources: Sequence[str] = TYPE_SOURCES
 ) -> str | None:
     """Why this process runs the plain sources of :data:`MODULES`; None when it runs the
     compiled build."""
-    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+    if _pure_requested():
         return f"{PURE_ENV} is set"
     built = sum(extension_of(m, root) is not None for m in modules)
     runtime = extension_of(RUNTIME, root) is not None
@@ -183,7 +187,7 @@ def choose(
     if reason is None or reason == NOT_COMPILED:
         return
     _chosen[:] = [reason]
-    if os.environ.get(PURE_ENV, "") in ("", "0"):  # said once: the processes it starts inherit it
+    if not _pure_requested():  # said once: the processes this one starts inherit the setting
         sys.stderr.write(f"marlaas: the simulator runs as plain Python: {reason}\n")
         os.environ[PURE_ENV] = "1"
     finder = SourceFinder(root, modules)

@@ -226,8 +226,7 @@ class Generation:
         if not hosts:
             found = free.best(seqs, tokens)
             return None if found is None else engines[found]
-        best: Engine | None = None
-        best_index, most = -1, -self._max_seqs - 1  # most: -(sequences) of the best so far
+        best, most = -1, -self._max_seqs - 1  # best: an engine index; most: -(its sequences)
         seqs_left, tokens_left = self._max_seqs - seqs, self._kv_tokens - tokens
         for index in hosts:  # engine.fits and engine.can_host, inline
             engine = engines[index]
@@ -235,11 +234,11 @@ class Generation:
                 engine.tokens <= tokens_left
                 and engine.seqs <= seqs_left
                 and adapter not in engine.loading
-                and (-engine.seqs > most or (-engine.seqs == most and index < best_index))
+                and (-engine.seqs > most or (-engine.seqs == most and index < best))
             ):
-                best, best_index, most = engine, index, -engine.seqs
-        if best is not None:
-            return best
+                best, most = index, -engine.seqs
+        if best >= 0:
+            return engines[best]
         found = free.best(seqs, tokens, hosts)
         return None if found is None else engines[found]
 
