@@ -48,6 +48,7 @@ MODULES = (
     "marlaas.core.need_index",
     "marlaas.core.policy_queue",
     "marlaas.core.prompts",
+    "marlaas.core.record_fields",
     "marlaas.core.scheduler",
     "marlaas.core.seeds",
     "marlaas.core.training",

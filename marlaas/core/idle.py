@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 
 from marlaas.core.cluster import Cluster, Device, Engine, Trainer
+from marlaas.core.record_fields import append_row
 from marlaas.core.records import NO_REWARD, RecordLog
 
 CAUSE_ORDER = (
@@ -121,27 +122,10 @@ class IdleAccounting:
             since, old = self._open.pop(name)
             if now > since:
                 pool = self._devices[name].pool
-                self._records.rows.append(
-                    (
-                        "idle",
-                        "",
-                        "",
-                        name,
-                        pool,
-                        since,
-                        now,
-                        -1,
-                        -1,
-                        -1,
-                        0,
-                        0,
-                        -1,
-                        -1,
-                        old,
-                        NO_REWARD,
-                        -1,
-                        -1,
-                    )
-                )  # the fields of WorkRecord
+                append_row(
+                    self._records.fields,
+                    ("idle", "", "", name, pool, since, now, -1, -1, -1, 0, 0, -1, -1, old,
+                     NO_REWARD, -1, -1),
+                )  # fmt: skip
         if cause is not None:
             self._open[name] = (now, cause)

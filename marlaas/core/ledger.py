@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from marlaas.core.cluster import Cluster, Device, Engine, Trainer
 from marlaas.core.idle import IdleAccounting
 from marlaas.core.jobs import JobState
+from marlaas.core.record_fields import append_row
 from marlaas.core.records import NO_REWARD, RecordLog
 from marlaas.core.work import Decision, WorkDone
 
@@ -102,14 +103,16 @@ class Ledger:
         """One record per device the work ran on (environment work: one, without device);
         the fields as in :class:`WorkRecord`."""
         outcome = "ok" if event.ok else "failed"
-        tenant, name, records = job.tenant, job.name, self.records.rows
+        tenant, name, fields = job.tenant, job.name, self.records.fields
         if not devices:
-            records.append(
+            append_row(
+                fields,
                 (kind, tenant, name, "", "env", start, end, step, group, turn, seqs, tokens,
                  version, staleness, outcome, reward, prompt_tokens, longest_tokens)
             )  # fmt: skip
         for device in devices:
-            records.append(
+            append_row(
+                fields,
                 (kind, tenant, name, device.name, device.pool, start, end, step, group, turn,
                  seqs, tokens, version, staleness, outcome, reward, prompt_tokens, longest_tokens)
             )  # fmt: skip

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from typing import NamedTuple, overload
+from typing import Any, NamedTuple, overload
 
-import numpy as np
+from marlaas.core.record_fields import append_row
 
 NO_REWARD: object = math.nan
 """The reward field of every record without a reward: one shared object (a compiled module
@@ -47,28 +47,30 @@ class WorkRecord(NamedTuple):
 class RecordLog(Sequence[WorkRecord]):
     """The records of a run in the order they were made, read as :class:`WorkRecord`.
 
-    Stored as plain tuples in WorkRecord's field order: Python's garbage collector stops
-    tracking a plain tuple of strings and numbers but keeps tracking a NamedTuple, and a run
-    of millions of records would otherwise make every full collection longer."""
+    Stored by field: :attr:`fields` holds a list per WorkRecord field, and a record adds its
+    values to them (:func:`marlaas.core.record_fields.append_row`). A record then adds no
+    object that Python's garbage collector tracks, where a tuple per record stayed tracked
+    until a collection of the young generation scanned it (about 1 µs per record in a run of
+    a million records, whose tuples no cache holds by then); and the event log takes each
+    field's list as it is."""
 
     def __init__(self) -> None:
-        self.rows: list[tuple] = []
-        """The records as plain tuples (WorkRecord's fields, in order)."""
+        self.fields: list[list[Any]] = [[] for _ in WorkRecord._fields]
+        """The records' values, a list per field in WorkRecord's field order."""
 
     def append(self, row: tuple) -> None:
         """Add a record (a WorkRecord, or a plain tuple of its fields in order)."""
-        self.rows.append(tuple(row) if isinstance(row, WorkRecord) else row)
+        if len(row) != len(self.fields):
+            raise ValueError(f"a record has {len(self.fields)} fields, not {len(row)}: {row!r}")
+        append_row(self.fields, tuple(row))
 
-    def columns(self) -> list:
-        """Every record's value of each field, in WorkRecord's field order (a column each:
-        an object array of the records' own values)."""
-        if not self.rows:
-            return [()] * len(WorkRecord._fields)
-        # one pass over the rows (zip(*rows) takes one per field, each through every row)
-        return list(np.array(self.rows, dtype=object).T)
+    def columns(self) -> list[list[Any]]:
+        """Every record's value of each field, in WorkRecord's field order (the lists this
+        log writes to: read them, do not change them)."""
+        return list(self.fields)
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.fields[0])
 
     @overload
     def __getitem__(self, index: int) -> WorkRecord: ...
@@ -78,8 +80,9 @@ class RecordLog(Sequence[WorkRecord]):
 
     def __getitem__(self, index):
         if isinstance(index, slice):
-            return [WorkRecord._make(row) for row in self.rows[index]]
-        return WorkRecord._make(self.rows[index])
+            rows = zip(*(field[index] for field in self.fields), strict=True)
+            return [WorkRecord._make(row) for row in rows]
+        return WorkRecord._make([field[index] for field in self.fields])
 
     def __iter__(self) -> Iterator[WorkRecord]:
-        return map(WorkRecord._make, self.rows)
+        return map(WorkRecord._make, zip(*self.fields, strict=True))

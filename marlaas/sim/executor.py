@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from heapq import heappop
+from heapq import heapify, heappop
 from typing import Any
 
 import numpy as np
@@ -70,6 +70,8 @@ class SimPyExecutor:
         self._done: list[WorkDone] = []
         self._wakes: dict[str, simpy.Timeout] = {}
         """Each engine's pending wake-up (an older one is emptied of its callback)."""
+        self._superseded = 0
+        """Wake-ups emptied since the event heap was last cleared of them."""
         self._fire = {name: self._fire_for(name) for name in self.engines}
         """Each engine's wake-up callback."""
         self._starts: dict[type, Callable[[Any, float], None]] = {
@@ -173,13 +175,24 @@ class SimPyExecutor:
         if when is None:
             return
         pending = self._wakes.get(name)
+        env = self.env
         if pending is not None and pending.callbacks:
             pending.callbacks.clear()  # superseded by this admission
-        env = self.env
+            self._superseded += 1
+            if 4 * self._superseded > len(env._queue):
+                self._drop_superseded()
         now = env.now
         wake = env.timeout(when - now if when > now else 0.0)
         wake.callbacks.append(self._fire[name])
         self._wakes[name] = wake
+
+    def _drop_superseded(self) -> None:
+        """Take the emptied wake-ups out of SimPy's event heap (the same order for the rest:
+        entries are ordered by time, priority and a unique id): they would only be popped."""
+        queue = self.env._queue
+        queue[:] = [entry for entry in queue if entry[3].callbacks]
+        heapify(queue)
+        self._superseded = 0
 
     def _fire_for(self, name: str):
         """The callback of engine ``name``'s wake-up: report the groups that finished."""
