@@ -72,6 +72,10 @@ class SimPyExecutor:
         """Each engine's pending wake-up (an older one is emptied of its callback)."""
         self._superseded = 0
         """Wake-ups emptied since the event heap was last cleared of them."""
+        self._changed: dict[str, None] = {}
+        """Engines whose next group completion may have moved since their wake-up was
+        scheduled, in the order they last changed: each gets one new wake-up before SimPy
+        steps on (a decision round that admits several groups to an engine makes one)."""
         self._fire = {name: self._fire_for(name) for name in self.engines}
         """Each engine's wake-up callback."""
         self._starts: dict[type, Callable[[Any, float], None]] = {
@@ -113,6 +117,8 @@ class SimPyExecutor:
         queue, steps = env._queue, 0
         limit = math.inf if until is None else until
         while not done:
+            if self._changed:
+                self._wake_changed()
             if not queue or (at := queue[0][0]) > limit or at == math.inf:
                 self.steps += steps
                 if until is not None and until > env.now:
@@ -156,7 +162,7 @@ class SimPyExecutor:
         engine = self.engines[d.engine]
         engine.admit(now, d.work_id, lengths, prompt, (d.job, d.version))
         self._tokens[d.work_id] = (sum(lengths), max(lengths))
-        self._wake(d.engine)
+        self._change(d.engine)
         if self.shared_compute:
             self._share_processor(now)
 
@@ -168,9 +174,22 @@ class SimPyExecutor:
         names = self.engines if self.shared_compute else [d.engine]
         return max(self.engines[name].iteration_s(now) for name in names)
 
+    def _change(self, name: str) -> None:
+        """Note that engine ``name``'s next group completion may have moved."""
+        changed = self._changed
+        if name in changed:
+            del changed[name]  # in the order of their last change
+        changed[name] = None
+
+    def _wake_changed(self) -> None:
+        """Schedule the next group completion of every changed engine."""
+        changed, self._changed = self._changed, {}
+        for name in changed:
+            self._wake(name)
+
     def _wake(self, name: str) -> None:
         """Schedule the engine's next group completion (superseding any earlier wake-up:
-        the earlier timeout still fires, but without a callback)."""
+        the earlier timeout is emptied of its callback)."""
         when = self.engines[name].next_group_done_s()
         if when is None:
             return
@@ -204,7 +223,7 @@ class SimPyExecutor:
             for work_id in finished:
                 total, longest = tokens.pop(work_id)
                 done.append(WorkDone(work_id, tokens=total, longest_tokens=longest))
-            self._wake(name)
+            self._change(name)
             if finished and self.shared_compute:
                 self._share_processor(now)
 
@@ -221,7 +240,7 @@ class SimPyExecutor:
             engine = self.engines[name]
             if engine.slowdown != factor:
                 engine.set_slowdown(now, factor)
-                self._wake(name)
+                self._change(name)
 
     def _start_env(self, d: EnvStep, now: float) -> None:
         spec = self._jobs[d.job].env
