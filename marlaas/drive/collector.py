@@ -1,12 +1,14 @@
-"""Pacing Python's cyclic garbage collector while a run's loop keeps a record per event.
+"""Pacing Python's cyclic garbage collector while a run's loop makes objects at every event.
 
-A run keeps every record (a tuple) to its end, so with the default thresholds the young
-generation fills with records every ~700 allocations and every collection of it scans
-thousands of young objects; every tenth one also scans the middle generation, and the full
-collections walk every object the run holds. Almost nothing a run allocates is cyclic
-garbage (a few hundred objects in a run of a million events), so collecting less often costs
-no memory worth counting: at 256 simulated jobs (1M SimPy events) a first threshold of 50,000
-takes about 8% off the run's CPU time (gc switched off altogether: 11%).
+With the default thresholds the young generation is collected every ~700 allocations, every
+tenth collection also scans the middle generation, and the full collections walk every object
+the run holds (its jobs' groups, the work in flight, the records' lists). Almost nothing a
+run allocates is cyclic garbage (a few hundred objects in a run of a million events), so
+collecting less often costs no memory worth counting. At 256 simulated jobs (850k SimPy
+events, ``benchmarks/scaling.py``'s workload), compiled: the default thresholds spent 2.4-2.6 s
+of the run's 16.7-17.2 s of CPU in 1,380 collections, a first threshold of 50,000 0.20-0.21 s
+in 10 (two runs each; the records add nothing the collector tracks, see
+:class:`~marlaas.core.records.RecordLog`).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ record log reads back what was appended."""
 
 from __future__ import annotations
 
+import gc
 import math
 import random
 
@@ -102,3 +103,28 @@ def test_record_log_reads_back_what_was_appended():
     for field, values in zip(WorkRecord._fields, columns, strict=True):
         values = values.tolist() if isinstance(values, np.ndarray) else values
         assert [repr(v) for v in values] == [repr(getattr(r, field)) for r in kept], field
+
+
+def test_records_add_nothing_the_garbage_collector_tracks():
+    """A run keeps every record: a record that stayed a tracked object (a tuple) would make
+    the collector scan millions of them."""
+    log = RecordLog()
+    gc.disable()
+    try:
+        before = len(gc.get_objects())
+        for i in range(2000):
+            log.append(("generate", "t", "j", "r/0", "r", i * 0.5, i * 0.5 + 1, i, i, 0, 8,
+                        10**6 + i, 0, 0, "ok", math.nan, 7, 9))  # fmt: skip
+        added = len(gc.get_objects()) - before
+    finally:
+        gc.enable()
+    assert len(log) == 2000 and log[-1].tokens == 10**6 + 1999
+    assert added < 10
+
+
+def test_a_record_of_the_wrong_length_is_refused_whole():
+    log = RecordLog()
+    log.append(tuple(range(len(WorkRecord._fields))))
+    with pytest.raises(ValueError, match="18 fields, not 3"):
+        log.append(("generate", "t", "j"))
+    assert len(log) == 1 and {len(field) for field in log.fields} == {1}

@@ -166,3 +166,42 @@ def test_the_loop_collects_less_often_and_restores_the_thresholds(small):
     drive(scheduler, executor, observers=[lambda *_: seen.append(gc.get_threshold())])
     assert seen and all(t[0] >= YOUNG_THRESHOLD for t in seen)
     assert gc.get_threshold() == before
+
+
+def one_engine_executor(tokens: int = 100) -> SimPyExecutor:
+    """An executor of the small workload on one engine, every sample ``tokens`` long."""
+    workload = load_workload(SMALL).with_overrides(
+        {"cluster.pools": [{"name": "r", "role": "inference", "devices": 1},
+                           {"name": "t", "role": "training", "devices": 1}],
+         "jobs.*.response_tokens": {"dist": "constant", "value": tokens}}
+    )  # fmt: skip
+    return SimPyExecutor(workload, Scheduler(workload, "fifo").cluster, workload.cost)
+
+
+def generate(work_id: int) -> Generate:
+    return Generate(work_id, "math-a", 0, work_id, 0, "r/0", 0, 8, 0, 1024)
+
+
+def test_groups_admitted_together_make_one_engine_wake_up():
+    executor = one_engine_executor()
+    for work_id in (1, 2, 3):
+        executor.start(generate(work_id), 0.0)
+    at, done = executor.wait(None)
+    # one wake-up for the three groups (each admission used to schedule its own, and the
+    # two superseded ones were popped as events of their own first)
+    assert executor.steps == 1
+    assert sorted(d.work_id for d in done) == [1, 2, 3] and at > 0
+
+
+def test_superseded_wake_ups_leave_the_event_heap():
+    """An engine that takes a new group before its running ones finish supersedes its wake-up
+    every time: the emptied wake-ups must not pile up in SimPy's heap."""
+    executor = one_engine_executor(tokens=4000)
+    now = 0.0
+    for work_id in range(1, 201):
+        executor.start(generate(work_id), now)
+        now += 0.01
+        assert executor.wait(now) is None  # nothing finished yet: a group takes seconds
+        queue = executor.env._queue
+        assert len(queue) <= 4, [entry[0] for entry in queue]
+    assert len(executor.env._queue) == 1 + sum(not e[3].callbacks for e in executor.env._queue)
