@@ -1,8 +1,9 @@
 """The simulated world: every decision's work as SimPy timeouts sized by the cost model.
 
 One ``simpy.Environment``, no globals. Engines are :class:`EngineModel` instances that
-schedule a wake-up for their next finishing group (a newer wake-up makes older ones stale);
-environments, adapter loads, swaps, training steps and syncs are plain timeouts. All
+schedule a wake-up for their next finishing group; a newer wake-up empties the older one, and
+the emptied ones leave SimPy's heap once as many were emptied as a quarter of the heap holds.
+Environments, adapter loads, swaps, training steps and syncs are plain timeouts. All
 randomness comes from one numpy Generator seeded by the run's seed, drawn in the scheduler's
 deterministic decision order, so a workload and seed give one event log. A replay passes a
 :class:`~marlaas.sim.recording.Recording` of a real run: each group turn then generates what
@@ -71,11 +72,8 @@ class SimPyExecutor:
         self._wakes: dict[str, simpy.Timeout] = {}
         """Each engine's pending wake-up (an older one is emptied of its callback)."""
         self._superseded = 0
-        """Wake-ups emptied since the event heap was last cleared of them."""
-        self._changed: dict[str, None] = {}
-        """Engines whose next group completion may have moved since their wake-up was
-        scheduled, in the order they last changed: each gets one new wake-up before SimPy
-        steps on (a decision round that admits several groups to an engine makes one)."""
+        """Wake-ups emptied since the event heap was last cleared of them (some of them may
+        have been popped since)."""
         self._fire = {name: self._fire_for(name) for name in self.engines}
         """Each engine's wake-up callback."""
         self._starts: dict[type, Callable[[Any, float], None]] = {
@@ -117,8 +115,6 @@ class SimPyExecutor:
         queue, steps = env._queue, 0
         limit = math.inf if until is None else until
         while not done:
-            if self._changed:
-                self._wake_changed()
             if not queue or (at := queue[0][0]) > limit or at == math.inf:
                 self.steps += steps
                 if until is not None and until > env.now:
@@ -162,7 +158,7 @@ class SimPyExecutor:
         engine = self.engines[d.engine]
         engine.admit(now, d.work_id, lengths, prompt, (d.job, d.version))
         self._tokens[d.work_id] = (sum(lengths), max(lengths))
-        self._change(d.engine)
+        self._wake(d.engine)
         if self.shared_compute:
             self._share_processor(now)
 
@@ -174,29 +170,17 @@ class SimPyExecutor:
         names = self.engines if self.shared_compute else [d.engine]
         return max(self.engines[name].iteration_s(now) for name in names)
 
-    def _change(self, name: str) -> None:
-        """Note that engine ``name``'s next group completion may have moved."""
-        changed = self._changed
-        if name in changed:
-            del changed[name]  # in the order of their last change
-        changed[name] = None
-
-    def _wake_changed(self) -> None:
-        """Schedule the next group completion of every changed engine."""
-        changed, self._changed = self._changed, {}
-        for name in changed:
-            self._wake(name)
-
     def _wake(self, name: str) -> None:
-        """Schedule the engine's next group completion (superseding any earlier wake-up:
-        the earlier timeout is emptied of its callback)."""
+        """Schedule the engine's next group completion, superseding any earlier wake-up: the
+        earlier timeout is emptied of its callback (popped as an event that does nothing, or
+        taken out of the heap first by :meth:`_drop_superseded`)."""
         when = self.engines[name].next_group_done_s()
         if when is None:
             return
         pending = self._wakes.get(name)
         env = self.env
         if pending is not None and pending.callbacks:
-            pending.callbacks.clear()  # superseded by this admission
+            pending.callbacks.clear()  # superseded
             self._superseded += 1
             if 4 * self._superseded > len(env._queue):
                 self._drop_superseded()
@@ -223,7 +207,7 @@ class SimPyExecutor:
             for work_id in finished:
                 total, longest = tokens.pop(work_id)
                 done.append(WorkDone(work_id, tokens=total, longest_tokens=longest))
-            self._change(name)
+            self._wake(name)
             if finished and self.shared_compute:
                 self._share_processor(now)
 
@@ -240,7 +224,7 @@ class SimPyExecutor:
             engine = self.engines[name]
             if engine.slowdown != factor:
                 engine.set_slowdown(now, factor)
-                self._change(name)
+                self._wake(name)
 
     def _start_env(self, d: EnvStep, now: float) -> None:
         spec = self._jobs[d.job].env

@@ -182,13 +182,13 @@ def generate(work_id: int) -> Generate:
     return Generate(work_id, "math-a", 0, work_id, 0, "r/0", 0, 8, 0, 1024)
 
 
-def test_groups_admitted_together_make_one_engine_wake_up():
+def test_wake_ups_superseded_in_one_round_are_not_popped_as_events():
     executor = one_engine_executor()
     for work_id in (1, 2, 3):
         executor.start(generate(work_id), 0.0)
     at, done = executor.wait(None)
-    # one wake-up for the three groups (each admission used to schedule its own, and the
-    # two superseded ones were popped as events of their own first)
+    # each admission scheduled a wake-up and emptied the one before; the emptied two left
+    # SimPy's heap instead of being popped as events of their own first
     assert executor.steps == 1
     assert sorted(d.work_id for d in done) == [1, 2, 3] and at > 0
 
