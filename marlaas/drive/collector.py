@@ -4,11 +4,10 @@ With the default thresholds the young generation is collected every ~700 allocat
 tenth collection also scans the middle generation, and the full collections walk every object
 the run holds (its jobs' groups, the work in flight, the records' lists). Almost nothing a
 run allocates is cyclic garbage (a few hundred objects in a run of a million events), so
-collecting less often costs no memory worth counting. At 256 simulated jobs (850k SimPy
-events, ``benchmarks/scaling.py``'s workload), compiled: the default thresholds spent 2.4-2.6 s
-of the run's 16.7-17.2 s of CPU in 1,380 collections, a first threshold of 50,000 0.20-0.21 s
-in 10 (two runs each; the records add nothing the collector tracks, see
-:class:`~marlaas.core.records.RecordLog`).
+collecting less often costs no memory worth counting. At 256 simulated jobs (853k SimPy
+events, ``benchmarks/scaling.py``'s workload), compiled: the default thresholds spent 2.65 s of
+the run's 18.7 s of CPU in 1,387 collections, a first threshold of 50,000 0.26 s of 16.7 s in
+10 (the records add nothing the collector tracks, see :class:`~marlaas.core.records.RecordLog`).
 """
 
 from __future__ import annotations
