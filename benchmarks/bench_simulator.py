@@ -32,7 +32,8 @@ def _row(label: str, row: dict) -> str:
     return (
         f"{label:>10s} {row['jobs']:5d} jobs {row['gpus']:5d} GPUs {row['events']:9d} events "
         f"{row['us_per_event']:7.1f} us/event  bare {row['bare_us_per_event']:.2f}  "
-        f"x{row['ratio']:.1f}"
+        f"x{row['ratio']:.1f}  {row['records_per_event']:.2f} records/event  "
+        f"{row['loads_per_group']:.2f} loads/group"
     )
 
 

@@ -10,8 +10,12 @@ of 4 devices): traces/paper-8.yaml is the 8-job one. Every size is simulated und
 the same number of events (timeouts with a callback each, as the simulator uses SimPy; the
 best of 3) in the same process right after, so that the ratio of the two is measured under
 the same machine load. Printed per size: SimPy events, wall and CPU time, CPU µs per event,
-the bare loop's CPU µs per event and the ratio; then the growth exponent of µs per event
-between 64 and 256 jobs (0: flat; 1: linear in jobs). Each size runs in a process of its own
+the bare loop's CPU µs per event and the ratio, the work an event stands for (records of the
+event log per event, adapter loads per rollout group) and the CPU µs per record; then the
+growth exponent of µs per event between 64 and 256 jobs (0: flat; 1: linear in jobs). The
+mix of work changes with the size: each engine holds 8 adapters, so the more jobs share the
+engines, the more groups wait for an adapter load (and an eviction), and more devices write
+idle rows when the jobs' majority idle cause changes. Each size runs in a process of its own
 (``--same-process``: all in this one), which reports its peak RSS. The script imports marlaas
 from PYTHONPATH, so one copy of it can measure an older tree.
 """
@@ -24,6 +28,7 @@ import multiprocessing
 import resource
 import sys
 import time
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -90,6 +95,8 @@ def measure(workload: Workload, policy: str = "fair") -> dict:
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     events = executor.steps
     bare = min(bare_simpy(events) for _ in range(3))
+    records = scheduler.records
+    kinds = Counter(records.columns()[0])  # the kind field
     return {
         "jobs": len(workload.jobs),
         "gpus": workload.cluster.total_devices,
@@ -99,6 +106,9 @@ def measure(workload: Workload, policy: str = "fair") -> dict:
         "us_per_event": cpu / events * 1e6,
         "bare_us_per_event": bare / events * 1e6,
         "ratio": cpu / bare,
+        "records_per_event": len(records) / events,
+        "loads_per_group": kinds["adapter_load"] / max(1, kinds["generate"]),
+        "us_per_record": cpu / max(1, len(records)) * 1e6,
         "makespan_s": result.makespan_s,
     }
 
@@ -145,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     header = (
         f"{'run':>10s} {'jobs':>5s} {'GPUs':>5s} {'events':>9s} {'wall s':>8s} {'cpu s':>8s} "
-        f"{'us/event':>9s} {'bare us':>8s} {'x bare':>7s} {'RSS MB':>7s}"
+        f"{'us/event':>9s} {'bare us':>8s} {'x bare':>7s} {'rec/ev':>7s} {'load/grp':>8s} "
+        f"{'us/rec':>7s} {'RSS MB':>7s}"
     )
     print(header, flush=True)
     runs = [] if args.no_paper else [("paper-32", None)]
@@ -157,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{label:>10s} {row['jobs']:5d} {row['gpus']:5d} {row['events']:9d} "
             f"{row['wall_s']:8.2f} {row['cpu_s']:8.2f} {row['us_per_event']:9.1f} "
-            f"{row['bare_us_per_event']:8.2f} {row['ratio']:7.1f} {row['peak_rss_mb']:7.0f}",
+            f"{row['bare_us_per_event']:8.2f} {row['ratio']:7.1f} {row['records_per_event']:7.2f} "
+            f"{row['loads_per_group']:8.2f} {row['us_per_record']:7.1f} {row['peak_rss_mb']:7.0f}",
             flush=True,
         )
     cycled = [r for r in rows if r["label"] != "paper-32"]
@@ -165,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         first, last = cycled[0], cycled[-1]
         print(
             f"per-event cost {last['jobs']} vs {first['jobs']} jobs: "
-            f"{last['us_per_event'] / first['us_per_event']:.2f}x"
+            f"{last['us_per_event'] / first['us_per_event']:.2f}x; per record: "
+            f"{last['us_per_record'] / first['us_per_record']:.2f}x"
         )
     exponent = growth_exponent(rows)
     if exponent is not None:

@@ -1,0 +1,52 @@
+"""The scaling benchmark's workloads and figures (benchmarks/scaling.py): the series it
+reports must measure what its table says."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.scaling import cycled_workload, growth_exponent, measure
+
+
+def test_cycled_workload_scales_the_cluster_with_the_jobs():
+    workload = cycled_workload(40, steps=2)
+    names = [j.name for j in workload.jobs]
+    assert len(names) == len(set(names)) == 40
+    assert len({j.tenant for j in workload.jobs}) == 40
+    assert workload.jobs[32].name == f"{workload.jobs[0].name}-1"
+    assert all(j.rl.steps == 2 for j in workload.jobs)
+    pools = {p.role: p.devices for p in workload.cluster.pools}
+    assert pools == {"inference": 60, "training": 20}
+    assert workload.cluster.total_devices == 80
+
+
+def test_cycled_workload_refuses_a_count_that_splits_a_trainer():
+    with pytest.raises(ValueError, match="multiple of 8"):
+        cycled_workload(12)
+
+
+def test_measure_reports_the_work_an_event_stands_for():
+    row = measure(cycled_workload(8, steps=1))
+    assert row["jobs"] == 8 and row["events"] > 0
+    records = row["records_per_event"] * row["events"]
+    assert records == pytest.approx(round(records))
+    assert row["us_per_record"] * records == pytest.approx(row["us_per_event"] * row["events"])
+    assert 0 < row["loads_per_group"] <= 1  # every adapter is loaded at least once
+
+
+def test_more_jobs_on_the_engines_load_adapters_more_often():
+    """Each engine holds 8 adapters: with 32 jobs on the engines, groups land more often on
+    an engine without their adapter than with 8 (the mix the table's load/grp column shows)."""
+    few = measure(cycled_workload(8, steps=2))
+    many = measure(cycled_workload(32, steps=2))
+    assert many["loads_per_group"] > few["loads_per_group"]
+
+
+def test_growth_exponent_between_64_and_256_jobs():
+    rows = [
+        {"label": "cycled", "jobs": 64, "us_per_event": 10.0},
+        {"label": "cycled", "jobs": 256, "us_per_event": 20.0},
+        {"label": "paper-32", "jobs": 256, "us_per_event": 99.0},
+    ]
+    assert growth_exponent(rows) == pytest.approx(0.5)
+    assert growth_exponent(rows[:1]) is None
