@@ -6,8 +6,10 @@ minutes), or ``python benchmarks/scaling.py`` for the same table without pytest.
 1. paper-32 itself (32 jobs, 64 GPUs, the bundled trace) under ``fair``.
 2. The job-count series: paper-32's jobs cycled to 8, 32, 64, 128 and 256 jobs on 2 GPUs per
    job (3:1 rollout to training), each reporting CPU µs per SimPy event and its ratio to a
-   bare SimPy loop of as many events measured right after it; then the growth exponent of µs
-   per event between 64 and 256 jobs (0: the cost per event does not grow with the cluster).
+   bare SimPy loop of as many events measured right after it, and the records per event and
+   adapter loads per group (the work an event stands for grows with the jobs); then the growth
+   exponent of µs per event between 64 and 256 jobs (0: the cost per event does not grow with
+   the cluster).
 3. The paper-scale workload (1024-token groups) with every max_new_tokens doubled (same
    number of sequences): the wall time ratio shows that cost follows sequences, not tokens.
 

@@ -123,13 +123,13 @@ def growth_exponent(rows: list[dict], small: int = 64, large: int = 256) -> floa
 
 
 def peak_rss_mb() -> float:
-    """Peak resident memory of this process [MB] (Linux reports KiB)."""
+    """Peak resident memory of this process [MiB] (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def measure_in_child(label: str, jobs: int | None, steps: int | None, policy: str) -> dict:
     """``measure`` in this process, for ``run_fresh``: paper-32 (``jobs`` None) or the cycled
-    workload; with the peak RSS of the process [MB]."""
+    workload; with the peak RSS of the process [MiB]."""
     workload = load_workload(PAPER_32) if jobs is None else cycled_workload(jobs, steps)
     return {"label": label, **measure(workload, policy), "peak_rss_mb": peak_rss_mb()}
 
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     header = (
         f"{'run':>10s} {'jobs':>5s} {'GPUs':>5s} {'events':>9s} {'wall s':>8s} {'cpu s':>8s} "
         f"{'us/event':>9s} {'bare us':>8s} {'x bare':>7s} {'rec/ev':>7s} {'load/grp':>8s} "
-        f"{'us/rec':>7s} {'RSS MB':>7s}"
+        f"{'us/rec':>7s} {'RSS MiB':>7s}"
     )
     print(header, flush=True)
     runs = [] if args.no_paper else [("paper-32", None)]
