@@ -1,7 +1,7 @@
 """Simulator cost per event as the number of jobs (and GPUs with them) grows.
 
     python benchmarks/scaling.py                          # paper-32, then 8 ... 256 jobs
-    python benchmarks/scaling.py --jobs 1024 --steps 20   # a thousand tenants
+    python benchmarks/scaling.py --jobs 1024 --steps 20 --no-paper --repeat 1
 
 The workload of N jobs is paper-32's jobs cycled (job i is paper-32's job i mod 32, renamed,
 with a tenant of its own) on 2 GPUs per job, split 3:1 between rollout and training (trainers
@@ -9,7 +9,10 @@ of 4 devices): traces/paper-8.yaml is the 8-job one. Every size is simulated und
 (invariants not checked: they read the whole event log), then a bare SimPy loop processes
 the same number of events (timeouts with a callback each, as the simulator uses SimPy; the
 best of 3) in the same process right after, so that the ratio of the two is measured under
-the same machine load. Printed per size: SimPy events, wall and CPU time, CPU µs per event,
+the same machine load. The sizes are measured in ``--repeat`` rounds (3 by default, progress
+on stderr), and each size's round with the least CPU time is shown with the spread of its µs
+per event over the rounds: on a shared machine one run of a size can cost 20% more than the
+next. Printed per size: SimPy events, wall and CPU time, CPU µs per event and its spread,
 the bare loop's CPU µs per event and the ratio, the work an event stands for (records of the
 event log per event, adapter loads per rollout group) and the CPU µs per record; then the
 growth exponent of µs per event between 64 and 256 jobs (0: flat; 1: linear in jobs). The
@@ -142,6 +145,18 @@ def run_fresh(label: str, jobs: int | None, steps: int | None, policy: str) -> d
         return pool.submit(measure_in_child, label, jobs, steps, policy).result()
 
 
+def best_of(measured: list[dict]) -> dict:
+    """The round with the least CPU time, with the spread of µs per event over all rounds
+    (``spread``: largest / smallest - 1) and the peak RSS of all."""
+    best = min(measured, key=lambda r: r["cpu_s"])
+    costs = [r["us_per_event"] for r in measured]
+    return {
+        **best,
+        "spread": max(costs) / min(costs) - 1,
+        "peak_rss_mb": max(r["peak_rss_mb"] for r in measured),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", default="8,32,64,128,256", help="job counts (multiples of 8)")
@@ -149,36 +164,59 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", default="fair")
     parser.add_argument("--no-paper", action="store_true", help="skip paper-32 itself")
     parser.add_argument(
+        "--repeat", type=int, default=3, help="rounds over all sizes; each size's best is shown"
+    )
+    parser.add_argument(
         "--same-process", action="store_true", help="measure every size in this process"
     )
     args = parser.parse_args(argv)
-    rows = []
-    header = (
-        f"{'run':>10s} {'jobs':>5s} {'GPUs':>5s} {'events':>9s} {'wall s':>8s} {'cpu s':>8s} "
-        f"{'us/event':>9s} {'bare us':>8s} {'x bare':>7s} {'rec/ev':>7s} {'load/grp':>8s} "
-        f"{'us/rec':>7s} {'RSS MiB':>7s}"
-    )
-    print(header, flush=True)
+    if args.repeat < 1:
+        parser.error(f"--repeat {args.repeat}: at least 1")
     runs = [] if args.no_paper else [("paper-32", None)]
     runs += [("cycled", n) for n in map(int, args.jobs.split(","))]
     run = measure_in_child if args.same_process else run_fresh
-    for label, jobs in runs:
-        row = run(label, jobs, args.steps, args.policy)
-        rows.append(row)
+    measured: list[list[dict]] = [[] for _ in runs]
+    for round_ in range(1, args.repeat + 1):
+        for (label, jobs), rounds in zip(runs, measured, strict=True):
+            row = run(label, jobs, args.steps, args.policy)
+            rounds.append(row)
+            print(
+                f"round {round_}/{args.repeat}: {label} {row['jobs']} jobs: "
+                f"{row['us_per_event']:.1f} us/event ({row['cpu_s']:.2f} s CPU)",
+                file=sys.stderr,
+                flush=True,
+            )
+    rows = [best_of(rounds) for rounds in measured]
+    print(
+        f"{'run':>10s} {'jobs':>5s} {'GPUs':>5s} {'events':>9s} {'wall s':>8s} {'cpu s':>8s} "
+        f"{'us/event':>9s} {'spread':>7s} {'bare us':>8s} {'x bare':>7s} {'rec/ev':>7s} "
+        f"{'load/grp':>8s} {'us/rec':>7s} {'RSS MiB':>7s}"
+    )
+    for row in rows:
         print(
-            f"{label:>10s} {row['jobs']:5d} {row['gpus']:5d} {row['events']:9d} "
+            f"{row['label']:>10s} {row['jobs']:5d} {row['gpus']:5d} {row['events']:9d} "
             f"{row['wall_s']:8.2f} {row['cpu_s']:8.2f} {row['us_per_event']:9.1f} "
-            f"{row['bare_us_per_event']:8.2f} {row['ratio']:7.1f} {row['records_per_event']:7.2f} "
-            f"{row['loads_per_group']:8.2f} {row['us_per_record']:7.1f} {row['peak_rss_mb']:7.0f}",
-            flush=True,
+            f"{row['spread']:7.0%} {row['bare_us_per_event']:8.2f} {row['ratio']:7.1f} "
+            f"{row['records_per_event']:7.2f} {row['loads_per_group']:8.2f} "
+            f"{row['us_per_record']:7.1f} {row['peak_rss_mb']:7.0f}"
         )
-    cycled = [r for r in rows if r["label"] != "paper-32"]
+    cycled = [(row, rounds) for row, rounds in zip(rows, measured, strict=True)]
+    cycled = [pair for pair in cycled if pair[0]["label"] != "paper-32"]
     if len(cycled) >= 2:
-        first, last = cycled[0], cycled[-1]
+        (first, first_rounds), (last, last_rounds) = cycled[0], cycled[-1]
+        by_round = [
+            b["us_per_event"] / a["us_per_event"]
+            for a, b in zip(first_rounds, last_rounds, strict=True)
+        ]
         print(
             f"per-event cost {last['jobs']} vs {first['jobs']} jobs: "
-            f"{last['us_per_event'] / first['us_per_event']:.2f}x; per record: "
-            f"{last['us_per_record'] / first['us_per_record']:.2f}x"
+            f"{last['us_per_event'] / first['us_per_event']:.2f}x (best of {args.repeat} each"
+            + (
+                f"; round by round {min(by_round):.2f}-{max(by_round):.2f}x"
+                if args.repeat > 1
+                else ""
+            )
+            + f"); per record: {last['us_per_record'] / first['us_per_record']:.2f}x"
         )
     exponent = growth_exponent(rows)
     if exponent is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.scaling import cycled_workload, growth_exponent, measure
+from benchmarks.scaling import best_of, cycled_workload, growth_exponent, main, measure
 
 
 def test_cycled_workload_scales_the_cluster_with_the_jobs():
@@ -50,3 +50,22 @@ def test_growth_exponent_between_64_and_256_jobs():
     ]
     assert growth_exponent(rows) == pytest.approx(0.5)
     assert growth_exponent(rows[:1]) is None
+
+
+def test_best_of_rounds_keeps_the_cheapest_and_says_how_far_apart_they_were():
+    rounds = [
+        {"cpu_s": 2.0, "us_per_event": 20.0, "peak_rss_mb": 100.0},
+        {"cpu_s": 1.6, "us_per_event": 16.0, "peak_rss_mb": 120.0},
+        {"cpu_s": 1.8, "us_per_event": 18.0, "peak_rss_mb": 90.0},
+    ]
+    best = best_of(rounds)
+    assert best["cpu_s"] == 1.6 and best["us_per_event"] == 16.0
+    assert best["spread"] == pytest.approx(0.25)
+    assert best["peak_rss_mb"] == 120.0
+
+
+def test_no_rounds_is_refused_by_name(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--repeat", "0"])
+    assert exit_.value.code == 2
+    assert "--repeat 0" in capsys.readouterr().err
