@@ -37,6 +37,7 @@ from pathlib import Path
 
 import simpy
 
+from marlaas.core.policies import policy_names
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.workload import Workload, parse_workload
 from marlaas.drive import drive
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", default="8,32,64,128,256", help="job counts (multiples of 8)")
     parser.add_argument("--steps", type=int, help="every job's rl.steps (default: its own)")
-    parser.add_argument("--policy", default="fair")
+    parser.add_argument("--policy", default="fair", choices=policy_names())
     parser.add_argument("--no-paper", action="store_true", help="skip paper-32 itself")
     parser.add_argument(
         "--repeat", type=int, default=3, help="rounds over all sizes; each size's best is shown"
@@ -172,8 +173,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error(f"--repeat {args.repeat}: at least 1")
+    try:
+        counts = [int(n) for n in args.jobs.split(",")]
+    except ValueError:
+        parser.error(f"--jobs {args.jobs!r}: job counts separated by commas, such as 8,64")
+    if any(n < 8 or n % 8 for n in counts):
+        parser.error(f"--jobs {args.jobs}: each count a multiple of 8 (whole 4-device trainers)")
+    if args.steps is not None and args.steps < 1:
+        parser.error(f"--steps {args.steps}: at least 1")
     runs = [] if args.no_paper else [("paper-32", None)]
-    runs += [("cycled", n) for n in map(int, args.jobs.split(","))]
+    runs += [("cycled", n) for n in counts]
     run = measure_in_child if args.same_process else run_fresh
     measured: list[list[dict]] = [[] for _ in runs]
     for round_ in range(1, args.repeat + 1):
@@ -200,8 +209,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['records_per_event']:7.2f} {row['loads_per_group']:8.2f} "
             f"{row['us_per_record']:7.1f} {row['peak_rss_mb']:7.0f}"
         )
-    cycled = [(row, rounds) for row, rounds in zip(rows, measured, strict=True)]
-    cycled = [pair for pair in cycled if pair[0]["label"] != "paper-32"]
+    cycled = [
+        (row, rounds)
+        for row, rounds in zip(rows, measured, strict=True)
+        if row["label"] != "paper-32"
+    ]
     if len(cycled) >= 2:
         (first, first_rounds), (last, last_rounds) = cycled[0], cycled[-1]
         by_round = [

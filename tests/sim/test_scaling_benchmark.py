@@ -64,8 +64,20 @@ def test_best_of_rounds_keeps_the_cheapest_and_says_how_far_apart_they_were():
     assert best["peak_rss_mb"] == 120.0
 
 
-def test_no_rounds_is_refused_by_name(capsys):
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--repeat", "0"], "--repeat 0"),
+        (["--jobs", "8,x"], "--jobs '8,x'"),
+        (["--jobs", "8,12"], "--jobs 8,12"),
+        (["--jobs", "0"], "--jobs 0"),
+        (["--steps", "0"], "--steps 0"),
+        (["--policy", "fastest"], "'fastest'"),
+    ],
+)
+def test_bad_arguments_are_refused_by_name_before_any_run(argv, named, capsys):
     with pytest.raises(SystemExit) as exit_:
-        main(["--repeat", "0"])
+        main(argv)
     assert exit_.value.code == 2
-    assert "--repeat 0" in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert named in captured.err and "round 1/" not in captured.err  # nothing ran
