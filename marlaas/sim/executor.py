@@ -3,7 +3,10 @@
 One ``simpy.Environment``, no globals. Engines are :class:`EngineModel` instances that
 schedule a wake-up for their next finishing group; a newer wake-up empties the older one, and
 the emptied ones leave SimPy's heap once as many were emptied as a quarter of the heap holds.
-Environments, adapter loads, swaps, training steps and syncs are plain timeouts. All
+Environments, adapter loads, swaps, training steps and syncs are plain timeouts. Each timeout
+is a small :class:`Due` put on SimPy's event heap the way SimPy schedules its own (the same
+time, priority and id, so the same order), without a ``simpy.Timeout`` per event: an object
+with an attribute dict, built by Python code, and most of the objects a run has in flight. All
 randomness comes from one numpy Generator seeded by the run's seed, drawn in the scheduler's
 deterministic decision order, so a workload and seed give one event log. A replay passes a
 :class:`~marlaas.sim.recording.Recording` of a real run: each group turn then generates what
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from heapq import heapify, heappop
+from heapq import heapify, heappop, heappush
 from typing import Any
 
 import numpy as np
@@ -39,6 +42,15 @@ from marlaas.drive.executor import Completions
 from marlaas.sim.cost_model import CostModel
 from marlaas.sim.engine_model import EngineModel
 from marlaas.sim.recording import Recording
+
+
+class Due:
+    """A timeout on SimPy's event heap: the callbacks to run when it is due (None once run;
+    emptied when superseded) and its value."""
+
+    def __init__(self, callback: Callable[[Any], None], value: Any) -> None:
+        self.callbacks: list[Callable[[Any], None]] | None = [callback]
+        self.value = value
 
 
 class SimPyExecutor:
@@ -69,7 +81,7 @@ class SimPyExecutor:
         self._tokens: dict[int, tuple[int, int]] = {}
         """(tokens, longest sample's tokens) each running generation will produce, by id."""
         self._done: list[WorkDone] = []
-        self._wakes: dict[str, simpy.Timeout] = {}
+        self._wakes: dict[str, Due] = {}
         """Each engine's pending wake-up (an older one is emptied of its callback)."""
         self._superseded = 0
         """Wake-ups emptied since the event heap was last cleared of them (some of them may
@@ -109,8 +121,9 @@ class SimPyExecutor:
         """Run SimPy to the next completion, or to ``until`` [s] if that comes first.
 
         The loop is SimPy's ``Environment.step`` inline (its event heap popped here): every
-        event the simulator schedules is a Timeout that succeeds, so a step only has to set
-        the clock and run the event's callbacks."""
+        event the simulator schedules is a :class:`Due`, so a step only has to set the clock
+        and run the event's callbacks. SimPy itself only runs the clock on to ``until`` when
+        nothing is due before it."""
         env, done = self.env, self._done
         queue, steps = env._queue, 0
         limit = math.inf if until is None else until
@@ -132,9 +145,17 @@ class SimPyExecutor:
 
     # ----------------------------------------------------------------------------- work
     def _after(self, delay: float, done: WorkDone) -> None:
-        self.env.timeout(delay, done).callbacks.append(self._collect)
+        self._schedule(delay, self._collect, done)
 
-    def _collect(self, event: simpy.Timeout) -> None:
+    def _schedule(self, delay: float, callback: Callable[[Any], None], value: Any) -> Due:
+        """Call ``callback(due)`` in ``delay`` [s], as ``env.timeout(delay, value)`` with that
+        callback would: the heap entry ``Environment.schedule`` makes for a Timeout."""
+        env = self.env
+        due = Due(callback, value)
+        heappush(env._queue, (env._now + delay, 1, next(env._eid), due))  # 1: simpy.NORMAL
+        return due
+
+    def _collect(self, event: Due) -> None:
         """A timeout of :meth:`_after` fired: its work is done."""
         self._done.append(event.value)
 
@@ -185,9 +206,8 @@ class SimPyExecutor:
             if 4 * self._superseded > len(env._queue):
                 self._drop_superseded()
         now = env.now
-        wake = env.timeout(when - now if when > now else 0.0)
-        wake.callbacks.append(self._fire[name])
-        self._wakes[name] = wake
+        delay = when - now if when > now else 0.0
+        self._wakes[name] = self._schedule(delay, self._fire[name], None)
 
     def _drop_superseded(self) -> None:
         """Take the emptied wake-ups out of SimPy's event heap (the same order for the rest:
@@ -201,8 +221,10 @@ class SimPyExecutor:
         """The callback of engine ``name``'s wake-up: report the groups that finished."""
         engine, tokens, done = self.engines[name], self._tokens, self._done
 
+        env = self.env
+
         def fire(event) -> None:
-            now = event.env.now
+            now = env.now
             finished = engine.pop_finished(now)
             for work_id in finished:
                 total, longest = tokens.pop(work_id)

@@ -10,7 +10,7 @@ import pytest
 
 from marlaas.core.policies import policy_names
 from marlaas.core.scheduler import Scheduler
-from marlaas.core.work import Generate
+from marlaas.core.work import Generate, SwapIn
 from marlaas.drive import InvariantError, check_invariants, drive
 from marlaas.drive.collector import YOUNG_THRESHOLD
 from marlaas.eventlog import records_to_frame
@@ -166,6 +166,21 @@ def test_the_loop_collects_less_often_and_restores_the_thresholds(small):
     drive(scheduler, executor, observers=[lambda *_: seen.append(gc.get_threshold())])
     assert seen and all(t[0] >= YOUNG_THRESHOLD for t in seen)
     assert gc.get_threshold() == before
+
+
+def test_timeouts_keep_simpy_order_among_its_own_events():
+    """The executor puts its timeouts on SimPy's heap itself: ties with SimPy's own events
+    at the same time go in the order they were scheduled, as SimPy's own timeouts do."""
+    executor = one_engine_executor()
+    env, order = executor.env, []
+    swap_s = executor.cost.trainer_swap_s
+    executor.start(SwapIn(1, "math-a", 0, "t/trainer0"), 0.0)
+    env.timeout(swap_s).callbacks.append(lambda _: order.append("simpy"))
+    executor.start(SwapIn(2, "math-a", 0, "t/trainer0"), 0.0)
+    at, first = executor.wait(None)  # returns with the first completion, before SimPy's
+    assert [d.work_id for d in first] == [1] and order == [] and at == swap_s
+    at, second = executor.wait(None)
+    assert [d.work_id for d in second] == [2] and order == ["simpy"] and at == swap_s
 
 
 def one_engine_executor(tokens: int = 100) -> SimPyExecutor:
