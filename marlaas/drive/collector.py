@@ -5,9 +5,10 @@ tenth collection also scans the middle generation, and the full collections walk
 the run holds (its jobs' groups, the work in flight, the records' lists). Almost nothing a
 run allocates is cyclic garbage (a few hundred objects in a run of a million events), so
 collecting less often costs no memory worth counting. At 256 simulated jobs (853k SimPy
-events, ``benchmarks/scaling.py``'s workload), compiled: the default thresholds spent 2.65 s of
-the run's 18.7 s of CPU in 1,387 collections, a first threshold of 50,000 0.26 s of 16.7 s in
-10 (the records add nothing the collector tracks, see :class:`~marlaas.core.records.RecordLog`).
+events, ``benchmarks/scaling.py``'s workload), compiled, two runs each: the default thresholds
+spent 2.49 s and 2.74 s of the run's 18.5 s and 19.1 s of CPU in 1,387 collections, a first
+threshold of 50,000 0.28 s and 0.23 s of 16.4 s and 15.7 s in 10 (the records add nothing the
+collector tracks, see :class:`~marlaas.core.records.RecordLog`).
 """
 
 from __future__ import annotations
