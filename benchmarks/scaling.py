@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import math
 import multiprocessing
-import resource
 import sys
 import time
 from collections import Counter
@@ -41,6 +40,7 @@ from marlaas.core.policies import policy_names
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.workload import Workload, parse_workload
 from marlaas.drive import drive
+from marlaas.executors.memory import peak_rss_mb
 from marlaas.sim.executor import SimPyExecutor
 from marlaas.workload_file import WorkloadFile, load_workload
 
@@ -124,11 +124,6 @@ def growth_exponent(rows: list[dict], small: int = 64, large: int = 256) -> floa
         return None
     a, b = by_jobs[small]["us_per_event"], by_jobs[large]["us_per_event"]
     return math.log(b / a) / math.log(large / small)
-
-
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process [MiB] (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def measure_in_child(label: str, jobs: int | None, steps: int | None, policy: str) -> dict:

@@ -219,9 +219,7 @@ class SimPyExecutor:
 
     def _fire_for(self, name: str):
         """The callback of engine ``name``'s wake-up: report the groups that finished."""
-        engine, tokens, done = self.engines[name], self._tokens, self._done
-
-        env = self.env
+        engine, tokens, done, env = self.engines[name], self._tokens, self._done, self.env
 
         def fire(event) -> None:
             now = env.now
