@@ -29,6 +29,25 @@ from marlaas.sim.cost_model import CostModel
 _EPS = 1e-7
 
 
+class _Users:
+    """The running sequences of one adapter on an engine."""
+
+    def __init__(self, adapter: object) -> None:
+        self.adapter = adapter
+        self.count = 0
+
+
+class _Group:
+    """What the running sequences of one group share: its work id, its context offset
+    (prompt - progress at admission) [tokens], its adapter's users, and how many still run."""
+
+    def __init__(self, work_id: int, offset: float, users: _Users, left: int) -> None:
+        self.work_id = work_id
+        self.offset = offset
+        self.users = users
+        self.left = left
+
+
 class EngineModel:
     """Fluid model of one engine's decode; ``progress`` counts decode iterations done."""
 
@@ -50,17 +69,15 @@ class EngineModel:
         self.context_offset = 0.0
         """Sum over running sequences of (prompt - progress at admission) [tokens]; the batch
         holds context_offset + running * progress tokens."""
-        self.adapters: dict[object, int] = {}
+        self.adapters: dict[object, _Users] = {}
         """Running sequences per distinct adapter."""
         self.slowdown = 1.0
         """Factor on every iteration and prefill time (processor sharing; 1 = alone)."""
-        self._seqs: list[tuple[float, int, int, float, object]] = []
-        """Running sequences sorted by (progress at which they end, seq id, work id, offset,
-        adapter)."""
-        self._groups: list[tuple[float, int]] = []
-        """Heap of (progress at which the group's slowest sample ends, work id)."""
-        self._left: dict[int, int] = {}
-        """Running sequences per group (work id)."""
+        self._seqs: list[tuple[float, int, _Group]] = []
+        """Running sequences sorted by (progress at which they end, seq id), with their group
+        (one object per group: what a sequence's end changes is read without a lookup)."""
+        self._groups: list[tuple[float, int, _Group]] = []
+        """Heap of (progress at which the group's slowest sample ends, work id, group)."""
         self._seq_ids = 0
 
     def iteration_s(self, now: float) -> float:
@@ -78,13 +95,14 @@ class EngineModel:
         self.slowdown = factor
 
     def _end_sequence(self) -> None:
-        _, _, work_id, offset, adapter = self._seqs.pop(0)
+        group = self._seqs.pop(0)[2]
         self.running -= 1
-        self.context_offset -= offset
-        self.adapters[adapter] -= 1
-        if not self.adapters[adapter]:
-            del self.adapters[adapter]
-        self._left[work_id] -= 1
+        self.context_offset -= group.offset
+        group.left -= 1
+        users = group.users
+        users.count -= 1
+        if not users.count:
+            del self.adapters[users.adapter]
 
     def advance(self, now: float) -> None:
         """Move decode forward to ``now`` [s], ending the sequences that finish on the way."""
@@ -94,7 +112,6 @@ class EngineModel:
             base, per_seq, per_kv = self.base_s, self.per_seq_s, self.per_kv_s
             per_adapter, slowdown, seqs = self.per_adapter_s, self.slowdown, self._seqs
             progress, offset, adapters = self.progress, self.context_offset, self.adapters
-            left = self._left
             # the counts as floats: the same values (exact), and float-only arithmetic is
             # the interpreter's fast path (an int operand takes its generic one)
             running, distinct = float(self.running), float(len(adapters))
@@ -113,16 +130,15 @@ class EngineModel:
                     break
                 progress = end  # the first sequence ends (as _end_sequence, inline)
                 start += needed
-                _, _, work_id, seq_offset, adapter = seqs.pop(0)
+                group = seqs.pop(0)[2]
                 running -= 1.0
-                offset -= seq_offset
-                users = adapters[adapter] - 1
-                if users:
-                    adapters[adapter] = users
-                else:
-                    del adapters[adapter]
+                offset -= group.offset
+                group.left -= 1
+                users = group.users
+                users.count -= 1
+                if not users.count:
+                    del adapters[users.adapter]
                     distinct -= 1.0
-                left[work_id] -= 1
             self.progress, self.running, self.context_offset = progress, int(running), offset
         if now > clock:
             self.clock_s = now
@@ -142,17 +158,17 @@ class EngineModel:
         self.warmup_s = 0.0
         progress, first = self.progress, self._seq_ids + 1
         offset = prompt - progress
-        self._seqs += [
-            (progress + length, first + k, work_id, offset, adapter)
-            for k, length in enumerate(lengths)
-        ]
+        users = self.adapters.get(adapter)
+        if users is None:
+            users = self.adapters[adapter] = _Users(adapter)
+        users.count += n
+        group = _Group(work_id, offset, users, n)
+        self._seqs += [(progress + length, first + k, group) for k, length in enumerate(lengths)]
         self._seqs.sort()  # the same order as inserting one by one: seq ids are unique
         self._seq_ids += n
-        heapq.heappush(self._groups, (progress + float(max(lengths)), work_id))
+        heapq.heappush(self._groups, (progress + float(max(lengths)), work_id, group))
         self.running += n
         self.context_offset += offset * n
-        self.adapters[adapter] = self.adapters.get(adapter, 0) + n
-        self._left[work_id] = n
 
     def next_group_done_s(self) -> float | None:
         """When the next group finishes [s], if nothing is admitted before."""
@@ -162,12 +178,12 @@ class EngineModel:
         clock, resume = self.clock_s, self.resume_s
         t = resume if resume > clock else clock
         progress, offset = self.progress, self.context_offset
-        adapters = dict(self.adapters)
-        running, distinct = float(self.running), float(len(adapters))  # as in advance
+        running, distinct = float(self.running), float(len(self.adapters))  # as in advance
+        users_left: dict[_Users, int] = {}  # adapters met so far -> their sequences left
         base, per_seq, per_kv = self.base_s, self.per_seq_s, self.per_kv_s
         per_adapter, slowdown = self.per_adapter_s, self.slowdown
         growth = 0.5 * per_kv * slowdown  # the first factors of the growth term, as below
-        for end, _, _, seq_offset, adapter in self._seqs:
+        for end, _, group in self._seqs:
             k = end - progress
             if k < 0.0:
                 k = 0.0
@@ -177,12 +193,11 @@ class EngineModel:
             t += alpha * k + growth * running * k * k  # 0.5 * per_kv * slowdown * running ...
             if end >= target:
                 return t
-            progress, running, offset = end, running - 1.0, offset - seq_offset
-            users = adapters[adapter] - 1
-            if users:
-                adapters[adapter] = users
-            else:
-                del adapters[adapter]
+            progress, running, offset = end, running - 1.0, offset - group.offset
+            users = group.users
+            count = users_left.get(users, users.count) - 1
+            users_left[users] = count
+            if not count:
                 distinct -= 1.0
         return t
 
@@ -196,11 +211,9 @@ class EngineModel:
                 self.progress = seqs[0][0]
             self._end_sequence()
         done = []
-        groups, left = self._groups, self._left
-        while groups and not left[groups[0][1]]:
-            _, work_id = heapq.heappop(groups)
-            del left[work_id]
-            done.append(work_id)
+        groups = self._groups
+        while groups and not groups[0][2].left:
+            done.append(heapq.heappop(groups)[1])
         if not self.running:
             self.context_offset = 0.0
         return done
