@@ -9,7 +9,8 @@ minutes), or ``python benchmarks/scaling.py`` for the same table without pytest.
    bare SimPy loop of as many events measured right after it, and the records per event and
    adapter loads per group (the work an event stands for grows with the jobs); then the growth
    exponent of µs per event between 64 and 256 jobs (0: the cost per event does not grow with
-   the cluster).
+   the cluster). Each size is simulated again until it has processed 500,000 SimPy events, as
+   ``scaling.py`` does by default.
 3. The paper-scale workload (1024-token groups) with every max_new_tokens doubled (same
    number of sequences): the wall time ratio shows that cost follows sequences, not tokens.
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 import time
 
 from benchmarks.paper_scale import paper_scale_workload
-from benchmarks.scaling import PAPER_32, cycled_workload, growth_exponent, measure
+from benchmarks.scaling import MIN_EVENTS, PAPER_32, cycled_workload, growth_exponent, measure
 from marlaas.core.scheduler import Scheduler
 from marlaas.drive import drive
 from marlaas.sim.executor import SimPyExecutor
@@ -49,7 +50,10 @@ def test_paper_32_vs_bare_simpy(benchmark):
 
 def test_job_count_series(benchmark):
     def series() -> list[dict]:
-        return [{"label": "cycled", **measure(cycled_workload(n))} for n in SERIES]
+        return [
+            {"label": "cycled", **measure(cycled_workload(n), min_events=MIN_EVENTS)}
+            for n in SERIES
+        ]
 
     rows = benchmark.pedantic(series, rounds=1, iterations=1)
     exponent = growth_exponent(rows)

@@ -6,13 +6,17 @@
 The workload of N jobs is paper-32's jobs cycled (job i is paper-32's job i mod 32, renamed,
 with a tenant of its own) on 2 GPUs per job, split 3:1 between rollout and training (trainers
 of 4 devices): traces/paper-8.yaml is the 8-job one. Every size is simulated under ``fair``
-(invariants not checked: they read the whole event log), then a bare SimPy loop processes
-the same number of events (timeouts with a callback each, as the simulator uses SimPy; the
-best of 3) in the same process right after, so that the ratio of the two is measured under
-the same machine load. The sizes are measured in ``--repeat`` rounds (3 by default, progress
-on stderr), and each size's round with the least CPU time is shown with the spread of its µs
-per event over the rounds: on a shared machine one run of a size can cost 20% more than the
-next. Printed per size: SimPy events, wall and CPU time, CPU µs per event and its spread,
+(invariants not checked: they read the whole event log), again and again (the same events
+each pass) until it has processed ``--min-events`` SimPy events (500,000 by default: 25
+passes of 8 jobs, one of 256), so that a small size is measured over a window as long as a
+large one's. Then a bare SimPy loop processes one pass's events (timeouts with a callback
+each, as the simulator uses SimPy; the best of 3) in the same process, so that the ratio of
+the two is measured under the same machine load. The sizes are measured in ``--repeat``
+rounds (3 by default, progress on stderr), and each size's round with the least CPU time is
+shown with the spread of its µs per event over the rounds: on a shared machine one run of a
+size can cost 20% more than the next, and the cheapest of three runs of 0.3 s (one pass of 8
+jobs) is a luckier draw than the cheapest of three runs of 15 s. Printed per size: SimPy
+events of a pass, passes, wall and CPU time of all passes, CPU µs per event and its spread,
 the bare loop's CPU µs per event and the ratio, the work an event stands for (records of the
 event log per event, adapter loads per rollout group) and the CPU µs per record; then the
 growth exponent of µs per event between 64 and 256 jobs (0: flat; 1: linear in jobs). The
@@ -45,6 +49,8 @@ from marlaas.sim.executor import SimPyExecutor
 from marlaas.workload_file import WorkloadFile, load_workload
 
 PAPER_32 = Path(__file__).resolve().parents[1] / "traces" / "paper-32.yaml"
+MIN_EVENTS = 500_000
+"""SimPy events each size is measured over by default (8 jobs: 25 passes; 256 jobs: one)."""
 
 
 def cycled_workload(jobs: int, steps: int | None = None) -> Workload:
@@ -88,31 +94,42 @@ def bare_simpy(events: int, chains: int = 64) -> float:
     return time.process_time() - t0
 
 
-def measure(workload: Workload, policy: str = "fair") -> dict:
-    """One simulation and a bare SimPy loop of as many events, right after it. Costs per
-    event are CPU times of this process (other processes on the machine disturb them less
-    than wall times); the wall time of the simulation is reported too."""
-    t0, c0 = time.perf_counter(), time.process_time()
-    scheduler = Scheduler(workload, policy)
-    executor = SimPyExecutor(workload, scheduler.cluster)
-    result = drive(scheduler, executor, check=False)
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    events = executor.steps
-    bare = min(bare_simpy(events) for _ in range(3))
+def measure(workload: Workload, policy: str = "fair", min_events: int = 0) -> dict:
+    """Simulations of ``workload`` (a new scheduler and executor each pass: the same events
+    every time) until they have processed ``min_events`` SimPy events in all (one at least),
+    then a bare SimPy loop of one pass's events. Costs per event are CPU times of this process
+    (other processes on the machine disturb them less than wall times) over all passes; the
+    wall time of the simulations is reported too. Passes give a small workload a measuring
+    window as long as a large one's: on a shared machine the cheapest of a few runs of 0.3 s
+    is a luckier draw than the cheapest of a few runs of 15 s."""
+    passes = events = 0
+    wall = cpu = 0.0
+    while True:
+        t0, c0 = time.perf_counter(), time.process_time()
+        scheduler = Scheduler(workload, policy)
+        executor = SimPyExecutor(workload, scheduler.cluster)
+        result = drive(scheduler, executor, check=False)
+        wall, cpu = wall + time.perf_counter() - t0, cpu + time.process_time() - c0
+        passes, events = passes + 1, events + executor.steps
+        if events >= min_events or not executor.steps:
+            break
+        del scheduler, executor, result  # the next pass starts without this one's memory
+    bare = min(bare_simpy(executor.steps) for _ in range(3)) / max(1, executor.steps)
     records = scheduler.records
     kinds = Counter(records.columns()[0])  # the kind field
     return {
         "jobs": len(workload.jobs),
         "gpus": workload.cluster.total_devices,
-        "events": events,
+        "events": executor.steps,
+        "passes": passes,
         "wall_s": wall,
         "cpu_s": cpu,
-        "us_per_event": cpu / events * 1e6,
-        "bare_us_per_event": bare / events * 1e6,
-        "ratio": cpu / bare,
-        "records_per_event": len(records) / events,
+        "us_per_event": cpu / max(1, events) * 1e6,
+        "bare_us_per_event": bare * 1e6,
+        "ratio": cpu / max(1, events) / bare if bare else math.inf,
+        "records_per_event": len(records) / max(1, executor.steps),
         "loads_per_group": kinds["adapter_load"] / max(1, kinds["generate"]),
-        "us_per_record": cpu / max(1, len(records)) * 1e6,
+        "us_per_record": cpu / max(1, len(records) * passes) * 1e6,
         "makespan_s": result.makespan_s,
     }
 
@@ -126,19 +143,24 @@ def growth_exponent(rows: list[dict], small: int = 64, large: int = 256) -> floa
     return math.log(b / a) / math.log(large / small)
 
 
-def measure_in_child(label: str, jobs: int | None, steps: int | None, policy: str) -> dict:
+def measure_in_child(
+    label: str, jobs: int | None, steps: int | None, policy: str, min_events: int = 0
+) -> dict:
     """``measure`` in this process, for ``run_fresh``: paper-32 (``jobs`` None) or the cycled
     workload; with the peak RSS of the process [MiB]."""
     workload = load_workload(PAPER_32) if jobs is None else cycled_workload(jobs, steps)
-    return {"label": label, **measure(workload, policy), "peak_rss_mb": peak_rss_mb()}
+    row = measure(workload, policy, min_events)
+    return {"label": label, **row, "peak_rss_mb": peak_rss_mb()}
 
 
-def run_fresh(label: str, jobs: int | None, steps: int | None, policy: str) -> dict:
+def run_fresh(
+    label: str, jobs: int | None, steps: int | None, policy: str, min_events: int = 0
+) -> dict:
     """``measure_in_child`` in a new process: a size measured after another would otherwise
     pay for the memory the earlier one left behind."""
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-        return pool.submit(measure_in_child, label, jobs, steps, policy).result()
+        return pool.submit(measure_in_child, label, jobs, steps, policy, min_events).result()
 
 
 def best_of(measured: list[dict]) -> dict:
@@ -163,11 +185,19 @@ def main(argv: list[str] | None = None) -> int:
         "--repeat", type=int, default=3, help="rounds over all sizes; each size's best is shown"
     )
     parser.add_argument(
+        "--min-events",
+        type=int,
+        default=MIN_EVENTS,
+        help="simulate each size again until it has processed this many SimPy events",
+    )
+    parser.add_argument(
         "--same-process", action="store_true", help="measure every size in this process"
     )
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error(f"--repeat {args.repeat}: at least 1")
+    if args.min_events < 0:
+        parser.error(f"--min-events {args.min_events}: 0 or more")
     try:
         counts = [int(n) for n in args.jobs.split(",")]
     except ValueError:
@@ -182,24 +212,27 @@ def main(argv: list[str] | None = None) -> int:
     measured: list[list[dict]] = [[] for _ in runs]
     for round_ in range(1, args.repeat + 1):
         for (label, jobs), rounds in zip(runs, measured, strict=True):
-            row = run(label, jobs, args.steps, args.policy)
+            row = run(label, jobs, args.steps, args.policy, args.min_events)
             rounds.append(row)
             print(
                 f"round {round_}/{args.repeat}: {label} {row['jobs']} jobs: "
-                f"{row['us_per_event']:.1f} us/event ({row['cpu_s']:.2f} s CPU)",
+                f"{row['us_per_event']:.1f} us/event ({row['cpu_s']:.2f} s CPU, "
+                f"{row['passes']} pass{'es' if row['passes'] > 1 else ''})",
                 file=sys.stderr,
                 flush=True,
             )
     rows = [best_of(rounds) for rounds in measured]
     print(
-        f"{'run':>10s} {'jobs':>5s} {'GPUs':>5s} {'events':>9s} {'wall s':>8s} {'cpu s':>8s} "
+        f"{'run':>10s} {'jobs':>5s} {'GPUs':>5s} {'events':>9s} {'passes':>6s} {'wall s':>8s} "
+        f"{'cpu s':>8s} "
         f"{'us/event':>9s} {'spread':>7s} {'bare us':>8s} {'x bare':>7s} {'rec/ev':>7s} "
         f"{'load/grp':>8s} {'us/rec':>7s} {'RSS MiB':>7s}"
     )
     for row in rows:
         print(
             f"{row['label']:>10s} {row['jobs']:5d} {row['gpus']:5d} {row['events']:9d} "
-            f"{row['wall_s']:8.2f} {row['cpu_s']:8.2f} {row['us_per_event']:9.1f} "
+            f"{row['passes']:6d} {row['wall_s']:8.2f} {row['cpu_s']:8.2f} "
+            f"{row['us_per_event']:9.1f} "
             f"{row['spread']:7.0%} {row['bare_us_per_event']:8.2f} {row['ratio']:7.1f} "
             f"{row['records_per_event']:7.2f} {row['loads_per_group']:8.2f} "
             f"{row['us_per_record']:7.1f} {row['peak_rss_mb']:7.0f}"

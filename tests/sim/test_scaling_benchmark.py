@@ -34,6 +34,16 @@ def test_measure_reports_the_work_an_event_stands_for():
     assert 0 < row["loads_per_group"] <= 1  # every adapter is loaded at least once
 
 
+def test_a_small_workload_is_measured_over_as_many_events_as_asked():
+    once = measure(cycled_workload(8, steps=1))
+    row = measure(cycled_workload(8, steps=1), min_events=2 * once["events"] + 1)
+    assert once["passes"] == 1 and row["passes"] == 3
+    assert row["events"] == once["events"]  # per pass: every pass makes the same events
+    assert row["records_per_event"] == once["records_per_event"]
+    assert row["us_per_event"] * row["events"] * 3 == pytest.approx(row["cpu_s"] * 1e6)
+    assert row["ratio"] == pytest.approx(row["us_per_event"] / row["bare_us_per_event"])
+
+
 def test_more_jobs_on_the_engines_load_adapters_more_often():
     """Each engine holds 8 adapters: with 32 jobs on the engines, groups land more often on
     an engine without their adapter than with 8 (the mix the table's load/grp column shows)."""
@@ -68,6 +78,7 @@ def test_best_of_rounds_keeps_the_cheapest_and_says_how_far_apart_they_were():
     ("argv", "named"),
     [
         (["--repeat", "0"], "--repeat 0"),
+        (["--min-events", "-1"], "--min-events -1"),
         (["--jobs", "8,x"], "--jobs '8,x'"),
         (["--jobs", "8,12"], "--jobs 8,12"),
         (["--jobs", "0"], "--jobs 0"),
