@@ -40,6 +40,10 @@ class FreeEngines:
         self.grown: set[int] = set()
         """Engines whose free room (sequences, tokens or adapter slots) grew since the
         placement round last looked."""
+        self._best = -1
+        """The best engine a search found so far (-1: none yet)."""
+        self._most = 0
+        """Its free sequences (at first: those the group needs)."""
 
     def update(
         self, index: int, is_open: bool, free_seqs: int, free_tokens: int, busy: bool
@@ -60,29 +64,34 @@ class FreeEngines:
         """The open engine with at least ``seqs`` free sequences and ``tokens`` free KV
         tokens that has the most free sequences, then the lowest index; ``exclude``: engines
         not to consider."""
-        have_tokens, have_seqs = self._tokens, self._seqs
-        if have_tokens[1] < tokens or have_seqs[1] < seqs:
+        if self._tokens[1] < tokens or self._seqs[1] < seqs:
             return None
-        best, most = None, seqs
-        stack = [(1, 0, self._size)]  # (node, its first engine, engines below it)
-        while stack:
-            node, first, span = stack.pop()
-            room = have_seqs[node]
-            if have_tokens[node] < tokens or room < most:
-                continue
-            if best is not None and room == most and first > best:
-                continue  # as many free sequences at best, and all to the right of the best
-            if span == 1:
-                if first not in exclude:
-                    best, most = first, room
-                continue
-            half = span >> 1
-            left, right = (2 * node, first, half), (2 * node + 1, first + half, half)
-            if have_seqs[2 * node + 1] > have_seqs[2 * node]:
-                stack += (left, right)  # the right child first: it may hold more sequences
-            else:
-                stack += (right, left)
-        return best
+        self._best, self._most = -1, seqs
+        self._search(1, 0, self._size, tokens, exclude)
+        return None if self._best < 0 else self._best
+
+    def _search(
+        self, node: int, first: int, span: int, tokens: int, exclude: Collection[int]
+    ) -> None:
+        """Search the subtree of ``node`` (engines ``first`` to ``first + span - 1``) for an
+        engine better than ``_best`` (``_most`` free sequences): a recursion, compiled into
+        calls of a C function, where a stack of Python tuples would allocate at every node."""
+        room = self._seqs[node]
+        if self._tokens[node] < tokens or room < self._most:
+            return
+        if self._best >= 0 and room == self._most and first > self._best:
+            return  # as many free sequences at best, and all to the right of the best
+        if span == 1:
+            if first not in exclude:
+                self._best, self._most = first, room
+            return
+        half = span >> 1
+        if self._seqs[2 * node + 1] > self._seqs[2 * node]:  # the right child first: it
+            self._search(2 * node + 1, first + half, half, tokens, exclude)  # may hold more
+            self._search(2 * node, first, half, tokens, exclude)
+        else:
+            self._search(2 * node, first, half, tokens, exclude)
+            self._search(2 * node + 1, first + half, half, tokens, exclude)
 
 
 def _set(tree: list[int], node: int, value: int) -> None:

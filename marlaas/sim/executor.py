@@ -133,7 +133,8 @@ class SimPyExecutor:
                 if until is not None and until > env.now:
                     env.run(until=until)
                 return None
-            env._now, _, _, event = heappop(queue)
+            entry = heappop(queue)  # (time, priority, id, event); indexed, not unpacked:
+            env._now, event = entry[0], entry[3]  # unpacking an untyped tuple iterates it
             callbacks, event.callbacks = event.callbacks, None
             for callback in callbacks:
                 callback(event)
