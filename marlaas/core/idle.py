@@ -11,8 +11,6 @@ idle rows partition the run.
 
 from __future__ import annotations
 
-from collections import Counter
-
 from marlaas.core.cluster import Cluster, Device, Engine, Trainer
 from marlaas.core.record_fields import append_row
 from marlaas.core.records import NO_REWARD, RecordLog
@@ -27,12 +25,16 @@ Votes = tuple[str | None, str | None]
 """A job's (engine cause, trainer cause); None where it does not hold that role up."""
 
 
-def majority_cause(votes: Counter[str]) -> str:
-    """The most common cause among the votes (ties in CAUSE_ORDER); no_work without any."""
-    top = max(votes.values(), default=0)
+_CAUSE_INDEX = {cause: i for i, cause in enumerate(CAUSE_ORDER)}
+
+
+def majority_cause(counts: list[int]) -> str:
+    """The most common cause among the votes, ``counts`` per cause in CAUSE_ORDER (ties in
+    CAUSE_ORDER); no_work without any."""
+    top = max(counts)
     if top <= 0:
         return "no_work"
-    return next(c for c in CAUSE_ORDER if votes.get(c) == top)
+    return CAUSE_ORDER[counts.index(top)]
 
 
 class IdleAccounting:
@@ -50,7 +52,9 @@ class IdleAccounting:
             for device in trainer.devices:
                 self._roles[device.name] = (self._roles[device.name][0], trainer)
         self._votes: dict[int, Votes] = {}
-        self._counts: tuple[Counter[str], Counter[str]] = (Counter(), Counter())
+        causes = len(CAUSE_ORDER)
+        self._counts: tuple[list[int], list[int]] = ([0] * causes, [0] * causes)
+        """The votes for each cause (in CAUSE_ORDER) of idle engines, and of idle trainers."""
         self._causes = ("no_work", "no_work")
         self._recount = False
         """Votes changed since the majority causes were last found."""
@@ -69,12 +73,14 @@ class IdleAccounting:
         else:
             self._votes[job] = votes
         old, new = old or (None, None), votes or (None, None)
-        for counter, before, after in zip(self._counts, old, new, strict=True):
+        for role in range(2):
+            before, after = old[role], new[role]
             if before != after:
+                counts = self._counts[role]
                 if before is not None:
-                    counter[before] -= 1
+                    counts[_CAUSE_INDEX[before]] -= 1
                 if after is not None:
-                    counter[after] += 1
+                    counts[_CAUSE_INDEX[after]] += 1
                 self._recount = True
 
     def mark(self, *devices: Device) -> None:
