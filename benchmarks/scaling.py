@@ -30,6 +30,7 @@ from PYTHONPATH, so one copy of it can measure an older tree.
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import multiprocessing
 import sys
@@ -114,6 +115,7 @@ def measure(workload: Workload, policy: str = "fair", min_events: int = 0) -> di
         if events >= min_events or not executor.steps:
             break
         del scheduler, executor, result  # the next pass starts without this one's memory
+        gc.collect()  # (a run's objects refer to each other), outside the timed window
     bare = min(bare_simpy(executor.steps) for _ in range(3)) / max(1, executor.steps)
     records = scheduler.records
     kinds = Counter(records.columns()[0])  # the kind field
