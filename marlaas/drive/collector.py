@@ -6,8 +6,8 @@ the run holds (its jobs' groups, the work in flight, the records' lists). Almost
 run allocates is cyclic garbage (a few hundred objects in a run of a million events), so
 collecting less often costs no memory worth counting. At 256 simulated jobs (853k SimPy
 events, ``benchmarks/scaling.py``'s workload), compiled, two runs each: the default thresholds
-spent 2.49 s and 2.74 s of the run's 18.5 s and 19.1 s of CPU in 1,387 collections, a first
-threshold of 50,000 0.28 s and 0.23 s of 16.4 s and 15.7 s in 10 (the records add nothing the
+spent 1.67 s and 1.77 s of the run's 11.5 s and 12.2 s of CPU in 1,444 collections, a first
+threshold of 50,000 0.12 s and 0.18 s of 10.5 s and 11.9 s in 10 (the records add nothing the
 collector tracks, see :class:`~marlaas.core.records.RecordLog`).
 """
 
