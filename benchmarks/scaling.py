@@ -226,16 +226,15 @@ def main(argv: list[str] | None = None) -> int:
     rows = [best_of(rounds) for rounds in measured]
     print(
         f"{'run':>10s} {'jobs':>5s} {'GPUs':>5s} {'events':>9s} {'passes':>6s} {'wall s':>8s} "
-        f"{'cpu s':>8s} "
-        f"{'us/event':>9s} {'spread':>7s} {'bare us':>8s} {'x bare':>7s} {'rec/ev':>7s} "
-        f"{'load/grp':>8s} {'us/rec':>7s} {'RSS MiB':>7s}"
+        f"{'cpu s':>8s} {'us/event':>9s} {'spread':>7s} {'bare us':>8s} {'x bare':>7s} "
+        f"{'rec/ev':>7s} {'load/grp':>8s} {'us/rec':>7s} {'RSS MiB':>7s}"
     )
     for row in rows:
         print(
             f"{row['label']:>10s} {row['jobs']:5d} {row['gpus']:5d} {row['events']:9d} "
             f"{row['passes']:6d} {row['wall_s']:8.2f} {row['cpu_s']:8.2f} "
-            f"{row['us_per_event']:9.1f} "
-            f"{row['spread']:7.0%} {row['bare_us_per_event']:8.2f} {row['ratio']:7.1f} "
+            f"{row['us_per_event']:9.1f} {row['spread']:7.0%} {row['bare_us_per_event']:8.2f} "
+            f"{row['ratio']:7.1f} "
             f"{row['records_per_event']:7.2f} {row['loads_per_group']:8.2f} "
             f"{row['us_per_record']:7.1f} {row['peak_rss_mb']:7.0f}"
         )

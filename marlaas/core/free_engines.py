@@ -40,10 +40,6 @@ class FreeEngines:
         self.grown: set[int] = set()
         """Engines whose free room (sequences, tokens or adapter slots) grew since the
         placement round last looked."""
-        self._best = -1
-        """The best engine a search found so far (-1: none yet)."""
-        self._most = 0
-        """Its free sequences (at first: those the group needs)."""
 
     def update(
         self, index: int, is_open: bool, free_seqs: int, free_tokens: int, busy: bool
@@ -66,32 +62,30 @@ class FreeEngines:
         not to consider."""
         if self._tokens[1] < tokens or self._seqs[1] < seqs:
             return None
-        self._best, self._most = -1, seqs
-        self._search(1, 0, self._size, tokens, exclude)
-        return None if self._best < 0 else self._best
+        best, _ = self._search(1, 0, self._size, tokens, exclude, -1, seqs)
+        return None if best < 0 else best
 
     def _search(
-        self, node: int, first: int, span: int, tokens: int, exclude: Collection[int]
-    ) -> None:
-        """Search the subtree of ``node`` (engines ``first`` to ``first + span - 1``) for an
-        engine better than ``_best`` (``_most`` free sequences): a recursion, compiled into
-        calls of a C function, where a stack of Python tuples would allocate at every node."""
+        self, node: int, first: int, span: int, tokens: int, exclude: Collection[int],
+        best: int, most: int,
+    ) -> tuple[int, int]:  # fmt: skip
+        """The better of engine ``best`` (-1: none yet; ``most`` free sequences) and the
+        engines of ``node``'s subtree (``first`` to ``first + span - 1``), with its free
+        sequences: a recursion, compiled into calls of a C function, where a stack of Python
+        tuples would allocate at every node."""
         room = self._seqs[node]
-        if self._tokens[node] < tokens or room < self._most:
-            return
-        if self._best >= 0 and room == self._most and first > self._best:
-            return  # as many free sequences at best, and all to the right of the best
+        if self._tokens[node] < tokens or room < most:
+            return best, most
+        if best >= 0 and room == most and first > best:
+            return best, most  # as many free sequences at best, all to the right of the best
         if span == 1:
-            if first not in exclude:
-                self._best, self._most = first, room
-            return
-        half = span >> 1
-        if self._seqs[2 * node + 1] > self._seqs[2 * node]:  # the right child first: it
-            self._search(2 * node + 1, first + half, half, tokens, exclude)  # may hold more
-            self._search(2 * node, first, half, tokens, exclude)
-        else:
-            self._search(2 * node, first, half, tokens, exclude)
-            self._search(2 * node + 1, first + half, half, tokens, exclude)
+            return (best, most) if first in exclude else (first, room)
+        half, left, right = span >> 1, 2 * node, 2 * node + 1
+        if self._seqs[right] > self._seqs[left]:  # the right child first: it may hold more
+            best, most = self._search(right, first + half, half, tokens, exclude, best, most)
+            return self._search(left, first, half, tokens, exclude, best, most)
+        best, most = self._search(left, first, half, tokens, exclude, best, most)
+        return self._search(right, first + half, half, tokens, exclude, best, most)
 
 
 def _set(tree: list[int], node: int, value: int) -> None:

@@ -38,11 +38,10 @@ class _Users:
 
 
 class _Group:
-    """What the running sequences of one group share: its work id, its context offset
-    (prompt - progress at admission) [tokens], its adapter's users, and how many still run."""
+    """What the running sequences of one group share: their context offset (prompt - progress
+    at admission) [tokens], their adapter's users, and how many of them still run."""
 
-    def __init__(self, work_id: int, offset: float, users: _Users, left: int) -> None:
-        self.work_id = work_id
+    def __init__(self, offset: float, users: _Users, left: int) -> None:
         self.offset = offset
         self.users = users
         self.left = left
@@ -70,7 +69,7 @@ class EngineModel:
         """Sum over running sequences of (prompt - progress at admission) [tokens]; the batch
         holds context_offset + running * progress tokens."""
         self.adapters: dict[object, _Users] = {}
-        """Running sequences per distinct adapter."""
+        """Each distinct adapter of the running sequences, with how many of them use it."""
         self.slowdown = 1.0
         """Factor on every iteration and prefill time (processor sharing; 1 = alone)."""
         self._seqs: list[tuple[float, int, _Group]] = []
@@ -162,7 +161,7 @@ class EngineModel:
         if users is None:
             users = self.adapters[adapter] = _Users(adapter)
         users.count += n
-        group = _Group(work_id, offset, users, n)
+        group = _Group(offset, users, n)
         self._seqs += [(progress + length, first + k, group) for k, length in enumerate(lengths)]
         self._seqs.sort()  # the same order as inserting one by one: seq ids are unique
         self._seq_ids += n
