@@ -25,7 +25,9 @@ from benchmarks.paper_scale import paper_scale_workload
 from benchmarks.scaling import MIN_EVENTS, PAPER_32, cycled_workload, growth_exponent, measure
 from marlaas.core.scheduler import Scheduler
 from marlaas.drive import drive
+from marlaas.drive.inbox import workload_inbox
 from marlaas.sim.executor import SimPyExecutor
+from marlaas.sim.run import cost_of
 from marlaas.workload_file import load_workload
 
 SERIES = (8, 32, 64, 128, 256)
@@ -71,10 +73,10 @@ def test_job_count_series(benchmark):
 
 def _simulate(workload):
     """(wall [s], result, SimPy events) of one fair simulation, invariants not checked."""
-    scheduler = Scheduler(workload, "fair")
-    executor = SimPyExecutor(workload, scheduler.cluster)
+    scheduler = Scheduler.for_workload(workload, "fair")
+    executor = SimPyExecutor(scheduler.cluster, cost_of(workload), scheduler.seed)
     t0 = time.perf_counter()
-    result = drive(scheduler, executor, check=False)
+    result = drive(scheduler, executor, workload_inbox(workload), check=False)
     return time.perf_counter() - t0, result, executor.steps
 
 

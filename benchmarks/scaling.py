@@ -45,8 +45,10 @@ from marlaas.core.policies import policy_names
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.workload import Workload, parse_workload
 from marlaas.drive import drive
+from marlaas.drive.inbox import workload_inbox
 from marlaas.executors.memory import peak_rss_mb
 from marlaas.sim.executor import SimPyExecutor
+from marlaas.sim.run import cost_of
 from marlaas.workload_file import WorkloadFile, load_workload
 
 PAPER_32 = Path(__file__).resolve().parents[1] / "traces" / "paper-32.yaml"
@@ -107,9 +109,9 @@ def measure(workload: Workload, policy: str = "fair", min_events: int = 0) -> di
     wall = cpu = 0.0
     while True:
         t0, c0 = time.perf_counter(), time.process_time()
-        scheduler = Scheduler(workload, policy)
-        executor = SimPyExecutor(workload, scheduler.cluster)
-        result = drive(scheduler, executor, check=False)
+        scheduler = Scheduler.for_workload(workload, policy)
+        executor = SimPyExecutor(scheduler.cluster, cost_of(workload), scheduler.seed)
+        result = drive(scheduler, executor, workload_inbox(workload), check=False)
         wall, cpu = wall + time.perf_counter() - t0, cpu + time.process_time() - c0
         passes, events = passes + 1, events + executor.steps
         if events >= min_events or not executor.steps:

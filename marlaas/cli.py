@@ -82,13 +82,15 @@ def _simulate(args: argparse.Namespace) -> int:
     from marlaas.sim.cost_profiles import load_profile
     from marlaas.sim.run import cost_of, simulate_run
     from marlaas.table import print_summary
+    from marlaas.terminal import print_refusal
 
     workload = load_run_workload(args)
     profile = load_profile(args.cost, base=cost_of(workload)) if args.cost else None
     with claim(args.out, "simulation") as out:  # --out is checked and locked before any work
         events, summary = simulate_run(
-            workload, args.policy, args.seed, progress=not args.quiet, profile=profile
-        )
+            workload, args.policy, args.seed, progress=not args.quiet, profile=profile,
+            on_refused=print_refusal,
+        )  # fmt: skip
         with out.staged() as staging:
             write_run_files(staging, events, summary, workload)
     print_summary(summary, title=run_title(workload, summary, f"seed {summary['seed']}"))

@@ -44,6 +44,7 @@ MODULES = (
     "marlaas.core.generation",
     "marlaas.core.idle",
     "marlaas.core.jobs",
+    "marlaas.core.least",
     "marlaas.core.ledger",
     "marlaas.core.need_index",
     "marlaas.core.policy_queue",
@@ -53,6 +54,7 @@ MODULES = (
     "marlaas.core.seeds",
     "marlaas.core.training",
     "marlaas.core.work",
+    "marlaas.drive.inbox",
     "marlaas.drive.loop",
     "marlaas.sim.engine_model",
     "marlaas.sim.executor",
@@ -62,6 +64,7 @@ MODULES = (
 TYPE_SOURCES = (
     "marlaas.core.distributions",
     "marlaas.core.limits",
+    "marlaas.core.outcomes",
     "marlaas.core.policies",
     "marlaas.core.records",
     "marlaas.core.scheduling",

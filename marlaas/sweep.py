@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 from tqdm import tqdm
 
+from marlaas.core.feasibility import InfeasibleWorkloadError, infeasible_jobs
 from marlaas.core.policies import get_policy
-from marlaas.core.scheduler import Scheduler
 from marlaas.core.scheduling import PRESETS
 from marlaas.core.workload import Workload, WorkloadError, parse_workload
 from marlaas.out_folder import claim
@@ -159,7 +159,9 @@ def plan(
                 run_workload = (
                     apply_overrides(sub, {"scheduling.preset": preset}) if preset else sub
                 )
-                Scheduler(run_workload, policy)  # raises InfeasibleWorkloadError up front
+                infeasible = infeasible_jobs(run_workload.jobs, run_workload.cluster)
+                if infeasible:  # a run that would drop jobs compares nothing: refuse up front
+                    raise InfeasibleWorkloadError(infeasible[0])
                 for seed in seeds or [sub.seed]:
                     run = SweepRun(n, label, schedule, policy, seed, run_workload, profile)
                     runs.append(run)

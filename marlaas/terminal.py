@@ -9,6 +9,7 @@ terminal.
 from __future__ import annotations
 
 import signal
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -54,10 +55,25 @@ def error_line(err: BaseException | str) -> str:
         text = f"{where}{err.strerror}"
     else:
         text = str(err) or type(err).__name__
+    return f"marlaas: error: {_one_line(text)}"
+
+
+def warning_line(text: str) -> str:
+    """``marlaas: warning: ...``: one line of printable characters, cut as an error is."""
+    return f"marlaas: warning: {_one_line(text)}"
+
+
+def print_refusal(outcome) -> None:
+    """Say on stderr, in one warning line, that the scheduler refused a job (a
+    :class:`marlaas.core.outcomes.JobOutcome`); the run goes on without it."""
+    print(warning_line(f"job {outcome.name!r} refused: {outcome.reason}"), file=sys.stderr)
+
+
+def _one_line(text: str) -> str:
     line = printable(text.strip())
     if len(line) > MAX_ERROR_CHARS:
         line = f"{line[:MAX_ERROR_CHARS]}... ({len(line) - MAX_ERROR_CHARS} more characters)"
-    return f"marlaas: error: {line}"
+    return line
 
 
 def _raise_interrupted(number: int, _frame) -> None:

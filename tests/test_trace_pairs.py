@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import yaml
 
-from marlaas.core.feasibility import InfeasibleWorkloadError
+from marlaas.core.feasibility import InfeasibleWorkloadError, why_infeasible
 from marlaas.core.prompts import GroupLengths, longest_prompt, paired, prompt_cap
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.work import Generate
@@ -91,9 +91,11 @@ def test_prompt_caps(tmp_path):
 def test_kv_reservation_is_the_groups_own_prompt(tmp_path):
     correlated_trace(tmp_path / "t.csv")
     rl = {"steps": 2, "prompts_per_step": 16, "group_size": 4, "max_new_tokens": 1000}
-    scheduler = Scheduler(load_workload(workload(tmp_path, rl)))
-    job = scheduler.jobs[0]
+    loaded = load_workload(workload(tmp_path, rl))
+    scheduler = Scheduler.for_workload(loaded)
+    scheduler.submit(loaded.jobs[0], 0.0)
     decided = scheduler.decide(0.0)
+    job = scheduler.job(loaded.jobs[0].name)
     waiting = scheduler.generation._after_load.values()  # placed, after their adapter loads
     generates = [d for d in [*decided, *waiting] if isinstance(d, Generate)]
     assert len(generates) == 6  # one group per engine while each engine loads the adapter
@@ -115,12 +117,15 @@ def test_feasibility_checks_the_longest_prompt(tmp_path):
     rl = {"group_size": 8, "max_new_tokens": 1000}
     path = workload(tmp_path, rl, kv_tokens=120_000)
     with pytest.raises(InfeasibleWorkloadError) as err:
-        Scheduler(load_workload(path))
+        simulate(load_workload(path))
     message = str(err.value)
-    assert message.startswith("jobs[0] (j): one group needs 8 seqs and 808,000 KV tokens")
+    assert message.startswith(
+        "every job would be refused: jobs[0] (j): one group needs 8 seqs and 808,000 KV tokens"
+    )
     assert "longest prompt (100,000 tokens per sample)" in message and "120,000" in message
     # truncating prompts at 10,000 tokens makes it fit: 8 x (10,000 + 1,000) = 88,000
-    Scheduler(load_workload(workload(tmp_path, {**rl, "max_prompt_tokens": 10_000}, 120_000)))
+    fits = load_workload(workload(tmp_path, {**rl, "max_prompt_tokens": 10_000}, 120_000))
+    assert why_infeasible(fits.jobs[0], fits.cluster) is None
 
 
 def run(path: Path, seed: int | None = None):

@@ -4,6 +4,7 @@ policy order; a step either ends the episodes or sends the group back to generat
 from __future__ import annotations
 
 from marlaas.core.jobs import JobState
+from marlaas.core.least import Least
 from marlaas.core.ledger import Ledger, Running
 from marlaas.core.policies import Policy
 from marlaas.core.policy_queue import PolicyQueue
@@ -13,17 +14,37 @@ from marlaas.core.work import Decision, EnvStep, WorkDone
 class Environments:
     """Starts environment steps while workers are free and takes their results."""
 
-    def __init__(self, jobs: list[JobState], ledger: Ledger, policy: Policy, workers: int):
+    def __init__(
+        self,
+        jobs: dict[int, JobState],
+        by_name: dict[str, JobState],
+        ledger: Ledger,
+        policy: Policy,
+        workers: int,
+    ) -> None:
         self.jobs, self.ledger, self.policy = jobs, ledger, policy
-        self._by_name = {j.name: j for j in jobs}
+        """The live jobs by index (the scheduler's map, shared)."""
+        self._by_name = by_name
+        self.workers = workers
+        """Environment workers in all."""
         self.free = workers
         """Environment workers not in use."""
         self.ready: set[int] = set()
         """Active jobs with groups waiting for an environment step."""
         self._queue = PolicyQueue()
         """The ready jobs in policy order."""
-        self._smallest = min((j.spec.rl.group_size for j in jobs), default=0)
-        """No group can start with fewer free workers than this."""
+        self._group_sizes = Least()
+        """The admitted jobs' group sizes: no group starts with fewer free workers than the
+        smallest."""
+
+    def add_job(self, job: JobState) -> None:
+        """A job was admitted: count its group size in."""
+        self._group_sizes.add(job.group_size)
+
+    def remove_job(self, job: JobState) -> None:
+        """A job ended: forget it (it has no step in flight)."""
+        self.set_ready(job.index, False)
+        self._group_sizes.remove(job.group_size)
 
     def set_ready(self, index: int, ready: bool, key: tuple | None = None) -> None:
         """The job changed: whether it has groups waiting for an environment step
@@ -37,14 +58,15 @@ class Environments:
 
     def start(self, now: float, out: list[Decision]) -> None:
         """Start the waiting groups' steps, in policy order, while workers are free."""
-        if not self.ready or self.free < self._smallest:
+        smallest = self._group_sizes.value
+        if not self.ready or self.free < smallest:
             return
         queue, policy = self._queue, self.policy
         for index in self.ledger.touched:  # keys may have moved since the jobs' refresh
             if index in self.ready:
                 queue.put(index, policy.key(self.jobs[index]))
         visited = []
-        while self.free >= self._smallest and (popped := queue.pop()) is not None:
+        while self.free >= smallest and (popped := queue.pop()) is not None:
             visited.append(popped)
             self.start_job(self.jobs[popped], now, out)
         for index in visited:
@@ -78,6 +100,9 @@ class Environments:
             turn=d.turn, seqs=d.seqs, tokens=event.tokens, version=group.version,
             reward=event.reward,
         )  # fmt: skip
+        if job.cancelled:
+            job.groups.pop(d.group, None)
+            return
         if not event.ok:
             job.ready_env.appendleft(d.group)
             return

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from marlaas.core.cluster import AdapterKey, Cluster, Engine
 from marlaas.core.free_engines import FreeEngines
 from marlaas.core.jobs import Group, JobState
+from marlaas.core.least import Least
 from marlaas.core.ledger import Ledger, Running
 from marlaas.core.need_index import NeedIndex
 from marlaas.core.policies import Policy
@@ -39,15 +40,17 @@ class Generation:
 
     def __init__(
         self,
-        jobs: list[JobState],
+        jobs: dict[int, JobState],
+        by_name: dict[str, JobState],
         cluster: Cluster,
         ledger: Ledger,
         policy: Policy,
         barrier_limit: BarrierLimit,
     ) -> None:
         self.jobs, self.cluster, self.ledger, self.policy = jobs, cluster, ledger, policy
+        """The live jobs by index, and by name (the scheduler's maps, shared)."""
         self.barrier_limit = barrier_limit
-        self._by_name = {j.name: j for j in jobs}
+        self._by_name = by_name
         self.ready: set[int] = set()
         """Active jobs with a group to generate now."""
         self._after_load: dict[int, Generate] = {}
@@ -61,14 +64,12 @@ class Generation:
         self._slots = engines[0].spec.adapter_slots if engines else 0
         self._kv_tokens = engines[0].spec.kv_tokens if engines else 0
         self._needs = NeedIndex(self._kv_tokens)
-        self._least = (
-            min((j.group_size for j in jobs), default=0),
-            min((j.answer_reserve for j in jobs), default=0),
-        )
-        """No group needs fewer sequences or KV tokens: a job's next group reserves room for
-        its responses at least (its prompts may be empty; a continuing episode's context only
-        grows)."""
-        """Ready jobs by their next group's room, in policy order."""
+        self._group_sizes, self._answer_reserves = Least(), Least()
+        """The admitted jobs' group sizes and answer reserves (counted while they live)."""
+        self._least = (0, 0)
+        """No admitted job's group needs fewer sequences or KV tokens: a job's next group
+        reserves room for its responses at least (its prompts may be empty; a continuing
+        episode's context only grows)."""
         self._need: dict[int, Need] = {}
         """Each ready job's next group: (sequences, KV reserve, adapter)."""
         self._key: dict[int, tuple] = {}
@@ -79,6 +80,32 @@ class Generation:
         """A round was skipped while jobs were ready: try them all next time."""
         self._dropped: set[int] = set()
         """Jobs whose group fits nowhere in this round (emptied at its end)."""
+
+    def add_job(self, job: JobState) -> None:
+        """A job was admitted: count its group's least room in."""
+        self._group_sizes.add(job.group_size)
+        self._answer_reserves.add(job.answer_reserve)
+        self._least = (self._group_sizes.value, self._answer_reserves.value)
+
+    def remove_job(self, job: JobState) -> None:
+        """A job ended: forget it (it has no group in flight)."""
+        index = job.index
+        self.set_ready(index, False)
+        self._need.pop(index, None)
+        self._key.pop(index, None)
+        self._group_sizes.remove(job.group_size)
+        self._answer_reserves.remove(job.answer_reserve)
+        self._least = (self._group_sizes.value, self._answer_reserves.value)
+
+    def evict_all(self, job: JobState, out: list[Decision]) -> None:
+        """Take every version of an ended job's adapter off the engines that hold it."""
+        hosts, engines, ledger = self._hosts, self._engines, self.ledger
+        for version in range(job.start_version, job.published + 1):
+            adapter = (job.name, version)
+            for index in sorted(hosts.get(adapter, ())):
+                engine = engines[index]
+                engine.evict(adapter)
+                out.append(EvictAdapter(ledger.new_id(), job.name, version, engine.name))
 
     def has_work(self, job: JobState) -> bool:
         """Whether ``job`` has a group to generate now (a continuing episode or a new group)."""
@@ -286,6 +313,8 @@ class Generation:
             prompt_tokens=prompt, longest_tokens=event.longest_tokens,
         )  # fmt: skip
         job.attained_tokens += event.tokens - job.turn_tokens
+        if job.cancelled:
+            return
         if not event.ok:
             job.ready_gen.appendleft(d.group)
             return
@@ -303,15 +332,29 @@ class Generation:
         generate = self._after_load.pop(d.work_id)
         engine.loaded((d.job, d.version))
         ledger.idle.mark(engine.device)
-        if not event.ok:  # the executor left nothing on the engine: forget the slot
+        if not event.ok or job.cancelled:
             engine.release(generate.seqs, kv_reserve(generate), (d.job, d.version))
-            engine.evict((d.job, d.version))
+            if not event.ok:  # the executor left nothing on the engine: forget the slot
+                engine.evict((d.job, d.version))
             job.in_gen -= 1
             job.attained_tokens -= job.turn_tokens
-            job.ready_gen.appendleft(generate.group)
+            if not job.cancelled:
+                job.ready_gen.appendleft(generate.group)
             return
         ledger.add_compute(engine.device, 1)
-        ledger.due.append(lambda t, out: ledger.begin(generate, t, out, engine=engine))
+        ledger.due.append(lambda t, out: self._generate_after_load(job, generate, engine, t, out))
+
+    def _generate_after_load(
+        self, job: JobState, generate: Generate, engine: Engine, now: float, out: list
+    ) -> None:
+        """Start a group whose adapter load finished (or give its room back: the job was
+        cancelled in between)."""
+        if job.cancelled:
+            self.ledger.add_compute(engine.device, -1)
+            engine.release(generate.seqs, kv_reserve(generate), (job.name, generate.version))
+            job.in_gen -= 1
+            return
+        self.ledger.begin(generate, now, out, engine=engine)
 
 
 def next_group(job: JobState) -> tuple[Group, int]:

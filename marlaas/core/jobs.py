@@ -36,6 +36,13 @@ class JobState:
     max_staleness: int
     seed: int = 0
     """The run's seed: with the job's index and a group's, it fixes the group's prompt."""
+    arrival_s: float = 0.0
+    """When the job was submitted [s since the run's start]."""
+    start_version: int = 0
+    """The adapter version it was submitted at: 0, or a resumed job's last durable one (its
+    steps before it are done; its groups are numbered on from them)."""
+    cancelled: bool = False
+    """The tenant cancelled it: its work in flight is discarded as it finishes."""
     done: bool = False
     trained: int = 0
     """Training steps finished = the newest adapter version on the trainer."""
@@ -62,7 +69,6 @@ class JobState:
     name: str = field(init=False, repr=False, compare=False)
     tenant: str = field(init=False, repr=False, compare=False)
     weight: float = field(init=False, repr=False, compare=False)
-    arrival_s: float = field(init=False, repr=False, compare=False)
     steps: int = field(init=False, repr=False, compare=False)
     """Training steps to run."""
     group_size: int = field(init=False, repr=False, compare=False)
@@ -83,7 +89,6 @@ class JobState:
         self.name = spec.name
         self.tenant = spec.tenant
         self.weight = spec.weight
-        self.arrival_s = spec.arrival_s
         self.steps = rl.steps
         self.group_size = rl.group_size
         self.prompts_per_step = rl.prompts_per_step
@@ -91,9 +96,17 @@ class JobState:
         self.answer_reserve = rl.group_size * rl.max_new_tokens
         mean_response = min(self.spec.response_tokens.mean(), rl.max_new_tokens)
         self.turn_tokens = rl.group_size * mean_response
-        self.remaining_tokens = self.total_groups * rl.turns * self.turn_tokens
+        self.trained = self.published = self.start_version
+        self.next_group = self.start_version * rl.prompts_per_step
+        self.remaining_tokens = (self.total_groups - self.next_group) * rl.turns * self.turn_tokens
         self.lengths = GroupLengths(self.spec, self.seed, self.index)
         self._reserve = (-1, 0)
+
+    @property
+    def in_flight(self) -> int:
+        """Group turns and environment steps in flight, plus one while a swap, training step
+        or sync of the job runs (or is due to start)."""
+        return self.in_gen + self.in_env + (1 if self.training else 0)
 
     def prompt_reserve_of(self, group: int) -> int:
         """KV tokens group ``group`` reserves for its prompts: its own prompt length for each

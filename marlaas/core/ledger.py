@@ -101,8 +101,9 @@ class Ledger:
         longest_tokens: int = -1,
     ) -> None:
         """One record per device the work ran on (environment work: one, without device);
-        the fields as in :class:`WorkRecord`."""
-        outcome = "ok" if event.ok else "failed"
+        the fields as in :class:`WorkRecord`. Work of a cancelled job is ``cancelled``: it
+        finished, and was discarded."""
+        outcome = "cancelled" if job.cancelled else "ok" if event.ok else "failed"
         tenant, name, fields = job.tenant, job.name, self.records.fields
         if not devices:
             append_row(

@@ -34,7 +34,8 @@ class WorkRecord(NamedTuple):
     version: int = -1
     staleness: int = -1
     outcome: str = "ok"
-    """ok / failed, or the idle cause for idle rows."""
+    """ok / failed / cancelled (work of a cancelled job, finished and discarded), or the idle
+    cause for idle rows."""
     reward: float = math.nan
     prompt_tokens: int = -1
     """Generate: context tokens per sequence the turn started from (the prompt on the first

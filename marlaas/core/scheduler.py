@@ -1,9 +1,19 @@
-"""The scheduler core: facts in (``on_event``), decisions out (``decide``), never a clock.
+"""The scheduler core: facts in (``submit``, ``cancel``, ``on_event``), decisions out
+(``decide``), never a clock.
 
 Every run, simulated or real, is the same loop (marlaas.drive)::
 
     for decision in scheduler.decide(now): executor.start(decision, now)
+    ... a tenant submits or cancels: scheduler.submit(job, now) / scheduler.cancel(name, now)
     ... when work finishes: scheduler.on_event(WorkDone(...), now)
+
+It is built from the cluster, the mechanism settings, the policy and the seed, with no jobs.
+A job enters by ``submit`` and is refused there if it can never fit the cluster; it waits
+(queued) until admission, in policy order, within ``max_active_jobs`` and the tenant quotas;
+the admission round refuses the newest waiting jobs beyond the queue bounds. Every per-job
+structure is built when the job is admitted and torn down when it ends: finished, or
+cancelled once its work in flight has come back (discarded). An ended job leaves a
+:class:`~marlaas.core.outcomes.JobOutcome` (``take_ended``).
 
 The mechanism enforces every capacity rule (engine sequences, KV tokens and adapter slots,
 trainer residency, environment workers, the staleness bound, the step barrier, the number of
@@ -16,60 +26,73 @@ changed and hands events to the stage that started the work.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from marlaas.core.cluster import Cluster
 from marlaas.core.environments import Environments
-from marlaas.core.feasibility import check_feasible
+from marlaas.core.feasibility import why_infeasible
 from marlaas.core.generation import Generation
 from marlaas.core.jobs import JobState
 from marlaas.core.ledger import Ledger, Running
+from marlaas.core.outcomes import (
+    ACTIVE,
+    CANCELLED,
+    CANCELLING,
+    FINISHED,
+    QUEUED,
+    REFUSED,
+    Admission,
+    JobOutcome,
+)
 from marlaas.core.policies import Policy, get_policy
 from marlaas.core.records import RecordLog
+from marlaas.core.scheduling import Mechanism, SchedulingSpec
 from marlaas.core.training import Training
 from marlaas.core.work import (
+    AdmitJob,
     Decision,
     EnvStep,
     Generate,
     LoadAdapter,
+    ReleaseJob,
     SwapIn,
     Sync,
     Train,
     WorkDone,
 )
-from marlaas.core.workload import Workload
+from marlaas.core.workload import ClusterSpec, JobSpec, Workload
 
 
 class Scheduler:
     """Schedules every tenant's generation, environment, training and sync work."""
 
     def __init__(
-        self, workload: Workload, policy: Policy | str | None = None, seed: int | None = None
+        self,
+        cluster: ClusterSpec,
+        scheduling: SchedulingSpec | Mechanism | None = None,
+        policy: Policy | str = "fifo",
+        seed: int = 0,
     ) -> None:
-        self.workload = workload
-        self.seed = workload.seed if seed is None else seed
-        """The run's seed (default: the workload's); it fixes each group's prompt length."""
-        self.policy = (
-            policy if isinstance(policy, Policy) else get_policy(policy or workload.policy)
-        )
-        self.mechanism = workload.scheduling.resolve()
-        self.cluster = Cluster.build(workload.cluster, self.mechanism)
-        cap = self.mechanism.staleness_cap
-        bounds = [j.rl.max_staleness if cap is None else min(cap, j.rl.max_staleness)
-                  for j in workload.jobs]  # fmt: skip
-        self.jobs = [
-            JobState(spec, i, bounds[i], self.seed) for i, spec in enumerate(workload.jobs)
-        ]
-        self._jobs_by_name = {j.name: j for j in self.jobs}
+        self.cluster_spec = cluster
+        self.seed = seed
+        """The run's seed; with a job's index it fixes each of its groups' prompt length."""
+        self.policy = policy if isinstance(policy, Policy) else get_policy(policy)
+        if isinstance(scheduling, Mechanism):
+            self.mechanism = scheduling
+        else:
+            self.mechanism = (scheduling or SchedulingSpec()).resolve()
+        self.cluster = Cluster.build(cluster, self.mechanism)
+        self.jobs: dict[int, JobState] = {}
+        """The live jobs (queued, active, cancelling) by index (read only)."""
+        self._by_name: dict[str, JobState] = {}
         self.ledger = Ledger(self.cluster)
+        jobs, by_name, ledger, policy_ = self.jobs, self._by_name, self.ledger, self.policy
         self.generation = Generation(
-            self.jobs, self.cluster, self.ledger, self.policy, self._barrier_limit
+            jobs, by_name, self.cluster, ledger, policy_, self._barrier_limit
         )
-        self.environments = Environments(
-            self.jobs, self.ledger, self.policy, workload.cluster.env_workers
-        )
-        self.training = Training(self.jobs, self.cluster, self.ledger, self.policy)
+        self.environments = Environments(jobs, by_name, ledger, policy_, cluster.env_workers)
+        self.training = Training(jobs, by_name, self.cluster, ledger, policy_)
         self._handlers: dict[type, Callable[[Any, Running, WorkDone, float], None]] = {
             Generate: self.generation.on_generate,
             LoadAdapter: self.generation.on_load,
@@ -81,15 +104,32 @@ class Scheduler:
         self._round_limit: dict[str, int] = {}
         self._round_left: set[int] = set()
         """Jobs of the barrier round that have not published their round's step yet."""
-        self._finished: set[int] = set()
-        self._arrivals = sorted(self.jobs, key=lambda j: (j.arrival_s, j.index))
+        self._submitted = 0
+        """Jobs submitted so far (a job's index is its number among them)."""
         self._waiting: list[JobState] = []
-        """Arrived, not yet admitted (max_active_jobs)."""
+        """Submitted, not yet admitted (max_active_jobs, tenant quotas), oldest first."""
         self._active: dict[int, JobState] = {}
+        self._ending: dict[int, JobState] = {}
+        """Finished or cancelled jobs, torn down once nothing of theirs is in flight."""
+        self._tenants: dict[str, list[int]] = {}
+        """Per tenant with live jobs: [active, waiting] job counts."""
+        self._ended: list[JobOutcome] = []
         self._barrier = self.mechanism.barrier
         self._exclusive = self.cluster.exclusive
         """Generation and training take turns on the devices (fixed for the run)."""
-        check_feasible(workload, self.jobs)
+
+    @classmethod
+    def for_workload(
+        cls, workload: Workload, policy: Policy | str | None = None, seed: int | None = None
+    ) -> Scheduler:
+        """A scheduler with the workload's cluster, mechanism, policy and seed (``policy`` and
+        ``seed`` replace the workload's), and none of its jobs: they are submitted."""
+        return cls(
+            workload.cluster,
+            workload.scheduling,
+            policy or workload.policy,
+            workload.seed if seed is None else seed,
+        )
 
     # ----------------------------------------------------------------------------- queries
     @property
@@ -98,25 +138,125 @@ class Scheduler:
         return self.ledger.records
 
     @property
-    def done(self) -> bool:
-        """True when every job trained and published all its steps."""
-        return len(self._finished) == len(self.jobs)
+    def live(self) -> int:
+        """Jobs submitted and not ended (queued, active or cancelling)."""
+        return len(self.jobs)
 
     @property
     def running(self) -> int:
         """Pieces of work started and not yet reported done."""
         return len(self.ledger.running)
 
-    def next_arrival(self, now: float) -> float | None:
-        """The next time a job arrives after ``now``, so a driver can wake the scheduler."""
-        if not self._arrivals:
-            return None
-        later = (j.arrival_s for j in self._arrivals if j.arrival_s > now)
-        return next(later, None)
-
     def job(self, name: str) -> JobState:
-        """A job's state by name."""
-        return self._jobs_by_name[name]
+        """A live job's state by name (KeyError when no such job lives)."""
+        return self._by_name[name]
+
+    def status(self, name: str) -> str | None:
+        """A live job's state (queued, active, cancelling), None when no such job lives."""
+        job = self._by_name.get(name)
+        if job is None:
+            return None
+        if job.cancelled:
+            return CANCELLING
+        return ACTIVE if job.index in self._active or job.done else QUEUED
+
+    def take_ended(self) -> list[JobOutcome]:
+        """The jobs that ended since the last call, in the order they ended."""
+        ended, self._ended = self._ended, []
+        return ended
+
+    def leftovers(self, ended: JobOutcome | None = None) -> list[str]:
+        """What the scheduler still holds of the ended job ``ended``: entries of its per-job
+        structures, its adapters on engines and trainers, its work in flight. With None, of
+        any job, and every resource that is not free (when every job has ended, as at the
+        end of a run). Empty when nothing is left (the run's invariants check it)."""
+        index, name = (None, None) if ended is None else (ended.index, ended.name)
+        gen, envs, ledger = self.generation, self.environments, self.ledger
+        out: list[str] = []
+        by_index: dict[str, Collection[int]] = {
+            "jobs": self.jobs, "active": self._active, "ending": self._ending,
+            "waiting": {j.index for j in self._waiting}, "barrier round": self._round_left,
+            "touched": ledger.touched, "generation ready": gen.ready,
+            "generation needs": gen._need, "generation keys": gen._key,
+            "generation changed": gen._changed, "generation index": gen._needs.indexed,
+            "environments ready": envs.ready, "training ready": self.training.ready,
+            "idle votes": ledger.idle._votes,
+        }  # fmt: skip
+        for what, held in by_index.items():
+            if (index in held) if index is not None else held:
+                out.append(what)
+        names: dict[str, set[str]] = {
+            "names": set(self._by_name), "barrier limits": set(self._round_limit),
+            "work in flight": {r.decision.job for r in ledger.running.values()},
+        }  # fmt: skip
+        for engine in self.cluster.engines:
+            names[f"{engine.name} adapters"] = {job for job, _ in engine.resident}
+        for trainer in self.cluster.trainers:
+            names[f"{trainer.name} states"] = set(trainer.resident)
+        for what, named in names.items():
+            if (name in named) if name is not None else named:
+                out.append(what)
+        if ended is None:
+            out += [f"{e.name} room" for e in self.cluster.engines if e.seqs or e.tokens]
+            out += [f"{d.name} compute" for d in self.cluster.devices if d.compute]
+            out += [f"{t.name} busy" for t in self.cluster.trainers if t.activity is not None]
+            if envs.free != envs.workers:
+                out.append(f"environment workers ({envs.free} of {envs.workers} free)")
+            if ledger.due or self._tenants or gen._after_load:
+                out.append("follow-ups, tenant counts or loads")
+        return out
+
+    # ----------------------------------------------------------------------------- facts
+    def submit(self, spec: JobSpec, now: float, version: int = 0) -> Admission:
+        """A tenant submitted ``spec`` at ``now`` [s], to start from adapter ``version`` (a
+        resumed job's last durable one). Queued for admission, or refused with the reason
+        (a name in use, nothing left to train, a group that can never fit the cluster)."""
+        reason = None
+        if spec.name in self._by_name:
+            reason = f"a job named {spec.name!r} is already {self.status(spec.name)}"
+        elif not 0 <= version < spec.rl.steps:
+            reason = f"version {version} is outside 0..{spec.rl.steps - 1} (rl.steps)"
+        else:
+            reason = why_infeasible(spec, self.cluster_spec)
+        if reason is not None:
+            self._ended.append(
+                JobOutcome(spec.name, spec.tenant, REFUSED, now, now, spec.rl.steps, version,
+                           version, spec.rl.max_staleness, reason, -1)
+            )  # fmt: skip
+            return Admission(spec.name, REFUSED, reason)
+        cap = self.mechanism.staleness_cap
+        bound = spec.rl.max_staleness if cap is None else min(cap, spec.rl.max_staleness)
+        job = JobState(spec, self._submitted, bound, self.seed, now, version)
+        self._submitted += 1
+        self.jobs[job.index] = job
+        self._by_name[job.name] = job
+        self._waiting.append(job)
+        self._tenants.setdefault(job.tenant, [0, 0])[1] += 1
+        return Admission(job.name, QUEUED)
+
+    def cancel(self, name: str, now: float) -> str | None:
+        """The tenant cancelled job ``name`` at ``now`` [s]: a queued job ends at once; an
+        active one takes no new work, and ends (``cancelled``) once its work in flight has
+        come back, which is discarded. Returns the job's state after the cancel (None: no
+        such job lives, e.g. it has ended)."""
+        job = self._by_name.get(name)
+        if job is None or job.done or job.cancelled:
+            return None if job is None else self.status(name)
+        job.cancelled = True
+        if job.index not in self._active:  # queued: it holds nothing
+            self._waiting.remove(job)
+            self._tenants[job.tenant][1] -= 1
+            self._forget(job, CANCELLED, now)
+            return CANCELLED
+        del self._active[job.index]
+        self._tenants[job.tenant][0] -= 1
+        self._round_left.discard(job.index)
+        job.ready_gen.clear()
+        job.ready_env.clear()
+        job.finished.clear()
+        self.ledger.touched.add(job.index)  # its work sets and votes are withdrawn
+        self._ending[job.index] = job
+        return CANCELLING
 
     # ----------------------------------------------------------------------------- decide
     def decide(self, now: float) -> list[Decision]:
@@ -128,8 +268,10 @@ class Scheduler:
             due, ledger.due = ledger.due, []
             for start in due:
                 start(now, out)
-        if self._waiting or (self._arrivals and self._arrivals[0].arrival_s <= now):
-            self._admit(now)
+        if self._ending:
+            self._end_settled(now, out)
+        if self._waiting:
+            self._admit(now, out)
         if self._barrier:
             self._advance_round()
         if ledger.touched:
@@ -159,17 +301,94 @@ class Scheduler:
             return []
         return self.cluster.engines
 
-    def _admit(self, now: float) -> None:
-        while self._arrivals and self._arrivals[0].arrival_s <= now:
-            self._waiting.append(self._arrivals.pop(0))
-        limit = self.mechanism.max_active_jobs
+    def _admit(self, now: float, out: list[Decision]) -> None:
+        """Admit waiting jobs in policy order while there is room (max_active_jobs) and their
+        tenant's quota allows; then refuse the newest beyond the queue bounds."""
+        mechanism = self.mechanism
+        limit, per_tenant = mechanism.max_active_jobs, mechanism.tenant_max_active_jobs
         room = len(self._waiting) if limit is None else limit - len(self._active)
-        if not self._waiting or room <= 0:
-            return
-        for job in sorted(self._waiting, key=self.policy.key)[:room]:
-            self._waiting.remove(job)
-            self._active[job.index] = job
-            self.ledger.touched.add(job.index)
+        if room > 0:
+            admitted: list[JobState] = []
+            for job in sorted(self._waiting, key=self.policy.key):
+                if len(admitted) >= room:
+                    break
+                counts = self._tenants[job.tenant]
+                if per_tenant is not None and counts[0] >= per_tenant:
+                    continue
+                counts[0] += 1
+                counts[1] -= 1
+                admitted.append(job)
+            if admitted:
+                taken = {job.index for job in admitted}
+                self._waiting = [job for job in self._waiting if job.index not in taken]
+                for job in admitted:
+                    self._start(job, out)
+        if mechanism.max_queued_jobs is not None or mechanism.tenant_max_queued_jobs is not None:
+            self._bound_queue(now)
+
+    def _start(self, job: JobState, out: list[Decision]) -> None:
+        """Admit ``job``: its per-job structures are built, and the executor builds its state."""
+        self._active[job.index] = job
+        self.ledger.touched.add(job.index)
+        self.generation.add_job(job)
+        self.environments.add_job(job)
+        out.append(AdmitJob(self.ledger.new_id(), job.name, job.spec, job.index, job.published))
+
+    def _bound_queue(self, now: float) -> None:
+        """Refuse the newest waiting jobs beyond max_queued_jobs and tenant_max_queued_jobs."""
+        total, per_tenant = self.mechanism.max_queued_jobs, self.mechanism.tenant_max_queued_jobs
+        keep: list[JobState] = []
+        refused: list[tuple[JobState, str]] = []
+        waiting: dict[str, int] = {}
+        for job in self._waiting:  # oldest first
+            mine = waiting.get(job.tenant, 0)
+            if per_tenant is not None and mine >= per_tenant:
+                refused.append((job, f"tenant {job.tenant!r} already has {per_tenant} jobs "
+                                     "waiting for admission (tenant_max_queued_jobs)"))  # fmt: skip
+            elif total is not None and len(keep) >= total:
+                refused.append((job, f"{total} jobs already wait for admission "
+                                     "(max_queued_jobs)"))  # fmt: skip
+            else:
+                keep.append(job)
+                waiting[job.tenant] = mine + 1
+        if refused:
+            self._waiting = keep
+            for job, reason in refused:
+                self._tenants[job.tenant][1] -= 1
+                self._forget(job, REFUSED, now, reason)
+
+    def _end_settled(self, now: float, out: list[Decision]) -> None:
+        """Tear down the ended jobs with nothing in flight: their adapters leave the engines
+        and trainers, every structure forgets them, the executor releases them."""
+        for index, job in list(self._ending.items()):
+            if job.in_flight:
+                continue
+            del self._ending[index]
+            self.generation.evict_all(job, out)
+            self.generation.remove_job(job)
+            self.environments.remove_job(job)
+            self.training.swap_out_all(job, out)
+            self.ledger.idle.vote(index, None)
+            self._round_limit.pop(job.name, None)
+            self._round_left.discard(index)
+            out.append(ReleaseJob(self.ledger.new_id(), job.name))
+            if job.cancelled:
+                self._forget(job, CANCELLED, now)
+            else:
+                self._forget(job, FINISHED, now if job.finish_s is None else job.finish_s)
+
+    def _forget(self, job: JobState, state: str, now: float, reason: str = "") -> None:
+        """The job ended (``state``): it leaves the last maps, and its outcome is kept."""
+        del self.jobs[job.index]
+        del self._by_name[job.name]
+        self.ledger.touched.discard(job.index)
+        counts = self._tenants[job.tenant]
+        if not (counts[0] or counts[1]):
+            del self._tenants[job.tenant]
+        self._ended.append(
+            JobOutcome(job.name, job.tenant, state, job.arrival_s, now, job.steps,
+                       job.start_version, job.published, job.max_staleness, reason, job.index)
+        )  # fmt: skip
 
     def _advance_round(self) -> None:
         """Open the next barrier round once every job of this one published its step."""
@@ -225,14 +444,15 @@ class Scheduler:
         (KeyError when no such work is running)."""
         running = self.ledger.end(event.work_id)
         decision = running.decision
-        job = self._jobs_by_name[decision.job]
+        job = self._by_name[decision.job]
         self.ledger.touched.add(job.index)
         self._handlers[type(decision)](decision, running, event, now)
         if job.index in self._round_left and (
             job.done or job.published >= self._round_limit[job.name]
         ):
             self._round_left.discard(job.index)
-        if job.done:
-            self._active.pop(job.index, None)
-            self._finished.add(job.index)
+        if job.done and job.index in self._active:
+            del self._active[job.index]
+            self._tenants[job.tenant][0] -= 1
+            self._ending[job.index] = job
         return decision

@@ -37,6 +37,9 @@ DEFAULTS: dict[str, Any] = {
     "max_active_jobs": None,
     "barrier": False,
     "staleness_cap": None,
+    "max_queued_jobs": None,
+    "tenant_max_active_jobs": None,
+    "tenant_max_queued_jobs": None,
 }
 """The settings of a workload that neither sets a field nor names a preset."""
 
@@ -54,6 +57,14 @@ class Mechanism:
     """No job generates for step k+1 before every job trained and published step k."""
     staleness_cap: int | None
     """Upper bound on every job's rl.max_staleness (None: keep each job's)."""
+    max_queued_jobs: int | None = None
+    """Jobs that may wait for admission at once, cluster-wide (None: no bound); the newest
+    submissions beyond it are refused."""
+    tenant_max_active_jobs: int | None = None
+    """Jobs of one tenant admitted at once (None: no quota); its others wait."""
+    tenant_max_queued_jobs: int | None = None
+    """Jobs of one tenant that may wait for admission at once (None: no quota); its newest
+    submissions beyond it are refused."""
     preset: str | None = None
     """The preset these settings came from, if any."""
 
@@ -65,6 +76,9 @@ class Mechanism:
             "max_active_jobs": self.max_active_jobs,
             "barrier": self.barrier,
             "staleness_cap": self.staleness_cap,
+            "max_queued_jobs": self.max_queued_jobs,
+            "tenant_max_active_jobs": self.tenant_max_active_jobs,
+            "tenant_max_queued_jobs": self.tenant_max_queued_jobs,
         }
 
 
@@ -86,6 +100,15 @@ class SchedulingSpec(BaseModel):
     published (synced) step k."""
     staleness_cap: Annotated[int, Field(ge=0, le=MAX_STALENESS)] | None = None
     """Upper bound applied to every job's rl.max_staleness (unset: keep each job's)."""
+    max_queued_jobs: Annotated[int, Field(ge=0, le=MAX_JOBS)] | None = None
+    """Jobs that may wait for admission at once, cluster-wide (unset: no bound). After each
+    admission round the newest submissions beyond it are refused (0: a job that cannot be
+    admitted at once is refused)."""
+    tenant_max_active_jobs: Annotated[int, Field(gt=0, le=MAX_JOBS)] | None = None
+    """Jobs of one tenant admitted at once (unset: no quota); its other jobs wait."""
+    tenant_max_queued_jobs: Annotated[int, Field(ge=0, le=MAX_JOBS)] | None = None
+    """Jobs of one tenant that may wait for admission at once (unset: no quota); its newest
+    submissions beyond it are refused."""
 
     @model_validator(mode="after")
     def _preset_agrees(self) -> SchedulingSpec:

@@ -14,10 +14,16 @@ class Training:
     """Starts training steps on free trainers and takes their swaps, steps and syncs."""
 
     def __init__(
-        self, jobs: list[JobState], cluster: Cluster, ledger: Ledger, policy: Policy
+        self,
+        jobs: dict[int, JobState],
+        by_name: dict[str, JobState],
+        cluster: Cluster,
+        ledger: Ledger,
+        policy: Policy,
     ) -> None:
         self.jobs, self.cluster, self.ledger, self.policy = jobs, cluster, ledger, policy
-        self._by_name = {j.name: j for j in jobs}
+        """The live jobs by index (the scheduler's map, shared)."""
+        self._by_name = by_name
         self.ready: set[int] = set()
         """Active jobs whose next step has all its episodes and no step running."""
         self._position = {t.name: i for i, t in enumerate(cluster.trainers)}
@@ -27,6 +33,14 @@ class Training:
     def busy(self) -> bool:
         """Whether any trainer is swapping, training or syncing."""
         return len(self._free) < len(self.cluster.trainers)
+
+    def swap_out_all(self, job: JobState, out: list[Decision]) -> None:
+        """Take an ended job's state off every trainer that holds it."""
+        self.ready.discard(job.index)
+        for trainer in self.cluster.trainers:
+            if job.name in trainer.resident:
+                del trainer.resident[job.name]
+                out.append(SwapOut(self.ledger.new_id(), job.name, trainer.name))
 
     def _set_activity(self, trainer: Trainer, activity: str | None) -> None:
         self.ledger.set_activity(trainer, activity)
@@ -73,6 +87,9 @@ class Training:
                      trainer=trainer)  # fmt: skip
 
     def _start_step(self, job: JobState, trainer: Trainer, now: float, out: list) -> None:
+        if job.cancelled:  # cancelled since its state arrived: the trainer stays free
+            job.training = False
+            return
         step = job.trained
         groups = job.finished[step]
         staleness = step - min(g.version for g in groups)
@@ -94,6 +111,10 @@ class Training:
         ledger.begin(decision, now, out, trainer=trainer)
 
     def _start_sync(self, job: JobState, trainer: Trainer, now: float, out: list) -> None:
+        if job.cancelled:  # cancelled since its step ended: nothing to publish
+            self._set_activity(trainer, None)
+            job.training = False
+            return
         sync = Sync(self.ledger.new_id(), job.name, job.trained, trainer.name)
         self.ledger.begin(sync, now, out, trainer=trainer)
 
@@ -109,6 +130,9 @@ class Training:
             trainer.resident.pop(job.name, None)
             job.training = False
             return
+        if job.cancelled:
+            job.training = False
+            return
         ledger.due.append(lambda t, out: self._start_step(job, trainer, t, out))
 
     def on_train(self, d: Train, running: Running, event: WorkDone, now: float) -> None:
@@ -121,7 +145,7 @@ class Training:
             "train", job, trainer.devices, running.start_s, now, event, step=d.step,
             seqs=d.seqs, tokens=d.tokens, version=d.version_out, staleness=d.staleness,
         )  # fmt: skip
-        if not event.ok:
+        if not event.ok or job.cancelled:
             self._set_activity(trainer, None)
             job.training = False
             return
@@ -136,6 +160,10 @@ class Training:
         assert trainer is not None
         ledger.record("sync", job, trainer.devices, running.start_s, now, event,
                       step=d.version - 1, version=d.version)  # fmt: skip
+        if job.cancelled:
+            self._set_activity(trainer, None)
+            job.training = False
+            return
         if not event.ok:
             ledger.due.append(lambda t, out: self._start_sync(job, trainer, t, out))
             return

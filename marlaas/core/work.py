@@ -3,17 +3,46 @@
 Plain dataclasses, read-only by convention (not ``frozen``: a frozen dataclass costs
 about three times as much to make, and a simulation makes millions of them): an executor
 (SimPy, real, fixed-duration) starts each decision's work and later reports a
-:class:`WorkDone` carrying the same ``work_id``. Two decisions are instant
+:class:`WorkDone` carrying the same ``work_id``. Some decisions are instant
 (:data:`INSTANT`): evicting an adapter from an engine and moving a job's state off a trainer
 complete when the executor starts them, before any later decision, and report nothing.
 Devices, engines and trainers are named by strings; engine-specific ids (vLLM's
-lora_int_id) never appear here.
+lora_int_id) never appear here. A job's life in an executor is bracketed by two more instant
+decisions: :class:`AdmitJob` (build the job's state: its environments, its adapter's first
+version, its episodes) and :class:`ReleaseJob` (drop it), so that an executor holds nothing
+of a job outside that span.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from marlaas.core.workload import JobSpec
+
+
+@dataclass(slots=True)
+class AdmitJob:
+    """The scheduler admitted a job: build its state before any of its work (instant)."""
+
+    work_id: int
+    job: str
+    spec: JobSpec
+    index: int
+    """The job's number in the run (its submission order): with the run's seed it fixes the
+    job's random draws (prompts, lengths), in every world."""
+    version: int
+    """The adapter version it starts from: 0 for a new job (a freshly initialised adapter),
+    else its last durable version (a resumed job)."""
+
+
+@dataclass(slots=True)
+class ReleaseJob:
+    """A job ended (finished or cancelled) and holds nothing any more: drop its state
+    (instant). Its adapters left the engines and trainers by EvictAdapter / SwapOut first."""
+
+    work_id: int
+    job: str
 
 
 @dataclass(slots=True)
@@ -121,9 +150,20 @@ class Sync:
     trainer: str
 
 
-Decision = Generate | EnvStep | LoadAdapter | EvictAdapter | SwapIn | SwapOut | Train | Sync
+Decision = (
+    Generate
+    | EnvStep
+    | LoadAdapter
+    | EvictAdapter
+    | SwapIn
+    | SwapOut
+    | Train
+    | Sync
+    | AdmitJob
+    | ReleaseJob
+)
 
-INSTANT = (EvictAdapter, SwapOut)
+INSTANT = (EvictAdapter, SwapOut, AdmitJob, ReleaseJob)
 """Decisions that complete when started: no WorkDone comes back for them."""
 
 

@@ -118,6 +118,10 @@ class JobSpec(_Strict):
     """Share weight used by weighted policies (priority, fair)."""
     arrival_s: Amount(L.MAX_ARRIVAL_S) = 0.0
     """Submission time [s] after the run's start."""
+    cancel_after_s: Amount(L.MAX_ARRIVAL_S) | None = None
+    """The tenant cancels the job this long after its arrival [s] (None: never): work of it
+    in flight then finishes and is discarded (``cancelled`` in the event log), and whatever
+    it held is freed. For studying tenants who give up, in both worlds."""
     lora_rank: Count(L.MAX_LORA_RANK) = 16
     rl: RLSettings = Field(default_factory=RLSettings)
     prompt_tokens: Distribution = Field(default_factory=lambda: {"dist": "constant", "value": 256})

@@ -16,11 +16,21 @@ class Executor(Protocol):
     ``start`` begins a decision's work at ``now`` (instant decisions, see
     marlaas.core.work.INSTANT, are complete when it returns); ``wait`` blocks until some
     started work finishes and returns it with its finishing time, or returns None once the
-    clock reaches ``until`` [s] with nothing finished (``until=None``: wait for work). Times
-    never go backwards. ``seed`` is the seed of the executor's randomness.
+    clock reaches ``until`` [s] with nothing finished (``until=None``: wait for work), or
+    as soon as ``wake`` is called (from any thread: the driver's inbox calls it when a
+    tenant submits or cancels). ``now`` is the executor's clock [s]; times never go
+    backwards. ``seed`` is the seed of the executor's randomness.
     """
 
     seed: int
+
+    def now(self) -> float:
+        """The executor's clock [s since the run's start]."""
+
+    def wake(self) -> None:
+        """Make a ``wait`` in progress on a real clock return at once (or the next one, if
+        none is); safe from any thread. A simulated clock waits for nothing real: the driver
+        reads the inbox before each ``wait``, so its executor does nothing here."""
 
     def start(self, decision: Decision, now: float) -> None:
         """Begin the work of ``decision`` at ``now`` [s]."""

@@ -42,6 +42,13 @@ class FixedExecutor:
         self._queue: list[tuple[float, int, WorkDone]] = []
         self._now = 0.0
 
+    def now(self) -> float:
+        """The clock [s]: the last completion's time, or the last ``until`` reached."""
+        return self._now
+
+    def wake(self) -> None:
+        """Nothing waits for real here."""
+
     def start(self, decision: Decision, now: float) -> None:
         """Schedule the decision's completion (instant decisions complete now)."""
         self.started.append((now, decision))

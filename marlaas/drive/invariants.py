@@ -1,6 +1,9 @@
 """Invariants every run checks on its own event log, simulated or real, before it returns.
 
-- every job trained and published all its steps;
+- every job ended: a finished job trained and published all its steps once, a cancelled
+  one at most its steps, a refused one nothing;
+- nothing is left in the scheduler: no per-job structure holds an entry, every engine,
+  trainer and environment worker is free (so a cancelled job released what it held);
 - no training step used a sample staler than its job's bound;
 - no engine ran more sequences at once than its batch limit;
 - no trainer device ran two training steps at once;
@@ -14,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from marlaas.core.outcomes import FINISHED, REFUSED
 from marlaas.core.scheduler import Scheduler
 from marlaas.eventlog import records_to_frame
 from marlaas.metrics import check_partition
@@ -40,15 +44,27 @@ def check_invariants(
     (``frame``: the run's event log as records_to_frame made it, if the caller has it)."""
     if frame is None:
         frame = records_to_frame(result.records)
+    if scheduler.live:
+        raise InvariantError(f"{scheduler.live} jobs never ended")
+    left = scheduler.leftovers()
+    if left:
+        raise InvariantError(f"the scheduler still holds something of an ended job: {left}")
     train = frame[(frame.kind == "train") & (frame.outcome == "ok")]
-    for job in scheduler.jobs:
-        steps = train.loc[train.job == job.name, "step"].nunique()
-        if not job.done or steps != job.steps or job.published != job.steps:
-            raise InvariantError(f"{job.name}: trained {steps} of {job.steps} steps")
-        worst = train.loc[train.job == job.name, "staleness"].max()
+    steps_of = train.groupby("job")["step"].nunique()
+    worst_of = train.groupby("job")["staleness"].max()
+    for name, job in result.jobs.items():
+        steps = int(steps_of.get(name, 0))
+        if job.state == REFUSED:  # it never ran (its name may be another job's)
+            continue
+        left_to_train = job.steps - job.start_version
+        if job.state == FINISHED and (steps != left_to_train or job.published != job.steps):
+            raise InvariantError(f"{name}: trained {steps} of {left_to_train} steps")
+        if steps > left_to_train:
+            raise InvariantError(f"{name}: trained {steps} steps, more than its {job.steps}")
+        worst = worst_of.get(name, 0)
         if worst > job.max_staleness:
-            raise InvariantError(f"{job.name}: trained on samples {worst} versions stale")
-    limit = scheduler.workload.cluster.engine.max_seqs
+            raise InvariantError(f"{name}: trained on samples {worst} versions stale")
+    limit = scheduler.cluster_spec.engine.max_seqs
     generate = frame[frame.kind == "generate"]
     for device, rows in generate.groupby("device"):
         peak = _max_concurrency(rows.start_s.values, rows.end_s.values, rows.seqs.values)

@@ -1,14 +1,17 @@
 """``drive``: the only loop that runs a scheduler, in simulation and for real.
 
+    items     = inbox.take(now)            -> scheduler.submit(job, now) / cancel(name, now)
     decisions = scheduler.decide(now)      -> executor.start(decision, now), in order
     now, done = executor.wait(until)       -> scheduler.on_event(event, now) for each
-    ... a decision round after every batch of completions, until every job is done
+    ... a decision round after every batch of completions or inbox items, until the inbox
+    is closed and empty and every job has ended
 
-It wakes the scheduler for job arrivals, retries failed work (the scheduler re-queues it)
-within a budget of consecutive failures per kind of work and job, stops a run that can make
-no progress, tells observers (progress bars, tests) about every completion, and checks the
-run's invariants before returning. The loop runs with the young generation of Python's
-garbage collector collected less often (:mod:`marlaas.drive.collector`).
+It wakes the scheduler for the inbox's items (a batch workload's arrivals, a service's
+requests), retries failed work (the scheduler re-queues it) within a budget of consecutive
+failures per kind of work and job, stops a run that can make no progress, tells observers
+(progress bars, tests) about every completion, and checks the run's invariants before
+returning. The loop runs with the young generation of Python's garbage collector collected
+less often (:mod:`marlaas.drive.collector`).
 """
 
 from __future__ import annotations
@@ -19,15 +22,20 @@ from collections.abc import Callable, Sequence
 
 from mypy_extensions import mypyc_attr
 
+from marlaas.core.outcomes import REFUSED, JobOutcome
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.work import Decision, WorkDone
 from marlaas.drive.collector import fewer_collections
 from marlaas.drive.executor import Executor
+from marlaas.drive.inbox import Inbox, Submit
 from marlaas.drive.invariants import check_invariants
 from marlaas.drive.result import RunResult
 
 Observer = Callable[[Decision, WorkDone, float], None]
 """Called after the scheduler took each completion: (decision, event, now [s])."""
+
+OnRefused = Callable[[JobOutcome], None]
+"""Called when the scheduler refuses a job (at submission, or beyond a queue bound)."""
 
 
 @mypyc_attr(native_class=False)
@@ -38,31 +46,46 @@ class RunError(RuntimeError):
 def drive(
     scheduler: Scheduler,
     executor: Executor,
+    inbox: Inbox,
     *,
     max_failures: int = 3,
     observers: Sequence[Observer] = (),
+    on_refused: OnRefused | None = None,
     check: bool = True,
 ) -> RunResult:
-    """Run ``scheduler`` over ``executor`` until every job is done; see the module docstring.
+    """Run ``scheduler`` over ``executor`` with the jobs of ``inbox`` until the inbox is
+    closed and empty and every job has ended; see the module docstring.
 
     ``max_failures``: consecutive failures of one kind of work of one job before the run
-    stops with :class:`RunError`. ``check``: verify the invariants of the finished run
-    (marlaas.drive.invariants), raising InvariantError when one does not hold.
+    stops with :class:`RunError`. ``on_refused`` hears of each refused job as it is refused.
+    ``check``: verify the invariants of the finished run (marlaas.drive.invariants), raising
+    InvariantError when one does not hold.
     """
     started = time.perf_counter()
-    with fewer_collections():
-        now, batches, failures = _loop(scheduler, executor, max_failures, observers)
+    ended: dict[str, JobOutcome] = {}
+    inbox.set_waker(executor.wake)
+    try:
+        with fewer_collections():
+            now, batches, failures = _loop(
+                scheduler, executor, inbox, max_failures, observers, on_refused, ended
+            )
+    finally:
+        inbox.set_waker(None)
     records = scheduler.finish(now)
+    ended = dict(sorted(ended.items(), key=lambda item: (item[1].arrival_s, item[1].index)))
     result = RunResult(
         records=records,
         makespan_s=now,
-        job_finish_s={j.name: j.finish_s for j in scheduler.jobs},
+        job_finish_s={
+            name: o.end_s if o.state == "finished" else None for name, o in ended.items()
+        },
         policy=scheduler.policy.name,
         settings=scheduler.mechanism.as_dict(),
         seed=executor.seed,
         wall_s=time.perf_counter() - started,
         events=batches,
         failures=failures,
+        jobs=ended,
     )
     if check:
         check_invariants(result, scheduler)
@@ -72,34 +95,59 @@ def drive(
 def _loop(
     scheduler: Scheduler,
     executor: Executor,
+    inbox: Inbox,
     max_failures: int,
     observers: Sequence[Observer],
+    on_refused: OnRefused | None,
+    ended: dict[str, JobOutcome],
 ) -> tuple[float, int, int]:
-    """The loop of :func:`drive` until every job is done: (now [s], batches, failures).
-    The work in flight is the scheduler's to track (instant decisions report nothing)."""
+    """The loop of :func:`drive`: (now [s], batches, failures). The work in flight is the
+    scheduler's to track (instant decisions report nothing)."""
     streak: Counter[tuple[str, str]] = Counter()
     failures = batches = 0
     now = 0.0
 
+    def take_inbox() -> None:
+        for item in inbox.take(now):
+            if isinstance(item, Submit):
+                scheduler.submit(item.job, now, item.version)
+            else:
+                scheduler.cancel(item.job, now)
+
     def decision_round() -> None:
         for decision in scheduler.decide(now):
             executor.start(decision, now)
+        for outcome in scheduler.take_ended():
+            ended[outcome.name] = outcome
+            if outcome.state == REFUSED and on_refused is not None:
+                on_refused(outcome)
 
+    take_inbox()
     decision_round()
-    while not scheduler.done:
-        arrival = scheduler.next_arrival(now)
-        if not scheduler.running and arrival is None:
-            stuck = [j.name for j in scheduler.jobs if not j.done]
-            raise RunError(f"the run stalled at t={now:.1f} s; unfinished: {stuck}")
-        finished = executor.wait(arrival)
+    while scheduler.live or not inbox.exhausted:
+        due = inbox.next_at()
+        if not scheduler.running and due is None:
+            if inbox.closed:
+                stuck = sorted(j.name for j in scheduler.jobs.values())
+                raise RunError(f"the run stalled at t={now:.1f} s; unfinished: {stuck}")
+            inbox.wait()  # nothing runs: the run waits for a tenant
+            clock = executor.now()
+            now = clock if clock > now else now
+            take_inbox()
+            decision_round()
+            continue
+        finished = executor.wait(None if due is None else (due if due > now else now))
         if finished is None:
-            if arrival is None:
+            if due is None and inbox.closed:
                 raise RunError(f"the executor reported nothing while {scheduler.running} ran")
-            now = arrival if arrival > now else now  # max(now, arrival), without a call
+            clock = executor.now()
+            now = clock if clock > now else now  # max(now, clock), without a call
+            take_inbox()
             decision_round()
             continue
         at, events = finished
         now = at if at > now else now
+        take_inbox()
         for event in events:
             decision = scheduler.on_event(event, now)
             if event.ok:

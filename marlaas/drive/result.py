@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from marlaas.core.outcomes import JobOutcome
 from marlaas.core.records import WorkRecord
 
 
@@ -18,7 +19,8 @@ class RunResult:
     makespan_s: float
     """Time from the run's start to the last event [s] (simulated or wall-clock)."""
     job_finish_s: dict[str, float | None]
-    """When each job published its last version [s] (None: it did not finish)."""
+    """When each job published its last version [s] (None: it did not finish: cancelled,
+    refused, or a part of a real run that stopped)."""
     policy: str
     settings: dict[str, Any]
     """The mechanism settings in force (preset, placement, admission, barrier, cap)."""
@@ -29,3 +31,6 @@ class RunResult:
     """Completion batches the loop handled."""
     failures: int = 0
     """Pieces of work that failed and were retried."""
+    jobs: dict[str, JobOutcome] = field(default_factory=dict)
+    """How each job submitted to the run ended (finished, cancelled, refused), in the order
+    they were submitted."""

@@ -41,6 +41,7 @@ def _train(args: argparse.Namespace) -> int:
     from marlaas.executors.train import train_run
     from marlaas.run_options import load_run_workload, run_title
     from marlaas.table import print_summary
+    from marlaas.terminal import print_refusal
 
     workload = load_run_workload(args)  # an unknown policy fails before any model loads
     args.interrupt_hint = (
@@ -52,6 +53,7 @@ def _train(args: argparse.Namespace) -> int:
         seed=args.seed, base_dir=Path(args.workload).parent, progress=not args.quiet,
         micro_batch_size=args.micro_batch_size, max_model_len=args.max_model_len,
         activation_checkpointing=args.activation_checkpointing, tracker=args.tracker,
+        on_refused=print_refusal,
     )  # fmt: skip
     print_summary(summary, title=run_title(workload, summary, f"{summary['backend']} · real"))
     for job, group in rewards.groupby("job", sort=True):

@@ -52,35 +52,36 @@ class RewardPoint:
 
 
 class EpisodeRunner:
-    """Keeps each group's episode between its turns; ``offsets`` are resumed jobs' versions."""
+    """Keeps each group's episode between its turns, for the admitted jobs (``specs``: the
+    executor's, shared)."""
 
     def __init__(
-        self,
-        specs: dict[str, JobSpec],
-        fmt: ChatFormat,
-        max_model_len: int,
-        seed: int,
-        offsets: dict[str, int],
+        self, specs: dict[str, JobSpec], fmt: ChatFormat, max_model_len: int, seed: int
     ) -> None:
         self.specs, self.fmt, self.max_model_len = specs, fmt, max_model_len
-        self.seed, self.offsets = seed, offsets
-        self._index = {name: i for i, name in enumerate(specs)}
+        self.seed = seed
+        self._index: dict[str, int] = {}
         self._episodes: dict[tuple[str, int], GroupEpisode] = {}
 
-    def version(self, job: str, version: int) -> int:
-        """The trainer's version of ``job`` for the scheduler's ``version``."""
-        return self.offsets.get(job, 0) + version
+    def admit(self, job: str, index: int) -> None:
+        """A job was admitted as the run's ``index``-th (it seeds the job's prompts)."""
+        self._index[job] = index
+
+    def release_job(self, job: str) -> None:
+        """A job ended: forget it and its episodes (a cancelled job's unfinished ones)."""
+        del self._index[job]
+        for key in [key for key in self._episodes if key[0] == job]:
+            del self._episodes[key]
 
     def group_seed(self, job: str, group: int) -> int:
-        """Seed of a group's prompt; resumed runs continue with new prompts."""
-        spec = self.specs[job]
-        absolute = self.offsets.get(job, 0) * spec.rl.prompts_per_step + group
-        return (self.seed * 1_000_003 + self._index[job] * 10_007 + absolute) % 2**31
+        """Seed of a group's prompt (groups are numbered on over resumed parts, so a resumed
+        job continues with new prompts)."""
+        return (self.seed * 1_000_003 + self._index[job] * 10_007 + group) % 2**31
 
     async def generate(self, d: Generate, engine) -> tuple[int, int, int]:
         """One turn of the group on ``engine``: (tokens generated, the longest sample's
         tokens, mean context tokens per sequence it started from)."""
-        spec, version = self.specs[d.job], self.version(d.job, d.version)
+        spec, version = self.specs[d.job], d.version
         key, rl = (d.job, d.group), spec.rl
         if d.turn == 0:
             episode = self._episodes.get(key)

@@ -68,12 +68,13 @@ class Journal:
     def __init__(self, path: Path, part: int, offset_s: float, versions: dict[str, int]) -> None:
         self.path, self.part, self.offset_s = Path(path), part, offset_s
         self.versions = dict(versions)
+        """The version each job starts this part at (its last durable one)."""
         _drop_cut_line(self.path)
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
         self._write({"start": {"offset_s": offset_s, "versions": self.versions}}, sync=True)
 
     def records(self, records: list[WorkRecord]) -> None:
-        """Append work records (part-local times and versions; shifted here)."""
+        """Append work records (part-local times; shifted here)."""
         for record in records:
             self._write({"record": _plain(self._absolute(record)._asdict())})
 
@@ -91,14 +92,8 @@ class Journal:
             self._file.close()
 
     def _absolute(self, record: WorkRecord) -> WorkRecord:
-        offset = self.versions.get(record.job, 0)
-        moved = {
-            key: getattr(record, key) + offset
-            for key in ("step", "version")
-            if offset and getattr(record, key) >= 0
-        }
         return record._replace(
-            start_s=record.start_s + self.offset_s, end_s=record.end_s + self.offset_s, **moved
+            start_s=record.start_s + self.offset_s, end_s=record.end_s + self.offset_s
         )
 
     def _write(self, line: dict, sync: bool = False) -> None:

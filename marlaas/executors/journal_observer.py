@@ -30,7 +30,7 @@ class JournalObserver:
         self.batches += 1
         self.failures += not event.ok
         if isinstance(decision, Sync) and event.ok:
-            version = self.journal.versions.get(decision.job, 0) + decision.version
+            version = decision.version
             point = self._pending.pop((decision.job, version - 1))
             wall_s = time.perf_counter() - self._started
             self.journal.step(point, wall_s, self.batches, self.failures)

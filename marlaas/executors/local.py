@@ -5,6 +5,10 @@
     Generate      one call on the engine the decision names (vLLM or HF + PEFT generator)
     LoadAdapter   that engine loads the adapter version from the adapter store
     EvictAdapter  that engine drops it (instant; the only way an adapter leaves an engine)
+    AdmitJob      the job's state: its spec, its episodes, its adapter's first version
+                  (written to the store by a trainer, in the background: the job's first
+                  load or swap waits for it), a resumed job's leftovers of a killed save
+    ReleaseJob    the job's state is dropped (its adapters left the engines and trainers)
     EnvStep       every sample's environment step, then the workload's declared latency
     SwapIn        the trainer loads the job's adapter and optimizer state from the store
     SwapOut       the trainer drops the job's state (instant; it is in the store)
@@ -16,8 +20,11 @@ live in the core; the engines and trainers hold what the decisions put there, wh
 read back from them. What is physically shared (one CPU) is the workload's
 ``cluster.shared_compute``, which the scheduler honours: there is no gate here.
 
-It runs its own asyncio loop: ``start`` schedules a task, ``wait`` runs the loop until a task
-finishes. Times are seconds since setup ended (``time.monotonic``).
+Its constructor only keeps its settings; :meth:`open` (or ``with``) builds the engines and
+trainers on their devices, and a job's state is built when the job is admitted. It runs its
+own asyncio loop: ``start`` schedules a task, ``wait`` runs the loop until a task finishes or
+``wake`` is called (from any thread: a tenant's submission). Times are seconds since the
+engines and trainers were built (``time.monotonic``).
 """
 
 from __future__ import annotations
@@ -30,20 +37,21 @@ from pathlib import Path
 
 from marlaas.core.cluster import Cluster
 from marlaas.core.work import (
+    AdmitJob,
     Decision,
     EnvStep,
     EvictAdapter,
     Generate,
     LoadAdapter,
+    ReleaseJob,
     SwapIn,
     SwapOut,
     Sync,
     Train,
     WorkDone,
 )
-from marlaas.core.workload import Workload
+from marlaas.core.workload import JobSpec, Workload
 from marlaas.drive.executor import Completions
-from marlaas.envs import resolve_env
 from marlaas.executors.adapter_store import AdapterStore
 from marlaas.executors.backends import make_generator, max_positions
 from marlaas.executors.devices import gpu_count, physical_devices
@@ -58,11 +66,12 @@ log = logging.getLogger("marlaas.real")
 class LocalExecutor:
     """Real generation, environments and training in this process, as the scheduler decides.
 
-    ``store``: the adapter store (every version of every job). ``offsets``: versions each job
-    had already trained (``--resume``); new jobs get a freshly initialised version 0.
-    ``generators``/``trainers`` (engine/trainer name -> object) may be passed in, e.g. by tests;
-    the others are built on the devices of :func:`marlaas.executors.devices.physical_devices`.
-    Use it as a context manager (``close`` shuts down what it built).
+    ``workload``: the cluster's engines are sized for its jobs (the longest episode, the
+    largest LoRA rank); the jobs themselves come from the scheduler's AdmitJob decisions.
+    ``store``: the adapter store (every version of every job). ``generators``/``trainers``
+    (engine/trainer name -> object) may be passed in, e.g. by tests; the others are built on
+    the devices of :func:`marlaas.executors.devices.physical_devices` by :meth:`open`. Use it
+    as a context manager (``open`` on entry, ``close`` on exit).
     """
 
     def __init__(
@@ -74,7 +83,6 @@ class LocalExecutor:
         model_dir: Path,
         backend: str,
         seed: int | None = None,
-        offsets: dict[str, int] | None = None,
         generators: dict | None = None,
         trainers: dict | None = None,
         micro_batch_size: int = 8,
@@ -85,34 +93,50 @@ class LocalExecutor:
         self.seed = workload.seed if seed is None else seed
         self.workload, self.cluster, self.store = workload, cluster, store
         self.backend = backend
-        self.offsets = dict(offsets or {})
         self.rewards: list[RewardPoint] = []
         self._model_dir = model_dir
-        limit = max_positions(model_dir)
-        self._max_model_len = min(max_model_len or limit, limit)
+        self._max_model_len_asked = max_model_len
+        self._max_model_len = 0  # known once open() read the model's config
         self._micro_batch_size = micro_batch_size
         self._checkpointing = activation_checkpointing
+        self._chat_template = chat_template
         self._given = dict(generators or {})
+        self._given_trainers = trainers
         self._engines: dict = dict(self._given)
         self._loaded: set[tuple[str, str, int]] = set()
-        """(engine, job, trainer version) this executor loaded and has not evicted."""
-        self._specs = {j.name: j for j in workload.jobs}
+        """(engine, job, version) this executor loaded and has not evicted."""
+        self._specs: dict[str, JobSpec] = {}
+        """The admitted jobs' specs (shared with the trainers and the episodes)."""
+        self._created: dict[str, asyncio.Task] = {}
+        """Each new job's first version being written (awaited by its first load or swap)."""
+        self._unwaited: set[asyncio.Task] = set()
+        """First versions still being written for jobs that ended before they were needed."""
         self._tasks: dict[asyncio.Task, Decision] = {}
-        self.trainers: TrainerPool | None = None  # built by _setup
+        self.trainers: TrainerPool | None = None  # built by open()
         self._finished: list[tuple[float, int, WorkDone]] = []
-        self._runner = asyncio.Runner()
+        self._runner: asyncio.Runner | None = None
+        self._woken: asyncio.Event | None = None
         self._closed = False
+        self._t0 = 0.0
+
+    # ----------------------------------------------------------------------------- setup
+    def open(self) -> LocalExecutor:
+        """Build the engines and trainers (the models load); the clock starts when done."""
+        if self._runner is not None:
+            return self
+        limit = max_positions(self._model_dir)
+        self._max_model_len = min(self._max_model_len_asked or limit, limit)
+        self._runner = asyncio.Runner()
+        self._woken = asyncio.Event()
         try:
-            self._runner.run(self._setup(trainers, chat_template))
+            self._runner.run(self._setup(self._given_trainers, self._chat_template))
         except BaseException:
             self.close()
             raise
         self._t0 = time.monotonic()
+        return self
 
-    # ----------------------------------------------------------------------------- setup
     async def _setup(self, trainers: dict | None, chat_template: bool | None) -> None:
-        for name in sorted({j.env.name for j in self.workload.jobs}):
-            resolve_env(name).check_runtime()  # e.g. no code sandbox: refuse before any work
         devices = physical_devices(self.cluster, gpu_count())
         for engine in self.cluster.engines:
             if engine.name not in self._engines:
@@ -132,15 +156,10 @@ class LocalExecutor:
                     shared_weights=self._plain_weights(device, devices),
                 )  # fmt: skip
         self.trainers = TrainerPool(trainers, self.store, self._specs)
-        for job in self.workload.jobs:
-            if not self.offsets.get(job.name):
-                await asyncio.to_thread(self.trainers.create, job.name, self.seed)
-            self.store.clean_partial(job.name)
         tokenizer = next(iter(self._engines.values())).tokenizer
         self.episodes = EpisodeRunner(
-            self._specs, ChatFormat(tokenizer, chat_template), self._max_model_len, self.seed,
-            self.offsets,
-        )  # fmt: skip
+            self._specs, ChatFormat(tokenizer, chat_template), self._max_model_len, self.seed
+        )
 
     def _plain_weights(self, device: str, devices: dict[str, str]) -> dict:
         """Base-model tensors an engine built here on ``device`` keeps as loaded, for a trainer
@@ -165,38 +184,85 @@ class LocalExecutor:
 
     def start(self, decision: Decision, now: float) -> None:
         """Start the decision's work (instant decisions are done when this returns)."""
+        runner = self._opened()
         if isinstance(decision, EvictAdapter):
-            self._runner.run(self._evict(decision))
+            runner.run(self._evict(decision))
         elif isinstance(decision, SwapOut):
             self.trainers.swap_out(decision.job, decision.trainer)
+        elif isinstance(decision, AdmitJob):
+            self._admit(decision)
+        elif isinstance(decision, ReleaseJob):
+            self._release(decision)
         else:
-            task = self._runner.get_loop().create_task(self._work(decision))
+            task = runner.get_loop().create_task(self._work(decision))
             self._tasks[task] = decision
 
     def wait(self, until: float | None) -> Completions | None:
-        """The earliest finished work, running the event loop until some finishes or the
-        clock reaches ``until`` [s]."""
+        """The earliest finished work, running the event loop until some finishes, the
+        clock reaches ``until`` [s], or :meth:`wake` is called."""
         if not self._finished:
             timeout = None if until is None else max(until - self.now(), 0.0)
-            self._runner.run(self._collect(timeout))
+            self._opened().run(self._collect(timeout))
         if not self._finished:
             return None
         self._finished.sort(key=lambda item: item[:2])
         end, _, event = self._finished.pop(0)
         return end, [event]
 
+    def wake(self) -> None:
+        """Make a ``wait`` in progress (or the next one) return at once; from any thread."""
+        if self._runner is not None and not self._closed:
+            self._runner.get_loop().call_soon_threadsafe(self._woken.set)
+
+    def _opened(self) -> asyncio.Runner:
+        if self._runner is None or self._closed:
+            raise RuntimeError("the executor is not open: use it in a `with` block")
+        return self._runner
+
     async def _collect(self, timeout: float | None) -> None:
-        if self._tasks:
+        woken = self._woken
+        if woken.is_set():
+            woken.clear()
+            return
+        if not self._tasks and timeout is None:
+            return  # nothing to wait for
+        waiter = asyncio.ensure_future(woken.wait())
+        try:
             done, _ = await asyncio.wait(
-                self._tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                {*self._tasks, waiter}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
             )
-        else:
-            await asyncio.sleep(timeout or 0.0)
-            done = set()
+        finally:
+            waiter.cancel()
+        woken.clear()
         for task in done:
+            if task is waiter:
+                continue
             self._tasks.pop(task)
             event, end = task.result()
             self._finished.append((end, event.work_id, event))
+
+    def _admit(self, d: AdmitJob) -> None:
+        """The job's state; a new job's first version is written in the background."""
+        self._specs[d.job] = d.spec
+        self.store.clean_partial(d.job)
+        self.episodes.admit(d.job, d.index)
+        if d.version == 0:
+            create = asyncio.to_thread(self.trainers.create, d.job, d.spec, self.seed)
+            self._created[d.job] = self._opened().get_loop().create_task(create)
+
+    def _release(self, d: ReleaseJob) -> None:
+        self.episodes.release_job(d.job)
+        created = self._created.pop(d.job, None)
+        if created is not None and not created.done():  # cancelled before its first load
+            self._unwaited.add(created)
+            created.add_done_callback(self._unwaited.discard)
+        del self._specs[d.job]
+
+    async def _created_first(self, job: str) -> None:
+        """Wait until the job's first version is in the store (a new job's)."""
+        created = self._created.get(job)
+        if created is not None:
+            await asyncio.shield(created)
 
     # ----------------------------------------------------------------------------- work
     async def _work(self, d: Decision) -> tuple[WorkDone, float]:
@@ -212,9 +278,6 @@ class LocalExecutor:
             return WorkDone(d.work_id, ok=False, error=reason), self.now()
         return WorkDone(d.work_id, **outcome), self.now()
 
-    def _version(self, job: str, version: int) -> int:
-        return self.episodes.version(job, version)
-
     async def _generate(self, d: Generate) -> dict:
         tokens, longest, context = await self.episodes.generate(d, self._engines[d.engine])
         return {"tokens": tokens, "longest_tokens": longest, "prompt_tokens": context}
@@ -224,33 +287,33 @@ class LocalExecutor:
         return {"tokens": tokens, "reward": reward}
 
     async def _load(self, d: LoadAdapter) -> dict:
-        version = self._version(d.job, d.version)
+        await self._created_first(d.job)
         engine = self._engines[d.engine]
-        await engine.publish(d.job, version, str(self.store.path(d.job, version)))
-        self._loaded.add((d.engine, d.job, version))
+        await engine.publish(d.job, d.version, str(self.store.path(d.job, d.version)))
+        self._loaded.add((d.engine, d.job, d.version))
         return {}
 
     async def _evict(self, d: EvictAdapter) -> None:
-        version = self._version(d.job, d.version)
-        await self._engines[d.engine].retire(d.job, version)
-        self._loaded.discard((d.engine, d.job, version))
+        await self._engines[d.engine].retire(d.job, d.version)
+        self._loaded.discard((d.engine, d.job, d.version))
 
     async def _swap_in(self, d: SwapIn) -> dict:
-        version = self._version(d.job, d.version)
-        await asyncio.to_thread(self.trainers.swap_in, d.job, version, d.trainer)
+        await self._created_first(d.job)
+        await asyncio.to_thread(self.trainers.swap_in, d.job, d.version, d.trainer)
         return {}
 
     async def _train(self, d: Train) -> dict:
         samples, mean_reward = self.episodes.batch(d)
         stats = await asyncio.to_thread(self.trainers.train, d.job, d.trainer, samples)
-        expected = self._version(d.job, d.version_out)
-        if stats.version != expected:
-            raise RuntimeError(f"{d.job}: trainer at version {stats.version}, expected {expected}")
+        if stats.version != d.version_out:
+            raise RuntimeError(
+                f"{d.job}: trainer at version {stats.version}, expected {d.version_out}"
+            )
         spec = self._specs[d.job]
         bound = spec.rl.max_staleness
         self.rewards.append(
             RewardPoint(
-                d.job, spec.tenant, self._version(d.job, d.step), mean_reward, self.now(),
+                d.job, spec.tenant, d.step, mean_reward, self.now(),
                 stats.max_staleness, bound, stats.mean_ratio, stats.clip_fraction, stats.loss,
                 stats.samples, round(tree_rss_mb(), 1),
             )
@@ -259,15 +322,13 @@ class LocalExecutor:
         return {"tokens": stats.tokens}
 
     async def _sync(self, d: Sync) -> dict:
-        version = self._version(d.job, d.version)
-        await asyncio.to_thread(self.trainers.sync, d.job, version, d.trainer)
+        await asyncio.to_thread(self.trainers.sync, d.job, d.version, d.trainer)
         return {}
 
     # ----------------------------------------------------------------------------- views
     def engine_adapters(self, engine: str) -> set[tuple[str, int]]:
-        """The (job, scheduler version) pairs the engine itself reports holding."""
-        held = self._runner.run(self._engines[engine].resident())
-        return {(job, v - self.offsets.get(job, 0)) for job, v in held}
+        """The (job, version) pairs the engine itself reports holding."""
+        return set(self._opened().run(self._engines[engine].resident()))
 
     def latest_rewards(self) -> dict[str, str]:
         """Each tenant's latest mean reward, for a progress bar."""
@@ -281,6 +342,8 @@ class LocalExecutor:
         if self._closed:
             return
         self._closed = True
+        if self._runner is None:
+            return
         try:
             self._runner.run(self._shutdown())
         finally:
@@ -289,10 +352,12 @@ class LocalExecutor:
     async def _shutdown(self) -> None:
         if self._tasks and self.trainers is not None:  # stopped with work in flight:
             self.trainers.interrupt()  # its training step ends at the next micro-batch
-        for task in self._tasks:
+        pending = [*self._tasks, *self._created.values(), *self._unwaited]
+        for task in pending:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*pending, return_exceptions=True)
         self._tasks.clear()
+        self._created.clear()
         for name, engine in self._engines.items():
             if name not in self._given:
                 await engine.close()
@@ -302,7 +367,7 @@ class LocalExecutor:
         self._loaded.clear()
 
     def __enter__(self) -> LocalExecutor:
-        return self
+        return self.open()
 
     def __exit__(self, *exc) -> None:
         self.close()

@@ -1,18 +1,18 @@
-"""Resuming a real run: the steps each job made durable, and the workload of what is left.
+"""Resuming a real run: the steps each job made durable.
 
-The scheduler core counts every job's versions from 0. A resumed job that had made k steps
-durable (its journal says so, and the adapter store holds version k with its optimizer
-state) is given to it as a job of ``steps - k`` steps; the executor adds k to the versions
-it hands to the trainer and the generator, and the journal adds k to the event log's steps
-and versions, so a resumed run's log reads as the continuation it is. Its clock starts where
-the journal ends: jobs that arrive later arrive that much earlier in the new part.
+A resumed job that had made k steps durable (its journal says so, and the adapter store
+holds version k with its optimizer state) is submitted again at version k
+(:func:`marlaas.drive.inbox.workload_inbox`): the scheduler goes on from step k, with the
+versions and group numbers it would have had, so a resumed run's log reads as the
+continuation it is. Its clock starts where the journal ends: jobs that arrive later arrive
+that much earlier in the new part.
 """
 
 from __future__ import annotations
 
 import shutil
 
-from marlaas.core.workload import Workload, WorkloadError, parse_workload
+from marlaas.core.workload import Workload, WorkloadError
 from marlaas.executors.adapter_store import AdapterStore
 
 
@@ -50,24 +50,3 @@ def check_resumable(
             )
         offsets[name] = offset
     return offsets
-
-
-def remaining_workload(
-    workload: Workload, offsets: dict[str, int], start_s: float = 0.0
-) -> Workload | None:
-    """The workload with each job's steps reduced by its offset (finished jobs left out) and
-    arrivals moved ``start_s`` [s] earlier (not before 0); None when nothing is left."""
-    if not any(offsets.values()) and start_s == 0.0:
-        return workload
-    data = workload.model_dump()
-    jobs = []
-    for job in data["jobs"]:
-        left = job["rl"]["steps"] - offsets.get(job["name"], 0)
-        if left > 0:
-            job["rl"]["steps"] = left
-            job["arrival_s"] = max(0.0, job["arrival_s"] - start_s)
-            jobs.append(job)
-    if not jobs:
-        return None
-    data["jobs"], data["arrivals"] = jobs, None
-    return parse_workload(data, source="resume", schema=type(workload))

@@ -16,11 +16,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from marlaas.core.feasibility import check_some_fit
 from marlaas.core.policies import Policy
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.workload import Workload
 from marlaas.drive import Observer, RunResult, drive
+from marlaas.drive.inbox import workload_inbox
+from marlaas.drive.loop import OnRefused
 from marlaas.drive.progress import StepProgress
+from marlaas.envs import resolve_env
 from marlaas.executors.adapter_store import AdapterStore
 from marlaas.executors.backends import model_dir_of, resolve_backend
 from marlaas.executors.history import history_events, history_points, history_result
@@ -34,7 +38,7 @@ from marlaas.executors.outputs import (
     rewards_frame,
     write_real_files,
 )
-from marlaas.executors.resume import NothingToResumeError, check_resumable, remaining_workload
+from marlaas.executors.resume import NothingToResumeError, check_resumable
 from marlaas.executors.tracking import RewardFeed, open_tracker
 from marlaas.out_folder import claim, write_manifest
 
@@ -53,6 +57,7 @@ def train_run(
     progress: bool = True,
     observers: Sequence[Observer] = (),
     tracker: str | None = None,
+    on_refused: OnRefused | None = None,
     **options,
 ) -> tuple[pd.DataFrame, dict, pd.DataFrame, RunResult]:
     """Train every job of ``workload`` for real into the run folder ``out``.
@@ -64,7 +69,10 @@ def train_run(
     activation_checkpointing, max_model_len, chat_template). ``observers`` see every
     completion (see marlaas.drive). ``tracker`` (``tensorboard`` or ``wandb``) also logs
     every job's training statistics per step under ``out/<tracker>/`` as they finish (a
-    resumed run appends). Returns (events, summary, rewards, result), each over the whole
+    resumed run appends). Each job is submitted at its arrival (a resumed one at its last
+    durable version); ``on_refused`` hears of a job the scheduler refuses (the run goes on;
+    when every job would be, it is an InfeasibleWorkloadError before any model loads).
+    Returns (events, summary, rewards, result), each over the whole
     history; ``out/workload.json`` keeps the workload for ``marlaas replay``.
 
     Memory: freed blocks of 256 KiB and more go back to the system from the start (see
@@ -76,6 +84,7 @@ def train_run(
     """
     release_large_blocks()
     out = Path(out)
+    _check_runnable(workload)
     with claim(out, REAL, allow_partial=resume) as target:  # --out first: before any work
         backend = "external" if options.get("generators") else resolve_backend(backend)
         model_dir = model_dir_of(workload, base_dir)
@@ -86,8 +95,8 @@ def train_run(
         journaled = read_journal(out / JOURNAL_FILE)
         durable = journaled.versions if journaled.parts else None  # None: a run before journals
         offsets = check_resumable(store, workload, durable) if resume else {}
-        left = remaining_workload(workload, offsets, journaled.end_s)
-        if left is None and target.existing_status == "finished":
+        left = any(offsets.get(j.name, 0) < j.rl.steps for j in workload.jobs)
+        if not left and target.existing_status == "finished":
             raise NothingToResumeError(
                 f"{workload.name}: every job has already trained all its steps; nothing to resume"
             )
@@ -98,16 +107,17 @@ def train_run(
             track = open_tracker(tracker, out, run_name=out.name, config=config)
         try:
             with MemoryMonitor() as memory:
-                if left is None:  # every step was durable: only the outputs were missing
+                if not left:  # every step was durable: only the outputs were missing
                     result = _no_work(workload, policy, seed)
                 else:
                     journal = Journal(out / JOURNAL_FILE, journaled.parts, journaled.end_s,
                                       offsets)  # fmt: skip
                     memory.offset_s = journaled.end_s
                     try:
-                        result = _train_part(left, journal, store, model_dir, backend, policy,
-                                             seed, progress, observers, offsets, options,
-                                             track, memory)  # fmt: skip
+                        result = _train_part(workload, journal, store, model_dir, backend,
+                                             policy, seed, progress, observers, on_refused,
+                                             offsets, journaled.end_s, options, track,
+                                             memory)  # fmt: skip
                     finally:
                         journal.close()
             journaled = read_journal(out / JOURNAL_FILE)
@@ -127,29 +137,42 @@ def train_run(
     return events, summary, rewards, result
 
 
+def _check_runnable(workload: Workload) -> None:
+    """Refuse before any model loads: an environment that cannot run here (no code
+    sandbox), or a workload none of whose jobs can ever fit its cluster."""
+    for name in sorted({j.env.name for j in workload.jobs}):
+        resolve_env(name).check_runtime()
+    check_some_fit(workload.jobs, workload.cluster)
+
+
 def _train_part(workload, journal, store, model_dir, backend, policy, seed, progress,
-                observers, offsets, options, track, memory) -> RunResult:  # fmt: skip
-    """Drive one part of the run (the first, or a resumed one), journaling it (and feeding
+                observers, on_refused, versions, start_s, options, track,
+                memory) -> RunResult:  # fmt: skip
+    """Drive one part of the run (the first, or a resumed one: each job submitted at its
+    last durable version, the arrivals ``start_s`` earlier), journaling it (and feeding
     ``track``, a tracker, each training step's statistics); ``memory``'s timeline counts on
     the run's clock from the end of the setup."""
-    scheduler = Scheduler(workload, policy, seed)
-    total = sum(j.steps for j in scheduler.jobs)
+    scheduler = Scheduler.for_workload(workload, policy, seed)
+    total = sum(max(0, j.rl.steps - versions.get(j.name, 0)) for j in workload.jobs)
     with LocalExecutor(
-        scheduler.workload, scheduler.cluster, store=store, model_dir=model_dir,
-        backend=backend, seed=seed, offsets=offsets, **options,
+        workload, scheduler.cluster, store=store, model_dir=model_dir, backend=backend,
+        seed=scheduler.seed, **options,
     ) as executor, StepProgress(
         total, "training", enabled=progress, postfix=executor.latest_rewards
     ) as bar:  # fmt: skip
         memory.zero = executor.clock_zero
         keeper = JournalObserver(scheduler, executor, journal)
         feeds = [RewardFeed(executor.rewards, [track.log_step])] if track is not None else []
-        result = drive(scheduler, executor, observers=[keeper, bar, *feeds, *observers])
+        result = drive(
+            scheduler, executor, workload_inbox(workload, versions, start_s),
+            observers=[keeper, bar, *feeds, *observers], on_refused=on_refused,
+        )  # fmt: skip
         keeper.finish(result.records)
     return result
 
 
 def _no_work(workload: Workload, policy, seed: int | None) -> RunResult:
-    scheduler = Scheduler(workload, policy)
+    scheduler = Scheduler.for_workload(workload, policy, seed)
     return RunResult(
         records=[], makespan_s=0.0, job_finish_s={}, policy=scheduler.policy.name,
         settings=scheduler.mechanism.as_dict(),

@@ -4,7 +4,7 @@ A job's adapter and optimizer state are on a trainer only between the scheduler'
 and ``SwapOut``; otherwise they live in the adapter store, where every ``Sync`` writes the new
 version together with the optimizer state (older versions keep their adapter weights only,
 once the new one is durable).
-Versions here are the trainer's: the scheduler's version plus the job's resume offset.
+Versions are the scheduler's: a resumed job is submitted at its last durable version.
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ class TrainerPool:
         """The jobs whose state is on ``trainer``, as the trainer itself reports them."""
         return set(self.trainers[trainer].jobs)
 
-    def create(self, job: str, seed: int) -> None:
+    def create(self, job: str, spec: JobSpec, seed: int) -> None:
         """Write version 0 of a new job (a freshly initialised adapter, no optimizer state)
-        to the store, using the first trainer, which keeps nothing of it."""
+        to the store, using the first trainer, which keeps nothing of it (its lock: this waits
+        for a step in progress there)."""
         trainer = next(iter(self.trainers.values()))
-        spec = self.specs[job]
         trainer.add_job(job, spec.lora_rank, 2 * spec.lora_rank, spec.rl.learning_rate,
                         seed=seed)  # fmt: skip
         try:

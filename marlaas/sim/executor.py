@@ -26,18 +26,20 @@ import simpy
 from marlaas.core.cluster import Cluster
 from marlaas.core.prompts import GroupLengths
 from marlaas.core.work import (
+    AdmitJob,
     Decision,
     EnvStep,
     EvictAdapter,
     Generate,
     LoadAdapter,
+    ReleaseJob,
     SwapIn,
     SwapOut,
     Sync,
     Train,
     WorkDone,
 )
-from marlaas.core.workload import Workload
+from marlaas.core.workload import JobSpec
 from marlaas.drive.executor import Completions
 from marlaas.sim.cost_model import CostModel
 from marlaas.sim.engine_model import EngineModel
@@ -59,13 +61,12 @@ class SimPyExecutor:
 
     def __init__(
         self,
-        workload: Workload,
         cluster: Cluster,
         cost: CostModel | None = None,
-        seed: int | None = None,
+        seed: int = 0,
         recording: Recording | None = None,
     ) -> None:
-        self.seed = workload.seed if seed is None else seed
+        self.seed = seed
         self.recording = recording
         self.cost = cost or CostModel()
         self.rng = np.random.default_rng(self.seed)
@@ -75,9 +76,10 @@ class SimPyExecutor:
         self.shared_compute = cluster.shared_compute
         self.steps = 0
         """SimPy events processed."""
-        self._jobs = {j.name: j for j in workload.jobs}
-        self._lengths = {j.name: GroupLengths(j, self.seed, i) for i, j in enumerate(workload.jobs)}
-        """Each job's response lengths per sample (paired with the group's prompt)."""
+        self._jobs: dict[str, JobSpec] = {}
+        """The admitted jobs' specs (from AdmitJob to ReleaseJob)."""
+        self._lengths: dict[str, GroupLengths] = {}
+        """Each admitted job's response lengths per sample (paired with the group's prompt)."""
         self._tokens: dict[int, tuple[int, int]] = {}
         """(tokens, longest sample's tokens) each running generation will produce, by id."""
         self._done: list[WorkDone] = []
@@ -92,7 +94,7 @@ class SimPyExecutor:
             Generate: self._start_generate, EnvStep: self._start_env,
             LoadAdapter: self._start_load, SwapIn: self._start_swap, Train: self._start_train,
             Sync: self._start_sync, EvictAdapter: self._start_nothing,
-            SwapOut: self._start_nothing,
+            SwapOut: self._start_nothing, AdmitJob: self._admit, ReleaseJob: self._release,
         }  # fmt: skip
 
     # ----------------------------------------------------------------------------- protocol
@@ -116,6 +118,21 @@ class SimPyExecutor:
 
     def _start_nothing(self, d: EvictAdapter | SwapOut, now: float) -> None:
         """Evictions and swap-outs cost nothing here."""
+
+    def _admit(self, d: AdmitJob, now: float) -> None:
+        """A job's state: its spec and its lengths, drawn as the core draws its prompts."""
+        self._jobs[d.job] = d.spec
+        self._lengths[d.job] = GroupLengths(d.spec, self.seed, d.index)
+
+    def _release(self, d: ReleaseJob, now: float) -> None:
+        del self._jobs[d.job], self._lengths[d.job]
+
+    def now(self) -> float:
+        """The simulated clock [s]."""
+        return self.env.now
+
+    def wake(self) -> None:
+        """Nothing waits for real here (the driver reads its inbox before each wait)."""
 
     def wait(self, until: float | None) -> Completions | None:
         """Run SimPy to the next completion, or to ``until`` [s] if that comes first.

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import pandas as pd
 
+from marlaas.core.feasibility import check_some_fit
 from marlaas.core.policies import Policy
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.workload import Workload
 from marlaas.drive import RunResult, check_invariants, drive
+from marlaas.drive.inbox import Inbox, workload_inbox
+from marlaas.drive.loop import OnRefused
 from marlaas.drive.progress import StepProgress
 from marlaas.eventlog import records_to_frame
 from marlaas.runs import run_summary
@@ -30,11 +33,16 @@ def simulate(
     cost: CostModel | None = None,
     recording: Recording | None = None,
     check: bool = True,
+    inbox: Inbox | None = None,
+    on_refused: OnRefused | None = None,
 ) -> RunResult:
     """Simulate ``workload`` under ``policy`` (default: the workload's) and ``seed`` with
     ``cost`` (default: the workload's cost model), replaying ``recording`` if given;
-    ``check``: verify the run's invariants."""
-    return _simulate(workload, policy, seed, progress, cost, recording, check)[0]
+    ``check``: verify the run's invariants. The jobs come from ``inbox`` (default: the
+    workload's, each at its arrival); ``on_refused`` hears of each job the scheduler
+    refuses. Raises InfeasibleWorkloadError when none of the workload's jobs could ever run."""
+    return _simulate(workload, policy, seed, progress, cost, recording, check, inbox,
+                     on_refused)[0]  # fmt: skip
 
 
 def _simulate(
@@ -45,15 +53,22 @@ def _simulate(
     cost: CostModel | None,
     recording: Recording | None,
     check: bool,
+    inbox: Inbox | None = None,
+    on_refused: OnRefused | None = None,
 ) -> tuple[RunResult, Scheduler]:
-    scheduler = Scheduler(workload, policy, seed)
-    executor = SimPyExecutor(
-        workload, scheduler.cluster, cost or cost_of(workload), seed, recording
-    )
+    if inbox is None:
+        check_some_fit(workload.jobs, workload.cluster)
+    scheduler = Scheduler.for_workload(workload, policy, seed)
+    executor = SimPyExecutor(scheduler.cluster, cost or cost_of(workload), scheduler.seed,
+                             recording)  # fmt: skip
     total = sum(j.rl.steps for j in workload.jobs)
     with StepProgress(total, "simulating", enabled=progress) as bar:
         observers = [bar] if progress else []  # a bar that shows nothing need not count
-        return drive(scheduler, executor, observers=observers, check=check), scheduler
+        result = drive(
+            scheduler, executor, inbox or workload_inbox(workload), observers=observers,
+            on_refused=on_refused, check=check,
+        )  # fmt: skip
+    return result, scheduler
 
 
 def simulate_run(
@@ -64,13 +79,15 @@ def simulate_run(
     profile: CostProfile | None = None,
     recording: Recording | None = None,
     kind: str = "simulation",
+    on_refused: OnRefused | None = None,
     **extra,
 ) -> tuple[pd.DataFrame, dict]:
     """Simulate and return (event log frame, summary); the summary records the cost profile
     (``profile``: it replaces the workload's cost model) and ``extra`` keys. The run's
     invariants are checked on that frame."""
     cost = profile.cost if profile is not None else None
-    result, scheduler = _simulate(workload, policy, seed, progress, cost, recording, False)
+    result, scheduler = _simulate(workload, policy, seed, progress, cost, recording, False,
+                                  on_refused=on_refused)  # fmt: skip
     events = records_to_frame(result.records)
     check_invariants(result, scheduler, events)
     used = profile.summary() if profile is not None else {"name": "workload", "path": None}

@@ -6,21 +6,20 @@ import random
 
 import pytest
 
-from marlaas.core.scheduler import Scheduler
 from marlaas.core.work import Sync
-from marlaas.core.workload import parse_workload
-from marlaas.drive import FixedExecutor, RunError, drive
+from marlaas.core.workload import Workload, parse_workload
+from marlaas.drive import FixedExecutor, RunError
 from marlaas.eventlog import records_to_frame
 from marlaas.metrics import check_partition
+from tests.core.fixed_driver import Run, run_fixed
 from tests.core.test_scheduler import workload
 
 
-def run_with_failures(scheduler: Scheduler, rate: float, seed: int) -> list:
-    """Fail each piece of work with probability ``rate``; returns the decisions made."""
+def run_with_failures(workload: Workload, policy: str, rate: float, seed: int) -> Run:
+    """Fail each piece of work with probability ``rate``."""
     rng = random.Random(seed)
     executor = FixedExecutor(outcome=lambda decision: rng.random() >= rate)
-    drive(scheduler, executor, max_failures=20)
-    return [d for _, d in executor.started]
+    return run_fixed(workload, policy, executor=executor, max_failures=20)
 
 
 @pytest.mark.parametrize(
@@ -34,26 +33,26 @@ def test_random_failures_leak_nothing_and_every_job_finishes(policy, preset, see
     data["cluster"]["pools"][1]["devices"] = 2
     data["jobs"][2]["rl"]["turns"] = 2
 
-    scheduler = Scheduler(parse_workload(data), policy)
-    decisions = run_with_failures(scheduler, rate=0.2, seed=seed)
+    run = run_with_failures(parse_workload(data), policy, rate=0.2, seed=seed)
+    scheduler, decisions = run.scheduler, [d for _, d in run.executor.started]
 
-    assert all(j.done and j.published == j.steps for j in scheduler.jobs)
+    assert all(j.done and j.published == j.steps for j in run.states.values())
     for engine in scheduler.cluster.engines:
         assert engine.seqs == 0 and engine.tokens == 0 and not engine.loading
-        assert all(users == 0 for users in engine.resident.values())
+        assert not engine.resident  # every job ended: its adapters left
     assert all(d.compute == 0 for d in scheduler.cluster.devices)
-    assert all(t.activity is None for t in scheduler.cluster.trainers)
+    assert all(t.activity is None and not t.resident for t in scheduler.cluster.trainers)
     frame = records_to_frame(scheduler.records)
     check_partition(frame)
     failed = frame[frame.outcome == "failed"]
     assert len(failed) > 0
     # a failed sync is published again: every version of every job got an ok sync
     syncs = frame[(frame.kind == "sync") & (frame.outcome == "ok")]
-    for job in scheduler.jobs:
+    for job in run.states.values():
         assert set(syncs.loc[syncs.job == job.name, "version"]) == set(range(1, job.steps + 1))
     assert any(isinstance(d, Sync) for d in decisions)
     # the fair policy's service estimate matches the work that really happened
-    for job in scheduler.jobs:
+    for job in run.states.values():
         rows = frame[(frame.job == job.name) & frame.kind.isin(["generate", "train"])]
         done = rows[rows.outcome == "ok"].drop_duplicates(["kind", "step", "group", "turn"])
         assert job.attained_tokens == pytest.approx(done.tokens.sum() + _failed_train_tokens(rows))
@@ -66,27 +65,22 @@ def _failed_train_tokens(rows) -> int:
 
 
 def test_work_that_keeps_failing_stops_the_run_with_its_reason():
-    scheduler = Scheduler(workload(jobs=2, steps=2), "fifo")
-
     def fail_training(decision) -> bool:
         return type(decision).__name__ != "Train"
 
     with pytest.raises(RunError, match=r"Train of job 'j\d' failed 4 times in a row"):
-        drive(scheduler, FixedExecutor(outcome=fail_training), max_failures=3)
+        run_fixed(workload(jobs=2, steps=2), "fifo", executor=FixedExecutor(outcome=fail_training))
 
 
 def test_a_job_is_resident_on_one_trainer_at_a_time():
     data = workload(jobs=3, steps=4).model_dump()
     data["cluster"]["pools"][1]["devices"] = 2
-    from tests.core.fixed_driver import run_fixed
 
     def check(decision, now, scheduler):
-        for job in scheduler.jobs:
+        for job in scheduler.jobs.values():
             assert sum(job.name in t.resident for t in scheduler.cluster.trainers) <= 1
 
-    scheduler = Scheduler(parse_workload(data), "fair")
-    run_fixed(scheduler, on_decision=check)
-    frame = records_to_frame(scheduler.records)
+    frame = records_to_frame(run_fixed(parse_workload(data), "fair", on_decision=check).records)
     trains = frame[frame.kind == "train"].sort_values("start_s")
     swaps = frame[(frame.kind == "adapter_load") & (frame.pool == "train")]
     moves = sum(

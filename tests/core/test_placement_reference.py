@@ -22,6 +22,7 @@ from marlaas.core.policies import policy_names
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.workload import parse_workload
 from marlaas.drive import FixedExecutor, drive
+from marlaas.drive.inbox import workload_inbox
 from marlaas.sim.executor import SimPyExecutor
 
 pytestmark = pytest.mark.skipif(
@@ -94,13 +95,14 @@ def random_workload(rng: random.Random, preset: str | None) -> dict:
 
 
 def decisions(data: dict, policy: str, reference: bool, failures: float | None) -> list:
-    scheduler = Scheduler(parse_workload(data), policy)
+    workload = parse_workload(data)
+    scheduler = Scheduler.for_workload(workload, policy)
     if reference:
         scheduler.generation.start = types.MethodType(reference_start, scheduler.generation)
         environments = scheduler.environments
         environments.start = types.MethodType(reference_env_start, environments)
     if failures is None:
-        executor = SimPyExecutor(scheduler.workload, scheduler.cluster)
+        executor = SimPyExecutor(scheduler.cluster, seed=scheduler.seed)
         started = []
         start = executor.start
 
@@ -109,11 +111,11 @@ def decisions(data: dict, policy: str, reference: bool, failures: float | None) 
             start(decision, now)
 
         executor.start = watched
-        drive(scheduler, executor)
+        drive(scheduler, executor, workload_inbox(workload))
         return started
     rng = random.Random(7)
     executor = FixedExecutor(outcome=lambda d: rng.random() >= failures)
-    drive(scheduler, executor, max_failures=50)
+    drive(scheduler, executor, workload_inbox(workload), max_failures=50)
     return executor.started
 
 

@@ -6,12 +6,10 @@ import itertools
 
 import pytest
 
-from marlaas.core.feasibility import InfeasibleWorkloadError
-from marlaas.core.policies import Policy, get_policy, policy_names
+from marlaas.core.policies import Policy, policy_names
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.work import EvictAdapter, Generate, LoadAdapter, SwapIn, SwapOut, Train
 from marlaas.core.workload import parse_workload
-from marlaas.drive import FixedExecutor, drive
 from tests.core.fixed_driver import run_fixed
 
 
@@ -37,10 +35,10 @@ def workload(jobs=2, steps=3, staleness=1, **extra):
 
 @pytest.mark.parametrize("policy", policy_names())
 def test_every_policy_completes_every_job(policy):
-    scheduler = Scheduler(workload(jobs=3), policy)
-    run_fixed(scheduler)
-    assert all(j.done and j.trained == 3 and j.published == 3 for j in scheduler.jobs)
-    trained = {(r.job, r.step) for r in scheduler.records if r.kind == "train"}
+    run = run_fixed(workload(jobs=3), policy)
+    assert [o.state for o in run.result.jobs.values()] == ["finished"] * 3
+    assert all(j.done and j.trained == 3 and j.published == 3 for j in run.states.values())
+    trained = {(r.job, r.step) for r in run.records if r.kind == "train"}
     assert len(trained) == 3 * 3
 
 
@@ -57,30 +55,28 @@ def test_staleness_gate_holds_when_groups_start():
 
     for bound in (0, 2):
         seen.clear()
-        run_fixed(Scheduler(workload(staleness=bound, steps=5), "fifo"), on_decision=check)
+        run_fixed(workload(staleness=bound, steps=5), "fifo", on_decision=check)
         assert max(seen) == bound  # the pipeline does run ahead as far as allowed
 
 
 def test_staleness_cap_of_a_preset_overrides_jobs():
-    scheduler = Scheduler(workload(staleness=3, scheduling={"preset": "sync"}), "fifo")
-    assert {j.max_staleness for j in scheduler.jobs} == {0}
-    assert scheduler.cluster.colocated and scheduler.mechanism.barrier
+    run = run_fixed(workload(staleness=3, scheduling={"preset": "sync"}), "fifo")
+    assert {j.max_staleness for j in run.result.jobs.values()} == {0}
+    assert run.scheduler.cluster.colocated and run.scheduler.mechanism.barrier
 
 
 @pytest.mark.parametrize("policy", policy_names())
 def test_presets_run_with_every_policy(policy):
     for preset in ("sequential", "sync"):
-        scheduler = Scheduler(workload(jobs=3, scheduling={"preset": preset}), policy)
-        run_fixed(scheduler)
-        assert all(j.done for j in scheduler.jobs)
-        assert scheduler.mechanism.preset == preset
+        run = run_fixed(workload(jobs=3, scheduling={"preset": preset}), policy)
+        assert all(j.done for j in run.states.values()) and len(run.states) == 3
+        assert run.scheduler.mechanism.preset == preset
 
 
 def test_sequential_runs_one_job_at_a_time():
-    scheduler = Scheduler(workload(jobs=3, scheduling={"preset": "sequential"}), "fifo")
-    run_fixed(scheduler)
+    run = run_fixed(workload(jobs=3, scheduling={"preset": "sequential"}), "fifo")
     spans = {}
-    for r in scheduler.records:
+    for r in run.records:
         if r.job:
             lo, hi = spans.get(r.job, (r.start_s, r.end_s))
             spans[r.job] = (min(lo, r.start_s), max(hi, r.end_s))
@@ -92,47 +88,45 @@ def test_sequential_runs_one_job_at_a_time():
 def test_barrier_keeps_jobs_in_lockstep():
     def check(decision, now, scheduler):
         if isinstance(decision, Generate):
-            published = [j.published for j in scheduler.jobs if not j.done]
+            published = [j.published for j in scheduler.jobs.values() if not j.done]
             assert decision.step <= min(published)
 
-    scheduler = Scheduler(workload(jobs=3, steps=4, scheduling={"preset": "sync"}), "fifo")
-    run_fixed(scheduler, on_decision=check)
-    assert all(j.done for j in scheduler.jobs)
+    run = run_fixed(workload(jobs=3, steps=4, scheduling={"preset": "sync"}), "fifo",
+                    on_decision=check)  # fmt: skip
+    assert all(j.done for j in run.states.values()) and len(run.states) == 3
 
 
 def test_adapter_slots_limit_forces_loads_and_explicit_evictions():
     data = workload(jobs=3).model_dump()
     data["cluster"]["engine"]["adapter_slots"] = 1
-    scheduler = Scheduler(parse_workload(data), "round-robin")
-    held: dict[str, set] = {e.name: set() for e in scheduler.cluster.engines}
+    held: dict[str, set] = {}
+    engines = []
 
-    def replay(decision, now, sched):
+    def replay(decision, now, scheduler):
         # What an engine holds: adapters enter only by LoadAdapter, leave only by EvictAdapter.
+        engines[:] = scheduler.cluster.engines
         if isinstance(decision, EvictAdapter):
             held[decision.engine].remove((decision.job, decision.version))
         elif isinstance(decision, LoadAdapter):
-            held[decision.engine].add((decision.job, decision.version))
+            held.setdefault(decision.engine, set()).add((decision.job, decision.version))
             assert len(held[decision.engine]) <= 1
 
     def compare(decision, event, now):  # after each completion, the core and engines agree
-        for engine in scheduler.cluster.engines:
-            assert set(engine.resident) == held[engine.name]
+        for engine in engines:
+            assert set(engine.resident) == held.get(engine.name, set())
 
-    executor = FixedExecutor()
-    start = executor.start
-    executor.start = lambda d, now: (replay(d, now, scheduler), start(d, now))
-    drive(scheduler, executor, observers=[compare])
-    loads = [r for r in scheduler.records if r.kind == "adapter_load" and r.pool == "rollout"]
+    run = run_fixed(parse_workload(data), "round-robin", on_decision=replay, observers=[compare])
+    loads = [r for r in run.records if r.kind == "adapter_load" and r.pool == "rollout"]
     assert len(loads) > 3 * 3  # far more than one per version: adapters were evicted
-    assert any(isinstance(d, EvictAdapter) for _, d in executor.started)
+    assert any(isinstance(d, EvictAdapter) for _, d in run.executor.started)
+    assert not any(held.values())  # every job ended: its adapters left the engines
 
 
 def test_trainer_swaps_move_state_explicitly_when_jobs_exceed_its_slots():
     data = workload(jobs=3).model_dump()
     data["cluster"]["trainer"]["adapter_slots"] = 1
     data["cluster"]["pools"][1]["devices"] = 2  # two trainers: states also move between them
-    scheduler = Scheduler(parse_workload(data), "round-robin")
-    held: dict[str, set] = {t.name: set() for t in scheduler.cluster.trainers}
+    held: dict[str, set] = {"train/trainer0": set(), "train/trainer1": set()}
 
     def check(decision, now, sched):
         if isinstance(decision, SwapOut):
@@ -144,18 +138,18 @@ def test_trainer_swaps_move_state_explicitly_when_jobs_exceed_its_slots():
         elif isinstance(decision, Train):
             assert decision.job in held[decision.trainer]
 
-    run_fixed(scheduler, on_decision=check)
-    swaps = [r for r in scheduler.records if r.kind == "adapter_load" and r.pool == "train"]
+    run = run_fixed(parse_workload(data), "round-robin", on_decision=check)
+    swaps = [r for r in run.records if r.kind == "adapter_load" and r.pool == "train"]
     assert len(swaps) > 3
+    assert not any(held.values())  # every job ended: its state left the trainers
 
 
 def test_shared_compute_keeps_generation_and_training_apart():
     data = workload(jobs=3).model_dump()
     data["cluster"]["shared_compute"] = True
-    scheduler = Scheduler(parse_workload(data), "fair")
-    run_fixed(scheduler)
-    assert scheduler.cluster.exclusive and not scheduler.cluster.colocated
-    rows = [r for r in scheduler.records if r.kind in ("generate", "train")]
+    run = run_fixed(parse_workload(data), "fair")
+    assert run.scheduler.cluster.exclusive and not run.scheduler.cluster.colocated
+    rows = [r for r in run.records if r.kind in ("generate", "train")]
     gen = [(r.start_s, r.end_s) for r in rows if r.kind == "generate"]
     for r in rows:
         if r.kind == "train":
@@ -168,14 +162,15 @@ def test_train_batches_hold_exactly_one_steps_groups():
             assert decision.groups == (2 * decision.step, 2 * decision.step + 1)
             assert decision.staleness <= scheduler.job(decision.job).max_staleness
 
-    run_fixed(Scheduler(workload(steps=4), "fair"), on_decision=check)
+    run_fixed(workload(steps=4), "fair", on_decision=check)
 
 
 def test_fair_interleaves_and_fifo_does_not():
     def first_groups(policy):
         order = []
         run_fixed(
-            Scheduler(workload(jobs=2, steps=1), policy),
+            workload(jobs=2, steps=1),
+            policy,
             on_decision=lambda d, now, s: (
                 order.append(d.job) if isinstance(d, (Generate, LoadAdapter)) else None
             ),
@@ -190,9 +185,7 @@ def test_idle_rows_and_busy_rows_partition_every_device():
     from marlaas.eventlog import records_to_frame
     from marlaas.metrics import check_partition
 
-    scheduler = Scheduler(workload(jobs=2), "fifo")
-    run_fixed(scheduler)
-    frame = records_to_frame(scheduler.records)
+    frame = records_to_frame(run_fixed(workload(jobs=2), "fifo").records)
     check_partition(frame)
     assert set(frame.loc[frame.kind == "idle", "outcome"]) <= {
         "rollouts", "trainer", "environment", "weight_sync", "adapter_load", "staleness",
@@ -203,11 +196,10 @@ def test_idle_rows_and_busy_rows_partition_every_device():
 def test_arrivals_wait_and_max_active_jobs():
     data = workload(jobs=2).model_dump()
     data["jobs"][1]["arrival_s"] = 50.0
-    scheduler = Scheduler(parse_workload(data), "fifo")
-    assert scheduler.next_arrival(0.0) == 50.0
-    run_fixed(scheduler)
-    first = min(r.start_s for r in scheduler.records if r.job == "j1")
+    run = run_fixed(parse_workload(data), "fifo")
+    first = min(r.start_s for r in run.records if r.job == "j1")
     assert first >= 50.0
+    assert run.result.jobs["j1"].arrival_s == 50.0
 
 
 def test_policy_objects_and_names_are_interchangeable():
@@ -219,15 +211,20 @@ def test_policy_objects_and_names_are_interchangeable():
 
     order = []
     run_fixed(
-        Scheduler(workload(jobs=2, steps=1), Reverse()),
+        workload(jobs=2, steps=1),
+        Reverse(),
         on_decision=lambda d, now, s: order.append(d.job) if isinstance(d, Generate) else None,
     )
     assert order[0] == "j1"
-    assert get_policy("fifo").key is not None
 
 
-def test_infeasible_group_is_a_clear_error():
+def test_a_job_that_can_never_fit_is_refused_at_submission_with_the_reason():
+    scheduler = Scheduler.for_workload(workload())
     data = workload().model_dump()
-    data["cluster"]["engine"]["kv_tokens"] = 100
-    with pytest.raises(InfeasibleWorkloadError, match=r"jobs\[0\] \(j0\).*KV tokens"):
-        Scheduler(parse_workload(data))
+    data["jobs"][0]["prompt_tokens"] = {"dist": "constant", "value": 100_000}
+    spec = parse_workload(data).jobs[0]
+    admission = scheduler.submit(spec, 0.0)
+    assert admission.state == "refused" and "KV tokens" in admission.reason
+    assert scheduler.live == 0 and scheduler.status("j0") is None
+    [outcome] = scheduler.take_ended()
+    assert (outcome.name, outcome.state, outcome.reason) == ("j0", "refused", admission.reason)

@@ -10,9 +10,10 @@ import pytest
 
 from marlaas.core.policies import policy_names
 from marlaas.core.scheduler import Scheduler
-from marlaas.core.work import Generate, SwapIn
+from marlaas.core.work import AdmitJob, Generate, SwapIn
 from marlaas.drive import InvariantError, check_invariants, drive
 from marlaas.drive.collector import YOUNG_THRESHOLD
+from marlaas.drive.inbox import workload_inbox
 from marlaas.eventlog import records_to_frame
 from marlaas.sim.executor import SimPyExecutor
 from marlaas.sim.run import simulate, simulate_run
@@ -28,9 +29,16 @@ def small():
 
 def unchecked(workload, policy):
     """(result, scheduler) of a simulation whose invariants were not checked yet."""
-    scheduler = Scheduler(workload, policy)
-    executor = SimPyExecutor(workload, scheduler.cluster, workload.cost)
-    return drive(scheduler, executor, check=False), scheduler
+    scheduler = Scheduler.for_workload(workload, policy)
+    executor = SimPyExecutor(scheduler.cluster, workload.cost, scheduler.seed)
+    return drive(scheduler, executor, workload_inbox(workload), check=False), scheduler
+
+
+def admitted(executor: SimPyExecutor, workload) -> SimPyExecutor:
+    """``executor`` with every job of ``workload`` admitted (as the core would admit them)."""
+    for index, job in enumerate(workload.jobs):
+        executor.start(AdmitJob(-1 - index, job.name, job, index, 0), 0.0)
+    return executor
 
 
 def preset(workload, name):
@@ -80,8 +88,8 @@ def test_shared_compute_engines_share_the_processor_speed():
     spans = {}
     for shared in (False, True):
         workload = base.with_overrides({"cluster.shared_compute": shared})
-        scheduler = Scheduler(workload, "fifo")
-        executor = SimPyExecutor(workload, scheduler.cluster, workload.cost)
+        scheduler = Scheduler.for_workload(workload, "fifo")
+        executor = admitted(SimPyExecutor(scheduler.cluster, workload.cost), workload)
         for i, engine in enumerate(("r/0", "r/1")):
             executor.start(Generate(i + 1, "math-a", 0, i, 0, engine, 0, 8, 0, 1024), 0.0)
         first = executor.wait(None)
@@ -140,14 +148,33 @@ def test_event_log_does_not_depend_on_python_hash_seeds(tmp_path):
     assert digests[0] == digests[1]
 
 
-def test_multi_turn_context_that_outgrows_an_engine_is_refused_up_front():
+def test_multi_turn_context_that_outgrows_an_engine_is_refused_and_the_run_goes_on():
     from marlaas.core.feasibility import InfeasibleWorkloadError
 
     workload = load_workload(SMALL).with_overrides(
-        {"jobs.tools-c.rl.max_new_tokens": 1024, "cluster.engine.kv_tokens": 20_000}
+        {"jobs.tools-c.rl.max_new_tokens": 1024, "cluster.engine.kv_tokens": 20_000,
+         "jobs.*.rl.steps": 2}
+    )  # fmt: skip
+    heard = []
+    result = simulate(workload, "fifo", on_refused=heard.append)
+    assert [o.name for o in heard] == ["tools-c"] and "KV tokens" in heard[0].reason
+    states = {name: o.state for name, o in result.jobs.items()}
+    assert states == {"math-a": "finished", "math-b": "finished", "tools-c": "refused",
+                      "code-d": "finished"}  # fmt: skip
+    assert "tools-c" not in {r.job for r in result.records}
+    alone = workload.with_overrides({"jobs": [j.model_dump() for j in workload.jobs[:1]]})
+    alone = alone.with_overrides(
+        {
+            "jobs.*.name": "tools-c",
+            "jobs.*.rl.max_new_tokens": 1024,
+            "jobs.*.rl.turns": 3,
+            "jobs.*.env.observation_tokens": 64,
+        }
     )
-    with pytest.raises(InfeasibleWorkloadError, match="tools-c"):
-        simulate(workload, "fifo")
+    with pytest.raises(
+        InfeasibleWorkloadError, match=r"every job would be refused: jobs\[0\] \(tools-c\)"
+    ):
+        simulate(alone, "fifo")
 
 
 def test_sync_devices_wait_at_the_barrier_not_on_staleness(small):
@@ -161,9 +188,10 @@ def test_sync_devices_wait_at_the_barrier_not_on_staleness(small):
 def test_the_loop_collects_less_often_and_restores_the_thresholds(small):
     before = gc.get_threshold()
     seen = []
-    scheduler = Scheduler(small, "fair")
-    executor = SimPyExecutor(small, scheduler.cluster)
-    drive(scheduler, executor, observers=[lambda *_: seen.append(gc.get_threshold())])
+    scheduler = Scheduler.for_workload(small, "fair")
+    executor = SimPyExecutor(scheduler.cluster)
+    drive(scheduler, executor, workload_inbox(small),
+          observers=[lambda *_: seen.append(gc.get_threshold())])  # fmt: skip
     assert seen and all(t[0] >= YOUNG_THRESHOLD for t in seen)
     assert gc.get_threshold() == before
 
@@ -190,7 +218,8 @@ def one_engine_executor(tokens: int = 100) -> SimPyExecutor:
                            {"name": "t", "role": "training", "devices": 1}],
          "jobs.*.response_tokens": {"dist": "constant", "value": tokens}}
     )  # fmt: skip
-    return SimPyExecutor(workload, Scheduler(workload, "fifo").cluster, workload.cost)
+    cluster = Scheduler.for_workload(workload, "fifo").cluster
+    return admitted(SimPyExecutor(cluster, workload.cost), workload)
 
 
 def generate(work_id: int) -> Generate:
