@@ -139,14 +139,16 @@ class PeftTrainer:
         optimizer from its saved state when the folder has one.
         `seed` makes the adapter initialization reproducible.
         """
+        with self._lock:
+            self._add_job(job, rank, alpha, lr, init_dir, version, seed)
+
+    def _add_job(self, job, rank, alpha, lr, init_dir, version, seed) -> None:
         from peft import LoraConfig, PeftModel, get_peft_model
 
         if not _JOB_NAME.fullmatch(job):
             raise ValueError(f"job name {job!r} must match [A-Za-z0-9_-]+")
         if job in self._jobs:
             raise ValueError(f"job {job!r} already exists")
-        if seed is not None:
-            torch.manual_seed(seed)
         config = LoraConfig(
             r=rank,
             lora_alpha=alpha,
@@ -163,6 +165,8 @@ class PeftTrainer:
                 self.model.set_adapter(job)  # the active one was removed with its job
         if init_dir is not None:
             version = _load_weights(self.model, job, Path(init_dir), default_version=version)
+        elif seed is not None:
+            _seeded_init(self.model, job, seed)
         params = [p for n, p in self.model.named_parameters() if f".{job}." in n]
         if not params:
             raise RuntimeError(f"no LoRA parameters found for job {job!r}")
@@ -402,6 +406,20 @@ class PeftTrainer:
 
     def _no_adapter(self):
         return self.model.disable_adapter()
+
+
+def _seeded_init(model: torch.nn.Module, job: str, seed: int) -> None:
+    """Draw ``job``'s LoRA A matrices again as PEFT does (Kaiming uniform, a = sqrt(5); the B
+    matrices stay zero), from a generator of their own seeded with ``seed``: the same adapter
+    whatever else runs, where the global generator is shared with every thread (a generation
+    sampling on another engine while a job is admitted)."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if f".lora_A.{job}." in name:
+                drawn = torch.empty(param.shape, dtype=param.dtype)
+                torch.nn.init.kaiming_uniform_(drawn, a=math.sqrt(5), generator=generator)
+                param.copy_(drawn)
 
 
 def share_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> list[str]:

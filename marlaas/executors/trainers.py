@@ -9,6 +9,7 @@ Versions are the scheduler's: a resumed job is submitted at its last durable ver
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from marlaas.core.workload import JobSpec
@@ -26,6 +27,7 @@ class TrainerPool:
         self.trainers = trainers
         self.store = store
         self.specs = specs
+        self._creating = threading.Lock()
 
     def resident(self, trainer: str) -> set[str]:
         """The jobs whose state is on ``trainer``, as the trainer itself reports them."""
@@ -36,6 +38,10 @@ class TrainerPool:
         to the store, using the first trainer, which keeps nothing of it (its lock: this waits
         for a step in progress there)."""
         trainer = next(iter(self.trainers.values()))
+        with self._creating:  # one at a time: each leaves the trainer as it found it
+            self._create(trainer, job, spec, seed)
+
+    def _create(self, trainer: PeftTrainer, job: str, spec: JobSpec, seed: int) -> None:
         trainer.add_job(job, spec.lora_rank, 2 * spec.lora_rank, spec.rl.learning_rate,
                         seed=seed)  # fmt: skip
         try:

@@ -23,6 +23,7 @@ from marlaas.core.policies.fair import Fair
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.work import EvictAdapter, SwapIn
 from marlaas.drive import InvariantError, RunError, check_invariants, drive
+from marlaas.drive.inbox import workload_inbox
 from marlaas.eventlog import read_event_log, records_to_frame
 from marlaas.executors.adapter_store import AdapterStore
 from marlaas.executors.local import LocalExecutor
@@ -180,12 +181,12 @@ def test_one_policy_object_and_one_invariant_checker_for_both_worlds(tiny_model_
     simulate(workload, policy)
     sim_calls = policy.calls
     assert sim_calls > 0 and policy.seen == set(JOBS)
-    scheduler = Scheduler(workload, policy)
+    scheduler = Scheduler.for_workload(workload, policy)
     store = AdapterStore(tmp_path / "adapters")
     with LocalExecutor(
         workload, scheduler.cluster, store=store, model_dir=tiny_model_dir, backend="hf"
     ) as executor:
-        result = drive(scheduler, executor, check=False)
+        result = drive(scheduler, executor, workload_inbox(workload), check=False)
     assert policy.calls > sim_calls  # the same object was asked again, by the real run
     check_invariants(result, scheduler)
     bounds = {j.name: j.rl.max_staleness for j in workload.jobs}
@@ -273,13 +274,13 @@ def test_vllm_two_engines_enact_placement_evictions_and_swaps(tiny_model_dir, tm
                              {"name": "train", "role": "training", "devices": 1}],
            "cluster.engine.adapter_slots": 2, "cluster.trainer.adapter_slots": 2},
     )  # fmt: skip
-    scheduler = Scheduler(workload)
+    scheduler = Scheduler.for_workload(workload)
     store = AdapterStore(tmp_path / "adapters")
     with LocalExecutor(
         workload, scheduler.cluster, store=store, model_dir=tiny_model_dir, backend="vllm"
     ) as executor:
         watch = ResidencyWatch(scheduler, executor)
-        result = drive(scheduler, executor, observers=[watch])
+        result = drive(scheduler, executor, workload_inbox(workload), observers=[watch])
         [trainer] = executor.trainers.trainers.values()
     # the engine's embedding (vocabulary padded to 320 rows) and norms: one copy, not two
     assert {"model.embed_tokens.weight", "model.norm.weight"} <= set(trainer.shared)
@@ -296,14 +297,14 @@ def test_vllm_two_engines_enact_placement_evictions_and_swaps(tiny_model_dir, tm
 def test_a_job_whose_work_keeps_failing_stops_the_run_with_the_reason(tiny_model_dir, tmp_path):
     workload = tiny_workload(tiny_model_dir, **{"jobs.*.rl.steps": 1})
     broken = apply_overrides(workload, {"jobs.emit-a.rl.max_new_tokens": 1})
-    scheduler = Scheduler(broken)
+    scheduler = Scheduler.for_workload(broken)
     store = AdapterStore(tmp_path / "a")
     stops = pytest.raises(RunError, match=r"Generate of job .* in a row: .*max_model_len")
     with LocalExecutor(
         broken, scheduler.cluster, store=store, model_dir=tiny_model_dir, backend="hf",
         max_model_len=4,
     ) as executor, stops:  # fmt: skip
-        drive(scheduler, executor)
+        drive(scheduler, executor, workload_inbox(broken))
 
 
 def test_train_cli_reports_user_errors(tmp_path, capsys):

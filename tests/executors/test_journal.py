@@ -57,8 +57,9 @@ def test_two_parts_render_one_history(tmp_path):
     first_part(path)
     before = read_journal(path)
     journal = Journal(path, part=1, offset_s=before.end_s, versions=before.versions)
-    # part-local times and versions: the journal makes them absolute
-    journal.records([idle(0.0, 0.5), *one_step(0, 0.5)])  # the part's step 0 is the job's 2
+    # part-local times (the journal makes them absolute); the scheduler's own steps and
+    # versions, which a resumed job continues (it was submitted at version 2)
+    journal.records([idle(0.0, 0.5), *one_step(2, 0.5)])
     journal.step(point("j", 2, 2.5), wall_s=3.5, batches=3, failures=0)  # absolute step
     journal.close()
     journaled = read_journal(path)
