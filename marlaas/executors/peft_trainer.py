@@ -140,9 +140,10 @@ class PeftTrainer:
         `seed` makes the adapter initialization reproducible.
         """
         with self._lock:
-            self._add_job(job, rank, alpha, lr, init_dir, version, seed)
+            self._jobs[job] = self._new_job(job, rank, alpha, lr, init_dir, version, seed)
 
-    def _add_job(self, job, rank, alpha, lr, init_dir, version, seed) -> None:
+    def _new_job(self, job, rank, alpha, lr, init_dir, version, seed) -> _Job:
+        """The job's adapter, added to the model, and its optimizer (not yet among jobs)."""
         from peft import LoraConfig, PeftModel, get_peft_model
 
         if not _JOB_NAME.fullmatch(job):
@@ -174,9 +175,27 @@ class PeftTrainer:
         saved = Path(init_dir) / OPTIMIZER_FILE if init_dir is not None else None
         if saved is not None and saved.is_file():
             opt.load_state_dict(torch.load(saved, map_location=self.device, weights_only=True))
-        self._jobs[job] = _Job(rank, alpha, opt, params, version)
         for p in params:
             p.requires_grad_(False)  # trainable only while its own step runs
+        return _Job(rank, alpha, opt, params, version)
+
+    def write_initial_adapter(
+        self, job: str, rank: int, alpha: float, seed: int, out_dir: str | Path
+    ) -> Path:
+        """Write version 0 of a new job to ``out_dir`` (as save_adapter does: a freshly
+        initialised adapter, ``seed`` drawing its A matrices, no optimizer state) without
+        taking the job on: it is never among :attr:`jobs`, and nothing of it stays."""
+        from peft import PeftModel
+
+        with self._lock:
+            state = self._new_job(job, rank, alpha, None, None, 0, seed)
+            try:
+                return self._write(job, state, out_dir, True, False)
+            finally:
+                if isinstance(self.model, PeftModel):
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", UserWarning)
+                        self.model.delete_adapter(job)
 
     def remove_job(self, job: str) -> None:
         """Drop the adapter and optimizer of `job` (save them first to keep them)."""
@@ -373,6 +392,10 @@ class PeftTrainer:
         state = self._job(job)
         if version != state.version:
             raise ValueError(f"job {job!r} is at version {state.version}, not {version}")
+        return self._write(job, state, out_dir, overwrite, optimizer)
+
+    def _write(self, job: str, state: _Job, out_dir, overwrite, optimizer) -> Path:
+        version = state.version
         with atomic_dir(out_dir, overwrite=overwrite) as tmp:
             self.model.save_pretrained(tmp, selected_adapters=[job])
             nested = tmp / job  # PEFT nests non-"default" adapters in a sub-folder

@@ -9,7 +9,6 @@ Versions are the scheduler's: a resumed job is submitted at its last durable ver
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 from marlaas.core.workload import JobSpec
@@ -27,7 +26,6 @@ class TrainerPool:
         self.trainers = trainers
         self.store = store
         self.specs = specs
-        self._creating = threading.Lock()
 
     def resident(self, trainer: str) -> set[str]:
         """The jobs whose state is on ``trainer``, as the trainer itself reports them."""
@@ -35,19 +33,11 @@ class TrainerPool:
 
     def create(self, job: str, spec: JobSpec, seed: int) -> None:
         """Write version 0 of a new job (a freshly initialised adapter, no optimizer state)
-        to the store, using the first trainer, which keeps nothing of it (its lock: this waits
-        for a step in progress there)."""
+        to the store, using the first trainer, which keeps nothing of it (it waits for a step
+        in progress there: the trainer's lock)."""
         trainer = next(iter(self.trainers.values()))
-        with self._creating:  # one at a time: each leaves the trainer as it found it
-            self._create(trainer, job, spec, seed)
-
-    def _create(self, trainer: PeftTrainer, job: str, spec: JobSpec, seed: int) -> None:
-        trainer.add_job(job, spec.lora_rank, 2 * spec.lora_rank, spec.rl.learning_rate,
-                        seed=seed)  # fmt: skip
-        try:
-            trainer.save_adapter(job, 0, self.store.path(job, 0), overwrite=True)
-        finally:
-            trainer.remove_job(job)
+        rank = spec.lora_rank
+        trainer.write_initial_adapter(job, rank, 2 * rank, seed, self.store.path(job, 0))
 
     def swap_in(self, job: str, version: int, trainer: str) -> None:
         """Load ``job`` at ``version`` (adapter and optimizer state) from the store."""

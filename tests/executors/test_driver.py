@@ -21,9 +21,9 @@ from marlaas import metrics
 from marlaas.cli import main
 from marlaas.core.policies.fair import Fair
 from marlaas.core.scheduler import Scheduler
-from marlaas.core.work import EvictAdapter, SwapIn
+from marlaas.core.work import EvictAdapter, SwapIn, Train
 from marlaas.drive import InvariantError, RunError, check_invariants, drive
-from marlaas.drive.inbox import workload_inbox
+from marlaas.drive.inbox import Cancel, Inbox, Submit, workload_inbox
 from marlaas.eventlog import read_event_log, records_to_frame
 from marlaas.executors.adapter_store import AdapterStore
 from marlaas.executors.local import LocalExecutor
@@ -347,3 +347,67 @@ def test_vllm_gpu_run(tiny_model_dir, tmp_path):
         tiny_workload(tiny_model_dir), tmp_path / "gpu", backend="vllm", progress=False
     )
     assert_learned(rewards)
+
+
+@pytest.mark.slow
+def test_a_real_run_trains_a_job_submitted_while_it_runs_and_releases_a_cancelled_one(
+    tiny_model_dir, tmp_path
+):
+    """emit-z is submitted 5 s into a real run and learns its target; emit-e-slow is
+    cancelled after two steps: its work in flight is discarded, and from its end on the vLLM
+    engine and the trainer themselves no longer hold any of its adapters, while the others
+    train."""
+    try:
+        import vllm  # noqa: F401
+    except Exception as exc:
+        pytest.skip(f"vllm not importable: {exc}")
+    workload = tiny_workload(tiny_model_dir, **{"jobs.emit-e-slow.rl.steps": 10})
+    arrival = {"emit-a": 0.0, "emit-z": 5.0, "emit-e-slow": 0.0}
+    inbox = Inbox()
+    for job in workload.jobs:
+        inbox.put(Submit(job), arrival[job.name])
+    scheduler = Scheduler.for_workload(workload)
+    holder: dict = {"steps": 0, "cancel_s": None, "released_checks": 0}
+
+    def cancel_after_two_steps(decision, event, now):
+        if isinstance(decision, Train) and decision.job == "emit-e-slow" and event.ok:
+            holder["steps"] += 1
+            if holder["steps"] == 2:
+                holder["cancel_s"] = now
+                inbox.put(Cancel("emit-e-slow"))  # at once: the executor's clock stamps it
+                inbox.close()
+
+    def nothing_of_it_left(decision, event, now):
+        if holder["cancel_s"] is None or scheduler.status("emit-e-slow") is not None:
+            return
+        holder["released_checks"] += 1  # it has ended; the others still run
+        for engine in scheduler.cluster.engines:
+            held = executor.engine_adapters(engine.name)
+            assert not {job for job, _ in held} & {"emit-e-slow"}, held
+        for trainer in scheduler.cluster.trainers:
+            assert "emit-e-slow" not in executor.trainers.resident(trainer.name)
+
+    store = AdapterStore(tmp_path / "adapters")
+    with LocalExecutor(
+        workload, scheduler.cluster, store=store, model_dir=tiny_model_dir, backend="vllm"
+    ) as executor:
+        watch = ResidencyWatch(scheduler, executor)
+        result = drive(scheduler, executor, inbox,
+                       observers=[watch, cancel_after_two_steps, nothing_of_it_left])  # fmt: skip
+    states = {name: o.state for name, o in result.jobs.items()}
+    assert states == {"emit-a": "finished", "emit-e-slow": "cancelled", "emit-z": "finished"}
+    assert holder["released_checks"] > 0
+    events = records_to_frame(result.records)
+    late = events[events["job"] == "emit-z"]
+    assert late["start_s"].min() >= 5.0 and result.jobs["emit-z"].arrival_s >= 5.0
+    cancelled = events[events["job"] == "emit-e-slow"]
+    assert (cancelled[cancelled["outcome"] == "cancelled"]["end_s"] >= holder["cancel_s"]).all()
+    trained = cancelled[(cancelled["kind"] == "train") & (cancelled["outcome"] == "ok")]
+    assert sorted(trained["step"]) == [0, 1]
+    # step 1's sync was in flight when the cancel came: it ran and was discarded
+    syncs = cancelled[cancelled["kind"] == "sync"]
+    assert list(zip(syncs["version"], syncs["outcome"], strict=True)) == [
+        (1, "ok"), (2, "cancelled")]  # fmt: skip
+    assert result.jobs["emit-e-slow"].published == 1
+    rewards = rewards_frame(executor.rewards)
+    assert_learned(rewards[rewards["job"] != "emit-e-slow"])
