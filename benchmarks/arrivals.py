@@ -27,33 +27,22 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PAPER_32 = HERE.parent / "traces" / "paper-32.yaml"
 
 
 def arrivals_workload(jobs: int, steps: int, spread_s: float):
-    """paper-32's jobs cycled to ``jobs`` jobs (scaling.py's cluster: 2 GPUs per job), job i
-    arriving at ``i * spread_s / jobs`` [s]."""
-    from marlaas.core.workload import parse_workload
-    from marlaas.workload_file import WorkloadFile, load_workload
+    """benchmarks/scaling.py's cycled paper-32 (2 GPUs per job), every job ``steps`` steps,
+    job i arriving at ``i * spread_s / jobs`` [s]."""
+    try:
+        from benchmarks.scaling import cycled_workload
+    except ImportError:  # run as a script: this folder is the first import path
+        from scaling import cycled_workload
 
-    if jobs % 8:
-        raise ValueError(f"jobs={jobs}: a multiple of 8 (whole 4-device trainers)")
-    data = load_workload(PAPER_32).model_dump()
-    source, cycled = data["jobs"], []
-    for i in range(jobs):
-        job = dict(source[i % len(source)])
-        lap = i // len(source)
-        if lap:
-            job["name"], job["tenant"] = f"{job['name']}-{lap}", f"{job['tenant']}-{lap}"
-        job["rl"] = {**job["rl"], "steps": steps}
+    cycled = cycled_workload(jobs, steps)
+    data = cycled.model_dump()
+    for i, job in enumerate(data["jobs"]):
         job["arrival_s"] = i * spread_s / jobs
-        cycled.append(job)
-    data["jobs"], data["arrivals"], data["name"] = cycled, None, f"arrivals-{jobs}"
-    data["cluster"]["pools"] = [
-        {"name": "rollout", "role": "inference", "devices": jobs * 3 // 2},
-        {"name": "train", "role": "training", "devices": jobs // 2, "devices_per_trainer": 4},
-    ]
-    return parse_workload(data, source=f"paper-32 cycled to {jobs} jobs", schema=WorkloadFile)
+    data["name"] = f"arrivals-{jobs}"
+    return type(cycled).model_validate(data)
 
 
 def child(jobs: int, steps: int, spread_s: float) -> dict:

@@ -13,6 +13,9 @@ minutes), or ``python benchmarks/scaling.py`` for the same table without pytest.
    ``scaling.py`` does by default.
 3. The paper-scale workload (1024-token groups) with every max_new_tokens doubled (same
    number of sequences): the wall time ratio shows that cost follows sequences, not tokens.
+4. 256 cycled jobs arriving one by one over the first 1,500 s (each a submission the
+   scheduler did not know before) against the same jobs all at once: CPU µs per event-log
+   row of each, and the ratio (``arrivals.py`` compares with another checkout).
 
 Ratios, not wall-clock limits: the machines that run this are shared.
 """
@@ -21,13 +24,14 @@ from __future__ import annotations
 
 import time
 
+from benchmarks.arrivals import arrivals_workload
 from benchmarks.paper_scale import paper_scale_workload
 from benchmarks.scaling import MIN_EVENTS, PAPER_32, cycled_workload, growth_exponent, measure
 from marlaas.core.scheduler import Scheduler
 from marlaas.drive import drive
 from marlaas.drive.inbox import workload_inbox
 from marlaas.sim.executor import SimPyExecutor
-from marlaas.sim.run import cost_of
+from marlaas.sim.run import cost_of, simulate
 from marlaas.workload_file import load_workload
 
 SERIES = (8, 32, 64, 128, 256)
@@ -94,3 +98,24 @@ def test_doubling_tokens_barely_changes_wall_time(benchmark):
         f"{double.makespan_s:,.0f} s; events {base_events} -> {double_events}"
     )
     assert double.makespan_s > base.makespan_s
+
+
+def _cpu_per_row(workload) -> tuple[float, int]:
+    """(CPU µs per event-log row, rows) of one fair simulation, invariants not checked."""
+    c0 = time.process_time()
+    rows = len(simulate(workload, "fair", check=False).records)
+    return (time.process_time() - c0) / rows * 1e6, rows
+
+
+def test_jobs_arriving_over_time_cost_what_jobs_at_once_cost_per_row(benchmark):
+    at_once_us, at_once_rows = _cpu_per_row(arrivals_workload(256, 10, 0.0))
+    arriving_us, arriving_rows = benchmark.pedantic(
+        _cpu_per_row, args=(arrivals_workload(256, 10, 1500.0),), rounds=1, iterations=1
+    )
+    ratio = arriving_us / at_once_us
+    benchmark.extra_info.update(at_once_us=at_once_us, arriving_us=arriving_us, ratio=ratio)
+    print(
+        f"\n256 jobs x 10 steps: all at once {at_once_us:.2f} us/row ({at_once_rows:,} rows), "
+        f"arriving over 1,500 s {arriving_us:.2f} us/row ({arriving_rows:,} rows): {ratio:.2f}x"
+    )
+    assert arriving_rows > 0 and at_once_rows > 0

@@ -45,7 +45,6 @@ from marlaas.core.policies import policy_names
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.workload import Workload, parse_workload
 from marlaas.drive import drive
-from marlaas.drive.inbox import workload_inbox
 from marlaas.executors.memory import peak_rss_mb
 from marlaas.sim.executor import SimPyExecutor
 from marlaas.sim.run import cost_of
@@ -105,6 +104,8 @@ def measure(workload: Workload, policy: str = "fair", min_events: int = 0) -> di
     wall time of the simulations is reported too. Passes give a small workload a measuring
     window as long as a large one's: on a shared machine the cheapest of a few runs of 0.3 s
     is a luckier draw than the cheapest of a few runs of 15 s."""
+    from marlaas.drive.inbox import workload_inbox  # here: arrivals.py imports this module
+
     passes = events = 0
     wall = cpu = 0.0
     while True:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -313,11 +313,16 @@ def adapter_loads(df: pd.DataFrame) -> int:
     return int(n_swaps + np.count_nonzero(~swap_in))
 
 
-def job_table(df: pd.DataFrame, arrivals: Mapping[str, float] | None = None) -> pd.DataFrame:
+def job_table(
+    df: pd.DataFrame,
+    arrivals: Mapping[str, float] | None = None,
+    unfinished: Collection[str] = (),
+) -> pd.DataFrame:
     """One row per job: times [s], work done and device-seconds received.
 
     Columns: ``job``, ``tenant``, ``arrival_s`` (from ``arrivals``, else 0), ``completion_s``
-    (end of the last sync row, else of the last train row; NaN when neither),
+    (end of the last sync row, else of the last train row; NaN when neither, and for the jobs
+    named in ``unfinished``: cancelled ones, which did not complete),
     ``jct_s`` = completion - arrival, ``steps`` (successful train steps, each counted once
     however many devices it ran on), ``tokens`` (tokens generated), ``train_tokens`` (tokens
     trained on, once per step operation), ``device_s`` (busy device-seconds attributed to the
@@ -337,6 +342,7 @@ def job_table(df: pd.DataFrame, arrivals: Mapping[str, float] | None = None) -> 
     last_sync = per_job(kind == "sync", work["end_s"], "max")
     last_train = per_job(kind == "train", work["end_s"], "max")
     completion = last_sync.fillna(last_train)
+    completion[completion.index.isin(list(unfinished))] = np.nan
     ops = train_ops(df)
     ok = ops[ops["outcome"] == "ok"]
     steps = ok.groupby("job")["step"].nunique().reindex(names).fillna(0)
@@ -498,6 +504,7 @@ def summarize(
     df: pd.DataFrame,
     arrivals: Mapping[str, float] | None = None,
     weights: Mapping[str, float] | None = None,
+    unfinished: Collection[str] = (),
 ) -> dict:
     """Headline numbers of a run as a JSON-serialisable dict of plain floats/ints/None.
 
@@ -507,9 +514,11 @@ def summarize(
     ``staleness_mean``, ``staleness_max`` [versions]; ``adapter_swaps`` (adapter loads, see
     :func:`adapter_loads`);
     ``fairness`` (see :func:`fairness`); ``n_jobs``, ``n_tenants``, ``n_devices``, ``n_rows``.
+    Jobs named in ``unfinished`` (cancelled) have no completion time: they count in none of
+    the completion figures.
     """
     u = utilization(df)
-    jobs = job_table(df, arrivals)
+    jobs = job_table(df, arrivals, unfinished)
     jct = jobs["jct_s"].dropna().to_numpy(dtype=float)
     idle = idle_breakdown(df).sum(axis=0)
     st = _train_staleness(df)["staleness"]

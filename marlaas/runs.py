@@ -57,10 +57,19 @@ def summary_json(summary: dict) -> str:
 
 def run_summary(workload: Workload, result, events: pd.DataFrame, kind: str, **extra) -> dict:
     """The summary.json content of a run (``kind``: simulation or real): who ran what under
-    which settings, and the metrics of its event log. ``result`` is a
-    :class:`marlaas.drive.RunResult`; ``extra`` adds kind-specific keys."""
+    which settings, how each job ended (``job_states``: finished, cancelled, refused; the
+    reasons of refusals), and the metrics of its event log (a cancelled job has no completion
+    time). ``result`` is a :class:`marlaas.drive.RunResult`; ``extra`` adds kind-specific
+    keys."""
     arrivals = {j.name: j.arrival_s for j in workload.jobs}
+    tenants = {j.name: j.tenant for j in workload.jobs}
     weights = {j.tenant: j.weight for j in workload.jobs}
+    outcomes = getattr(result, "jobs", {})  # jobs of this run (of its last part, when real)
+    for name, outcome in outcomes.items():  # jobs that came from elsewhere than the file
+        arrivals.setdefault(name, outcome.arrival_s)
+        tenants.setdefault(name, outcome.tenant)
+    states = {name: outcome.state for name, outcome in outcomes.items()}
+    unfinished = [name for name, state in states.items() if state != "finished"]
     return {
         "kind": kind,
         "workload": workload.name,
@@ -70,13 +79,15 @@ def run_summary(workload: Workload, result, events: pd.DataFrame, kind: str, **e
         "settings": result.settings,
         "arrivals": arrivals,
         "weights": weights,
-        "tenants": {j.name: j.tenant for j in workload.jobs},
+        "tenants": tenants,
+        "job_states": states,
+        "refused": {n: o.reason for n, o in outcomes.items() if o.state == "refused"},
         "job_finish_s": result.job_finish_s,
         "wall_s": result.wall_s,
         "events": result.events,
         "failures": result.failures,
         **extra,
-        "metrics": metrics.summarize(events, arrivals, weights),
+        "metrics": metrics.summarize(events, arrivals, weights, unfinished),
     }
 
 

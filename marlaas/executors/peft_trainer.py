@@ -432,17 +432,26 @@ class PeftTrainer:
 
 
 def _seeded_init(model: torch.nn.Module, job: str, seed: int) -> None:
-    """Draw ``job``'s LoRA A matrices again as PEFT does (Kaiming uniform, a = sqrt(5); the B
-    matrices stay zero), from a generator of their own seeded with ``seed``: the same adapter
-    whatever else runs, where the global generator is shared with every thread (a generation
-    sampling on another engine while a job is admitted)."""
+    """Draw ``job``'s LoRA weights again from a generator of their own seeded with ``seed``:
+    the very values PEFT draws from the global generator after ``torch.manual_seed(seed)``
+    (per adapted module, in order: its A and B layers' default init, then A again, Kaiming
+    uniform with a = sqrt(5); B stays zero), but the same whatever else runs, where the
+    global generator is shared with every thread (a generation sampling while a job is
+    admitted). tests/executors/test_peft_trainer.py checks the values are PEFT's."""
     generator = torch.Generator().manual_seed(seed)
+    layers: dict[str, dict[str, torch.nn.Parameter]] = {}
+    for name, param in model.named_parameters():
+        for part in ("lora_A", "lora_B"):
+            module, found, _ = name.partition(f".{part}.{job}.")
+            if found:
+                layers.setdefault(module, {})[part] = param
     with torch.no_grad():
-        for name, param in model.named_parameters():
-            if f".lora_A.{job}." in name:
-                drawn = torch.empty(param.shape, dtype=param.dtype)
-                torch.nn.init.kaiming_uniform_(drawn, a=math.sqrt(5), generator=generator)
-                param.copy_(drawn)
+        for layer in layers.values():
+            a, b = layer["lora_A"], layer["lora_B"]
+            drawn = [torch.empty(shape, dtype=a.dtype) for shape in (a.shape, b.shape, a.shape)]
+            for weights in drawn:
+                torch.nn.init.kaiming_uniform_(weights, a=math.sqrt(5), generator=generator)
+            a.copy_(drawn[2])
 
 
 def share_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> list[str]:

@@ -159,3 +159,37 @@ def test_an_interrupted_step_stops_before_its_optimizer_step_and_the_next_runs_w
     assert all(torch.equal(x, y) for x, y in zip(before, _weights(trainer, "A"), strict=True))
     monkeypatch.undo()
     assert trainer.train_step("A", samples).version == 1
+
+
+def test_a_seeded_adapter_is_peft_s_own_init_and_ignores_the_global_generator(
+    tiny_model_dir, tmp_path
+):
+    """add_job(seed=s) and write_initial_adapter draw what PEFT draws after
+    torch.manual_seed(s), for a first and a second adapter of a model, whatever the global
+    generator's state (another thread may be sampling with it)."""
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    reference = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    ours = PeftTrainer(tiny_model_dir)
+    for i, job in enumerate(("first", "second")):
+        config = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, bias="none",
+                            target_modules=ours.target_modules, task_type="CAUSAL_LM")  # fmt: skip
+        torch.manual_seed(7)
+        if i == 0:
+            reference = get_peft_model(reference, config, adapter_name=job)
+        else:
+            reference.add_adapter(job, config)
+        torch.manual_seed(12345)  # another thread's draws: they must not matter
+        ours.add_job(job, rank=8, alpha=16, seed=7)
+        theirs = {n: p for n, p in reference.named_parameters() if f".{job}." in n}
+        mine = {n: p for n, p in ours.model.named_parameters() if f".{job}." in n}
+        assert theirs.keys() == mine.keys() and len(mine) > 0
+        assert all(torch.equal(theirs[n], mine[n]) for n in mine), job
+    written = ours.write_initial_adapter("third", 8, 16, seed=7, out_dir=tmp_path / "v0")
+    saved = load_file(str(written / "adapter_model.safetensors"))
+    first = {n.replace(".first", ""): p for n, p in ours.model.named_parameters() if ".first." in n}
+    assert {n.replace(".weight", "") for n in saved} <= {n.replace(".weight", "") for n in first}
+    assert all(torch.equal(saved[n], first[n]) for n in saved)
+    assert "third" not in ours.jobs and "third" not in getattr(ours.model, "peft_config", {})
