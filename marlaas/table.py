@@ -56,7 +56,12 @@ def print_summary(summary: dict, title: str = "") -> None:
     if finish and len(finish) <= MAX_JOB_LINES:
         arrivals, tenants = summary.get("arrivals", {}), summary.get("tenants", {})
         print(f"\n{'job':<16} {'tenant':<12} {'arrival':>10} {'finished':>10} {'completion':>11}")
+        states = summary.get("job_states", {})
         for job, end in finish.items():
             start = arrivals.get(job, 0.0)
+            if end is None:  # cancelled or refused: no completion
+                state = states.get(job, "unfinished")
+                print(f"{job:<16} {tenants.get(job, ''):<12} {start:>9.1f}s {state:>10} {'-':>11}")
+                continue
             print(f"{job:<16} {tenants.get(job, ''):<12} {start:>9.1f}s {end:>9.1f}s "
                   f"{end - start:>10.1f}s")  # fmt: skip

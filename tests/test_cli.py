@@ -217,3 +217,34 @@ def test_output_piped_into_head_has_no_traceback():
     )  # fmt: skip
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 1
     assert "Error" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_job_that_cannot_fit_is_one_warning_line_and_the_others_run(tmp_path, capsys):
+    """As a new user would see it: the run goes on without the job, says so once, and keeps
+    how every job ended; a cancelled job is in the table without a completion time."""
+    out = tmp_path / "run"
+    args = [
+        "simulate",
+        "traces/small.yaml",
+        "--quiet",
+        "--out",
+        str(out),
+        "--set",
+        "jobs.code-d.rl.group_size=512",
+        "--set",
+        "jobs.tools-c.cancel_after_s=60",
+    ]
+    assert main(args) == 0  # fmt: skip
+    printed = capsys.readouterr()
+    warnings = [line for line in printed.err.splitlines() if line.strip()]
+    assert warnings == [
+        "marlaas: warning: job 'code-d' refused: one group needs 512 seqs and 1,179,648 KV "
+        "tokens with its longest prompt (256 tokens per sample), but an engine has 256 seqs "
+        "and 120,000 tokens (cluster.engine; rl.max_prompt_tokens truncates prompts)"
+    ]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["job_states"] == {"code-d": "refused", "math-a": "finished",
+                                     "math-b": "finished", "tools-c": "cancelled"}  # fmt: skip
+    assert "512 seqs" in summary["refused"]["code-d"]
+    assert summary["metrics"]["n_jobs"] == 3  # the refused job did no work
+    assert "cancelled" in printed.out and "refused" in printed.out
