@@ -4,9 +4,10 @@ Every user error (bad workload, unknown policy, bad override, bad argument, unre
 an ``--out`` that is not ours or is in use) is printed as one ``marlaas: error: ...`` line,
 with control characters escaped (:func:`marlaas.terminal.printable`), and exits with status
 2; nothing is written to ``--out``. A failure of the machine (a file that cannot be read or
-written) is one such line with status 1. Ctrl-C (SIGINT) and SIGTERM stop a command with
-status 130 and 143, leaving ``--out`` as it was (see :mod:`marlaas.out_folder`); a reader
-that goes away (``| head``) ends it quietly with status 141.
+written, a full disk: :class:`marlaas.out_folder.WriteError`) is one such line with status 1.
+Ctrl-C (SIGINT) and SIGTERM stop a command with status 130 and 143, leaving ``--out`` as it
+was (see :mod:`marlaas.out_folder`); a reader that goes away (``| head``) ends it quietly with
+status 141.
 
 Start-up is fast: this module imports only the commands' argument wiring. A command's
 arguments are added when it is chosen (or its help is shown), and each command imports its
@@ -282,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as err:
             if _is_user_error(err):
                 print(error_line(err), file=sys.stderr)
-                return 2
+                return getattr(err, "exit_status", 2)  # a failed write (WriteError): 1
             if isinstance(err, OSError):
                 print(error_line(err), file=sys.stderr)
                 return 1
