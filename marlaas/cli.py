@@ -21,7 +21,6 @@ import argparse
 import os
 import signal
 import sys
-from pathlib import Path
 
 from marlaas import run_options, sweep_cli
 from marlaas.executors import cli as real_cli
@@ -103,7 +102,8 @@ def _simulate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cost", metavar="PROFILE", help="cost profile: a bundled name "
                         "(h100-7b, a100-7b, cpu-tiny) or a YAML file from `marlaas calibrate`; "
                         "replaces the workload's cost model")  # fmt: skip
-    parser.add_argument("--out", required=True, type=Path, help="run folder to write")
+    parser.add_argument("--out", required=True, type=run_options.path_arg,
+                        help="run folder to write")  # fmt: skip
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(func=_simulate)
 

@@ -236,7 +236,7 @@ def _typed(column: pa.ChunkedArray, kind: pa.DataType, name: str, source) -> pa.
     else:
         fits = pa.types.is_integer(values) or pa.types.is_floating(values)
     if not fits:
-        raise EventLogError(f"{source}: column {name!r} holds {found}, expected {kind}")
+        raise EventLogError(f"{source}: column {name!r} holds {values}, expected {kind}")
     if _is_text(kind):
         texts = pa.chunked_array([c.dictionary for c in column.chunks], values) if dictionary \
             else column  # fmt: skip

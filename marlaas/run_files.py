@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from marlaas.core.limits import MAX_SEED
 from marlaas.core.workload import format_validation_error
-from marlaas.eventlog import MAX_NAME_CHARS, EventLogError
+from marlaas.eventlog import MAX_EVENT_TIME_S, MAX_NAME_CHARS, EventLogError
 
 SUMMARY_FILE = "summary.json"
 EVAL_FILE = "eval.json"
@@ -41,6 +41,8 @@ NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=0)]
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
+Clock = Annotated[float, Field(ge=-MAX_EVENT_TIME_S, le=MAX_EVENT_TIME_S, allow_inf_nan=False)]
+"""A time on a run's clock [s] (negative: before the run's start, e.g. while models load)."""
 
 
 class _Checked(BaseModel):
@@ -79,13 +81,13 @@ class RewardRow(BaseModel):
     tenant: Name = ""
     step: Count
     mean_reward: Finite
-    time_s: NonNegative | None = None
+    time_s: Clock | None = None
 
 
 class MemoryRow(BaseModel):
     """One sample of memory.csv [s, MiB]."""
 
-    time_s: NonNegative
+    time_s: Clock
     rss_mb: NonNegative
     peak_rss_mb: NonNegative
 
