@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from marlaas.eventlog import EVENT_LOG_FILE, EventLogError, read_event_log
 from marlaas.executors.outputs import MEMORY_CSV, REWARDS_CSV
-from marlaas.report.labels import kind_name, run_labels
+from marlaas.report.labels import kind_name, run_labels, unique_slugs
 from marlaas.report.labels import slug as _slug
 from marlaas.run_files import EVAL_FILE, read_evaluation, read_memory, read_rewards, read_summary
 
@@ -32,6 +32,8 @@ class Run:
     """The event log (see marlaas.eventlog)."""
     meta: dict = field(default_factory=dict)
     """summary.json as written by the run (workload, policy, seed, ...); {} when absent."""
+    key: str = ""
+    """The run's slug, unique in its report ("": the label's, see :attr:`slug`)."""
 
     @property
     def arrivals(self) -> dict[str, float] | None:
@@ -45,8 +47,9 @@ class Run:
 
     @property
     def slug(self) -> str:
-        """The label as letters, digits, - and _ (for section ids and file names)."""
-        return _slug(self.label)
+        """The label as letters, digits, - and _ (for section ids and file names), unique
+        among the runs of one report (:func:`marlaas.report.labels.unique_slugs`)."""
+        return self.key or _slug(self.label)
 
     @property
     def kind(self) -> str:
@@ -95,7 +98,7 @@ def _read_meta(run_path: Path) -> dict:
     return read_summary(run_path) if run_path.is_dir() else {}
 
 
-def load_run(path: str | Path, label: str | None = None) -> Run:
+def load_run(path: str | Path, label: str | None = None, key: str = "") -> Run:
     """Load a run folder (``events.parquet`` + optional ``summary.json``) or a Parquet file.
 
     Raises EventLogError, naming the file, when it is missing, empty, truncated or foreign.
@@ -111,7 +114,7 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
     validate_events(events, source)
     meta = _read_meta(path)
     return Run(label=label or run_labels([meta], [_folder_name(path)])[0], path=path,
-               events=events, meta=meta)  # fmt: skip
+               events=events, meta=meta, key=key)  # fmt: skip
 
 
 def _folder_name(path: Path) -> str:
@@ -124,9 +127,10 @@ def load_runs(paths: list[str | Path]) -> list[Run]:
     summary)."""
     loaded = [load_run(p) for p in paths]
     labels = run_labels([r.meta for r in loaded], [_folder_name(r.path) for r in loaded])
+    keys = unique_slugs(labels)
     return [
-        Run(label=label, path=r.path, events=r.events, meta=r.meta)
-        for label, r in zip(labels, loaded, strict=True)
+        Run(label=label, path=r.path, events=r.events, meta=r.meta, key=key)
+        for label, key, r in zip(labels, keys, loaded, strict=True)
     ]
 
 

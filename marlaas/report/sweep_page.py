@@ -38,7 +38,7 @@ def is_sweep_folder(path: str | Path) -> bool:
 def load_sweep(path: Path) -> pd.DataFrame:
     """sweep.csv with a ``label`` per run (:func:`marlaas.report.labels.run_labels`) and the
     ``folder`` of its run (``None`` where the sweep did not keep it)."""
-    from marlaas.sweep import run_folder
+    from marlaas.sweep import run_folders
 
     try:
         table = pd.read_csv(path / SWEEP_FILE, keep_default_na=False, na_values=[""])
@@ -54,11 +54,10 @@ def load_sweep(path: Path) -> pd.DataFrame:
         for s, (_, r) in zip(summaries, table.iterrows(), strict=True)
     ]
     table = table.assign(label=run_labels(named))
-    folders = []
-    for _, r in table.iterrows():
-        folder = path / RUNS_DIR / run_folder(r["jobs"], r["variant"], r["schedule"], r["seed"])
-        folders.append(folder if (folder / "events.parquet").is_file() else None)
-    return table.assign(folder=folders)
+    keys = list(zip(table["jobs"], table["variant"], table["schedule"], table["seed"], strict=True))
+    folders = [path / RUNS_DIR / name for name in run_folders(keys)]
+    kept = [folder if (folder / "events.parquet").is_file() else None for folder in folders]
+    return table.assign(folder=kept)
 
 
 SCALING_COLUMNS = {
