@@ -1,6 +1,6 @@
 """A run folder's small files as read back, checked: ``summary.json``, ``rewards.csv``,
-``memory.csv``, ``eval.json`` (the event log is :mod:`marlaas.eventlog`'s, the workload
-:mod:`marlaas.workload_file`'s).
+``memory.csv``, ``eval.json``, and a sweep folder's ``sweep.csv`` and ``summaries.json`` (the
+event log is :mod:`marlaas.eventlog`'s, the workload :mod:`marlaas.workload_file`'s).
 
 Every reader checks what it reads against a schema (pydantic: types, finite numbers, bounds,
 name lengths) after a size cap, so a damaged, foreign or hostile file is one
@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -105,6 +106,21 @@ class EvalRow(_Checked):
     prompts: Annotated[int, Field(ge=1)] | None = None
 
 
+class SweepRow(_Checked):
+    """One row of sweep.csv: a run's identity and the metrics the sweep's report plots (its
+    other columns are numbers, see :func:`read_sweep_table`)."""
+
+    workload: Name
+    jobs: Annotated[int, Field(ge=1)]
+    variant: Name
+    schedule: Name
+    policy: Name
+    seed: Seed
+    makespan_s: NonNegative
+    jct_mean_s: NonNegative
+    utilization: NonNegative
+
+
 # --------------------------------------------------------------------------- reading
 
 
@@ -191,7 +207,30 @@ def is_evaluation(path: Path) -> bool:
     return True
 
 
-def _read_rows(path: Path, what: str, row: type[BaseModel], required: set[str]) -> pd.DataFrame:
+def read_sweep_table(path: Path) -> pd.DataFrame:
+    """sweep.csv: the identity and metrics of :class:`SweepRow` checked per row, every other
+    column numbers (finite, or empty)."""
+    frame = _read_csv(path, "sweep table", set(SweepRow.model_fields))
+    typed = _checked_rows(frame, path, SweepRow)
+    for column in frame.columns:
+        if column not in typed:
+            typed[column] = _numbers(frame[column], path, column)
+    return typed[list(frame.columns)]
+
+
+def read_sweep_summaries(path: Path, rows: int) -> list[dict]:
+    """summaries.json: one checked run summary per row of sweep.csv (``rows`` of them)."""
+    data = read_json(path, "sweep's summaries")
+    if not isinstance(data, list):
+        raise RunFileError(f"{path}: expected a JSON list of run summaries, got "
+                           f"{type(data).__name__}")  # fmt: skip
+    if len(data) != rows:
+        raise RunFileError(f"{path}: {len(data)} summaries, but {rows} rows in sweep.csv")
+    return [check_summary(s, f"{path}: item {i}") for i, s in enumerate(data)]
+
+
+def _read_csv(path: Path, what: str, required: set[str]) -> pd.DataFrame:
+    """The CSV file as text cells ("" where empty), with the ``required`` columns."""
     text = read_text(path, what, MAX_TABLE_BYTES)
     try:
         frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
@@ -201,13 +240,35 @@ def _read_rows(path: Path, what: str, row: type[BaseModel], required: set[str]) 
     missing = required - set(frame.columns)
     if missing:
         raise RunFileError(f"{path}: missing columns {sorted(missing)}")
+    return frame
+
+
+def _checked_rows(frame: pd.DataFrame, path: Path, row: type[BaseModel]) -> pd.DataFrame:
+    """The columns of ``row``'s fields, each cell checked and converted to its field's type."""
     fields = [c for c in row.model_fields if c in frame.columns]
     records = frame[fields].replace("", None).to_dict("records")
     try:
         rows = TypeAdapter(list[row]).validate_python(records)
     except ValidationError as err:
         raise RunFileError(_row_error(err, path, first=2, unit="line")) from None
-    return pd.DataFrame([r.model_dump() for r in rows], columns=list(row.model_fields))[fields]
+    dumped = [r.model_dump(include=set(fields)) for r in rows]
+    return pd.DataFrame(dumped, columns=fields, index=frame.index)
+
+
+def _numbers(cells: pd.Series, path: Path, column: str) -> pd.Series:
+    """A column of text cells as floats (empty: NaN); anything else, or an infinite number,
+    is an error naming the line."""
+    values = pd.to_numeric(cells.replace("", None), errors="coerce").astype(float)
+    bad = (values.isna() & cells.ne("")) | values.isin([np.inf, -np.inf])
+    if bad.any():
+        line = int(np.flatnonzero(bad.to_numpy())[0])
+        raise RunFileError(f"{path}: line {line + 2}: {column}: not a finite number (got "
+                           f"{_short(cells.iloc[line])})")  # fmt: skip
+    return values
+
+
+def _read_rows(path: Path, what: str, row: type[BaseModel], required: set[str]) -> pd.DataFrame:
+    return _checked_rows(_read_csv(path, what, required), path, row)
 
 
 def _row_error(err: ValidationError, path: Path, first: int, unit: str) -> str:
