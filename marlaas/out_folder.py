@@ -399,8 +399,9 @@ def claim_file(out: str | Path, what: str, recognise: Callable[[Path], bool]) ->
     lock = _lock_beside(path)
     try:
         if path.exists() and not recognise(path):
-            raise OutputError(f"{out}: exists and is not a {what} marlaas wrote; not replacing "
-                              "it (choose another --out)")  # fmt: skip
+            article = "an" if what[:1] in "aeiou" else "a"
+            raise OutputError(f"{out}: exists and is not {article} {what} marlaas wrote; not "
+                              "replacing it (choose another --out)")  # fmt: skip
         yield path
     finally:
         _unlock(path, lock)

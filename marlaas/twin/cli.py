@@ -34,15 +34,15 @@ def _replay(args: argparse.Namespace) -> int:
     from marlaas.runs import write_run_files
     from marlaas.sim.cost_profiles import load_profile
     from marlaas.twin.fidelity import format_fidelity
+    from marlaas.twin.real_run import load_real_run
     from marlaas.twin.replay import FIDELITY_FILE, replay
-    from marlaas.workload_file import load_run_workload
 
-    workload = load_run_workload(args.run)
-    profile = load_profile(args.cost, base=workload.cost) if args.cost else None
+    run = load_real_run(args.run, "replay")
+    profile = load_profile(args.cost, base=run.workload.cost) if args.cost else None
     with claim(args.out, "replay") as target:  # checked and locked before any work
-        events, summary, table = replay(args.run, profile)
+        events, summary, table = replay(run, profile)
         with target.staged() as staging:
-            write_run_files(staging, events, summary, workload)
+            write_run_files(staging, events, summary, run.workload)
             table.to_csv(staging / FIDELITY_FILE, index=False)
     used = profile.name if profile else "the workload's cost model"
     print(f"replay of {args.run} with {used}")

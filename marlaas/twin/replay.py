@@ -17,16 +17,18 @@ from marlaas.sim.cost_profiles import CostProfile
 from marlaas.sim.recording import Recording
 from marlaas.sim.run import simulate_run
 from marlaas.twin.fidelity import fidelity_table
-from marlaas.twin.real_run import CalibrationError, load_real_run
+from marlaas.twin.real_run import CalibrationError, RealRun, load_real_run
 
 FIDELITY_FILE = "fidelity.csv"
 
 
 def replay(
-    run_dir: str | Path, profile: CostProfile | None = None
+    run: RealRun | str | Path, profile: CostProfile | None = None
 ) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
-    """(replay events, replay summary, fidelity table) of the real run at ``run_dir``."""
-    run = load_real_run(run_dir, "replay")
+    """(replay events, replay summary, fidelity table) of a real run (its folder, or the
+    folder as :func:`marlaas.twin.real_run.load_real_run` read it)."""
+    if not isinstance(run, RealRun):
+        run = load_real_run(run, "replay")
     if any((run.summary.get("resumed_from") or {}).values()):
         raise CalibrationError(f"{run.path}: a resumed run's log starts midway; replay a run "
                                "trained from the start")  # fmt: skip
