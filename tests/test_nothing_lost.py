@@ -239,3 +239,22 @@ def test_a_symlink_out_is_followed_and_never_replaced(work, capsys):
     refused(capsys, [*SIM, "--out", "to-thesis"], "is not a marlaas output")
     refused(capsys, [*SIM, "--out", "to-notes"], "exists and is not a folder")
     assert files(work) == before
+
+
+def test_train_with_a_tracker_it_cannot_start_leaves_a_finished_run_whole(
+    work, real_run, capsys, monkeypatch
+):
+    """The tracker was checked after the old run had been emptied."""
+    from marlaas.executors import tracking
+
+    real_find_spec = importlib.util.find_spec
+
+    def without_wandb(name, *args):
+        return None if name == "wandb" else real_find_spec(name, *args)
+
+    monkeypatch.setattr(tracking.importlib.util, "find_spec", without_wandb)
+    shutil.copytree(real_run, work / "real")
+    before = files(work)
+    refused(capsys, ["train", TINY, "--tracker", "wandb", "--backend", "hf", "--out", "real"],
+            "--tracker wandb needs wandb")  # fmt: skip
+    assert files(work) == before

@@ -44,6 +44,10 @@ def _train(args: argparse.Namespace) -> int:
     from marlaas.table import print_summary
 
     workload = load_run_workload(args)  # an unknown policy fails before any model loads
+    if args.tracker is not None:  # a missing package fails before --out is touched
+        from marlaas.executors.tracking import check_tracker
+
+        check_tracker(args.tracker)
     args.interrupt_hint = (
         f"the steps made durable so far are kept in {args.out}: run the same command with "
         "--resume to continue"
