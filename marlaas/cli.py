@@ -36,6 +36,7 @@ USER_ERRORS = (
     ("marlaas.drive.loop", "RunError"),
     ("marlaas.envs.registry", "EnvLoadError"),
     ("marlaas.envs.sandbox_runtime", "SandboxUnavailable"),
+    ("marlaas.executors.adapter_store", "AdapterError"),
     ("marlaas.executors.backends", "BackendError"),
     ("marlaas.executors.backends", "ModelDirError"),
     ("marlaas.executors.devices", "DeviceError"),

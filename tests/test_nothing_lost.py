@@ -50,6 +50,7 @@ def write(root: Path, tree: dict[str, str]) -> None:
 
 def refused(capsys, args: list[str], text: str) -> None:
     """The command exits 2 with one error line holding ``text``."""
+    capsys.readouterr()  # what earlier commands printed
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith("marlaas: error: ") and len(err.splitlines()) == 1, err

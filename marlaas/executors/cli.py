@@ -94,6 +94,10 @@ def _evaluate(args: argparse.Namespace) -> int:
     if not (run / ADAPTERS_DIR).is_dir():
         raise OutputError(f"{run}: has no {ADAPTERS_DIR}/; not a real training run")
     store = AdapterStore(run / ADAPTERS_DIR)
+    for job in workload.jobs:  # the newest adapters are the workload's, and whole
+        latest = store.latest(job.name)
+        if latest is not None:
+            store.check(job.name, latest, job.lora_rank)
     default = args.out is None or _same_path(args.out, run / EVAL_FILE)
     into_run = nullcontext(None) if default else claim_file(args.out, "evaluation", is_evaluation)
 
