@@ -178,7 +178,9 @@ MAX_EVENT_TIME_S = 1e12
 NOT_BELOW = {"step": -1, "group": -1, "turn": -1, "seqs": 0, "tokens": 0, "version": -1,
              "staleness": -1, "prompt_tokens": -1, "longest_tokens": -1}  # fmt: skip
 """Least value of each integer column (-1: none)."""
-OUTCOMES = ("ok", "failed")
+OUTCOMES = ("ok", "failed", "cancelled")
+"""Outcomes of work (idle rows name a cause of IDLE_CAUSES instead): ``cancelled`` is work of a
+job cancelled while it ran."""
 
 
 def _is_text(kind: pa.DataType) -> bool:
