@@ -4,9 +4,10 @@ Every user error (bad workload, unknown policy, bad override, bad argument, unre
 an ``--out`` that is not ours or is in use) is printed as one ``marlaas: error: ...`` line,
 with control characters escaped (:func:`marlaas.terminal.printable`), and exits with status
 2; nothing is written to ``--out``. A failure of the machine (a file that cannot be read or
-written) is one such line with status 1. Ctrl-C (SIGINT) and SIGTERM stop a command with
-status 130 and 143, leaving ``--out`` as it was (see :mod:`marlaas.out_folder`); a reader
-that goes away (``| head``) ends it quietly with status 141.
+written, a full disk: :class:`marlaas.out_folder.WriteError`) is one such line with status 1.
+Ctrl-C (SIGINT) and SIGTERM stop a command with status 130 and 143, leaving ``--out`` as it
+was (see :mod:`marlaas.out_folder`); a reader that goes away (``| head``) ends it quietly with
+status 141.
 
 Start-up is fast: this module imports only the commands' argument wiring. A command's
 arguments are added when it is chosen (or its help is shown), and each command imports its
@@ -20,7 +21,6 @@ import argparse
 import os
 import signal
 import sys
-from pathlib import Path
 
 from marlaas import run_options, sweep_cli
 from marlaas.executors import cli as real_cli
@@ -36,6 +36,7 @@ USER_ERRORS = (
     ("marlaas.drive.loop", "RunError"),
     ("marlaas.envs.registry", "EnvLoadError"),
     ("marlaas.envs.sandbox_runtime", "SandboxUnavailable"),
+    ("marlaas.executors.adapter_store", "AdapterError"),
     ("marlaas.executors.backends", "BackendError"),
     ("marlaas.executors.backends", "ModelDirError"),
     ("marlaas.executors.devices", "DeviceError"),
@@ -104,7 +105,8 @@ def _simulate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cost", metavar="PROFILE", help="cost profile: a bundled name "
                         "(h100-7b, a100-7b, cpu-tiny) or a YAML file from `marlaas calibrate`; "
                         "replaces the workload's cost model")  # fmt: skip
-    parser.add_argument("--out", required=True, type=Path, help="run folder to write")
+    parser.add_argument("--out", required=True, type=run_options.path_arg,
+                        help="run folder to write")  # fmt: skip
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(func=_simulate)
 
@@ -284,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as err:
             if _is_user_error(err):
                 print(error_line(err), file=sys.stderr)
-                return 2
+                return getattr(err, "exit_status", 2)  # a failed write (WriteError): 1
             if isinstance(err, OSError):
                 print(error_line(err), file=sys.stderr)
                 return 1

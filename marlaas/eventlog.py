@@ -47,8 +47,10 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from marlaas.core.records import RecordLog, WorkRecord
@@ -133,7 +135,8 @@ def read_event_log(path: str | Path) -> pd.DataFrame:
     """Read an event log written by a simulation or a real run.
 
     ``path`` is either the Parquet file or a run folder that contains ``events.parquet``.
-    Raises :class:`EventLogError` naming the file and what is wrong with it.
+    Every column is checked before the rows are used (:func:`check_event_log`). Raises
+    :class:`EventLogError` naming the file, the column and what is wrong with it.
     """
     path = Path(path)
     if path.is_dir():
@@ -143,8 +146,15 @@ def read_event_log(path: str | Path) -> pd.DataFrame:
     if path.stat().st_size == 0:
         raise EventLogError(f"{path}: the file is empty")
     try:
-        table = pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as err:
+        schema = pq.read_schema(path)
+        rows = pq.read_metadata(path).num_rows
+        if rows > MAX_EVENT_ROWS:
+            raise EventLogError(f"{path}: {rows:,} rows; an event log may have at most "
+                                f"{MAX_EVENT_ROWS:,}")  # fmt: skip
+        strings = [c for c in COLUMNS if c in schema.names and _is_text(schema.field(c).type)]
+        table = pq.read_table(path, columns=[c for c in COLUMNS if c in schema.names],
+                              read_dictionary=strings)  # fmt: skip
+    except (pa.ArrowException, OSError) as err:
         raise EventLogError(f"{path}: not a Parquet event log ({err})") from err
     for column, default in ADDED_COLUMNS.items():  # logs written before a column existed
         if column not in table.column_names:
@@ -153,4 +163,103 @@ def read_event_log(path: str | Path) -> pd.DataFrame:
     missing = [c for c in COLUMNS if c not in table.column_names]
     if missing:
         raise EventLogError(f"{path}: not a MARLaaS event log (missing columns: {missing})")
-    return table.select(list(COLUMNS)).to_pandas()
+    return check_event_log(table.select(list(COLUMNS)), path).to_pandas()
+
+
+# --------------------------------------------------------------------------- checks
+
+MAX_NAME_CHARS = 256
+"""Longest name (tenant, job, device, pool, kind, outcome) an event log may hold
+[characters]: a workload's names are at most 128 characters, a device adds its index."""
+MAX_EVENT_ROWS = 200_000_000
+"""Most rows an event log may have (the footer says, before anything is read)."""
+MAX_EVENT_TIME_S = 1e12
+"""Latest time an event log may hold [s] (beyond it, sums of times lose all precision)."""
+NOT_BELOW = {"step": -1, "group": -1, "turn": -1, "seqs": 0, "tokens": 0, "version": -1,
+             "staleness": -1, "prompt_tokens": -1, "longest_tokens": -1}  # fmt: skip
+"""Least value of each integer column (-1: none)."""
+OUTCOMES = ("ok", "failed", "cancelled")
+"""Outcomes of work (idle rows name a cause of IDLE_CAUSES instead): ``cancelled`` is work of a
+job cancelled while it ran."""
+
+
+def _is_text(kind: pa.DataType) -> bool:
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+
+
+def check_event_log(table: pa.Table, source: str | Path) -> pa.Table:
+    """``table`` with every column in its schema type, after checking that it is a usable
+    event log: the column types, no missing values (but rewards), names of at most
+    MAX_NAME_CHARS, known kinds and outcomes, finite times in 0..MAX_EVENT_TIME_S that end
+    no earlier than they start, integers within bounds, rewards finite or missing.
+    Raises :class:`EventLogError` naming ``source`` and the column."""
+    columns = []
+    for name in COLUMNS:
+        column = _typed(table.column(name), SCHEMA.field(name).type, name, source)
+        nulls = column.null_count
+        if nulls and name != "reward":
+            raise EventLogError(f"{source}: column {name!r} has {nulls:,} missing value(s)")
+        columns.append(column)
+    table = pa.Table.from_arrays(columns, schema=SCHEMA)
+    kinds = set(pc.unique(table.column("kind")).to_pylist())
+    unknown = sorted(kinds - set(KINDS))
+    if unknown:
+        raise EventLogError(f"{source}: unknown kinds {unknown[:5]} (expected one of {KINDS})")
+    idle = pc.equal(table.column("kind"), "idle")
+    outcome = table.column("outcome")
+    allowed = pc.if_else(idle, pc.is_in(outcome, pa.array(IDLE_CAUSES)),
+                         pc.is_in(outcome, pa.array(OUTCOMES)))  # fmt: skip
+    if not pc.all(allowed, min_count=0).as_py():
+        bad = sorted(set(pc.filter(outcome, pc.invert(allowed)).to_pylist()))
+        raise EventLogError(f"{source}: column 'outcome': unknown values {bad[:5]} (work is "
+                            f"{OUTCOMES}, idle rows name a cause of {IDLE_CAUSES})")  # fmt: skip
+    _check_times(table, source)
+    for name, least in NOT_BELOW.items():
+        low = pc.min(table.column(name)).as_py()
+        if low is not None and low < least:
+            raise EventLogError(f"{source}: column {name!r}: {low} is below {least}")
+    reward = table.column("reward")
+    if not pc.all(pc.fill_null(pc.is_finite(reward), True), min_count=0).as_py():
+        raise EventLogError(f"{source}: column 'reward': infinite values (a reward is finite, "
+                            "or missing)")  # fmt: skip
+    return table
+
+
+def _typed(column: pa.ChunkedArray, kind: pa.DataType, name: str, source) -> pa.ChunkedArray:
+    """``column`` cast to ``kind``, refusing another family of type (a string of numbers, a
+    struct) and values that do not fit; text is length-checked before it is decoded."""
+    found = column.type
+    dictionary = pa.types.is_dictionary(found)
+    values = found.value_type if dictionary else found
+    if _is_text(kind):
+        fits = _is_text(values)
+    elif pa.types.is_integer(kind):
+        fits = pa.types.is_integer(values)
+    else:
+        fits = pa.types.is_integer(values) or pa.types.is_floating(values)
+    if not fits:
+        raise EventLogError(f"{source}: column {name!r} holds {values}, expected {kind}")
+    if _is_text(kind):
+        texts = pa.chunked_array([c.dictionary for c in column.chunks], values) if dictionary \
+            else column  # fmt: skip
+        longest = pc.max(pc.utf8_length(texts)).as_py() if len(texts) else 0
+        if longest and longest > MAX_NAME_CHARS:
+            raise EventLogError(f"{source}: column {name!r}: a value of {longest:,} characters; "
+                                f"at most {MAX_NAME_CHARS}")  # fmt: skip
+    try:
+        return column.cast(kind)
+    except pa.ArrowInvalid as err:
+        raise EventLogError(f"{source}: column {name!r}: values do not fit {kind} "
+                            f"({err})") from None  # fmt: skip
+
+
+def _check_times(table: pa.Table, source) -> None:
+    start = table.column("start_s").to_numpy()
+    end = table.column("end_s").to_numpy()
+    if not (np.isfinite(start).all() and np.isfinite(end).all()):
+        raise EventLogError(f"{source}: start_s/end_s contain NaN or infinite times")
+    bad = np.flatnonzero(end < start)
+    if len(bad):
+        raise EventLogError(f"{source}: {len(bad)} row(s) end before they start (row {bad[0]})")
+    if (start < 0).any() or (end > MAX_EVENT_TIME_S).any():
+        raise EventLogError(f"{source}: times must lie in 0..{MAX_EVENT_TIME_S:g} s")

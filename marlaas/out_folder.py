@@ -1,26 +1,42 @@
-"""Output folders (``--out``): whose they are, one writer at a time, the old output or the new.
+"""What a command may write: its own outputs, checked, locked, the old output or the new.
 
-Every folder marlaas writes holds ``manifest.json``::
+This is the one rule every command that writes follows (simulate, sweep, report, train,
+evaluate, calibrate, replay, make-tiny-model, prepare-smollm2): it writes only a path it
+created or a finished output of its own kind; nothing is deleted before every check has
+passed; a symbolic link given as ``--out`` is followed to the folder or file it names (a
+dangling one is refused), never replaced.
+
+**Output folders.** Every folder marlaas writes holds ``manifest.json``::
 
     {"kind": "simulation", "status": "finished", "marlaas_version": "0.1.0",
      "created": "2026-12-01T10:00:00+00:00", "files": ["events.parquet", "summary.json"]}
 
 ``kind`` is one of :data:`KINDS`; ``status`` is ``finished``, or ``partial`` for a real run
-still training (or killed: ``marlaas train --resume`` continues it). A command claims its
-``--out`` with :func:`claim` before any work:
+still training (or killed: ``marlaas train --resume`` continues it); ``files`` are the
+entries the command wrote. A command claims its ``--out`` with :func:`claim` before any work:
 
-1. ``out`` must not be a file, and its parent must be writable: the lock file is created there;
+1. ``out`` must not be a file, the root, the working folder or a folder holding it, and its
+   parent must be writable: the lock file is created there;
 2. the lock (``fcntl.flock`` on ``.NAME.lock`` beside ``out``) is held for the whole command,
    so a second command writing the same ``out`` is refused at once;
-3. what an earlier killed command left is cleaned up: its staging folder ``.NAME.staging``,
-   and an old output ``.NAME.old`` is put back where the new one never arrived;
-4. an existing ``out`` must be empty, or a finished output of the same kind (a real run may
-   also be a partial one, for ``--resume``); anything else is refused, never deleted.
+3. an existing ``out`` must be empty, or a finished output of the same kind (a real run may
+   also be a partial one, for ``--resume``) holding nothing but the files its manifest lists;
+   anything else (someone's folder, a folder of another kind, an output with a file added) is
+   refused, never deleted;
+4. only then is what an earlier killed command left removed: its staging folder
+   ``.NAME.staging`` (marked as marlaas's), an old output ``.NAME.old`` (put back where the
+   new one never arrived).
 
-Outputs written whole (simulate, report, sweep) are built in ``.NAME.staging`` and swapped
-into place in one step (``renameat2(RENAME_EXCHANGE)`` on Linux), so ``out`` holds the old
-output or the new one, nothing in between. A write that fails (disk full, permissions)
-leaves the old output and is reported as one :class:`OutputError` line.
+Outputs written whole (simulate, report, sweep, replay, the model folders) are built in
+``.NAME.staging`` and swapped into place in one step (``renameat2(RENAME_EXCHANGE)`` on
+Linux), so ``out`` holds the old output or the new one, nothing in between. A write that
+fails (disk full, permissions) leaves the old output and is reported as one
+:class:`WriteError` line (exit status 1).
+
+**Output files** (``calibrate --out PROFILE.yaml``, ``evaluate --out FILE.json``) are claimed
+with :func:`claim_file`: an existing file is replaced only when the command recognises it as
+one of its own (by its content, not its name), never a folder, and never a file inside a
+marlaas output folder (``RUN/summary.json`` belongs to the run).
 """
 
 from __future__ import annotations
@@ -32,18 +48,32 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from pathlib import Path
 
 MANIFEST_FILE = "manifest.json"
-KINDS = ("simulation", "real", "report", "sweep", "replay")
+STAGING_MARK = ".marlaas-staging"
+"""An empty file in every staging folder while it is built: what makes it marlaas's."""
+KINDS = ("simulation", "real", "report", "sweep", "replay", "model")
 """The kinds of output folder; a folder is only ever replaced by an output of its own kind."""
 NAMES = {"simulation": "simulation run", "real": "real training run", "report": "report",
-         "sweep": "sweep", "replay": "replay"}  # fmt: skip
+         "sweep": "sweep", "replay": "replay", "model": "model folder"}  # fmt: skip
 """How an error names each kind."""
+STATUSES = ("finished", "partial")
 
+MODEL_FILES = frozenset(
+    {
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "chat_template.jinja",
+    }
+)
 LEGACY_ENTRIES: dict[str, frozenset[str]] = {
     "simulation": frozenset({"events.parquet", "summary.json", "workload.json"}),
     "real": frozenset(
@@ -61,13 +91,33 @@ LEGACY_ENTRIES: dict[str, frozenset[str]] = {
     ),
     "report": frozenset({"report.html", "trace.json", "summary.json", "figures"}),
     "sweep": frozenset({"sweep.csv", "summaries.json", "table.txt", "runs"}),
+    "model": MODEL_FILES,
 }
-"""What each kind of folder held before manifests existed (such folders are still ours)."""
+"""What each kind of folder held before manifests existed (such folders are still ours when
+their content says so, see :func:`folder_kind`)."""
+TEMPORARY = re.compile(r"\.[^/]+\.tmp(\.png|-[^/]+)?")
+"""Names of the temporary files marlaas writes beside a file before renaming it into place
+(``.summary.json.tmp``, ``.events.parquet.x1y2.tmp``, ``.rewards.png.tmp.png``)."""
+TINY_MODEL = {"model_type": "llama", "vocab_size": 259, "hidden_size": 128,
+              "num_hidden_layers": 2}  # fmt: skip
+"""config.json values of marlaas's tiny model (``make-tiny-model``): its byte vocabulary is
+marlaas's own, so a folder of them from before manifests is recognisably ours."""
+MAX_PEEK_BYTES = 1 << 20
+"""Most bytes read of a file to tell whose it is."""
 
 
 class OutputError(RuntimeError):
-    """An ``--out`` that cannot be written: someone else's folder, another command writing
-    it, an unwritable parent, a full disk."""
+    """An ``--out`` that cannot be written: someone else's folder or file, another command
+    writing it, a dangling link, an unwritable parent (a user error: exit status 2)."""
+
+    exit_status = 2
+
+
+class WriteError(OutputError):
+    """A write that failed on the machine (disk full, permissions, a file size limit): the old
+    output is kept (exit status 1)."""
+
+    exit_status = 1
 
 
 def marlaas_version() -> str:
@@ -84,12 +134,20 @@ def marlaas_version() -> str:
 
 
 def read_manifest(folder: Path) -> dict | None:
-    """The folder's manifest, or None when it has none (a damaged one counts as none)."""
+    """The folder's manifest, or None when it has none (a damaged or foreign one counts as
+    none: it must name a kind of :data:`KINDS`, a status and its files)."""
     try:
-        data = json.loads((Path(folder) / MANIFEST_FILE).read_text())
+        data = json.loads(_peek(Path(folder) / MANIFEST_FILE))
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) and data.get("kind") in KINDS else None
+    if not isinstance(data, dict) or data.get("kind") not in KINDS:
+        return None
+    files = data.get("files")
+    if data.get("status", "finished") not in STATUSES or not (
+        isinstance(files, list) and all(isinstance(f, str) for f in files)
+    ):
+        return None
+    return data
 
 
 def write_manifest(folder: Path, kind: str, status: str = "finished", **extra) -> Path:
@@ -135,31 +193,109 @@ def folder_kind(folder: Path) -> tuple[str | None, str]:
     return None, ""
 
 
-def _legacy_kind(folder: Path, entries: set[str]) -> str | None:
-    if "report.html" in entries:
-        return "report"
-    if "sweep.csv" in entries:
-        return "sweep"
-    if "summary.json" not in entries:
-        return "real" if "adapters" in entries else None
+def foreign_entries(folder: Path) -> list[str]:
+    """Entries of an output folder that its command did not write: not in its manifest (or,
+    before manifests, not among its kind's files), not one of marlaas's temporary files."""
+    manifest = read_manifest(folder)
+    if manifest is not None:
+        ours = {*manifest["files"], MANIFEST_FILE}
+    else:
+        kind = folder_kind(folder)[0]
+        ours = set(LEGACY_ENTRIES.get(kind or "", ()))
+    return sorted(
+        p.name for p in folder.iterdir() if p.name not in ours and not TEMPORARY.fullmatch(p.name)
+    )
+
+
+def _peek(path: Path) -> str:
+    """The first MAX_PEEK_BYTES of a file as text (OSError, ValueError when it is not one)."""
+    with open(path, "rb") as handle:
+        return handle.read(MAX_PEEK_BYTES).decode("utf-8")
+
+
+def _json_object(path: Path) -> dict:
     try:
-        summary = json.loads((folder / "summary.json").read_text())
+        data = json.loads(_peek(path))
     except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _legacy_kind(folder: Path, entries: set[str]) -> str | None:
+    """The kind a folder from before manifests is, by its content (None: not ours)."""
+    if "report.html" in entries:
+        try:
+            head = _peek(folder / "report.html")[:4096]
+        except (OSError, ValueError):
+            return None
+        return "report" if "<title>MARLaaS " in head else None
+    if "sweep.csv" in entries:
+        try:
+            header = _peek(folder / "sweep.csv").split("\n", 1)[0].split(",")
+        except (OSError, ValueError):
+            return None
+        keys = {"workload", "jobs", "variant", "schedule", "policy", "seed"}
+        return "sweep" if "summaries.json" in entries and keys <= set(header) else None
+    if "config.json" in entries:
+        config = _json_object(folder / "config.json")
+        return "model" if all(config.get(k) == v for k, v in TINY_MODEL.items()) else None
+    if not {"summary.json", "events.parquet"} <= entries:
         return None
-    kind = summary.get("kind", "simulation") if isinstance(summary, dict) else None
+    summary = _json_object(folder / "summary.json")
+    kind = summary.get("kind", "simulation")
+    if not {"policy", "metrics"} <= set(summary):
+        return None
     return kind if kind in ("simulation", "real") else None
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def output_path(out: str | Path, what: str = "--out", *, in_place: bool = False) -> Path:
+    """The path a command writes for ``out``: a symbolic link followed to what it names
+    (refused when that does not exist), ``.`` and ``..`` made absolute; the root, and unless
+    the output is continued ``in_place`` the working folder and the folders holding it, are
+    refused (OutputError)."""
+    if str(out) == "":
+        raise OutputError(f"{what} '': an empty path; give a folder or file name")
+    path = Path(out)
+    if path.is_symlink():
+        target = Path(os.path.realpath(path))
+        if not target.exists():
+            raise OutputError(f"{path}: a symbolic link to {target}, which does not exist; "
+                              "not writing through it (give the target itself)")  # fmt: skip
+        path = target
+    if path.name in ("", ".", ".."):
+        path = Path(os.path.abspath(path))  # "." or "runs/..": the folder it names
+    if not path.name:
+        raise OutputError(f"{path}: the root folder cannot be an output folder")
+    with suppress(OSError):
+        here, real = Path.cwd().resolve(), path.resolve()
+        if not in_place and (real == here or real in here.parents):
+            raise OutputError(f"{out}: is the working folder or holds it; not writing there "
+                              "(give a folder inside it)")  # fmt: skip
+    return path
+
+
+def inside_output(path: Path) -> Path | None:
+    """The marlaas output folder ``path`` lies in (its nearest parent with a manifest), or
+    None."""
+    for parent in Path(os.path.abspath(path)).parents:
+        if read_manifest(parent) is not None:
+            return parent
+    return None
 
 
 # --------------------------------------------------------------------------- claims
 
 
 class Claim:
-    """A claimed ``--out``: checked, locked, cleaned of an earlier command's leftovers."""
+    """A claimed ``--out`` folder: checked, locked, cleaned of an earlier command's leftovers."""
 
     def __init__(self, out: Path, kind: str, existing: tuple[str | None, str]) -> None:
         self.out, self.kind = out, kind
         self.existing_kind, self.existing_status = existing
-        self.staging = out.with_name(f".{out.name}.staging")
+        self.staging = staging_path(out)
         self.old = out.with_name(f".{out.name}.old")
 
     @property
@@ -171,17 +307,21 @@ class Claim:
     def staged(self) -> Iterator[Path]:
         """Yield an empty staging folder; when the block succeeds it gets a manifest and
         replaces ``out`` in one step, when it fails it is removed and ``out`` is untouched."""
-        shutil.rmtree(self.staging, ignore_errors=True)
+        made = False
         try:
             self.staging.mkdir()
+            made = True
+            (self.staging / STAGING_MARK).touch()
             yield self.staging
+            (self.staging / STAGING_MARK).unlink()
             write_manifest(self.staging, self.kind)
             self._swap_in()
         except OSError as err:
-            raise OutputError(f"{self.out}: cannot write the output ({_reason(err)}); "
-                              f"{self._what_is_left()}") from None  # fmt: skip
+            raise WriteError(f"{self.out}: cannot write the output ({_reason(err)}); "
+                             f"{self._what_is_left()}") from None  # fmt: skip
         finally:
-            shutil.rmtree(self.staging, ignore_errors=True)
+            if made:
+                shutil.rmtree(self.staging, ignore_errors=True)
 
     def _what_is_left(self) -> str:
         return f"the earlier {self.out} is kept" if self.out.exists() else "nothing was written"
@@ -197,7 +337,12 @@ class Claim:
         else:
             os.rename(self.out, self.old)
             os.rename(self.staging, self.out)
-        shutil.rmtree(self.old, ignore_errors=True)
+            shutil.rmtree(self.old, ignore_errors=True)
+
+
+def staging_path(out: Path) -> Path:
+    """Where the new output of ``out`` is built (beside it, hidden)."""
+    return out.with_name(f".{out.name}.staging")
 
 
 def _reason(err: OSError) -> str:
@@ -207,32 +352,59 @@ def _reason(err: OSError) -> str:
 
 
 @contextmanager
-def claim(out: str | Path, kind: str, *, allow_partial: bool = False) -> Iterator[Claim]:
+def claim(
+    out: str | Path, kind: str, *, allow_partial: bool = False, replace: bool = True
+) -> Iterator[Claim]:
     """Check, lock and clean ``out`` for an output of ``kind``, before any work; hold the
     lock until the block ends (see the module docstring). ``allow_partial``: a partial
-    output of this kind (a killed real run) may be continued."""
+    output of this kind (a killed real run) may be continued, in place; ``replace=False``: a
+    finished output of this kind is refused too (``--overwrite`` was not given)."""
     if kind not in KINDS:
         raise ValueError(f"unknown output kind {kind!r}")
-    out = Path(out)
-    if out.name in ("", ".", ".."):
-        out = Path(os.path.abspath(out))  # "." or "runs/..": the folder it names
-    if not out.name:
-        raise OutputError(f"{out}: the root folder cannot be an output folder")
+    out = output_path(out, in_place=allow_partial)
     if out.exists() and not out.is_dir():
         raise OutputError(f"{out}: exists and is not a folder; not writing there")
+    lock = _lock_beside(out)
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        lock = _lock(out)
-    except OSError as err:
-        raise OutputError(f"{out}: cannot write there ({_reason(err)})") from None
-    try:
-        _recover(out, kind)
-        existing = folder_kind(out) if out.is_dir() and any(out.iterdir()) else (None, "")
+        _restore_old(out, kind)
+        existing: tuple[str | None, str] = (None, "")
         if out.is_dir() and any(out.iterdir()):
+            existing = folder_kind(out)
             _check_owner(out, kind, existing, allow_partial)
+            if not replace:
+                raise OutputError(f"{out}: already holds a {NAMES[kind]}; not replacing it "
+                                  "(give --overwrite to replace it)")  # fmt: skip
+        _remove_leftovers(out)  # every check has passed
         yield Claim(out, kind, existing)
     finally:
         _unlock(out, lock)
+
+
+@contextmanager
+def claim_file(out: str | Path, what: str, recognise: Callable[[Path], bool]) -> Iterator[Path]:
+    """Check and lock the file ``out`` (``what`` names its kind, e.g. ``cost profile``)
+    before any work; yields the path to write, through :func:`write_durably`. An existing
+    file must be one ``recognise`` says this command wrote; a folder, a file inside a
+    marlaas output folder and anything else are refused (OutputError)."""
+    path = output_path(out)
+    if path.is_dir():
+        raise OutputError(f"{out}: is a folder; --out names the {what} file to write")
+    if path.exists() and not path.is_file():
+        raise OutputError(f"{out}: exists and is not a regular file; not writing there")
+    owner = inside_output(path)
+    if owner is not None:
+        kind = NAMES[folder_kind(owner)[0] or "simulation"]
+        raise OutputError(f"{out}: is inside {owner}, a {kind}; marlaas writes none of its "
+                          "files there (choose a path outside it)")  # fmt: skip
+    lock = _lock_beside(path)
+    try:
+        if path.exists() and not recognise(path):
+            article = "an" if what[:1] in "aeiou" else "a"
+            raise OutputError(f"{out}: exists and is not {article} {what} marlaas wrote; not "
+                              "replacing it (choose another --out)")  # fmt: skip
+        yield path
+    finally:
+        _unlock(path, lock)
 
 
 def _check_owner(out: Path, kind: str, existing: tuple[str | None, str], partial: bool) -> None:
@@ -246,6 +418,12 @@ def _check_owner(out: Path, kind: str, existing: tuple[str | None, str], partial
     if status != "finished" and not partial:
         hint = " (continue it: the same command with --resume)" if kind == "real" else ""
         raise OutputError(f"{out}: holds an unfinished {NAMES[kind]}{hint}; not replacing it")
+    foreign = [] if partial else foreign_entries(out)
+    if foreign:
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        shown = ", ".join(foreign[:3]) + more
+        raise OutputError(f"{out}: holds {shown}, which marlaas did not write there; not "
+                          "replacing it (move it out or choose another --out)")  # fmt: skip
 
 
 def lock_path(out: Path) -> Path:
@@ -253,10 +431,18 @@ def lock_path(out: Path) -> Path:
     return out.with_name(f".{out.name}.lock")
 
 
+def _lock_beside(out: Path) -> int:
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return _lock(out)
+    except OSError as err:
+        raise OutputError(f"{out}: cannot write there ({_reason(err)})") from None
+
+
 def _lock(out: Path) -> int:
     path = lock_path(out)
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -280,26 +466,52 @@ def _unlock(out: Path, fd: int) -> None:
     os.close(fd)
 
 
+# --------------------------------------------------------------------------- leftovers
+
 _LEGACY_STAGING = r"\.{name}\.[a-z0-9_]{{8}}"
 """Staging folders of marlaas before manifests (tempfile.mkdtemp names)."""
 
 
-def _recover(out: Path, kind: str) -> None:
-    """Undo what a killed command left (we hold the lock: nobody else is writing ``out``)."""
+def _restore_old(out: Path, kind: str) -> None:
+    """Killed between the two renames of a swap: the old output returns (we hold the lock)."""
     old = out.with_name(f".{out.name}.old")
-    if old.is_dir() and not out.exists() and folder_kind(old)[0] == kind:
-        os.rename(old, out)  # killed between the two renames of a swap: the old output returns
-    shutil.rmtree(old, ignore_errors=True)
-    shutil.rmtree(out.with_name(f".{out.name}.staging"), ignore_errors=True)
+    if _is_dir(old) and not out.exists() and folder_kind(old)[0] == kind:
+        os.rename(old, out)
+
+
+def _remove_leftovers(out: Path) -> None:
+    """Remove what a killed command left beside ``out``, where it is recognisably marlaas's;
+    anything else of those names is refused, not removed."""
+    staging, old = staging_path(out), out.with_name(f".{out.name}.old")
+    for path, ours in ((staging, _is_staging), (old, _is_output)):
+        if path.is_symlink() or path.exists():
+            if not (_is_dir(path) and ours(path)):
+                raise OutputError(f"{path}: in the way of {out}'s output and not left by "
+                                  "marlaas; not removing it (move it away)")  # fmt: skip
+            shutil.rmtree(path)
     legacy = re.compile(_LEGACY_STAGING.format(name=re.escape(out.name)))
     for path in out.parent.iterdir():
-        if legacy.fullmatch(path.name) and path.is_dir() and _only_outputs(path):
+        if legacy.fullmatch(path.name) and _is_dir(path) and _only_outputs(path):
             shutil.rmtree(path, ignore_errors=True)
+
+
+def _is_dir(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()
+
+
+def _is_staging(folder: Path) -> bool:
+    """A staging folder of marlaas: marked, complete with its manifest, or (from before the
+    mark) holding only names of marlaas's outputs."""
+    return (folder / STAGING_MARK).is_file() or _is_output(folder) or _only_outputs(folder)
+
+
+def _is_output(folder: Path) -> bool:
+    return folder_kind(folder)[0] is not None and not foreign_entries(folder)
 
 
 def _only_outputs(folder: Path) -> bool:
     names = {p.name for p in folder.iterdir()}
-    known = set().union(*LEGACY_ENTRIES.values()) - {"adapters"}
+    known = set().union(*LEGACY_ENTRIES.values()) - {"adapters"} - MODEL_FILES
     return names <= known
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from marlaas.core.limits import MAX_SEED
 
@@ -29,6 +30,17 @@ def bounded_int(low: int, high: int):
 
     parse.__name__ = "integer"
     return parse
+
+
+def path_arg(text: str) -> Path:
+    """An argparse ``type`` for a path to write or read: any but the empty one (``''`` would
+    be the working folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: an empty path")
+    return Path(text)
+
+
+path_arg.__name__ = "path"
 
 
 def load_run_workload(args: argparse.Namespace):

@@ -91,12 +91,6 @@ def run_summary(workload: Workload, result, events: pd.DataFrame, kind: str, **e
     }
 
 
-def read_summary(run_dir: str | Path) -> dict:
-    """The summary of a run folder ({} when it has none)."""
-    path = Path(run_dir) / SUMMARY_FILE
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
 def json_default(value):
     """json.dumps ``default`` for numpy scalars."""
     if hasattr(value, "item"):

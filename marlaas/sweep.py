@@ -25,7 +25,7 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,6 +70,8 @@ class SweepRun:
     workload: Workload = field(repr=False, compare=False)
     profile: CostProfile | None = field(default=None, repr=False, compare=False)
     """The cost profile that replaces the workload's cost model (``--cost``)."""
+    folder: str = ""
+    """Its folder's name under ``SWEEP_DIR/runs/`` (:func:`run_folders`; "": :func:`run_folder`)."""
 
     @property
     def keys(self) -> dict[str, Any]:
@@ -107,12 +109,21 @@ def variants(items: list[str] | None) -> list[dict[str, Any]]:
     by_key: dict[str, list[Any]] = {}
     for item in items or []:
         ((key, value),) = parse_overrides([item]).items()
-        by_key.setdefault(key, []).append(value)
+        given = by_key.setdefault(key, [])
+        if _same(value) in map(_same, given):
+            raise SweepError(f"--set {item[:80]!r}: {key} is given this value twice (each value "
+                             "of a key makes one variant)")  # fmt: skip
+        given.append(value)
     keys = list(by_key)
     count = math.prod(len(values) for values in by_key.values())
     if count > MAX_RUNS:
         raise SweepError(f"--set: {count:,} variants; a sweep may have at most {MAX_RUNS:,} runs")
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*by_key.values())]
+
+
+def _same(value: Any) -> str:
+    """A value as its variant label shows it (two values alike here are one variant)."""
+    return json.dumps(value, sort_keys=True, default=str)
 
 
 def first_jobs(workload: Workload, n: int) -> Workload:
@@ -165,7 +176,8 @@ def plan(
                 for seed in seeds or [sub.seed]:
                     run = SweepRun(n, label, schedule, policy, seed, run_workload, profile)
                     runs.append(run)
-    return runs
+    folders = run_folders([(r.jobs, r.variant, r.schedule, r.seed) for r in runs])
+    return [replace(run, folder=folder) for run, folder in zip(runs, folders, strict=True)]
 
 
 def _varies(items: list[str] | None, key: str) -> bool:
@@ -184,6 +196,22 @@ def run_folder(jobs: int, variant: str, schedule: str, seed: int) -> str:
     return "-".join([*parts, f"seed{seed}"])
 
 
+def run_folders(keys: list[tuple[int, str, str, int]]) -> list[str]:
+    """Folder names of the runs ``keys`` (jobs, variant, schedule, seed): each its
+    :func:`run_folder`, made unique where variants that differ only in characters a folder
+    name drops (``a.b=1``, ``a_b=1``) would share one: ``-2``, ``-3``, ... in the order of
+    their variants (so a sweep's writer and its report agree, whatever their row order)."""
+    names = [run_folder(*key) for key in keys]
+    alike: dict[str, list[int]] = {}
+    for i, name in enumerate(names):
+        alike.setdefault(name, []).append(i)
+    for name, rows in alike.items():
+        ordered_rows = sorted(rows, key=lambda i: (keys[i][1], i))
+        for n, i in enumerate(ordered_rows[1:], start=2):
+            names[i] = f"{name}-{n}"
+    return names
+
+
 def run_one(run: SweepRun, events_dir: Path | None = None) -> tuple[dict, dict]:
     """Simulate one run: (table row, summary); with ``events_dir`` also write its run folder
     there (:func:`run_folder`). Top level so that a process pool can call it."""
@@ -191,7 +219,8 @@ def run_one(run: SweepRun, events_dir: Path | None = None) -> tuple[dict, dict]:
 
     events, summary = simulate_run(run.workload, run.policy, run.seed, profile=run.profile)
     if events_dir is not None:
-        folder = events_dir / run_folder(run.jobs, run.variant, run.schedule, run.seed)
+        name = run.folder or run_folder(run.jobs, run.variant, run.schedule, run.seed)
+        folder = events_dir / name
         write_run_files(folder, events, summary, run.workload)
     return summary_row(run.keys, summary), summary
 
@@ -265,13 +294,13 @@ def write_sweep_files(folder: Path, table: pd.DataFrame, summaries: list[dict]) 
 
 def sweep_command(args: argparse.Namespace) -> int:
     """``marlaas sweep`` for parsed arguments (see :mod:`marlaas.sweep_cli`)."""
-    policies = parse_list(args.policies, "policies") if args.policies else []
-    presets = parse_list(args.presets, "presets") if args.presets else []
+    policies = parse_list(args.policies, "policies") if args.policies is not None else []
+    presets = parse_list(args.presets, "presets") if args.presets is not None else []
     if not policies and not presets:
         raise SweepError("give --policies and/or --presets, e.g. --presets sequential "
                          "--policies fifo,fair")  # fmt: skip
-    jobs = parse_list(args.jobs, "jobs", int) if args.jobs else None
-    seeds = parse_list(args.seeds, "seeds", int) if args.seeds else None
+    jobs = parse_list(args.jobs, "jobs", int) if args.jobs is not None else None
+    seeds = parse_list(args.seeds, "seeds", int) if args.seeds is not None else None
     for seed in seeds or []:
         check_seed(seed, "--seeds")
     if args.workers is not None and not 1 <= args.workers <= MAX_WORKERS:

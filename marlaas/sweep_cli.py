@@ -4,7 +4,8 @@ when the command runs)."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+
+from marlaas.run_options import path_arg
 
 HELP = "compare schedules (and overrides, job counts, seeds) in simulation"
 
@@ -41,7 +42,7 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baseline", help="preset or policy the ratios compare to (default: "
                         "sequential when swept)")  # fmt: skip
     parser.add_argument("--workers", type=int, help="processes (default: one per CPU core)")
-    parser.add_argument("--out", required=True, type=Path,
+    parser.add_argument("--out", required=True, type=path_arg,
                         help="folder for sweep.csv and summaries")  # fmt: skip
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument(

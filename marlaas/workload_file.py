@@ -63,48 +63,50 @@ def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
 
 
-def read_yaml(path: str | Path) -> Any:
-    """Parse a YAML file (size-capped, duplicate keys refused) into plain data."""
+def read_yaml(path: str | Path, what: str = "workload", error: type = WorkloadError) -> Any:
+    """Parse a YAML file (size-capped; duplicate keys, alias bombs and deep nesting refused)
+    into plain data; ``what`` the file is (``workload``, ``cost profile``) names it in the
+    ``error`` raised."""
     path = Path(path)
     if not path.is_file():
-        raise WorkloadError(f"{path}: no such workload file")
+        raise error(f"{path}: no such {what} file")
     size = path.stat().st_size
     if size > MAX_FILE_BYTES:
-        raise WorkloadError(f"{path}: {size:,} bytes; a workload file may have at most "
-                            f"{MAX_FILE_BYTES:,}")  # fmt: skip
+        raise error(f"{path}: {size:,} bytes; a {what} file may have at most "
+                    f"{MAX_FILE_BYTES:,}")  # fmt: skip
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
-        raise WorkloadError(f"{path}: not a text file ({err.reason})") from None
+        raise error(f"{path}: not a text file ({err.reason})") from None
     except OSError as err:
-        raise WorkloadError(f"{path}: cannot read it ({err.strerror})") from None
-    return parse_yaml(text, str(path))
+        raise error(f"{path}: cannot read it ({err.strerror})") from None
+    return parse_yaml(text, str(path), error)
 
 
-def parse_yaml(text: str, source: str) -> Any:
-    """Parse YAML text (duplicate keys, alias bombs and deep nesting refused)."""
+def parse_yaml(text: str, source: str, error: type = WorkloadError) -> Any:
+    """Parse YAML text (duplicate keys, alias bombs and deep nesting refused, as ``error``)."""
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as err:
-        raise WorkloadError(f"{source}: not valid YAML ({_one_line(err)})") from None
+        raise error(f"{source}: not valid YAML ({_one_line(err)})") from None
     except RecursionError:
-        raise WorkloadError(f"{source}: nested too deeply (at most {MAX_DEPTH} levels)") from None
-    check_size(data, source)
+        raise error(f"{source}: nested too deeply (at most {MAX_DEPTH} levels)") from None
+    check_size(data, source, error)
     return data
 
 
-def check_size(data: Any, source: str) -> None:
+def check_size(data: Any, source: str, error: type = WorkloadError) -> None:
     """Refuse data that expands to more than MAX_NODES values or nests deeper than
-    MAX_DEPTH (the walk stops at the first value over the budget)."""
+    MAX_DEPTH (the walk stops at the first value over the budget), as ``error``."""
     stack, seen = [(data, 1)], 0
     while stack:
         node, depth = stack.pop()
         seen += 1
         if seen > MAX_NODES:
-            raise WorkloadError(f"{source}: expands to more than {MAX_NODES:,} values (YAML "
-                                "aliases repeated too often?); not loading it")  # fmt: skip
+            raise error(f"{source}: expands to more than {MAX_NODES:,} values (YAML "
+                        "aliases repeated too often?); not loading it")  # fmt: skip
         if depth > MAX_DEPTH:
-            raise WorkloadError(f"{source}: nested too deeply (at most {MAX_DEPTH} levels)")
+            raise error(f"{source}: nested too deeply (at most {MAX_DEPTH} levels)")
         if isinstance(node, dict):
             stack.extend((v, depth + 1) for v in node.values())
             seen += len(node)  # the keys
@@ -129,10 +131,17 @@ def load_run_workload(run_dir: str | Path) -> WorkloadFile:
         raise WorkloadError(
             f"{run_dir}: no workload.json (a run folder written by this version of marlaas has one)"
         )
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise WorkloadError(f"{path}: {size:,} bytes; a workload may have at most "
+                            f"{MAX_FILE_BYTES:,}")  # fmt: skip
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise WorkloadError(f"{path}: not readable JSON ({_one_line(err)})") from None
+    except RecursionError:
+        raise WorkloadError(f"{path}: nested too deeply (at most {MAX_DEPTH} levels)") from None
+    check_size(data, str(path))
     return parse_workload(data, source=str(path), schema=WorkloadFile)
 
 

@@ -112,12 +112,19 @@ def test_out_never_replaces_a_folder_that_is_not_a_run(tmp_path, capsys):
     assert main([*args, "--out", str(precious)]) == 2
     assert "not replacing it" in capsys.readouterr().err
     assert (precious / "thesis.tex").read_text() == "years of work"
-    # an earlier run folder is replaced whole
+    # an earlier run folder is replaced whole: what it wrote then and not now is gone
+    from marlaas.out_folder import write_manifest
+
     run = tmp_path / "run"
     assert main([*args, "--out", str(run)]) == 0
     (run / "stale.txt").write_text("from before")
+    write_manifest(run, "simulation")  # as if the earlier version had written stale.txt
     assert main([*args, "--out", str(run)]) == 0
     assert not (run / "stale.txt").exists()
+    (run / "notes.txt").write_text("mine")  # a file marlaas did not write: refused, kept
+    assert main([*args, "--out", str(run)]) == 2
+    assert "holds notes.txt, which marlaas did not write" in capsys.readouterr().err
+    assert (run / "notes.txt").read_text() == "mine"
 
 
 # ------------------------------------------------------------------ start-up, help, pipes

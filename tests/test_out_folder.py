@@ -27,6 +27,8 @@ from marlaas.out_folder import (
 )
 
 SIM = ["simulate", "traces/small.yaml", "--quiet", "--set", "jobs.*.rl.steps=2"]
+REPORT_HTML = "<!DOCTYPE html>\n<html><head><title>MARLaaS report: fair</title></head></html>"
+SWEEP_CSV = "workload,jobs,variant,schedule,policy,seed,makespan_s\nsmall,4,-,fair,fair,0,9.5\n"
 
 
 def simulate(out: Path, *extra: str) -> int:
@@ -75,9 +77,16 @@ def test_simulate_never_replaces_an_output_of_another_kind(tmp_path, capsys, kin
 @pytest.mark.parametrize(
     ("files", "kind"),
     [
-        ({"summary.json": '{"kind": "real"}', "adapters/j/v1/x": "w"}, "real"),
-        ({"summary.json": "{}", "report.html": "<html>", "trace.json": "{}"}, "report"),
-        ({"sweep.csv": "a\n", "table.txt": ""}, "sweep"),
+        (
+            {
+                "summary.json": '{"kind": "real", "policy": "fair", "metrics": {}}',
+                "events.parquet": "PAR1",
+                "adapters/j/v1/x": "w",
+            },
+            "real",
+        ),
+        ({"summary.json": "{}", "report.html": REPORT_HTML, "trace.json": "{}"}, "report"),
+        ({"sweep.csv": SWEEP_CSV, "summaries.json": "[]", "table.txt": ""}, "sweep"),
         ({"summary.json": "{}", "notes.txt": "mine"}, None),
     ],
 )
@@ -170,7 +179,7 @@ def test_disk_full_while_writing_a_run_keeps_the_old_one(tmp_path, capsys, monke
         raise OSError(code, os.strerror(code), str(path))
 
     monkeypatch.setattr(runs, "write_event_log", full)
-    assert simulate(out, "--seed", "4") == 2
+    assert simulate(out, "--seed", "4") == 1  # a failure of the machine, not of the input
     err = one_error(capsys)
     assert os.strerror(code) in err and "the earlier" in err and "is kept" in err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
@@ -178,7 +187,7 @@ def test_disk_full_while_writing_a_run_keeps_the_old_one(tmp_path, capsys, monke
     monkeypatch.undo()
     assert simulate(tmp_path / "new") == 0
     monkeypatch.setattr(runs, "write_event_log", full)
-    assert simulate(tmp_path / "other") == 2
+    assert simulate(tmp_path / "other") == 1
     assert "nothing was written" in one_error(capsys)
     assert entries(tmp_path) == ["new", "run"]
 
@@ -195,7 +204,7 @@ def test_disk_full_while_writing_a_report_keeps_the_old_one(tmp_path, capsys, mo
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(rep / "trace.json"))
 
     monkeypatch.setattr(build, "write_trace", full)
-    assert main(["report", str(tmp_path / "run"), "--out", str(rep)]) == 2
+    assert main(["report", str(tmp_path / "run"), "--out", str(rep)]) == 1
     assert "No space left on device" in one_error(capsys)
     assert (rep / "report.html").read_bytes() == before
     assert entries(tmp_path) == ["rep", "run"]
@@ -213,7 +222,7 @@ def test_a_file_size_limit_hit_by_a_real_write_is_one_line(tmp_path):
     """)
     args = [sys.executable, "-c", script, *SIM, "--out", str(out)]
     done = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 2, done.stderr
+    assert done.returncode == 1, done.stderr
     assert done.stderr.startswith("marlaas: error: ") and "File too large" in done.stderr
     assert "Traceback" not in done.stderr and entries(tmp_path) == []
 

@@ -327,3 +327,20 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
 
     pixels = imread(shot)
     assert pixels.std() > 0.01, "screenshot is blank"
+
+
+def test_runs_whose_labels_slug_alike_get_ids_and_figures_of_their_own(two_runs, tmp_path):
+    """``a b`` and ``a-b`` (folder names as labels) shared element ids and --static files."""
+    from marlaas.report.labels import unique_slugs
+
+    assert unique_slugs(["a b", "a-b", "a-b-2", "x"]) == ["a-b", "a-b-2", "a-b-2-2", "x"]
+    runs = []
+    for name, source in zip(("a b", "a-b"), two_runs, strict=True):
+        (tmp_path / name).mkdir()
+        shutil.copy(Path(source) / "events.parquet", tmp_path / name / "events.parquet")
+        runs.append(tmp_path / name)
+    loaded = load_runs(runs)
+    assert [r.slug for r in loaded] == ["a-b", "a-b-2"]
+    page = run_report(runs, tmp_path / "rep").read_text()
+    ids = re.findall(r'<section id="([^"]+)"', page)
+    assert len(ids) == len(set(ids)) and "timeline-a-b-2" in ids

@@ -183,3 +183,37 @@ def test_run_folder_names():
     assert run_folder(2, 'scheduling.barrier=true rl.x="a b"', "sync", 3) == (
         "jobs2-sync-scheduling_barrier_true_rl_x_a_b-seed3"
     )
+
+
+def test_a_value_given_twice_for_one_key_is_refused():
+    """It made two identical rows and one run folder."""
+    with pytest.raises(SweepError, match="seed is given this value twice"):
+        variants(["seed=1", "seed=1"])
+    assert len(variants(["seed=1", "seed=2"])) == 2
+
+
+@pytest.mark.parametrize("option", ["--jobs", "--seeds", "--policies", "--presets"])
+def test_an_empty_list_is_refused_not_taken_for_all(tmp_path, capsys, option):
+    args = ["sweep", str(SMALL), "--policies", "fifo", option, "", "--out", str(tmp_path / "o")]
+    assert main(args) == 2
+    assert f"{option} '': empty item" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_variants_whose_folder_names_collide_get_folders_of_their_own(tmp_path):
+    from marlaas.report.sweep_page import load_sweep
+    from marlaas.sweep import run_folders
+
+    keys = [(4, 'name="a_b"', "fifo", 0), (4, 'name="a.b"', "fifo", 0), (4, "-", "fifo", 0)]
+    assert run_folders(keys) == [
+        "jobs4-fifo-name_a_b-seed0-2", "jobs4-fifo-name_a_b-seed0", "jobs4-fifo-seed0"
+    ]  # fmt: skip
+    assert run_folders(keys[::-1]) == run_folders(keys)[::-1]  # whatever the row order
+    out = tmp_path / "sw"
+    assert sweep("--policies", "fifo", "--set", "name=a.b", "--set", "name=a_b", "--workers",
+                 "1", "--out", str(out)) == 0  # fmt: skip
+    table = load_sweep(out)
+    assert table["folder"].notna().all() and table["folder"].nunique() == 2
+    for folder, variant in zip(table["folder"], table["variant"], strict=True):
+        name = json.loads((folder / "summary.json").read_text())["workload"]
+        assert variant == f'name="{name}"'  # each row reads its own run's folder

@@ -306,6 +306,23 @@ def test_request_times(tmp_path, fmt, text, times):
     assert load_request_times(path, fmt, 1) == [(got[0][0], 0.0)]  # relative to the first used
 
 
+@pytest.mark.parametrize(
+    ("fmt", "text"),
+    [
+        ("csv", "prompt_tokens,response_tokens,timestamp_s\n1,2,1717000000\n1,2,1717000010.5\n"),
+        ("mooncake", '{"timestamp": 1717000000000, "input_length": 5, "output_length": 3}\n'
+                     '{"timestamp": 1717000010500, "input_length": 5, "output_length": 3}\n'),
+    ],
+)  # fmt: skip
+def test_request_times_may_be_unix_timestamps(tmp_path, fmt, text):
+    """Only their distance from the earliest request is bounded (1e8 s), as the docs say."""
+    path = write(tmp_path, "t.txt", text)
+    assert [t for _, t in load_request_times(path, fmt, 2)] == pytest.approx([0.0, 10.5])
+    late = text.replace("1717000010", "1817000010")  # 3 years later: more than 1e8 s apart
+    with pytest.raises(TraceError, match="after the earliest request; at most 1e"):
+        load_request_times(write(tmp_path, "late.txt", late), fmt, 2)
+
+
 def _request_workload(tmp_path: Path, arrivals: dict, jobs: int = 3) -> Path:
     spec = {
         "jobs": [{"name": f"j{i}", "tenant": f"t{i % 2}"} for i in range(jobs)],

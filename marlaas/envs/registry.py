@@ -73,7 +73,12 @@ def check_env(spec: str, args: dict[str, Any] | None = None) -> None:
         raise EnvLoadError(
             f"{spec}: unknown option(s) {unknown}; it takes {sorted(declared) or 'none'}"
         )
-    cls(args)
+    try:
+        cls(args)
+    except (EnvLoadError, ValueError, TypeError):
+        raise
+    except Exception as exc:  # a user's class: whatever it raises is one line
+        raise EnvLoadError(f"{spec}: making it failed ({_one_line(exc)})") from exc
 
 
 def _import(path: str) -> type[Environment]:
@@ -84,6 +89,9 @@ def _import(path: str) -> type[Environment]:
         raise EnvLoadError(
             f"environment {path!r}: cannot import module {module_name!r} ({exc})"
         ) from exc
+    except Exception as exc:  # a user's module that fails as it is imported
+        raise EnvLoadError(f"environment {path!r}: importing module {module_name!r} failed "
+                           f"({_one_line(exc)})") from exc  # fmt: skip
     cls = getattr(module, attr, None)
     if cls is None:
         raise EnvLoadError(f"environment {path!r}: module {module_name!r} has no {attr!r}")
@@ -92,3 +100,8 @@ def _import(path: str) -> type[Environment]:
             f"environment {path!r}: {attr!r} is not a subclass of marlaas.envs.Environment"
         )
     return cls
+
+
+def _one_line(exc: BaseException) -> str:
+    """``Type: message`` of an exception, on one line."""
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:300]

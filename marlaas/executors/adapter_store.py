@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from collections.abc import Callable
@@ -12,6 +13,15 @@ from marlaas.executors.atomic import atomic_dir
 _VERSION_DIR = re.compile(r"v(\d+)")
 OPTIMIZER_FILE = "optimizer.pt"
 """A job's optimizer state, saved beside its adapter so that training continues exactly."""
+META_FILE = "marlaas_adapter.json"
+"""What marlaas records of a version: job, version, rank, alpha (PeftTrainer writes it)."""
+CONFIG_FILE = "adapter_config.json"
+WEIGHTS_FILE = "adapter_model.safetensors"
+MAX_META_BYTES = 1024 * 1024
+
+
+class AdapterError(ValueError):
+    """An adapter version folder that is damaged, or not the workload's (another job, rank)."""
 
 
 class AdapterStore:
@@ -57,6 +67,27 @@ class AdapterStore:
         versions = self.versions(job)
         return versions[-1] if versions else None
 
+    def check(self, job: str, version: int, rank: int) -> Path:
+        """The folder of (job, version) when it is loadable as that job's adapter of LoRA rank
+        ``rank``: its config and weights present, marlaas's record of it naming this job,
+        version and rank; else an AdapterError naming the file and the field."""
+        folder = self.path(job, version)
+        for name in (CONFIG_FILE, WEIGHTS_FILE, META_FILE):
+            if not (folder / name).is_file():
+                raise AdapterError(f"{folder}: no {name}; not an adapter marlaas saved")
+        meta = _json_object(folder / META_FILE)
+        config = _json_object(folder / CONFIG_FILE)
+        expected = {"job": job, "version": version, "rank": rank}
+        for key, want in expected.items():
+            if meta.get(key) != want:
+                found = meta.get(key)
+                raise AdapterError(f"{folder / META_FILE}: {key}: {found!r}, but the "
+                                   f"workload's is {want!r} (this run's workload?)")  # fmt: skip
+        if config.get("r") != rank:
+            raise AdapterError(f"{folder / CONFIG_FILE}: r: {config.get('r')!r}, but the job's "
+                               f"lora_rank is {rank}")  # fmt: skip
+        return folder
+
     def has_optimizer(self, job: str, version: int) -> bool:
         """Whether (job, version) was saved with its optimizer state."""
         return (self.path(job, version) / OPTIMIZER_FILE).is_file()
@@ -88,3 +119,18 @@ class AdapterStore:
         for p in partial:
             shutil.rmtree(p, ignore_errors=True)
         return len(partial)
+
+
+def _json_object(path: Path) -> dict:
+    """A small JSON object file, or an AdapterError naming it."""
+    try:
+        if path.stat().st_size > MAX_META_BYTES:
+            raise AdapterError(f"{path}: over {MAX_META_BYTES:,} bytes")
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as err:
+        raise AdapterError(
+            f"{path}: not a readable JSON file ({' '.join(str(err).split())[:200]})"
+        ) from None
+    if not isinstance(data, dict):
+        raise AdapterError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data

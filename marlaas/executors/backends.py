@@ -76,12 +76,48 @@ def model_dir_of(workload: Workload, base_dir: Path | None = None) -> Path:
         candidates.insert(0, base_dir / path)
     for candidate in candidates:
         if (candidate / "config.json").is_file():
-            return candidate.resolve()
+            return check_model_dir(candidate.resolve(), f"base_model.path {str(path)!r}")
     raise ModelDirError(
         f"base_model.path {str(path)!r}: no config.json there; build the tiny model with "
         "`marlaas make-tiny-model models/tiny` or SmolLM2 with `marlaas prepare-smollm2 "
         "models/smollm2`"
     )
+
+
+MAX_CONFIG_BYTES = 1024 * 1024
+"""Largest config.json read [bytes] (a model's is a few KB)."""
+CONFIG_COUNTS = ("num_hidden_layers", "num_attention_heads", "hidden_size")
+"""config.json fields a real run reads (KV-cache sizing), each a positive integer."""
+WEIGHTS = ("*.safetensors", "pytorch_model*.bin")
+"""Weight files one of which a model folder holds."""
+
+
+def check_model_dir(folder: Path, where: str) -> Path:
+    """``folder`` when it is a loadable model folder: a config.json object naming its
+    ``model_type`` with the CONFIG_COUNTS as positive integers, weight files and a tokenizer
+    beside it; else a ModelDirError naming ``where`` and what is wrong (before any work)."""
+    config_file = folder / "config.json"
+    try:
+        if config_file.stat().st_size > MAX_CONFIG_BYTES:
+            raise ModelDirError(f"{where}: {config_file} is over {MAX_CONFIG_BYTES:,} bytes")
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as err:
+        raise ModelDirError(f"{where}: {config_file} is not a JSON model config "
+                            f"({' '.join(str(err).split())[:200]})") from None  # fmt: skip
+    if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
+        raise ModelDirError(f"{where}: {config_file} names no model_type; not a model's config")
+    for key in CONFIG_COUNTS:
+        value = config.get(key)
+        if not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+            raise ModelDirError(f"{where}: {config_file}: {key}: a positive integer, got "
+                                f"{str(value)[:40]!r}")  # fmt: skip
+    if not any(next(folder.glob(pattern), None) for pattern in WEIGHTS):
+        raise ModelDirError(f"{where}: {folder} has no weights ({', '.join(WEIGHTS)}) beside "
+                            "its config.json")  # fmt: skip
+    if next(folder.glob("tokenizer*"), None) is None:
+        raise ModelDirError(f"{where}: {folder} has no tokenizer (tokenizer.json, "
+                            "tokenizer_config.json) beside its config.json")  # fmt: skip
+    return folder
 
 
 def max_positions(model_dir: Path) -> int:

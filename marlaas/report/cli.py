@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from marlaas.run_options import path_arg
+
 HELP = "report.html (interactive) and trace.json from run folders or a sweep"
 
 
@@ -46,7 +48,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
         help="run folder with events.parquet (and optionally summary.json), or one sweep "
         "folder with sweep.csv",
     )
-    parser.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    parser.add_argument("--out", required=True, metavar="DIR", type=path_arg, help="output folder")
     parser.add_argument(
         "--static",
         action="store_true",

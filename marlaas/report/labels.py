@@ -92,3 +92,20 @@ def run_labels(summaries: Sequence[Mapping], fallbacks: Sequence[str] | None = N
 def slug(text: str) -> str:
     """``text`` reduced to letters, digits, - and _ (for ids and file names)."""
     return re.sub(r"[^A-Za-z0-9_-]+", "-", text).strip("-") or "run"
+
+
+def unique_slugs(labels: Sequence[str]) -> list[str]:
+    """The :func:`slug` of each label, with ``-2``, ``-3``, ... where labels that differ only
+    in the characters a slug drops (``fair #2`` and ``fair-2``) would share one, so that no
+    two runs of a report share an element id or a figure file."""
+    taken: set[str] = set()
+    out = []
+    for label in labels:
+        base = candidate = slug(label)
+        n = 1
+        while candidate in taken:
+            n += 1
+            candidate = f"{base}-{n}"
+        taken.add(candidate)
+        out.append(candidate)
+    return out

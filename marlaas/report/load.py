@@ -3,26 +3,19 @@ evaluation, and clear errors."""
 
 from __future__ import annotations
 
-import json
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from marlaas.eventlog import EVENT_LOG_FILE, KINDS, EventLogError, read_event_log
+from marlaas.eventlog import EVENT_LOG_FILE, EventLogError, read_event_log
 from marlaas.executors.outputs import MEMORY_CSV, REWARDS_CSV
-from marlaas.report.labels import kind_name, run_labels
+from marlaas.report.labels import kind_name, run_labels, unique_slugs
 from marlaas.report.labels import slug as _slug
-from marlaas.runs import SUMMARY_FILE
+from marlaas.run_files import EVAL_FILE, read_evaluation, read_memory, read_rewards, read_summary
 
-EVAL_FILE = "eval.json"
-"""Held-out evaluation of a real run (``marlaas evaluate``), when it was made."""
-MAX_EVENT_TIME_S = 1e12
-"""Latest time an event log may hold [s] (beyond it, sums of times lose all precision)."""
 DEMO_RUNS = ("runs/sequential", "runs/fair")
 """The run folders that ``make demo`` writes."""
 
@@ -39,6 +32,8 @@ class Run:
     """The event log (see marlaas.eventlog)."""
     meta: dict = field(default_factory=dict)
     """summary.json as written by the run (workload, policy, seed, ...); {} when absent."""
+    key: str = ""
+    """The run's slug, unique in its report ("": the label's, see :attr:`slug`)."""
 
     @property
     def arrivals(self) -> dict[str, float] | None:
@@ -52,8 +47,9 @@ class Run:
 
     @property
     def slug(self) -> str:
-        """The label as letters, digits, - and _ (for section ids and file names)."""
-        return _slug(self.label)
+        """The label as letters, digits, - and _ (for section ids and file names), unique
+        among the runs of one report (:func:`marlaas.report.labels.unique_slugs`)."""
+        return self.key or _slug(self.label)
 
     @property
     def kind(self) -> str:
@@ -75,80 +71,34 @@ class Run:
         return self.path if self.path.is_dir() else self.path.parent
 
     def rewards(self) -> pd.DataFrame | None:
-        """``rewards.csv`` of a real run (job, tenant, step, mean_reward, ...), else None."""
-        return self._csv(REWARDS_CSV, "rewards table", {"job", "step", "mean_reward"})
+        """``rewards.csv`` of a real run (job, tenant, step, mean_reward, time_s), else None."""
+        path = self.folder / REWARDS_CSV
+        return read_rewards(path) if path.exists() else None
 
     def memory(self) -> pd.DataFrame | None:
         """``memory.csv`` of a real run (time_s, rss_mb, peak_rss_mb), else None."""
-        return self._csv(MEMORY_CSV, "memory timeline", {"time_s", "rss_mb", "peak_rss_mb"})
-
-    def _csv(self, name: str, what: str, required: set[str]) -> pd.DataFrame | None:
-        path = self.folder / name
-        if not path.exists():
-            return None
-        try:
-            frame = pd.read_csv(path)
-        except (OSError, ValueError) as err:
-            raise EventLogError(f"{path}: not a readable {what} ({err})") from err
-        missing = required - set(frame.columns)
-        if missing:
-            raise EventLogError(f"{path}: missing columns {sorted(missing)}")
-        return frame
+        path = self.folder / MEMORY_CSV
+        return read_memory(path) if path.exists() else None
 
     def evaluation(self) -> pd.DataFrame | None:
         """``eval.json`` of a real run (one row per job and model: accuracy, mean_reward),
         else None."""
         path = self.folder / EVAL_FILE
-        if not path.exists():
-            return None
-        try:
-            frame = pd.DataFrame(json.loads(path.read_text()))
-        except (OSError, ValueError, TypeError) as err:
-            raise EventLogError(f"{path}: not a readable evaluation ({err})") from err
-        missing = {"job", "model", "accuracy"} - set(frame.columns)
-        if missing:
-            raise EventLogError(f"{path}: missing keys {sorted(missing)}")
-        return frame
+        return read_evaluation(path) if path.exists() else None
 
 
 def validate_events(df: pd.DataFrame, source: str | Path) -> None:
-    """Raise EventLogError when the frame is not a usable event log (no rows, bad values)."""
+    """Raise EventLogError when the frame has no rows to report (read_event_log has checked
+    its values)."""
     if len(df) == 0:
         raise EventLogError(f"{source}: the event log has no rows")
-    unknown = sorted(set(df["kind"].astype(object).unique()) - set(KINDS))
-    if unknown:
-        raise EventLogError(f"{source}: unknown kinds {unknown[:5]} (expected one of {KINDS})")
-    start, end = df["start_s"].to_numpy(float), df["end_s"].to_numpy(float)
-    if not (np.isfinite(start).all() and np.isfinite(end).all()):
-        raise EventLogError(f"{source}: start_s/end_s contain NaN or infinite times")
-    bad = np.flatnonzero(end < start)
-    if len(bad):
-        raise EventLogError(f"{source}: {len(bad)} row(s) end before they start (row {bad[0]})")
-    if (start < 0).any() or (end > MAX_EVENT_TIME_S).any():
-        raise EventLogError(f"{source}: times must lie in 0..{MAX_EVENT_TIME_S:g} s")
 
 
 def _read_meta(run_path: Path) -> dict:
-    summary = run_path / SUMMARY_FILE if run_path.is_dir() else None
-    if summary is None or not summary.exists():
-        return {}
-    try:
-        meta = json.loads(summary.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise EventLogError(f"{summary}: not a readable JSON summary ({err})") from err
-    if not isinstance(meta, dict):
-        raise EventLogError(f"{summary}: expected a JSON object, got {type(meta).__name__}")
-    for key in ("arrivals", "weights"):
-        value = meta.get(key)
-        if value is not None and not (
-            isinstance(value, dict)
-            and all(isinstance(v, (int, float)) and math.isfinite(v) for v in value.values())
-        ):
-            raise EventLogError(f"{summary}: '{key}' must map names to numbers")
-    return meta
+    return read_summary(run_path) if run_path.is_dir() else {}
 
 
-def load_run(path: str | Path, label: str | None = None) -> Run:
+def load_run(path: str | Path, label: str | None = None, key: str = "") -> Run:
     """Load a run folder (``events.parquet`` + optional ``summary.json``) or a Parquet file.
 
     Raises EventLogError, naming the file, when it is missing, empty, truncated or foreign.
@@ -164,7 +114,7 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
     validate_events(events, source)
     meta = _read_meta(path)
     return Run(label=label or run_labels([meta], [_folder_name(path)])[0], path=path,
-               events=events, meta=meta)  # fmt: skip
+               events=events, meta=meta, key=key)  # fmt: skip
 
 
 def _folder_name(path: Path) -> str:
@@ -177,9 +127,10 @@ def load_runs(paths: list[str | Path]) -> list[Run]:
     summary)."""
     loaded = [load_run(p) for p in paths]
     labels = run_labels([r.meta for r in loaded], [_folder_name(r.path) for r in loaded])
+    keys = unique_slugs(labels)
     return [
-        Run(label=label, path=r.path, events=r.events, meta=r.meta)
-        for label, r in zip(labels, loaded, strict=True)
+        Run(label=label, path=r.path, events=r.events, meta=r.meta, key=key)
+        for label, key, r in zip(labels, keys, loaded, strict=True)
     ]
 
 

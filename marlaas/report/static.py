@@ -32,9 +32,10 @@ DRAW = {
 """Static figure of each per-run section."""
 
 
-def draw_run_figure(path: Path, label: str, name: str, fig_dir: Path) -> list[str]:
-    """Draw figure ``name`` of the run at ``path`` into ``fig_dir``; returns the file names."""
-    run = load_run(path, label=label)
+def draw_run_figure(path: Path, label: str, key: str, name: str, fig_dir: Path) -> list[str]:
+    """Draw figure ``name`` of the run at ``path`` (named ``label``, its slug ``key``) into
+    ``fig_dir``; returns the file names."""
+    run = load_run(path, label=label, key=key)
     saved = save_figure(DRAW[name](run), fig_dir, f"{name}-{run.slug}")
     return [saved.png.name, saved.svg.name]
 
@@ -62,7 +63,9 @@ def start_exports(
     n = max(1, min(workers or os.cpu_count() or 1, jobs))
     pool = ProcessPoolExecutor(max_workers=n, mp_context=context)
     futures = {
-        f"{name}-{run.slug}": pool.submit(draw_run_figure, run.path, run.label, name, fig_dir)
+        f"{name}-{run.slug}": pool.submit(
+            draw_run_figure, run.path, run.label, run.slug, name, fig_dir
+        )
         for run in runs
         for name in DRAW
     }

@@ -8,12 +8,11 @@ idle time by cause per run and, with run folders, utilization over time of every
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
-from marlaas.eventlog import IDLE_CAUSES, EventLogError
+from marlaas.eventlog import IDLE_CAUSES
 from marlaas.metrics import makespan, utilization_over_time
 from marlaas.report import fmt
 from marlaas.report.html import Section, render_report, write_atomic
@@ -22,6 +21,7 @@ from marlaas.report.labels import run_labels
 from marlaas.report.load import load_run
 from marlaas.report.names import IDLE_CAUSES as CAUSE_TEXT
 from marlaas.report.names import idle_name
+from marlaas.run_files import read_sweep_summaries, read_sweep_table
 
 SWEEP_FILE = "sweep.csv"
 SUMMARIES_FILE = "summaries.json"
@@ -38,27 +38,19 @@ def is_sweep_folder(path: str | Path) -> bool:
 def load_sweep(path: Path) -> pd.DataFrame:
     """sweep.csv with a ``label`` per run (:func:`marlaas.report.labels.run_labels`) and the
     ``folder`` of its run (``None`` where the sweep did not keep it)."""
-    from marlaas.sweep import run_folder
+    from marlaas.sweep import run_folders
 
-    try:
-        table = pd.read_csv(path / SWEEP_FILE, keep_default_na=False, na_values=[""])
-        summaries = json.loads((path / SUMMARIES_FILE).read_text())
-    except (OSError, ValueError) as err:
-        raise EventLogError(f"{path}: not a readable sweep folder ({err})") from err
-    if len(summaries) != len(table):
-        raise EventLogError(
-            f"{path}: {len(table)} rows in {SWEEP_FILE} but {len(summaries)} summaries"
-        )
+    table = read_sweep_table(path / SWEEP_FILE)
+    summaries = read_sweep_summaries(path / SUMMARIES_FILE, len(table))
     named = [
         {**s, "variant": r["variant"], "metrics": {"n_jobs": r["jobs"]}}
         for s, (_, r) in zip(summaries, table.iterrows(), strict=True)
     ]
     table = table.assign(label=run_labels(named))
-    folders = []
-    for _, r in table.iterrows():
-        folder = path / RUNS_DIR / run_folder(r["jobs"], r["variant"], r["schedule"], r["seed"])
-        folders.append(folder if (folder / "events.parquet").is_file() else None)
-    return table.assign(folder=folders)
+    keys = list(zip(table["jobs"], table["variant"], table["schedule"], table["seed"], strict=True))
+    folders = [path / RUNS_DIR / name for name in run_folders(keys)]
+    kept = [folder if (folder / "events.parquet").is_file() else None for folder in folders]
+    return table.assign(folder=kept)
 
 
 SCALING_COLUMNS = {

@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from marlaas.core.workload import WorkloadError, format_validation_error
 from marlaas.out_folder import write_durably
 from marlaas.sim.cost_model import CostModel
+from marlaas.workload_file import read_yaml
 
 BUNDLED = Path(__file__).parent / "profiles"
 """Folder of the profiles that ship with marlaas."""
@@ -75,13 +76,10 @@ def resolve_profile(name_or_path: str | Path) -> Path:
 
 def load_profile(name_or_path: str | Path, base: CostModel | None = None) -> CostProfile:
     """Read and validate a profile; its ``cost`` values replace ``base``'s (default: the
-    defaults) field by field."""
+    defaults) field by field. The file is read as a workload file is (size cap, duplicate
+    keys, alias bombs and deep nesting refused: marlaas.workload_file.read_yaml)."""
     path = resolve_profile(name_or_path)
-    raw = path.read_bytes()
-    try:
-        data = yaml.safe_load(raw)
-    except yaml.YAMLError as err:
-        raise ProfileError(f"{path}: not valid YAML ({' '.join(str(err).split())})") from None
+    data = read_yaml(path, "cost profile", ProfileError)
     if not isinstance(data, dict) or not isinstance(data.get("cost"), dict):
         raise ProfileError(f"{path}: a cost profile is a mapping with a 'cost' mapping")
     merged = {**(base or CostModel()).model_dump(), **data["cost"]}
@@ -90,8 +88,19 @@ def load_profile(name_or_path: str | Path, base: CostModel | None = None) -> Cos
     except ValidationError as err:
         raise ProfileError(format_validation_error(err, f"{path}: cost")) from None
     meta = {k: v for k, v in data.items() if k != "cost"}
-    digest = hashlib.sha256(raw).hexdigest()[:12]
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
     return CostProfile(str(data.get("name") or path.stem), cost, str(path), digest, meta)
+
+
+def is_calibrated_profile(path: Path) -> bool:
+    """Whether ``path`` is a profile ``marlaas calibrate`` wrote (what it may replace): a
+    valid profile whose origin is ``calibrated``, with the time it was calibrated."""
+    try:
+        profile = load_profile(path)
+    except WorkloadError:
+        return False
+    meta = profile.meta
+    return meta.get("origin") == "calibrated" and bool(meta.get("calibrated_at"))
 
 
 def write_profile(path: str | Path, cost: CostModel, meta: dict[str, Any], notes: dict) -> Path:

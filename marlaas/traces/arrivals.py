@@ -43,6 +43,11 @@ from marlaas.traces.csvrows import count, number, read_rows
 from marlaas.traces.errors import TraceError
 from marlaas.traces.formats import get_format, read_requests
 
+MAX_TIMESTAMP_S = 1e11
+"""Latest request time a request trace may hold [s]: its times may be Unix timestamps
+(seconds, or milliseconds for Mooncake; about 1.7e9 s in 2024), only their distance from the
+earliest request is bounded by MAX_ARRIVAL_S."""
+
 
 @dataclass(frozen=True)
 class Arrival:
@@ -102,9 +107,9 @@ def load_request_times(path: str | Path, format: str, n: int) -> list[tuple[int,
         if fmt.time_unit == "datetime":
             stamp = datetime_s(path, line, fmt.time, text)
         elif fmt.time_unit == "ms":
-            stamp = number(path, line, fmt.time, text, high=MAX_ARRIVAL_S * 1e3) / 1e3
+            stamp = number(path, line, fmt.time, text, high=MAX_TIMESTAMP_S * 1e3) / 1e3
         else:
-            stamp = number(path, line, fmt.time, text)
+            stamp = number(path, line, fmt.time, text, high=MAX_TIMESTAMP_S)
         stamps.append((line, stamp))
     if len(stamps) < n:
         raise TraceError(path, f"{len(stamps)} request(s); the workload has {n} jobs, and each "

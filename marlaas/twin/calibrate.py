@@ -31,18 +31,13 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
 
-from marlaas.core.workload import Workload, WorkloadError
-from marlaas.eventlog import read_event_log
-from marlaas.runs import read_summary
 from marlaas.sim.cost_model import CostModel
 from marlaas.twin.decode_fit import features, fit_decode
 from marlaas.twin.operations import operations, split_loads
+from marlaas.twin.real_run import CalibrationError, RealRun, load_real_run
 from marlaas.twin.refine import ENGINE_TERMS, refine
-from marlaas.workload_file import load_run_workload
 
-
-class CalibrationError(WorkloadError):
-    """Runs that cannot calibrate a cost model (a stage is missing, too few rows)."""
+__all__ = ["Calibration", "CalibrationError", "Fitted", "RealRun", "calibrate", "provenance"]
 
 
 @dataclass(frozen=True)
@@ -76,27 +71,6 @@ class Calibration:
         return "\n".join([line(head), "  ".join("-" * w for w in widths), *map(line, cells)])
 
 
-@dataclass(frozen=True)
-class RealRun:
-    """A real run folder's event log, workload and summary."""
-
-    path: Path
-    events: pd.DataFrame
-    workload: Workload
-    summary: dict
-
-
-def load_real_run(path: str | Path) -> RealRun:
-    """Read a run folder written by ``marlaas train``."""
-    path = Path(path)
-    summary = read_summary(path)
-    if summary.get("kind") != "real":
-        kind = summary.get("kind", "no summary.json")
-        raise CalibrationError(f"{path}: not a real training run ({kind}); calibrate reads the "
-                               "folders `marlaas train` writes")  # fmt: skip
-    return RealRun(path, read_event_log(path), load_run_workload(path), summary)
-
-
 def calibrate(
     paths: list[str | Path], base: CostModel | None = None, refine_evaluations: int = 150
 ) -> Calibration:
@@ -112,8 +86,13 @@ def calibrate(
     rows = pd.concat(
         [features(r.events, r.workload.cluster.shared_compute) for r in runs], ignore_index=True
     )
-    decode = fit_decode(rows)
-    alternatives = [fit_decode(rows, ridge) for ridge in RIDGES]
+    try:
+        decode = fit_decode(rows)
+        alternatives = [fit_decode(rows, ridge) for ridge in RIDGES]
+    except ValueError as err:
+        names = ", ".join(str(r.path) for r in runs)
+        raise CalibrationError(f"{names}: too little generation to fit the engines ({err}); "
+                               "calibrate from longer real runs") from None  # fmt: skip
     quality = f"R² {decode.r2:.3f}"
     for name, unit, scale in [
         ("decode_base_ms", "ms per iteration", 1e3),

@@ -5,16 +5,20 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from marlaas.run_options import path_arg
+
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from marlaas.sim.cost_profiles import write_profile
+    from marlaas.out_folder import claim_file
+    from marlaas.sim.cost_profiles import is_calibrated_profile, write_profile
     from marlaas.twin.calibrate import calibrate, provenance
 
-    result = calibrate(args.runs)
-    name = args.name or Path(args.out).stem
-    meta = provenance(result, name)
-    notes = {f.name: f"{f.unit}; {f.rows} rows; {f.quality}" for f in result.fitted}
-    write_profile(args.out, result.cost, meta, notes)
+    with claim_file(args.out, "cost profile", is_calibrated_profile) as out:  # before any work
+        result = calibrate(args.runs)
+        name = args.name or out.stem
+        meta = provenance(result, name)
+        notes = {f.name: f"{f.unit}; {f.rows} rows; {f.quality}" for f in result.fitted}
+        write_profile(out, result.cost, meta, notes)
     print(result.table())
     print(
         "fit: R² of the regression over generate rows; replayed: the refinement's objective "
@@ -26,20 +30,24 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from marlaas.runs import write_run
+    from marlaas.out_folder import claim
+    from marlaas.runs import write_run_files
     from marlaas.sim.cost_profiles import load_profile
     from marlaas.twin.fidelity import format_fidelity
+    from marlaas.twin.real_run import load_real_run
     from marlaas.twin.replay import FIDELITY_FILE, replay
-    from marlaas.workload_file import load_run_workload
 
-    workload = load_run_workload(args.run)
-    profile = load_profile(args.cost, base=workload.cost) if args.cost else None
-    events, summary, table = replay(args.run, profile)
-    out = write_run(args.out, events, summary, workload)
-    table.to_csv(out / FIDELITY_FILE, index=False)
+    run = load_real_run(args.run, "replay")
+    profile = load_profile(args.cost, base=run.workload.cost) if args.cost else None
+    with claim(args.out, "replay") as target:  # checked and locked before any work
+        events, summary, table = replay(run, profile)
+        with target.staged() as staging:
+            write_run_files(staging, events, summary, run.workload)
+            table.to_csv(staging / FIDELITY_FILE, index=False)
     used = profile.name if profile else "the workload's cost model"
     print(f"replay of {args.run} with {used}")
     print(format_fidelity(table, devices=args.devices))
+    out = args.out
     print(f"wrote {out}/ ({FIDELITY_FILE}; `marlaas report {args.run} {out} --out R` compares)")
     return 0
 
@@ -55,7 +63,7 @@ def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
         "`marlaas train`) and write a cost profile for `simulate/sweep/replay --cost`."
     )
     parser.add_argument("runs", nargs="+", type=Path, help="real run folders")
-    parser.add_argument("--out", required=True, type=Path, help="cost profile to write (YAML)")
+    parser.add_argument("--out", required=True, type=path_arg, help="cost profile to write (YAML)")
     parser.add_argument("--name", help="profile name (default: the file's stem)")
     parser.set_defaults(func=_calibrate)
 
@@ -69,6 +77,6 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", type=Path, help="a real run folder")
     parser.add_argument("--cost", metavar="PROFILE", help="cost profile (bundled name or "
                         "file); default: the run's workload's cost model")  # fmt: skip
-    parser.add_argument("--out", required=True, type=Path, help="replay run folder to write")
+    parser.add_argument("--out", required=True, type=path_arg, help="replay run folder to write")
     parser.add_argument("--devices", action="store_true", help="also list every device's row")
     parser.set_defaults(func=_replay)

@@ -6,6 +6,7 @@ The sandbox's attack suite is tests/envs/test_sandbox.py.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 
 import pytest
@@ -165,6 +166,34 @@ def test_plugin_by_import_path():
 def test_bad_import_path_errors(spec, match):
     with pytest.raises(EnvLoadError, match=match):
         make_env(spec)
+
+
+@pytest.mark.parametrize(
+    ("source", "match"),
+    [
+        ("1 / 0\n", r"importing module 'broken_env_\w+' failed \(ZeroDivisionError"),
+        ("def f(:\n", r"importing module 'broken_env_\w+' failed \(SyntaxError"),
+        ("from marlaas.envs import Environment\nclass Env(Environment):\n"
+         "    reset = step = None\n"
+         "    def __init__(self, args=None):\n        raise RuntimeError('no GPU')\n",
+         r"making it failed \(RuntimeError: no GPU\)"),
+    ],
+)  # fmt: skip
+def test_a_plugin_that_fails_as_it_imports_or_starts_is_one_line(
+    tmp_path, monkeypatch, capsys, source, match
+):
+    """It was a traceback from the workload loader."""
+    from marlaas.cli import main
+
+    name = f"broken_env_{abs(hash(source))}"
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    workload = tmp_path / "w.yaml"
+    workload.write_text(f"jobs: [{{name: j, tenant: t, env: {{name: '{name}:Env'}}}}]\n")
+    assert main(["simulate", str(workload), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and re.search(match, err), err
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize(

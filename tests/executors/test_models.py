@@ -33,7 +33,9 @@ def test_tiny_model_builds_and_loads(tiny_model_dir):
 
 
 def test_tiny_model_write_is_atomic_and_refuses_overwrite(tiny_model_dir):
-    with pytest.raises(FileExistsError):
+    from marlaas.out_folder import OutputError
+
+    with pytest.raises(OutputError, match="give --overwrite to replace it"):
         models.build_tiny_model(tiny_model_dir)
     leftovers = [p for p in tiny_model_dir.parent.iterdir() if p.name.startswith(".")]
     assert leftovers == []

@@ -1,0 +1,91 @@
+"""A real run folder as the twin reads it (``calibrate``, ``replay``), checked whole.
+
+Each of its files is checked on its own by its reader (summary.json: marlaas.run_files, the
+event log: marlaas.eventlog, workload.json: marlaas.workload_file); here they are checked
+against each other, so that a folder that mixes two runs (another workload's workload.json),
+a simulation's folder relabelled as a real run's, or a summary without what a replay needs is
+one :class:`CalibrationError` line naming the file, not a fit of nonsense.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from marlaas.core.workload import Workload, WorkloadError
+from marlaas.eventlog import EVENT_LOG_FILE, read_event_log
+from marlaas.run_files import SUMMARY_FILE, check_summary, read_summary
+from marlaas.workload_file import load_run_workload
+
+WORKLOAD_FILE = "workload.json"
+MAX_SHOWN = 3
+"""Names an error lists before saying how many more."""
+
+
+class CalibrationError(WorkloadError):
+    """Runs that cannot calibrate a cost model or be replayed (a stage is missing, too few
+    rows, files that do not belong together)."""
+
+
+@dataclass(frozen=True)
+class RealRun:
+    """A real run folder's event log, workload and summary."""
+
+    path: Path
+    events: pd.DataFrame
+    workload: Workload
+    summary: dict
+
+
+def load_real_run(path: str | Path, command: str = "calibrate") -> RealRun:
+    """Read and check a run folder written by ``marlaas train`` (``command`` names who asks,
+    for the errors)."""
+    path = Path(path)
+    summary = read_summary(path)
+    if summary.get("kind") != "real":
+        kind = summary.get("kind", f"no {SUMMARY_FILE}")
+        raise CalibrationError(f"{path}: not a real training run ({kind}); {command} reads the "
+                               "folders `marlaas train` writes")  # fmt: skip
+    check_summary(summary, str(path / SUMMARY_FILE), require=("policy", "seed", "metrics"))
+    makespan = summary["metrics"].get("makespan_s")
+    if not makespan:
+        raise CalibrationError(f"{path / SUMMARY_FILE}: metrics.makespan_s: missing or 0 (a "
+                               "finished real run records its makespan)")  # fmt: skip
+    events = read_event_log(path)
+    workload = load_run_workload(path)
+    check_belongs(path, events, workload, summary)
+    return RealRun(path, events, workload, summary)
+
+
+def check_belongs(path: Path, events: pd.DataFrame, workload: Workload, summary: dict) -> None:
+    """The event log, the workload and the summary are of one run: the log has rows, its
+    jobs are the workload's with the same tenants, the summary's jobs too."""
+    log = path / EVENT_LOG_FILE
+    if len(events) == 0:
+        raise CalibrationError(f"{log}: the event log has no rows")
+    tenants = {j.name: j.tenant for j in workload.jobs}
+    pairs = events.loc[events["job"] != "", ["job", "tenant"]].drop_duplicates()
+    logged = dict(zip(pairs["job"], pairs["tenant"], strict=True))
+    unknown = sorted(set(logged) - set(tenants))
+    if unknown:
+        raise CalibrationError(f"{path / WORKLOAD_FILE}: has no job {_names(unknown)} of the "
+                               f"event log (its jobs: {_names(sorted(tenants))}); the folder "
+                               "mixes two runs")  # fmt: skip
+    moved = sorted(job for job, tenant in logged.items() if tenants[job] != tenant)
+    if moved:
+        job = moved[0]
+        raise CalibrationError(f"{log}: job {job!r} belongs to tenant {logged[job]!r}, but to "
+                               f"{tenants[job]!r} in {WORKLOAD_FILE}; the folder mixes two "
+                               "runs")  # fmt: skip
+    arrivals = summary.get("arrivals")
+    if arrivals is not None and set(arrivals) != set(tenants):
+        raise CalibrationError(f"{path / SUMMARY_FILE}: arrivals: jobs "
+                               f"{_names(sorted(arrivals))}, but {WORKLOAD_FILE} has "
+                               f"{_names(sorted(tenants))}; the folder mixes two runs")  # fmt: skip
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(repr(n) for n in names[:MAX_SHOWN])
+    return shown + (f" and {len(names) - MAX_SHOWN} more" if len(names) > MAX_SHOWN else "")
