@@ -2,7 +2,9 @@
 
 ``OUT/journal.jsonl`` holds one JSON object per line:
 
-    {"part": 0, "start": {"offset_s": 0.0, "versions": {"emit-a": 0}}}   a part starts
+    {"part": 0, "start": {"offset_s": 0.0, "versions": {"emit-a": 0}, "workload": {...}}}
+                                    a part starts (at these versions, for this workload's
+                                    jobs: marlaas.executors.resume.identity)
     {"part": 0, "record": {...}}    a work record (event-log row), times and versions absolute
     {"part": 0, "step": {...}}      a training step is durable: its reward point, plus
                                     the part's clock and counters (wall_s, batches, failures)
@@ -46,6 +48,8 @@ class Journaled:
     """(part, reward point) of every durable step."""
     counters: dict[int, dict[str, float]] = field(default_factory=dict)
     """Per part, its last counters: wall_s [s], batches, failures."""
+    workload: dict | None = None
+    """The first part's workload identity (None: a journal from before it was written)."""
 
     @property
     def versions(self) -> dict[str, int]:
@@ -65,13 +69,23 @@ class Journaled:
 class Journal:
     """Appends a part of a run to ``path``: records as they complete, steps durably."""
 
-    def __init__(self, path: Path, part: int, offset_s: float, versions: dict[str, int]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        part: int,
+        offset_s: float,
+        versions: dict[str, int],
+        workload: dict | None = None,
+    ) -> None:
         self.path, self.part, self.offset_s = Path(path), part, offset_s
         self.versions = dict(versions)
         """The version each job starts this part at (its last durable one)."""
         _drop_cut_line(self.path)
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
-        self._write({"start": {"offset_s": offset_s, "versions": self.versions}}, sync=True)
+        start = {"offset_s": offset_s, "versions": self.versions}
+        if workload is not None:
+            start["workload"] = workload
+        self._write({"start": start}, sync=True)
 
     def records(self, records: list[WorkRecord]) -> None:
         """Append work records (part-local times; shifted here)."""
@@ -138,6 +152,9 @@ def read_journal(path: Path) -> Journaled:
 def _add(out: Journaled, line: dict) -> None:
     part = int(line["part"])
     out.parts = max(out.parts, part + 1)
+    start = line.get("start")
+    if isinstance(start, dict) and out.workload is None and isinstance(start.get("workload"), dict):
+        out.workload = start["workload"]
     if "record" in line:
         out.records.append((part, WorkRecord(**_floats(line["record"]))))
     elif "step" in line:

@@ -46,7 +46,61 @@ def check_resumable(
         if offset and durable is not None and not store.has_optimizer(name, done):
             raise ResumeError(
                 f"{name}: version {done} in {store.root} has no optimizer state; the run "
-                "cannot be continued exactly (train it again without --resume)"
+                "cannot be continued exactly (train it again into a new --out folder)"
             )
         offsets[name] = offset
     return offsets
+
+
+def identity(workload: Workload) -> dict:
+    """What a run's workload fixes about what its steps mean: the base model's name, the seed,
+    and each job's tenant, LoRA rank, RL settings (but its number of steps: a run may be
+    resumed to train longer) and environment. The cluster and the schedule may change
+    between the parts of a run; these may not."""
+    return {
+        "base_model": workload.base_model.name,
+        "seed": workload.seed,
+        "jobs": {
+            job.name: {
+                "tenant": job.tenant,
+                "lora_rank": job.lora_rank,
+                "rl": job.rl.model_dump(exclude={"steps"}),
+                "env": {"name": job.env.name, "args": job.env.args},
+            }
+            for job in workload.jobs
+        },
+    }
+
+
+MAX_DIFFERENCES_SHOWN = 4
+
+
+def check_same_workload(recorded: dict | None, workload: Workload) -> None:
+    """Raise ResumeError naming what differs when ``workload`` is not the one the run was
+    started with (``recorded``: its :func:`identity`, from the journal; None for a run from
+    before it was recorded: nothing to compare)."""
+    if recorded is None:
+        return
+    now = identity(workload)
+    problems = [
+        f"{key} {recorded.get(key)!r} -> {now[key]!r}"
+        for key in ("base_model", "seed")
+        if recorded.get(key) != now[key]
+    ]
+    before, after = recorded.get("jobs", {}), now["jobs"]
+    problems += [f"job {name} is not in the workload" for name in before if name not in after]
+    problems += [f"job {name} is new" for name in after if name not in before]
+    for name in (n for n in after if n in before):
+        problems += [
+            f"{name}: {field} {value!r} -> {after[name][field]!r}"
+            for field, value in before[name].items()
+            if after[name].get(field) != value
+        ]
+    if problems:
+        shown = "; ".join(problems[:MAX_DIFFERENCES_SHOWN])
+        more = len(problems) - MAX_DIFFERENCES_SHOWN
+        shown += f"; and {more} more" if more > 0 else ""
+        raise ResumeError(
+            f"--resume: the workload is not the one this run was started with ({shown}); "
+            "resume with that workload, or train this one into a new --out folder"
+        )

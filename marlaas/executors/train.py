@@ -38,7 +38,12 @@ from marlaas.executors.outputs import (
     rewards_frame,
     write_real_files,
 )
-from marlaas.executors.resume import NothingToResumeError, check_resumable
+from marlaas.executors.resume import (
+    NothingToResumeError,
+    check_resumable,
+    check_same_workload,
+    identity,
+)
 from marlaas.executors.tracking import RewardFeed, open_tracker
 from marlaas.out_folder import claim, write_manifest
 
@@ -94,6 +99,8 @@ def train_run(
         store = AdapterStore(out / ADAPTERS_DIR)
         journaled = read_journal(out / JOURNAL_FILE)
         durable = journaled.versions if journaled.parts else None  # None: a run before journals
+        if resume:  # before anything in the run folder changes
+            check_same_workload(journaled.workload, workload)
         offsets = check_resumable(store, workload, durable) if resume else {}
         left = any(offsets.get(j.name, 0) < j.rl.steps for j in workload.jobs)
         if not left and target.existing_status == "finished":
@@ -111,7 +118,7 @@ def train_run(
                     result = _no_work(workload, policy, seed)
                 else:
                     journal = Journal(out / JOURNAL_FILE, journaled.parts, journaled.end_s,
-                                      offsets)  # fmt: skip
+                                      offsets, identity(workload))  # fmt: skip
                     memory.offset_s = journaled.end_s
                     try:
                         result = _train_part(workload, journal, store, model_dir, backend,

@@ -28,6 +28,7 @@ from marlaas.eventlog import read_event_log, records_to_frame
 from marlaas.executors.adapter_store import AdapterStore
 from marlaas.executors.local import LocalExecutor
 from marlaas.executors.outputs import rewards_frame
+from marlaas.executors.resume import ResumeError
 from marlaas.executors.train import train_run
 from marlaas.sim.run import simulate
 from marlaas.workload_file import apply_overrides, load_workload
@@ -411,3 +412,26 @@ def test_a_real_run_trains_a_job_submitted_while_it_runs_and_releases_a_cancelle
     assert result.jobs["emit-e-slow"].published == 1
     rewards = rewards_frame(executor.rewards)
     assert_learned(rewards[rewards["job"] != "emit-e-slow"])
+
+
+@pytest.mark.slow
+def test_resume_with_another_workload_is_refused_before_anything_changes(
+    hf_run, tiny_model_dir, tmp_path
+):
+    import shutil
+
+    out = tmp_path / "other"
+    shutil.copytree(hf_run[0], out)
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    other = tiny_workload(tiny_model_dir, **{"jobs.emit-a.lora_rank": 16,
+                                             "jobs.emit-z.rl.group_size": 8})  # fmt: skip
+    with pytest.raises(ResumeError) as err:
+        train_run(other, out, backend="hf", resume=True, progress=False)
+    message = str(err.value)
+    assert "emit-a: lora_rank 8 -> 16" in message and "emit-z: rl" in message
+    assert "new --out" in message
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert after == before  # not a byte changed
+    renamed = tiny_workload(tiny_model_dir, **{"jobs.emit-a.name": "emit-q"})
+    with pytest.raises(ResumeError, match="job emit-a is not in the workload; job emit-q is new"):
+        train_run(renamed, out, backend="hf", resume=True, progress=False)
