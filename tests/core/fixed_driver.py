@@ -29,6 +29,32 @@ class Run:
         return self.scheduler.records
 
 
+def rows(records) -> list[str]:
+    """Records as comparable text (a NaN reward equals itself), in order."""
+    return [repr(tuple(record)) for record in records]
+
+
+class Watched:
+    """An executor that tells ``on_start(decision, now)`` of every decision before starting
+    it (compiled executors' methods cannot be replaced on the instance)."""
+
+    def __init__(self, inner, on_start) -> None:
+        self.inner, self.on_start, self.seed = inner, on_start, inner.seed
+
+    def start(self, decision, now: float) -> None:
+        self.on_start(decision, now)
+        self.inner.start(decision, now)
+
+    def wait(self, until):
+        return self.inner.wait(until)
+
+    def now(self) -> float:
+        return self.inner.now()
+
+    def wake(self) -> None:
+        self.inner.wake()
+
+
 def keep_states(scheduler: Scheduler, executor, states: dict[str, JobState]) -> None:
     """Make ``executor.start`` note each admitted job's state object in ``states``."""
     start = executor.start

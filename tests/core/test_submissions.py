@@ -16,7 +16,7 @@ from marlaas.drive.inbox import Cancel, Inbox, InboxClosedError, Submit, workloa
 from marlaas.eventlog import records_to_frame
 from marlaas.sim.executor import SimPyExecutor
 from marlaas.sim.run import simulate
-from tests.core.fixed_driver import run_fixed
+from tests.core.fixed_driver import Watched, rows, run_fixed
 from tests.core.test_scheduler import workload
 
 
@@ -110,10 +110,9 @@ def test_a_job_cancelled_mid_step_has_its_work_in_flight_discarded_and_holds_not
 
     scheduler = Scheduler.for_workload(work, "fair")
     holder["scheduler"] = scheduler
-    executor = SimPyExecutor(scheduler.cluster, seed=scheduler.seed)
     started = []
-    start = executor.start
-    executor.start = lambda d, now: (started.append((now, d)), start(d, now))
+    executor = Watched(SimPyExecutor(scheduler.cluster, seed=scheduler.seed),
+                       lambda d, now: started.append((now, d)))  # fmt: skip
     result = drive(scheduler, executor, inbox, observers=[close_once_cancelled])  # invariants
     frame = records_to_frame(result.records)
 
@@ -155,7 +154,7 @@ def test_after_a_cancel_the_run_does_not_depend_on_what_the_job_would_have_done(
         holder["scheduler"] = scheduler
         executor = SimPyExecutor(scheduler.cluster, seed=scheduler.seed)
         result = drive(scheduler, executor, inbox, observers=[observe])
-        return list(result.records), cancel.at
+        return rows(result.records), cancel.at
 
     short, at_short = run(4)
     long, at_long = run(40)
@@ -173,7 +172,7 @@ def test_a_job_cancelled_while_queued_leaves_the_run_as_if_it_never_came():
     assert run.result.jobs["gives-up"].state == "cancelled"
     assert run.result.jobs["gives-up"].end_s == 6.0
     assert "gives-up" not in run.states  # never admitted: the executor never heard of it
-    assert list(run.records) == list(run_fixed(alone, "fifo").records)
+    assert rows(run.records) == rows(run_fixed(alone, "fifo").records)
 
 
 def test_tenant_quota_holds_a_tenants_second_job_while_others_run():
