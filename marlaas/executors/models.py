@@ -37,8 +37,14 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, *, overwrite: bool = Fa
     empty or, with ``overwrite``, a model folder marlaas wrote; the new folder replaces it
     in one step.
     """
+    return _write_model(out_dir, overwrite, lambda: _tiny_model(seed))
+
+
+def _write_model(out_dir: str | Path, overwrite: bool, make) -> Path:
+    """Claim ``out_dir`` for a model folder (before any work), then save the model and
+    tokenizer that ``make()`` returns into it in one step."""
     with claim(out_dir, "model", replace=overwrite) as target:
-        model, tokenizer = _tiny_model(seed)
+        model, tokenizer = make()
         with target.staged() as tmp:
             model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
@@ -116,15 +122,14 @@ def prepare_smollm2(out_dir: str | Path, *, overwrite: bool = False) -> Path:
     `quantization_config` so that vLLM and PEFT see a plain fp32 checkpoint. ``out_dir`` is
     claimed before the conversion, as for :func:`build_tiny_model`.
     """
-    with claim(out_dir, "model", replace=overwrite) as target:
+
+    def make():
         gguf = smollm2_gguf_path()
         if importlib.util.find_spec("gguf") is None:
             raise ModuleNotFoundError(f"the package gguf is not installed; run: {SMOLLM2_PIP}")
-        model, tokenizer = _dequantized(gguf)
-        with target.staged() as tmp:
-            model.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-    return Path(out_dir)
+        return _dequantized(gguf)
+
+    return _write_model(out_dir, overwrite, make)
 
 
 def _dequantized(gguf: Path):
