@@ -10,7 +10,9 @@ that much earlier in the new part.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
+from pathlib import Path
 
 from marlaas.core.workload import Workload, WorkloadError
 from marlaas.executors.adapter_store import AdapterStore
@@ -52,13 +54,20 @@ def check_resumable(
     return offsets
 
 
-def identity(workload: Workload) -> dict:
-    """What a run's workload fixes about what its steps mean: the base model's name, the seed,
-    and each job's tenant, LoRA rank, RL settings (but its number of steps: a run may be
-    resumed to train longer) and environment. The cluster and the schedule may change
-    between the parts of a run; these may not."""
+def identity(workload: Workload, model_dir: Path | None = None) -> dict:
+    """What a run's workload fixes about what its steps mean: the base model (its name, and
+    the SHA-256 of ``model_dir``'s config.json: a copy of the model elsewhere is the same
+    model), the seed, and each job's tenant, LoRA rank, RL settings (but its number of steps:
+    a run may be resumed to train longer) and environment. The cluster and the schedule may
+    change between the parts of a run; these may not."""
+    config = None if model_dir is None else Path(model_dir) / "config.json"
     return {
         "base_model": workload.base_model.name,
+        "base_model_config": (
+            hashlib.sha256(config.read_bytes()).hexdigest()
+            if config is not None and config.is_file()
+            else None
+        ),
         "seed": workload.seed,
         "jobs": {
             job.name: {
@@ -75,16 +84,19 @@ def identity(workload: Workload) -> dict:
 MAX_DIFFERENCES_SHOWN = 4
 
 
-def check_same_workload(recorded: dict | None, workload: Workload) -> None:
-    """Raise ResumeError naming what differs when ``workload`` is not the one the run was
-    started with (``recorded``: its :func:`identity`, from the journal; None for a run from
-    before it was recorded: nothing to compare)."""
+def check_same_workload(
+    recorded: dict | None, workload: Workload, model_dir: Path | None = None
+) -> None:
+    """Raise ResumeError naming what differs when ``workload`` (on the base model in
+    ``model_dir``) is not the one the run was started with (``recorded``: its
+    :func:`identity`, from the journal; None for a run from before it was recorded: nothing
+    to compare)."""
     if recorded is None:
         return
-    now = identity(workload)
+    now = identity(workload, model_dir)
     problems = [
-        f"{key} {recorded.get(key)!r} -> {now[key]!r}"
-        for key in ("base_model", "seed")
+        f"{key} {_short(recorded.get(key))} -> {_short(now[key])}"
+        for key in ("base_model", "base_model_config", "seed")
         if recorded.get(key) != now[key]
     ]
     before, after = recorded.get("jobs", {}), now["jobs"]
@@ -104,3 +116,9 @@ def check_same_workload(recorded: dict | None, workload: Workload) -> None:
             f"--resume: the workload is not the one this run was started with ({shown}); "
             "resume with that workload, or train this one into a new --out folder"
         )
+
+
+def _short(value) -> str:
+    """A value as shown in a difference (a long digest cut to 12 characters)."""
+    text = repr(value)
+    return text[:13] + "...'" if isinstance(value, str) and len(value) > 16 else text

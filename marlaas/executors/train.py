@@ -100,7 +100,7 @@ def train_run(
         journaled = read_journal(out / JOURNAL_FILE)
         durable = journaled.versions if journaled.parts else None  # None: a run before journals
         if resume:  # before anything in the run folder changes
-            check_same_workload(journaled.workload, workload)
+            check_same_workload(journaled.workload, workload, model_dir)
         offsets = check_resumable(store, workload, durable) if resume else {}
         left = any(offsets.get(j.name, 0) < j.rl.steps for j in workload.jobs)
         if not left and target.existing_status == "finished":
@@ -118,7 +118,7 @@ def train_run(
                     result = _no_work(workload, policy, seed)
                 else:
                     journal = Journal(out / JOURNAL_FILE, journaled.parts, journaled.end_s,
-                                      offsets, identity(workload))  # fmt: skip
+                                      offsets, identity(workload, model_dir))  # fmt: skip
                     memory.offset_s = journaled.end_s
                     try:
                         result = _train_part(workload, journal, store, model_dir, backend,

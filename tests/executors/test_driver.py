@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -26,9 +27,10 @@ from marlaas.drive import InvariantError, RunError, check_invariants, drive
 from marlaas.drive.inbox import Cancel, Inbox, Submit, workload_inbox
 from marlaas.eventlog import read_event_log, records_to_frame
 from marlaas.executors.adapter_store import AdapterStore
+from marlaas.executors.journal import read_journal
 from marlaas.executors.local import LocalExecutor
 from marlaas.executors.outputs import rewards_frame
-from marlaas.executors.resume import ResumeError
+from marlaas.executors.resume import ResumeError, check_same_workload
 from marlaas.executors.train import train_run
 from marlaas.sim.run import simulate
 from marlaas.workload_file import apply_overrides, load_workload
@@ -435,3 +437,13 @@ def test_resume_with_another_workload_is_refused_before_anything_changes(
     renamed = tiny_workload(tiny_model_dir, **{"jobs.emit-a.name": "emit-q"})
     with pytest.raises(ResumeError, match="job emit-a is not in the workload; job emit-q is new"):
         train_run(renamed, out, backend="hf", resume=True, progress=False)
+    other_model = tmp_path / "other-model"
+    shutil.copytree(tiny_model_dir, other_model)
+    config = json.loads((other_model / "config.json").read_text())
+    (other_model / "config.json").write_text(json.dumps({**config, "rms_norm_eps": 1e-3}))
+    with pytest.raises(ResumeError, match="base_model_config '"):
+        train_run(tiny_workload(other_model), out, backend="hf", resume=True, progress=False)
+    moved = tmp_path / "moved-model"
+    shutil.copytree(tiny_model_dir, moved)  # the same model elsewhere: resumes
+    check_same_workload(read_journal(out / "journal.jsonl").workload, tiny_workload(moved),
+                        moved)  # fmt: skip
