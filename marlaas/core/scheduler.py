@@ -343,10 +343,10 @@ class Scheduler:
         for job in self._waiting:  # oldest first
             mine = waiting.get(job.tenant, 0)
             if per_tenant is not None and mine >= per_tenant:
-                refused.append((job, f"tenant {job.tenant!r} already has {per_tenant} jobs "
+                refused.append((job, f"tenant {job.tenant!r} already has {_jobs(per_tenant)} "
                                      "waiting for admission (tenant_max_queued_jobs)"))  # fmt: skip
             elif total is not None and len(keep) >= total:
-                refused.append((job, f"{total} jobs already wait for admission "
+                refused.append((job, f"{_jobs(total)} already waiting for admission "
                                      "(max_queued_jobs)"))  # fmt: skip
             else:
                 keep.append(job)
@@ -456,3 +456,8 @@ class Scheduler:
             self._tenants[job.tenant][0] -= 1
             self._ending[job.index] = job
         return decision
+
+
+def _jobs(count: int) -> str:
+    """``1 job``, ``2 jobs``."""
+    return f"{count} job" if count == 1 else f"{count} jobs"

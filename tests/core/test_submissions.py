@@ -188,10 +188,10 @@ def test_tenant_quota_holds_a_tenants_second_job_while_others_run():
 @pytest.mark.parametrize(
     ("scheduling", "refused", "reason"),
     [
-        ({"max_active_jobs": 1, "max_queued_jobs": 1}, ["j2"], "1 jobs already wait"),
-        ({"max_active_jobs": 1, "max_queued_jobs": 0}, ["j1", "j2"], "0 jobs already wait"),
+        ({"max_active_jobs": 1, "max_queued_jobs": 1}, ["j2"], "1 job already waiting"),
+        ({"max_active_jobs": 1, "max_queued_jobs": 0}, ["j1", "j2"], "0 jobs already waiting"),
         ({"tenant_max_active_jobs": 1, "tenant_max_queued_jobs": 1}, ["j2"],
-         "tenant 't0' already has 1 jobs waiting"),
+         "tenant 't0' already has 1 job waiting"),
     ],
 )  # fmt: skip
 def test_queue_bounds_refuse_the_newest_submissions(scheduling, refused, reason):
