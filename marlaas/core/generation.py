@@ -5,7 +5,7 @@ that placement implies."""
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from marlaas.core.cluster import AdapterKey, Cluster, Engine
 from marlaas.core.free_engines import FreeEngines
@@ -96,6 +96,20 @@ class Generation:
         self._group_sizes.remove(job.group_size)
         self._answer_reserves.remove(job.answer_reserve)
         self._least = (self._group_sizes.value, self._answer_reserves.value)
+
+    def holding(self) -> dict[str, Collection[int]]:
+        """This stage's per-job structures (what names them -> the job indices in it), for
+        the scheduler's leftover check."""
+        return {
+            "generation ready": self.ready, "generation needs": self._need,
+            "generation keys": self._key, "generation changed": self._changed,
+            "generation index": self._needs.indexed,
+        }  # fmt: skip
+
+    @property
+    def loads_pending(self) -> int:
+        """Adapter loads whose generation waits for them."""
+        return len(self._after_load)
 
     def evict_all(self, job: JobState, out: list[Decision]) -> None:
         """Take every version of an ended job's adapter off the engines that hold it."""

@@ -11,6 +11,8 @@ idle rows partition the run.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from marlaas.core.cluster import Cluster, Device, Engine, Trainer
 from marlaas.core.record_fields import append_row
 from marlaas.core.records import NO_REWARD, RecordLog
@@ -62,6 +64,11 @@ class IdleAccounting:
         """device name -> (idle since [s], cause)."""
         self.dirty: set[str] = set(self._devices)
         """Devices whose idle state may have changed since the last update."""
+
+    @property
+    def voters(self) -> Collection[int]:
+        """The jobs with votes in (read only)."""
+        return self._votes.keys()
 
     def vote(self, job: int, votes: Votes | None) -> None:
         """Set (or with None, withdraw) a job's votes."""

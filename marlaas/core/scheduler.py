@@ -176,11 +176,8 @@ class Scheduler:
         by_index: dict[str, Collection[int]] = {
             "jobs": self.jobs, "active": self._active, "ending": self._ending,
             "waiting": {j.index for j in self._waiting}, "barrier round": self._round_left,
-            "touched": ledger.touched, "generation ready": gen.ready,
-            "generation needs": gen._need, "generation keys": gen._key,
-            "generation changed": gen._changed, "generation index": gen._needs.indexed,
-            "environments ready": envs.ready, "training ready": self.training.ready,
-            "idle votes": ledger.idle._votes,
+            "touched": ledger.touched, **gen.holding(), "environments ready": envs.ready,
+            "training ready": self.training.ready, "idle votes": ledger.idle.voters,
         }  # fmt: skip
         for what, held in by_index.items():
             if (index in held) if index is not None else held:
@@ -202,7 +199,7 @@ class Scheduler:
             out += [f"{t.name} busy" for t in self.cluster.trainers if t.activity is not None]
             if envs.free != envs.workers:
                 out.append(f"environment workers ({envs.free} of {envs.workers} free)")
-            if ledger.due or self._tenants or gen._after_load:
+            if ledger.due or self._tenants or gen.loads_pending:
                 out.append("follow-ups, tenant counts or loads")
         return out
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 from mypy_extensions import mypyc_attr
 
-from marlaas.core.outcomes import REFUSED, JobOutcome
+from marlaas.core.outcomes import FINISHED, REFUSED, JobOutcome
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.work import Decision, WorkDone
 from marlaas.drive.collector import fewer_collections
@@ -76,9 +76,7 @@ def drive(
     result = RunResult(
         records=records,
         makespan_s=now,
-        job_finish_s={
-            name: o.end_s if o.state == "finished" else None for name, o in ended.items()
-        },
+        job_finish_s={name: o.end_s if o.state == FINISHED else None for name, o in ended.items()},
         policy=scheduler.policy.name,
         settings=scheduler.mechanism.as_dict(),
         seed=executor.seed,
