@@ -172,7 +172,12 @@ def breakdown(name: str = "smollm2", kv_tokens: int | None = None) -> list[tuple
     part("import transformers, peft")
     from vllm.v1.engine.llm_engine import LLMEngine  # noqa: F401
 
-    from marlaas.executors.backends import engine_kv_tokens, make_generator, max_positions
+    from marlaas.executors.backends import (
+        EngineSizing,
+        engine_kv_tokens,
+        make_generator,
+        max_positions,
+    )
     from marlaas.executors.peft_trainer import PeftTrainer
     from marlaas.executors.rollout import TrainSample
     from marlaas.workload_file import apply_overrides, load_workload
@@ -186,10 +191,11 @@ def breakdown(name: str = "smollm2", kv_tokens: int | None = None) -> list[tuple
     loop = asyncio.new_event_loop()
 
     async def engine():
-        return make_generator("vllm", model, workload, max_len, 0, "cpu")
+        return make_generator("vllm", model, EngineSizing.of_workload(workload), max_len, 0, "cpu")
 
     gen = loop.run_until_complete(engine())
-    part(f"vLLM engine, KV cache {engine_kv_tokens(workload, max_len):,} tokens")
+    kv_tokens = engine_kv_tokens(EngineSizing.of_workload(workload), max_len)
+    part(f"vLLM engine, KV cache {kv_tokens:,} tokens")
     trainer = PeftTrainer(model, shared_weights=gen.plain_weights())  # as a run builds it
     for i, job in enumerate(workload.jobs):
         trainer.add_job(job.name, rank=job.lora_rank, seed=i)

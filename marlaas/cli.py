@@ -90,7 +90,7 @@ def _simulate(args: argparse.Namespace) -> int:
     with claim(args.out, "simulation") as out:  # --out is checked and locked before any work
         events, summary = simulate_run(
             workload, args.policy, args.seed, progress=not args.quiet, profile=profile,
-            on_refused=print_refusal,
+            on_ended=print_refusal,
         )  # fmt: skip
         with out.staged() as staging:
             write_run_files(staging, events, summary, workload)

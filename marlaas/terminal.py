@@ -64,8 +64,11 @@ def warning_line(text: str) -> str:
 
 
 def print_refusal(outcome) -> None:
-    """Say on stderr, in one warning line, that the scheduler refused a job (a
-    :class:`marlaas.core.outcomes.JobOutcome`); the run goes on without it."""
+    """Say on stderr, in one warning line, that the scheduler refused a job (an ended job's
+    :class:`marlaas.core.outcomes.JobOutcome`; others are not mentioned): the run goes on
+    without it."""
+    if outcome.state != "refused":
+        return
     print(warning_line(f"job {outcome.name!r} refused: {outcome.reason}"), file=sys.stderr)
 
 

@@ -61,7 +61,7 @@ from marlaas.core.work import (
     Train,
     WorkDone,
 )
-from marlaas.core.workload import ClusterSpec, JobSpec, Workload
+from marlaas.core.workload import ClusterSpec, JobSpec, TenantSpec, Workload
 
 
 class Scheduler:
@@ -113,6 +113,8 @@ class Scheduler:
         """Finished or cancelled jobs, torn down once nothing of theirs is in flight."""
         self._tenants: dict[str, list[int]] = {}
         """Per tenant with live jobs: [active, waiting] job counts."""
+        self._quotas: dict[str, TenantSpec] = {}
+        """Tenants whose quotas differ from the mechanism's tenant_max_* (set_quota)."""
         self._ended: list[JobOutcome] = []
         self._barrier = self.mechanism.barrier
         self._exclusive = self.cluster.exclusive
@@ -124,12 +126,15 @@ class Scheduler:
     ) -> Scheduler:
         """A scheduler with the workload's cluster, mechanism, policy and seed (``policy`` and
         ``seed`` replace the workload's), and none of its jobs: they are submitted."""
-        return cls(
+        scheduler = cls(
             workload.cluster,
             workload.scheduling,
             policy or workload.policy,
             workload.seed if seed is None else seed,
         )
+        for tenant, quota in workload.tenants.items():
+            scheduler.set_quota(tenant, quota)
+        return scheduler
 
     # ----------------------------------------------------------------------------- queries
     @property
@@ -204,6 +209,25 @@ class Scheduler:
         return out
 
     # ----------------------------------------------------------------------------- facts
+    def set_quota(self, tenant: str, quota: TenantSpec | None) -> None:
+        """The operator set ``tenant``'s quotas (None: back to the mechanism's
+        tenant_max_active_jobs and tenant_max_queued_jobs). They apply from the next
+        admission round on; jobs already admitted stay."""
+        if quota is None:
+            self._quotas.pop(tenant, None)
+        else:
+            self._quotas[tenant] = quota
+
+    def _quota(self, tenant: str) -> tuple[int | None, int | None]:
+        """``tenant``'s (active, queued) job quotas (None: no bound)."""
+        quota = self._quotas.get(tenant)
+        mechanism = self.mechanism
+        if quota is None:
+            return mechanism.tenant_max_active_jobs, mechanism.tenant_max_queued_jobs
+        return quota.active_or(mechanism.tenant_max_active_jobs), quota.queued_or(
+            mechanism.tenant_max_queued_jobs
+        )
+
     def submit(self, spec: JobSpec, now: float, version: int = 0) -> Admission:
         """A tenant submitted ``spec`` at ``now`` [s], to start from adapter ``version`` (a
         resumed job's last durable one). Queued for admission, or refused with the reason
@@ -302,7 +326,7 @@ class Scheduler:
         """Admit waiting jobs in policy order while there is room (max_active_jobs) and their
         tenant's quota allows; then refuse the newest beyond the queue bounds."""
         mechanism = self.mechanism
-        limit, per_tenant = mechanism.max_active_jobs, mechanism.tenant_max_active_jobs
+        limit = mechanism.max_active_jobs
         room = len(self._waiting) if limit is None else limit - len(self._active)
         if room > 0:
             admitted: list[JobState] = []
@@ -310,6 +334,7 @@ class Scheduler:
                 if len(admitted) >= room:
                     break
                 counts = self._tenants[job.tenant]
+                per_tenant = self._quota(job.tenant)[0]
                 if per_tenant is not None and counts[0] >= per_tenant:
                     continue
                 counts[0] += 1
@@ -320,7 +345,11 @@ class Scheduler:
                 self._waiting = [job for job in self._waiting if job.index not in taken]
                 for job in admitted:
                     self._start(job, out)
-        if mechanism.max_queued_jobs is not None or mechanism.tenant_max_queued_jobs is not None:
+        if (
+            mechanism.max_queued_jobs is not None
+            or mechanism.tenant_max_queued_jobs is not None
+            or self._quotas
+        ):
             self._bound_queue(now)
 
     def _start(self, job: JobState, out: list[Decision]) -> None:
@@ -333,15 +362,17 @@ class Scheduler:
 
     def _bound_queue(self, now: float) -> None:
         """Refuse the newest waiting jobs beyond max_queued_jobs and tenant_max_queued_jobs."""
-        total, per_tenant = self.mechanism.max_queued_jobs, self.mechanism.tenant_max_queued_jobs
+        total = self.mechanism.max_queued_jobs
         keep: list[JobState] = []
         refused: list[tuple[JobState, str]] = []
         waiting: dict[str, int] = {}
         for job in self._waiting:  # oldest first
             mine = waiting.get(job.tenant, 0)
+            per_tenant = self._quota(job.tenant)[1]
             if per_tenant is not None and mine >= per_tenant:
+                source = "its quota" if job.tenant in self._quotas else "tenant_max_queued_jobs"
                 refused.append((job, f"tenant {job.tenant!r} already has {_jobs(per_tenant)} "
-                                     "waiting for admission (tenant_max_queued_jobs)"))  # fmt: skip
+                                     f"waiting for admission ({source})"))  # fmt: skip
             elif total is not None and len(keep) >= total:
                 refused.append((job, f"{_jobs(total)} already waiting for admission "
                                      "(max_queued_jobs)"))  # fmt: skip

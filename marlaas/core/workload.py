@@ -249,6 +249,24 @@ class ClusterSpec(_Strict):
         return sum(p.devices for p in self.pools)
 
 
+class TenantSpec(_Strict):
+    """One tenant's quotas (a workload's ``tenants:``, a service's ``marlaas tenants add``):
+    each replaces the scheduling block's tenant_max_* for this tenant (unset: that one)."""
+
+    max_active_jobs: Count(L.MAX_JOBS) | None = None
+    """Jobs of this tenant admitted at once; its others wait."""
+    max_queued_jobs: Count(L.MAX_JOBS, low=0) | None = None
+    """Jobs of this tenant that may wait for admission at once; its newest beyond are refused."""
+
+    def active_or(self, default: int | None) -> int | None:
+        """max_active_jobs, or ``default`` where it is unset."""
+        return default if self.max_active_jobs is None else self.max_active_jobs
+
+    def queued_or(self, default: int | None) -> int | None:
+        """max_queued_jobs, or ``default`` where it is unset."""
+        return default if self.max_queued_jobs is None else self.max_queued_jobs
+
+
 class ArrivalsSpec(_Strict):
     """Job arrivals taken from a file (see marlaas.traces.arrivals): an arrivals CSV (one
     row per job, with its size), or a request trace whose timestamps become arrivals."""
@@ -286,6 +304,11 @@ class Workload(_Strict):
     jobs: Annotated[list[JobSpec], Field(max_length=L.MAX_JOBS)]
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
+    tenants: Annotated[dict[str, TenantSpec], Field(max_length=L.MAX_JOBS)] = Field(
+        default_factory=dict
+    )
+    """Per-tenant quotas, by tenant name (a tenant not named here has the scheduling block's
+    tenant_max_active_jobs and tenant_max_queued_jobs)."""
     arrivals: ArrivalsSpec | None = None
     """Where the jobs' arrival_s (and rl.steps) came from: marlaas.workload_file applies an
     arrivals CSV when it reads the file."""
@@ -294,6 +317,16 @@ class Workload(_Strict):
     @classmethod
     def _name(cls, value: str) -> str:
         return check_name(value)
+
+    @field_validator("tenants")
+    @classmethod
+    def _tenant_names(cls, tenants: dict[str, TenantSpec]) -> dict[str, TenantSpec]:
+        for name in tenants:
+            try:
+                check_name(name)
+            except ValueError as err:
+                raise ValueError(f"tenant name {name!r}: {err}") from None
+        return tenants
 
     @field_validator("policy")
     @classmethod

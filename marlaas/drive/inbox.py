@@ -15,19 +15,25 @@ import math
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mypy_extensions import mypyc_attr
 
-from marlaas.core.workload import JobSpec, Workload
+from marlaas.core.outcomes import Admission
+from marlaas.core.workload import JobSpec, TenantSpec, Workload
 
 
 @dataclass(frozen=True, slots=True)
 class Submit:
-    """A tenant submits ``job``, to start from adapter ``version`` (a resumed job's)."""
+    """A tenant submits ``job``, to start from adapter ``version`` (a resumed job's).
+
+    ``heard`` (a service's request waiting for its answer) is called, on the driver's
+    thread, after the decision round that followed the submission, with the job's state
+    then: queued, active, or refused with the reason (a queue bound refuses in that round)."""
 
     job: JobSpec
     version: int = 0
+    heard: Callable[[Admission], None] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +43,15 @@ class Cancel:
     job: str
 
 
-Item = Submit | Cancel
+@dataclass(frozen=True, slots=True)
+class SetQuota:
+    """The operator set ``tenant``'s quotas (None: back to the mechanism's defaults)."""
+
+    tenant: str
+    quota: TenantSpec | None
+
+
+Item = Submit | Cancel | SetQuota
 
 
 @mypyc_attr(native_class=False)
@@ -55,6 +69,7 @@ class Inbox:
         """Items due as soon as the driver sees them."""
         self._sequence = 0
         self._closed = False
+        self._stopped = False
         self._lock = threading.Condition()
         self._waker: Callable[[], None] | None = None
 
@@ -86,7 +101,23 @@ class Inbox:
         if waker is not None:
             waker()
 
+    def stop(self) -> None:
+        """End the run now (a service shutting down): the driver returns after the work it is
+        waiting on, leaving the work in flight and the jobs unfinished (a real run resumes
+        them from their last durable step). Items not yet taken stay untaken."""
+        with self._lock:
+            self._closed = self._stopped = True
+            self._lock.notify_all()
+            waker = self._waker
+        if waker is not None:
+            waker()
+
     # ----------------------------------------------------------------------------- driver
+    @property
+    def stopped(self) -> bool:
+        """Whether :meth:`stop` was called."""
+        return self._stopped
+
     @property
     def closed(self) -> bool:
         """Whether the inbox takes no more items."""

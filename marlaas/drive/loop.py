@@ -22,20 +22,21 @@ from collections.abc import Callable, Sequence
 
 from mypy_extensions import mypyc_attr
 
-from marlaas.core.outcomes import FINISHED, REFUSED, JobOutcome
+from marlaas.core.outcomes import FINISHED, Admission, JobOutcome
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.work import Decision, WorkDone
 from marlaas.drive.collector import fewer_collections
 from marlaas.drive.executor import Executor
-from marlaas.drive.inbox import Inbox, Submit
+from marlaas.drive.inbox import Cancel, Inbox, Submit
 from marlaas.drive.invariants import check_invariants
 from marlaas.drive.result import RunResult
 
 Observer = Callable[[Decision, WorkDone, float], None]
 """Called after the scheduler took each completion: (decision, event, now [s])."""
 
-OnRefused = Callable[[JobOutcome], None]
-"""Called when the scheduler refuses a job (at submission, or beyond a queue bound)."""
+OnEnded = Callable[[JobOutcome], None]
+"""Called as each job ends: finished, cancelled, or refused (at submission, or beyond a
+queue bound)."""
 
 
 @mypyc_attr(native_class=False)
@@ -50,16 +51,18 @@ def drive(
     *,
     max_failures: int = 3,
     observers: Sequence[Observer] = (),
-    on_refused: OnRefused | None = None,
+    on_ended: OnEnded | None = None,
     check: bool = True,
 ) -> RunResult:
     """Run ``scheduler`` over ``executor`` with the jobs of ``inbox`` until the inbox is
-    closed and empty and every job has ended; see the module docstring.
+    closed and empty and every job has ended, or the inbox is stopped; see the module
+    docstring.
 
     ``max_failures``: consecutive failures of one kind of work of one job before the run
-    stops with :class:`RunError`. ``on_refused`` hears of each refused job as it is refused.
-    ``check``: verify the invariants of the finished run (marlaas.drive.invariants), raising
-    InvariantError when one does not hold.
+    stops with :class:`RunError`. ``on_ended`` hears of each job as it ends (finished,
+    cancelled, refused). ``check``: verify the invariants of the finished run
+    (marlaas.drive.invariants), raising InvariantError when one does not hold (not checked
+    for a stopped run: its work in flight was left).
     """
     started = time.perf_counter()
     ended: dict[str, JobOutcome] = {}
@@ -67,7 +70,7 @@ def drive(
     try:
         with fewer_collections():
             now, batches, failures = _loop(
-                scheduler, executor, inbox, max_failures, observers, on_refused, ended
+                scheduler, executor, inbox, max_failures, observers, on_ended, ended
             )
     finally:
         inbox.set_waker(None)
@@ -85,7 +88,7 @@ def drive(
         failures=failures,
         jobs=ended,
     )
-    if check:
+    if check and not inbox.stopped:
         check_invariants(result, scheduler)
     return result
 
@@ -96,7 +99,7 @@ def _loop(
     inbox: Inbox,
     max_failures: int,
     observers: Sequence[Observer],
-    on_refused: OnRefused | None,
+    on_ended: OnEnded | None,
     ended: dict[str, JobOutcome],
 ) -> tuple[float, int, int]:
     """The loop of :func:`drive`: (now [s], batches, failures). The work in flight is the
@@ -104,28 +107,38 @@ def _loop(
     streak: Counter[tuple[str, str]] = Counter()
     failures = batches = 0
     now = 0.0
+    heard: list[Submit] = []
+    """Submissions whose submitter waits for the round after them."""
 
     def take_inbox() -> None:
         for item in inbox.take(now):
             if isinstance(item, Submit):
                 scheduler.submit(item.job, now, item.version)
-            else:
+                if item.heard is not None:
+                    heard.append(item)
+            elif isinstance(item, Cancel):
                 scheduler.cancel(item.job, now)
+            else:
+                scheduler.set_quota(item.tenant, item.quota)
 
     def decision_round() -> None:
         for decision in scheduler.decide(now):
             executor.start(decision, now)
         for outcome in scheduler.take_ended():
             ended[outcome.name] = outcome
-            if outcome.state == REFUSED and on_refused is not None:
-                on_refused(outcome)
+            if on_ended is not None:
+                on_ended(outcome)
+        if heard:
+            for item in heard:
+                item.heard(_admission(scheduler, item.job.name, ended))
+            heard.clear()
 
     take_inbox()
     decision_round()
-    while scheduler.live or not inbox.exhausted:
+    while (scheduler.live or not inbox.exhausted) and not inbox.stopped:
         due = inbox.next_at()
         if not scheduler.running and due is None:
-            if inbox.closed:
+            if inbox.closed and not inbox.stopped:
                 stuck = sorted(j.name for j in scheduler.jobs.values())
                 raise RunError(f"the run stalled at t={now:.1f} s; unfinished: {stuck}")
             inbox.wait()  # nothing runs: the run waits for a tenant
@@ -165,3 +178,12 @@ def _loop(
         batches += 1
         decision_round()
     return now, batches, failures
+
+
+def _admission(scheduler: Scheduler, name: str, ended: dict[str, JobOutcome]) -> Admission:
+    """Job ``name``'s state after a decision round: live, or how it ended."""
+    state = scheduler.status(name)
+    if state is not None:
+        return Admission(name, state)
+    outcome = ended[name]
+    return Admission(name, outcome.state, outcome.reason)

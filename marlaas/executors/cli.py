@@ -58,7 +58,7 @@ def _train(args: argparse.Namespace) -> int:
         seed=args.seed, base_dir=Path(args.workload).parent, progress=not args.quiet,
         micro_batch_size=args.micro_batch_size, max_model_len=args.max_model_len,
         activation_checkpointing=args.activation_checkpointing, tracker=args.tracker,
-        on_refused=print_refusal,
+        on_ended=print_refusal,
     )  # fmt: skip
     print_summary(summary, title=run_title(workload, summary, f"{summary['backend']} · real"))
     for job, group in rewards.groupby("job", sort=True):
@@ -78,6 +78,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     from marlaas.executors.adapter_store import AdapterStore
     from marlaas.executors.backends import (
+        EngineSizing,
         make_generator,
         max_positions,
         model_dir_of,
@@ -104,7 +105,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     into_run = nullcontext(None) if default else claim_file(args.out, "evaluation", is_evaluation)
 
     async def go():
-        gen = make_generator(backend, model_dir, workload, min(max_positions(model_dir), 2048))
+        sizing = EngineSizing.of_workload(workload)
+        gen = make_generator(backend, model_dir, sizing, min(max_positions(model_dir), 2048))
         try:
             return await evaluate(workload, store, gen, args.prompts, progress=not args.quiet)
         finally:

@@ -50,10 +50,10 @@ from marlaas.core.work import (
     Train,
     WorkDone,
 )
-from marlaas.core.workload import JobSpec, Workload
+from marlaas.core.workload import JobSpec
 from marlaas.drive.executor import Completions
 from marlaas.executors.adapter_store import AdapterStore
-from marlaas.executors.backends import make_generator, max_positions
+from marlaas.executors.backends import EngineSizing, make_generator, max_positions
 from marlaas.executors.devices import gpu_count, physical_devices
 from marlaas.executors.episode_runner import EpisodeRunner, RewardPoint
 from marlaas.executors.episodes import ChatFormat
@@ -66,8 +66,9 @@ log = logging.getLogger("marlaas.real")
 class LocalExecutor:
     """Real generation, environments and training in this process, as the scheduler decides.
 
-    ``workload``: the cluster's engines are sized for its jobs (the longest episode, the
-    largest LoRA rank); the jobs themselves come from the scheduler's AdmitJob decisions.
+    ``sizing``: what the cluster's engines are built to hold (a batch workload's
+    :meth:`EngineSizing.of_workload`, a service's declared limits); the jobs themselves come
+    from the scheduler's AdmitJob decisions.
     ``store``: the adapter store (every version of every job). ``generators``/``trainers``
     (engine/trainer name -> object) may be passed in, e.g. by tests; the others are built on
     the devices of :func:`marlaas.executors.devices.physical_devices` by :meth:`open`. Use it
@@ -76,13 +77,13 @@ class LocalExecutor:
 
     def __init__(
         self,
-        workload: Workload,
+        sizing: EngineSizing,
         cluster: Cluster,
         *,
         store: AdapterStore,
         model_dir: Path,
         backend: str,
-        seed: int | None = None,
+        seed: int = 0,
         generators: dict | None = None,
         trainers: dict | None = None,
         micro_batch_size: int = 8,
@@ -90,8 +91,8 @@ class LocalExecutor:
         max_model_len: int | None = None,
         chat_template: bool | None = None,
     ) -> None:
-        self.seed = workload.seed if seed is None else seed
-        self.workload, self.cluster, self.store = workload, cluster, store
+        self.seed = seed
+        self.sizing, self.cluster, self.store = sizing, cluster, store
         self.backend = backend
         self.rewards: list[RewardPoint] = []
         self._model_dir = model_dir
@@ -141,7 +142,7 @@ class LocalExecutor:
         for engine in self.cluster.engines:
             if engine.name not in self._engines:
                 self._engines[engine.name] = await asyncio.to_thread(
-                    make_generator, self.backend, self._model_dir, self.workload,
+                    make_generator, self.backend, self._model_dir, self.sizing,
                     self._max_model_len, self.seed, devices[engine.device.name],
                 )  # fmt: skip
         if trainers is None:

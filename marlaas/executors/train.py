@@ -22,11 +22,11 @@ from marlaas.core.scheduler import Scheduler
 from marlaas.core.workload import Workload
 from marlaas.drive import Observer, RunResult, drive
 from marlaas.drive.inbox import workload_inbox
-from marlaas.drive.loop import OnRefused
+from marlaas.drive.loop import OnEnded
 from marlaas.drive.progress import StepProgress
 from marlaas.envs import resolve_env
 from marlaas.executors.adapter_store import AdapterStore
-from marlaas.executors.backends import model_dir_of, resolve_backend
+from marlaas.executors.backends import EngineSizing, model_dir_of, resolve_backend
 from marlaas.executors.history import history_events, history_points, history_result
 from marlaas.executors.journal import JOURNAL_FILE, Journal, read_journal
 from marlaas.executors.journal_observer import JournalObserver
@@ -62,7 +62,7 @@ def train_run(
     progress: bool = True,
     observers: Sequence[Observer] = (),
     tracker: str | None = None,
-    on_refused: OnRefused | None = None,
+    on_ended: OnEnded | None = None,
     **options,
 ) -> tuple[pd.DataFrame, dict, pd.DataFrame, RunResult]:
     """Train every job of ``workload`` for real into the run folder ``out``.
@@ -75,7 +75,7 @@ def train_run(
     completion (see marlaas.drive). ``tracker`` (``tensorboard`` or ``wandb``) also logs
     every job's training statistics per step under ``out/<tracker>/`` as they finish (a
     resumed run appends). Each job is submitted at its arrival (a resumed one at its last
-    durable version); ``on_refused`` hears of a job the scheduler refuses (the run goes on;
+    durable version); ``on_ended`` hears of each job as it ends (a refused one: the run goes on;
     when every job would be, it is an InfeasibleWorkloadError before any model loads).
     Returns (events, summary, rewards, result), each over the whole
     history; ``out/workload.json`` keeps the workload for ``marlaas replay``.
@@ -122,7 +122,7 @@ def train_run(
                     memory.offset_s = journaled.end_s
                     try:
                         result = _train_part(workload, journal, store, model_dir, backend,
-                                             policy, seed, progress, observers, on_refused,
+                                             policy, seed, progress, observers, on_ended,
                                              offsets, journaled.end_s, options, track,
                                              memory)  # fmt: skip
                     finally:
@@ -153,7 +153,7 @@ def _check_runnable(workload: Workload) -> None:
 
 
 def _train_part(workload, journal, store, model_dir, backend, policy, seed, progress,
-                observers, on_refused, versions, start_s, options, track,
+                observers, on_ended, versions, start_s, options, track,
                 memory) -> RunResult:  # fmt: skip
     """Drive one part of the run (the first, or a resumed one: each job submitted at its
     last durable version, the arrivals ``start_s`` earlier), journaling it (and feeding
@@ -161,8 +161,9 @@ def _train_part(workload, journal, store, model_dir, backend, policy, seed, prog
     the run's clock from the end of the setup."""
     scheduler = Scheduler.for_workload(workload, policy, seed)
     total = sum(max(0, j.rl.steps - versions.get(j.name, 0)) for j in workload.jobs)
+    sizing = EngineSizing.of_workload(workload)
     with LocalExecutor(
-        workload, scheduler.cluster, store=store, model_dir=model_dir, backend=backend,
+        sizing, scheduler.cluster, store=store, model_dir=model_dir, backend=backend,
         seed=scheduler.seed, **options,
     ) as executor, StepProgress(
         total, "training", enabled=progress, postfix=executor.latest_rewards
@@ -172,7 +173,7 @@ def _train_part(workload, journal, store, model_dir, backend, policy, seed, prog
         feeds = [RewardFeed(executor.rewards, [track.log_step])] if track is not None else []
         result = drive(
             scheduler, executor, workload_inbox(workload, versions, start_s),
-            observers=[keeper, bar, *feeds, *observers], on_refused=on_refused,
+            observers=[keeper, bar, *feeds, *observers], on_ended=on_ended,
         )  # fmt: skip
         keeper.finish(result.records)
     return result

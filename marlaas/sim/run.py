@@ -10,7 +10,7 @@ from marlaas.core.scheduler import Scheduler
 from marlaas.core.workload import Workload
 from marlaas.drive import RunResult, check_invariants, drive
 from marlaas.drive.inbox import Inbox, workload_inbox
-from marlaas.drive.loop import OnRefused
+from marlaas.drive.loop import OnEnded
 from marlaas.drive.progress import StepProgress
 from marlaas.eventlog import records_to_frame
 from marlaas.runs import run_summary
@@ -34,15 +34,16 @@ def simulate(
     recording: Recording | None = None,
     check: bool = True,
     inbox: Inbox | None = None,
-    on_refused: OnRefused | None = None,
+    on_ended: OnEnded | None = None,
 ) -> RunResult:
     """Simulate ``workload`` under ``policy`` (default: the workload's) and ``seed`` with
     ``cost`` (default: the workload's cost model), replaying ``recording`` if given;
     ``check``: verify the run's invariants. The jobs come from ``inbox`` (default: the
-    workload's, each at its arrival); ``on_refused`` hears of each job the scheduler
-    refuses. Raises InfeasibleWorkloadError when none of the workload's jobs could ever run."""
+    workload's, each at its arrival); ``on_ended`` hears of each job as it ends
+    (finished, cancelled, refused). Raises InfeasibleWorkloadError when none of the
+    workload's jobs could ever run."""
     return _simulate(workload, policy, seed, progress, cost, recording, check, inbox,
-                     on_refused)[0]  # fmt: skip
+                     on_ended)[0]  # fmt: skip
 
 
 def _simulate(
@@ -54,7 +55,7 @@ def _simulate(
     recording: Recording | None,
     check: bool,
     inbox: Inbox | None = None,
-    on_refused: OnRefused | None = None,
+    on_ended: OnEnded | None = None,
 ) -> tuple[RunResult, Scheduler]:
     if inbox is None:
         check_some_fit(workload.jobs, workload.cluster)
@@ -66,7 +67,7 @@ def _simulate(
         observers = [bar] if progress else []  # a bar that shows nothing need not count
         result = drive(
             scheduler, executor, inbox or workload_inbox(workload), observers=observers,
-            on_refused=on_refused, check=check,
+            on_ended=on_ended, check=check,
         )  # fmt: skip
     return result, scheduler
 
@@ -79,7 +80,7 @@ def simulate_run(
     profile: CostProfile | None = None,
     recording: Recording | None = None,
     kind: str = "simulation",
-    on_refused: OnRefused | None = None,
+    on_ended: OnEnded | None = None,
     **extra,
 ) -> tuple[pd.DataFrame, dict]:
     """Simulate and return (event log frame, summary); the summary records the cost profile
@@ -87,7 +88,7 @@ def simulate_run(
     invariants are checked on that frame."""
     cost = profile.cost if profile is not None else None
     result, scheduler = _simulate(workload, policy, seed, progress, cost, recording, False,
-                                  on_refused=on_refused)  # fmt: skip
+                                  on_ended=on_ended)  # fmt: skip
     events = records_to_frame(result.records)
     check_invariants(result, scheduler, events)
     used = profile.summary() if profile is not None else {"name": "workload", "path": None}

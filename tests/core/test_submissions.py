@@ -10,9 +10,16 @@ import pytest
 from marlaas.core.outcomes import JobOutcome
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.work import AdmitJob, EvictAdapter, Generate, ReleaseJob, SwapOut, Train
-from marlaas.core.workload import parse_workload
+from marlaas.core.workload import TenantSpec, parse_workload
 from marlaas.drive import FixedExecutor, drive
-from marlaas.drive.inbox import Cancel, Inbox, InboxClosedError, Submit, workload_inbox
+from marlaas.drive.inbox import (
+    Cancel,
+    Inbox,
+    InboxClosedError,
+    SetQuota,
+    Submit,
+    workload_inbox,
+)
 from marlaas.eventlog import records_to_frame
 from marlaas.sim.executor import SimPyExecutor
 from marlaas.sim.run import simulate
@@ -201,12 +208,77 @@ def test_queue_bounds_refuse_the_newest_submissions(scheduling, refused, reason)
     heard = []
     scheduler = Scheduler.for_workload(parse_workload(data), "fifo")
     result = drive(scheduler, FixedExecutor(), workload_inbox(parse_workload(data)),
-                   on_refused=heard.append)  # fmt: skip
+                   on_ended=lambda o: o.state == "refused" and heard.append(o))  # fmt: skip
     assert [o.name for o in heard] == refused
     assert all(reason in o.reason for o in heard)
     states = {name: o.state for name, o in result.jobs.items()}
     assert [n for n, s in states.items() if s == "refused"] == refused
     assert all(s == "finished" for n, s in states.items() if n not in refused)
+
+
+def test_a_tenants_own_quota_replaces_the_mechanisms_for_that_tenant_only():
+    data = workload(jobs=4, steps=2, scheduling={"tenant_max_queued_jobs": 0}).model_dump()
+    for job, tenant in zip(data["jobs"], ["big", "big", "small", "small"], strict=True):
+        job["tenant"] = tenant
+    data["tenants"] = {"small": {"max_active_jobs": 1, "max_queued_jobs": 1}}
+    work = parse_workload(data)
+    scheduler = Scheduler.for_workload(work, "fifo")
+    result = drive(scheduler, FixedExecutor(), workload_inbox(work))
+    states = {name: o.state for name, o in result.jobs.items()}
+    # big: no active bound, so both run; small: one at a time, the other waits its turn
+    assert states == dict.fromkeys(["j0", "j1", "j2", "j3"], "finished")
+    frame = records_to_frame(result.records)
+    span = frame[frame.job != ""].groupby("job").agg(start=("start_s", "min"),
+                                                     end=("end_s", "max"))  # fmt: skip
+    assert span.loc["j3", "start"] >= span.loc["j2", "end"]
+    assert span.loc["j1", "start"] < span.loc["j0", "end"]
+    # a quota set while the run goes on applies from the next admission round
+    inbox = Inbox()
+    inbox.put(SetQuota("big", TenantSpec(max_active_jobs=1, max_queued_jobs=0)), 0.0)
+    for job in work.jobs[:2]:
+        inbox.put(Submit(job), 1.0)
+    inbox.close()
+    heard = []
+    scheduler = Scheduler.for_workload(work.model_copy(update={"tenants": {}}), "fifo")
+    result = drive(scheduler, FixedExecutor(), inbox, on_ended=heard.append)
+    assert result.jobs["j1"].state == "refused"
+    assert "tenant 'big' already has 0 jobs waiting for admission (its quota)" in (
+        result.jobs["j1"].reason
+    )
+
+
+def test_a_submitter_hears_the_admission_after_the_round_that_decided_it():
+    data = workload(jobs=3, steps=2, scheduling={"max_active_jobs": 1, "max_queued_jobs": 1})
+    inbox = Inbox()
+    answers = {}
+    for job in data.jobs:
+        inbox.put(Submit(job, heard=lambda a: answers.setdefault(a.job, (a.state, a.reason))))
+    inbox.close()
+    scheduler = Scheduler.for_workload(data, "fifo")
+    drive(scheduler, FixedExecutor(), inbox)
+    assert answers["j0"] == ("active", "")
+    assert answers["j1"] == ("queued", "")
+    assert answers["j2"][0] == "refused" and "max_queued_jobs" in answers["j2"][1]
+
+
+def test_a_stopped_inbox_ends_the_run_at_once_leaving_its_jobs_unfinished():
+    work = sim_workload(jobs=2, steps=4)
+    inbox = Inbox()
+    for job in work.jobs:
+        inbox.put(Submit(job), 0.0)
+
+    def stop_on_first_training(decision, event, now):
+        if isinstance(decision, Train):
+            inbox.stop()
+
+    scheduler = Scheduler.for_workload(work, "fair")
+    executor = SimPyExecutor(scheduler.cluster, seed=scheduler.seed)
+    result = drive(scheduler, executor, inbox, observers=[stop_on_first_training])
+    assert inbox.stopped and inbox.closed
+    assert result.jobs == {}  # nothing ended: the jobs live on, to be resumed
+    assert scheduler.live == 2
+    with pytest.raises(InboxClosedError):
+        inbox.put(Submit(work.jobs[0]))
 
 
 def test_a_job_that_cannot_fit_is_refused_with_one_line_and_the_run_goes_on():
@@ -218,7 +290,8 @@ def test_a_job_that_cannot_fit_is_refused_with_one_line_and_the_run_goes_on():
     inbox.put(Submit(huge), 5.0)
     inbox.close()
     heard = []
-    result = simulate(work, "fifo", inbox=inbox, on_refused=heard.append)
+    refused = lambda o: o.state == "refused" and heard.append(o)  # noqa: E731
+    result = simulate(work, "fifo", inbox=inbox, on_ended=refused)
     [refusal] = heard
     assert refusal.name == "huge" and refusal.end_s == 5.0
     assert "512 seqs" in refusal.reason and "\n" not in refusal.reason

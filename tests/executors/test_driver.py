@@ -27,6 +27,7 @@ from marlaas.drive import InvariantError, RunError, check_invariants, drive
 from marlaas.drive.inbox import Cancel, Inbox, Submit, workload_inbox
 from marlaas.eventlog import read_event_log, records_to_frame
 from marlaas.executors.adapter_store import AdapterStore
+from marlaas.executors.backends import EngineSizing
 from marlaas.executors.journal import read_journal
 from marlaas.executors.local import LocalExecutor
 from marlaas.executors.outputs import rewards_frame
@@ -187,8 +188,9 @@ def test_one_policy_object_and_one_invariant_checker_for_both_worlds(tiny_model_
     scheduler = Scheduler.for_workload(workload, policy)
     store = AdapterStore(tmp_path / "adapters")
     with LocalExecutor(
-        workload, scheduler.cluster, store=store, model_dir=tiny_model_dir, backend="hf"
-    ) as executor:
+        EngineSizing.of_workload(workload), scheduler.cluster, store=store,
+        model_dir=tiny_model_dir, backend="hf",
+    ) as executor:  # fmt: skip
         result = drive(scheduler, executor, workload_inbox(workload), check=False)
     assert policy.calls > sim_calls  # the same object was asked again, by the real run
     check_invariants(result, scheduler)
@@ -280,8 +282,9 @@ def test_vllm_two_engines_enact_placement_evictions_and_swaps(tiny_model_dir, tm
     scheduler = Scheduler.for_workload(workload)
     store = AdapterStore(tmp_path / "adapters")
     with LocalExecutor(
-        workload, scheduler.cluster, store=store, model_dir=tiny_model_dir, backend="vllm"
-    ) as executor:
+        EngineSizing.of_workload(workload), scheduler.cluster, store=store,
+        model_dir=tiny_model_dir, backend="vllm",
+    ) as executor:  # fmt: skip
         watch = ResidencyWatch(scheduler, executor)
         result = drive(scheduler, executor, workload_inbox(workload), observers=[watch])
         [trainer] = executor.trainers.trainers.values()
@@ -304,8 +307,8 @@ def test_a_job_whose_work_keeps_failing_stops_the_run_with_the_reason(tiny_model
     store = AdapterStore(tmp_path / "a")
     stops = pytest.raises(RunError, match=r"Generate of job .* in a row: .*max_model_len")
     with LocalExecutor(
-        broken, scheduler.cluster, store=store, model_dir=tiny_model_dir, backend="hf",
-        max_model_len=4,
+        EngineSizing.of_workload(broken), scheduler.cluster, store=store,
+        model_dir=tiny_model_dir, backend="hf", max_model_len=4,
     ) as executor, stops:  # fmt: skip
         drive(scheduler, executor, workload_inbox(broken))
 
@@ -392,8 +395,9 @@ def test_a_real_run_trains_a_job_submitted_while_it_runs_and_releases_a_cancelle
 
     store = AdapterStore(tmp_path / "adapters")
     with LocalExecutor(
-        workload, scheduler.cluster, store=store, model_dir=tiny_model_dir, backend="vllm"
-    ) as executor:
+        EngineSizing.of_workload(workload), scheduler.cluster, store=store,
+        model_dir=tiny_model_dir, backend="vllm",
+    ) as executor:  # fmt: skip
         watch = ResidencyWatch(scheduler, executor)
         result = drive(scheduler, executor, inbox,
                        observers=[watch, cancel_after_two_steps, nothing_of_it_left])  # fmt: skip

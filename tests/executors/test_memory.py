@@ -11,7 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from marlaas.executors.backends import KV_BLOCK_TOKENS, engine_kv_tokens, longest_sequence
+from marlaas.executors.backends import (
+    KV_BLOCK_TOKENS,
+    EngineSizing,
+    engine_kv_tokens,
+    longest_sequence,
+)
 from marlaas.executors.memory import (
     MemoryMonitor,
     descendants,
@@ -114,14 +119,15 @@ def test_trainer_selected_token_logprobs_match_the_full_logits(tiny_model_dir, c
 def test_engine_kv_tokens_is_what_the_workload_can_hold():
     workload = load_workload(REPO / "traces" / "real-smollm2.yaml")
     # calc-tool: 80-token prompt + turn 1 (24 new + 16 observed) + turn 2 (24 new) = 144
-    assert longest_sequence(workload) == 144
-    assert engine_kv_tokens(workload, max_model_len=2048) == 64 * 144  # 9,216, not 65,536
+    assert longest_sequence(workload.jobs) == 144
+    sizing = EngineSizing.of_workload(workload)
+    assert engine_kv_tokens(sizing, max_model_len=2048) == 64 * 144  # 9,216, not 65,536
     # at least one max_model_len sequence (vLLM refuses less), in whole blocks
-    assert engine_kv_tokens(workload, max_model_len=10_000) == 10_112
+    assert engine_kv_tokens(sizing, max_model_len=10_000) == 10_112
     assert 10_112 % KV_BLOCK_TOKENS == 0
     # never more than the workload's kv_tokens
     small = apply_overrides(workload, {"cluster.engine.kv_tokens": 4096})
-    assert engine_kv_tokens(small, max_model_len=512) == 4096
+    assert engine_kv_tokens(EngineSizing.of_workload(small), max_model_len=512) == 4096
 
 
 # ------------------------------------------------------------------ measuring

@@ -156,7 +156,7 @@ def test_multi_turn_context_that_outgrows_an_engine_is_refused_and_the_run_goes_
          "jobs.*.rl.steps": 2}
     )  # fmt: skip
     heard = []
-    result = simulate(workload, "fifo", on_refused=heard.append)
+    result = simulate(workload, "fifo", on_ended=lambda o: o.state == "refused" and heard.append(o))
     assert [o.name for o in heard] == ["tools-c"] and "KV tokens" in heard[0].reason
     states = {name: o.state for name, o in result.jobs.items()}
     assert states == {"math-a": "finished", "math-b": "finished", "tools-c": "refused",
