@@ -25,6 +25,7 @@ import sys
 from marlaas import run_options, sweep_cli
 from marlaas.executors import cli as real_cli
 from marlaas.report import cli as report_cli
+from marlaas.service import cli as service_cli
 from marlaas.terminal import Interrupted, UsageError, error_line, on_signals
 from marlaas.twin import cli as twin_cli
 
@@ -141,6 +142,7 @@ COMMANDS = (
     ("prepare-smollm2", real_cli.SMOLLM2_HELP, real_cli.add_smollm2_arguments),
     ("calibrate", twin_cli.CALIBRATE_HELP, twin_cli.add_calibrate_arguments),
     ("replay", twin_cli.REPLAY_HELP, twin_cli.add_replay_arguments),
+    *service_cli.COMMANDS,
 )
 """(name, help line, function adding the command's arguments and ``func``)."""
 

@@ -56,10 +56,11 @@ from pathlib import Path
 MANIFEST_FILE = "manifest.json"
 STAGING_MARK = ".marlaas-staging"
 """An empty file in every staging folder while it is built: what makes it marlaas's."""
-KINDS = ("simulation", "real", "report", "sweep", "replay", "model")
+KINDS = ("simulation", "real", "report", "sweep", "replay", "model", "adapter")
 """The kinds of output folder; a folder is only ever replaced by an output of its own kind."""
 NAMES = {"simulation": "simulation run", "real": "real training run", "report": "report",
-         "sweep": "sweep", "replay": "replay", "model": "model folder"}  # fmt: skip
+         "sweep": "sweep", "replay": "replay", "model": "model folder",
+         "adapter": "fetched adapter"}  # fmt: skip
 """How an error names each kind."""
 STATUSES = ("finished", "partial")
 
@@ -429,6 +430,12 @@ def _check_owner(out: Path, kind: str, existing: tuple[str | None, str], partial
 def lock_path(out: Path) -> Path:
     """The lock file of ``out`` (beside it, hidden)."""
     return out.with_name(f".{out.name}.lock")
+
+
+def lock_folder(out: Path) -> int:
+    """Hold ``out``'s lock (beside it) for as long as the returned descriptor stays open;
+    OutputError when another marlaas command holds it."""
+    return _lock_beside(Path(out))
 
 
 def _lock_beside(out: Path) -> int:

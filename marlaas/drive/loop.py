@@ -34,6 +34,9 @@ from marlaas.drive.result import RunResult
 Observer = Callable[[Decision, WorkDone, float], None]
 """Called after the scheduler took each completion: (decision, event, now [s])."""
 
+OnJobFailed = Callable[[str, str], None]
+"""Called with (job, reason) when a job's work failed too often in a row (it is cancelled)."""
+
 OnEnded = Callable[[JobOutcome], None]
 """Called as each job ends: finished, cancelled, or refused (at submission, or beyond a
 queue bound)."""
@@ -52,6 +55,7 @@ def drive(
     max_failures: int = 3,
     observers: Sequence[Observer] = (),
     on_ended: OnEnded | None = None,
+    on_job_failed: OnJobFailed | None = None,
     check: bool = True,
 ) -> RunResult:
     """Run ``scheduler`` over ``executor`` with the jobs of ``inbox`` until the inbox is
@@ -59,7 +63,8 @@ def drive(
     docstring.
 
     ``max_failures``: consecutive failures of one kind of work of one job before the run
-    stops with :class:`RunError`. ``on_ended`` hears of each job as it ends (finished,
+    stops with :class:`RunError`; with ``on_job_failed`` (a service), that job is cancelled
+    instead, ``on_job_failed`` hears why, and the run goes on. ``on_ended`` hears of each job as it ends (finished,
     cancelled, refused). ``check``: verify the invariants of the finished run
     (marlaas.drive.invariants), raising InvariantError when one does not hold (not checked
     for a stopped run: its work in flight was left).
@@ -70,7 +75,8 @@ def drive(
     try:
         with fewer_collections():
             now, batches, failures = _loop(
-                scheduler, executor, inbox, max_failures, observers, on_ended, ended
+                scheduler, executor, inbox, max_failures, observers, on_ended, on_job_failed,
+                ended,
             )
     finally:
         inbox.set_waker(None)
@@ -100,6 +106,7 @@ def _loop(
     max_failures: int,
     observers: Sequence[Observer],
     on_ended: OnEnded | None,
+    on_job_failed: OnJobFailed | None,
     ended: dict[str, JobOutcome],
 ) -> tuple[float, int, int]:
     """The loop of :func:`drive`: (now [s], batches, failures). The work in flight is the
@@ -169,10 +176,15 @@ def _loop(
                 failures += 1
                 streak[key] += 1
                 if streak[key] > max_failures:
-                    raise RunError(
+                    reason = (
                         f"{key[0]} of job {decision.job!r} failed {streak[key]} times in a "
                         f"row: {event.error or 'no reason given'}"
                     )
+                    if on_job_failed is None:
+                        raise RunError(reason)
+                    del streak[key]
+                    if scheduler.cancel(decision.job, now) is not None:
+                        on_job_failed(decision.job, reason)
             for observe in observers:
                 observe(decision, event, now)
         batches += 1

@@ -134,6 +134,11 @@ class SimPyExecutor:
     def wake(self) -> None:
         """Nothing waits for real here (the driver reads its inbox before each wait)."""
 
+    def next_at(self) -> float | None:
+        """When the next simulated event is due [s] (None: nothing is)."""
+        queue = self.env._queue
+        return queue[0][0] if queue else None
+
     def wait(self, until: float | None) -> Completions | None:
         """Run SimPy to the next completion, or to ``until`` [s] if that comes first.
 

@@ -1,0 +1,287 @@
+"""The service's HTTP API (FastAPI; OpenAPI at ``/docs``), its dashboard and its metrics.
+
+Every ``/v1`` route but ``/v1/health`` needs ``Authorization: Bearer KEY``: a tenant's key
+(its own jobs only; another tenant's job is 404, its existence not revealed) or the
+operator's (``DATA/operator.key``: every job, no submissions). A missing or wrong key is 401,
+logged without the key. A job spec is checked by :mod:`marlaas.service.requests` (422 naming
+the field; a body over 1 MiB is 413); the scheduler's quotas answer 429 with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import io
+import json
+import logging
+import tarfile
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Path as PathParam
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from marlaas.service import store as S
+from marlaas.service.requests import JobRequestError, job_from_request
+from marlaas.service.runner import ServiceRunner
+
+log = logging.getLogger("marlaas.service")
+
+MAX_BODY_BYTES = 1024 * 1024
+"""The largest request body taken [bytes]; larger is 413."""
+EVENT_POLL_S = 0.5
+"""How often an event stream looks for new events [s]."""
+OPERATOR_KEY_FILE = "operator.key"
+SKIPPED_FILES = ("optimizer.pt",)
+"""What an adapter download leaves out: the optimizer state is the trainer's."""
+
+JobId = Annotated[int, PathParam(ge=1, le=2**62)]
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who made a request: a tenant, or the operator (``tenant`` None)."""
+
+    tenant: S.TenantView | None
+
+    @property
+    def tenant_id(self) -> int | None:
+        """The tenant's id; None for the operator, who sees every job."""
+        return None if self.tenant is None else self.tenant.id
+
+
+class Metrics:
+    """The Prometheus series of one service (a registry of its own)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.queued = Gauge("marlaas_jobs_queued", "Jobs waiting for admission",
+                            registry=self.registry)  # fmt: skip
+        self.running = Gauge("marlaas_jobs_running", "Jobs admitted", registry=self.registry)
+        self.utilization = Gauge("marlaas_pool_utilization", "Fraction of a pool's devices "
+                                 "busy", ["pool"], registry=self.registry)  # fmt: skip
+        self.latency = Histogram("marlaas_request_seconds", "HTTP request latency [s]",
+                                 ["method", "route", "status"], registry=self.registry)  # fmt: skip
+
+
+def create_app(runner: ServiceRunner, data_dir: Path) -> FastAPI:
+    """The API over ``runner`` (its store holds the jobs)."""
+    store = runner.store
+    operator_key = (Path(data_dir) / OPERATOR_KEY_FILE).read_text().strip()
+    metrics = Metrics()
+    app = FastAPI(title="MARLaaS", version="1", summary="Multi-tenant RL fine-tuning")
+    app.state.store, app.state.operator_key = store, operator_key
+
+    @app.middleware("http")
+    async def timed(request: Request, call_next):
+        started = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "other")
+        metrics.latency.labels(request.method, path, str(response.status_code)).observe(
+            time.perf_counter() - started
+        )
+        return response
+
+    def job_of(who: Caller, job_id: int) -> dict:
+        job = store.job(job_id, who.tenant_id)
+        if job is None:
+            raise HTTPException(404, f"no job {job_id}")
+        job["versions"] = _versions(runner, job)
+        return job
+
+    @app.get("/v1/health")
+    def health() -> dict:
+        """Whether the driver runs (no key needed)."""
+        if runner.error is not None:
+            return JSONResponse({"status": "error", "error": str(runner.error)}, 503)
+        return {"status": "ok" if runner.ready.is_set() else "starting",
+                "simulated": runner.simulate}  # fmt: skip
+
+    @app.post("/v1/jobs", status_code=201)
+    async def submit(request: Request, who: Who) -> dict:
+        """Submit a job spec (the workload schema; the tenant comes from the key)."""
+        if who.tenant is None:
+            raise HTTPException(403, "the operator's key submits no jobs: use a tenant's key")
+        body = await _read_body(request)
+        try:
+            spec = job_from_request(_json(body), who.tenant.name, runner.config)
+        except JobRequestError as err:
+            _refused(request, 422, str(err))
+            raise HTTPException(422, str(err)) from None
+        job_id, state, reason = await run_in_threadpool(runner.submit, who.tenant, spec)
+        if state == S.REFUSED:
+            _refused(request, 429, reason)
+            raise HTTPException(429, reason)
+        return {"id": job_id, "state": state}
+
+    @app.get("/v1/jobs")
+    def list_jobs(who: Who) -> list[dict]:
+        """Your jobs, newest first (the operator's key: every tenant's)."""
+        jobs = store.jobs(who.tenant_id)
+        for job in jobs:
+            job["versions"] = _versions(runner, job)
+        return jobs
+
+    @app.get("/v1/jobs/{job_id}")
+    def get_job(job_id: JobId, who: Who) -> dict:
+        """One job: state, steps, rewards per step, fetchable versions."""
+        return job_of(who, job_id)
+
+    @app.post("/v1/jobs/{job_id}/cancel", status_code=202)
+    def cancel(job_id: JobId, who: Who) -> dict:
+        """Cancel a job: its work in flight finishes and is discarded."""
+        job = job_of(who, job_id)
+        if not runner.cancel(job_id):
+            raise HTTPException(409, f"job {job_id} is {job['state']}; nothing to cancel")
+        return {"id": job_id, "state": "cancelling"}
+
+    @app.get("/v1/jobs/{job_id}/events")
+    async def events(job_id: JobId, request: Request, who: Who):
+        """Server-sent events as the job's steps finish and its state changes (reconnect
+        with Last-Event-ID)."""
+        from sse_starlette import EventSourceResponse
+
+        await run_in_threadpool(job_of, who, job_id)
+        last = _last_event_id(request)
+        return EventSourceResponse(_stream(store, job_id, last), ping=15)
+
+    @app.get("/v1/jobs/{job_id}/adapters/{version}")
+    def adapter(job_id: JobId, version: Annotated[int, PathParam(ge=0, le=10**6)],
+                who: Who) -> Response:  # fmt: skip
+        """The PEFT folder of an adapter version as a .tar.gz (PeftModel.from_pretrained
+        loads it unpacked)."""
+        job = job_of(who, job_id)
+        if version not in job["versions"]:
+            raise HTTPException(404, f"job {job_id} has no adapter version {version} to fetch "
+                                f"(versions: {job['versions']})")  # fmt: skip
+        folder = runner.adapter_path(job_id, version)
+        data = _tar_gz(folder, f"job{job_id}-v{version}")
+        name = f"job{job_id}-v{version}.tar.gz"
+        return Response(
+            data,
+            media_type="application/gzip",
+            headers={"Content-Disposition": f'attachment; filename="{name}"'},
+        )
+
+    @app.get("/v1/cluster")
+    def cluster(who: Who) -> dict:
+        """The cluster now: pools' utilization, jobs queued and running, the policy."""
+        del who
+        return {
+            "name": runner.config.name, "policy": runner.config.policy,
+            "simulated": runner.simulate, "utilization": runner.utilization,
+            "queued": runner.queued, "running": runner.running, "clock_s": runner.now(),
+        }  # fmt: skip
+
+    @app.get("/metrics")
+    def prometheus() -> Response:
+        """Prometheus metrics: queue length, running jobs, pool utilization, latency."""
+        metrics.queued.set(runner.queued)
+        metrics.running.set(runner.running)
+        for pool, value in runner.utilization.items():
+            metrics.utilization.labels(pool).set(value)
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/", response_class=HTMLResponse)
+    def dashboard() -> str:
+        """The dashboard: every job of the key's holder, live (the key in the page's #key=)."""
+        return resources.files("marlaas.service").joinpath("dashboard.html").read_text()
+
+    return app
+
+
+def caller(request: Request) -> Caller:
+    """Who sent ``request``, by its API key; 401 without a valid one."""
+    header = request.headers.get("authorization", "")
+    scheme, _, key = header.partition(" ")
+    key = key.strip()
+    if scheme.lower() != "bearer" or not key:
+        _refused(request, 401, "no API key")
+        raise HTTPException(401, "an API key is needed: Authorization: Bearer KEY",
+                            headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+    state = request.app.state
+    if hmac.compare_digest(key.encode(), state.operator_key.encode()):
+        return Caller(None)
+    tenant = state.store.authenticate(key)
+    if tenant is None:
+        _refused(request, 401, "unknown or revoked API key")
+        raise HTTPException(401, "unknown or revoked API key",
+                            headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+    return Caller(tenant)
+
+
+Who = Annotated[Caller, Depends(caller)]
+
+
+def _refused(request: Request, status: int, why: str) -> None:
+    client = request.client.host if request.client else "?"
+    log.warning("%d %s %s from %s: %s", status, request.method, request.url.path, client,
+                " ".join(why.split())[:300])  # fmt: skip
+
+
+async def _read_body(request: Request) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        _refused(request, 413, f"{declared} bytes")
+        raise HTTPException(413, f"the body is over {MAX_BODY_BYTES:,} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            _refused(request, 413, f"over {size} bytes")
+            raise HTTPException(413, f"the body is over {MAX_BODY_BYTES:,} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _json(body: bytes):
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise JobRequestError(f"the body is not JSON ({err})") from None
+
+
+def _last_event_id(request: Request) -> int:
+    value = request.headers.get("last-event-id", "0").strip()
+    return int(value) if value.isdigit() and len(value) < 19 else 0
+
+
+async def _stream(store: S.JobStore, job_id: int, last: int):
+    """The job's events after ``last``, as they come, until it has ended."""
+    while True:
+        events = await run_in_threadpool(store.events_after, job_id, last)
+        for event_id, kind, body in events:
+            last = event_id
+            yield {"id": str(event_id), "event": kind, "data": json.dumps(body)}
+        if not events:
+            job = await run_in_threadpool(store.job, job_id)
+            if job is None or job["state"] in S.ENDED:
+                return
+            await asyncio.sleep(EVENT_POLL_S)
+
+
+def _versions(runner: ServiceRunner, job: dict) -> list[int]:
+    """The adapter versions of ``job`` a tenant can fetch: durable ones on disk."""
+    return [v for v in runner.adapter_versions(job["id"]) if v <= job["step"]]
+
+
+def _tar_gz(folder: Path, root: str) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for path in sorted(folder.iterdir()):
+            if path.is_file() and not path.is_symlink() and path.name not in SKIPPED_FILES:
+                tar.add(path, arcname=f"{root}/{path.name}")
+    return buffer.getvalue()

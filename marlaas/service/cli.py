@@ -1,0 +1,408 @@
+"""``marlaas serve``, ``tenants`` and ``traffic`` (the operator's), and ``submit``, ``status``,
+``watch``, ``cancel`` and ``fetch`` (a tenant's, over :mod:`marlaas.client`).
+
+marlaas.cli registers them. The service's libraries (FastAPI, uvicorn, SQLAlchemy, httpx)
+are imported inside the commands; without them a command says what to install, in one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+from marlaas.run_options import bounded_int, path_arg
+from marlaas.terminal import UsageError
+
+SERVE_HELP = "run MARLaaS as a service: tenants submit jobs over HTTP"
+TENANTS_HELP = "add, list or revoke a service's tenants (API keys)"
+TRAFFIC_HELP = "write a service's submissions as a workload file (for marlaas simulate)"
+SUBMIT_HELP = "submit a job spec (YAML or JSON) to a service"
+STATUS_HELP = "your jobs on a service, or one job"
+WATCH_HELP = "follow a job's steps live"
+CANCEL_HELP = "cancel a job on a service"
+FETCH_HELP = "download a job's adapter (a PEFT folder)"
+
+SERVICE_STACK = ("fastapi", "uvicorn", "sqlalchemy", "alembic", "httpx", "sse_starlette",
+                 "prometheus_client")  # fmt: skip
+CONFIG_FILE = "config.json"
+"""The cluster file the service last ran with, in the data folder (for ``traffic``)."""
+OURS = {"service.db", "service.db-wal", "service.db-shm", "secret.key", "operator.key",
+        "adapters", CONFIG_FILE}  # fmt: skip
+"""What a data folder of ours may hold; a folder with anything else is not taken."""
+
+
+def require_service_stack(names=SERVICE_STACK) -> None:
+    """A UsageError with the install command when the service's libraries are missing."""
+    missing = [name for name in names if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UsageError(f"the service needs {', '.join(missing)}: pip install -e '.[service]'")
+
+
+# ------------------------------------------------------------------ operator commands
+
+
+def _serve(args: argparse.Namespace) -> int:
+    require_service_stack()
+    import logging
+
+    from marlaas.executors.quiet import quiet_libraries
+
+    quiet_libraries(verbose=args.log_level == "debug")
+    import uvicorn
+
+    from marlaas.out_folder import lock_folder
+    from marlaas.service.app import OPERATOR_KEY_FILE, create_app
+    from marlaas.service.config import load_config
+    from marlaas.service.db import database_url
+    from marlaas.service.keys import new_key
+    from marlaas.service.runner import ServiceRunner
+    from marlaas.service.store import JobStore
+
+    config, base_dir = load_config(args.cluster)
+    cost = None
+    if args.cost:
+        if not args.simulate:
+            raise UsageError("serve: --cost is for --simulate")
+        from marlaas.sim.cost_profiles import load_profile
+
+        cost = load_profile(args.cost).cost
+    data = _data_folder(args.data)
+    lock = lock_folder(data)
+    try:
+        _write_once(data / OPERATOR_KEY_FILE, new_key())
+        store = JobStore(database_url(data, args.db), data)
+        _save_config(data, config, base_dir)
+        logging.basicConfig(level=getattr(logging, args.log_level.upper()),
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+        options = {} if args.simulate else {"backend": args.backend}
+        runner = ServiceRunner(config, base_dir, data, store, simulate=args.simulate,
+                               speed=args.speed, cost=cost, **options)  # fmt: skip
+        where = "simulated, " if args.simulate else ""
+        print(f"marlaas: starting {config.name} ({where}policy {config.policy}); data in "
+              f"{data}, operator key in {data / OPERATOR_KEY_FILE}", file=sys.stderr,
+              flush=True)  # fmt: skip
+        runner.start()
+        app = create_app(runner, data)
+        server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port,
+                                               log_level=args.log_level, lifespan="off",
+                                               access_log=args.log_level == "debug"))  # fmt: skip
+        runner.on_stop = lambda: setattr(server, "should_exit", True)
+        print(f"marlaas: serving on http://{args.host}:{args.port} (API docs at /docs)",
+              file=sys.stderr, flush=True)  # fmt: skip
+        try:
+            server.run()
+        finally:
+            runner.stop()
+            store.close()
+        if runner.error is not None:
+            raise runner.error
+        return 0
+    finally:
+        os.close(lock)
+
+
+def _data_folder(path: str) -> Path:
+    """The data folder: new, empty, or one of ours."""
+    from marlaas.out_folder import OutputError
+
+    data = Path(path)
+    if data.exists() and not data.is_dir():
+        raise OutputError(f"{data}: is not a folder; --data names the service's data folder")
+    if data.is_dir():
+        strangers = sorted(p.name for p in data.iterdir() if p.name not in OURS)
+        if strangers:
+            raise OutputError(f"{data}: holds {strangers[:5]}, which is not a service's data; "
+                              "choose an empty or new --data folder")  # fmt: skip
+    data.mkdir(parents=True, exist_ok=True)
+    return data
+
+
+def _write_once(path: Path, text: str) -> None:
+    """Write ``text`` to a new owner-only file (an existing one is kept)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _save_config(data: Path, config, base_dir: Path) -> None:
+    from marlaas.out_folder import write_durably
+
+    plain = config.model_dump()
+    model = plain["base_model"].get("path")
+    if model is not None:
+        plain["base_model"]["path"] = str((base_dir / model).resolve())
+    write_durably(data / CONFIG_FILE, json.dumps(plain, indent=1) + "\n")
+
+
+def _serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("cluster", help="cluster file: a workload file without jobs, with an "
+                        "optional service: block (see traces/service-tiny.yaml)")  # fmt: skip
+    _data_arguments(parser)
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=bounded_int(0, 65_535), default=8000)
+    parser.add_argument("--simulate", action="store_true", help="the simulator on the wall "
+                        "clock instead of a model: try a policy against live traffic")  # fmt: skip
+    parser.add_argument("--speed", type=float, default=1.0, help="--simulate: simulated "
+                        "seconds per wall second")  # fmt: skip
+    parser.add_argument("--cost", metavar="PROFILE", help="--simulate: cost profile (a "
+                        "bundled name or a file from marlaas calibrate)")  # fmt: skip
+    parser.add_argument("--backend", choices=("auto", "vllm", "hf"), default="auto")
+    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
+                        default="info")  # fmt: skip
+    parser.set_defaults(func=_serve)
+
+
+def _data_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", required=True, type=path_arg, help="the service's data "
+                        "folder (adapters, keys' secret, the SQLite database)")  # fmt: skip
+    parser.add_argument("--db", metavar="URL", help="database URL (default: SQLite in --data; "
+                        "e.g. postgresql+psycopg://user@host/db)")  # fmt: skip
+
+
+def _open_store(args: argparse.Namespace):
+    require_service_stack(("sqlalchemy", "alembic"))
+    from marlaas.service.db import database_url
+    from marlaas.service.store import JobStore
+
+    data = _data_folder(args.data)
+    return JobStore(database_url(data, args.db), data)
+
+
+def _tenants(args: argparse.Namespace) -> int:
+    from marlaas.core.workload import TenantSpec
+    from marlaas.service.store import TenantError
+
+    store = _open_store(args)
+    try:
+        if args.action == "list":
+            counts = store.job_counts()
+            print(f"{'tenant':<24s} {'active':>6s} {'queued':>6s}  jobs")
+            for tenant in store.tenants():
+                quota = tenant.quota
+                jobs = ", ".join(f"{n} {s}" for s, n in sorted(counts.get(tenant.name, {}).items()))
+                revoked = " (revoked)" if tenant.revoked else ""
+                print(f"{tenant.name + revoked:<24s} {_limit(quota.max_active_jobs):>6s} "
+                      f"{_limit(quota.max_queued_jobs):>6s}  {jobs or '-'}")  # fmt: skip
+            return 0
+        if args.name is None:
+            raise UsageError(f"tenants {args.action}: give the tenant's NAME")
+        try:
+            if args.action == "add":
+                quota = TenantSpec(max_active_jobs=args.max_active_jobs,
+                                   max_queued_jobs=args.max_queued_jobs)  # fmt: skip
+                key = store.add_tenant(args.name, quota)
+                print(f"tenant {args.name} added; its API key (shown once, keep it):",
+                      file=sys.stderr)  # fmt: skip
+                print(key)
+            else:
+                store.revoke_tenant(args.name)
+                print(f"tenant {args.name}: key revoked")
+        except TenantError as err:
+            raise UsageError(f"tenants {args.action}: {err}") from None
+        return 0
+    finally:
+        store.close()
+
+
+def _limit(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _tenants_arguments(parser: argparse.ArgumentParser) -> None:
+    from marlaas.core.limits import MAX_JOBS
+
+    parser.add_argument("action", choices=("add", "list", "revoke"))
+    parser.add_argument("name", nargs="?", help="the tenant (add, revoke)")
+    _data_arguments(parser)
+    parser.add_argument("--max-active-jobs", type=bounded_int(1, MAX_JOBS),
+                        help="add: its jobs admitted at once (default: the cluster "
+                        "file's)")  # fmt: skip
+    parser.add_argument("--max-queued-jobs", type=bounded_int(0, MAX_JOBS),
+                        help="add: its jobs waiting at once (default: the cluster "
+                        "file's)")  # fmt: skip
+    parser.set_defaults(func=_tenants)
+
+
+def _traffic(args: argparse.Namespace) -> int:
+    from marlaas.out_folder import claim_file, write_durably
+    from marlaas.service.config import ServiceConfig
+    from marlaas.service.traffic import is_traffic_file, traffic_workload, traffic_yaml
+
+    store = _open_store(args)
+    try:
+        saved = Path(args.data) / CONFIG_FILE
+        if not saved.is_file():
+            raise UsageError(f"traffic: {args.data} has no {CONFIG_FILE}; has it been served?")
+        config = ServiceConfig.model_validate_json(saved.read_text())
+        workload = traffic_workload(store, config)
+    finally:
+        store.close()
+    with claim_file(args.out, "traffic workload", is_traffic_file) as path:
+        write_durably(path, traffic_yaml(workload))
+    print(f"wrote {args.out} ({len(workload.jobs)} jobs, {len(workload.tenants)} tenants); "
+          f"replay it: marlaas simulate {args.out} --out RUN")  # fmt: skip
+    return 0
+
+
+def _traffic_arguments(parser: argparse.ArgumentParser) -> None:
+    _data_arguments(parser)
+    parser.add_argument("--out", required=True, type=path_arg, help="workload file to write")
+    parser.set_defaults(func=_traffic)
+
+
+# ------------------------------------------------------------------ tenant commands
+
+
+def _client(args: argparse.Namespace):
+    require_service_stack(("httpx",))
+    from marlaas.client import Client
+
+    return Client(args.url, args.key)
+
+
+def _client_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", help="the service (default: $MARLAAS_URL, else "
+                        "http://127.0.0.1:8000)")  # fmt: skip
+    parser.add_argument("--key", help="API key (default: $MARLAAS_API_KEY)")
+
+
+def _calling(command):
+    """A tenant command, its service refusals as one line (exit 2; unreachable: 1)."""
+
+    def run(args: argparse.Namespace) -> int:
+        from marlaas.client import ServiceError
+
+        try:
+            with _client(args) as client:
+                return command(client, args)
+        except ServiceError as err:
+            print(f"marlaas: error: {err}", file=sys.stderr)
+            return 1 if err.status in (0, 503) or err.status >= 500 else 2
+
+    return run
+
+
+def _submit(client, args: argparse.Namespace) -> int:
+    from marlaas.workload_file import read_yaml
+
+    spec = read_yaml(args.job, what="job spec")
+    answer = client.submit(spec)
+    print(f"job {answer['id']} {answer['state']}")
+    return 0
+
+
+def _status(client, args: argparse.Namespace) -> int:
+    if args.id is not None:
+        job = client.job(args.id)
+        for key in ("id", "tenant", "name", "state", "step", "steps", "staleness_max",
+                    "versions", "reason"):  # fmt: skip
+            print(f"{key:<14s} {job[key]}")
+        rewards = ", ".join("-" if r is None else f"{r:.3f}" for r in job["rewards"])
+        print(f"{'rewards':<14s} {rewards or '-'}")
+        return 0
+    jobs = client.jobs()
+    print(f"{'id':>6s}  {'tenant':<12s} {'name':<20s} {'state':<10s} {'step':>9s}  reward")
+    for job in jobs:
+        rewards = [r for r in job["rewards"] if r is not None]
+        reward = f"{rewards[-1]:.3f}" if rewards else "-"
+        print(f"{job['id']:>6d}  {job['tenant'][:12]:<12s} {job['name'][:20]:<20s} "
+              f"{job['state']:<10s} {job['step']:>4d}/{job['steps']:<4d}  {reward}")  # fmt: skip
+    return 0
+
+
+def _watch(client, args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    job = client.job(args.id)
+    with tqdm(total=job["steps"], desc=f"job {args.id}",
+              unit="step", dynamic_ncols=True) as bar:  # fmt: skip
+        for event in client.events(args.id):
+            if event.kind == "step":
+                bar.update(max(0, event.data["version"] - bar.n))
+                reward = event.data.get("reward")
+                if reward is not None:
+                    bar.set_postfix(reward=f"{reward:.3f}")
+            elif event.kind == "state":
+                bar.set_description(f"job {args.id} {event.data['state']}")
+    job = client.job(args.id)
+    print(f"job {args.id} {job['state']} at step {job['step']}/{job['steps']}"
+          + (f": {job['reason']}" if job["reason"] else ""))  # fmt: skip
+    return 0 if job["state"] == "done" else 1
+
+
+def _cancel(client, args: argparse.Namespace) -> int:
+    answer = client.cancel(args.id)
+    print(f"job {answer['id']} {answer['state']}")
+    return 0
+
+
+def _fetch(client, args: argparse.Namespace) -> int:
+    from marlaas.out_folder import claim
+
+    with claim(args.out, "adapter") as target, target.staged() as staging:
+        client.fetch(args.id, staging, args.version)
+    print(f"wrote {args.out}/ (job {args.id}; PeftModel.from_pretrained(base, '{args.out}'))")
+    return 0
+
+
+def _id_argument(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    kind = bounded_int(1, 2**62)
+    if required:
+        parser.add_argument("id", type=kind, help="the job's id")
+    else:
+        parser.add_argument("id", type=kind, nargs="?", help="one job's id (default: all)")
+
+
+def _submit_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job", help="job spec file (YAML or JSON), in the workload schema")
+    _client_arguments(parser)
+    parser.set_defaults(func=_calling(_submit))
+
+
+def _status_arguments(parser: argparse.ArgumentParser) -> None:
+    _id_argument(parser, required=False)
+    _client_arguments(parser)
+    parser.set_defaults(func=_calling(_status))
+
+
+def _watch_arguments(parser: argparse.ArgumentParser) -> None:
+    _id_argument(parser)
+    _client_arguments(parser)
+    parser.set_defaults(func=_calling(_watch))
+
+
+def _cancel_arguments(parser: argparse.ArgumentParser) -> None:
+    _id_argument(parser)
+    _client_arguments(parser)
+    parser.set_defaults(func=_calling(_cancel))
+
+
+def _fetch_arguments(parser: argparse.ArgumentParser) -> None:
+    _id_argument(parser)
+    parser.add_argument("--version", type=bounded_int(0, 10**6),
+                        help="the adapter version (default: the newest)")  # fmt: skip
+    parser.add_argument("--out", required=True, type=path_arg, help="folder to write")
+    _client_arguments(parser)
+    parser.set_defaults(func=_calling(_fetch))
+
+
+COMMANDS = (
+    ("serve", SERVE_HELP, _serve_arguments),
+    ("tenants", TENANTS_HELP, _tenants_arguments),
+    ("traffic", TRAFFIC_HELP, _traffic_arguments),
+    ("submit", SUBMIT_HELP, _submit_arguments),
+    ("status", STATUS_HELP, _status_arguments),
+    ("watch", WATCH_HELP, _watch_arguments),
+    ("cancel", CANCEL_HELP, _cancel_arguments),
+    ("fetch", FETCH_HELP, _fetch_arguments),
+)
+"""(name, help line, function adding the command's arguments and ``func``)."""

@@ -1,0 +1,114 @@
+"""The cluster file of ``marlaas serve``: a workload file with no ``jobs:`` (they come from
+tenants), and a ``service:`` block with what every engine is built to hold and which
+environments tenants may use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator
+
+from marlaas.core import limits as L
+from marlaas.core.scheduling import SchedulingSpec
+from marlaas.core.workload import (
+    BaseModelSpec,
+    ClusterSpec,
+    Count,
+    JobSpec,
+    TenantSpec,
+    Workload,
+    WorkloadError,
+    _Strict,
+    check_name,
+    format_validation_error,
+    parse_workload,
+)
+from marlaas.envs.registry import env_names
+
+DEFAULT_ENVIRONMENTS = ("arithmetic", "calculator", "python_exec", "target_char")
+
+
+class ServiceLimits(_Strict):
+    """The ``service:`` block: the envelope every tenant's job must fit."""
+
+    max_lora_rank: Count(L.MAX_LORA_RANK) = 16
+    """The largest LoRA rank a job may ask for (the engines are built for it)."""
+    max_sequence_tokens: Count(L.MAX_TOKENS) = 2048
+    """The longest sequence a job's episode may reach [tokens]: its longest prompt, every
+    turn's response and observation (the engines' KV cache is sized for it)."""
+    environments: list[str] = Field(default_factory=lambda: list(DEFAULT_ENVIRONMENTS))
+    """The environments tenants may name (registered names only: a tenant never names an
+    import path)."""
+
+    @field_validator("environments")
+    @classmethod
+    def _registered(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if ":" in name:
+                raise ValueError(f"{name!r}: list registered environment names, not import paths")
+            check_name(name)
+        return names
+
+
+class ServiceConfig(_Strict):
+    """What ``marlaas serve CLUSTER.yaml`` runs: the cluster, base model, policy and
+    mechanism of a workload file, without its jobs."""
+
+    name: str = "service"
+    seed: Count(L.MAX_SEED, low=0) = 0
+    policy: str = "fair"
+    base_model: BaseModelSpec = Field(default_factory=BaseModelSpec)
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec)
+    scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
+    service: ServiceLimits = Field(default_factory=ServiceLimits)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_name(value)
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, name: str) -> str:
+        from marlaas.core.policies import UnknownPolicyError, get_policy
+
+        try:
+            get_policy(name)
+        except UnknownPolicyError as err:
+            raise ValueError(str(err)) from None
+        return name
+
+    def workload(self, jobs: list[JobSpec], tenants: dict[str, TenantSpec]) -> Workload:
+        """A workload file of this cluster with ``jobs`` (the service's traffic, replayed by
+        ``marlaas simulate``) and the tenants' quotas."""
+        data = self.model_dump(exclude={"service"})
+        data["jobs"] = [job.model_dump() for job in jobs]
+        data["tenants"] = {name: quota.model_dump() for name, quota in tenants.items()}
+        return parse_workload(data, source=f"{self.name} traffic")
+
+
+def load_config(path: str | Path) -> tuple[ServiceConfig, Path]:
+    """The cluster file at ``path`` and the folder its relative paths start from."""
+    from marlaas.workload_file import read_yaml
+
+    data: Any = read_yaml(path, what="cluster file")
+    if not isinstance(data, dict):
+        raise WorkloadError(f"{path}: a cluster file must be a mapping")
+    if "jobs" in data or "arrivals" in data:
+        raise WorkloadError(
+            f"{path}: jobs: a service's jobs come from its tenants (marlaas submit); give "
+            "`marlaas serve` a cluster file without jobs: or arrivals:"
+        )
+    try:
+        config = ServiceConfig.model_validate(data)
+    except ValidationError as err:
+        raise WorkloadError(format_validation_error(err, str(path))) from None
+    known = env_names()
+    missing = [name for name in config.service.environments if name not in known]
+    if missing:
+        raise WorkloadError(
+            f"{path}: service.environments: {missing} are not registered environments "
+            f"(known: {known})"
+        )
+    return config, Path(path).resolve().parent

@@ -1,0 +1,152 @@
+"""The service's tables (SQLAlchemy 2 ORM) and the database they live in.
+
+SQLite in the data folder by default (WAL, so readers never wait for the driver's writes),
+PostgreSQL by URL: the same code path. The schema is Alembic's (``migrations/``): a database
+is migrated to the newest revision when the service or a ``tenants`` command opens it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import (
+    Boolean,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    create_engine,
+    event,
+)
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
+
+DB_FILE = "service.db"
+
+
+class Base(DeclarativeBase):
+    """The service's tables."""
+
+
+class Tenant(Base):
+    """A tenant: its API key's hash and its quotas (None: the cluster file's defaults)."""
+
+    __tablename__ = "tenants"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    max_active_jobs: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_queued_jobs: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    """Unix time [s]."""
+    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class Job(Base):
+    """A tenant's job: its spec as submitted, and where it stands."""
+
+    __tablename__ = "jobs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    name: Mapped[str] = mapped_column(String(128))
+    """The tenant's name for it (the scheduler's is ``j<id>``)."""
+    spec: Mapped[str] = mapped_column(Text)
+    """The job spec as JSON (with the tenant)."""
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    """queued, running, done, cancelled, failed or refused."""
+    reason: Mapped[str] = mapped_column(Text, default="")
+    step: Mapped[int] = mapped_column(Integer, default=0)
+    """Durable steps (the newest adapter version that can be fetched)."""
+    steps: Mapped[int] = mapped_column(Integer)
+    staleness_max: Mapped[int] = mapped_column(Integer, default=0)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    submitted_at: Mapped[float] = mapped_column(Float)
+    """Unix time [s]."""
+    submitted_s: Mapped[float] = mapped_column(Float)
+    """On the service's run clock [s] (continued over restarts): the traffic's arrival."""
+    cancelled_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class JobEvent(Base):
+    """A job's state change or durable step, in order (the SSE stream's ids)."""
+
+    __tablename__ = "job_events"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    """state or step."""
+    body: Mapped[str] = mapped_column(Text)
+    """JSON."""
+    at: Mapped[float] = mapped_column(Float)
+    """Unix time [s]."""
+
+
+class Step(Base):
+    """A job's durable training step: its reward point (JSON)."""
+
+    __tablename__ = "steps"
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    reward: Mapped[float | None] = mapped_column(Float, nullable=True)
+    staleness: Mapped[int] = mapped_column(Integer, default=0)
+    body: Mapped[str] = mapped_column(Text)
+
+
+class WorkRow(Base):
+    """One event-log row (a work record, times on the run clock), as JSON."""
+
+    __tablename__ = "work_records"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    part: Mapped[int] = mapped_column(Integer, index=True)
+    body: Mapped[str] = mapped_column(Text)
+
+
+class Part(Base):
+    """One start of the service: where its run clock began [s] (continued over restarts)."""
+
+    __tablename__ = "parts"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    started_at: Mapped[float] = mapped_column(Float)
+    offset_s: Mapped[float] = mapped_column(Float)
+
+
+def database_url(data_dir: Path, url: str | None) -> str:
+    """``url``, or the SQLite file in ``data_dir``."""
+    return url or f"sqlite:///{Path(data_dir).resolve() / DB_FILE}"
+
+
+def open_database(url: str) -> tuple[Engine, sessionmaker]:
+    """An engine on ``url``, migrated to the newest schema, and its session factory."""
+    sqlite = url.startswith("sqlite")
+    engine = create_engine(
+        url,
+        connect_args={"check_same_thread": False, "timeout": 30} if sqlite else {},
+        pool_pre_ping=not sqlite,
+    )
+    if sqlite:
+        event.listen(engine, "connect", _sqlite_pragmas)
+    migrate(engine)
+    return engine, sessionmaker(engine, expire_on_commit=False)
+
+
+def _sqlite_pragmas(connection, _record) -> None:
+    cursor = connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=FULL")  # a committed step survives a power cut
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the database to Alembic's newest revision (a new one gets every table)."""
+    from alembic import command
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")

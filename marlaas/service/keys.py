@@ -1,0 +1,45 @@
+"""API keys: a new key is shown once; the store keeps only its keyed hash.
+
+The hash is HMAC-SHA256 under the service's secret (``DATA/secret.key``, made on first use,
+readable by its owner only): a copy of the database alone does not let anyone test guesses
+of a key offline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+from pathlib import Path
+
+SECRET_FILE = "secret.key"
+KEY_PREFIX = "mlk_"
+"""Every key starts with this (a key pasted into a chat or a log is easy to recognise)."""
+
+
+def new_key() -> str:
+    """A fresh API key (256 random bits)."""
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def key_hash(secret: bytes, key: str) -> str:
+    """The keyed hash the store keeps of ``key`` (hex)."""
+    return hmac.new(secret, key.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+
+
+def load_secret(data_dir: Path) -> bytes:
+    """The service's secret in ``data_dir``, made (owner-only) on first use."""
+    path = Path(data_dir) / SECRET_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        secret = path.read_bytes()
+        if len(secret) < 32:
+            raise ValueError(f"{path}: damaged (shorter than 32 bytes); restore it") from None
+        return secret
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(secrets.token_bytes(32))
+        handle.flush()
+        os.fsync(handle.fileno())
+    return path.read_bytes()

@@ -1,0 +1,1 @@
+"""Alembic's migrations of the service's schema (run by marlaas.service.db.migrate)."""

@@ -1,0 +1,90 @@
+"""What a tenant may submit: a job spec in the workload schema, checked against the service's
+envelope before it reaches the scheduler.
+
+A tenant names only what the operator registered: an environment from
+``service.environments`` (never an import path), no file of any kind (a ``trace``
+distribution names a file on the server), no base model or data folder. The tenant and the
+job's times are the service's to set. A job that could never fit the cluster, or is larger
+than the engines were built for, is refused here with the reason (HTTP 422).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from marlaas.core.feasibility import why_infeasible
+from marlaas.core.workload import JobSpec, format_validation_error
+from marlaas.service.config import ServiceConfig
+
+SET_BY_SERVICE = ("tenant", "weight", "arrival_s", "cancel_after_s")
+"""Fields of a job spec a tenant may not set: the tenant comes from the API key (and its share
+weight is the operator's to give), the times from when the request comes."""
+
+
+class JobRequestError(ValueError):
+    """A job spec a tenant may not submit, with the field and the reason."""
+
+
+def job_from_request(body: Any, tenant: str, config: ServiceConfig) -> JobSpec:
+    """The job ``tenant`` asked for in ``body`` (a JSON object), or JobRequestError."""
+    if not isinstance(body, dict):
+        raise JobRequestError(f"a job spec must be a JSON object, got {type(body).__name__}")
+    for key in SET_BY_SERVICE:
+        if key in body:
+            raise JobRequestError(f"{key}: set by the service, not by the job spec")
+    _no_files(body, "")
+    try:
+        job = JobSpec.model_validate({**body, "tenant": tenant})
+    except ValidationError as err:
+        raise JobRequestError(format_validation_error(err, "job")) from None
+    limits = config.service
+    if job.env.name not in limits.environments:
+        raise JobRequestError(
+            f"env.name: {job.env.name!r} is not one of this service's environments "
+            f"{limits.environments}"
+        )
+    _check_env_args(job)
+    if job.lora_rank > limits.max_lora_rank:
+        raise JobRequestError(
+            f"lora_rank: {job.lora_rank} is above this service's max_lora_rank "
+            f"({limits.max_lora_rank})"
+        )
+    from marlaas.executors.backends import longest_sequence
+
+    longest = longest_sequence([job])
+    if longest > limits.max_sequence_tokens:
+        raise JobRequestError(
+            f"rl: an episode reaches {longest:,} tokens (prompt, turns, responses and "
+            f"observations); this service's engines hold {limits.max_sequence_tokens:,}"
+        )
+    reason = why_infeasible(job, config.cluster)
+    if reason is not None:
+        raise JobRequestError(reason)
+    return job
+
+
+def _no_files(node: Any, where: str) -> None:
+    """Refuse a ``trace`` distribution or any ``path`` anywhere in the spec: a tenant cannot
+    name a file on the server."""
+    if isinstance(node, dict):
+        if node.get("dist") == "trace" or "path" in node:
+            raise JobRequestError(
+                f"{where or 'job'}: a tenant's job cannot name a file on the server "
+                "(trace distributions and paths are for workload files)"
+            )
+        for key, value in node.items():
+            _no_files(value, f"{where}.{key}" if where else str(key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            _no_files(value, f"{where}[{i}]")
+
+
+def _check_env_args(job: JobSpec) -> None:
+    from marlaas.envs import EnvLoadError, check_env
+
+    try:
+        check_env(job.env.name, job.env.args)
+    except (EnvLoadError, ValueError, TypeError) as err:
+        raise JobRequestError(f"env.args: {' '.join(str(err).split())}") from None

@@ -1,0 +1,301 @@
+"""The driver loop of a service, on its own thread, recording what happens in the job store.
+
+    HTTP request -> JobStore row (queued) -> inbox Submit -> the scheduler admits, refuses
+    admitted     -> running               (the executor was asked to build the job's state)
+    step durable -> steps row, event-log rows, job.step   (one transaction, after the save)
+    job ended    -> done / cancelled / failed / refused
+
+On start, every job the store has as queued or running is submitted again at its last
+durable step (versions past it, written by a step that never became durable, are removed);
+the run's clock continues where the store's records end. Nothing here decides: the scheduler
+core does, as in a batch run.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from pathlib import Path
+
+from marlaas.core.outcomes import ACTIVE, CANCELLED, FINISHED, REFUSED, Admission, JobOutcome
+from marlaas.core.scheduler import Scheduler
+from marlaas.core.work import AdmitJob, Decision, WorkDone
+from marlaas.core.workload import JobSpec, TenantSpec
+from marlaas.drive import drive
+from marlaas.drive.inbox import Cancel, Inbox, SetQuota, Submit
+from marlaas.executors.journal_observer import JournalObserver
+from marlaas.service import store as S
+from marlaas.service.config import ServiceConfig
+from marlaas.service.journal import StoreJournal
+
+log = logging.getLogger("marlaas.service")
+
+ADAPTERS_DIR = "adapters"
+ANSWER_WAIT_S = 30.0
+"""How long a submission waits for the scheduler's answer before it is reported queued [s]."""
+
+
+class ServiceRunner:
+    """Runs the scheduler over the real executor (or the simulator on the wall clock) with an
+    inbox that stays open until :meth:`stop`; see the module docstring.
+
+    ``options``: for the real executor, ``backend`` and LocalExecutor's settings; for the
+    simulator, ``simulate=True`` with ``speed`` (simulated seconds per wall second) and
+    ``cost`` (a CostModel)."""
+
+    def __init__(
+        self,
+        config: ServiceConfig,
+        base_dir: Path,
+        data_dir: Path,
+        store: S.JobStore,
+        *,
+        simulate: bool = False,
+        speed: float = 1.0,
+        cost=None,
+        backend: str = "auto",
+        **options,
+    ) -> None:
+        self.config, self.base_dir, self.data_dir, self.store = config, base_dir, data_dir, store
+        self.simulate, self.speed, self.cost = simulate, speed, cost
+        self.backend, self.options = backend, options
+        self.inbox = Inbox()
+        self.ready = threading.Event()
+        """Set once the executor is built and the store's live jobs are submitted again."""
+        self.error: BaseException | None = None
+        """What stopped the driver, if it stopped on its own."""
+        self.utilization: dict[str, float] = {}
+        """Per pool, the fraction of its devices busy after the latest completion."""
+        self.queued = self.running = 0
+        """Jobs waiting for admission, and admitted (after the latest completion)."""
+        self._offset = 0.0
+        self._executor = None
+        self._quotas: dict[str, TenantSpec] = {}
+        self._failed: dict[str, str] = {}
+        self._thread: threading.Thread | None = None
+        self.on_stop = None
+        """Called (on the driver's thread) when the driver stops, e.g. to stop the server."""
+
+    # ----------------------------------------------------------------------------- callers
+    def start(self, timeout_s: float | None = None) -> None:
+        """Start the driver's thread; wait until it is ready (or failed) or ``timeout_s``."""
+        self._thread = threading.Thread(target=self._run, name="marlaas-driver", daemon=True)
+        self._thread.start()
+        self.ready.wait(timeout_s)
+        if self.error is not None:
+            raise self.error
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Stop the driver: work in flight is left (the jobs resume on the next start)."""
+        self.inbox.stop()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    @property
+    def alive(self) -> bool:
+        """Whether the driver's thread runs."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def now(self) -> float:
+        """The service's run clock [s]: continued over restarts."""
+        executor = self._executor
+        return self._offset + (executor.now() if executor is not None else 0.0)
+
+    def submit(self, tenant: S.TenantView, spec: JobSpec) -> tuple[int, str, str]:
+        """Record and submit ``tenant``'s job; (id, state, reason) once the scheduler's
+        admission round answered (queued or running; refused with the reason)."""
+        self._send_quota(tenant)
+        job_id = self.store.add_job(tenant, spec, self.now())
+        answer: list[Admission] = []
+        heard = threading.Event()
+
+        def hear(admission: Admission) -> None:
+            answer.append(admission)
+            heard.set()
+
+        core = spec.model_copy(update={"name": S.core_name(job_id)})
+        self.inbox.put(Submit(core, 0, heard=hear))
+        if not heard.wait(ANSWER_WAIT_S):
+            return job_id, S.QUEUED, ""
+        admission = answer[0]
+        if admission.state == REFUSED:
+            return job_id, S.REFUSED, admission.reason
+        return job_id, S.RUNNING if admission.state == ACTIVE else S.QUEUED, ""
+
+    def cancel(self, job_id: int) -> bool:
+        """Ask the scheduler to cancel job ``job_id``; False when it has ended."""
+        if not self.store.request_cancel(job_id, self.now()):
+            return False
+        self.inbox.put(Cancel(S.core_name(job_id)))
+        return True
+
+    def adapter_versions(self, job_id: int) -> list[int]:
+        """Job ``job_id``'s adapter versions on disk (none in a simulation)."""
+        if self.simulate:
+            return []
+        from marlaas.executors.adapter_store import AdapterStore
+
+        return AdapterStore(self.data_dir / ADAPTERS_DIR).versions(S.core_name(job_id))
+
+    def adapter_path(self, job_id: int, version: int) -> Path:
+        """The folder of job ``job_id``'s adapter ``version``."""
+        return self.data_dir / ADAPTERS_DIR / S.core_name(job_id) / f"v{version}"
+
+    def _send_quota(self, tenant: S.TenantView) -> None:
+        """Tell the scheduler ``tenant``'s quotas when they changed (``tenants add``)."""
+        if self._quotas.get(tenant.name) != tenant.quota:
+            self._quotas[tenant.name] = tenant.quota
+            self.inbox.put(SetQuota(tenant.name, tenant.quota))
+
+    # ----------------------------------------------------------------------------- driver
+    def _run(self) -> None:
+        try:
+            self._drive()
+        except BaseException as err:  # the service reports it (health, logs) and stops
+            log.exception("the driver stopped")
+            self.error = err
+        finally:
+            self.ready.set()
+            if self.on_stop is not None:
+                self.on_stop()
+
+    def _drive(self) -> None:
+        config = self.config
+        scheduler = Scheduler(config.cluster, config.scheduling, config.policy, config.seed)
+        for tenant in self.store.tenants():
+            self._send_quota(tenant)
+        part, self._offset = self.store.new_part()
+        with self._open_executor(scheduler) as executor:
+            self._executor = executor
+            self._resubmit(executor)
+            journal = StoreJournal(self.store, part, self._offset)
+            keeper = JournalObserver(scheduler, executor, journal)
+            watching = _Admissions(executor, self.store)
+            self.ready.set()
+            try:
+                drive(
+                    scheduler, watching, self.inbox, observers=[keeper, self._gauges(scheduler)],
+                    on_ended=self._ended, on_job_failed=self._job_failed, check=False,
+                )  # fmt: skip
+            finally:
+                journal.close()
+
+    def _open_executor(self, scheduler: Scheduler):
+        if self.simulate:
+            from contextlib import nullcontext
+
+            from marlaas.service.realtime import RealTimeExecutor
+            from marlaas.sim.executor import SimPyExecutor
+
+            inner = SimPyExecutor(scheduler.cluster, self.cost, scheduler.seed)
+            return nullcontext(RealTimeExecutor(inner, self.speed))
+        from marlaas.executors.adapter_store import AdapterStore
+        from marlaas.executors.backends import (
+            EngineSizing,
+            max_positions,
+            model_dir_of,
+            resolve_backend,
+        )
+        from marlaas.executors.local import LocalExecutor
+
+        limits = self.config.service
+        model_dir = model_dir_of(self.config, self.base_dir)
+        longest = max_positions(model_dir)
+        if limits.max_sequence_tokens > longest:
+            from marlaas.core.workload import WorkloadError
+
+            raise WorkloadError(
+                f"service.max_sequence_tokens: {limits.max_sequence_tokens:,} is more than "
+                f"the base model holds ({longest:,} positions)"
+            )
+        sizing = EngineSizing(self.config.cluster.engine, limits.max_sequence_tokens,
+                              limits.max_lora_rank)  # fmt: skip
+        return LocalExecutor(
+            sizing, scheduler.cluster, store=AdapterStore(self.data_dir / ADAPTERS_DIR),
+            model_dir=model_dir, backend=resolve_backend(self.backend), seed=scheduler.seed,
+            **self.options,
+        )  # fmt: skip
+
+    def _resubmit(self, executor) -> None:
+        """Submit every live job of the store again, at its last durable step."""
+        store = getattr(executor, "store", None)  # the real executor's adapter store
+        for job_id, spec, durable, cancelled in self.store.live_jobs():
+            name = S.core_name(job_id)
+            if cancelled:
+                self.store.set_state(job_id, S.CANCELLED)
+                continue
+            if durable >= spec.rl.steps:
+                self.store.set_state(job_id, S.DONE)
+                continue
+            if store is not None:
+                for newer in store.versions(name):
+                    if newer > durable:  # saved by a step that never became durable
+                        shutil.rmtree(store.path(name, newer))
+                if durable and not store.has_optimizer(name, durable):
+                    lost = f"version {durable} lost its optimizer state: cannot continue exactly"
+                    self.store.set_state(job_id, S.FAILED, lost)
+                    continue
+            core = spec.model_copy(update={"name": name})
+            self.inbox.put(Submit(core, durable))
+            log.info("job %s continues from step %d", name, durable)
+
+    def _ended(self, outcome: JobOutcome) -> None:
+        job_id = int(outcome.name[1:])
+        if outcome.state == FINISHED:
+            self.store.set_state(job_id, S.DONE)
+        elif outcome.state == CANCELLED:
+            failed = self._failed.pop(outcome.name, None)
+            if failed is None:
+                self.store.set_state(job_id, S.CANCELLED)
+            else:
+                self.store.set_state(job_id, S.FAILED, failed)
+        else:
+            self.store.set_state(job_id, S.REFUSED, outcome.reason)
+
+    def _job_failed(self, name: str, reason: str) -> None:
+        log.warning("job %s failed: %s", name, reason)
+        self._failed[name] = reason
+
+    def _gauges(self, scheduler: Scheduler):
+        """An observer keeping the queue, running and utilization gauges up to date."""
+        cluster = scheduler.cluster
+
+        def observe(_decision: Decision, _event: WorkDone, _now: float) -> None:
+            busy: dict[str, list[int]] = {}
+            for device in cluster.devices:
+                pool = device.name.split("/", 1)[0]
+                counts = busy.setdefault(pool, [0, 0])
+                counts[0] += device.compute > 0
+                counts[1] += 1
+            self.utilization = {pool: b / n for pool, (b, n) in busy.items()}
+            states = [scheduler.status(job.name) for job in scheduler.jobs.values()]
+            self.queued = states.count("queued")
+            self.running = len(states) - self.queued
+
+        return observe
+
+
+class _Admissions:
+    """The executor, as the driver sees it, marking each job running in the store when the
+    scheduler admits it (an AdmitJob decision)."""
+
+    def __init__(self, inner, store: S.JobStore) -> None:
+        self.inner, self.store, self.seed = inner, store, inner.seed
+
+    def start(self, decision: Decision, now: float) -> None:
+        if isinstance(decision, AdmitJob):
+            self.store.set_state(int(decision.job[1:]), S.RUNNING)
+        self.inner.start(decision, now)
+
+    def wait(self, until):
+        return self.inner.wait(until)
+
+    def now(self) -> float:
+        return self.inner.now()
+
+    def wake(self) -> None:
+        self.inner.wake()
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)

@@ -1,0 +1,312 @@
+"""The job store: tenants, jobs, their durable steps and state changes, and the event log,
+in the service's database (:mod:`marlaas.service.db`). Every method is one transaction, safe
+from any thread.
+
+A job's state as a tenant sees it: ``queued`` (submitted, not admitted), ``running``
+(admitted; cancelling included), ``done``, ``cancelled``, ``failed`` (its work failed too
+often in a row) or ``refused`` (a quota, with the reason). Its ``step`` is the newest
+durable adapter version: the step's adapter, optimizer state, reward point and event-log
+rows are all in place (:meth:`JobStore.step_done`, one transaction after the trainer's save).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import func, select, update
+
+from marlaas.core.workload import JobSpec, TenantSpec
+from marlaas.service import keys
+from marlaas.service.db import Job, JobEvent, Part, Step, Tenant, WorkRow, open_database
+
+QUEUED, RUNNING, DONE, CANCELLED, FAILED, REFUSED = (
+    "queued", "running", "done", "cancelled", "failed", "refused",
+)  # fmt: skip
+ENDED = (DONE, CANCELLED, FAILED, REFUSED)
+LIVE = (QUEUED, RUNNING)
+
+
+class TenantError(ValueError):
+    """A tenant that cannot be added or revoked (a name in use, no such tenant)."""
+
+
+@dataclass(frozen=True)
+class TenantView:
+    """A tenant as the store reports it."""
+
+    id: int
+    name: str
+    quota: TenantSpec
+    created_at: float
+    revoked: bool
+
+
+def core_name(job_id: int) -> str:
+    """The scheduler's (and the adapter store's) name for job ``job_id``."""
+    return f"j{job_id}"
+
+
+def _dumps(value) -> str:
+    return json.dumps(value, allow_nan=False, default=_finite)
+
+
+def _finite(value):
+    raise TypeError(f"not JSON: {value!r}")
+
+
+def _plain(values: dict) -> dict:
+    """NaN as null (JSON has no NaN)."""
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v
+            for k, v in values.items()}  # fmt: skip
+
+
+class JobStore:
+    """The service's database, opened at ``url`` and migrated; ``data_dir`` holds the secret
+    the API keys' hashes are keyed with."""
+
+    def __init__(self, url: str, data_dir: Path) -> None:
+        self.url = url
+        self.engine, self._session = open_database(url)
+        self._secret = keys.load_secret(data_dir)
+
+    def close(self) -> None:
+        """Close every connection."""
+        self.engine.dispose()
+
+    # ----------------------------------------------------------------------------- tenants
+    def add_tenant(self, name: str, quota: TenantSpec | None = None) -> str:
+        """Add tenant ``name``; returns its API key (not kept: only its keyed hash is)."""
+        from marlaas.core.workload import check_name
+
+        try:
+            check_name(name)
+        except ValueError as err:
+            raise TenantError(f"tenant name {name!r}: {err}") from None
+        quota = quota or TenantSpec()
+        key = keys.new_key()
+        with self._session.begin() as session:
+            if session.scalar(select(Tenant.id).where(Tenant.name == name)) is not None:
+                raise TenantError(f"tenant {name!r} exists (revoke it first, or pick a name)")
+            session.add(Tenant(
+                name=name, key_hash=keys.key_hash(self._secret, key),
+                max_active_jobs=quota.max_active_jobs, max_queued_jobs=quota.max_queued_jobs,
+                created_at=time.time(),
+            ))  # fmt: skip
+        return key
+
+    def revoke_tenant(self, name: str) -> None:
+        """Revoke ``name``'s key: its requests are refused from now on (its jobs stay)."""
+        with self._session.begin() as session:
+            tenant = session.scalar(select(Tenant).where(Tenant.name == name))
+            if tenant is None:
+                raise TenantError(f"no tenant named {name!r}")
+            if tenant.revoked_at is None:
+                tenant.revoked_at = time.time()
+
+    def tenants(self) -> list[TenantView]:
+        """Every tenant, oldest first."""
+        with self._session() as session:
+            rows = session.scalars(select(Tenant).order_by(Tenant.id)).all()
+            return [_tenant_view(row) for row in rows]
+
+    def authenticate(self, key: str) -> TenantView | None:
+        """The tenant whose key ``key`` is, None when none (or it was revoked)."""
+        digest = keys.key_hash(self._secret, key)
+        with self._session() as session:
+            row = session.scalar(select(Tenant).where(Tenant.key_hash == digest))
+            if row is None or row.revoked_at is not None:
+                return None
+            return _tenant_view(row)
+
+    def job_counts(self) -> dict[str, dict[str, int]]:
+        """Per tenant name, its jobs per state."""
+        with self._session() as session:
+            rows = session.execute(
+                select(Tenant.name, Job.state, func.count(Job.id))
+                .join(Job, Job.tenant_id == Tenant.id)
+                .group_by(Tenant.name, Job.state)
+            ).all()
+        counts: dict[str, dict[str, int]] = {}
+        for name, state, count in rows:
+            counts.setdefault(name, {})[state] = count
+        return counts
+
+    # ----------------------------------------------------------------------------- jobs
+    def add_job(self, tenant: TenantView, spec: JobSpec, submitted_s: float) -> int:
+        """Record ``tenant``'s new job (queued); returns its id."""
+        with self._session.begin() as session:
+            job = Job(
+                tenant_id=tenant.id, name=spec.name, spec=_dumps(spec.model_dump()),
+                state=QUEUED, reason="", step=0, steps=spec.rl.steps, staleness_max=0,
+                cancel_requested=False, submitted_at=time.time(), submitted_s=submitted_s,
+            )  # fmt: skip
+            session.add(job)
+            session.flush()
+            self._event(session, job.id, "state", {"state": QUEUED})
+            return job.id
+
+    def job(self, job_id: int, tenant_id: int | None = None) -> dict | None:
+        """Job ``job_id`` as the API shows it (None: no such job, or another tenant's)."""
+        with self._session() as session:
+            query = select(Job, Tenant.name).join(Tenant, Tenant.id == Job.tenant_id)
+            query = query.where(Job.id == job_id)
+            if tenant_id is not None:
+                query = query.where(Job.tenant_id == tenant_id)
+            row = session.execute(query).first()
+            if row is None:
+                return None
+            return self._view(session, row[0], row[1])
+
+    def jobs(self, tenant_id: int | None = None, limit: int = 1000) -> list[dict]:
+        """The newest ``limit`` jobs (of one tenant), newest first."""
+        with self._session() as session:
+            query = select(Job, Tenant.name).join(Tenant, Tenant.id == Job.tenant_id)
+            if tenant_id is not None:
+                query = query.where(Job.tenant_id == tenant_id)
+            rows = session.execute(query.order_by(Job.id.desc()).limit(limit)).all()
+            rewards = self._rewards(session, [job.id for job, _ in rows])
+            return [self._view(session, job, name, rewards.get(job.id, [])) for job, name in rows]
+
+    def live_jobs(self) -> list[tuple[int, JobSpec, int, bool]]:
+        """(id, spec, durable step, cancel requested) of every queued or running job, oldest
+        first: what a restarted service submits again."""
+        with self._session() as session:
+            rows = session.scalars(select(Job).where(Job.state.in_(LIVE)).order_by(Job.id))
+            return [(row.id, JobSpec.model_validate_json(row.spec), row.step,
+                     row.cancel_requested) for row in rows]  # fmt: skip
+
+    def request_cancel(self, job_id: int, at_s: float) -> bool:
+        """Mark a live job's cancel requested at ``at_s`` [s, run clock]; False if it ended."""
+        with self._session.begin() as session:
+            done = session.execute(
+                update(Job)
+                .where(Job.id == job_id, Job.state.in_(LIVE), Job.cancel_requested.is_(False))
+                .values(cancel_requested=True, cancelled_s=at_s)
+            ).rowcount
+            if done:
+                self._event(session, job_id, "state", {"state": "cancelling"})
+            return bool(done)
+
+    def set_state(self, job_id: int, state: str, reason: str = "") -> None:
+        """Job ``job_id`` is now ``state`` (an ended state is final)."""
+        with self._session.begin() as session:
+            job = session.get(Job, job_id)
+            if job is None or job.state in ENDED or job.state == state:
+                return
+            job.state, job.reason = state, reason
+            if state in ENDED:
+                job.ended_at = time.time()
+            self._event(session, job_id, "state", {"state": state, "reason": reason})
+
+    def step_done(self, job_id: int, point: dict, records: Iterable[dict], part: int) -> None:
+        """A step of job ``job_id`` is durable: its reward point and the event-log rows so far,
+        in one transaction (the trainer saved its adapter and optimizer state before)."""
+        with self._session.begin() as session:
+            self._add_records(session, records, part)
+            step = int(point["step"])
+            staleness = int(point.get("staleness") or 0)
+            session.merge(Step(job_id=job_id, step=step, reward=point.get("mean_reward"),
+                               staleness=staleness, body=_dumps(point)))  # fmt: skip
+            job = session.get(Job, job_id)
+            job.step = max(job.step, step + 1)
+            job.staleness_max = max(job.staleness_max, staleness)
+            self._event(session, job_id, "step", {"step": step, "version": step + 1,
+                                                  "reward": point.get("mean_reward")})  # fmt: skip
+
+    def add_records(self, records: Iterable[dict], part: int) -> None:
+        """Append event-log rows (work records as plain data, times on the run clock)."""
+        with self._session.begin() as session:
+            self._add_records(session, records, part)
+
+    def records(self) -> list[dict]:
+        """Every event-log row, in the order written."""
+        with self._session() as session:
+            return [json.loads(body) for body in session.scalars(
+                select(WorkRow.body).order_by(WorkRow.id))]  # fmt: skip
+
+    def rewards(self, job_id: int) -> list[float | None]:
+        """The mean reward of each durable step of job ``job_id``, in step order."""
+        with self._session() as session:
+            return self._rewards(session, [job_id]).get(job_id, [])
+
+    def steps(self, job_id: int) -> list[dict]:
+        """Job ``job_id``'s durable steps' reward points, in step order."""
+        with self._session() as session:
+            rows = session.scalars(select(Step.body).where(Step.job_id == job_id)
+                                   .order_by(Step.step))  # fmt: skip
+            return [json.loads(body) for body in rows]
+
+    def events_after(self, job_id: int, last_id: int, limit: int = 500) -> list[tuple]:
+        """Job ``job_id``'s (id, kind, body) events after id ``last_id``, in order."""
+        with self._session() as session:
+            rows = session.execute(
+                select(JobEvent.id, JobEvent.kind, JobEvent.body)
+                .where(JobEvent.job_id == job_id, JobEvent.id > last_id)
+                .order_by(JobEvent.id).limit(limit)
+            ).all()  # fmt: skip
+            return [(row.id, row.kind, json.loads(row.body)) for row in rows]
+
+    def traffic(self) -> tuple[list[tuple[dict, float, float | None]], dict[str, TenantSpec]]:
+        """Every submission as (job row, submitted_s, cancelled_s), oldest first, and the
+        tenants' quotas: the service's traffic."""
+        with self._session() as session:
+            rows = session.execute(select(Job).order_by(Job.id)).scalars().all()
+            jobs = [({"id": r.id, "spec": json.loads(r.spec)}, r.submitted_s, r.cancelled_s)
+                    for r in rows]  # fmt: skip
+        tenants = {t.name: t.quota for t in self.tenants()}
+        return jobs, tenants
+
+    # ----------------------------------------------------------------------------- parts
+    def new_part(self) -> tuple[int, float]:
+        """A start of the service: (part number, where its clock starts [s]): the end of
+        everything recorded so far."""
+        with self._session.begin() as session:
+            ends = [session.scalar(select(func.max(Job.submitted_s))) or 0.0]
+            for (body,) in session.execute(select(WorkRow.body).order_by(WorkRow.id.desc())
+                                           .limit(1000)):  # fmt: skip
+                ends.append(float(json.loads(body).get("end_s") or 0.0))
+            for (body,) in session.execute(select(Step.body)):
+                ends.append(float(json.loads(body).get("time_s") or 0.0))
+            offset = max(ends)
+            part = (session.scalar(select(func.max(Part.id))) or 0) + 1
+            session.add(Part(id=part, started_at=time.time(), offset_s=offset))
+            return part, offset
+
+    # ----------------------------------------------------------------------------- helpers
+    def _event(self, session, job_id: int, kind: str, body: dict) -> None:
+        session.add(JobEvent(job_id=job_id, kind=kind, body=_dumps(body), at=time.time()))
+
+    def _add_records(self, session, records: Iterable[dict], part: int) -> None:
+        session.add_all(WorkRow(part=part, body=_dumps(_plain(r))) for r in records)
+
+    def _rewards(self, session, job_ids: list[int]) -> dict[int, list[float | None]]:
+        if not job_ids:
+            return {}
+        out: dict[int, list[float | None]] = {}
+        rows = session.execute(select(Step.job_id, Step.reward)
+                               .where(Step.job_id.in_(job_ids))
+                               .order_by(Step.job_id, Step.step))  # fmt: skip
+        for job_id, reward in rows:
+            out.setdefault(job_id, []).append(reward)
+        return out
+
+    def _view(self, session, job: Job, tenant: str, rewards=None) -> dict:
+        if rewards is None:
+            rewards = self._rewards(session, [job.id]).get(job.id, [])
+        return {
+            "id": job.id, "tenant": tenant, "name": job.name, "state": job.state,
+            "step": job.step, "steps": job.steps, "rewards": rewards,
+            "staleness_max": job.staleness_max, "reason": job.reason,
+            "cancel_requested": job.cancel_requested, "submitted_at": job.submitted_at,
+            "ended_at": job.ended_at,
+        }  # fmt: skip
+
+
+def _tenant_view(row: Tenant) -> TenantView:
+    quota = TenantSpec(max_active_jobs=row.max_active_jobs, max_queued_jobs=row.max_queued_jobs)
+    return TenantView(row.id, row.name, quota, row.created_at, row.revoked_at is not None)
