@@ -64,10 +64,10 @@ def drive(
 
     ``max_failures``: consecutive failures of one kind of work of one job before the run
     stops with :class:`RunError`; with ``on_job_failed`` (a service), that job is cancelled
-    instead, ``on_job_failed`` hears why, and the run goes on. ``on_ended`` hears of each job as it ends (finished,
-    cancelled, refused). ``check``: verify the invariants of the finished run
-    (marlaas.drive.invariants), raising InvariantError when one does not hold (not checked
-    for a stopped run: its work in flight was left).
+    instead, ``on_job_failed`` hears why, and the run goes on. ``on_ended`` hears of each
+    job as it ends (finished, cancelled, refused). ``check``: verify the invariants of the
+    finished run (marlaas.drive.invariants), raising InvariantError when one does not hold
+    (not checked for a stopped run: its work in flight was left).
     """
     started = time.perf_counter()
     ended: dict[str, JobOutcome] = {}
@@ -75,8 +75,7 @@ def drive(
     try:
         with fewer_collections():
             now, batches, failures = _loop(
-                scheduler, executor, inbox, max_failures, observers, on_ended, on_job_failed,
-                ended,
+                scheduler, executor, inbox, max_failures, observers, on_ended, on_job_failed, ended
             )
     finally:
         inbox.set_waker(None)

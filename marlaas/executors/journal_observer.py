@@ -7,9 +7,8 @@ step's point then carries its staleness and no reward."""
 
 from __future__ import annotations
 
-import time
-
 import math
+import time
 
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.work import Decision, Sync, WorkDone
