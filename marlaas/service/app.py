@@ -143,9 +143,11 @@ def create_app(runner: ServiceRunner, data_dir: Path) -> FastAPI:
     @app.post("/v1/jobs/{job_id}/cancel", status_code=202)
     def cancel(job_id: JobId, who: Who) -> dict:
         """Cancel a job: its work in flight finishes and is discarded."""
-        job = job_of(who, job_id)
+        job_of(who, job_id)
         if not runner.cancel(job_id):
-            raise HTTPException(409, f"job {job_id} is {job['state']}; nothing to cancel")
+            job = job_of(who, job_id)
+            state = "being cancelled" if job["cancel_requested"] else job["state"]
+            raise HTTPException(409, f"job {job_id} is {state}; nothing to cancel")
         return {"id": job_id, "state": "cancelling"}
 
     @app.get("/v1/jobs/{job_id}/events")

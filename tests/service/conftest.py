@@ -1,0 +1,147 @@
+"""Fixtures of the service's tests: a database of each kind, and a service over real HTTP on
+loopback (the simulator on the wall clock, so that jobs run in seconds without a model)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("sqlalchemy")
+
+from marlaas.service.config import ServiceConfig
+from tests.service.postgres import PostgresServer
+
+REQUIRE_POSTGRES_ENV = "MARLAAS_REQUIRE_POSTGRES"
+"""Set in CI (which installs PostgreSQL): a missing server fails instead of skipping."""
+
+CLUSTER = {
+    "name": "svc-test",
+    "policy": "fair",
+    "cluster": {
+        "pools": [{"name": "rollout", "role": "inference", "devices": 2},
+                  {"name": "train", "role": "training", "devices": 1}],
+        "engine": {"max_seqs": 64, "kv_tokens": 20_000, "adapter_slots": 4},
+    },
+    "scheduling": {"tenant_max_active_jobs": 2, "tenant_max_queued_jobs": 1},
+    "service": {"max_lora_rank": 16, "max_sequence_tokens": 2048},
+}  # fmt: skip
+"""A small simulated cluster: two engines, one trainer; two of a tenant's jobs at once."""
+
+JOB = {
+    "name": "math",
+    "lora_rank": 8,
+    "rl": {"steps": 3, "prompts_per_step": 2, "group_size": 4, "max_new_tokens": 128},
+    "prompt_tokens": {"dist": "constant", "value": 64},
+    "response_tokens": {"dist": "constant", "value": 64},
+}
+"""A tenant's job spec that the simulated cluster trains in about a second at speed 200."""
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A PostgreSQL server for the session (skipped where none is installed, except in CI)."""
+    try:
+        server = PostgresServer()
+        server.start()
+    except (FileNotFoundError, KeyError, OSError) as err:
+        if os.environ.get(REQUIRE_POSTGRES_ENV):
+            raise
+        pytest.skip(f"no PostgreSQL here ({err}); apt-get install -y postgresql")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    """The URL of a new database: SQLite in the data folder (None), or PostgreSQL."""
+    if request.param == "sqlite":
+        return None
+    return request.getfixturevalue("postgres").url()
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@dataclass
+class Served:
+    """A service running in this process: its URL, runner, store and data folder."""
+
+    url: str
+    runner: object
+    store: object
+    data: Path
+    server: object
+    thread: threading.Thread
+
+    def key(self, tenant: str, **quota) -> str:
+        """Add ``tenant`` (with quotas) and return its API key."""
+        from marlaas.core.workload import TenantSpec
+
+        return self.store.add_tenant(tenant, TenantSpec(**quota))
+
+    @property
+    def operator_key(self) -> str:
+        return (self.data / "operator.key").read_text().strip()
+
+    def client(self, key: str):
+        from marlaas.client import Client
+
+        return Client(self.url, key)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+        self.runner.stop(30)
+        self.store.close()
+
+
+def serve(data: Path, db_url: str | None = None, cluster: dict | None = None,
+          speed: float = 200.0) -> Served:  # fmt: skip
+    """Start a simulated service on a free loopback port (uvicorn in a thread)."""
+    import uvicorn
+
+    from marlaas.service.app import OPERATOR_KEY_FILE, create_app
+    from marlaas.service.db import database_url
+    from marlaas.service.keys import new_key
+    from marlaas.service.runner import ServiceRunner
+    from marlaas.service.store import JobStore
+
+    data.mkdir(parents=True, exist_ok=True)
+    operator = data / OPERATOR_KEY_FILE
+    if not operator.exists():
+        operator.write_text(new_key())
+    config = ServiceConfig.model_validate(cluster or CLUSTER)
+    store = JobStore(database_url(data, db_url), data)
+    runner = ServiceRunner(config, data, data, store, simulate=True, speed=speed)
+    runner.start(30)
+    app = create_app(runner, data)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error",
+                                           lifespan="off"))  # fmt: skip
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the test service did not start")
+        time.sleep(0.02)
+    return Served(f"http://127.0.0.1:{port}", runner, store, data, server, thread)
+
+
+@pytest.fixture
+def service(tmp_path, db_url):
+    """A simulated service over real HTTP, on SQLite and on PostgreSQL."""
+    served = serve(tmp_path / "data", db_url)
+    yield served
+    served.stop()

@@ -1,0 +1,225 @@
+"""The service's API over real HTTP on loopback, on SQLite and on PostgreSQL: tenants submit,
+watch, cancel; keys, other tenants' jobs, quotas and bad requests get the right answer and
+change nothing."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import httpx
+import pytest
+
+from marlaas.client import ServiceError
+from tests.service.conftest import JOB
+
+
+def rows(store) -> dict[str, int]:
+    """Row counts of every table (to show a refused request changed nothing)."""
+    from sqlalchemy import text
+
+    with store.engine.connect() as connection:
+        count = "SELECT COUNT(*) FROM {}"
+        tables = ("tenants", "jobs", "job_events", "steps", "work_records")
+        return {table: connection.execute(text(count.format(table))).scalar() for table in tables}
+
+
+def test_two_tenants_submit_and_each_sees_only_its_own_jobs(service):
+    bob_key = service.key("bob")
+    alice, bob = service.client(service.key("alice")), service.client(bob_key)
+    a = alice.submit(JOB)
+    b = bob.submit({**JOB, "name": "other", "rl": {**JOB["rl"], "steps": 2}})
+    assert a["state"] in ("queued", "running") and b["id"] != a["id"]
+    done_a, done_b = alice.wait(a["id"], 0.1, 60), bob.wait(b["id"], 0.1, 60)
+    assert done_a["state"] == "done" and done_a["step"] == 3 and len(done_a["rewards"]) == 3
+    assert done_b["state"] == "done" and done_b["tenant"] == "bob" and done_b["step"] == 2
+    assert [j["id"] for j in alice.jobs()] == [a["id"]]
+    with pytest.raises(ServiceError) as err:
+        bob.job(a["id"])
+    assert err.value.status == 404
+    for call in (lambda: bob.cancel(a["id"]), lambda: list(bob.events(a["id"]))):
+        with pytest.raises(ServiceError) as err:
+            call()
+        assert err.value.status == 404
+    response = httpx.get(f"{service.url}/v1/jobs/{a['id']}/adapters/0",
+                         headers={"Authorization": f"Bearer {bob_key}"})  # fmt: skip
+    assert response.status_code == 404
+    operator = service.client(service.operator_key)
+    assert {j["tenant"] for j in operator.jobs()} == {"alice", "bob"}
+
+
+@pytest.mark.parametrize("header", [None, "Bearer", "Bearer wrong-key", "Basic abc"])
+def test_a_missing_or_wrong_key_is_401_and_changes_nothing(service, header):
+    service.key("alice")
+    before = rows(service.store)
+    headers = {} if header is None else {"Authorization": header}
+    for method, path in [("GET", "/v1/jobs"), ("POST", "/v1/jobs"), ("GET", "/v1/jobs/1"),
+                         ("POST", "/v1/jobs/1/cancel"), ("GET", "/v1/cluster")]:  # fmt: skip
+        response = httpx.request(method, service.url + path, headers=headers, json=JOB)
+        assert response.status_code == 401, (method, path)
+        assert "wrong-key" not in response.text
+    assert rows(service.store) == before
+
+
+def test_a_revoked_key_is_refused(service):
+    key = service.key("alice")
+    client = service.client(key)
+    assert client.jobs() == []
+    service.store.revoke_tenant("alice")
+    with pytest.raises(ServiceError) as err:
+        client.jobs()
+    assert err.value.status == 401
+
+
+BAD_SPECS = [
+    (b"{not json", 422, "not JSON"),
+    (b'["a list"]', 422, "JSON object"),
+    (json.dumps({**JOB, "surprise": 1}).encode(), 422, "surprise: unknown field"),
+    (json.dumps({**JOB, "rl": {"steps": -3}}).encode(), 422, "rl.steps"),
+    (json.dumps({**JOB, "rl": {"steps": 10**12}}).encode(), 422, "rl.steps"),
+    (json.dumps({**JOB, "rl": {**JOB["rl"], "group_size": 10**6}}).encode(), 422, "group_size"),
+    (json.dumps({**JOB, "tenant": "bob"}).encode(), 422, "tenant: set by the service"),
+    (json.dumps({**JOB, "weight": 100}).encode(), 422, "weight: set by the service"),
+    (json.dumps({**JOB, "env": {"name": "os:system"}}).encode(), 422, "not one of this service"),
+    (json.dumps({**JOB, "env": {"name": "marlaas.envs.arithmetic:ArithmeticEnv"}}).encode(),
+     422, "not one of this service"),
+    (json.dumps({**JOB, "prompt_tokens": {"dist": "trace", "path": "/etc/passwd",
+                                          "format": "csv", "column": "x"}}).encode(),
+     422, "cannot name a file"),
+    (json.dumps({**JOB, "env": {"name": "python_exec", "args": {"path": "/etc"}}}).encode(),
+     422, "cannot name a file"),
+    (json.dumps({**JOB, "lora_rank": 64}).encode(), 422, "max_lora_rank"),
+    (json.dumps({**JOB, "rl": {**JOB["rl"], "max_new_tokens": 4000}}).encode(), 422, "tokens"),
+    (json.dumps({**JOB, "name": "bad name!"}).encode(), 422, "name"),
+    (b"{" + b'"name": "x", ' * 2 + b"}", 422, "not JSON"),
+    (b" " * (1024 * 1024 + 1), 413, "over"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("body", "status", "says"), BAD_SPECS)
+def test_a_bad_job_spec_gets_its_4xx_naming_what_is_wrong_and_changes_nothing(
+    service, body, status, says
+):
+    key = service.key("alice")
+    before = rows(service.store)
+    response = httpx.post(f"{service.url}/v1/jobs", content=body,
+                          headers={"Authorization": f"Bearer {key}",
+                                   "Content-Type": "application/json"})  # fmt: skip
+    assert response.status_code == status, response.text
+    assert says in response.json()["detail"]
+    assert rows(service.store) == before
+
+
+def test_a_huge_body_without_a_length_is_413(service):
+    key = service.key("alice")
+
+    def chunks():
+        for _ in range(300):
+            yield b" " * 8192
+
+    response = httpx.post(f"{service.url}/v1/jobs", content=chunks(),
+                          headers={"Authorization": f"Bearer {key}"})  # fmt: skip
+    assert response.status_code == 413
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/jobs/0",
+        "/v1/jobs/-1",
+        "/v1/jobs/abc",
+        "/v1/jobs/99999999999999999999999",
+        "/v1/jobs/1/adapters/-1",
+    ],
+)
+def test_bad_ids_are_4xx(service, path):
+    key = service.key("alice")
+    response = httpx.get(service.url + path, headers={"Authorization": f"Bearer {key}"})
+    assert response.status_code in (404, 422)
+
+
+def test_quotas_are_the_schedulers_admission_429_with_the_reason(service):
+    client = service.client(service.key("carol", max_active_jobs=1, max_queued_jobs=1))
+    slow = {**JOB, "rl": {**JOB["rl"], "steps": 40}}
+    first, second = client.submit(slow), client.submit(slow)
+    assert first["state"] == "running" and second["state"] == "queued"
+    with pytest.raises(ServiceError) as err:
+        client.submit(slow)
+    assert err.value.status == 429 and "carol" in err.value.detail
+    refused = client.jobs()[0]
+    assert refused["state"] == "refused" and "waiting for admission" in refused["reason"]
+    client.cancel(first["id"])
+    client.cancel(second["id"])
+    assert client.wait(first["id"], 0.1, 60)["state"] == "cancelled"
+
+
+def test_the_operator_submits_nothing(service):
+    response = httpx.post(f"{service.url}/v1/jobs", json=JOB,
+                          headers={"Authorization": f"Bearer {service.operator_key}"})  # fmt: skip
+    assert response.status_code == 403
+
+
+def test_a_cancelled_job_ends_cancelled_and_a_second_cancel_is_409(service):
+    client = service.client(service.key("alice"))
+    job = client.submit({**JOB, "rl": {**JOB["rl"], "steps": 200}})
+    assert client.cancel(job["id"])["state"] == "cancelling"
+    assert client.wait(job["id"], 0.1, 60)["state"] == "cancelled"
+    with pytest.raises(ServiceError) as err:
+        client.cancel(job["id"])
+    assert err.value.status == 409
+
+
+def test_events_stream_steps_and_states_and_resume_after_last_event_id(service):
+    client = service.client(service.key("alice"))
+    job = client.submit(JOB)
+    events = list(client.events(job["id"]))
+    kinds = [e.kind for e in events]
+    assert kinds[0] == "state" and events[0].data["state"] == "queued"
+    assert [e.data["step"] for e in events if e.kind == "step"] == [0, 1, 2]
+    assert events[-1].kind == "state" and events[-1].data["state"] == "done"
+    ids = [e.id for e in events]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    later = list(client.events(job["id"], last_id=ids[2]))
+    assert [e.id for e in later] == ids[3:]
+
+
+def test_health_cluster_and_metrics(service):
+    assert httpx.get(f"{service.url}/v1/health").json()["status"] == "ok"
+    client = service.client(service.key("alice"))
+    client.wait(client.submit(JOB)["id"], 0.1, 60)
+    cluster = client.cluster()
+    assert set(cluster["utilization"]) == {"rollout", "train"}
+    text = httpx.get(f"{service.url}/metrics").text
+    for series in ("marlaas_jobs_queued", "marlaas_jobs_running", "marlaas_pool_utilization",
+                   "marlaas_request_seconds_bucket"):  # fmt: skip
+        assert series in text
+    assert 'route="/v1/jobs/{job_id}"' in text
+
+
+def test_the_api_is_documented_at_docs(service):
+    schema = httpx.get(f"{service.url}/openapi.json").json()
+    assert {"/v1/jobs", "/v1/jobs/{job_id}/events", "/v1/jobs/{job_id}/adapters/{version}"} <= (
+        set(schema["paths"])
+    )
+    assert httpx.get(f"{service.url}/docs").status_code == 200
+
+
+def test_concurrent_submissions_each_get_one_job(service):
+    key = service.key("dave", max_active_jobs=50, max_queued_jobs=50)
+    answers, errors = [], []
+
+    def submit():
+        try:
+            answers.append(service.client(key).submit(JOB)["id"])
+        except Exception as err:
+            errors.append(err)
+
+    threads = [threading.Thread(target=submit) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors and len(set(answers)) == 20
+    client = service.client(key)
+    for job_id in answers:
+        assert client.wait(job_id, 0.2, 120)["state"] == "done"
