@@ -228,13 +228,20 @@ class Scheduler:
             mechanism.tenant_max_queued_jobs
         )
 
-    def submit(self, spec: JobSpec, now: float, version: int = 0) -> Admission:
+    def submit(
+        self, spec: JobSpec, now: float, version: int = 0, index: int | None = None
+    ) -> Admission:
         """A tenant submitted ``spec`` at ``now`` [s], to start from adapter ``version`` (a
         resumed job's last durable one). Queued for admission, or refused with the reason
-        (a name in use, nothing left to train, a group that can never fit the cluster)."""
+        (a name or index in use, nothing left to train, a group that can never fit the
+        cluster). ``index``: the job's number, which fixes its groups' prompts and samples
+        (default: its submission number); a service gives each job its own for good, so
+        that a job submitted again after a restart draws what it would have drawn."""
         reason = None
         if spec.name in self._by_name:
             reason = f"a job named {spec.name!r} is already {self.status(spec.name)}"
+        elif index is not None and (index < 0 or index in self.jobs):
+            reason = f"index {index} is {'in use' if index >= 0 else 'negative'}"
         elif not 0 <= version < spec.rl.steps:
             reason = f"version {version} is outside 0..{spec.rl.steps - 1} (rl.steps)"
         else:
@@ -247,8 +254,10 @@ class Scheduler:
             return Admission(spec.name, REFUSED, reason)
         cap = self.mechanism.staleness_cap
         bound = spec.rl.max_staleness if cap is None else min(cap, spec.rl.max_staleness)
-        job = JobState(spec, self._submitted, bound, self.seed, now, version)
-        self._submitted += 1
+        if index is None:
+            index = self._submitted
+        self._submitted = max(self._submitted, index + 1)
+        job = JobState(spec, index, bound, self.seed, now, version)
         self.jobs[job.index] = job
         self._by_name[job.name] = job
         self._waiting.append(job)

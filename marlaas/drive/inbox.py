@@ -25,7 +25,8 @@ from marlaas.core.workload import JobSpec, TenantSpec, Workload
 
 @dataclass(frozen=True, slots=True)
 class Submit:
-    """A tenant submits ``job``, to start from adapter ``version`` (a resumed job's).
+    """A tenant submits ``job``, to start from adapter ``version`` (a resumed job's), as
+    job number ``index`` (default: its submission number; see Scheduler.submit).
 
     ``heard`` (a service's request waiting for its answer) is called, on the driver's
     thread, after the decision round that followed the submission, with the job's state
@@ -34,6 +35,8 @@ class Submit:
     job: JobSpec
     version: int = 0
     heard: Callable[[Admission], None] | None = field(default=None, compare=False)
+    index: int | None = None
+    """The job's number (Scheduler.submit), None: its submission number."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -119,7 +119,7 @@ def _loop(
     def take_inbox() -> None:
         for item in inbox.take(now):
             if isinstance(item, Submit):
-                scheduler.submit(item.job, now, item.version)
+                scheduler.submit(item.job, now, item.version, item.index)
                 if item.heard is not None:
                     heard.append(item)
             elif isinstance(item, Cancel):

@@ -91,6 +91,10 @@ def _serve(args: argparse.Namespace) -> int:
                                                log_level=args.log_level, lifespan="off",
                                                access_log=args.log_level == "debug"))  # fmt: skip
         runner.on_stop = lambda: setattr(server, "should_exit", True)
+        args.interrupt_hint = (
+            "the service stopped; its jobs continue from their last durable step when it "
+            "starts again"
+        )
         print(f"marlaas: serving on http://{args.host}:{args.port} (API docs at /docs)",
               file=sys.stderr, flush=True)  # fmt: skip
         try:

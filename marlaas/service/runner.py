@@ -115,7 +115,7 @@ class ServiceRunner:
             heard.set()
 
         core = spec.model_copy(update={"name": S.core_name(job_id)})
-        self.inbox.put(Submit(core, 0, heard=hear))
+        self.inbox.put(Submit(core, 0, heard=hear, index=job_id))
         if not heard.wait(ANSWER_WAIT_S):
             return job_id, S.QUEUED, ""
         admission = answer[0]
@@ -237,7 +237,7 @@ class ServiceRunner:
                     self.store.set_state(job_id, S.FAILED, lost)
                     continue
             core = spec.model_copy(update={"name": name})
-            self.inbox.put(Submit(core, durable))
+            self.inbox.put(Submit(core, durable, index=job_id))
             log.info("job %s continues from step %d", name, durable)
 
     def _ended(self, outcome: JobOutcome) -> None:

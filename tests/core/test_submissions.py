@@ -261,6 +261,33 @@ def test_a_submitter_hears_the_admission_after_the_round_that_decided_it():
     assert answers["j2"][0] == "refused" and "max_queued_jobs" in answers["j2"][1]
 
 
+def test_a_job_given_its_index_draws_the_same_whatever_came_before_it():
+    data = sim_workload(jobs=2, steps=3).model_dump()
+    data["jobs"][1]["prompt_tokens"] = {"dist": "lognormal", "median": 30, "sigma": 0.5}
+    work = parse_workload(data)
+    late = work.jobs[1]
+
+    def late_job_generations(submissions):
+        inbox = Inbox()
+        for at_s, job, index in submissions:
+            inbox.put(Submit(job, index=index), at_s)
+        inbox.close()
+        _, _, frame = simulated(work, inbox)
+        rows = frame[(frame.job == late.name) & (frame.kind == "generate") & (frame.turn == 0)]
+        return sorted(zip(rows.group, rows.prompt_tokens, strict=True))
+
+    alone = late_job_generations([(0.0, late, 1_000_003)])
+    after_another = late_job_generations([(0.0, work.jobs[0], None), (3.0, late, 1_000_003)])
+    assert alone == after_another  # its groups' prompts follow its index (a real run's
+    # samples too: marlaas.executors.episode_runner seeds them by it)
+    assert alone != late_job_generations([(0.0, late, 5)])
+    scheduler = Scheduler.for_workload(work, "fifo")
+    scheduler.submit(work.jobs[0], 0.0, index=7)
+    refused = scheduler.submit(late, 0.0, index=7)
+    assert refused.state == "refused" and "index 7 is in use" in refused.reason
+    assert scheduler.submit(late, 0.0).state == "queued" and scheduler.job(late.name).index == 8
+
+
 def test_a_stopped_inbox_ends_the_run_at_once_leaving_its_jobs_unfinished():
     work = sim_workload(jobs=2, steps=4)
     inbox = Inbox()
