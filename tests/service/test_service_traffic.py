@@ -1,0 +1,58 @@
+"""A service's traffic replayed in the simulator: ``marlaas traffic`` writes its submissions
+as a workload file, and ``marlaas simulate`` runs it; the same admission code decides."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from marlaas.cli import main
+from marlaas.workload_file import load_workload
+from tests.service.conftest import CLUSTER, JOB, serve
+
+
+def test_a_days_submissions_replay_in_the_simulator(tmp_path, capsys):
+    served = serve(tmp_path / "data")
+    try:
+        (tmp_path / "data" / "config.json").write_text(json.dumps(CLUSTER))  # as serve saves it
+        carol = served.client(served.key("carol", max_active_jobs=1, max_queued_jobs=1))
+        dave = served.client(served.key("dave"))
+        long = {**JOB, "rl": {**JOB["rl"], "steps": 30}}
+        first, second = carol.submit(long), carol.submit(long)
+        with pytest.raises(Exception, match="429"):
+            carol.submit(long)
+        later = dave.submit(JOB)
+        carol.cancel(second["id"])
+        for client, job in ((carol, first), (carol, second), (dave, later)):
+            client.wait(job["id"], 0.1, 120)
+        jobs = {j["id"]: j for j in served.client(served.operator_key).jobs()}
+    finally:
+        served.stop()
+    out = tmp_path / "day.yaml"
+    assert main(["traffic", "--data", str(tmp_path / "data"), "--out", str(out)]) == 0
+    day = load_workload(out)
+    assert [j.name for j in day.jobs] == [f"j{i}" for i in sorted(jobs)]
+    arrivals = [j.arrival_s for j in day.jobs]
+    assert arrivals == sorted(arrivals) and arrivals[-1] > arrivals[0]
+    assert day.tenants["carol"].max_active_jobs == 1 and "dave" in day.tenants
+    cancelled = {j.name: j.cancel_after_s for j in day.jobs if j.cancel_after_s is not None}
+    assert list(cancelled) == [f"j{second['id']}"]
+    assert main(["simulate", str(out), "--out", str(tmp_path / "replay"), "--quiet"]) == 0
+    summary = json.loads((tmp_path / "replay" / "summary.json").read_text())
+    states = summary["job_states"]
+    service_states = {f"j{i}": j["state"] for i, j in jobs.items()}
+    # the same admission decides: carol's third job is refused in both worlds
+    assert [n for n, s in states.items() if s == "refused"] == [
+        n for n, s in service_states.items() if s == "refused"
+    ]
+    assert states[f"j{later['id']}"] == "finished" == {"done": "finished"}[
+        service_states[f"j{later['id']}"]
+    ]
+    # a file that is not a traffic file is not overwritten
+    notes = tmp_path / "notes.yaml"
+    notes.write_text(yaml.safe_dump({"mine": 1}))
+    assert main(["traffic", "--data", str(tmp_path / "data"), "--out", str(notes)]) == 2
+    assert yaml.safe_load(notes.read_text()) == {"mine": 1}
+    capsys.readouterr()
