@@ -98,6 +98,8 @@ def create_app(runner: ServiceRunner, data_dir: Path) -> FastAPI:
     def job_of(who: Caller, job_id: int) -> dict:
         job = store.job(job_id, who.tenant_id)
         if job is None:
+            asker = "the operator" if who.tenant is None else f"tenant {who.tenant.name!r}"
+            log.warning("404 job %d for %s: no such job of theirs", job_id, asker)
             raise HTTPException(404, f"no job {job_id}")
         job["versions"] = _versions(runner, job)
         return job

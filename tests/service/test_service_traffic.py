@@ -47,9 +47,11 @@ def test_a_days_submissions_replay_in_the_simulator(tmp_path, capsys):
     assert [n for n, s in states.items() if s == "refused"] == [
         n for n, s in service_states.items() if s == "refused"
     ]
-    assert states[f"j{later['id']}"] == "finished" == {"done": "finished"}[
-        service_states[f"j{later['id']}"]
-    ]
+    assert (
+        states[f"j{later['id']}"]
+        == "finished"
+        == {"done": "finished"}[service_states[f"j{later['id']}"]]
+    )
     # a file that is not a traffic file is not overwritten
     notes = tmp_path / "notes.yaml"
     notes.write_text(yaml.safe_dump({"mine": 1}))

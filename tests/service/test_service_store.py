@@ -1,0 +1,85 @@
+"""The job store and the operator's commands: keys kept only as keyed hashes, tenants added,
+listed and revoked, the schema migrated by Alembic, on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+
+from marlaas.cli import main
+from marlaas.core.workload import TenantSpec
+from marlaas.service.db import database_url, open_database
+from marlaas.service.store import JobStore, TenantError
+
+
+@pytest.fixture
+def store(tmp_path, db_url):
+    opened = JobStore(database_url(tmp_path, db_url), tmp_path)
+    yield opened
+    opened.close()
+
+
+def test_a_key_is_kept_only_as_its_keyed_hash(store, tmp_path, db_url):
+    key = store.add_tenant("alice", TenantSpec(max_active_jobs=2))
+    assert store.authenticate(key).name == "alice"
+    assert store.authenticate(key + "x") is None and store.authenticate("") is None
+    with store.engine.connect() as connection:
+        hashes = connection.execute(text("SELECT key_hash FROM tenants")).scalars().all()
+    assert key not in hashes[0] and len(hashes[0]) == 64
+    if db_url is None:  # nowhere in the database file either
+        assert key.encode() not in (tmp_path / "service.db").read_bytes()
+    (tmp_path / "elsewhere").mkdir()
+    other = JobStore(database_url(tmp_path, db_url), tmp_path / "elsewhere")
+    try:  # another secret: the same key no longer matches (the hash is keyed)
+        assert other.authenticate(key) is None
+    finally:
+        other.close()
+
+
+def test_tenants_are_added_once_listed_and_revoked(store):
+    store.add_tenant("alice")
+    with pytest.raises(TenantError, match="exists"):
+        store.add_tenant("alice")
+    with pytest.raises(TenantError, match="tenant name"):
+        store.add_tenant("bad\nname")
+    store.add_tenant("bob", TenantSpec(max_queued_jobs=0))
+    assert [(t.name, t.quota.max_queued_jobs) for t in store.tenants()] == [
+        ("alice", None), ("bob", 0)]  # fmt: skip
+    store.revoke_tenant("bob")
+    assert [t.revoked for t in store.tenants()] == [False, True]
+    with pytest.raises(TenantError, match="no tenant"):
+        store.revoke_tenant("carol")
+
+
+def test_the_schema_is_alembics_newest_and_migrating_again_changes_nothing(store):
+    with store.engine.connect() as connection:
+        revision = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    assert revision == "0001"
+    store.add_tenant("alice")
+    open_database(store.url)[0].dispose()  # a second open migrates nothing away
+    assert [t.name for t in store.tenants()] == ["alice"]
+
+
+def test_tenants_commands_print_the_key_alone_on_the_last_line(tmp_path, capsys):
+    data = str(tmp_path / "data")
+    assert main(["tenants", "add", "alice", "--data", data, "--max-active-jobs", "3"]) == 0
+    out, err = capsys.readouterr()
+    key = out.strip().splitlines()[-1]
+    assert key.startswith("mlk_") and len(out.strip().splitlines()) == 1 and "shown once" in err
+    assert main(["tenants", "add", "alice", "--data", data]) == 2
+    assert "exists" in capsys.readouterr().err
+    assert main(["tenants", "list", "--data", data]) == 0
+    listed = capsys.readouterr().out
+    assert "alice" in listed and key not in listed
+    assert main(["tenants", "revoke", "alice", "--data", data]) == 0
+    assert main(["tenants", "list", "--data", data]) == 0
+    assert "(revoked)" in capsys.readouterr().out
+    assert main(["tenants", "revoke", "nobody", "--data", data]) == 2
+
+
+def test_a_data_folder_that_is_not_a_services_is_refused(tmp_path, capsys):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "thesis.tex").write_text("keep me")
+    assert main(["tenants", "list", "--data", str(tmp_path / "mine")]) == 2
+    assert "thesis.tex" in capsys.readouterr().err
+    assert (tmp_path / "mine" / "thesis.tex").read_text() == "keep me"
