@@ -52,7 +52,7 @@ class Client:
 
     def __init__(self, url: str | None = None, key: str | None = None,
                  timeout_s: float = 60.0) -> None:  # fmt: skip
-        self.url = (url or os.environ.get(URL_ENV) or DEFAULT_URL).rstrip("/")
+        self.url = _checked_url((url or os.environ.get(URL_ENV) or DEFAULT_URL).rstrip("/"))
         key = key if key is not None else os.environ.get(KEY_ENV, "")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
@@ -155,6 +155,17 @@ class Client:
         if response.status_code not in ok:
             raise _error(response)
         return response.json()
+
+
+def _checked_url(url: str) -> str:
+    """``url`` if it is an http(s) URL with a host; else ValueError saying what is wrong."""
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as err:
+        raise ValueError(f"{url!r} is not a URL ({err})") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ValueError(f"{url!r} is not an http:// or https:// URL with a host")
+    return url
 
 
 def _error(response: httpx.Response) -> ServiceError:

@@ -182,9 +182,16 @@ def _open_store(args: argparse.Namespace):
 
 
 def _tenants(args: argparse.Namespace) -> int:
-    from marlaas.core.workload import TenantSpec
+    from marlaas.core.workload import TenantSpec, check_name
     from marlaas.service.store import TenantError
 
+    if args.action != "list":  # the arguments are checked before the data folder is touched
+        if args.name is None:
+            raise UsageError(f"tenants {args.action}: give the tenant's NAME")
+        try:
+            check_name(args.name)
+        except ValueError as err:
+            raise UsageError(f"tenants {args.action}: tenant name {args.name!r}: {err}") from None
     store = _open_store(args)
     try:
         if args.action == "list":
@@ -197,8 +204,6 @@ def _tenants(args: argparse.Namespace) -> int:
                 print(f"{tenant.name + revoked:<24s} {_limit(quota.max_active_jobs):>6s} "
                       f"{_limit(quota.max_queued_jobs):>6s}  {jobs or '-'}")  # fmt: skip
             return 0
-        if args.name is None:
-            raise UsageError(f"tenants {args.action}: give the tenant's NAME")
         try:
             if args.action == "add":
                 quota = TenantSpec(max_active_jobs=args.max_active_jobs,
@@ -270,7 +275,10 @@ def _client(args: argparse.Namespace):
     require_service_stack(("httpx",))
     from marlaas.client import Client
 
-    return Client(args.url, args.key)
+    try:
+        return Client(args.url, args.key)
+    except ValueError as err:
+        raise UsageError(f"--url / $MARLAAS_URL: {err}") from None
 
 
 def _client_arguments(parser: argparse.ArgumentParser) -> None:
