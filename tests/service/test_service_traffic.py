@@ -19,12 +19,14 @@ def test_a_days_submissions_replay_in_the_simulator(tmp_path, capsys):
         (tmp_path / "data" / "config.json").write_text(json.dumps(CLUSTER))  # as serve saves it
         carol = served.client(served.key("carol", max_active_jobs=1, max_queued_jobs=1))
         dave = served.client(served.key("dave"))
-        long = {**JOB, "rl": {**JOB["rl"], "steps": 30}}
+        long = {**JOB, "rl": {**JOB["rl"], "steps": 5000}}  # runs until it is cancelled
         first, second = carol.submit(long), carol.submit(long)
         with pytest.raises(Exception, match="429"):
             carol.submit(long)
         later = dave.submit(JOB)
         carol.cancel(second["id"])
+        dave.wait(later["id"], 0.1, 120)
+        carol.cancel(first["id"])
         for client, job in ((carol, first), (carol, second), (dave, later)):
             client.wait(job["id"], 0.1, 120)
         jobs = {j["id"]: j for j in served.client(served.operator_key).jobs()}
@@ -38,7 +40,7 @@ def test_a_days_submissions_replay_in_the_simulator(tmp_path, capsys):
     assert arrivals == sorted(arrivals) and arrivals[-1] > arrivals[0]
     assert day.tenants["carol"].max_active_jobs == 1 and "dave" in day.tenants
     cancelled = {j.name: j.cancel_after_s for j in day.jobs if j.cancel_after_s is not None}
-    assert list(cancelled) == [f"j{second['id']}"]
+    assert list(cancelled) == [f"j{first['id']}", f"j{second['id']}"]
     assert main(["simulate", str(out), "--out", str(tmp_path / "replay"), "--quiet"]) == 0
     summary = json.loads((tmp_path / "replay" / "summary.json").read_text())
     states = summary["job_states"]
