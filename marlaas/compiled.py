@@ -6,8 +6,11 @@ sources, and Python imports an extension module in preference to its source. The
 modules make the same decisions and the same event log as their sources; they run the
 simulator about twice as fast.
 
-The plain sources of all of :data:`MODULES` run instead (all or none: compiled modules call
-each other directly, so a mix would still run old code) when:
+Which of the two a process runs is decided by :func:`choose`, which the packages holding
+:data:`MODULES` (``marlaas.core``, ``marlaas.drive``, ``marlaas.sim``) call first thing, before
+any of their modules loads: importing ``marlaas`` itself changes nothing. The plain sources of
+all of :data:`MODULES` run instead (all or none: compiled modules call each other directly, so
+a mix would still run old code) when:
 
 - ``MARLAAS_PURE_PYTHON=1`` is set: profilers such as py-spy see only Python frames, and tests
   that patch the core's methods need them;
@@ -185,8 +188,14 @@ class SourceFinder:
 def choose(
     root: Path = ROOT, modules: Sequence[str] = MODULES, type_sources: Sequence[str] = TYPE_SOURCES
 ) -> None:
-    """Make this process import the plain sources when :func:`pure_reason` gives a reason
-    (called by ``marlaas/__init__.py``, before any of :data:`MODULES` is imported)."""
+    """Make this process import the plain sources when :func:`pure_reason` gives a reason.
+
+    Called by ``marlaas/core/__init__.py``, ``marlaas/drive/__init__.py`` and
+    ``marlaas/sim/__init__.py``, before any of :data:`MODULES` is imported; decided once per
+    process (a later call, by another of those packages, changes nothing)."""
+    finder = SourceFinder(root, modules)
+    if _installed(finder):
+        return
     reason = pure_reason(root, modules, type_sources)
     if reason is None or reason == NOT_COMPILED:
         return
@@ -194,6 +203,9 @@ def choose(
     if not _pure_requested():  # said once: the processes this one starts inherit the setting
         sys.stderr.write(f"marlaas: the simulator runs as plain Python: {reason}\n")
         os.environ[PURE_ENV] = "1"
-    finder = SourceFinder(root, modules)
-    if not any(vars(f) == vars(finder) for f in sys.meta_path if isinstance(f, SourceFinder)):
-        sys.meta_path.insert(0, finder)
+    sys.meta_path.insert(0, finder)
+
+
+def _installed(finder: SourceFinder) -> bool:
+    """Whether an equal :class:`SourceFinder` is already on ``sys.meta_path``."""
+    return any(vars(f) == vars(finder) for f in sys.meta_path if isinstance(f, SourceFinder))

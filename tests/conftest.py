@@ -1,9 +1,11 @@
-"""Shared fixtures: synthetic run folders written once per test session."""
+"""Shared fixtures (synthetic run folders written once per test session) and marks: ``gpu``
+(skipped without a CUDA GPU) and ``needs_tool`` (a system program: tests/system_tools.py)."""
 
 from __future__ import annotations
 
 import pytest
 
+from tests import system_tools
 from tests.synthetic import synthetic_log, write_run
 
 
@@ -54,6 +56,22 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason="needs a CUDA GPU")
         for item in gpu_items:
             item.add_marker(skip)
+
+
+def pytest_configure(config):
+    """Register the mark of tests that need a system program."""
+    config.addinivalue_line(
+        "markers",
+        f"{system_tools.MARKER}(name): needs the system program name (bwrap, chromium): "
+        f"skipped without it, failed under {system_tools.REQUIRE_ENV}=1 (CI)",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Skip (or, in CI, fail) a test whose system program is missing, before its fixtures."""
+    for marker in item.iter_markers(system_tools.MARKER):
+        system_tools.require(*marker.args)
 
 
 def pytest_report_header(config):

@@ -118,8 +118,12 @@ def test_a_stale_build_is_said_once_and_its_sources_imported(tmp_path, monkeypat
     monkeypatch.delitem(sys.modules, "pkg")
 
 
-def imported_file(env: dict[str, str]) -> str:
-    code = "import marlaas.core.scheduler as m; print(m.__file__)"
+FIRST_IMPORTS = ("marlaas.core.scheduler", "marlaas.drive.loop", "marlaas.sim.executor")
+"""Modules of each package that holds compiled modules, each imported first in a process."""
+
+
+def imported_file(env: dict[str, str], module: str = "marlaas.core.scheduler") -> str:
+    code = f"import marlaas, {module} as m; print(m.__file__)"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, env={**os.environ, **env}, check=True)  # fmt: skip
     return run.stdout.strip()
@@ -130,8 +134,9 @@ def test_the_pure_setting_imports_the_plain_sources():
 
 
 @pytest.mark.skipif(not IS_COMPILED, reason="the hot path is not compiled here")
-def test_a_process_imports_the_compiled_build_when_it_is_current():
-    assert imported_file({compiled.PURE_ENV: "0"}).endswith(SUFFIX)
+@pytest.mark.parametrize("module", FIRST_IMPORTS)
+def test_a_process_imports_the_compiled_build_when_it_is_current(module):
+    assert imported_file({compiled.PURE_ENV: "0"}, module).endswith(SUFFIX)
 
 
 @pytest.mark.skipif(not IS_COMPILED, reason="the suite already runs on the plain sources")

@@ -19,6 +19,11 @@ SMALL = str(REPO / "traces/small.yaml")
 TINY = str(REPO / "traces/real-tiny.yaml")
 SIM = ["simulate", SMALL, "--quiet", "--set", "jobs.*.rl.steps=1"]
 TRAINING = all(importlib.util.find_spec(m) for m in ("torch", "transformers", "peft"))
+needs_training = pytest.mark.skipif(
+    not TRAINING, reason="without torch, transformers and peft the command refuses first"
+)
+"""For the refusals of train, evaluate, make-tiny-model and prepare-smollm2: without the
+training stack they refuse for that, before any other check (tests/test_train_without_torch.py)."""
 STUB_MODEL = {
     "config.json": '{"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 2, '
     '"hidden_size": 128}',
@@ -127,6 +132,7 @@ def test_evaluate_never_replaces_a_file_it_did_not_write(work, real_run, capsys,
 # ------------------------------------------------------------------ model folders
 
 
+@needs_training
 @pytest.mark.parametrize("folder", [".", ".."])
 def test_make_tiny_model_never_empties_the_working_folder_or_its_parent(
     tmp_path, monkeypatch, capsys, folder
@@ -153,6 +159,7 @@ def test_make_tiny_model_overwrites_only_a_model_of_its_own(work, capsys):
     assert files(work) == before
 
 
+@needs_training
 def test_prepare_smollm2_refuses_an_existing_folder_before_converting(work, capsys, monkeypatch):
     from marlaas.executors import models
 
@@ -178,7 +185,8 @@ def test_prepare_smollm2_refuses_an_existing_folder_before_converting(work, caps
         ({"adapters/job/v3/adapter.safetensors": "trained"}, ["report", "sim"]),
         ({"adapters/job/v3/adapter.safetensors": "trained"},
          ["sweep", SMALL, "--policies", "fifo", "--quiet"]),
-        ({"adapters/job/v3/adapter.safetensors": "trained"}, ["train", TINY, "--backend", "hf"]),
+        pytest.param({"adapters/job/v3/adapter.safetensors": "trained"},
+                     ["train", TINY, "--backend", "hf"], marks=needs_training),
         ({"report.html": "<html>my page</html>"}, ["report", "sim"]),
         ({"sweep.csv": "my,table\n1,2\n"}, ["sweep", SMALL, "--policies", "fifo", "--quiet"]),
     ],
@@ -193,6 +201,7 @@ def test_a_users_folder_that_looks_like_an_old_output_is_never_replaced(
     assert files(work) == before
 
 
+@needs_training
 def test_an_output_with_a_users_file_added_is_not_replaced(work, real_run, capsys):
     assert main([*SIM, "--out", "run"]) == 0
     shutil.copytree(real_run, work / "real")
@@ -242,6 +251,7 @@ def test_a_symlink_out_is_followed_and_never_replaced(work, capsys):
     assert files(work) == before
 
 
+@needs_training
 def test_train_with_a_tracker_it_cannot_start_leaves_a_finished_run_whole(
     work, real_run, capsys, monkeypatch
 ):

@@ -22,6 +22,7 @@ from marlaas.report import add_report_parser, run_report
 from marlaas.report.build import FIGURES
 from marlaas.report.load import load_runs
 from marlaas.report.trace import trace_events, write_trace
+from tests.system_tools import chromium, needs_chromium
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -252,10 +253,6 @@ def test_bad_runs_raise_event_log_error(case, message, two_runs, tmp_path):
 
 # ------------------------------------------------------------------ browser
 
-CHROMIUM = next(
-    (p for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser") if Path(p).exists()), None
-) or shutil.which("chromium")
-
 PROBE = """<script>
 window.__errors = [];
 window.addEventListener('error', e => window.__errors.push(String(e.message || e.type)), true);
@@ -279,8 +276,9 @@ window.addEventListener('load', () => setTimeout(() => {
 </script>"""
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+@needs_chromium
 def test_report_renders_in_headless_chromium(report, tmp_path):
+    browser = chromium()
     page = tmp_path / "page.html"
     page.write_text(report.read_text().replace("<head>", "<head>" + PROBE, 1))
     flags = [
@@ -298,7 +296,7 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
         "--virtual-time-budget=20000",
     ]
     run = subprocess.run(
-        [CHROMIUM, *flags, "--dump-dom", page.as_uri()],
+        [browser, *flags, "--dump-dom", page.as_uri()],
         capture_output=True,
         text=True,
         timeout=180,
@@ -318,7 +316,7 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     assert not [ln for ln in console if "rror" in ln or "Uncaught" in ln], console
     shot = tmp_path / "shot.png"
     subprocess.run(
-        [CHROMIUM, *flags, "--window-size=1400,2000", f"--screenshot={shot}", report.as_uri()],
+        [browser, *flags, "--window-size=1400,2000", f"--screenshot={shot}", report.as_uri()],
         capture_output=True,
         timeout=180,
         check=True,

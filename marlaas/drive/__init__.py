@@ -3,13 +3,19 @@
 Executors are the worlds: :class:`marlaas.sim.SimPyExecutor` (a model of engines, trainers and
 environments), :class:`marlaas.executors.LocalExecutor` (real vLLM/HF generation, PEFT
 training, real environments) and :class:`FixedExecutor` (fixed durations, for tests).
+Importing it first decides whether the compiled build of the loop runs
+(:func:`marlaas.compiled.choose`).
 """
 
-from marlaas.drive.executor import Executor
-from marlaas.drive.fixed import FixedExecutor
-from marlaas.drive.invariants import InvariantError, check_invariants
-from marlaas.drive.loop import Observer, RunError, drive
-from marlaas.drive.result import RunResult
+from marlaas import compiled
+
+compiled.choose()  # before the imports below: they load compiled modules
+
+from marlaas.drive.executor import Executor  # noqa: E402
+from marlaas.drive.fixed import FixedExecutor  # noqa: E402
+from marlaas.drive.invariants import InvariantError, check_invariants  # noqa: E402
+from marlaas.drive.loop import Observer, RunError, drive  # noqa: E402
+from marlaas.drive.result import RunResult  # noqa: E402
 
 __all__ = [
     "Executor",

@@ -52,6 +52,12 @@ def require_sandbox() -> Runtime:
     return found
 
 
+def unavailable() -> str | None:
+    """Why the sandbox cannot run here (e.g. `bwrap` not found on PATH), or None when it can."""
+    found = _probe()
+    return found if isinstance(found, str) else None
+
+
 def bwrap_argv(
     runtime: Runtime, *, workspace_bytes: int, data_fds: dict[str, int], info_fd: int | None
 ) -> list[str]:

@@ -34,15 +34,31 @@ def vllm_importable() -> tuple[bool, str]:
 
 
 TRAINING_STACK = ("torch", "transformers", "peft")
+"""The packages of a real run (the ``train`` extra); a simulation-only install has none."""
+TRAINING_STACK_PIP = "pip install -e '.[train]'"
+"""How to install the training stack for a CPU (GPUs: docs/real-runs.md#install)."""
 
 
-def require_training_stack() -> None:
-    """Raise BackendError, with the install command, when torch/transformers/peft are missing."""
-    missing = [name for name in TRAINING_STACK if importlib.util.find_spec(name) is None]
+def missing_training_stack() -> list[str]:
+    """The packages of :data:`TRAINING_STACK` that are not installed (found without importing
+    them)."""
+    return [name for name in TRAINING_STACK if importlib.util.find_spec(name) is None]
+
+
+def _listed(names: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def require_training_stack(what: str = "a real run") -> None:
+    """Raise BackendError, one line with the install command, when ``what`` (a command, a
+    function) cannot run for want of torch, transformers or peft: call it before any work."""
+    missing = missing_training_stack()
     if missing:
         raise BackendError(
-            f"real runs need {', '.join(missing)}: pip install torch==2.13.0 && "
-            "pip install -e '.[train]' (CPU; see docs/real-runs.md for vLLM and GPUs)"
+            f"{what} needs the training stack: {TRAINING_STACK_PIP} ({_listed(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not installed; GPUs: "
+            "docs/real-runs.md#install)"
         )
 
 

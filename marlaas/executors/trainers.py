@@ -10,11 +10,14 @@ Versions are the scheduler's: a resumed job is submitted at its last durable ver
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from marlaas.core.workload import JobSpec
 from marlaas.executors.adapter_store import OPTIMIZER_FILE, AdapterStore
-from marlaas.executors.peft_trainer import PeftTrainer
 from marlaas.executors.rollout import TrainSample, TrainStats
+
+if TYPE_CHECKING:  # torch: imported where a trainer is built (marlaas.executors.local)
+    from marlaas.executors.peft_trainer import PeftTrainer
 
 
 class TrainerPool:

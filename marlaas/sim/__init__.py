@@ -2,9 +2,15 @@
 
 ``simulate``, ``simulate_run`` (marlaas.sim.run), ``SimPyExecutor`` (marlaas.sim.executor) and
 ``CostModel`` (marlaas.sim.cost_model) are importable from here; they load on first use.
+Importing it first decides whether the compiled build of the executor runs
+(:func:`marlaas.compiled.choose`).
 """
 
 from importlib import import_module
+
+from marlaas import compiled
+
+compiled.choose()
 
 _EXPORTS = {
     "CostModel": "marlaas.sim.cost_model",

@@ -86,10 +86,28 @@ def simulate_run(
     """Simulate and return (event log frame, summary); the summary records the cost profile
     (``profile``: it replaces the workload's cost model) and ``extra`` keys. The run's
     invariants are checked on that frame."""
+    _, events, summary = simulate_logged(workload, policy, seed, progress, profile, recording,
+                                         kind, on_ended, **extra)  # fmt: skip
+    return events, summary
+
+
+def simulate_logged(
+    workload: Workload,
+    policy: Policy | str | None = None,
+    seed: int | None = None,
+    progress: bool = False,
+    profile: CostProfile | None = None,
+    recording: Recording | None = None,
+    kind: str = "simulation",
+    on_ended: OnEnded | None = None,
+    **extra,
+) -> tuple[RunResult, pd.DataFrame, dict]:
+    """:func:`simulate_run`, also returning the run's :class:`RunResult` (first)."""
     cost = profile.cost if profile is not None else None
     result, scheduler = _simulate(workload, policy, seed, progress, cost, recording, False,
                                   on_ended=on_ended)  # fmt: skip
     events = records_to_frame(result.records)
     check_invariants(result, scheduler, events)
     used = profile.summary() if profile is not None else {"name": "workload", "path": None}
-    return events, run_summary(workload, result, events, kind, cost_profile=used, **extra)
+    summary = run_summary(workload, result, events, kind, cost_profile=used, **extra)
+    return result, events, summary

@@ -1,8 +1,9 @@
 """The python_exec sandbox under attack: each attack fails and the host is unharmed.
 
-36 cases (pytest items). Tests that need bubblewrap FAIL without it (CI installs it); only
-test_refuses_without_bwrap simulates a missing bwrap. Model code is written so that it scores
-1.0 only if the attack works, unless the test says otherwise.
+36 cases (pytest items). Tests that need bubblewrap are marked ``needs_bwrap``: skipped
+without it, saying how to install it, and failed instead in CI, which installs it
+(tests/system_tools.py); test_refuses_without_bwrap simulates a missing bwrap. Model code
+is written so that it scores 1.0 only if the attack works, unless the test says otherwise.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from marlaas.envs import make_env, resolve_env
 from marlaas.envs import sandbox_runtime as runtime
 from marlaas.envs.python_exec import score_results
 from marlaas.envs.sandbox import SandboxLimits, SandboxResult, SandboxUnavailable, run_python
+from tests.system_tools import needs_bwrap
 
 ADD_TESTS = [[[1, 2], 3], [[2, 2], 4], [[5, 5], 10]]
 GENEROUS_S = 60.0  # upper bound on any step here; they take ~0.1 s, timeouts a few s
@@ -65,16 +67,19 @@ def open_dir():
 # --- what the code is for -----------------------------------------------------------------
 
 
+@needs_bwrap
 def test_correct_solution_scores_one():
     out = step("```python\ndef add(a, b):\n    return a + b\n```")
     assert out.reward == 1.0 and out.info["outcome"] == "ok" and out.info["passed"] == 3
 
 
+@needs_bwrap
 def test_partly_correct_solution_scores_in_between():
     out = step("def add(a, b):\n    return 4 if a == 2 else a + b + 1")
     assert out.reward == pytest.approx(1 / 3) and out.info["passed"] == 1
 
 
+@needs_bwrap
 def test_runs_as_nobody_with_python_and_a_writable_workspace():
     code = """
     import os
@@ -87,6 +92,7 @@ def test_runs_as_nobody_with_python_and_a_writable_workspace():
     assert out.reward == 1.0, out.info
 
 
+@needs_bwrap
 def test_host_sees_the_sandbox_as_nobody():
     token = uuid.uuid4().hex
     script = f"""
@@ -113,6 +119,7 @@ def test_host_sees_the_sandbox_as_nobody():
     assert processes_with(token) == []  # a cancelled step kills its sandbox too
 
 
+@needs_bwrap
 def test_concurrent_steps_each_get_their_own_process_limit():
     code = """
     import os, time
@@ -136,6 +143,7 @@ def test_concurrent_steps_each_get_their_own_process_limit():
     assert [out.reward for out in run(together())] == [1.0] * 6
 
 
+@needs_bwrap
 def test_infinite_loop_times_out():
     out = step("while True:\n    pass", timeout_s=1.0)
     assert out.reward == 0.0 and out.info["outcome"] == "timeout"
@@ -144,6 +152,7 @@ def test_infinite_loop_times_out():
 # --- attacks ------------------------------------------------------------------------------
 
 
+@needs_bwrap
 @pytest.mark.parametrize("path", ["/etc/passwd", str(Path(__file__).resolve())])
 def test_cannot_read_host_files(path):
     code = f"""
@@ -156,6 +165,7 @@ def test_cannot_read_host_files(path):
     assert "root:" not in out.info["stderr"] and "cannot_read_host" not in out.info["stderr"]
 
 
+@needs_bwrap
 def test_cannot_write_or_delete_outside_its_folder(open_dir):
     victim, created = open_dir / "victim.txt", open_dir / "created.txt"
     victim.write_text("keep me")
@@ -180,6 +190,7 @@ def test_cannot_write_or_delete_outside_its_folder(open_dir):
     assert victim.read_text() == "keep me" and not created.exists()
 
 
+@needs_bwrap
 def test_big_file_stays_inside_and_goes_with_the_step(open_dir):
     big = open_dir / "big.bin"
     code = f"""
@@ -202,6 +213,7 @@ def test_big_file_stays_inside_and_goes_with_the_step(open_dir):
     assert out.reward == 0.0 and not big.exists()
 
 
+@needs_bwrap
 def test_cannot_kill_the_trainer_or_other_processes():
     sentinel = subprocess.Popen(["sleep", "60"], **runtime.drop_privileges())  # same host uid
     try:
@@ -223,6 +235,7 @@ def test_cannot_kill_the_trainer_or_other_processes():
         sentinel.wait()
 
 
+@needs_bwrap
 @pytest.mark.parametrize("outcome", ["ok", "timeout"])
 def test_no_process_outlives_the_step(outcome):
     token = uuid.uuid4().hex
@@ -243,6 +256,7 @@ def test_no_process_outlives_the_step(outcome):
     assert processes_with(token) == []
 
 
+@needs_bwrap
 def test_huge_output_is_capped_without_buffering():
     before_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     code = """
@@ -261,11 +275,13 @@ def test_huge_output_is_capped_without_buffering():
     assert len(out.info["stderr"]) <= 2000
 
 
+@needs_bwrap
 def test_stderr_in_info_is_capped():
     out = step("import sys\nsys.stderr.write('e' * 100_000)\ndef add(a, b):\n    return a + b")
     assert out.reward == 1.0 and len(out.info["stderr"]) == 2000
 
 
+@needs_bwrap
 def test_no_network_to_a_host_server():
     with socket.create_server(("127.0.0.1", 0)) as server:
         port = server.getsockname()[1]
@@ -285,6 +301,7 @@ def test_no_network_to_a_host_server():
     assert out.reward == 0.0
 
 
+@needs_bwrap
 def test_no_raw_or_packet_sockets():
     code = """
     import socket
@@ -302,6 +319,7 @@ def test_no_raw_or_packet_sockets():
     assert step(code).reward == 0.0
 
 
+@needs_bwrap
 def test_fork_bomb_is_contained():
     token = uuid.uuid4().hex
     code = f"""
@@ -325,6 +343,7 @@ def test_fork_bomb_is_contained():
     assert subprocess.run(["true"]).returncode == 0  # the host can still start processes
 
 
+@needs_bwrap
 def test_environment_holds_no_secrets(monkeypatch):
     monkeypatch.setenv("MARLAAS_TEST_SECRET", "hunter2")
     code = """
@@ -344,6 +363,7 @@ def test_environment_holds_no_secrets(monkeypatch):
     assert out.reward == 0.0 and "hunter2" not in out.info["stderr"]
 
 
+@needs_bwrap
 def test_eq_that_is_always_true_scores_zero():
     code = """
     class Yes:
@@ -356,6 +376,7 @@ def test_eq_that_is_always_true_scores_zero():
     assert out.reward == 0.0 and out.info["outcome"] == "ok"
 
 
+@needs_bwrap
 def test_forged_results_score_zero():
     code = """
     import json, os
@@ -373,6 +394,7 @@ def test_forged_results_score_zero():
     assert out.reward == 0.0
 
 
+@needs_bwrap
 def test_expected_values_never_enter_the_sandbox():
     secret = f"expected-{uuid.uuid4().hex}"
     code = """

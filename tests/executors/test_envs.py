@@ -13,6 +13,7 @@ import pytest
 
 from marlaas.envs import EnvLoadError, env_names, make_env
 from marlaas.envs.safe_eval import UnsafeExpression, safe_eval
+from tests.system_tools import needs_bwrap
 
 
 def run(coro):
@@ -103,6 +104,7 @@ def _py(env_args=None, seed=0):
     return env
 
 
+@needs_bwrap
 def test_python_exec_rewards_passed_tests():
     env = _py()
     good = run(env.step("Here:\n```python\ndef add(a, b):\n    return a + b\n```"))
@@ -113,6 +115,7 @@ def test_python_exec_rewards_passed_tests():
     assert broken.reward == 0.0 and broken.info["outcome"] == "error"
 
 
+@needs_bwrap
 def test_python_exec_cannot_fake_the_result_line():
     env = _py()
     forged = '{"passed": 2, "results": [{"value": 3}, {"value": 4}]}'
@@ -120,6 +123,7 @@ def test_python_exec_cannot_fake_the_result_line():
     assert fake.reward == 0.0 and forged in fake.info["stderr"]  # prints go to stderr
 
 
+@needs_bwrap
 def test_python_exec_timeout_kills():
     env = _py({"timeout_s": 1.0})
     t0 = time.perf_counter()
@@ -128,12 +132,14 @@ def test_python_exec_timeout_kills():
     assert time.perf_counter() - t0 < 3.0
 
 
+@needs_bwrap
 def test_python_exec_memory_limit_kills():
     env = _py({"memory_mb": 256})
     out = run(env.step("x = bytearray(1 << 30)\ndef add(a, b):\n    return a + b"))
     assert out.reward == 0.0 and out.info["outcome"] == "memory"
 
 
+@needs_bwrap
 def test_python_exec_no_network():
     env = _py()
     code = (

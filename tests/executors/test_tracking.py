@@ -1,14 +1,19 @@
 """Experiment tracking: the reward feed (an observer of the driver loop) and the trackers,
-on synthetic reward points; the end-to-end CLI run is in test_cli_real.py."""
+on synthetic reward points, and a tracker whose package is missing (refused at once, nothing
+written); the end-to-end CLI run is in test_cli_real.py."""
 
 from __future__ import annotations
 
+import importlib.util
+import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
 from marlaas.core.work import Generate, Train, WorkDone
+from marlaas.executors.backends import missing_training_stack
 from marlaas.executors.episode_runner import RewardPoint
 from marlaas.executors.tracking import RewardFeed, TrackerError, open_tracker
 
@@ -119,3 +124,39 @@ def test_a_tracker_without_its_package_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb -> ImportError
     with pytest.raises(TrackerError, match="pip install wandb"):
         open_tracker("wandb", tmp_path, run_name="r", config={})
+
+
+ROOT = Path(__file__).resolve().parents[2]
+WITHOUT_TRAINING_STACK = "torch, transformers and peft are not all installed"
+
+
+@pytest.mark.skipif(bool(missing_training_stack()), reason=WITHOUT_TRAINING_STACK)
+def test_a_tracker_without_its_package_refuses_the_run_before_its_folder(tmp_path, monkeypatch):
+    from marlaas.executors.train import train_run
+    from marlaas.workload_file import load_workload
+
+    monkeypatch.setitem(sys.modules, "wandb", None)  # not installed, as far as find_spec says
+    workload = load_workload(ROOT / "traces" / "real-tiny.yaml")
+    out = tmp_path / "run"
+    for _ in range(2):  # the same call again gets the same answer, not "an unfinished run"
+        with pytest.raises(TrackerError, match="--tracker wandb needs wandb: pip install wandb"):
+            train_run(workload, out, tracker="wandb", base_dir=ROOT / "traces", progress=False)
+        assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(bool(missing_training_stack()), reason=WITHOUT_TRAINING_STACK)
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb is installed")
+def test_train_with_a_missing_tracker_fails_before_loading_the_trainer(tmp_path):
+    code = (
+        "import sys\nfrom marlaas.cli import main\n"
+        f"code = main(['train', 'traces/real-tiny.yaml', '--out', {str(tmp_path / 'run')!r}, "
+        "'--tracker', 'wandb'])\n"
+        "print(code, 'marlaas.executors.train' in sys.modules, 'torch' in sys.modules)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)  # fmt: skip
+    assert run.stdout.split() == ["2", "False", "False"], run.stderr
+    assert run.stderr.splitlines() == [
+        "marlaas: error: --tracker wandb needs wandb: pip install wandb"
+    ]
+    assert list(tmp_path.iterdir()) == []

