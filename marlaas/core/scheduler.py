@@ -112,7 +112,8 @@ class Scheduler:
         self._ending: dict[int, JobState] = {}
         """Finished or cancelled jobs, torn down once nothing of theirs is in flight."""
         self._tenants: dict[str, list[int]] = {}
-        """Per tenant with live jobs: [active, waiting] job counts."""
+        """Per tenant with live jobs: [active, waiting, live] job counts (a finished or
+        cancelled job being torn down counts as live only)."""
         self._quotas: dict[str, TenantSpec] = {}
         """Tenants whose quotas differ from the mechanism's tenant_max_* (set_quota)."""
         self._ended: list[JobOutcome] = []
@@ -261,7 +262,9 @@ class Scheduler:
         self.jobs[job.index] = job
         self._by_name[job.name] = job
         self._waiting.append(job)
-        self._tenants.setdefault(job.tenant, [0, 0])[1] += 1
+        counts = self._tenants.setdefault(job.tenant, [0, 0, 0])
+        counts[1] += 1
+        counts[2] += 1
         return Admission(job.name, QUEUED)
 
     def cancel(self, name: str, now: float) -> str | None:
@@ -420,7 +423,8 @@ class Scheduler:
         del self._by_name[job.name]
         self.ledger.touched.discard(job.index)
         counts = self._tenants[job.tenant]
-        if not (counts[0] or counts[1]):
+        counts[2] -= 1
+        if not counts[2]:
             del self._tenants[job.tenant]
         self._ended.append(
             JobOutcome(job.name, job.tenant, state, job.arrival_s, now, job.steps,

@@ -113,15 +113,15 @@ def _loop(
     streak: Counter[tuple[str, str]] = Counter()
     failures = batches = 0
     now = 0.0
-    heard: list[Submit] = []
-    """Submissions whose submitter waits for the round after them."""
+    heard: list[tuple[Callable[[Admission], None], str]] = []
+    """(callback, job) of submissions whose submitter waits for the round after them."""
 
     def take_inbox() -> None:
         for item in inbox.take(now):
             if isinstance(item, Submit):
                 scheduler.submit(item.job, now, item.version, item.index)
                 if item.heard is not None:
-                    heard.append(item)
+                    heard.append((item.heard, item.job.name))
             elif isinstance(item, Cancel):
                 scheduler.cancel(item.job, now)
             else:
@@ -135,8 +135,8 @@ def _loop(
             if on_ended is not None:
                 on_ended(outcome)
         if heard:
-            for item in heard:
-                item.heard(_admission(scheduler, item.job.name, ended))
+            for hear, name in heard:
+                hear(_admission(scheduler, name, ended))
             heard.clear()
 
     take_inbox()

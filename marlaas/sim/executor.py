@@ -135,9 +135,10 @@ class SimPyExecutor:
         """Nothing waits for real here (the driver reads its inbox before each wait)."""
 
     def next_at(self) -> float | None:
-        """When the next simulated event is due [s] (None: nothing is)."""
+        """When the next simulated event is due [s] (None: nothing is, ever)."""
         queue = self.env._queue
-        return queue[0][0] if queue else None
+        at = queue[0][0] if queue else math.inf
+        return None if at == math.inf else at
 
     def wait(self, until: float | None) -> Completions | None:
         """Run SimPy to the next completion, or to ``until`` [s] if that comes first.

@@ -100,10 +100,12 @@ class Served:
         return Client(self.url, key)
 
     def stop(self) -> None:
+        """Stop the server and the driver; a driver that died on its own fails the test."""
         self.server.should_exit = True
         self.thread.join(30)
         self.runner.stop(30)
         self.store.close()
+        assert self.runner.error is None, f"the driver stopped: {self.runner.error!r}"
 
 
 def serve(data: Path, db_url: str | None = None, cluster: dict | None = None,

@@ -140,7 +140,7 @@ def test_bad_ids_are_4xx(service, path):
 
 def test_quotas_are_the_schedulers_admission_429_with_the_reason(service):
     client = service.client(service.key("carol", max_active_jobs=1, max_queued_jobs=1))
-    slow = {**JOB, "rl": {**JOB["rl"], "steps": 40}}
+    slow = {**JOB, "rl": {**JOB["rl"], "steps": 5000}}  # runs until cancelled
     first, second = client.submit(slow), client.submit(slow)
     assert first["state"] == "running" and second["state"] == "queued"
     with pytest.raises(ServiceError) as err:
