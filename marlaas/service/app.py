@@ -188,6 +188,7 @@ def create_app(runner: ServiceRunner, data_dir: Path) -> FastAPI:
             "name": runner.config.name, "policy": runner.config.policy,
             "simulated": runner.simulate, "utilization": runner.utilization,
             "queued": runner.queued, "running": runner.running, "clock_s": runner.now(),
+            "lag_s": runner.lag_s,
         }  # fmt: skip
 
     @app.get("/metrics")

@@ -28,6 +28,10 @@ class RealTimeExecutor:
         self._woken = threading.Event()
         self._pending: list[Completions] = []
         """Completions the clock passed while catching up before a start, not yet reported."""
+        self.lag_s = 0.0
+        """How late the latest completion was reported [simulated s]: above a few seconds,
+        this machine cannot simulate the cluster at ``speed`` (work then takes longer than
+        the cost model says, and a replay of the traffic will differ)."""
 
     def now(self) -> float:
         """Simulated seconds since the start, at ``speed`` per wall second."""
@@ -56,6 +60,7 @@ class RealTimeExecutor:
             now = self.now()
             caught = self.inner.wait(now if target is None else min(now, target))
             if caught is not None:
+                self.lag_s = max(0.0, self.now() - caught[0])
                 return caught
             if woken or (until is not None and now >= until):
                 return None

@@ -130,6 +130,12 @@ class ServiceRunner:
         self.inbox.put(Cancel(S.core_name(job_id)))
         return True
 
+    @property
+    def lag_s(self) -> float:
+        """How late the simulator reported its latest completion [simulated s] (0 for a
+        real executor): --simulate at a speed this machine cannot keep up with."""
+        return getattr(self._executor, "lag_s", 0.0)
+
     def adapter_versions(self, job_id: int) -> list[int]:
         """Job ``job_id``'s adapter versions on disk (none in a simulation)."""
         if self.simulate:
