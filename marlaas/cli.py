@@ -283,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
             number = err.signal if isinstance(err, Interrupted) else signal.SIGINT
             out = getattr(args, "out", None)
             left = f"{out} was left as it was" if out else "nothing was written"
-            hint = getattr(args, "interrupt_hint", None) or left
+            hint = getattr(args, "interrupt_hint", None)  # a text, or a function telling it
+            hint = (hint() if callable(hint) else hint) or left
             print(f"marlaas: interrupted ({signal.Signals(number).name}); {hint}",
                   file=sys.stderr)  # fmt: skip
             return 128 + number
