@@ -4,9 +4,57 @@ The Python API (docs/python-api.md, marlaas.api): :func:`load_workload`, :func:`
 :func:`train`, :func:`report` and :class:`RunResult`. Each is imported on first use
 (PEP 562), so ``import marlaas`` loads nothing else and changes nothing: which build of the
 simulator's hot path runs is decided when it is first imported (marlaas.compiled).
+
+Started as the ``marlaas`` command (its console script, ``python -m marlaas``), the package's
+first lines also block SIGINT and SIGTERM until the command's handler is in place, so that a
+Ctrl-C in the start-up's imports is reported as any other (marlaas.interrupts); any other
+import of it leaves the signal mask as it was.
 """
 
+import _signal  # signal's C part, loaded by the interpreter: importing it loads nothing
+import sys
 from importlib import import_module as _import_module
+
+_mask = (
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
+    if hasattr(_signal, "pthread_sigmask")
+    else None
+)  # first: a Ctrl-C from here on waits (in the kernel) until it is unblocked
+
+
+def _module_argument(argv: list[str]) -> str | None:
+    """The module of ``python [options] -m MODULE ...`` (``argv``: sys.orig_argv); None when
+    there is none, or options combine ``m`` with others (``-Im``)."""
+    for i, arg in enumerate(argv[1:], start=1):
+        if arg == "-m":
+            return argv[i + 1] if i + 1 < len(argv) else None
+        if arg.startswith("-m"):
+            return arg[2:]
+    return None
+
+
+def _started_as_command() -> bool:
+    """Whether this process is the ``marlaas`` command starting: ``python -m marlaas`` (or
+    ``-m marlaas.cli``) while runpy finds the module, or the console script pip writes (a file
+    named ``marlaas`` that imports ``marlaas.cli.main``) as ``__main__``."""
+    if sys.argv[:1] == ["-m"]:
+        return _module_argument(sys.orig_argv) in ("marlaas", "marlaas.cli")
+    path = getattr(sys.modules.get("__main__"), "__file__", None) or ""
+    if path.rpartition("/")[2] != "marlaas":
+        return False
+    try:
+        with open(path, encoding="utf-8", errors="replace") as file:
+            return "from marlaas.cli import main" in file.read(4096)
+    except OSError:
+        return False
+
+
+_start_up_mask = _mask if _mask is not None and _started_as_command() else None
+"""The signal mask from before the block, while the command holds SIGINT and SIGTERM
+(marlaas.interrupts.release restores it); None otherwise."""
+if _mask is not None and _start_up_mask is None:
+    _signal.pthread_sigmask(_signal.SIG_SETMASK, _mask)  # not the command: as it was
+del _mask
 
 _EXPORTS = {
     "load_workload": "marlaas.api",

@@ -6,8 +6,9 @@ with control characters escaped (:func:`marlaas.terminal.printable`), and exits 
 2; nothing is written to ``--out``. A failure of the machine (a file that cannot be read or
 written, a full disk: :class:`marlaas.out_folder.WriteError`) is one such line with status 1.
 Ctrl-C (SIGINT) and SIGTERM stop a command with status 130 and 143, leaving ``--out`` as it
-was (see :mod:`marlaas.out_folder`); a reader that goes away (``| head``) ends it quietly with
-status 141.
+was (see :mod:`marlaas.out_folder`), whenever they come once the package has begun to load,
+during an import included (see :mod:`marlaas.interrupts`); a reader that goes away
+(``| head``) ends it quietly with status 141.
 
 Start-up is fast: this module imports only the commands' argument wiring. A command's
 arguments are added when it is chosen (or its help is shown), and each command imports its
@@ -22,7 +23,7 @@ import os
 import signal
 import sys
 
-from marlaas import run_options, sweep_cli
+from marlaas import interrupts, run_options, sweep_cli
 from marlaas.executors import cli as real_cli
 from marlaas.report import cli as report_cli
 from marlaas.service import cli as service_cli
@@ -270,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     args = None
     with on_signals():
         try:
+            interrupts.release()  # a signal since start-up is raised here, and reported
             args = build_parser().parse_args(argv)
             code = args.func(args)
             sys.stdout.flush()  # a reader that went away (`| head`) shows here, not at exit
@@ -281,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
             number = err.signal if isinstance(err, Interrupted) else signal.SIGINT
             out = getattr(args, "out", None)
             left = f"{out} was left as it was" if out else "nothing was written"
-            hint = getattr(args, "interrupt_hint", None) or left
+            hint = getattr(args, "interrupt_hint", None)  # a text, or a function telling it
+            hint = (hint() if callable(hint) else hint) or left
             print(f"marlaas: interrupted ({signal.Signals(number).name}); {hint}",
                   file=sys.stderr)  # fmt: skip
             return 128 + number

@@ -24,14 +24,24 @@ entries the command wrote. A command claims its ``--out`` with :func:`claim` bef
    anything else (someone's folder, a folder of another kind, an output with a file added) is
    refused, never deleted;
 4. only then is what an earlier killed command left removed: its staging folder
-   ``.NAME.staging`` (marked as marlaas's), an old output ``.NAME.old`` (put back where the
-   new one never arrived).
+   ``.NAME.staging`` (marked as marlaas's), an old output ``.NAME.old`` that the new one
+   replaced. An old output whose replacement never became an output (``out`` missing, or still
+   marked as staging) is put back instead, saying so on stderr.
 
 Outputs written whole (simulate, report, sweep, replay, the model folders) are built in
 ``.NAME.staging`` and swapped into place in one step (``renameat2(RENAME_EXCHANGE)`` on
 Linux), so ``out`` holds the old output or the new one, nothing in between. A write that
 fails (disk full, permissions) leaves the old output and is reported as one
 :class:`WriteError` line (exit status 1).
+
+An output written in place over a long time (a real run, which must be in ``out`` to be
+resumed) replaces an old one with :meth:`Claim.in_place`: the old output moves to
+``.NAME.old`` and ``out`` starts afresh, marked as staging (``.marlaas-staging`` in it) until
+the new one has something that must not be lost (a real run's first durable step, or its
+end): then the mark goes, and the old output after it. Until then a failure, Ctrl-C or
+SIGTERM puts the old output back at once, and after a ``kill -9`` the next command on
+``out`` does. This is the same ``.NAME.old`` as a swap's where the system cannot exchange
+two folders: the old output is kept there until the new one is whole.
 
 **Output files** (``calibrate --out PROFILE.yaml``, ``evaluate --out FILE.json``) are claimed
 with :func:`claim_file`: an existing file is replaced only when the command recognises it as
@@ -48,10 +58,13 @@ import json
 import os
 import re
 import shutil
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from pathlib import Path
+
+from marlaas.terminal import warning_line
 
 MANIFEST_FILE = "manifest.json"
 STAGING_MARK = ".marlaas-staging"
@@ -324,6 +337,65 @@ class Claim:
             if made:
                 shutil.rmtree(self.staging, ignore_errors=True)
 
+    @contextmanager
+    def in_place(self, replace: bool = True) -> Iterator[Callable[[], None]]:
+        """For an output written in place: yield ``keep``, to call once the new output holds
+        something that must not be lost. With ``replace``, an old output in ``out`` moves to
+        ``.NAME.old`` and ``out`` starts afresh (its manifest ``partial``), marked as staging;
+        ``keep()`` (also called when the block ends) removes the mark, then the old output. A
+        block that fails before ``keep()`` puts the old output back (see the module
+        docstring). Without (a run continued), ``out`` is written as it is."""
+        if not (replace and self.has_output):
+            self.out.mkdir(exist_ok=True)
+            yield lambda: None
+            return
+        self._set_aside()
+        kept = []
+
+        def keep() -> None:
+            if not kept:
+                kept.append(True)
+                (self.out / STAGING_MARK).unlink()  # from now on the new output is out
+                with suppress(OSError):  # else the next claim removes what is left of it
+                    self._drop_old()
+
+        try:
+            yield keep
+        except BaseException:
+            if not kept:
+                self._put_back()
+            raise
+        keep()
+
+    def _set_aside(self) -> None:
+        """Move the old output to ``.NAME.old``; ``out`` becomes a marked, empty output."""
+        self.staging.mkdir()
+        try:
+            (self.staging / STAGING_MARK).touch()
+            write_manifest(self.staging, self.kind, "partial")
+            os.rename(self.out, self.old)
+            try:
+                os.rename(self.staging, self.out)
+            except BaseException:
+                os.rename(self.old, self.out)
+                raise
+        except BaseException:
+            with suppress(OSError):
+                discard(self.staging)
+            raise
+
+    def _put_back(self) -> None:
+        """The old output returns to ``out``; the new one, still marked, goes."""
+        os.rename(self.out, self.staging)
+        os.rename(self.old, self.out)
+        discard(self.staging)
+
+    def _drop_old(self) -> None:
+        """Remove ``.NAME.old`` (the new output is in place), through the staging name."""
+        if _is_dir(self.old):
+            os.rename(self.old, self.staging)
+            discard(self.staging)
+
     def _what_is_left(self) -> str:
         return f"the earlier {self.out} is kept" if self.out.exists() else "nothing was written"
 
@@ -338,12 +410,25 @@ class Claim:
         else:
             os.rename(self.out, self.old)
             os.rename(self.staging, self.out)
-            shutil.rmtree(self.old, ignore_errors=True)
+            with suppress(OSError):  # else the next claim removes what is left of it
+                self._drop_old()
 
 
 def staging_path(out: Path) -> Path:
     """Where the new output of ``out`` is built (beside it, hidden)."""
     return out.with_name(f".{out.name}.staging")
+
+
+def discard(folder: Path) -> None:
+    """Remove a folder of marlaas's, marked as staging first: a kill midway leaves a marked
+    folder, which the next claim removes."""
+    (folder / STAGING_MARK).touch()
+    for path in folder.iterdir():
+        if _is_dir(path):
+            shutil.rmtree(path)
+        elif path.name != STAGING_MARK:
+            path.unlink()
+    shutil.rmtree(folder)
 
 
 def _reason(err: OSError) -> str:
@@ -480,10 +565,23 @@ _LEGACY_STAGING = r"\.{name}\.[a-z0-9_]{{8}}"
 
 
 def _restore_old(out: Path, kind: str) -> None:
-    """Killed between the two renames of a swap: the old output returns (we hold the lock)."""
+    """Killed before the new output replaced the old one (we hold the lock): between the two
+    renames of a swap (``out`` missing), or while ``out`` is a new output still marked as
+    staging (see :meth:`Claim.in_place`): the old output returns."""
     old = out.with_name(f".{out.name}.old")
-    if _is_dir(old) and not out.exists() and folder_kind(old)[0] == kind:
-        os.rename(old, out)
+    marked = _is_dir(out) and (out / STAGING_MARK).is_file()
+    if marked and not (old.exists() or old.is_symlink()):
+        (out / STAGING_MARK).unlink()  # nothing to put back (removed): the new one is all
+        return
+    if not _is_dir(old) or folder_kind(old)[0] != kind:
+        return  # not an output this command may put back (then refused or removed: see claim)
+    if out.exists() and not marked:
+        return  # the new output is whole: the old one is a leftover
+    if marked:
+        os.rename(out, staging_path(out))  # marked: removed with the other leftovers
+    os.rename(old, out)
+    print(warning_line(f"{out}: put the earlier {NAMES[kind]} back (the command replacing it "
+                       "was stopped before its output was whole)"), file=sys.stderr)  # fmt: skip
 
 
 def _remove_leftovers(out: Path) -> None:

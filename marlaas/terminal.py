@@ -8,10 +8,12 @@ terminal.
 
 from __future__ import annotations
 
-import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from marlaas import interrupts
+from marlaas.interrupts import Interrupted as Interrupted  # where the CLI looks for it
 
 MAX_ERROR_CHARS = 2000
 """Longest error line printed [characters]; longer ones are cut, saying how much was cut."""
@@ -21,14 +23,6 @@ _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 class UsageError(ValueError):
     """A command line argparse refuses (unknown option, bad value): one line, exit 2."""
-
-
-class Interrupted(BaseException):
-    """The process got SIGTERM (raised in the main thread, like KeyboardInterrupt for SIGINT)."""
-
-    def __init__(self, number: int) -> None:
-        super().__init__(f"signal {number}")
-        self.signal = number
 
 
 def printable(text: str) -> str:
@@ -79,20 +73,15 @@ def _one_line(text: str) -> str:
     return line
 
 
-def _raise_interrupted(number: int, _frame) -> None:
-    raise Interrupted(number)
-
-
 @contextmanager
 def on_signals() -> Iterator[None]:
-    """Turn SIGTERM into :class:`Interrupted` in the main thread for the block (SIGINT is
-    KeyboardInterrupt already), so ``finally`` blocks clean up as for Ctrl-C."""
-    try:
-        previous = signal.signal(signal.SIGTERM, _raise_interrupted)
-    except ValueError:  # not the main thread: leave signals alone
+    """For the block, SIGINT raises KeyboardInterrupt and SIGTERM :class:`Interrupted` in the
+    main thread, never inside an import (:mod:`marlaas.interrupts`), so ``finally`` blocks
+    clean up as for Ctrl-C. Outside the main thread, signals are left alone."""
+    if not interrupts.take():
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        interrupts.give_back()

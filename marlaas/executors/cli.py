@@ -54,10 +54,7 @@ def _train(args: argparse.Namespace) -> int:
     from marlaas.terminal import print_refusal
 
     workload = load_run_workload(args)  # an unknown policy fails before any model loads
-    args.interrupt_hint = (
-        f"the steps made durable so far are kept in {args.out}: run the same command with "
-        "--resume to continue"
-    )
+    args.interrupt_hint = _train_interrupt_hint(Path(args.out))
     events, summary, rewards, result = train_run(
         workload, args.out, args.policy, resume=args.resume, backend=args.backend,
         seed=args.seed, base_dir=Path(args.workload).parent, progress=not args.quiet,
@@ -74,6 +71,31 @@ def _train(args: argparse.Namespace) -> int:
         f"wall {result.wall_s:.1f} s)"
     )
     return 0
+
+
+def _train_interrupt_hint(out: Path):
+    """What a stopped ``train`` says it left (a function, called when it stops): the earlier
+    finished run when ``out`` still holds it (the new run was stopped before its first durable
+    step: the run was put back), else the steps made durable so far."""
+    earlier = _finished_run_created(out)
+
+    def hint() -> str:
+        if earlier is not None and _finished_run_created(out) == earlier:
+            return f"{out} holds the earlier run, as it was (the new one had no durable step)"
+        return (f"the steps made durable so far are kept in {out}: run the same command with "
+                "--resume to continue")  # fmt: skip
+
+    return hint
+
+
+def _finished_run_created(out: Path) -> str | None:
+    """When the finished real run in ``out`` was created; None when there is none."""
+    from marlaas.out_folder import read_manifest
+
+    manifest = read_manifest(out)
+    if manifest is None or manifest["kind"] != "real" or manifest.get("status") != "finished":
+        return None
+    return str(manifest.get("created"))
 
 
 def _evaluate(args: argparse.Namespace) -> int:

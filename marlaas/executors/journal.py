@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -76,10 +77,13 @@ class Journal:
         offset_s: float,
         versions: dict[str, int],
         workload: dict | None = None,
+        on_durable: Callable[[], None] | None = None,
     ) -> None:
         self.path, self.part, self.offset_s = Path(path), part, offset_s
         self.versions = dict(versions)
         """The version each job starts this part at (its last durable one)."""
+        self.on_durable = on_durable
+        """Called after each step is durable (a replaced run's old one may go then)."""
         _drop_cut_line(self.path)
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
         start = {"offset_s": offset_s, "versions": self.versions}
@@ -97,6 +101,8 @@ class Journal:
         shifted = asdict(point) | {"time_s": point.time_s + self.offset_s}
         counters = {"wall_s": wall_s, "batches": batches, "failures": failures}
         self._write({"step": _plain(shifted), "counters": counters}, sync=True)
+        if self.on_durable is not None:
+            self.on_durable()
 
     def close(self) -> None:
         """Flush and close the file."""

@@ -10,7 +10,6 @@ stopped (Ctrl-C, SIGTERM, ``kill -9``, a crash) after its last durable step.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -73,8 +72,10 @@ def train_run(
     """Train every job of ``workload`` for real into the run folder ``out``.
 
     Without ``resume`` an earlier finished real run in ``out`` is replaced (an unfinished one
-    is refused: resume it); with it, each job continues after its last durable step (adapter
-    and optimizer state), and the run's history goes on. ``options`` go to
+    is refused: resume it), kept aside until the new run's first durable step: it comes back
+    if the new one fails or is stopped before (marlaas.out_folder.Claim.in_place). With
+    ``resume``, each job continues after its last durable step (adapter and optimizer
+    state), and the run's history goes on. ``options`` go to
     :class:`LocalExecutor` (generators, trainers, micro_batch_size,
     activation_checkpointing, max_model_len, chat_template). ``observers`` see every
     completion (see marlaas.drive). ``tracker`` (``tensorboard`` or ``wandb``) also logs
@@ -101,54 +102,54 @@ def train_run(
     with claim(out, REAL, allow_partial=resume) as target:  # --out first: before any work
         backend = "external" if options.get("generators") else resolve_backend(backend)
         model_dir = model_dir_of(workload, base_dir)
-        if target.has_output and not resume:
-            _empty(out)
-        out.mkdir(exist_ok=True)
-        store = AdapterStore(out / ADAPTERS_DIR)
-        journaled = read_journal(out / JOURNAL_FILE)
-        durable = journaled.versions if journaled.parts else None  # None: a run before journals
-        if resume:  # before anything in the run folder changes
-            check_same_workload(journaled.workload, workload, model_dir)
-        offsets = check_resumable(store, workload, durable) if resume else {}
-        left = any(offsets.get(j.name, 0) < j.rl.steps for j in workload.jobs)
-        if not left and target.existing_status == "finished":
-            raise NothingToResumeError(
-                f"{workload.name}: every job has already trained all its steps; nothing to resume"
-            )
-        write_manifest(out, REAL, "partial")
-        track = None
-        if tracker is not None:  # before the models load
-            config = _tracker_config(workload, policy, backend, seed)
-            track = open_tracker(tracker, out, run_name=out.name, config=config)
-        try:
-            with MemoryMonitor() as memory:
-                if not left:  # every step was durable: only the outputs were missing
-                    result = _no_work(workload, policy, seed)
-                else:
-                    journal = Journal(out / JOURNAL_FILE, journaled.parts, journaled.end_s,
-                                      offsets, identity(workload, model_dir))  # fmt: skip
-                    memory.offset_s = journaled.end_s
-                    try:
-                        result = _train_part(workload, journal, store, model_dir, backend,
-                                             policy, seed, progress, observers, on_ended,
-                                             offsets, journaled.end_s, options, track,
-                                             memory)  # fmt: skip
-                    finally:
-                        journal.close()
+        # a finished run replaced stays aside until this one's first durable step
+        with target.in_place(replace=not resume) as keep:
+            store = AdapterStore(out / ADAPTERS_DIR)
             journaled = read_journal(out / JOURNAL_FILE)
-            events = history_events(journaled)
-            steps = {j.name: j.rl.steps for j in workload.jobs}
-            result = history_result(result, journaled, events, steps)
-            rewards = rewards_frame(history_points(journaled))
-            summary = real_summary(workload, result, events, rewards, backend, offsets,
-                                   memory.summary(model_dir))  # fmt: skip
-            if track is not None:
-                track.log_run(summary)
-        finally:
-            if track is not None:
-                track.close()
-        write_real_files(out, events, summary, rewards, workload, memory.timeline())
-        write_manifest(out, REAL, "finished")
+            durable = journaled.versions if journaled.parts else None  # None: a run before journals
+            if resume:  # before anything in the run folder changes
+                check_same_workload(journaled.workload, workload, model_dir)
+            offsets = check_resumable(store, workload, durable) if resume else {}
+            left = any(offsets.get(j.name, 0) < j.rl.steps for j in workload.jobs)
+            if not left and target.existing_status == "finished":
+                raise NothingToResumeError(f"{workload.name}: every job has already trained "
+                                           "all its steps; nothing to resume")  # fmt: skip
+            write_manifest(out, REAL, "partial")
+            track = None
+            if tracker is not None:  # before the models load
+                config = _tracker_config(workload, policy, backend, seed)
+                track = open_tracker(tracker, out, run_name=out.name, config=config)
+            try:
+                with MemoryMonitor() as memory:
+                    if not left:  # every step was durable: only the outputs were missing
+                        result = _no_work(workload, policy, seed)
+                    else:
+                        journal = Journal(out / JOURNAL_FILE, journaled.parts, journaled.end_s,
+                                          offsets, identity(workload, model_dir),
+                                          on_durable=keep)  # fmt: skip
+                        memory.offset_s = journaled.end_s
+                        try:
+                            result = _train_part(workload, journal, store, model_dir, backend,
+                                                 policy, seed, progress, observers, on_ended,
+                                                 offsets, journaled.end_s, options, track,
+                                                 memory)  # fmt: skip
+                        finally:
+                            journal.close()
+                journaled = read_journal(out / JOURNAL_FILE)
+                events = history_events(journaled)
+                steps = {j.name: j.rl.steps for j in workload.jobs}
+                result = history_result(result, journaled, events, steps)
+                rewards = rewards_frame(history_points(journaled))
+                summary = real_summary(workload, result, events, rewards, backend, offsets,
+                                       memory.summary(model_dir))  # fmt: skip
+                if track is not None:
+                    track.log_run(summary)
+            finally:
+                if track is not None:
+                    track.close()
+            keep()
+            write_real_files(out, events, summary, rewards, workload, memory.timeline())
+            write_manifest(out, REAL, "finished")
     return events, summary, rewards, result
 
 
@@ -194,15 +195,6 @@ def _no_work(workload: Workload, policy, seed: int | None) -> RunResult:
         settings=scheduler.mechanism.as_dict(),
         seed=workload.seed if seed is None else seed, wall_s=0.0, events=0,
     )  # fmt: skip
-
-
-def _empty(out: Path) -> None:
-    """Remove an earlier finished real run's files (it is being replaced)."""
-    for path in out.iterdir():
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
 
 
 def _tracker_config(workload: Workload, policy, backend: str, seed) -> dict:

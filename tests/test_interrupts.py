@@ -1,0 +1,124 @@
+"""marlaas.interrupts: a signal during an import waits for its end; the start-up's block is
+kept for the command alone; an ignored signal stays ignored."""
+
+from __future__ import annotations
+
+import importlib
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import marlaas
+from marlaas import interrupts
+from marlaas.interrupts import Interrupted
+
+
+@pytest.fixture
+def taken():
+    assert interrupts.take()
+    yield
+    interrupts.give_back()
+
+
+def write_module(folder, name: str, number: int) -> None:
+    (folder / f"{name}.py").write_text(textwrap.dedent(f"""\
+        import signal
+        signal.raise_signal({int(number)})
+        finished = True  # the import runs to its end
+    """))  # fmt: skip
+
+
+@pytest.mark.parametrize(("number", "error"), [(signal.SIGINT, KeyboardInterrupt),
+                                               (signal.SIGTERM, Interrupted)])  # fmt: skip
+def test_a_signal_during_an_import_is_raised_once_the_import_is_over(
+    tmp_path, monkeypatch, taken, number, error
+):
+    name = f"h31_signals_{number}"
+    write_module(tmp_path, name, number)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    imported = []
+    with pytest.raises(error):
+        imported.append(importlib.import_module(name))
+        for _ in range(200):  # the handler is called again within RETRY_S
+            time.sleep(0.01)
+    assert imported and imported[0].finished
+    del sys.modules[name]
+
+
+def test_a_signal_outside_an_import_is_raised_at_once(taken):
+    with pytest.raises(Interrupted) as raised:
+        signal.raise_signal(signal.SIGTERM)
+    assert raised.value.signal == signal.SIGTERM
+
+
+def test_an_ignored_signal_stays_ignored_and_handlers_come_back(monkeypatch):
+    before = signal.getsignal(signal.SIGTERM)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        assert interrupts.take()
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is interrupts._on_signal
+        interrupts.give_back()
+        assert signal.getsignal(signal.SIGTERM) == before
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.parametrize(
+    ("argv", "module"),
+    [
+        (["python", "-m", "marlaas", "simulate"], "marlaas"),
+        (["python", "-X", "dev", "-mmarlaas.cli"], "marlaas.cli"),
+        (["python", "-m", "marlaas.envs.code_harness"], "marlaas.envs.code_harness"),
+        (["python", "script.py", "-m", "x"], "x"),
+        (["python", "-m"], None),
+    ],
+)
+def test_module_argument(argv, module):
+    assert marlaas._module_argument(argv) == module
+
+
+def test_started_as_command(tmp_path, monkeypatch):
+    script = tmp_path / "marlaas"
+    script.write_text("import sys\nfrom marlaas.cli import main\nsys.exit(main())\n")
+    other = tmp_path / "mytool"
+    other.write_text(script.read_text())
+    main = type(sys)("__main__")
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    monkeypatch.setattr(sys, "argv", ["-m"])
+    monkeypatch.setattr(sys, "orig_argv", ["python", "-m", "marlaas", "train"])
+    assert marlaas._started_as_command()
+    monkeypatch.setattr(sys, "orig_argv", ["python", "-m", "marlaas.envs.code_harness"])
+    assert not marlaas._started_as_command()
+    monkeypatch.setattr(sys, "argv", [str(script)])
+    main.__file__ = str(script)
+    assert marlaas._started_as_command()
+    main.__file__ = str(other)
+    assert not marlaas._started_as_command()
+
+
+def mask_after(code: str) -> str:
+    done = subprocess.run([sys.executable, *code], capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+PRINT_MASK = "import signal; print(sorted(signal.pthread_sigmask(signal.SIG_BLOCK, [])))"
+
+
+def test_importing_the_package_leaves_the_signal_mask_as_it_was():
+    assert mask_after(["-c", f"import marlaas; {PRINT_MASK}"]) == "[]"
+
+
+def test_the_command_holds_signals_until_its_handler_is_in_place():
+    # as `python -m marlaas policies` starts, printing the mask before and after main
+    code = ("import runpy, sys, signal; sys.argv = ['-m']; "
+            "sys.orig_argv = [sys.executable, '-m', 'marlaas']; import marlaas; "
+            "held = sorted(signal.pthread_sigmask(signal.SIG_BLOCK, [])); "
+            "import marlaas.cli; marlaas.cli.main(['policies']); "
+            f"print(held, end=' '); {PRINT_MASK}")  # fmt: skip
+    out = mask_after(["-c", code]).splitlines()[-1]
+    assert out == "[<Signals.SIGINT: 2>, <Signals.SIGTERM: 15>] []"
