@@ -104,8 +104,10 @@ def run_day(args: argparse.Namespace, data: Path, url: str) -> dict[int, str]:
             worst = max(worst, http.get("/v1/cluster", headers=operator).json()["lag_s"])
             jobs = http.get("/v1/jobs", headers=operator).json()
             if all(j["state"] in ("done", "cancelled", "failed", "refused") for j in jobs):
-                print(f"the simulated service ran at most {worst:.1f} simulated s behind "
-                      "the wall clock (sampled)")
+                print(
+                    f"the simulated service ran at most {worst:.1f} simulated s behind "
+                    "the wall clock (sampled)"
+                )
                 return {j["id"]: j["state"] for j in jobs}
             time.sleep(0.5)
 
@@ -160,8 +162,10 @@ def main() -> None:
     day = args.out / "day.yaml"
     marlaas("traffic", "--data", str(data), "--out", str(day))
     policy = json.loads((data / "config.json").read_text())["policy"]
-    print(f"the service ({policy}, simulated at {args.speed:g}x): {len(served)} jobs in "
-          f"{wall:.0f} s of wall time; states {dict(sorted(_count(served.values()).items()))}")
+    print(
+        f"the service ({policy}, simulated at {args.speed:g}x): {len(served)} jobs in "
+        f"{wall:.0f} s of wall time; states {dict(sorted(_count(served.values()).items()))}"
+    )
     print(f"{'replay':<12s} {'finished':>8s} {'cancelled':>9s} {'refused':>7s} "
           f"{'makespan':>10s} {'mean JCT':>10s}")  # fmt: skip
     results = {}
@@ -175,8 +179,10 @@ def main() -> None:
     refused = sorted(f"j{i}" for i, s in served.items() if s == "refused")
     replayed = sorted(n for n, s in results[policy]["states"].items() if s == "refused")
     same = "the same" if refused == replayed else "NOT the same"
-    print(f"refused by the service: {refused or 'none'}; by its replay under {policy}: "
-          f"{replayed or 'none'} ({same})")
+    print(
+        f"refused by the service: {refused or 'none'}; by its replay under {policy}: "
+        f"{replayed or 'none'} ({same})"
+    )
 
 
 def _count(values) -> dict:

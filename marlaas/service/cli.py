@@ -152,16 +152,20 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
                         "optional service: block (see traces/service-tiny.yaml)")  # fmt: skip
     _data_arguments(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    parser.add_argument("--port", type=bounded_int(0, 65_535), default=8000)
+    parser.add_argument("--port", type=bounded_int(0, 65_535), default=8000,
+                        help="TCP port to listen on")  # fmt: skip
     parser.add_argument("--simulate", action="store_true", help="the simulator on the wall "
                         "clock instead of a model: try a policy against live traffic")  # fmt: skip
     parser.add_argument("--speed", type=float, default=1.0, help="--simulate: simulated "
                         "seconds per wall second")  # fmt: skip
     parser.add_argument("--cost", metavar="PROFILE", help="--simulate: cost profile (a "
                         "bundled name or a file from marlaas calibrate)")  # fmt: skip
-    parser.add_argument("--backend", choices=("auto", "vllm", "hf"), default="auto")
+    parser.add_argument("--backend", choices=("auto", "vllm", "hf"), default="auto",
+                        help="generation backend of the real executor (auto: vLLM if it "
+                        "imports)")  # fmt: skip
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
-                        default="info")  # fmt: skip
+                        default="info", help="the service's log (stderr); debug also logs "
+                        "every request and the libraries' chatter")  # fmt: skip
     parser.set_defaults(func=_serve)
 
 
@@ -229,7 +233,8 @@ def _limit(value: int | None) -> str:
 def _tenants_arguments(parser: argparse.ArgumentParser) -> None:
     from marlaas.core.limits import MAX_JOBS
 
-    parser.add_argument("action", choices=("add", "list", "revoke"))
+    parser.add_argument("action", choices=("add", "list", "revoke"), help="add a tenant "
+                        "(its API key printed once), list them, or revoke one's key")  # fmt: skip
     parser.add_argument("name", nargs="?", help="the tenant (add, revoke)")
     _data_arguments(parser)
     parser.add_argument("--max-active-jobs", type=bounded_int(1, MAX_JOBS),
