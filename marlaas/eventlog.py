@@ -42,8 +42,6 @@ longest_tokens int generate: tokens of the group's longest sample; -1 otherwise
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -53,6 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from marlaas.atomic import replacing
 from marlaas.core.records import RecordLog, WorkRecord
 
 SCHEMA = pa.schema(
@@ -118,16 +117,8 @@ def write_event_log(records: Iterable[WorkRecord] | pd.DataFrame, path: str | Pa
     if missing:  # a frame of an older log: its added columns take their defaults
         frame = frame.assign(**missing)
     table = pa.Table.from_pandas(frame[list(COLUMNS)], schema=SCHEMA, preserve_index=False)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    with replacing(path) as tmp:
         pq.write_table(table, tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return path
 
 

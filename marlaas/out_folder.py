@@ -64,6 +64,7 @@ from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from pathlib import Path
 
+from marlaas.atomic import write_durably
 from marlaas.terminal import warning_line
 
 MANIFEST_FILE = "manifest.json"
@@ -111,7 +112,8 @@ LEGACY_ENTRIES: dict[str, frozenset[str]] = {
 their content says so, see :func:`folder_kind`)."""
 TEMPORARY = re.compile(r"\.[^/]+\.tmp(\.png|-[^/]+)?")
 """Names of the temporary files marlaas writes beside a file before renaming it into place
-(``.summary.json.tmp``, ``.events.parquet.x1y2.tmp``, ``.rewards.png.tmp.png``)."""
+(``.summary.json.x1y2.tmp``, ``.rewards.png.x1y2.tmp.png``, a folder's ``.v2.tmp-x1y2``: see
+:mod:`marlaas.atomic`)."""
 TINY_MODEL = {"model_type": "llama", "vocab_size": 259, "hidden_size": 128,
               "num_hidden_layers": 2}  # fmt: skip
 """config.json values of marlaas's tiny model (``make-tiny-model``): its byte vocabulary is
@@ -178,21 +180,6 @@ def write_manifest(folder: Path, kind: str, status: str = "finished", **extra) -
         **extra,
     }
     return write_durably(folder / MANIFEST_FILE, json.dumps(manifest, indent=2) + "\n")
-
-
-def write_durably(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file, fsynced, then renamed."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
 
 
 def folder_kind(folder: Path) -> tuple[str | None, str]:

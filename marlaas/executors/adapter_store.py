@@ -8,7 +8,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from marlaas.executors.atomic import atomic_dir
+from marlaas.atomic import atomic_dir
 
 _VERSION_DIR = re.compile(r"v(\d+)")
 OPTIMIZER_FILE = "optimizer.pt"

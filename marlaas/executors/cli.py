@@ -103,6 +103,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     import asyncio
     from contextlib import nullcontext
 
+    from marlaas.atomic import write_durably
     from marlaas.executors.adapter_store import AdapterStore
     from marlaas.executors.backends import (
         EngineSizing,
@@ -113,7 +114,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     )
     from marlaas.executors.evaluate import accuracy_table, evaluate
     from marlaas.executors.outputs import ADAPTERS_DIR
-    from marlaas.out_folder import OutputError, claim, claim_file, write_durably, write_manifest
+    from marlaas.out_folder import OutputError, claim, claim_file, write_manifest
     from marlaas.run_files import EVAL_FILE, is_evaluation
     from marlaas.workload_file import load_with_overrides
 

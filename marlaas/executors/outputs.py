@@ -13,15 +13,15 @@ are kept.
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
 
+from marlaas.atomic import replacing, write_durably
 from marlaas.core.workload import Workload
 from marlaas.eventlog import EVENT_LOG_FILE, write_event_log
-from marlaas.out_folder import WriteError, write_durably
+from marlaas.out_folder import WriteError
 from marlaas.runs import SUMMARY_FILE, WORKLOAD_FILE, run_summary, summary_json
 
 REWARDS_CSV = "rewards.csv"
@@ -82,9 +82,8 @@ def write_real_files(
             columns = ["time_s", "rss_mb", "peak_rss_mb"]
             frame = pd.DataFrame(memory, columns=columns).round({c: 2 for c in columns})
             _write_csv(frame, out / MEMORY_CSV)
-        png = out / f".{REWARDS_PNG}.tmp.png"
-        plot_rewards(rewards, png, title=f"{summary['workload']} · {summary['policy']}")
-        os.replace(png, out / REWARDS_PNG)
+        with replacing(out / REWARDS_PNG, suffix=".tmp.png") as png:  # matplotlib: by extension
+            plot_rewards(rewards, png, title=f"{summary['workload']} · {summary['policy']}")
     except OSError as err:
         raise WriteError(
             f"{out}: cannot write the run's outputs ({err.strerror}); its adapters and journal "
@@ -94,9 +93,8 @@ def write_real_files(
 
 
 def _write_csv(frame: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    frame.to_csv(tmp, index=False)
-    os.replace(tmp, path)
+    with replacing(path) as tmp:
+        frame.to_csv(tmp, index=False)
 
 
 def plot_rewards(rewards: pd.DataFrame, path: Path, title: str = "") -> Path:

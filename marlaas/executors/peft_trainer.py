@@ -29,8 +29,8 @@ from pathlib import Path
 
 import torch
 
+from marlaas.atomic import atomic_dir
 from marlaas.executors.adapter_store import OPTIMIZER_FILE
-from marlaas.executors.atomic import atomic_dir
 from marlaas.executors.logprobs import token_logprobs
 from marlaas.executors.rollout import TrainSample, TrainStats
 

@@ -11,11 +11,12 @@ import pandas as pd
 from tqdm import tqdm
 
 from marlaas import metrics
+from marlaas.atomic import write_durably
 from marlaas.eventlog import EventLogError
 from marlaas.out_folder import claim
 from marlaas.report import fmt
 from marlaas.report.compare import difference_table
-from marlaas.report.html import Section, render_report, write_atomic
+from marlaas.report.html import Section, render_report
 from marlaas.report.interactive.compare import plot_comparison
 from marlaas.report.labels import base_name, device_noun
 from marlaas.report.load import Run, load_runs
@@ -90,9 +91,9 @@ def _write_report(runs: list[Run], out: Path, static: bool) -> Path:
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
-    write_atomic(out / "summary.json", json.dumps(summaries, indent=2))
+    write_durably(out / "summary.json", json.dumps(summaries, indent=2))
     title = "MARLaaS report: " + ", ".join(r.label for r in runs)
-    return write_atomic(out / REPORT_FILE, render_report(title, sections, _intro(runs)))
+    return write_durably(out / REPORT_FILE, render_report(title, sections, _intro(runs)))
 
 
 def _intro(runs: list[Run]) -> str:

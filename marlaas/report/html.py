@@ -5,10 +5,7 @@ formatted for people, explanations next to what they explain. No network is need
 from __future__ import annotations
 
 import html
-import os
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -99,18 +96,3 @@ def _toc(sections: list[Section]) -> str:
         links = " · ".join(link(s) for s in sections if s.group == group)
         lines.append(f"<li><b>{html.escape(group)}</b>: {links}</li>")
     return "<nav>" + "".join(f"<ul>{line}</ul>" for line in lines) + "</nav>"
-
-
-def write_atomic(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` via a temporary file in the same folder, then rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.chmod(tmp, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path

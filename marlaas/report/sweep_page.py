@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from marlaas.atomic import write_durably
 from marlaas.eventlog import IDLE_CAUSES
 from marlaas.metrics import makespan, utilization_over_time
 from marlaas.report import fmt
-from marlaas.report.html import Section, render_report, write_atomic
+from marlaas.report.html import Section, render_report
 from marlaas.report.interactive.sweep import plot_idle_shares, plot_overtime, plot_scaling
 from marlaas.report.labels import run_labels
 from marlaas.report.load import load_run
@@ -146,4 +147,4 @@ def write_sweep_report(path: Path, out: Path) -> Path:
             "The sweep kept no event logs (--no-events), so there is no per-run timeline."
         )
     title = f"MARLaaS sweep report: {workload}"
-    return write_atomic(out, render_report(title, sections))
+    return write_durably(out, render_report(title, sections))

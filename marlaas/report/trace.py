@@ -13,14 +13,13 @@ closer than a gap are merged, doubling the gap until at most ``max_events`` slic
 from __future__ import annotations
 
 import heapq
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import orjson
 import pandas as pd
 
+from marlaas.atomic import write_durably
 from marlaas.metrics import makespan, merge_intervals, natural_key
 from marlaas.report.load import Run
 
@@ -257,14 +256,4 @@ def step_flows(
 def write_trace(runs: list[Run], path: Path, max_events: int = MAX_EVENTS) -> Path:
     """Write ``{"traceEvents": [...]}`` to ``path`` atomically; open it in ui.perfetto.dev."""
     payload = {"traceEvents": trace_events(runs, max_events), "displayTimeUnit": "ms"}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.chmod(tmp, 0o644)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_durably(path, orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY))

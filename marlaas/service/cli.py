@@ -138,7 +138,7 @@ def _write_once(path: Path, text: str) -> None:
 
 
 def _save_config(data: Path, config, base_dir: Path) -> None:
-    from marlaas.out_folder import write_durably
+    from marlaas.atomic import write_durably
 
     plain = config.model_dump()
     model = plain["base_model"].get("path")
@@ -247,7 +247,8 @@ def _tenants_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _traffic(args: argparse.Namespace) -> int:
-    from marlaas.out_folder import claim_file, write_durably
+    from marlaas.atomic import write_durably
+    from marlaas.out_folder import claim_file
     from marlaas.service.config import ServiceConfig
     from marlaas.service.traffic import is_traffic_file, traffic_workload, traffic_yaml
 

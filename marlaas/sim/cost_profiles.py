@@ -23,8 +23,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from marlaas.atomic import write_durably
 from marlaas.core.workload import WorkloadError, format_validation_error
-from marlaas.out_folder import write_durably
 from marlaas.sim.cost_model import CostModel
 from marlaas.workload_file import read_yaml
 

@@ -1,0 +1,40 @@
+"""marlaas.atomic: a file is either its old content or its whole new content, never half,
+and a failed write leaves nothing behind."""
+
+from __future__ import annotations
+
+import stat
+
+import pytest
+
+from marlaas.atomic import replacing, write_durably
+from marlaas.out_folder import TEMPORARY
+
+
+def test_write_durably_replaces_the_whole_file_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "deeper" / "summary.json"
+    assert write_durably(path, "old") == path  # makes the folder
+    write_durably(path, b"new \xe2\x9c\x93")
+    assert path.read_text(encoding="utf-8") == "new ✓"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert [p.name for p in path.parent.iterdir()] == ["summary.json"]
+
+
+def test_a_failed_write_keeps_the_old_file_and_removes_its_temporary(tmp_path):
+    path = tmp_path / "events.parquet"
+    path.write_text("old")
+    seen = []
+    with pytest.raises(RuntimeError), replacing(path) as tmp:
+        seen.append(tmp.name)
+        tmp.write_text("half")
+        raise RuntimeError("disk full")
+    assert path.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["events.parquet"]
+    assert TEMPORARY.fullmatch(seen[0])  # a leftover after kill -9 is recognised as ours
+
+
+def test_a_temporary_keeps_the_extension_a_writer_needs(tmp_path):
+    with replacing(tmp_path / "rewards.png", suffix=".tmp.png") as tmp:
+        assert tmp.name.endswith(".tmp.png") and TEMPORARY.fullmatch(tmp.name)
+        tmp.write_bytes(b"png")
+    assert (tmp_path / "rewards.png").read_bytes() == b"png"
