@@ -20,6 +20,8 @@ import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import psutil
+
 from marlaas.envs.sandbox_runtime import (
     INPUT_DIR,
     Runtime,
@@ -272,10 +274,10 @@ def _memfd(stack: contextlib.ExitStack, data: bytes) -> int:
 
 
 def _parent_pid(pid: int) -> int | None:
+    """The parent's id of process ``pid`` (None when it is gone)."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rpartition(")")[2].split()[1])
-    except (OSError, ValueError, IndexError):
+        return psutil.Process(pid).ppid()
+    except psutil.Error:
         return None
 
 

@@ -17,11 +17,13 @@ threshold and at most :data:`ARENAS` arenas (``MALLOC_MMAP_THRESHOLD_`` and
 started (an engine core in a child process, compiler or probe subprocesses) on a light
 background thread (every ``period_s``). This process's peak is the kernel's own figure
 (``ru_maxrss``), which no sampling interval can miss; a child's is its high-water mark
-(``VmHWM`` in /proc/PID/status) when last sampled (a child that lives less than
-``period_s`` may be missed); the peak of the whole tree (their sum) is sampled. A child
-forked from this process and not (yet) exec'ed is left out of both: its resident pages are
-mostly this process's, shared copy-on-write (a child that forks without exec, such as a
-``fork`` multiprocessing worker, is therefore not counted).
+(``VmHWM`` in /proc/PID/status, which psutil does not expose) when last sampled (a child
+that lives less than ``period_s`` may be missed); the peak of the whole tree (their sum) is
+sampled. A child forked from this process and not (yet) exec'ed is left out of both: its
+resident pages are mostly this process's, shared copy-on-write (a child that forks without
+exec, such as a ``fork`` multiprocessing worker, is therefore not counted).
+
+Processes, their resident sizes and command lines come from psutil.
 
 Sizes are in MiB (2^20 bytes), written ``_mb`` as elsewhere in the project (ru_maxrss / 1024).
 """
@@ -37,6 +39,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+import psutil
 
 MMAP_THRESHOLD_BYTES = 256 * 1024
 """Blocks at least this big are mmap'ed and returned to the system when freed [bytes]."""
@@ -67,14 +71,17 @@ def release_large_blocks(threshold: int = MMAP_THRESHOLD_BYTES, arenas: int = AR
     return bool(libc.mallopt(_M_MMAP_THRESHOLD, int(threshold)))
 
 
+def _process(pid: int | str | None) -> psutil.Process:
+    """The psutil handle of ``pid`` (``"self"`` or None: this process)."""
+    return psutil.Process(None if pid in (None, "self") else int(pid))
+
+
 def rss_mb(pid: int | str = "self") -> float:
-    """A process's resident set size now [MiB] (0 when it is gone or /proc is missing)."""
+    """A process's resident set size now [MiB] (0 when it is gone or cannot be read)."""
     try:
-        with open(_PROC / str(pid) / "statm") as f:
-            pages = int(f.read().split()[1])
-    except (OSError, ValueError, IndexError):
+        return _process(pid).memory_info().rss / _MB
+    except psutil.Error:
         return 0.0
-    return pages * os.sysconf("SC_PAGE_SIZE") / _MB
 
 
 def peak_rss_mb() -> float:
@@ -84,7 +91,8 @@ def peak_rss_mb() -> float:
 
 
 def hwm_mb(pid: int | str) -> float:
-    """A process's peak resident set size so far [MiB] (VmHWM; 0 when it is gone)."""
+    """A process's peak resident set size so far [MiB] (VmHWM, Linux; 0 when it is gone or
+    there is no /proc: psutil has no such figure)."""
     try:
         with open(_PROC / str(pid) / "status") as f:
             for line in f:
@@ -96,30 +104,11 @@ def hwm_mb(pid: int | str) -> float:
 
 
 def descendants(pid: int | None = None) -> list[int]:
-    """The ids of every living process below ``pid`` (default: this one), children first."""
-    root = os.getpid() if pid is None else pid
-    parents: dict[int, list[int]] = {}
+    """The ids of every living process below ``pid`` (default: this one)."""
     try:
-        entries = os.listdir(_PROC)
-    except OSError:
+        return [child.pid for child in _process(pid).children(recursive=True)]
+    except psutil.Error:
         return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(_PROC / entry / "stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # pid (comm) state ppid ...; comm may hold spaces and parentheses
-        ppid = int(stat[stat.rfind(")") + 2 :].split()[1])
-        parents.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [root]
-    while todo:
-        kids = parents.get(todo.pop(0), [])
-        out += kids
-        todo += kids
-    return out
 
 
 def forked_copy(pid: int, of: int | None = None) -> bool:
@@ -127,9 +116,8 @@ def forked_copy(pid: int, of: int | None = None) -> bool:
     process): forked and not (yet) exec'ed, so most of its resident pages are its parent's,
     shared copy-on-write; counted in a sum, they would count twice."""
     try:
-        mine = (_PROC / str(os.getpid() if of is None else of) / "cmdline").read_bytes()
-        return (_PROC / str(pid) / "cmdline").read_bytes() == mine
-    except OSError:
+        return _process(pid).cmdline() == _process(of).cmdline()
+    except psutil.Error:  # gone (a zombie has no command line either)
         return False
 
 
@@ -265,16 +253,11 @@ class MemoryMonitor:
 def _command(pid: int) -> str:
     """A process's command line (its first 120 characters), or its name."""
     try:
-        raw = (_PROC / str(pid) / "cmdline").read_bytes()
-    except OSError:
+        process = _process(pid)
+        text = " ".join(" ".join(process.cmdline()).split()) or process.name()
+    except psutil.Error:
         return "?"
-    text = " ".join(raw.replace(b"\0", b" ").decode(errors="replace").split())
-    if not text:
-        try:
-            text = (_PROC / str(pid) / "comm").read_text().strip()
-        except OSError:
-            text = "?"
-    return text[:120]
+    return (text or "?")[:120]
 
 
 @functools.cache
