@@ -20,6 +20,7 @@ import math
 import pandas as pd
 
 from marlaas.eventlog import IDLE_CAUSES
+from marlaas.table import text_table
 
 KEYS = ["workload", "jobs", "variant", "schedule", "policy", "seed"]
 """Columns that identify a run."""
@@ -121,13 +122,5 @@ def format_table(table: pd.DataFrame) -> str:
             f"{_num(r['staleness_mean'], '{:.2f}')} / {_num(r['staleness_max'], '{:.0f}')}",
         ]
         rows.append(cells)
-    widths = [max(len(h), *(len(c[i]) for c in rows)) for i, h in enumerate(head)]
     left = {"variant", "schedule", "idle (top causes)"}
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(
-            c.ljust(w) if h in left else c.rjust(w)
-            for c, w, h in zip(cells, widths, head, strict=True)
-        )
-
-    return "\n".join([line(head), "  ".join("-" * w for w in widths), *map(line, rows)])
+    return text_table(rows, head, right=[h not in left for h in head])

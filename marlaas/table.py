@@ -1,9 +1,37 @@
-"""Terminal tables: a run's summary, and a comparison of several runs."""
+"""Terminal tables: :func:`text_table`, the one way marlaas prints aligned text (tabulate), and
+a run's summary printed with it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from tabulate import tabulate
+
 MAX_JOB_LINES = 16
 """Per-job lines are printed for runs with at most this many jobs."""
+
+
+def text_table(
+    rows: Sequence[Sequence[str]], headers: Sequence[str] = (), right: Sequence[bool] = ()
+) -> str:
+    """``rows`` of text cells as aligned columns two spaces apart, under a line of ``headers``
+    and a line of dashes as wide as each column when there are headers. A column is
+    left-aligned unless ``right`` says so for it; cells are printed as given (no number
+    parsing, leading spaces kept); lines end at their last character."""
+    table = [list(r) for r in rows]
+    if headers:  # as rows: tabulate's own header line pads every column by two more
+        widths = [max(len(c) for c in column) for column in zip(headers, *table, strict=True)]
+        table = [list(headers), ["-" * w for w in widths], *table]
+    width = max((len(r) for r in table), default=0)
+    flags = list(right) + [False] * (width - len(right))
+    text = tabulate(
+        table,
+        tablefmt="plain",
+        colalign=["right" if f else "left" for f in flags] or None,
+        disable_numparse=True,
+        preserve_whitespace=True,  # indented rows (a pool under the utilization)
+    )
+    return "\n".join(line.rstrip() for line in text.splitlines())
 
 
 def _fmt(value, unit: str = "") -> str:
@@ -46,22 +74,28 @@ def print_summary(summary: dict, title: str = "") -> None:
         rows.append(("peak memory (all)", f"{memory['tree_peak_rss_mb']:,.0f} MiB{times}"))
     idle = sorted(m["idle_by_cause_device_s"].items(), key=lambda kv: -kv[1])
     rows += [(f"idle: {cause}", _fmt(secs, " device-s")) for cause, secs in idle if secs > 0]
-    width = max(len(k) for k, _ in rows)
+    table = text_table(rows)
     if title:
         print(title)
-        print("-" * max(len(title), width + 20))
-    for key, value in rows:
-        print(f"{key:<{width}}  {value}")
+        print("-" * max(len(title), *map(len, table.splitlines())))
+    print(table)
     finish = summary.get("job_finish_s") or {}
     if finish and len(finish) <= MAX_JOB_LINES:
-        arrivals, tenants = summary.get("arrivals", {}), summary.get("tenants", {})
-        print(f"\n{'job':<16} {'tenant':<12} {'arrival':>10} {'finished':>10} {'completion':>11}")
-        states = summary.get("job_states", {})
-        for job, end in finish.items():
-            start = arrivals.get(job, 0.0)
-            if end is None:  # cancelled or refused: no completion
-                state = states.get(job, "unfinished")
-                print(f"{job:<16} {tenants.get(job, ''):<12} {start:>9.1f}s {state:>10} {'-':>11}")
-                continue
-            print(f"{job:<16} {tenants.get(job, ''):<12} {start:>9.1f}s {end:>9.1f}s "
-                  f"{end - start:>10.1f}s")  # fmt: skip
+        print()
+        print(_job_table(summary, finish))
+
+
+def _job_table(summary: dict, finish: dict) -> str:
+    """One line per job: its tenant, arrival, finish (or state) and completion time [s]."""
+    arrivals, tenants = summary.get("arrivals", {}), summary.get("tenants", {})
+    states = summary.get("job_states", {})
+    rows = []
+    for job, end in finish.items():
+        start = arrivals.get(job, 0.0)
+        if end is None:  # cancelled or refused: its state, no completion
+            done = [states.get(job, "unfinished"), "-"]
+        else:
+            done = [f"{end:.1f}s", f"{end - start:.1f}s"]
+        rows.append([job, tenants.get(job, ""), f"{start:.1f}s", *done])
+    head = ["job", "tenant", "arrival", "finished", "completion"]
+    return text_table(rows, head, right=[False, False, True, True, True])

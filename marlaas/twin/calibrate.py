@@ -32,6 +32,7 @@ import pandas as pd
 from scipy.optimize import nnls
 
 from marlaas.sim.cost_model import CostModel
+from marlaas.table import text_table
 from marlaas.twin.decode_fit import features, fit_decode
 from marlaas.twin.operations import operations, split_loads
 from marlaas.twin.real_run import CalibrationError, RealRun, load_real_run
@@ -66,9 +67,7 @@ class Calibration:
         """The parameters as aligned text (what ``marlaas calibrate`` prints)."""
         head = ("parameter", "value", "unit", "rows", "fit")
         cells = [(f.name, f"{f.value:.6g}", f.unit, str(f.rows), f.quality) for f in self.fitted]
-        widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
-        line = lambda c: "  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True))  # noqa: E731
-        return "\n".join([line(head), "  ".join("-" * w for w in widths), *map(line, cells)])
+        return text_table(cells, head)
 
 
 def calibrate(
