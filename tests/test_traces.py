@@ -11,6 +11,7 @@ import yaml
 from marlaas.core.workload import WorkloadError
 from marlaas.traces import TraceError, load_arrivals, load_length_trace
 from marlaas.traces.arrivals import load_request_times
+from marlaas.traces.csvrows import read_rows
 from marlaas.workload_file import apply_overrides, load_workload
 
 TRACES = Path(__file__).resolve().parent.parent / "traces"
@@ -58,6 +59,30 @@ def test_plain_csv_with_comments_and_extra_columns(tmp_path):
     )
     got = load_length_trace(path, "csv")
     assert got["prompt"].tolist() == [10, 30] and got["response"].tolist() == [20, 40]
+
+
+def test_a_quoted_field_may_span_lines(tmp_path):
+    """A request trace that keeps each prompt's text: a quoted field holds commas, doubled
+    quotes, blank lines and lines starting with # (all of them text, not comments), and the
+    rows after it keep their own line numbers."""
+    prompt = 'Solve:\n\n# step 1, then "step 2"\nend'
+    quoted = '"' + prompt.replace('"', '""') + '"'
+    text = f"# note\nprompt,prompt_tokens,response_tokens\n{quoted},10,20\n\nplain,30,x\n"
+    path = write(tmp_path, "p.csv", text)
+    with pytest.raises(TraceError) as err:
+        load_length_trace(path, "csv")
+    assert err.value.line == 8  # the row after the five lines of the first one and a blank
+    path = write(tmp_path, "p.csv", text.replace(",x", ",40"))
+    got = load_length_trace(path, "csv")
+    assert got["prompt"].tolist() == [10, 30] and got["response"].tolist() == [20, 40]
+    rows = list(read_rows(path, ("prompt",)))
+    assert [(n, r["prompt"]) for n, r in rows] == [(3, prompt), (8, "plain")]
+
+
+def test_a_quote_left_open_is_an_error_naming_its_line(tmp_path):
+    path = write(tmp_path, "p.csv", 'prompt_tokens,response_tokens\n1,2\n3,"4\n5,6\n')
+    with pytest.raises(TraceError, match=r"line 3: not a CSV file \(unexpected end of data\)"):
+        load_length_trace(path, "csv")
 
 
 @pytest.mark.parametrize(

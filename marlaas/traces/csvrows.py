@@ -1,8 +1,10 @@
 """Reading CSV trace files row by row with their line numbers.
 
-Blank lines and lines starting with ``#`` (provenance notes in our sample files) are skipped.
-Column names are matched exactly after stripping spaces; the first non-comment line is the
-header.
+Blank lines and lines starting with ``#`` (provenance notes in our sample files) between
+records are skipped. Fields are read by the csv module, so a quoted field may hold commas,
+quotes (doubled) and line breaks; a quote left open is an error, as is a field over the csv
+module's limit (131,072 characters). Column names are matched exactly after stripping spaces;
+the first record is the header.
 """
 
 from __future__ import annotations
@@ -52,27 +54,64 @@ def checked_file(path: str | Path) -> Path:
 
 def _rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
     with path.open(newline="", encoding="utf-8", errors="strict") as handle:
-        numbered = (
-            (n, text)
-            for n, text in enumerate(handle, start=1)
-            if text.strip() and not text.lstrip().startswith("#")
-        )
+        lines = _RecordLines(handle)
+        reader = csv.reader(lines, strict=True)
         header: list[str] | None = None
         rows = 0
-        for number, text in numbered:
-            fields = next(csv.reader([text]))
+        for fields in _records(reader, path, lines):
+            number = lines.first
             if header is None:
                 header = [f.strip() for f in fields]
                 check_required(path, number, "column", required, header)
-                continue
-            if len(fields) != len(header):
+            elif len(fields) != len(header):
                 raise TraceError(
                     path, f"expected {len(header)} fields ({header[:8]}), got {len(fields)}", number
                 )
-            rows = counted(path, rows)
-            yield number, {k: v.strip() for k, v in zip(header, fields, strict=True)}
+            else:
+                rows = counted(path, rows)
+                yield number, {k: v.strip() for k, v in zip(header, fields, strict=True)}
+            lines.between = True
         if header is None:
             raise TraceError(path, "empty file: no header row")
+
+
+def _records(reader: Iterator[list[str]], path: Path, lines: _RecordLines):
+    """The reader's records; a malformed one (a quote left open, text after a closing
+    quote, a field over the limit) is a TraceError naming the line where it starts."""
+    while True:
+        try:
+            fields = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as err:
+            raise TraceError(path, f"not a CSV file ({err})", lines.first) from None
+        yield fields
+
+
+class _RecordLines:
+    """The lines of a CSV file for :func:`csv.reader`, without the blank and ``#`` lines
+    between records (a quoted field's own lines are passed on as they are, blank or not);
+    ``first`` is the line number where the record being read starts."""
+
+    def __init__(self, handle: Iterator[str]) -> None:
+        self.handle = handle
+        self.number = 0
+        self.first = 0
+        self.between = True
+        """Set by the caller once a record is read: the next line starts another."""
+
+    def __iter__(self) -> _RecordLines:
+        return self
+
+    def __next__(self) -> str:
+        while True:
+            text = next(self.handle)
+            self.number += 1
+            if not self.between:
+                return text
+            if text.strip() and not text.lstrip().startswith("#"):
+                self.between, self.first = False, self.number
+                return text
 
 
 def check_required(
