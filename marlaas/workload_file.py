@@ -120,8 +120,10 @@ def load_workload(path: str | Path, overrides: dict[str, Any] | None = None) -> 
     data = resolve_files(read_yaml(path), path.parent, str(path))
     check_size(data, f"{path} (with its traces)")
     workload = parse_workload(data, source=str(path), schema=WorkloadFile)
+    if overrides:  # the environments are checked once, as overridden
+        return apply_overrides(workload, overrides)
     check_environments(workload, str(path))
-    return apply_overrides(workload, overrides) if overrides else workload
+    return workload
 
 
 def load_run_workload(run_dir: str | Path) -> WorkloadFile:
@@ -147,8 +149,14 @@ def load_run_workload(run_dir: str | Path) -> WorkloadFile:
 
 def apply_overrides(workload: Workload, overrides: dict[str, Any]) -> Workload:
     """``workload`` with dotted-path overrides applied, its arrivals CSV applied again (so
-    ``arrivals.time_scale`` takes effect), validated again."""
-    data = workload.overridden(overrides)
+    ``arrivals.time_scale`` takes effect) and any trace an override names read in, validated
+    again.
+
+    The overrides are set on the validated workload's plain data (``model_dump``), not on the
+    file's: a path may name a field the file leaves to its default (``jobs.*.prompt_tokens.
+    value`` where the file has no ``prompt_tokens``), which only the validated workload
+    holds; pydantic validates a whole model, so the changed data is validated once more."""
+    data = workload.overridden(copy.deepcopy(overrides))  # fresh: resolved in place
     check_size(data, "overrides")
     data = resolve_files(data, Path.cwd(), "overrides")
     changed = parse_workload(data, source="overrides", schema=type(workload))
@@ -179,13 +187,13 @@ def load_with_overrides(path: str | Path, items: list[str] | None) -> Workload:
 
 
 def resolve_files(data: Any, base_dir: Path, source: str) -> Any:
-    """A copy of raw workload data with its trace distributions and arrivals file read in
-    (paths relative to ``base_dir``)."""
+    """Raw workload data with its trace distributions and arrivals file read in (paths
+    relative to ``base_dir``); the trace distributions are filled in place (``data`` is a
+    caller's fresh copy: parsed from the file, or dumped from a workload)."""
     if not isinstance(data, dict):
         return data  # the schema names the problem
     from marlaas.traces import TraceError, apply_arrivals
 
-    data = copy.deepcopy(data)
     jobs = data.get("jobs")
     for i, job in enumerate(jobs if isinstance(jobs, list) else []):
         if isinstance(job, dict):

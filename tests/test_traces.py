@@ -402,3 +402,18 @@ def test_bad_request_arrivals(tmp_path, arrivals, text, message):
     with pytest.raises(WorkloadError) as err:
         load_workload(path)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_overrides_set_defaulted_fields_and_read_the_traces_they_name(tmp_path, monkeypatch):
+    """``--set`` applies to the validated workload: a field the file leaves to its default
+    can be set, and a trace distribution given in an override is read (relative to the
+    working folder); the caller's overrides are left as they were."""
+    (tmp_path / "w.yaml").write_text(yaml.safe_dump({"jobs": [{"name": "a", "tenant": "t"}]}))
+    write(tmp_path, "t.csv", "prompt_tokens,response_tokens\n10,20\n30,40\n")
+    monkeypatch.chdir(tmp_path)
+    trace = {"dist": "trace", "path": "t.csv"}
+    overrides = {"jobs.*.prompt_tokens.value": 64, "jobs.*.response_tokens": trace}
+    [job] = load_workload(tmp_path / "w.yaml", overrides).jobs
+    assert job.prompt_tokens.value == 64  # the file has no prompt_tokens: its default's
+    assert job.response_tokens.values == [20.0, 40.0]
+    assert trace == {"dist": "trace", "path": "t.csv"}
