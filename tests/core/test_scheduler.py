@@ -209,13 +209,17 @@ def test_policy_objects_and_names_are_interchangeable():
         def key(self, job):
             return (-job.index,)
 
-    order = []
-    run_fixed(
-        workload(jobs=2, steps=1),
-        Reverse(),
-        on_decision=lambda d, now, s: order.append(d.job) if isinstance(d, Generate) else None,
-    )
-    assert order[0] == "j1"
+    def first_generation(policy) -> str:
+        order = []
+        run_fixed(
+            workload(jobs=2, steps=1),
+            policy,
+            on_decision=lambda d, now, s: order.append(d.job) if isinstance(d, Generate) else None,
+        )
+        return order[0]
+
+    assert first_generation(Reverse()) == "j1"
+    assert first_generation("fifo") == "j0"  # a name gives the registered policy
 
 
 def test_a_job_that_can_never_fit_is_refused_at_submission_with_the_reason():
