@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-MAX_JOB_LINES = 16
-"""Per-job lines are printed for runs with at most this many jobs."""
+MAX_JOB_LINES = 40
+"""Most per-job lines printed; a run with more jobs ends its table with a line that says how
+many more there are and where they are (summary.json)."""
 
 
 def _fmt(value, unit: str = "") -> str:
@@ -53,11 +54,11 @@ def print_summary(summary: dict, title: str = "") -> None:
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
     finish = summary.get("job_finish_s") or {}
-    if finish and len(finish) <= MAX_JOB_LINES:
+    if finish:
         arrivals, tenants = summary.get("arrivals", {}), summary.get("tenants", {})
         print(f"\n{'job':<16} {'tenant':<12} {'arrival':>10} {'finished':>10} {'completion':>11}")
         states = summary.get("job_states", {})
-        for job, end in finish.items():
+        for job, end in list(finish.items())[:MAX_JOB_LINES]:
             start = arrivals.get(job, 0.0)
             if end is None:  # cancelled or refused: no completion
                 state = states.get(job, "unfinished")
@@ -65,3 +66,6 @@ def print_summary(summary: dict, title: str = "") -> None:
                 continue
             print(f"{job:<16} {tenants.get(job, ''):<12} {start:>9.1f}s {end:>9.1f}s "
                   f"{end - start:>10.1f}s")  # fmt: skip
+        if len(finish) > MAX_JOB_LINES:
+            more = len(finish) - MAX_JOB_LINES
+            print(f"... and {more:,} more jobs; see summary.json (job_finish_s) for all of them")

@@ -67,8 +67,15 @@ class Calibration:
         head = ("parameter", "value", "unit", "rows", "fit")
         cells = [(f.name, f"{f.value:.6g}", f.unit, str(f.rows), f.quality) for f in self.fitted]
         widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
-        line = lambda c: "  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True))  # noqa: E731
-        return "\n".join([line(head), "  ".join("-" * w for w in widths), *map(line, cells)])
+        widths[-1] = len(head[-1])  # the last column is not padded: lines end with their text
+        rule = ["-" * w for w in widths]
+        return "\n".join(_line(c, widths) for c in [head, rule, *cells])
+
+
+def _line(cells, widths: list[int]) -> str:
+    """One line of :meth:`Calibration.table`: the cells padded to ``widths``, two spaces
+    apart, no trailing spaces."""
+    return "  ".join(v.ljust(w) for v, w in zip(cells, widths, strict=True)).rstrip()
 
 
 def calibrate(
