@@ -7,8 +7,9 @@ from collections.abc import Sequence
 
 from tabulate import tabulate
 
-MAX_JOB_LINES = 16
-"""Per-job lines are printed for runs with at most this many jobs."""
+MAX_JOB_LINES = 40
+"""Most per-job lines printed; a run with more jobs ends its table with a line that says how
+many more there are and where they are (summary.json)."""
 
 
 def text_table(
@@ -80,17 +81,21 @@ def print_summary(summary: dict, title: str = "") -> None:
         print("-" * max(len(title), *map(len, table.splitlines())))
     print(table)
     finish = summary.get("job_finish_s") or {}
-    if finish and len(finish) <= MAX_JOB_LINES:
+    if finish:
         print()
         print(_job_table(summary, finish))
+        if len(finish) > MAX_JOB_LINES:
+            more = len(finish) - MAX_JOB_LINES
+            print(f"... and {more:,} more jobs; see summary.json (job_finish_s) for all of them")
 
 
 def _job_table(summary: dict, finish: dict) -> str:
-    """One line per job: its tenant, arrival, finish (or state) and completion time [s]."""
+    """One line per job (the first MAX_JOB_LINES): its tenant, arrival, finish (or state) and
+    completion time [s]."""
     arrivals, tenants = summary.get("arrivals", {}), summary.get("tenants", {})
     states = summary.get("job_states", {})
     rows = []
-    for job, end in finish.items():
+    for job, end in list(finish.items())[:MAX_JOB_LINES]:
         start = arrivals.get(job, 0.0)
         if end is None:  # cancelled or refused: its state, no completion
             done = [states.get(job, "unfinished"), "-"]

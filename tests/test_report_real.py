@@ -96,7 +96,8 @@ def test_runs_of_different_kinds_are_labelled_and_compared(real_run, tmp_path):
     text = run_report([real_run, sim], tmp_path / "out").read_text()
     assert f"{simulated} vs {real}" in text
     assert "runs are of different kinds" in text
-    assert 'id="timeline-fifo-real-run-seed-0"' in text
+    assert 'id="timeline"' in text  # both runs in one timeline
+    assert 'id="rewards-fifo-real-run-seed-0"' in text  # the real run's own sections
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     a, b = summary[real], summary[simulated]
     expected = (b["makespan_s"] - a["makespan_s"]) / a["makespan_s"]

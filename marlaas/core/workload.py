@@ -49,6 +49,17 @@ JOB_NAME = r"^[A-Za-z0-9_-]+$"
 """Job names are folder and adapter names in real runs: letters, digits, - and _."""
 
 
+def check_policy(name: str) -> str:
+    """A registered policy's name (ValueError naming the known ones otherwise)."""
+    from marlaas.core.policies import UnknownPolicyError, get_policy
+
+    try:
+        get_policy(name)
+    except UnknownPolicyError as err:
+        raise ValueError(str(err)) from None
+    return name
+
+
 def check_name(value: str) -> str:
     """A name: 1..MAX_NAME_CHARS printable characters, not only spaces."""
     if not value.strip():
@@ -331,13 +342,7 @@ class Workload(_Strict):
     @field_validator("policy")
     @classmethod
     def _known_policy(cls, name: str) -> str:
-        from marlaas.core.policies import UnknownPolicyError, get_policy
-
-        try:
-            get_policy(name)
-        except UnknownPolicyError as err:
-            raise ValueError(str(err)) from None
-        return name
+        return check_policy(name)
 
     @model_validator(mode="after")
     def _unique_job_names(self) -> Workload:

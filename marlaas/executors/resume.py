@@ -54,20 +54,27 @@ def check_resumable(
     return offsets
 
 
-def identity(workload: Workload, model_dir: Path | None = None) -> dict:
-    """What a run's workload fixes about what its steps mean: the base model (its name, and
-    the SHA-256 of ``model_dir``'s config.json: a copy of the model elsewhere is the same
-    model), the seed, and each job's tenant, LoRA rank, RL settings (but its number of steps:
-    a run may be resumed to train longer) and environment. The cluster and the schedule may
-    change between the parts of a run; these may not."""
+def base_model_identity(name: str, model_dir: Path | None = None) -> dict:
+    """The base model a run's adapters are trained on: its name, and the SHA-256 of
+    ``model_dir``'s config.json (a copy of the model elsewhere is the same model)."""
     config = None if model_dir is None else Path(model_dir) / "config.json"
     return {
-        "base_model": workload.base_model.name,
+        "base_model": name,
         "base_model_config": (
             hashlib.sha256(config.read_bytes()).hexdigest()
             if config is not None and config.is_file()
             else None
         ),
+    }
+
+
+def identity(workload: Workload, model_dir: Path | None = None) -> dict:
+    """What a run's workload fixes about what its steps mean: the base model
+    (:func:`base_model_identity`), the seed, and each job's tenant, LoRA rank, RL settings
+    (but its number of steps: a run may be resumed to train longer) and environment. The
+    cluster and the schedule may change between the parts of a run; these may not."""
+    return {
+        **base_model_identity(workload.base_model.name, model_dir),
         "seed": workload.seed,
         "jobs": {
             job.name: {

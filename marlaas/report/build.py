@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,11 +15,11 @@ from marlaas.eventlog import EventLogError
 from marlaas.out_folder import claim
 from marlaas.report import fmt
 from marlaas.report.compare import difference_table
-from marlaas.report.html import Section, render_report
+from marlaas.report.html import RunLine, Section, render_report
 from marlaas.report.interactive.compare import plot_comparison
 from marlaas.report.labels import base_name, device_noun
 from marlaas.report.load import Run, load_runs
-from marlaas.report.sections import FIGURES, run_sections
+from marlaas.report.sections import FIGURES, compared_sections, run_sections
 from marlaas.report.sweep_page import is_sweep_folder, write_sweep_report
 from marlaas.report.trace import write_trace
 
@@ -78,31 +77,32 @@ def _write_report(runs: list[Run], out: Path, static: bool) -> Path:
                 )
             )
         with tqdm(total=len(runs) + 1, desc="marlaas report", unit="run", disable=None) as bar:
-            for run in runs:
-                bar.set_postfix_str(run.label)
-                sections += run_sections(run, summaries[run.label], {})
+            if len(runs) > 1:  # one section per figure, all runs in it
+                bar.set_postfix_str("figures")
+                sections += compared_sections(runs, summaries, {})
+                bar.update(len(runs))
+            else:
+                bar.set_postfix_str(runs[0].label)
+                sections += run_sections(runs[0], summaries[runs[0].label], {})
                 bar.update()
             bar.set_postfix_str("trace")
             write_trace(runs, out / TRACE_FILE)
             bar.update()
         for section in sections:
-            if section.id in futures:
-                section.static = futures[section.id].result()
+            names = [section.id] if section.id in futures else _static_ids(section, runs)
+            section.static = [f for n in names if n in futures for f in futures[n].result()]
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
     write_durably(out / "summary.json", json.dumps(summaries, indent=2))
     title = "MARLaaS report: " + ", ".join(r.label for r in runs)
-    return write_durably(out / REPORT_FILE, render_report(title, sections, _intro(runs)))
+    lines = [RunLine(r.label, r.kind, str(r.path)) for r in runs]
+    return write_durably(out / REPORT_FILE, render_report(title, sections, lines))
 
 
-def _intro(runs: list[Run]) -> str:
-    items = "".join(
-        f'<li><b>{html.escape(r.label)}</b> <span class="kind">{html.escape(r.kind)}</span> '
-        f"{html.escape(str(r.path))}</li>"
-        for r in runs
-    )
-    return f'<ul class="note">{items}</ul>'
+def _static_ids(section: Section, runs: list[Run]) -> list[str]:
+    """The ids of the static figures of a section comparing ``runs`` (one per run)."""
+    return [f"{section.id}-{r.slug}" for r in runs] if section.id in FIGURES else []
 
 
 def _overview(runs: list[Run], summaries: dict[str, dict]) -> Section:

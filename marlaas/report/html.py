@@ -1,14 +1,20 @@
 """The self-contained HTML report: interactive figures (Plotly, bundle inlined once), tables
 formatted for people, explanations next to what they explain. No network is needed to view it.
+
+The page is the Jinja2 template ``templates/report.html.j2`` (every value escaped; the Plotly
+bundle, the figures and the tables are marked safe where they are made).
 """
 
 from __future__ import annotations
 
-import html
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cache
 
+import jinja2
 import pandas as pd
 import plotly.graph_objects as go
+from markupsafe import Markup
 
 from marlaas.report.interactive.embed import LOADER, figure_html, plotly_bundle
 
@@ -51,48 +57,48 @@ class Section:
     nav: str = ""
     """Short name in the table of contents (default: the title)."""
 
-    def render(self) -> str:
-        """The section as HTML."""
-        parts = [f'<section id="{html.escape(self.id)}">', f"<h2>{html.escape(self.title)}</h2>"]
-        parts += [f'<p class="note">{html.escape(n)}</p>' for n in self.notes]
-        if self.figure is not None:
-            parts.append(figure_html(self.figure, f"fig-{self.id}"))
-        if self.static:
-            files = ", ".join(f"figures/{html.escape(f)}" for f in self.static)
-            parts.append(f'<p class="files">Static copies: {files}</p>')
-        if self.glossary:
-            parts.append("<dl>")
-            for term, text in self.glossary:
-                parts.append(f"<dt>{html.escape(term)}</dt><dd>{html.escape(text)}</dd>")
-            parts.append("</dl>")
-        for caption, table in self.tables:
-            parts.append(f"<h3>{html.escape(caption)}</h3>")
-            table_html = table.to_html(index=self.index, na_rep="-", border=0)
-            parts.append(f'<div class="wide">{table_html}</div>')
-        parts.append("</section>")
-        return "\n".join(parts)
+
+@dataclass(frozen=True)
+class RunLine:
+    """One run in the list under the report's title."""
+
+    label: str
+    kind: str
+    path: str
 
 
-def render_report(title: str, sections: list[Section], intro: str = "") -> str:
-    """The whole report as one HTML document: the Plotly bundle, a table of contents, the
-    sections (``intro`` is trusted HTML shown under the title)."""
-    return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>{html.escape(title)}</title><style>{CSS}</style>{plotly_bundle()}</head><body>"
-        f"<h1>{html.escape(title)}</h1>{intro}{_toc(sections)}\n"
-        + "\n".join(s.render() for s in sections)
-        + f"\n{LOADER}</body></html>\n"
+@cache
+def _environment() -> jinja2.Environment:
+    """The Jinja2 environment of the report's templates (autoescaping on)."""
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("marlaas.report", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=False,
     )
+    env.globals["figure"] = lambda fig, div_id: Markup(figure_html(fig, div_id))
+    env.globals["html_table"] = lambda table, index: Markup(
+        table.to_html(index=index, na_rep="-", border=0)
+    )
+    return env
 
 
-def _toc(sections: list[Section]) -> str:
-    """Links to the sections: the report's own on one line, then one line per run."""
-
-    def link(s: Section) -> str:
-        return f'<a href="#{html.escape(s.id)}">{html.escape(s.nav or s.title)}</a>'
-
-    lines = ["".join(f"<li>{link(s)}</li>" for s in sections if not s.group)]
-    for group in dict.fromkeys(s.group for s in sections if s.group):
-        links = " · ".join(link(s) for s in sections if s.group == group)
-        lines.append(f"<li><b>{html.escape(group)}</b>: {links}</li>")
-    return "<nav>" + "".join(f"<ul>{line}</ul>" for line in lines) + "</nav>"
+def render_report(title: str, sections: list[Section], runs: Sequence[RunLine] = ()) -> str:
+    """The whole report as one HTML document: the Plotly bundle, the runs, a table of
+    contents (the report's own sections on one line, then one line per run) and the
+    sections."""
+    groups = list(dict.fromkeys(s.group for s in sections if s.group))
+    return (
+        _environment()
+        .get_template("report.html.j2")
+        .render(
+            title=title,
+            css=Markup(CSS),
+            plotly_bundle=Markup(plotly_bundle()),
+            loader=Markup(LOADER),
+            runs=list(runs),
+            sections=sections,
+            groups=groups,
+        )
+        + "\n"
+    )

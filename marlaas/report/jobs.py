@@ -42,7 +42,7 @@ def plot_jobs(
     for i, (jct, end) in enumerate(zip(jobs["jct_s"], jobs["completion_s"], strict=True)):
         if np.isfinite(jct):
             ax_j.text(end, i, f" {jct:.0f} s", va="center", fontsize=7)
-    ax_j.set_yticks(y, jobs["job"], fontsize=7 if len(jobs) > 20 else 9)
+    ax_j.set_yticks(y, jobs["job"], fontsize=8 if len(jobs) > 20 else 9)
     ax_j.invert_yaxis()
     ax_j.set_xlabel("time [s] (bar: arrival to completion)")
     ax_j.set_title("Job completion times")

@@ -1,29 +1,71 @@
-"""The sections of one run in report.html: timeline, utilization, jobs, idle time, staleness,
-and for a real run its rewards and evaluation. Each pairs an interactive figure with tables
-formatted for people and explanations of what it shows."""
+"""The sections of report.html: timeline, utilization, jobs, idle time, staleness, and for a
+real run its rewards and evaluation. Each pairs an interactive figure with tables formatted
+for people and explanations of what it shows.
+
+One run gets its own sections (:func:`run_sections`). Several runs are compared in one section
+per figure (:func:`compared_sections`): one figure of all runs (time figures stacked on one
+shared time axis, the others side by side), then each run's tables.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import pandas as pd
+import plotly.graph_objects as go
 
 from marlaas import metrics
 from marlaas.report import fmt
 from marlaas.report.html import Section
 from marlaas.report.interactive import charts, real
-from marlaas.report.interactive.timeline import LANE_LIMIT, plot_timeline
+from marlaas.report.interactive.timeline import LANE_LIMIT, plot_timeline, plot_timelines
 from marlaas.report.labels import device_noun
 from marlaas.report.load import Run
 from marlaas.report.names import IDLE_CAUSES, WORK_KINDS, idle_name
 
 FIGURES = ("timeline", "utilization", "jobs", "idle", "staleness")
-"""Sections of every run; their ids are ``<figure>-<run slug>``."""
+"""Sections of every run; their ids are ``<figure>-<run slug>`` (one run) or ``<figure>``
+(several runs compared)."""
+FIGURE: dict[str, Callable[[Run], go.Figure]] = {
+    "timeline": lambda r: plot_timeline(r.events, r.label),
+    "utilization": lambda r: charts.plot_utilization(r.events, r.label, device_noun(r.meta)),
+    "jobs": lambda r: charts.plot_jobs(r.events, r.arrivals, r.label),
+    "idle": lambda r: charts.plot_idle(r.events, r.label, device_noun(r.meta)),
+    "staleness": lambda r: charts.plot_staleness(r.events, r.label),
+}
+"""The figure of each FIGURES section of one run."""
+COMPARED_TITLES = {
+    "timeline": "Timeline, all runs on one time axis",
+    "utilization": "Utilization over time, all runs on one time axis",
+    "jobs": "Jobs, all runs on one time axis",
+    "idle": "Idle time by cause, all runs",
+    "staleness": "Staleness, all runs",
+}
+"""Headings of the sections that compare runs."""
 
 
-def run_sections(run: Run, summary: dict, static: dict[str, list[str]]) -> list[Section]:
+def run_sections(
+    run: Run, summary: dict, static: dict[str, list[str]], draw: bool = True
+) -> list[Section]:
     """The sections of ``run`` (``summary``: metrics.summarize of it; ``static``: static file
-    names per section id, when exported)."""
+    names per section id, when exported; ``draw``: with the figures)."""
+    sections = [
+        replace(section, id=f"{name}-{run.slug}", nav=name)
+        for name, section in _figure_sections(run, summary, draw).items()
+    ]
+    for section in sections:
+        section.static = static.get(section.id, [])
+    for section in _real(run):
+        section.nav = section.id.split("-", 1)[0]
+        sections.append(section)
+    for section in sections:
+        section.group = run.label
+    return sections
+
+
+def _figure_sections(run: Run, summary: dict, draw: bool) -> dict[str, Section]:
+    """The FIGURES sections of ``run`` (with their figures when ``draw``)."""
     df, title, devices = run.events, run.title, device_noun(run.meta)
     builders: dict[str, Callable[[], Section]] = {
         "timeline": lambda: _timeline(df, title, run.label, summary, devices),
@@ -32,19 +74,58 @@ def run_sections(run: Run, summary: dict, static: dict[str, list[str]]) -> list[
         "idle": lambda: _idle(df, title, run.label, devices),
         "staleness": lambda: _staleness(df, title, run.label),
     }
-    sections = []
-    for name, build in builders.items():
-        section = build()
-        section.id = f"{name}-{run.slug}"
-        section.static = static.get(section.id, [])
-        section.nav = name
-        sections.append(section)
-    for section in _real(run):
-        section.nav = section.id.split("-", 1)[0]
-        sections.append(section)
-    for section in sections:
-        section.group = run.label
+    sections = {name: build() for name, build in builders.items()}
+    if draw:
+        for name, section in sections.items():
+            section.figure = FIGURE[name](run)
     return sections
+
+
+def compared_sections(
+    runs: list[Run], summaries: dict[str, dict], static: dict[str, list[str]]
+) -> list[Section]:
+    """One section per FIGURES entry comparing ``runs``: one figure of all of them, each run's
+    notes and tables (captions end with the run's label), its static copies; then each run's
+    real-run sections (rewards, memory, evaluation)."""
+    per_run = {r.label: _figure_sections(r, summaries[r.label], draw=False) for r in runs}
+    sections = []
+    for name, draw in _compared_figures(runs).items():
+        parts = [(r, per_run[r.label][name]) for r in runs]
+        notes = list(dict.fromkeys(n for _, part in parts for n in part.notes))
+        if len(notes) > 1:  # they differ: say whose each is
+            notes = [f"{r.label}: {n}" for r, part in parts for n in part.notes]
+        sections.append(
+            Section(
+                id=name,
+                title=COMPARED_TITLES[name],
+                nav=name,
+                figure=draw(),
+                notes=notes,
+                glossary=list(dict.fromkeys(g for _, part in parts for g in part.glossary)),
+                tables=[(f"{cap}: {r.label}", t) for r, part in parts for cap, t in part.tables],
+                static=[f for r in runs for f in static.get(f"{name}-{r.slug}", [])],
+            )
+        )
+    for run in runs:
+        for section in _real(run):
+            section.nav = section.id.split("-", 1)[0]
+            section.group = run.label
+            sections.append(section)
+    return sections
+
+
+def _compared_figures(runs: list[Run]) -> dict[str, Callable[[], go.Figure]]:
+    """The figure of each FIGURES section comparing ``runs``."""
+    pairs = [(r.label, r.events) for r in runs]
+    nouns = {device_noun(r.meta) for r in runs}
+    devices = nouns.pop() if len(nouns) == 1 else "device"
+    return {
+        "timeline": lambda: plot_timelines(pairs),
+        "utilization": lambda: charts.plot_utilizations(pairs, devices),
+        "jobs": lambda: charts.plot_jobs_compared([(r.label, r.events, r.arrivals) for r in runs]),
+        "idle": lambda: charts.plot_idles(pairs, devices),
+        "staleness": lambda: charts.plot_stalenesses(pairs),
+    }
 
 
 def _timeline(df: pd.DataFrame, title: str, label: str, summary: dict, devices: str) -> Section:
@@ -66,7 +147,6 @@ def _timeline(df: pd.DataFrame, title: str, label: str, summary: dict, devices: 
     return Section(
         id="timeline",
         title=f"Timeline: {title}",
-        figure=plot_timeline(df, label),
         notes=[how + " Top: concurrent environment steps per tenant."],
         glossary=[(name, text) for name, text in WORK_KINDS.values()],
     )
@@ -86,7 +166,6 @@ def _utilization(df: pd.DataFrame, title: str, label: str, summary: dict, device
     return Section(
         id="utilization",
         title=f"Utilization: {title}",
-        figure=charts.plot_utilization(df, label, devices),
         notes=[
             f"Mean utilization {fmt.percent(summary['utilization'])} over "
             f"{fmt.count(summary['n_devices'])} {devices}s, makespan "
@@ -101,7 +180,6 @@ def _jobs(run: Run, title: str) -> Section:
     return Section(
         id="jobs",
         title=f"Jobs: {title}",
-        figure=charts.plot_jobs(run.events, run.arrivals, run.label),
         notes=[
             "A training step counts once however many devices its trainer has; job completion "
             "time = completion (end of the last weight sync) - arrival."
@@ -118,7 +196,6 @@ def _idle(df: pd.DataFrame, title: str, label: str, devices: str) -> Section:
     return Section(
         id="idle",
         title=f"Idle time: {title}",
-        figure=charts.plot_idle(df, label, devices),
         notes=[
             f"Every second a {devices} is not generating or training is logged with the reason "
             "it waits; the causes are explained under the figure."
@@ -132,7 +209,6 @@ def _staleness(df: pd.DataFrame, title: str, label: str) -> Section:
     return Section(
         id="staleness",
         title=f"Staleness: {title}",
-        figure=charts.plot_staleness(df, label),
         notes=[
             "Staleness of a training step: how many adapter versions its oldest sample lags "
             "the trainer (0 = on-policy); bounded per job by rl.max_staleness."

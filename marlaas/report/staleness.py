@@ -32,7 +32,7 @@ def plot_staleness(df: pd.DataFrame, title: str = "") -> Figure:
             color=cmap(i / max(n_values - 1, 1)),
         )
         left += share[value].to_numpy()
-    ax.set_yticks(y, share.index, fontsize=7 if len(share) > 20 else 9)
+    ax.set_yticks(y, share.index, fontsize=8 if len(share) > 20 else 9)
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
     ax.set_xlabel("share of train steps")

@@ -30,8 +30,10 @@ SERVICE_STACK = ("fastapi", "uvicorn", "sqlalchemy", "alembic", "httpx", "sse_st
                  "prometheus_client")  # fmt: skip
 CONFIG_FILE = "config.json"
 """The cluster file the service last ran with, in the data folder (for ``traffic``)."""
+BASE_MODEL_FILE = "base_model.json"
+"""The base model the data folder's adapters are trained on (its name and config's SHA-256)."""
 OURS = {"service.db", "service.db-wal", "service.db-shm", "secret.key", "operator.key",
-        "adapters", CONFIG_FILE}  # fmt: skip
+        "adapters", CONFIG_FILE, BASE_MODEL_FILE}  # fmt: skip
 """What a data folder of ours may hold; a folder with anything else is not taken."""
 
 
@@ -70,10 +72,15 @@ def _serve(args: argparse.Namespace) -> int:
         from marlaas.sim.cost_profiles import load_profile
 
         cost = load_profile(args.cost).cost
-    data = _data_folder(args.data)
+    data = _data_folder(args.data, create=False)  # every check before anything is written
+    if not args.simulate:
+        _check_base_model(data, config, base_dir)
+    data.mkdir(parents=True, exist_ok=True)
     lock = lock_folder(data)
     try:
         _write_once(data / OPERATOR_KEY_FILE, new_key())
+        if not args.simulate:
+            _record_base_model(data, config, base_dir)
         store = JobStore(database_url(data, args.db), data)
         _save_config(data, config, base_dir)
         logging.basicConfig(level=getattr(logging, args.log_level.upper()),
@@ -109,8 +116,8 @@ def _serve(args: argparse.Namespace) -> int:
         os.close(lock)
 
 
-def _data_folder(path: str) -> Path:
-    """The data folder: new, empty, or one of ours."""
+def _data_folder(path: str, create: bool = True) -> Path:
+    """The data folder: new, empty, or one of ours (made unless ``create`` is False)."""
     from marlaas.out_folder import OutputError
 
     data = Path(path)
@@ -121,7 +128,8 @@ def _data_folder(path: str) -> Path:
         if strangers:
             raise OutputError(f"{data}: holds {strangers[:5]}, which is not a service's data; "
                               "choose an empty or new --data folder")  # fmt: skip
-    data.mkdir(parents=True, exist_ok=True)
+    if create:
+        data.mkdir(parents=True, exist_ok=True)
     return data
 
 
@@ -135,6 +143,43 @@ def _write_once(path: Path, text: str) -> None:
         handle.write(text + "\n")
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def _base_model(config, base_dir: Path) -> dict:
+    from marlaas.executors.backends import model_dir_of
+    from marlaas.executors.resume import base_model_identity
+
+    return base_model_identity(config.base_model.name, model_dir_of(config, base_dir))
+
+
+def _check_base_model(data: Path, config, base_dir: Path) -> None:
+    """Refuse a base model other than the one the data folder's adapters were trained on
+    (or one that is not there)."""
+    from marlaas.out_folder import OutputError
+
+    now = _base_model(config, base_dir)
+    path = data / BASE_MODEL_FILE
+    if path.is_file():
+        try:
+            before = json.loads(path.read_text())
+        except ValueError:
+            raise OutputError(f"{path}: damaged (not JSON); restore it") from None
+        if before != now:
+            raise OutputError(
+                f"{data}: its adapters were trained on base model {before.get('base_model')!r} "
+                f"(config SHA-256 {str(before.get('base_model_config'))[:12]}...), not "
+                f"{now['base_model']!r} ({str(now['base_model_config'])[:12]}...); serve that "
+                "model, or another --data folder"
+            )
+
+
+def _record_base_model(data: Path, config, base_dir: Path) -> None:
+    """Record the base model the data folder's adapters are trained on (once)."""
+    from marlaas.out_folder import write_durably
+
+    path = data / BASE_MODEL_FILE
+    if not path.is_file():
+        write_durably(path, json.dumps(_base_model(config, base_dir)) + "\n")
 
 
 def _save_config(data: Path, config, base_dir: Path) -> None:

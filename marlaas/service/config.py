@@ -21,6 +21,7 @@ from marlaas.core.workload import (
     WorkloadError,
     _Strict,
     check_name,
+    check_policy,
     format_validation_error,
     parse_workload,
 )
@@ -71,13 +72,7 @@ class ServiceConfig(_Strict):
     @field_validator("policy")
     @classmethod
     def _known_policy(cls, name: str) -> str:
-        from marlaas.core.policies import UnknownPolicyError, get_policy
-
-        try:
-            get_policy(name)
-        except UnknownPolicyError as err:
-            raise ValueError(str(err)) from None
-        return name
+        return check_policy(name)
 
     def workload(self, jobs: list[JobSpec], tenants: dict[str, TenantSpec]) -> Workload:
         """A workload file of this cluster with ``jobs`` (the service's traffic, replayed by

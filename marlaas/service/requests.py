@@ -39,6 +39,15 @@ def job_from_request(body: Any, tenant: str, config: ServiceConfig) -> JobSpec:
         job = JobSpec.model_validate({**body, "tenant": tenant})
     except ValidationError as err:
         raise JobRequestError(format_validation_error(err, "job")) from None
+    check_envelope(job, config)
+    return job
+
+
+def check_envelope(job: JobSpec, config: ServiceConfig) -> None:
+    """JobRequestError unless ``job`` fits the service: one of its environments, within its
+    engines' rank and sequence length, and able to fit the cluster at all (a job the store
+    holds is checked again when a restarted service, perhaps with another cluster file,
+    submits it again)."""
     limits = config.service
     if job.env.name not in limits.environments:
         raise JobRequestError(
@@ -62,7 +71,6 @@ def job_from_request(body: Any, tenant: str, config: ServiceConfig) -> JobSpec:
     reason = why_infeasible(job, config.cluster)
     if reason is not None:
         raise JobRequestError(reason)
-    return job
 
 
 def _no_files(node: Any, where: str) -> None:

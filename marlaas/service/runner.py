@@ -28,6 +28,7 @@ from marlaas.executors.journal_observer import JournalObserver
 from marlaas.service import store as S
 from marlaas.service.config import ServiceConfig
 from marlaas.service.journal import StoreJournal
+from marlaas.service.requests import JobRequestError, check_envelope
 
 log = logging.getLogger("marlaas.service")
 
@@ -233,6 +234,11 @@ class ServiceRunner:
                 continue
             if durable >= spec.rl.steps:
                 self.store.set_state(job_id, S.DONE)
+                continue
+            try:
+                check_envelope(spec, self.config)
+            except JobRequestError as err:
+                self.store.set_state(job_id, S.FAILED, f"it no longer fits this service: {err}")
                 continue
             if store is not None:
                 for newer in store.versions(name):

@@ -29,6 +29,7 @@ from marlaas.cli import main
 from marlaas.executors.journal import JOURNAL_FILE, read_journal
 from marlaas.metrics import check_partition
 from marlaas.out_folder import read_manifest
+from tests.tiny_cluster import tiny_cluster_yaml
 
 STEPS = 6
 JOBS = ("emit-a", "emit-z")
@@ -51,19 +52,7 @@ def workload_text(model: Path) -> str:
 """
         for c in "az"
     )
-    return f"""name: kill-tiny
-seed: 0
-policy: fair
-base_model: {{name: tiny-llama, path: {model}}}
-cluster:
-  pools:
-    - {{name: rollout, role: inference, devices: 1}}
-    - {{name: train, role: training, devices: 1}}
-  engine: {{max_seqs: 64, kv_tokens: 8192, adapter_slots: 4}}
-  trainer: {{adapter_slots: 4}}
-  shared_compute: true
-jobs:
-{jobs}"""
+    return tiny_cluster_yaml("kill-tiny", model) + f"jobs:\n{jobs}"
 
 
 KILL_TIMEOUT_S = 300

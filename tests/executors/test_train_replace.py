@@ -22,6 +22,7 @@ pytest.importorskip("peft")
 from marlaas.cli import main
 from marlaas.executors.journal import JOURNAL_FILE, Journal, read_journal
 from marlaas.out_folder import read_manifest
+from tests.tiny_cluster import tiny_cluster_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 STUB_MODEL = {
@@ -36,18 +37,9 @@ STUB_MODEL = {
 def workload_text(model: Path, steps: int = 2) -> str:
     """One tenant on the tiny model; each environment step waits 0.2 s, so that the first
     durable step comes a while after the model loads."""
-    return f"""name: replace-tiny
-seed: 0
-policy: fair
-base_model: {{name: tiny-llama, path: {model}}}
-cluster:
-  pools:
-    - {{name: rollout, role: inference, devices: 1}}
-    - {{name: train, role: training, devices: 1}}
-  engine: {{max_seqs: 64, kv_tokens: 8192, adapter_slots: 2}}
-  trainer: {{adapter_slots: 2}}
-  shared_compute: true
-jobs:
+    return (
+        tiny_cluster_yaml("replace-tiny", model, adapter_slots=2)
+        + f"""jobs:
   - name: emit-a
     tenant: ta
     lora_rank: 8
@@ -57,6 +49,7 @@ jobs:
     response_tokens: {{dist: constant, value: 8}}
     env: {{name: target_char, args: {{target: a}}, latency_s: {{dist: constant, value: 0.2}}}}
 """
+    )
 
 
 def train_args(workload: Path, out: Path, *extra: str) -> list[str]:

@@ -29,6 +29,7 @@ pytest.importorskip("peft")
 
 from marlaas.client import Client
 from tests.service.conftest import free_port
+from tests.tiny_cluster import tiny_cluster_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 12
@@ -37,19 +38,9 @@ RUN_TIMEOUT_S = 600
 
 
 def cluster_text(model: Path) -> str:
-    return f"""name: service-real-test
-seed: 0
-policy: fair
-base_model: {{name: tiny-llama, path: {model}}}
-cluster:
-  pools:
-    - {{name: rollout, role: inference, devices: 1}}
-    - {{name: train, role: training, devices: 1}}
-  engine: {{max_seqs: 64, kv_tokens: 8192, adapter_slots: 4}}
-  trainer: {{adapter_slots: 4}}
-  shared_compute: true
-service: {{max_lora_rank: 8, max_sequence_tokens: 256}}
-"""
+    """The tiny cluster as a service's cluster file."""
+    service = "service: {max_lora_rank: 8, max_sequence_tokens: 256}\n"
+    return tiny_cluster_yaml("service-real-test", model) + service
 
 
 def job(target: str) -> dict:

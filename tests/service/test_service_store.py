@@ -3,11 +3,16 @@ listed and revoked, the schema migrated by Alembic, on SQLite and on PostgreSQL.
 
 from __future__ import annotations
 
+import json
+import time
+
 import pytest
 from sqlalchemy import text
 
 from marlaas.cli import main
 from marlaas.core.workload import TenantSpec
+from marlaas.service.cli import _record_base_model
+from marlaas.service.config import ServiceConfig
 from marlaas.service.db import database_url, open_database
 from marlaas.service.store import JobStore, TenantError
 
@@ -83,3 +88,58 @@ def test_a_data_folder_that_is_not_a_services_is_refused(tmp_path, capsys):
     assert main(["tenants", "list", "--data", str(tmp_path / "mine")]) == 2
     assert "thesis.tex" in capsys.readouterr().err
     assert (tmp_path / "mine" / "thesis.tex").read_text() == "keep me"
+
+
+def test_serve_refuses_another_base_model_for_a_data_folders_adapters(tmp_path, capsys):
+    def model(name, hidden):
+        folder = tmp_path / name
+        folder.mkdir()
+        config = {"model_type": "llama", "hidden_size": hidden, "num_hidden_layers": 2,
+                  "num_attention_heads": 2}  # fmt: skip
+        (folder / "config.json").write_text(json.dumps(config))
+        (folder / "model.safetensors").write_bytes(b"weights")
+        (folder / "tokenizer.json").write_text("{}")
+        return folder
+
+    first, other = model("first", 128), model("other", 256)
+    data = tmp_path / "data"
+    for base in (first, other):
+        (tmp_path / f"{base.name}.yaml").write_text(
+            f"base_model: {{name: tiny, path: {base}}}\nservice: {{max_sequence_tokens: 64}}\n"
+        )
+    _record_base_model(data_dir(data), ServiceConfig.model_validate(
+        {"base_model": {"name": "tiny", "path": str(first)}}), tmp_path)  # fmt: skip
+    assert main(["serve", str(tmp_path / "other.yaml"), "--data", str(data)]) == 2
+    err = capsys.readouterr().err
+    assert "were trained on base model 'tiny'" in err and "another --data folder" in err
+    assert sorted(p.name for p in data.iterdir()) == ["base_model.json"]  # nothing written
+
+
+def data_dir(path):
+    path.mkdir()
+    return path
+
+
+def test_a_restart_continues_live_jobs_and_fails_one_that_no_longer_fits(tmp_path):
+    from tests.service.conftest import CLUSTER, JOB, serve
+
+    data = tmp_path / "data"
+    served = serve(data)
+    client = served.client(served.key("alice", max_active_jobs=5))
+    long = {**JOB, "rl": {**JOB["rl"], "steps": 5000}}
+    small, large = client.submit(long)["id"], client.submit({**long, "lora_rank": 16})["id"]
+    served.stop()
+    narrower = {**CLUSTER, "service": {**CLUSTER["service"], "max_lora_rank": 8}}
+    served = serve(data, cluster=narrower)
+    try:
+        operator = served.client(served.operator_key)
+        after = {j["id"]: j for j in operator.jobs()}
+        assert after[large]["state"] == "failed" and "max_lora_rank" in after[large]["reason"]
+        assert after[small]["state"] in ("queued", "running")
+        step, deadline = after[small]["step"], time.monotonic() + 60
+        while operator.job(small)["step"] <= step:  # it trains on from where it was
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        operator.cancel(small)
+    finally:
+        served.stop()

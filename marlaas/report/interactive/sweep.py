@@ -66,11 +66,26 @@ def plot_scaling(table: pd.DataFrame) -> go.Figure:
                 row=1,
                 col=j + 1,
             )
-    fig.update_xaxes(title_text="jobs in the run", type="log" if _spread(table) else "linear")
+    fig.update_xaxes(title_text="jobs in the run", **job_axis(table))
     fig.update_yaxes(tickformat=".0%", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(rangemode="tozero")
     fig.update_layout(height=420, legend={"title": {"text": "schedule"}}, **LAYOUT)
     return fig
+
+
+def job_axis(table: pd.DataFrame) -> dict:
+    """The x axis of job counts: logarithmic when they spread (see :func:`_spread`), with a
+    tick labelled in full at every job count of the sweep (Plotly's own log ticks label
+    20 and 50 as "2" and "5")."""
+    if not _spread(table):
+        return {"type": "linear"}
+    jobs = sorted({int(j) for j in table["jobs"]})
+    return {
+        "type": "log",
+        "tickmode": "array",
+        "tickvals": jobs,
+        "ticktext": [str(j) for j in jobs],
+    }
 
 
 def _spread(table: pd.DataFrame) -> bool:
