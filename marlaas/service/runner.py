@@ -75,6 +75,7 @@ class ServiceRunner:
         self._quotas: dict[str, TenantSpec] = {}
         self._failed: dict[str, str] = {}
         self._thread: threading.Thread | None = None
+        self._measure = lambda: None
         self.on_stop = None
         """Called (on the driver's thread) when the driver stops, e.g. to stop the server."""
 
@@ -264,16 +265,18 @@ class ServiceRunner:
                 self.store.set_state(job_id, S.FAILED, failed)
         else:
             self.store.set_state(job_id, S.REFUSED, outcome.reason)
+        self._measure()  # the job's last completion came before its end
 
     def _job_failed(self, name: str, reason: str) -> None:
         log.warning("job %s failed: %s", name, reason)
         self._failed[name] = reason
 
     def _gauges(self, scheduler: Scheduler):
-        """An observer keeping the queue, running and utilization gauges up to date."""
+        """An observer keeping the queue, running and utilization gauges up to date (and
+        ``self._measure``, which updates them when a job ends)."""
         cluster = scheduler.cluster
 
-        def observe(_decision: Decision, _event: WorkDone, _now: float) -> None:
+        def measure() -> None:
             busy: dict[str, list[int]] = {}
             for device in cluster.devices:
                 pool = device.name.split("/", 1)[0]
@@ -285,6 +288,10 @@ class ServiceRunner:
             self.queued = states.count("queued")
             self.running = len(states) - self.queued
 
+        def observe(_decision: Decision, _event: WorkDone, _now: float) -> None:
+            measure()
+
+        self._measure = measure
         return observe
 
 
