@@ -228,14 +228,18 @@ async def run_load(url: str, operator_key: str, tenant_keys: list[str], load: Lo
 
 
 async def cancel_live(recorder: Recorder, taken: list) -> dict[str, int]:
-    """Cancel every job taken that is still live; the jobs' states before, counted."""
+    """Cancel every job taken that is still live; the jobs' states before, counted (every
+    state read before the first cancel: a cancel lets the tenant's next job in)."""
     states: dict[str, int] = {}
+    live = []
     for http, job_id in taken:
         job = await call(http, recorder, "get-final", "GET", f"/v1/jobs/{job_id}")
         state = job.json()["state"] if job is not None else "unknown"
         states[state] = states.get(state, 0) + 1
         if state in ("queued", "running"):
-            await call(http, recorder, "cancel", "POST", f"/v1/jobs/{job_id}/cancel")
+            live.append((http, job_id))
+    for http, job_id in live:
+        await call(http, recorder, "cancel", "POST", f"/v1/jobs/{job_id}/cancel")
     for http in {id(h): h for h, _ in taken}.values():
         await http.aclose()
     return states
