@@ -265,14 +265,15 @@ def _last_event_id(request: Request) -> int:
 
 
 async def _stream(store: S.JobStore, job_id: int, last: int):
-    """The job's events after ``last``, as they come, until it has ended."""
+    """The job's events after ``last``, as they come, until it has ended (its state is read
+    before its events: the event of its end is written with the state, so it is not missed)."""
     while True:
+        job = await run_in_threadpool(store.job, job_id)
         events = await run_in_threadpool(store.events_after, job_id, last)
         for event_id, kind, body in events:
             last = event_id
             yield {"id": str(event_id), "event": kind, "data": json.dumps(body)}
         if not events:
-            job = await run_in_threadpool(store.job, job_id)
             if job is None or job["state"] in S.ENDED:
                 return
             await asyncio.sleep(EVENT_POLL_S)
