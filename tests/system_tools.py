@@ -1,11 +1,12 @@
 """The system programs some tests need, and what a test does where one is missing.
 
 Two are not Python packages: bubblewrap (``bwrap``, the sandbox of the ``python_exec``
-environment, docs/sandbox.md) and Chromium (renders report.html headless). A test that needs
-one is marked ``@needs_bwrap`` or ``@needs_chromium``; where the program is missing (or, for
-bubblewrap, cannot build a sandbox here) the test is skipped, the reason naming the install
-line. With ``MARLAAS_REQUIRE_SYSTEM_TOOLS=1`` (CI, which installs both: .ci/run) it fails
-instead, so that a CI run cannot pass without them. tests/conftest.py applies the marks.
+environment, docs/sandbox.md) and Chromium (renders report.html and the service's dashboard
+headless). A test that needs one is marked ``@needs_bwrap`` or ``@needs_chromium``; where the
+program is missing (or, for bubblewrap, cannot build a sandbox here) the test is skipped, the
+reason naming the install line. With ``MARLAAS_REQUIRE_SYSTEM_TOOLS=1`` (CI, which installs
+both: .ci/run) it fails instead, so that a CI run cannot pass without them. tests/conftest.py
+applies the marks.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ class SystemTool:
 
 TOOLS = {
     "bwrap": SystemTool("bubblewrap", "the python_exec code sandbox", bwrap_unusable),
-    "chromium": SystemTool("chromium", "renders report.html headless", chromium_unusable),
+    "chromium": SystemTool("chromium", "renders report.html, the dashboard", chromium_unusable),
 }
 
 needs_bwrap = pytest.mark.needs_tool("bwrap")

@@ -1,24 +1,18 @@
 """Headless Chromium for the dashboard's tests: the page's DOM after its scripts ran, a
 screenshot, and a small tree of the dumped DOM to query (stdlib html.parser).
 
-Debian's ``chromium`` package; without it the tests that need it skip, saying how to get it.
+A test that runs Chromium is marked ``@needs_chromium`` (tests/system_tools.py: skipped
+without Debian's ``chromium``, with the install line; failed instead in CI).
 """
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 
-import pytest
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-needs_chromium = pytest.mark.skipif(
-    CHROMIUM is None, reason="needs Debian's chromium: apt-get install -y chromium"
-)
-"""Skip a test where no Chromium is installed."""
+from tests.system_tools import chromium
 
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -32,7 +26,7 @@ VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "met
 
 def _chromium(profile: Path, *args: str) -> subprocess.CompletedProcess:
     flags = [*FLAGS, f"--user-data-dir={profile}", f"--virtual-time-budget={VIRTUAL_TIME_MS}"]
-    return subprocess.run([CHROMIUM, *flags, *args], capture_output=True, text=True,
+    return subprocess.run([chromium(), *flags, *args], capture_output=True, text=True,
                           timeout=120, check=True)  # fmt: skip
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.service.browser import Element, dump_dom, needs_chromium, parse, screenshot
+from tests.service.browser import Element, dump_dom, parse, screenshot
 from tests.service.conftest import JOB, serve
+from tests.system_tools import needs_chromium
 
 pytestmark = needs_chromium
 
