@@ -155,6 +155,8 @@ def _loop(
             continue
         finished = executor.wait(None if due is None else (due if due > now else now))
         if finished is None:
+            if inbox.stopped:  # woken by stop(): the run ends, its work left in flight
+                break
             if due is None and inbox.closed:
                 raise RunError(f"the executor reported nothing while {scheduler.running} ran")
             clock = executor.now()
