@@ -80,6 +80,8 @@ class Recorder:
 
     kinds: dict[str, Kind] = field(default_factory=dict)
     samples: list[str] = field(default_factory=list)
+    last_used: dict[int, float] = field(default_factory=dict)
+    """Per client (its id), when its latest request ended (perf_counter) [s]."""
 
     @property
     def failures(self) -> int:
@@ -127,11 +129,14 @@ async def call(http: httpx.AsyncClient, recorder: Recorder, kind: str, method: s
     """One timed request; its response when answered as expected, else None (a failure,
     recorded)."""
     started = time.perf_counter()
+    idle = started - recorder.last_used.get(id(http), started)
     try:
         response = await http.request(method, path, **kwargs)
-    except httpx.HTTPError as err:
-        recorder.fail(kind, f"{type(err).__name__}: {err}")
+    except httpx.HTTPError as err:  # idle near 5 s: the server's keep-alive (uvicorn's) ended
+        recorder.fail(kind, f"{type(err).__name__} {err} (the client idle {idle:.2f} s before)")
         return None
+    finally:
+        recorder.last_used[id(http)] = time.perf_counter()
     latency_ms = (time.perf_counter() - started) * 1000
     status = response.status_code
     if 200 <= status < 300 or status in EXPECTED.get(kind, ()):
