@@ -28,6 +28,9 @@ FETCH_HELP = "download a job's adapter (a PEFT folder)"
 
 SERVICE_STACK = ("fastapi", "uvicorn", "sqlalchemy", "alembic", "httpx", "sse_starlette",
                  "prometheus_client")  # fmt: skip
+KEEP_ALIVE_S = 30
+"""How long the server keeps an idle connection [s]: well above a client's own expiry (httpx:
+5 s), so that a client never reuses a connection the server is closing."""
 CONFIG_FILE = "config.json"
 """The cluster file the service last ran with, in the data folder (for ``traffic``)."""
 BASE_MODEL_FILE = "base_model.json"
@@ -94,9 +97,10 @@ def _serve(args: argparse.Namespace) -> int:
               flush=True)  # fmt: skip
         runner.start()
         app = create_app(runner, data)
-        server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port,
-                                               log_level=args.log_level, lifespan="off",
-                                               access_log=args.log_level == "debug"))  # fmt: skip
+        server = uvicorn.Server(uvicorn.Config(
+            app, host=args.host, port=args.port, log_level=args.log_level, lifespan="off",
+            access_log=args.log_level == "debug", timeout_keep_alive=KEEP_ALIVE_S,
+        ))  # fmt: skip
         runner.on_stop = lambda: setattr(server, "should_exit", True)
         args.interrupt_hint = (
             "the service stopped; its jobs continue from their last durable step when it "

@@ -27,6 +27,7 @@ from marlaas.drive.inbox import Cancel, Inbox, SetQuota, Submit
 from marlaas.executors.journal_observer import JournalObserver
 from marlaas.service import store as S
 from marlaas.service.config import ServiceConfig
+from marlaas.service.gauges import Gauges
 from marlaas.service.journal import StoreJournal
 from marlaas.service.requests import JobRequestError, check_envelope
 
@@ -66,16 +67,12 @@ class ServiceRunner:
         """Set once the executor is built and the store's live jobs are submitted again."""
         self.error: BaseException | None = None
         """What stopped the driver, if it stopped on its own."""
-        self.utilization: dict[str, float] = {}
-        """Per pool, the fraction of its devices busy after the latest completion."""
-        self.queued = self.running = 0
-        """Jobs waiting for admission, and admitted (after the latest completion)."""
+        self._gauges: Gauges | None = None
         self._offset = 0.0
         self._executor = None
         self._quotas: dict[str, TenantSpec] = {}
         self._failed: dict[str, str] = {}
         self._thread: threading.Thread | None = None
-        self._measure = lambda: None
         self.on_stop = None
         """Called (on the driver's thread) when the driver stops, e.g. to stop the server."""
 
@@ -133,6 +130,21 @@ class ServiceRunner:
         return True
 
     @property
+    def utilization(self) -> dict[str, float]:
+        """Per pool, the fraction of its devices busy over the last minute."""
+        return {} if self._gauges is None else self._gauges.utilization
+
+    @property
+    def queued(self) -> int:
+        """Jobs waiting for admission."""
+        return 0 if self._gauges is None else self._gauges.queued
+
+    @property
+    def running(self) -> int:
+        """Jobs admitted and not ended."""
+        return 0 if self._gauges is None else self._gauges.running
+
+    @property
     def lag_s(self) -> float:
         """How late the simulator reported its latest completion [simulated s] (0 for a
         real executor): --simulate at a speed this machine cannot keep up with."""
@@ -180,13 +192,15 @@ class ServiceRunner:
             journal = StoreJournal(self.store, part, self._offset)
             keeper = JournalObserver(scheduler, executor, journal)
             watching = _Admissions(executor, self.store)
+            self._gauges = Gauges(scheduler).start()
             self.ready.set()
             try:
                 drive(
-                    scheduler, watching, self.inbox, observers=[keeper, self._gauges(scheduler)],
+                    scheduler, watching, self.inbox, observers=[keeper, self._count_jobs],
                     on_ended=self._ended, on_job_failed=self._job_failed, check=False,
                 )  # fmt: skip
             finally:
+                self._gauges.stop()
                 journal.close()
 
     def _open_executor(self, scheduler: Scheduler):
@@ -265,34 +279,17 @@ class ServiceRunner:
                 self.store.set_state(job_id, S.FAILED, failed)
         else:
             self.store.set_state(job_id, S.REFUSED, outcome.reason)
-        self._measure()  # the job's last completion came before its end
+        if self._gauges is not None:
+            self._gauges.count_jobs()  # the job's last completion came before its end
 
     def _job_failed(self, name: str, reason: str) -> None:
         log.warning("job %s failed: %s", name, reason)
         self._failed[name] = reason
 
-    def _gauges(self, scheduler: Scheduler):
-        """An observer keeping the queue, running and utilization gauges up to date (and
-        ``self._measure``, which updates them when a job ends)."""
-        cluster = scheduler.cluster
-
-        def measure() -> None:
-            busy: dict[str, list[int]] = {}
-            for device in cluster.devices:
-                pool = device.name.split("/", 1)[0]
-                counts = busy.setdefault(pool, [0, 0])
-                counts[0] += device.compute > 0
-                counts[1] += 1
-            self.utilization = {pool: b / n for pool, (b, n) in busy.items()}
-            states = [scheduler.status(job.name) for job in scheduler.jobs.values()]
-            self.queued = states.count("queued")
-            self.running = len(states) - self.queued
-
-        def observe(_decision: Decision, _event: WorkDone, _now: float) -> None:
-            measure()
-
-        self._measure = measure
-        return observe
+    def _count_jobs(self, _decision: Decision, _event: WorkDone, _now: float) -> None:
+        """An observer: the gauges count the jobs after every completion."""
+        if self._gauges is not None:
+            self._gauges.count_jobs()
 
 
 class _Admissions:

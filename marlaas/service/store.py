@@ -279,7 +279,12 @@ class JobStore:
 
     # ----------------------------------------------------------------------------- helpers
     def _event(self, session, job_id: int, kind: str, body: dict) -> None:
+        """Add a job event. The job's row is locked first (PostgreSQL; SQLite serialises
+        every write): two transactions adding events to one job then commit in the order of
+        their ids, so a stream that has sent id n never later finds an n - 1 committed."""
+        session.execute(select(Job.id).where(Job.id == job_id).with_for_update())
         session.add(JobEvent(job_id=job_id, kind=kind, body=_dumps(body), at=time.time()))
+        session.flush()
 
     def _add_records(self, session, records: Iterable[dict], part: int) -> None:
         session.add_all(WorkRow(part=part, body=_dumps(_plain(r))) for r in records)

@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("sqlalchemy")
 
+from marlaas.service.cli import KEEP_ALIVE_S
 from marlaas.service.config import ServiceConfig
 from tests.service.postgres import PostgresServer
 
@@ -129,8 +130,9 @@ def serve(data: Path, db_url: str | None = None, cluster: dict | None = None,
     runner.start(30)
     app = create_app(runner, data)
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error",
-                                           lifespan="off"))  # fmt: skip
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error",
+                            lifespan="off", timeout_keep_alive=KEEP_ALIVE_S)  # fmt: skip
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import httpx
 import pytest
@@ -186,9 +187,17 @@ def test_events_stream_steps_and_states_and_resume_after_last_event_id(service):
 def test_health_cluster_and_metrics(service):
     assert httpx.get(f"{service.url}/v1/health").json()["status"] == "ok"
     client = service.client(service.key("alice"))
-    client.wait(client.submit(JOB)["id"], 0.1, 60)
+    job = client.submit({**JOB, "rl": {**JOB["rl"], "steps": 5000}})["id"]
+    deadline = time.monotonic() + 60
+    while not client.cluster()["utilization"].get("rollout"):  # sampled as it runs
+        assert time.monotonic() < deadline, client.cluster()
+        time.sleep(0.1)
     cluster = client.cluster()
-    assert set(cluster["utilization"]) == {"rollout", "train"}
+    assert set(cluster["utilization"]) == {"rollout", "train"} and cluster["running"] == 1
+    assert 0 < cluster["utilization"]["rollout"] <= 1
+    client.cancel(job)
+    client.wait(job, 0.1, 60)
+    assert client.cluster()["running"] == 0
     text = httpx.get(f"{service.url}/metrics").text
     for series in ("marlaas_jobs_queued", "marlaas_jobs_running", "marlaas_pool_utilization",
                    "marlaas_request_seconds_bucket"):  # fmt: skip

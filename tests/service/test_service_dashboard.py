@@ -4,6 +4,8 @@ its own jobs only, a wrong key the login form and an error, no jobs."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.service.browser import Element, dump_dom, parse, screenshot
@@ -79,8 +81,13 @@ def test_the_operator_sees_every_tenants_jobs_and_the_cluster(served, tmp_path):
     assert_rows_are(dom, jobs)
     assert {job["tenant"] for job in jobs.values()} == {"alice", "bob"}
     assert sorted(job["state"] for job in jobs.values()) == ["cancelled", "done", "done"]
-    assert cards(dom) == {"jobs running": "0", "jobs queued": "0", "rollout busy": "0%",
-                          "train busy": "0%"}  # fmt: skip
+    shown = cards(dom)
+    assert set(shown) == {"jobs running", "jobs queued", "rollout busy (1 min)",
+                          "train busy (1 min)", "simulation behind"}  # fmt: skip
+    assert shown["jobs running"] == "0" == shown["jobs queued"]
+    for pool in ("rollout", "train"):  # the mean over the last minute, which saw work
+        assert re.fullmatch(r"\d{1,3}%", shown[f"{pool} busy (1 min)"])
+    assert re.fullmatch(r"\d+\.\d s", shown["simulation behind"])
     assert dom.by_id("subtitle").text == "svc-test · policy fair · simulated"
     assert "hidden" in dom.by_id("login").attrs and "hidden" not in dom.by_id("jobs").attrs
     assert dom.by_id("error").text == ""

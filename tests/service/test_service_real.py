@@ -127,6 +127,20 @@ def wait_until(condition, timeout_s: float = RUN_TIMEOUT_S, poll_s: float = 0.1)
         time.sleep(poll_s)
 
 
+def adapter_drift(mine: Path, reference: Path, start: Path) -> float:
+    """How far ``mine`` is from ``reference``, relative to how far training moved the
+    reference from ``start`` (norms over every LoRA tensor). Batches composed otherwise after
+    a kill move log-probs by float noise, which Adam's normalised steps can turn into a
+    whole step for a weight whose gradient is nearly 0: an elementwise bound is fragile."""
+    from safetensors.torch import load_file
+
+    ours, theirs, first = (load_file(str(p / "adapter_model.safetensors"))
+                           for p in (mine, reference, start))  # fmt: skip
+    apart = sum(float((ours[k] - theirs[k]).pow(2).sum()) for k in theirs) ** 0.5
+    moved = sum(float((theirs[k] - first[k]).pow(2).sum()) for k in theirs) ** 0.5
+    return apart / moved
+
+
 def durable_steps(data: Path) -> int:
     """Durable steps of every job in the service's store (read with the service down)."""
     from marlaas.service.db import database_url
@@ -211,7 +225,7 @@ def test_two_tenants_learn_fetch_their_adapters_and_never_reach_each_other(refer
 
 @pytest.mark.slow
 def test_kill_9_and_a_restart_continue_every_job_with_nothing_lost_or_twice(reference, setup):
-    from safetensors.torch import load_file
+    import torch
 
     root, _, cluster = setup
     ref_service, _, (ref_a, ref_b), ref_jobs = reference
@@ -255,11 +269,14 @@ def test_kill_9_and_a_restart_continue_every_job_with_nothing_lost_or_twice(refe
         assert trained == list(range(STEPS))  # every step's row once
         ours, theirs = jobs[job_id]["rewards"], ref_jobs[job_id]["rewards"]
         assert max(abs(x - y) for x, y in zip(ours, theirs, strict=True)) < 1e-4, (ours, theirs)
-        final = f"j{job_id}/v{STEPS}/adapter_model.safetensors"
-        mine, reference_weights = (load_file(str(d / "adapters" / final))
-                                   for d in (data, ref_service.data))  # fmt: skip
-        for key, value in mine.items():  # a lost optimizer state differs by ~lr = 2e-2
-            assert (value - reference_weights[key]).abs().max() < 1e-3, key
+        final = data / "adapters" / f"j{job_id}" / f"v{STEPS}"
+        adam = torch.load(final / "optimizer.pt", weights_only=True)["state"]
+        # Adam's step count went on through the kill: the saved state was taken up again
+        # (a state lost at the restart from step k would count STEPS - k)
+        assert {float(p["step"]) for p in adam.values()} == {float(STEPS)}
+        drift = adapter_drift(final, ref_service.data / "adapters" / f"j{job_id}" / f"v{STEPS}",
+                              data / "adapters" / f"j{job_id}" / "v0")  # fmt: skip
+        assert drift < 0.05, drift  # float noise of batches composed otherwise after the kill
     ends = [r["end_s"] for r in records]
     assert max(ends) > 0
     step_events = [e.data["step"] for e in seen if e.kind == "step"]
