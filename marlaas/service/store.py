@@ -195,6 +195,7 @@ class JobStore:
     def set_state(self, job_id: int, state: str, reason: str = "") -> None:
         """Job ``job_id`` is now ``state`` (an ended state is final)."""
         with self._session.begin() as session:
+            self._lock(session, job_id)
             job = session.get(Job, job_id)
             if job is None or job.state in ENDED or job.state == state:
                 return
@@ -207,6 +208,7 @@ class JobStore:
         """A step of job ``job_id`` is durable: its reward point and the event-log rows so far,
         in one transaction (the trainer saved its adapter and optimizer state before)."""
         with self._session.begin() as session:
+            self._lock(session, job_id)
             self._add_records(session, records, part)
             step = int(point["step"])
             staleness = int(point.get("staleness") or 0)
@@ -278,11 +280,19 @@ class JobStore:
             return part, offset
 
     # ----------------------------------------------------------------------------- helpers
+    def _lock(self, session, job_id: int) -> None:
+        """Lock job ``job_id``'s row for this transaction (PostgreSQL's FOR NO KEY UPDATE, as
+        an UPDATE of it takes; SQLite serialises every write). Every transaction that adds a
+        job's event takes it before its other writes: they then commit in the order of their
+        events' ids, so a stream that has sent id n never later finds an n - 1. It does not
+        conflict with the key-share lock a row referring to the job takes, so two writers of
+        one job wait for each other and never deadlock."""
+        no_key_update = select(Job.id).where(Job.id == job_id).with_for_update(key_share=True)
+        session.execute(no_key_update)
+
     def _event(self, session, job_id: int, kind: str, body: dict) -> None:
-        """Add a job event. The job's row is locked first (PostgreSQL; SQLite serialises
-        every write): two transactions adding events to one job then commit in the order of
-        their ids, so a stream that has sent id n never later finds an n - 1 committed."""
-        session.execute(select(Job.id).where(Job.id == job_id).with_for_update())
+        """Add a job event (after :meth:`_lock`)."""
+        self._lock(session, job_id)
         session.add(JobEvent(job_id=job_id, kind=kind, body=_dumps(body), at=time.time()))
         session.flush()
 
