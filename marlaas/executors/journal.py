@@ -94,13 +94,13 @@ class Journal:
     def records(self, records: list[WorkRecord]) -> None:
         """Append work records (part-local times; shifted here)."""
         for record in records:
-            self._write({"record": _plain(self._absolute(record)._asdict())})
+            self._write({"record": json_values(self._absolute(record)._asdict())})
 
     def step(self, point: RewardPoint, wall_s: float, batches: int, failures: int) -> None:
         """Mark a step durable (its point's time is part-local; shifted here) and fsync."""
         shifted = asdict(point) | {"time_s": point.time_s + self.offset_s}
         counters = {"wall_s": wall_s, "batches": batches, "failures": failures}
-        self._write({"step": _plain(shifted), "counters": counters}, sync=True)
+        self._write({"step": json_values(shifted), "counters": counters}, sync=True)
         if self.on_durable is not None:
             self.on_durable()
 
@@ -168,7 +168,7 @@ def _add(out: Journaled, line: dict) -> None:
         out.counters[part] = line.get("counters", {})
 
 
-def _plain(values: dict) -> dict:
+def json_values(values: dict) -> dict:
     """NaN (a reward of work without one) as null: JSON has no NaN."""
     return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in values.items()}
 

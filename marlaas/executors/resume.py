@@ -41,17 +41,26 @@ def check_resumable(
     for job in workload.jobs:
         name = job.name
         done = (store.latest(name) or 0) if durable is None else durable.get(name, 0)
-        for newer in store.versions(name):
-            if newer > done:
-                shutil.rmtree(store.path(name, newer))
-        offset = min(done, job.rl.steps)
-        if offset and durable is not None and not store.has_optimizer(name, done):
-            raise ResumeError(
-                f"{name}: version {done} in {store.root} has no optimizer state; the run "
-                "cannot be continued exactly (train it again into a new --out folder)"
-            )
-        offsets[name] = offset
+        offsets[name] = min(done, job.rl.steps)
+        lost = drop_undurable(store, name, done, check_optimizer=durable is not None)
+        if lost:
+            raise ResumeError(f"{lost} (train it again into a new --out folder)")
     return offsets
+
+
+def drop_undurable(store: AdapterStore, job: str, done: int, check_optimizer: bool = True) -> str:
+    """Remove ``job``'s versions past ``done`` (its last durable one: they were saved by a
+    step that never became durable); the reason it cannot go on exactly when version ``done``
+    lacks its optimizer state (checked with ``check_optimizer``), else empty."""
+    for newer in store.versions(job):
+        if newer > done:
+            shutil.rmtree(store.path(job, newer))
+    if done and check_optimizer and not store.has_optimizer(job, done):
+        return (
+            f"{job}: version {done} in {store.root} has no optimizer state; the run cannot be "
+            "continued exactly"
+        )
+    return ""
 
 
 def base_model_identity(name: str, model_dir: Path | None = None) -> dict:

@@ -4,11 +4,11 @@ writes them in the step's transaction: a step counts with every row before it.""
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict
 
 from marlaas.core.records import WorkRecord
 from marlaas.executors.episode_runner import RewardPoint
+from marlaas.executors.journal import json_values
 from marlaas.service.store import JobStore
 
 FLUSH_ROWS = 5000
@@ -36,8 +36,7 @@ class StoreJournal:
 
     def step(self, point: RewardPoint, wall_s: float, batches: int, failures: int) -> None:
         """A step is durable: its point (time shifted) with the rows so far, in one commit."""
-        body = {k: None if isinstance(v, float) and not math.isfinite(v) else v
-                for k, v in asdict(point).items()}  # fmt: skip
+        body = json_values(asdict(point))
         body["time_s"] = point.time_s + self.offset_s
         rows, self._rows = self._rows, []
         self.store.step_done(int(point.job[1:]), body, rows, self.part)

@@ -14,7 +14,6 @@ core does, as in a batch run.
 from __future__ import annotations
 
 import logging
-import shutil
 import threading
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from marlaas.core.workload import JobSpec, TenantSpec
 from marlaas.drive import drive
 from marlaas.drive.inbox import Cancel, Inbox, SetQuota, Submit
 from marlaas.executors.journal_observer import JournalObserver
+from marlaas.executors.resume import drop_undurable
 from marlaas.service import store as S
 from marlaas.service.config import ServiceConfig
 from marlaas.service.gauges import Gauges
@@ -255,14 +255,10 @@ class ServiceRunner:
             except JobRequestError as err:
                 self.store.set_state(job_id, S.FAILED, f"it no longer fits this service: {err}")
                 continue
-            if store is not None:
-                for newer in store.versions(name):
-                    if newer > durable:  # saved by a step that never became durable
-                        shutil.rmtree(store.path(name, newer))
-                if durable and not store.has_optimizer(name, durable):
-                    lost = f"version {durable} lost its optimizer state: cannot continue exactly"
-                    self.store.set_state(job_id, S.FAILED, lost)
-                    continue
+            lost = "" if store is None else drop_undurable(store, name, durable)
+            if lost:
+                self.store.set_state(job_id, S.FAILED, lost)
+                continue
             core = spec.model_copy(update={"name": name})
             self.inbox.put(Submit(core, durable, index=job_id))
             log.info("job %s continues from step %d", name, durable)

@@ -12,7 +12,6 @@ rows are all in place (:meth:`JobStore.step_done`, one transaction after the tra
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 from sqlalchemy import func, select, update
 
 from marlaas.core.workload import JobSpec, TenantSpec
+from marlaas.executors.journal import json_values
 from marlaas.service import keys
 from marlaas.service.db import Job, JobEvent, Part, Step, Tenant, WorkRow, open_database
 
@@ -52,17 +52,7 @@ def core_name(job_id: int) -> str:
 
 
 def _dumps(value) -> str:
-    return json.dumps(value, allow_nan=False, default=_finite)
-
-
-def _finite(value):
-    raise TypeError(f"not JSON: {value!r}")
-
-
-def _plain(values: dict) -> dict:
-    """NaN as null (JSON has no NaN)."""
-    return {k: None if isinstance(v, float) and not math.isfinite(v) else v
-            for k, v in values.items()}  # fmt: skip
+    return json.dumps(value, allow_nan=False)
 
 
 class JobStore:
@@ -297,7 +287,7 @@ class JobStore:
         session.flush()
 
     def _add_records(self, session, records: Iterable[dict], part: int) -> None:
-        session.add_all(WorkRow(part=part, body=_dumps(_plain(r))) for r in records)
+        session.add_all(WorkRow(part=part, body=_dumps(json_values(r))) for r in records)
 
     def _rewards(self, session, job_ids: list[int]) -> dict[int, list[float | None]]:
         if not job_ids:
