@@ -79,6 +79,10 @@ class Engine:
             self.seqs + seqs <= self.spec.max_seqs and self.tokens + tokens <= self.spec.kv_tokens
         )
 
+    def holds(self, job: str) -> bool:
+        """Whether some version of job ``job``'s adapter is resident (or loading) here."""
+        return any(key[0] == job for key in self.resident)
+
     def can_host(self, adapter: AdapterKey) -> bool:
         """Whether the adapter is resident, or a slot is free or can be freed."""
         if adapter in self.resident:

@@ -41,6 +41,11 @@ class _Dist(BaseModel):
         """The distribution's mean (used for estimates, e.g. by srtf)."""
         raise NotImplementedError
 
+    def quantile(self, q: float) -> float:
+        """The value below which a fraction ``q`` (0 to 1) of draws fall (used for estimates
+        of the longest of many draws: the quantile at 1 - 1/(n + 1))."""
+        raise NotImplementedError
+
 
 class Constant(_Dist):
     """Always the same value."""
@@ -52,6 +57,9 @@ class Constant(_Dist):
         return np.full(n, self.value)
 
     def mean(self) -> float:
+        return self.value
+
+    def quantile(self, q: float) -> float:
         return self.value
 
 
@@ -71,6 +79,9 @@ class LogNormal(_Dist):
 
     def mean(self) -> float:
         return float(self.median * np.exp(self.sigma**2 / 2))
+
+    def quantile(self, q: float) -> float:
+        return float(self.median * np.exp(self.sigma * _normal_quantile(q)))
 
 
 class Uniform(_Dist):
@@ -92,6 +103,9 @@ class Uniform(_Dist):
     def mean(self) -> float:
         return (self.low + self.high) / 2
 
+    def quantile(self, q: float) -> float:
+        return self.low + (self.high - self.low) * min(max(q, 0.0), 1.0)
+
 
 class Empirical(_Dist):
     """Resample from observed values."""
@@ -104,6 +118,9 @@ class Empirical(_Dist):
 
     def mean(self) -> float:
         return float(np.mean(self.values))
+
+    def quantile(self, q: float) -> float:
+        return float(np.quantile(self.values, min(max(q, 0.0), 1.0)))
 
 
 class Trace(_Dist):
@@ -132,6 +149,34 @@ class Trace(_Dist):
 
     def mean(self) -> float:
         return float(np.mean(self.values))
+
+    def quantile(self, q: float) -> float:
+        return float(np.quantile(self.values, min(max(q, 0.0), 1.0)))
+
+
+def _normal_quantile(q: float) -> float:
+    """The standard normal's quantile at ``q`` (Acklam's rational approximation, relative
+    error below 1.2e-9; ``q`` is clamped to [1e-12, 1 - 1e-12])."""
+    q = min(max(q, 1e-12), 1 - 1e-12)
+    a = (-39.69683028665376, 220.9460984245205, -275.9285104469687, 138.3577518672690,
+         -30.66479806614716, 2.506628277459239)  # fmt: skip
+    b = (-54.47609879822406, 161.5858368580409, -155.6989798598866, 66.80131188771972,
+         -13.28068155288572)  # fmt: skip
+    c = (-0.007784894002430293, -0.3223964580411365, -2.400758277161838, -2.549732539343734,
+         4.374664141464968, 2.938163982698783)  # fmt: skip
+    d = (0.007784695709041462, 0.3224671290700398, 2.445134137142996, 3.754408661907416)
+    if q < 0.02425 or q > 1 - 0.02425:
+        t = np.sqrt(-2 * np.log(q if q < 0.5 else 1 - q))
+        x = (((((c[0] * t + c[1]) * t + c[2]) * t + c[3]) * t + c[4]) * t + c[5]) / (
+            (((d[0] * t + d[1]) * t + d[2]) * t + d[3]) * t + 1
+        )
+        return float(x if q < 0.5 else -x)
+    r = q - 0.5
+    t = r * r
+    return float(
+        (((((a[0] * t + a[1]) * t + a[2]) * t + a[3]) * t + a[4]) * t + a[5]) * r
+        / (((((b[0] * t + b[1]) * t + b[2]) * t + b[3]) * t + b[4]) * t + 1)
+    )
 
 
 def largest(dist: _Dist) -> float:

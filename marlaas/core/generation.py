@@ -80,6 +80,8 @@ class Generation:
         """A round was skipped while jobs were ready: try them all next time."""
         self._dropped: set[int] = set()
         """Jobs whose group fits nowhere in this round (emptied at its end)."""
+        self._ranked = policy.ranks_engines
+        """The policy ranks engines (engine_key): groups are placed by _choose_ranked."""
 
     def add_job(self, job: JobState) -> None:
         """A job was admitted: count its group's least room in."""
@@ -156,7 +158,8 @@ class Generation:
         if not candidates:
             return
         dropped, indexed, keys, needs = self._dropped, self._needs.indexed, self._key, self._need
-        choose, pop, push = self._choose, heapq.heappop, heapq.heappush
+        choose = self._choose_ranked if self._ranked else self._choose
+        pop, push = heapq.heappop, heapq.heappush
         while candidates:
             key, index, source = pop(candidates)
             if key == keys.get(index) and index in indexed and index not in dropped:
@@ -282,6 +285,35 @@ class Generation:
             return engines[best]
         found = free.best(seqs, tokens, hosts)
         return None if found is None else engines[found]
+
+    def _choose_ranked(self, seqs: int, tokens: int, adapter: AdapterKey) -> Engine | None:
+        """The engine to place a group on when the policy ranks engines: the candidates are
+        the engines that hold the adapter, those that hold another of the job's versions
+        (its home) and the open engine the mechanism would pick; among those where the group
+        fits now, the ones that need no load first, then the policy's lowest engine_key
+        (None: not there). None when no candidate fits or the policy takes none."""
+        engines, hosts, free = self._engines, self._hosts, self._free
+        name, version = adapter
+        job = self._by_name[name]
+        holding = hosts.get(adapter, set())
+        homes: set[int] = set()
+        for held in range(max(job.start_version, version - 3), job.published + 1):
+            homes.update(hosts.get((name, held), ()))
+        found = free.best(seqs, tokens, holding)
+        if found is not None:
+            homes.add(found)
+        policy, best, best_key = self.policy, None, None
+        for index in sorted(homes):
+            engine = engines[index]
+            if not engine.fits(seqs, tokens) or not engine.can_host(adapter):
+                continue
+            rank = policy.engine_key(job, engine)
+            if rank is None:
+                continue
+            key = (index not in holding, rank)
+            if best_key is None or key < best_key:
+                best, best_key = engine, key
+        return best
 
     def _place(self, job: JobState, engine: Engine, now: float, out: list) -> None:
         rl, ledger = job.spec.rl, self.ledger

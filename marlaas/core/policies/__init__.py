@@ -1,7 +1,17 @@
 """Scheduling policies, one file each, registered by name."""
 
-from marlaas.core.policies import fair, fifo, priority, round_robin, srtf
+from marlaas.core.policies import (
+    affinity,
+    fair,
+    fifo,
+    priority,
+    remaining_time,
+    round_robin,
+    srtf,
+    themis,
+)
 from marlaas.core.policies.base import (
+    EngineView,
     JobView,
     Policy,
     UnknownPolicyError,
@@ -11,9 +21,11 @@ from marlaas.core.policies.base import (
 )
 
 __all__ = [
+    "EngineView",
     "JobView",
     "Policy",
     "UnknownPolicyError",
+    "affinity",
     "fair",
     "fifo",
     "get_policy",
@@ -21,5 +33,7 @@ __all__ = [
     "priority",
     "register",
     "round_robin",
+    "remaining_time",
     "srtf",
+    "themis",
 ]
