@@ -37,6 +37,7 @@ USER_ERRORS = (
     ("marlaas.eventlog", "EventLogError"),
     ("marlaas.drive.loop", "RunError"),
     ("marlaas.envs.registry", "EnvLoadError"),
+    ("marlaas.policy_path", "PolicyLoadError"),
     ("marlaas.envs.sandbox_runtime", "SandboxUnavailable"),
     ("marlaas.executors.adapter_store", "AdapterError"),
     ("marlaas.executors.backends", "BackendError"),
@@ -117,11 +118,14 @@ def _policies(_args: argparse.Namespace) -> int:
     from marlaas.core.policies import get_policy, policy_names
     from marlaas.core.scheduling import PRESETS
 
-    print("policies (--policy NAME): the order jobs are served in")
+    print("policies (--policy NAME, or your own: --policy pkg.module:Class): the order jobs "
+          "are served in, and for some the engines their groups go to")  # fmt: skip
     for name in policy_names():
         policy = get_policy(name)
-        doc = (type(policy).__doc__ or "").strip().splitlines()[0]
-        print(f"  {name:12s} {doc}")
+        idea = policy.idea or (type(policy).__doc__ or "").strip().splitlines()[0]
+        print(f"  {name:15s} {idea}")
+        if policy.source:
+            print(f"  {'':15s}   source: {policy.source}")
     print("presets (--preset NAME): mechanism settings of a baseline, with any policy")
     for name, settings in PRESETS.items():
         print(f"  {name:12s} {', '.join(f'{k}={v}' for k, v in settings.items())}")

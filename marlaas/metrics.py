@@ -289,6 +289,18 @@ def train_ops(df: pd.DataFrame) -> pd.DataFrame:
     return ops
 
 
+def loads_per_group(df: pd.DataFrame) -> float | None:
+    """Adapter loads on inference engines per rollout group turn generated (None: nothing
+    generated): how often placement had to load an adapter before it could generate. Every
+    adapter_load row that is not a trainer's swap-in (see :func:`adapter_loads`) is an
+    engine's load."""
+    generated = int((df["kind"] == "generate").sum())
+    if not generated:
+        return None
+    _, swap_in = _loads(df)
+    return float(np.count_nonzero(~swap_in)) / generated
+
+
 def adapter_loads(df: pd.DataFrame) -> int:
     """Number of adapter loads: each engine's load counts once, and so does a trainer's swap-in
     of a job although it has one row per device of the trainer.
@@ -297,10 +309,19 @@ def adapter_loads(df: pd.DataFrame) -> int:
     starts when the load ends. Rows of one (job, version, start, end) that are all followed so
     count as one load; every other adapter_load row counts as one.
     """
+    loads, swap_in = _loads(df)
+    if loads.empty:
+        return 0
+    n_swaps = loads[swap_in].drop_duplicates(["job", "version", "start_s", "end_s"]).shape[0]
+    return int(n_swaps + np.count_nonzero(~swap_in))
+
+
+def _loads(df: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """The adapter_load rows, and which of them are a trainer's swap-in (see adapter_loads)."""
     cols = ["job", "device", "version", "start_s", "end_s"]
     loads = df.loc[df["kind"] == "adapter_load", cols].astype({"job": object, "device": object})
     if loads.empty:
-        return 0
+        return loads, np.zeros(0, dtype=bool)
     train = df.loc[df["kind"] == "train", ["job", "device", "start_s"]].astype(
         {"job": object, "device": object}
     )
@@ -308,9 +329,7 @@ def adapter_loads(df: pd.DataFrame) -> int:
     probe = pd.MultiIndex.from_arrays([loads["job"], loads["device"], loads["end_s"]])
     followed = pd.Series(probe.isin(starts), index=loads.index)
     key = [loads["job"], loads["version"], loads["start_s"], loads["end_s"]]
-    swap_in = followed.groupby(key).transform("all").to_numpy()
-    n_swaps = loads[swap_in].drop_duplicates(["job", "version", "start_s", "end_s"]).shape[0]
-    return int(n_swaps + np.count_nonzero(~swap_in))
+    return loads, followed.groupby(key).transform("all").to_numpy()
 
 
 def job_table(
@@ -512,7 +531,8 @@ def summarize(
     ``utilization_by_pool``; ``jct_mean_s``, ``jct_p90_s``, ``jct_max_s`` (job completion
     time - arrival [s]); ``idle_by_cause_device_s`` (device-seconds per cause, all pools);
     ``staleness_mean``, ``staleness_max`` [versions]; ``adapter_swaps`` (adapter loads, see
-    :func:`adapter_loads`);
+    :func:`adapter_loads`); ``loads_per_group`` (engine adapter loads per rollout group turn
+    generated, see :func:`loads_per_group`);
     ``fairness`` (see :func:`fairness`); ``n_jobs``, ``n_tenants``, ``n_devices``, ``n_rows``.
     Jobs named in ``unfinished`` (cancelled) have no completion time: they count in none of
     the completion figures.
@@ -534,6 +554,7 @@ def summarize(
         "staleness_mean": _num(st.mean()) if len(st) else None,
         "staleness_max": int(st.max()) if len(st) else None,
         "adapter_swaps": adapter_loads(df),
+        "loads_per_group": loads_per_group(df),
         "fairness": {k: (None if v is None else _num(v)) for k, v in fair.items()},
         "n_jobs": len(jobs),
         "n_tenants": int(jobs["tenant"].nunique()),

@@ -47,11 +47,14 @@ def load_run_workload(args: argparse.Namespace):
     """The workload of a ``simulate``/``train`` command: the file, ``--preset`` and ``--set``
     applied, and the policy (``--policy``, else the file's) checked."""
     from marlaas.core.policies import get_policy
+    from marlaas.policy_path import load_policy
     from marlaas.workload_file import load_workload, parse_overrides
 
     overrides = parse_overrides(args.set)
     if args.preset is not None:
         overrides["scheduling.preset"] = args.preset
+    if args.policy:
+        load_policy(args.policy)
     workload = load_workload(args.workload, overrides)
     get_policy(args.policy or workload.policy)
     return workload
@@ -68,8 +71,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     from marlaas.core.policies import policy_names
     from marlaas.core.scheduling import PRESETS
 
-    parser.add_argument("--policy", help=f"ordering: {', '.join(policy_names())} "
-                        "(default: the file's)")  # fmt: skip
+    parser.add_argument("--policy", help=f"ordering: {', '.join(policy_names())}, or "
+                        "your own by import path pkg.module:Class (default: the file's)")  # fmt: skip
     parser.add_argument(
         "--preset", choices=sorted(PRESETS),
         help="mechanism preset for a baseline: sequential (one job at a time, synchronous) or "

@@ -34,6 +34,7 @@ from tqdm import tqdm
 
 from marlaas.core.feasibility import InfeasibleWorkloadError, infeasible_jobs
 from marlaas.core.policies import get_policy
+from marlaas.policy_path import load_policy
 from marlaas.core.scheduling import PRESETS
 from marlaas.core.workload import Workload, WorkloadError, parse_workload
 from marlaas.out_folder import claim
@@ -148,7 +149,7 @@ def plan(
 ) -> list[SweepRun]:
     """Every run of the sweep, validated (schedules, overrides, feasibility) before any runs."""
     for name in policies:
-        get_policy(name)
+        get_policy(load_policy(name))
     for name in presets or []:
         if name not in PRESETS:
             raise SweepError(f"--presets: unknown preset {name!r}; choose from {list(PRESETS)}")

@@ -48,6 +48,7 @@ def summary_row(run: dict, summary: dict) -> dict:
         staleness_mean=m["staleness_mean"],
         staleness_max=m["staleness_max"],
         adapter_swaps=m["adapter_swaps"],
+        loads_per_group=m.get("loads_per_group"),
         wall_s=summary["wall_s"],
     )
     return row
@@ -104,7 +105,7 @@ def format_table(table: pd.DataFrame) -> str:
         *(["seed"] if show_seed else []),
     ]
     head += ["makespan s", "JCT mean s", "JCT p90 s", "util", "util x", "time -%"]
-    head += ["idle (top causes)", "Jain slowdn", "Jain dev-s", "stale mean/max"]
+    head += ["idle (top causes)", "Jain slowdn", "Jain dev-s", "stale mean/max", "loads/grp"]
     rows = []
     for _, r in table.iterrows():
         cells = [str(r["jobs"]), *([r["variant"]] if show_variant else []), r["schedule"]]
@@ -120,6 +121,7 @@ def format_table(table: pd.DataFrame) -> str:
             _num(r["jain_slowdown"], "{:.3f}"),
             _num(r["jain_tenant_gpu_s"], "{:.3f}"),
             f"{_num(r['staleness_mean'], '{:.2f}')} / {_num(r['staleness_max'], '{:.0f}')}",
+            _num(r.get("loads_per_group"), "{:.3f}"),
         ]
         rows.append(cells)
     left = {"variant", "schedule", "idle (top causes)"}

@@ -19,6 +19,7 @@ import yaml
 from pydantic import Field
 
 from marlaas.core.workload import Workload, WorkloadError, parse_workload
+from marlaas.policy_path import load_policy
 from marlaas.sim.cost_model import CostModel
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
@@ -119,6 +120,8 @@ def load_workload(path: str | Path, overrides: dict[str, Any] | None = None) -> 
     path = Path(path)
     data = resolve_files(read_yaml(path), path.parent, str(path))
     check_size(data, f"{path} (with its traces)")
+    if isinstance(data, dict) and isinstance(data.get("policy"), str):
+        load_policy(data["policy"])  # an import path: registered before it is validated
     workload = parse_workload(data, source=str(path), schema=WorkloadFile)
     if overrides:  # the environments are checked once, as overridden
         return apply_overrides(workload, overrides)

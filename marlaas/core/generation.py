@@ -300,14 +300,15 @@ class Generation:
         for held in range(max(job.start_version, version - 3), job.published + 1):
             homes.update(hosts.get((name, held), ()))
         found = free.best(seqs, tokens, holding)
+        policy, best, best_key = self.policy, None, None
+        count = len(homes)
         if found is not None:
             homes.add(found)
-        policy, best, best_key = self.policy, None, None
         for index in sorted(homes):
             engine = engines[index]
             if not engine.fits(seqs, tokens) or not engine.can_host(adapter):
                 continue
-            rank = policy.engine_key(job, engine)
+            rank = policy.engine_key(job, engine, count)
             if rank is None:
                 continue
             key = (index not in holding, rank)

@@ -7,6 +7,7 @@ import pandas as pd
 from marlaas.core.feasibility import check_some_fit
 from marlaas.core.policies import Policy
 from marlaas.core.scheduler import Scheduler
+from marlaas.policy_path import load_policy
 from marlaas.core.workload import Workload
 from marlaas.drive import RunResult, check_invariants, drive
 from marlaas.drive.inbox import Inbox, workload_inbox
@@ -59,6 +60,8 @@ def _simulate(
 ) -> tuple[RunResult, Scheduler]:
     if inbox is None:
         check_some_fit(workload.jobs, workload.cluster)
+    if isinstance(policy, str):
+        load_policy(policy)  # an import path: imported and checked once per process
     scheduler = Scheduler.for_workload(workload, policy, seed)
     executor = SimPyExecutor(scheduler.cluster, cost or cost_of(workload), scheduler.seed,
                              recording)  # fmt: skip

@@ -11,6 +11,10 @@ that a job's groups pack onto few engines and the rest stay open for other adapt
 
 from marlaas.core.policies.base import EngineView, JobView, Policy, register
 
+PROMPTS_PER_HOME = 8
+"""A job may spread its adapter over one engine per 8 prompts of a step (assumption: a step's
+groups then queue a few deep on each, and a new version is loaded once per home)."""
+
 
 @register
 class AdapterAffinity(Policy):
@@ -23,5 +27,9 @@ class AdapterAffinity(Policy):
     def key(self, job: JobView) -> tuple:
         return (job.attained_tokens / job.weight, job.arrival_s, job.index)
 
-    def engine_key(self, job: JobView, engine: EngineView) -> tuple:
-        return (not engine.holds(job.name), -engine.seqs, engine.index)
+    def engine_key(self, job: JobView, engine: EngineView, homes: int) -> tuple | None:
+        if engine.holds(job.name):
+            return (0, -engine.seqs, engine.index)
+        if engine.seqs and homes >= max(1, job.prompts_per_step // PROMPTS_PER_HOME):
+            return None  # enough homes, and this engine is in use: wait for room at home
+        return (1, engine.seqs, engine.index)

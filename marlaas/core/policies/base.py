@@ -63,6 +63,10 @@ class JobView(Protocol):
         """Training steps the job runs in all."""
 
     @property
+    def prompts_per_step(self) -> int:
+        """Prompt groups one training step consumes."""
+
+    @property
     def remaining_steps(self) -> int:
         """Training steps still to finish."""
 
@@ -119,11 +123,14 @@ class Policy:
         """Sort key: lower is served first. Must end with job.index for determinism."""
         raise NotImplementedError
 
-    def engine_key(self, job: JobView, engine: EngineView) -> tuple:
-        """Placement preference: among the engines that can take ``job``'s next group now
-        without loading its adapter, and then among those that must load it, the one with
-        the lowest key gets it. The mechanism's own order (the most free sequences, then
-        the lowest index) when not overridden."""
+    def engine_key(self, job: JobView, engine: EngineView, homes: int) -> tuple | None:
+        """Placement preference for ``job``'s next group: the candidates are the engines
+        where it fits now and that hold its adapter version, hold another of its versions,
+        or are the open engine the mechanism would pick; those that need no adapter load
+        come first, then the lowest key. None: not on this engine (the group waits for
+        room elsewhere). ``homes``: how many engines hold some version of the job's
+        adapter. Default: the mechanism's own order (the most free sequences, then the
+        lowest index)."""
         return (engine.seqs, engine.index)
 
 
@@ -145,6 +152,19 @@ def register(cls: type[Policy]) -> type[Policy]:
     return cls
 
 
+def add_policy(name: str, cls: type[Policy]) -> None:
+    """Make ``cls`` available as ``name`` (marlaas.policy_path registers a class loaded by
+    import path under that path); the same class again is a no-op."""
+    if _REGISTRY.get(name, cls) is not cls:
+        raise ValueError(f"policy name {name!r} is taken")
+    _REGISTRY[name] = cls
+
+
+def is_registered(name: str) -> bool:
+    """Whether ``name`` is a registered policy (a name, or a loaded import path)."""
+    return name in _REGISTRY
+
+
 def policy_names() -> list[str]:
     """Registered policy names, sorted."""
     return sorted(_REGISTRY)
@@ -161,6 +181,9 @@ def get_policy(name: str) -> Policy:
             if name in PRESETS
             else ""
         )
+        if ":" in name:
+            hint = " (an import path: load it with marlaas.policy_path.load_policy first)"
         raise UnknownPolicyError(
-            f"unknown policy {name!r}; choose one of: {', '.join(policy_names())}{hint}"
+            f"unknown policy {name!r}; choose one of: {', '.join(policy_names())} or an "
+            f"import path 'pkg.module:Class'{hint}"
         ) from None

@@ -8,6 +8,8 @@ class ShortestRemaining(Policy):
     """Minimises mean job completion time when sizes are known (estimated from the spec)."""
 
     name = "srtf"
+    idea = "fewest expected remaining tokens first (mean response lengths)"
+    source = "baseline (shortest remaining processing time, Schrage 1968)"
 
     def key(self, job: JobView) -> tuple:
         return (job.remaining_tokens, job.arrival_s, job.index)
