@@ -71,8 +71,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     from marlaas.core.policies import policy_names
     from marlaas.core.scheduling import PRESETS
 
-    parser.add_argument("--policy", help=f"ordering: {', '.join(policy_names())}, or "
-                        "your own by import path pkg.module:Class (default: the file's)")  # fmt: skip
+    parser.add_argument("--policy", help=f"ordering: {', '.join(policy_names())}, or your "
+                        "own by import path pkg.module:Class (default: the file's)")  # fmt: skip
     parser.add_argument(
         "--preset", choices=sorted(PRESETS),
         help="mechanism preset for a baseline: sequential (one job at a time, synchronous) or "

@@ -34,10 +34,10 @@ from tqdm import tqdm
 
 from marlaas.core.feasibility import InfeasibleWorkloadError, infeasible_jobs
 from marlaas.core.policies import get_policy
-from marlaas.policy_path import load_policy
 from marlaas.core.scheduling import PRESETS
 from marlaas.core.workload import Workload, WorkloadError, parse_workload
 from marlaas.out_folder import claim
+from marlaas.policy_path import load_policy
 from marlaas.run_options import check_seed
 from marlaas.runs import json_default, write_run_files
 from marlaas.sweep_table import add_ratios, format_table, ordered, summary_row

@@ -174,7 +174,8 @@ def _normal_quantile(q: float) -> float:
     r = q - 0.5
     t = r * r
     return float(
-        (((((a[0] * t + a[1]) * t + a[2]) * t + a[3]) * t + a[4]) * t + a[5]) * r
+        (((((a[0] * t + a[1]) * t + a[2]) * t + a[3]) * t + a[4]) * t + a[5])
+        * r
         / (((((b[0] * t + b[1]) * t + b[2]) * t + b[3]) * t + b[4]) * t + 1)
     )
 

@@ -7,13 +7,13 @@ import pandas as pd
 from marlaas.core.feasibility import check_some_fit
 from marlaas.core.policies import Policy
 from marlaas.core.scheduler import Scheduler
-from marlaas.policy_path import load_policy
 from marlaas.core.workload import Workload
 from marlaas.drive import RunResult, check_invariants, drive
 from marlaas.drive.inbox import Inbox, workload_inbox
 from marlaas.drive.loop import OnEnded
 from marlaas.drive.progress import StepProgress
 from marlaas.eventlog import records_to_frame
+from marlaas.policy_path import load_policy
 from marlaas.runs import run_summary
 from marlaas.sim.cost_model import CostModel
 from marlaas.sim.cost_profiles import CostProfile

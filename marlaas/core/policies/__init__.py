@@ -34,8 +34,8 @@ __all__ = [
     "policy_names",
     "priority",
     "register",
-    "round_robin",
     "remaining_time",
+    "round_robin",
     "srtf",
     "themis",
 ]
