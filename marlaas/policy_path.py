@@ -50,6 +50,8 @@ def load_policy(spec: str) -> str:
     if cls.key is Policy.key:
         raise PolicyLoadError(f"policy {spec!r}: {attr} does not define key(self, job)")
     _probe(spec, cls)
+    if not cls.name:
+        cls.name = spec  # what run summaries and tables call it
     add_policy(spec, cls)
     return spec
 

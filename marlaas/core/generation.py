@@ -19,6 +19,10 @@ from marlaas.core.work import Decision, EvictAdapter, Generate, LoadAdapter, Wor
 BarrierLimit = Callable[[JobState], int | None]
 """The step a job may not generate for yet under the step barrier (None: no barrier)."""
 
+OPEN_TRIES = 4
+"""Open engines offered to a policy that ranks engines, in the mechanism's order, before a
+group waits (each is a search of the free-room index: placement stays cheap)."""
+
 Need = tuple[int, int, AdapterKey]
 """What a group needs on an engine: (sequences, KV tokens reserved, adapter)."""
 
@@ -299,11 +303,8 @@ class Generation:
         homes: set[int] = set()
         for held in range(max(job.start_version, version - 3), job.published + 1):
             homes.update(hosts.get((name, held), ()))
-        found = free.best(seqs, tokens, holding)
         policy, best, best_key = self.policy, None, None
         count = len(homes)
-        if found is not None:
-            homes.add(found)
         for index in sorted(homes):
             engine = engines[index]
             if not engine.fits(seqs, tokens) or not engine.can_host(adapter):
@@ -314,6 +315,19 @@ class Generation:
             key = (index not in holding, rank)
             if best_key is None or key < best_key:
                 best, best_key = engine, key
+        if best is not None and best_key is not None and not best_key[0]:
+            return best  # no load needed: an open engine cannot do better
+        refused = set(holding) | homes
+        for _ in range(OPEN_TRIES):  # open engines in the mechanism's order
+            found = free.best(seqs, tokens, refused)
+            if found is None:
+                return best
+            engine = engines[found]
+            rank = policy.engine_key(job, engine, count)
+            if rank is not None:
+                key = (True, rank)
+                return engine if best_key is None or key < best_key else best
+            refused.add(found)
         return best
 
     def _place(self, job: JobState, engine: Engine, now: float, out: list) -> None:

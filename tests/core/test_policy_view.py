@@ -1,0 +1,98 @@
+"""What a policy sees (the view's estimates) and what it may decide (engine preference)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from marlaas.core.distributions import Constant, Empirical, LogNormal, Uniform
+from marlaas.core.jobs import JobState
+from marlaas.core.policies import Policy, get_policy, policy_names
+from marlaas.core.work import Generate, LoadAdapter
+from marlaas.core.workload import JobSpec, parse_workload
+from tests.core.fixed_driver import run_fixed
+
+
+def spec(**rl) -> JobSpec:
+    settings = {"steps": 4, "prompts_per_step": 2, "group_size": 4, "max_new_tokens": 64, **rl}
+    return JobSpec(name="j", tenant="t", rl=settings,
+                   response_tokens={"dist": "lognormal", "median": 20, "sigma": 1.0})  # fmt: skip
+
+
+def test_quantiles_of_each_distribution():
+    assert LogNormal(dist="lognormal", median=300, sigma=1.0).quantile(0.5) == pytest.approx(300)
+    p99 = LogNormal(dist="lognormal", median=300, sigma=1.0).quantile(0.99)
+    assert p99 == pytest.approx(300 * math.exp(2.3263478740408408), rel=1e-8)  # [R1]: ~10x
+    assert Uniform(dist="uniform", low=2, high=6).quantile(0.25) == 3
+    assert Empirical(dist="empirical", values=[1, 2, 3, 4, 5]).quantile(0.5) == 3
+    assert Constant(dist="constant", value=7).quantile(0.9) == 7
+
+
+def test_the_view_estimates_remaining_work_from_the_spec():
+    job = JobState(spec(), 0, 1)
+    assert job.remaining_steps == 4
+    assert job.remaining_tokens_high > job.remaining_tokens > 0  # a spread, above the mean
+    assert job.alone_s == pytest.approx(job.remaining_alone_s) and job.alone_s > 0
+    job.trained = 3
+    assert job.remaining_steps == 1
+    assert job.remaining_alone_s == pytest.approx(job.alone_s / 4)
+    assert job.stage == "weight_sync"  # trained 3, published 0: it waits for the sync
+    more_turns = JobState(spec(turns=3), 0, 1)
+    assert more_turns.alone_s > job.alone_s  # a turn more is a longer critical path
+
+
+def test_every_policy_names_its_idea_and_source():
+    for name in policy_names():
+        policy = get_policy(name)
+        assert policy.idea and policy.source, name
+
+
+def two_engines(jobs: int = 1):
+    job_list = [
+        {"name": f"j{i}", "tenant": f"t{i}",
+         "rl": {"steps": 2, "prompts_per_step": 2, "group_size": 4, "max_new_tokens": 64}}
+        for i in range(jobs)
+    ]  # fmt: skip
+    cluster = {"pools": [{"name": "rollout", "role": "inference", "devices": 2},
+                         {"name": "train", "role": "training", "devices": 1}]}  # fmt: skip
+    return parse_workload({"jobs": job_list, "cluster": cluster})
+
+
+class OneEngineOnly(Policy):
+    """Never places on engine 0."""
+
+    def key(self, job):
+        return (job.index,)
+
+    def engine_key(self, job, engine, homes):
+        return None if engine.index == 0 else (engine.index,)
+
+
+def first_engines(policy) -> list[str]:
+    engines: list[str] = []
+
+    def watch(decision, now, scheduler):
+        if isinstance(decision, (Generate, LoadAdapter)):
+            engines.append(decision.engine)
+
+    run_fixed(two_engines(), policy, on_decision=watch)
+    return engines
+
+
+def test_a_policy_may_rank_engines():
+    assert not get_policy("fair").ranks_engines and OneEngineOnly.ranks_engines
+    assert first_engines("fifo")[0].endswith("/0")  # the mechanism: the lowest index first
+    assert first_engines(OneEngineOnly())[0].endswith("/1")
+
+
+def test_a_policy_may_keep_a_group_off_an_engine():
+    seen: set[str] = set()
+
+    def watch(decision, now, scheduler):
+        if isinstance(decision, Generate):
+            seen.add(decision.engine)
+
+    run = run_fixed(two_engines(jobs=2), OneEngineOnly(), on_decision=watch)
+    assert [o.state for o in run.result.jobs.values()] == ["finished"] * 2
+    assert seen and all(engine.endswith("/1") for engine in seen)

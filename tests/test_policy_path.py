@@ -1,0 +1,129 @@
+"""Policies of one's own by import path: used like a name everywhere, checked on load."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from marlaas.cli import main
+from marlaas.core.policies import get_policy
+from marlaas.policy_path import PolicyLoadError, load_policy
+
+MODULE = '''
+from marlaas.core.policies import Policy
+
+
+class LongestFirst(Policy):
+    """Most remaining tokens first."""
+
+    idea = "most remaining tokens first"
+    source = "a test"
+
+    def key(self, job):
+        return (-job.remaining_tokens, job.index)
+
+
+class NoTuple(Policy):
+    def key(self, job):
+        return job.index
+
+
+class Needy(Policy):
+    def __init__(self, speed):
+        self.speed = speed
+
+    def key(self, job):
+        return (job.index,)
+
+
+class NoKey(Policy):
+    pass
+
+
+class BadEngines(Policy):
+    def key(self, job):
+        return (job.index,)
+
+    def engine_key(self, job, engine, homes):
+        return engine.index
+
+
+NOT_A_CLASS = 3
+'''
+
+
+@pytest.fixture
+def package(tmp_path, monkeypatch):
+    """A package ``userpol`` with the policies above, importable for this test."""
+    root = tmp_path / "pkgs"
+    (root / "userpol").mkdir(parents=True)
+    (root / "userpol" / "__init__.py").write_text("")
+    (root / "userpol" / "policies.py").write_text(textwrap.dedent(MODULE))
+    (root / "userpol" / "broken.py").write_text("raise RuntimeError('no GPU here')\n")
+    monkeypatch.syspath_prepend(str(root))
+    yield "userpol"
+    for name in [m for m in sys.modules if m.startswith("userpol")]:
+        del sys.modules[name]
+
+
+def test_a_policy_by_import_path_runs_like_a_name(package, tmp_path, capsys):
+    path = f"{package}.policies:LongestFirst"
+    assert load_policy(path) == path and load_policy(path) == path  # once, then known
+    assert type(get_policy(path)).__name__ == "LongestFirst"
+    out = tmp_path / "run"
+    code = main(["simulate", "traces/small.yaml", "--policy", path, "--out", str(out), "--quiet",
+                 "--set", "jobs.*.rl.steps=2"])  # fmt: skip
+    assert code == 0
+    assert json.loads((out / "summary.json").read_text())["policy"] == path
+
+
+def test_a_workload_file_may_name_a_policy_by_import_path(package, tmp_path):
+    workload = tmp_path / "w.yaml"
+    text = Path("traces/small.yaml").read_text()
+    lines = [ln for ln in text.splitlines() if not ln.startswith("policy:")]
+    workload.write_text("\n".join([f"policy: {package}.policies:LongestFirst", *lines]))
+    out = tmp_path / "run"
+    assert main(["simulate", str(workload), "--out", str(out), "--quiet",
+                 "--set", "jobs.*.rl.steps=2"]) == 0  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("attr", "says"),
+    [
+        ("nomodule.x:Y", "cannot import module 'nomodule.x'"),
+        ("{pkg}.broken:X", "importing module 'userpol.broken' failed (RuntimeError: no GPU"),
+        ("{pkg}.policies:Missing", "has no 'Missing'"),
+        ("{pkg}.policies:NOT_A_CLASS", "is not a subclass of marlaas.core.policies.Policy"),
+        ("{pkg}.policies:NoKey", "NoKey does not define key(self, job)"),
+        ("{pkg}.policies:NoTuple", "key returned int, not a tuple"),
+        ("{pkg}.policies:Needy", "making it failed (TypeError"),
+        ("{pkg}.policies:BadEngines", "engine_key returned int, not a tuple"),
+    ],
+)
+def test_a_bad_policy_path_is_one_clear_error(package, attr, says, tmp_path, capsys):
+    path = attr.format(pkg=package)
+    with pytest.raises(PolicyLoadError, match=None) as err:
+        load_policy(path)
+    assert says in str(err.value) and path in str(err.value)
+    code = main(["simulate", "traces/small.yaml", "--policy", path, "--out",
+                 str(tmp_path / "o"), "--quiet"])  # fmt: skip
+    assert code == 2
+    err_lines = capsys.readouterr().err.strip().splitlines()
+    assert len(err_lines) == 1 and says in err_lines[0]
+
+
+def test_an_unknown_name_still_lists_the_policies():
+    with pytest.raises(KeyError, match="choose one of: affinity, fair, fifo"):
+        get_policy("fastest")
+
+
+def test_policies_prints_each_idea_and_source(capsys):
+    assert main(["policies"]) == 0
+    listed = capsys.readouterr().out
+    for name in ("themis", "remaining-time", "affinity", "guarded-srpt"):
+        assert name in listed
+    assert "source: Themis (Mahajan et al., NSDI 2020)" in listed
