@@ -346,3 +346,16 @@ def test_sequential_simulation_counts_each_step_once():
     jobs = metrics.job_table(events)
     assert jobs["steps"].tolist() == [2] * len(workload.jobs)
     assert metrics.train_progress(events).groupby("job")["steps_done"].max().eq(2).all()
+
+
+def test_loads_per_group_counts_engine_loads_only():
+    df = multi_device()
+    assert metrics.loads_per_group(df) is None  # nothing generated
+    generated = [
+        dict(kind="generate", device="rollout/0", pool="rollout", tenant="a", job="j",
+             start_s=6.2 + i, end_s=6.9 + i, version=1, tokens=10)
+        for i in range(4)
+    ]  # fmt: skip
+    df = pd.concat([df, make_frame(generated)], ignore_index=True)
+    assert metrics.loads_per_group(df) == 2 / 4  # the trainer's swap-in is not an engine's
+    assert metrics.summarize(df)["loads_per_group"] == 0.5

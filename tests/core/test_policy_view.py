@@ -96,3 +96,40 @@ def test_a_policy_may_keep_a_group_off_an_engine():
     run = run_fixed(two_engines(jobs=2), OneEngineOnly(), on_decision=watch)
     assert [o.state for o in run.result.jobs.values()] == ["finished"] * 2
     assert seen and all(engine.endswith("/1") for engine in seen)
+
+
+def crowded(jobs: int = 6):
+    """More jobs than adapter slots on small engines: placement decides how often it loads."""
+    job_list = [
+        {"name": f"j{i}", "tenant": f"t{i}",
+         "rl": {"steps": 3, "prompts_per_step": 8, "group_size": 4, "max_new_tokens": 64,
+                "max_staleness": 1},
+         "prompt_tokens": {"dist": "constant", "value": 16}}
+        for i in range(jobs)
+    ]  # fmt: skip
+    cluster = {
+        "pools": [{"name": "rollout", "role": "inference", "devices": 4},
+                  {"name": "train", "role": "training", "devices": 2}],
+        "engine": {"max_seqs": 16, "kv_tokens": 4096, "adapter_slots": 2},
+        "trainer": {"adapter_slots": 8},
+    }  # fmt: skip
+    return parse_workload({"jobs": job_list, "cluster": cluster})
+
+
+def loads_per_group(policy: str) -> float:
+    counts = {"load": 0, "generate": 0}
+
+    def watch(decision, now, scheduler):
+        if isinstance(decision, LoadAdapter):
+            counts["load"] += 1
+        elif isinstance(decision, Generate):
+            counts["generate"] += 1
+
+    run = run_fixed(crowded(), policy, on_decision=watch)
+    assert [o.state for o in run.result.jobs.values()] == ["finished"] * 6
+    return counts["load"] / counts["generate"]
+
+
+def test_affinity_loads_adapters_less_often_than_fair():
+    fair, affinity = loads_per_group("fair"), loads_per_group("affinity")
+    assert affinity < 0.7 * fair, (fair, affinity)
