@@ -86,6 +86,8 @@ class Generation:
         """Jobs whose group fits nowhere in this round (emptied at its end)."""
         self._ranked = policy.ranks_engines
         """The policy ranks engines (engine_key): groups are placed by _choose_ranked."""
+        self._offered: set[int] = set()
+        """Engines that proposed their first fitting job this round (ranked policies)."""
 
     def add_job(self, job: JobState) -> None:
         """A job was admitted: count its group's least room in."""
@@ -182,6 +184,7 @@ class Generation:
             if source >= 0:
                 self._propose(source, candidates)
         dropped.clear()
+        self._offered.clear()
 
     def _candidates(self) -> list[tuple[tuple, int, int]]:
         """(key, job, engine that proposed it or -1) of the jobs that may be placed now."""
@@ -227,6 +230,9 @@ class Generation:
         smallest key that fits, when the engine can load any adapter, else those whose
         adapter it holds."""
         engine = self._engines[index]
+        if self._ranked:
+            self._propose_ranked(engine, candidates)
+            return
         if len(engine.resident) < self._slots or engine.unused > 0:  # engine.is_open, inline
             seqs, tokens = self._max_seqs - engine.seqs, self._kv_tokens - engine.tokens
             if seqs < self._least[0] or tokens < self._least[1]:
@@ -249,6 +255,39 @@ class Generation:
                 and engine.fits(need[0], need[1])
             ):
                 heapq.heappush(candidates, (self._key[job.index], job.index, -1))
+
+    def _propose_ranked(self, engine: Engine, candidates: list) -> None:
+        """_propose when the policy ranks engines: the jobs that hold some version of their
+        adapter on the engine, and, once per round, the job with the smallest key that fits
+        it (the policy may refuse an engine, and then the next job in key order would most
+        likely refuse it too: trying them all would cost a pass over the jobs per engine)."""
+        indexed, dropped, needs, keys = self._needs.indexed, self._dropped, self._need, self._key
+        seen: set[int] = set()
+        for adapter in engine.resident:
+            job = self._by_name[adapter[0]]
+            index = job.index
+            need = needs.get(index)
+            if (
+                index not in seen
+                and need is not None
+                and index in indexed
+                and index not in dropped
+                and engine.fits(need[0], need[1])
+            ):
+                seen.add(index)
+                heapq.heappush(candidates, (keys[index], index, -1))
+        if engine.index in self._offered:
+            return
+        self._offered.add(engine.index)
+        if len(engine.resident) < self._slots or engine.unused > 0:  # open: any adapter
+            seqs, tokens = self._max_seqs - engine.seqs, self._kv_tokens - engine.tokens
+            if seqs < self._least[0] or tokens < self._least[1]:
+                return
+            found = self._needs.first_fitting(seqs, tokens)
+            if found is not None and found[1] in dropped:
+                found = self._first_not_dropped((seqs, tokens))
+            if found is not None:
+                heapq.heappush(candidates, (*found, engine.index))
 
     def _first_not_dropped(self, room: tuple[int, int]) -> tuple[tuple, int] | None:
         """first_fitting, leaving out the jobs dropped this round (rare: a job that fits an
