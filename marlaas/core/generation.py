@@ -356,11 +356,11 @@ class Generation:
                 best, best_key = engine, key
         if best is not None and best_key is not None and not best_key[0]:
             return best  # no load needed: an open engine cannot do better
-        refused = set(holding) | homes
+        refused: set[int] = set()
         for _ in range(OPEN_TRIES):  # open engines in the mechanism's order
             found = free.best(seqs, tokens, refused)
-            if found is None:
-                return best
+            if found is None or found in homes or found in holding:
+                return best  # none, or a candidate already weighed: no better open one
             engine = engines[found]
             rank = policy.engine_key(job, engine, count)
             if rank is not None:
