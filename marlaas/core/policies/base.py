@@ -126,11 +126,12 @@ class Policy:
     def engine_key(self, job: JobView, engine: EngineView, homes: int) -> tuple | None:
         """Placement preference for ``job``'s next group. The candidates are the engines
         where it fits now that hold its adapter version or another of its versions, and the
-        first open engine, in the mechanism's order, that the policy does not refuse (of the
-        first four, up to the first that is already a candidate); those that need no adapter load come first, then the lowest key. None:
-        not on this engine (the group waits for room elsewhere). ``homes``: how many engines
-        hold some version of the job's adapter. Default: the mechanism's own order (the most
-        free sequences, then the lowest index)."""
+        first open engine, in the mechanism's order, that the policy does not refuse (of
+        the first four, up to the first that is already a candidate); those that need no
+        adapter load come first, then the lowest key. None: not on this engine (the group
+        waits for room elsewhere). ``homes``: how many engines hold some version of the
+        job's adapter. Default: the mechanism's own order (the most free sequences, then
+        the lowest index)."""
         return (engine.seqs, engine.index)
 
 
