@@ -66,6 +66,7 @@ MODULES = (
 
 TYPE_SOURCES = (
     "marlaas.core.distributions",
+    "marlaas.core.estimates",
     "marlaas.core.limits",
     "marlaas.core.outcomes",
     "marlaas.core.policies",
