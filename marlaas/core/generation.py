@@ -331,10 +331,11 @@ class Generation:
 
     def _choose_ranked(self, seqs: int, tokens: int, adapter: AdapterKey) -> Engine | None:
         """The engine to place a group on when the policy ranks engines: the candidates are
-        the engines that hold the adapter, those that hold another of the job's versions
-        (its home) and the open engine the mechanism would pick; among those where the group
-        fits now, the ones that need no load first, then the policy's lowest engine_key
-        (None: not there). None when no candidate fits or the policy takes none."""
+        the engines that hold the adapter or another of the job's versions (its homes) and
+        the first open engine, in the mechanism's order (up to OPEN_TRIES, up to one already
+        weighed), that the policy does not refuse; among those where the group fits now, the
+        ones that need no load first, then the policy's lowest engine_key (None: not there).
+        None when no candidate fits or the policy takes none."""
         engines, hosts, free = self._engines, self._hosts, self._free
         name, version = adapter
         job = self._by_name[name]
@@ -342,7 +343,9 @@ class Generation:
         homes: set[int] = set()
         for held in range(max(job.start_version, version - 3), job.published + 1):
             homes.update(hosts.get((name, held), ()))
-        policy, best, best_key = self.policy, None, None
+        policy = self.policy
+        best: Engine | None = None
+        best_key: tuple | None = None
         count = len(homes)
         for index in sorted(homes):
             engine = engines[index]
