@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from marlaas.core.cluster import Cluster
@@ -42,21 +42,17 @@ def open_real_executor(
     if ray is None:
         from marlaas.executors.local import LocalBackends
 
-        backends = LocalBackends(model_dir, backend, **options)
-        with RealExecutor(sizing, cluster, store=store, backends=backends, model_dir=model_dir,
-                          seed=seed, **own) as executor:  # fmt: skip
-            yield executor
-        return
-    from marlaas.executors.ray_backends import RayBackends
-    from marlaas.executors.ray_cluster import ray_session
+        backends, session = LocalBackends(model_dir, backend, **options), nullcontext()
+    else:
+        from marlaas.executors.ray_backends import RayBackends
+        from marlaas.executors.ray_cluster import ray_session
 
-    given = sorted(k for k in ("generators", "trainers") if options.get(k))
-    if given:
-        raise ValueError(f"--ray builds every engine and trainer as an actor; {given} given")
-    options = {k: v for k, v in options.items() if k not in ("generators", "trainers")}
-    backends = RayBackends(model_dir, backend, env_workers=env_workers, **options)
-    actors = len(cluster.engines) + len(cluster.trainers)
-    with ray_session(ray, num_cpus=max(os.cpu_count() or 1, actors)):
-        with RealExecutor(sizing, cluster, store=store, backends=backends, model_dir=model_dir,
-                          seed=seed, **own) as executor:  # fmt: skip
-            yield executor
+        given = sorted(k for k in ("generators", "trainers") if options.pop(k, None))
+        if given:
+            raise ValueError(f"--ray builds every engine and trainer as an actor; {given} given")
+        backends = RayBackends(model_dir, backend, env_workers=env_workers, **options)
+        actors = len(cluster.engines) + len(cluster.trainers)
+        session = ray_session(ray, num_cpus=max(os.cpu_count() or 1, actors))
+    with session, RealExecutor(sizing, cluster, store=store, backends=backends,
+                               model_dir=model_dir, seed=seed, **own) as executor:  # fmt: skip
+        yield executor

@@ -1,8 +1,9 @@
 """One real training run, end to end: what ``marlaas train`` does (also used by the tests).
 
-The scheduler core, driven by the one loop (marlaas.drive) over the real executor (marlaas.executors.real),
-writes its run folder in place, as it trains: ``adapters/`` (every version, the newest with
-its optimizer state) and ``journal.jsonl`` (every record, and each step once durable: see
+The scheduler core, driven by the one loop (marlaas.drive) over the real executor
+(marlaas.executors.real; its backends here or on Ray: ``ray``), writes its run folder in
+place, as it trains: ``adapters/`` (every version, the newest with its optimizer state) and
+``journal.jsonl`` (every record, and each step once durable: see
 :mod:`marlaas.executors.journal`). At the end the event log, summary and reward curves are
 rendered from the journal, over every part of the run. ``--resume`` continues a run that was
 stopped (Ctrl-C, SIGTERM, ``kill -9``, a crash) after its last durable step.
