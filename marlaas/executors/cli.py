@@ -49,7 +49,7 @@ def _train(args: argparse.Namespace) -> int:
 
         check_tracker(args.tracker)
     if args.ray is not None:  # without Ray: one line, before any model loads
-        from marlaas.executors.ray_cluster import require_ray
+        from marlaas.ray_cluster import require_ray
 
         require_ray("train --ray")
     from marlaas.executors.train import train_run

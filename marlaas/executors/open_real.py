@@ -35,7 +35,7 @@ def open_real_executor(
     ``ray``: None for backends in this process (:class:`LocalBackends`: ``options`` may pass
     ``generators`` and ``trainers``); else the Ray cluster's address (``auto``, ``HOST:PORT``,
     or ``local``: a local cluster started for the block, see
-    :func:`~marlaas.executors.ray_cluster.ray_session`) for :class:`RayBackends`.
+    :func:`~marlaas.ray_cluster.ray_session`) for :class:`RayBackends`.
     ``env_workers``: the cluster's concurrent environment steps (the Ray pool serves them).
     """
     own = {k: options.pop(k) for k in EXECUTOR_OPTIONS if k in options}
@@ -45,7 +45,7 @@ def open_real_executor(
         backends, session = LocalBackends(model_dir, backend, **options), nullcontext()
     else:
         from marlaas.executors.ray_backends import RayBackends
-        from marlaas.executors.ray_cluster import ray_session
+        from marlaas.ray_cluster import ray_session
 
         given = sorted(k for k in ("generators", "trainers") if options.pop(k, None))
         if given:

@@ -287,8 +287,8 @@ class RealExecutor:
         return {}
 
     async def _evict(self, d: EvictAdapter) -> None:
-        self._loaded.discard((d.engine, d.job, d.version))
         engine = await self._restored_engine(d.engine)
+        self._loaded.discard((d.engine, d.job, d.version))
         with contextlib.suppress(BackendRestarted):  # a new engine holds nothing to retire
             await engine.retire(d.job, d.version)
 
@@ -300,9 +300,9 @@ class RealExecutor:
         return {}
 
     async def _swap_out(self, d: SwapOut) -> None:
+        await self._restored_trainer(d.trainer)
         self._on_trainer.pop((d.trainer, d.job), None)
         self._unsynced.pop((d.trainer, d.job), None)
-        await self._restored_trainer(d.trainer)
         with contextlib.suppress(BackendRestarted):  # a new trainer holds nothing to drop
             self.trainers.swap_out(d.job, d.trainer)
 
