@@ -74,7 +74,7 @@ def test_ray_actors_enact_placement_evictions_and_swaps(ray_cluster, tiny_model_
     events = records_to_frame(result.records)
     gen = events[events["kind"] == "generate"]
     assert set(gen["device"]) == {"rollout/0", "rollout/1"}
-    assert (events["outcome"] == "ok").all()
+    assert not (events["outcome"] == "failed").any()
 
 
 class Killer:
