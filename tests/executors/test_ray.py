@@ -78,26 +78,26 @@ def test_ray_actors_enact_placement_evictions_and_swaps(ray_cluster, tiny_model_
 
 
 class Killer:
-    """Kills an engine actor while a generation runs on it, then the trainer actor while a
-    step trains (Ray restarts both: ``ray.kill(no_restart=False)``)."""
+    """Kills the engine actor of the 10th generation as it starts, then the trainer actor of
+    the 4th training step as it starts (Ray restarts both: ``ray.kill(no_restart=False)``)."""
 
-    def __init__(self, scheduler, executor) -> None:
-        self.scheduler, self.executor = scheduler, executor
-        self.completions = 0
+    def __init__(self, executor) -> None:
         self.killed: list[str] = []
+        self.started = {Generate: 0, Train: 0}
+        start = executor.start
 
-    def __call__(self, decision, event, now) -> None:
-        self.completions += 1
-        running = [r.decision for r in self.scheduler.ledger.running.values()]
-        wanted = Generate if not self.killed else Train if len(self.killed) == 1 else None
-        if wanted is None or self.completions < 10 * (len(self.killed) + 1):
-            return
-        for d in running:
-            if isinstance(d, wanted):
-                name = d.engine if wanted is Generate else d.trainer
-                ray.kill(self.executor.backends.actors[name], no_restart=False)
-                self.killed.append(name)
-                return
+        def start_and_kill(decision, now):
+            start(decision, now)
+            kind = type(decision)
+            if kind in self.started:
+                self.started[kind] += 1
+                if (kind, self.started[kind], len(self.killed)) in ((Generate, 10, 0),
+                                                                     (Train, 4, 1)):  # fmt: skip
+                    name = decision.engine if kind is Generate else decision.trainer
+                    ray.kill(executor.backends.actors[name], no_restart=False)
+                    self.killed.append(name)
+
+        executor.start = start_and_kill
 
 
 def test_killed_engine_and_trainer_actors_restart_and_the_core_retries(
@@ -110,10 +110,11 @@ def test_killed_engine_and_trainer_actors_restart_and_the_core_retries(
     workload = two_engines(tiny_model_dir)
     scheduler = Scheduler.for_workload(workload)
     with ray_executor(workload, scheduler, tiny_model_dir, tmp_path) as executor:
-        killer = Killer(scheduler, executor)
-        result = drive(scheduler, executor, workload_inbox(workload), observers=[killer])
+        killer = Killer(executor)
+        result = drive(scheduler, executor, workload_inbox(workload))
         held = {e.name: executor.engine_adapters(e.name) for e in scheduler.cluster.engines}
-        on_trainer = executor.trainers.resident("train/0")
+        [trainer] = scheduler.cluster.trainers
+        on_trainer = executor.trainers.resident(trainer.name)
     assert len(killer.killed) == 2, killer.killed
     events = records_to_frame(result.records)
     failed = events[events["outcome"] == "failed"]
@@ -127,7 +128,7 @@ def test_killed_engine_and_trainer_actors_restart_and_the_core_retries(
     assert all(o.state == "finished" for o in result.jobs.values())
     for engine_ in scheduler.cluster.engines:  # restored: the actor holds the core's adapters
         assert held[engine_.name] == set(engine_.resident)
-    assert set(on_trainer) == set(scheduler.cluster.trainers[0].resident)
+    assert on_trainer == set(trainer.resident)
     store = AdapterStore(tmp_path / "adapters")
     for job in workload.jobs:
         assert store.versions(job.name) == list(range(STEPS + 1))
