@@ -132,3 +132,23 @@ def test_killed_engine_and_trainer_actors_restart_and_the_core_retries(
     store = AdapterStore(tmp_path / "adapters")
     for job in workload.jobs:
         assert store.versions(job.name) == list(range(STEPS + 1))
+
+
+@pytest.mark.gpu
+def test_gpu_placement_one_gpu_per_actor(ray_cluster, tiny_model_dir, tmp_path):
+    """With GPUs in the cluster, each engine and trainer actor gets a bundle with one GPU and
+    runs its model on it (skipped without CUDA)."""
+    import torch
+
+    if not torch.cuda.is_available() or ray.cluster_resources().get("GPU", 0) < 2:
+        pytest.skip("needs a CUDA GPU per actor in the Ray cluster")
+    workload = tiny_workload(tiny_model_dir, **{"jobs.*.rl.steps": 2})
+    scheduler = Scheduler.for_workload(workload)
+    with ray_executor(workload, scheduler, tiny_model_dir, tmp_path) as executor:
+        group = executor.backends._group
+        bundles = ray.util.placement_group_table(group)["bundles"].values()
+        assert all(bundle.get("GPU") == 1 for bundle in bundles)
+        for trainer in executor.backends.trainers.values():
+            assert str(trainer.device()).startswith("cuda")
+        result = drive(scheduler, executor, workload_inbox(workload))
+    assert all(o.state == "finished" for o in result.jobs.values())
