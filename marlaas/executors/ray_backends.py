@@ -23,7 +23,7 @@ import math
 from pathlib import Path
 
 from marlaas.core.cluster import Cluster
-from marlaas.executors.backends import EngineSizing
+from marlaas.executors.backends import BackendError, EngineSizing
 
 PLACEMENT_WAIT_S = 120.0
 """How long the placement group may wait for the cluster's resources [s]."""
@@ -118,7 +118,13 @@ class RayBackends:
         envs = [EnvActor.options(num_cpus=0, max_concurrency=per_actor).remote()
                 for _ in range(self.env_actors)]  # fmt: skip
         self.actors = {**handles, **{f"env{i}": a for i, a in enumerate(envs)}}
-        incarnations = await asyncio.gather(*(handles[n].get_incarnation.remote() for n in names))
+        answers = await asyncio.gather(
+            *(handles[n].get_incarnation.remote() for n in names), return_exceptions=True
+        )
+        for name, answer in zip(names, answers, strict=True):
+            if isinstance(answer, BaseException):  # its constructor raised: no restart
+                raise BackendError(f"{name}: its Ray actor could not start: {_last_error(answer)}")
+        incarnations = answers
         for i, (name, incarnation) in enumerate(zip(names, incarnations, strict=True)):
             if i < len(cluster.engines):
                 self.engines[name] = EngineForwarder(name, handles[name], incarnation,
@@ -147,3 +153,10 @@ class RayBackends:
 async def _awaited(ref):
     """An ObjectRef as a coroutine (for ``asyncio.wait_for``)."""
     return await ref
+
+
+def _last_error(err: BaseException) -> str:
+    """The line of an actor's error that names the exception (Ray's message is a traceback)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    named = [line for line in lines if "Error" in line.split(":")[0]]
+    return (named or lines or [type(err).__name__])[-1][:300]
