@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -52,7 +54,8 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
         return
     if address not in (None, LOCAL):
         try:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+            with _own_sigterm():
+                ray.init(address=address, include_dashboard=False, log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as err:
             raise RayUnavailableError(
                 f"--ray {address}: cannot join the cluster ({' '.join(str(err).split())[:200]})"
@@ -66,13 +69,30 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
         os.environ.setdefault(key, value)
     temp_dir = tempfile.mkdtemp(prefix="marlaas-ray-")
     try:
-        ray.init(
-            num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False,
-            _temp_dir=temp_dir, log_to_driver=False, configure_logging=False,
-        )  # fmt: skip
+        with _own_sigterm():
+            ray.init(
+                num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False,
+                _temp_dir=temp_dir, log_to_driver=False, configure_logging=False,
+            )  # fmt: skip
         try:
             yield
         finally:
             ray.shutdown()
     finally:
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@contextmanager
+def _own_sigterm() -> Iterator[None]:
+    """Keep this process's SIGTERM handler: ``ray.init`` replaces it with one that exits at
+    once, which would skip marlaas's own (a stopped run says how to resume; a service saves
+    its state and says so)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        if previous is not None:  # None: a handler set outside Python, left to Ray
+            signal.signal(signal.SIGTERM, previous)
