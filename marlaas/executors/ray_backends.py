@@ -104,7 +104,7 @@ class RayBackends:
         handles = {}
         for i, name in enumerate(names):
             options = {
-                "name": None, "num_cpus": bundle["CPU"], "num_gpus": bundle.get("GPU", 0),
+                "num_cpus": bundle["CPU"], "num_gpus": bundle.get("GPU", 0),
                 "scheduling_strategy": PlacementGroupSchedulingStrategy(
                     placement_group=self._group, placement_group_bundle_index=i),
             }  # fmt: skip
@@ -124,8 +124,7 @@ class RayBackends:
         for name, answer in zip(names, answers, strict=True):
             if isinstance(answer, BaseException):  # its constructor raised: no restart
                 raise BackendError(f"{name}: its Ray actor could not start: {_last_error(answer)}")
-        incarnations = answers
-        for i, (name, incarnation) in enumerate(zip(names, incarnations, strict=True)):
+        for i, (name, incarnation) in enumerate(zip(names, answers, strict=True)):
             if i < len(cluster.engines):
                 self.engines[name] = EngineForwarder(name, handles[name], incarnation,
                                                      self.tokenizer)  # fmt: skip
