@@ -29,7 +29,7 @@ from tests.executors.test_driver import ResidencyWatch, tiny_workload
 
 pytestmark = pytest.mark.slow
 
-STEPS = 4
+STEPS = 3
 
 
 @pytest.fixture(scope="module")
