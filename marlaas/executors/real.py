@@ -175,7 +175,7 @@ class RealExecutor:
         if isinstance(decision, EvictAdapter):
             runner.run(self._evict(decision))
         elif isinstance(decision, SwapOut):
-            runner.run(self._swap_out(decision))
+            self._swap_out(decision)
         elif isinstance(decision, AdmitJob):
             self._admit(decision)
         elif isinstance(decision, ReleaseJob):
@@ -299,8 +299,9 @@ class RealExecutor:
         self._on_trainer[(d.trainer, d.job)] = d.version
         return {}
 
-    async def _swap_out(self, d: SwapOut) -> None:
-        await self._restored_trainer(d.trainer)
+    def _swap_out(self, d: SwapOut) -> None:
+        if getattr(self.backends.trainers[d.trainer], "restarted", False):
+            self._opened().run(self._restored_trainer(d.trainer))
         self._on_trainer.pop((d.trainer, d.job), None)
         self._unsynced.pop((d.trainer, d.job), None)
         with contextlib.suppress(BackendRestarted):  # a new trainer holds nothing to drop
