@@ -79,23 +79,25 @@ def test_ray_actors_enact_placement_evictions_and_swaps(ray_cluster, tiny_model_
 
 class Killer:
     """Kills the engine actor of the 10th generation as it starts, then the trainer actor of
-    the 4th training step as it starts (Ray restarts both: ``ray.kill(no_restart=False)``)."""
+    the next training step as it starts, so that both restart at about the same time (Ray
+    restarts them: ``ray.kill(no_restart=False)``)."""
 
     def __init__(self, executor) -> None:
         self.killed: list[str] = []
-        self.started = {Generate: 0, Train: 0}
+        self.generations = 0
         start = executor.start
 
         def start_and_kill(decision, now):
             start(decision, now)
-            kind = type(decision)
-            if kind in self.started:
-                self.started[kind] += 1
-                if (kind, self.started[kind], len(self.killed)) in ((Generate, 10, 0),
-                                                                     (Train, 4, 1)):  # fmt: skip
-                    name = decision.engine if kind is Generate else decision.trainer
-                    ray.kill(executor.backends.actors[name], no_restart=False)
-                    self.killed.append(name)
+            self.generations += isinstance(decision, Generate)
+            if self.generations == 10 and not self.killed and isinstance(decision, Generate):
+                name = decision.engine
+            elif len(self.killed) == 1 and isinstance(decision, Train):
+                name = decision.trainer
+            else:
+                return
+            ray.kill(executor.backends.actors[name], no_restart=False)
+            self.killed.append(name)
 
         executor.start = start_and_kill
 
