@@ -58,7 +58,7 @@ def summary_json(summary: dict) -> str:
 def run_summary(workload: Workload, result, events: pd.DataFrame, kind: str, **extra) -> dict:
     """The summary.json content of a run (``kind``: simulation or real): who ran what under
     which settings, how each job ended (``job_states``: finished, cancelled, refused; the
-    reasons of refusals), and the metrics of its event log (a cancelled job has no completion
+    reasons of refusals), the jobs' deadlines after their arrivals (``deadlines_s``), and the metrics of its event log (a cancelled job has no completion
     time). ``result`` is a :class:`marlaas.drive.RunResult`; ``extra`` adds kind-specific
     keys."""
     arrivals = {j.name: j.arrival_s for j in workload.jobs}
@@ -70,6 +70,7 @@ def run_summary(workload: Workload, result, events: pd.DataFrame, kind: str, **e
         tenants.setdefault(name, outcome.tenant)
     states = {name: outcome.state for name, outcome in outcomes.items()}
     unfinished = [name for name, state in states.items() if state != "finished"]
+    deadlines = workload.deadlines_s()
     return {
         "kind": kind,
         "workload": workload.name,
@@ -86,8 +87,9 @@ def run_summary(workload: Workload, result, events: pd.DataFrame, kind: str, **e
         "wall_s": result.wall_s,
         "events": result.events,
         "failures": result.failures,
+        "deadlines_s": deadlines,
         **extra,
-        "metrics": metrics.summarize(events, arrivals, weights, unfinished),
+        "metrics": metrics.summarize(events, arrivals, weights, unfinished, deadlines),
     }
 
 
