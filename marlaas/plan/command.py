@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 
 from marlaas.core.feasibility import why_infeasible
+from marlaas.core.limits import MAX_DEVICES
 from marlaas.core.policies import get_policy, policy_names
 from marlaas.core.scheduling import PRESETS
 from marlaas.core.workload import Workload
@@ -88,9 +89,10 @@ def build_space(args: argparse.Namespace, workload: Workload, profile_name: str 
     combos = list(itertools.product(*(values[d] for d in VALUE_OPTIONS)))
     if len(combos) > MAX_VARIANTS:
         raise PlanError(f"{len(combos):,} variants to search; at most {MAX_VARIANTS:,}")
-    max_devices = args.max_devices or 2 * workload.cluster.total_devices
-    if max_devices < 2:
-        raise PlanError(f"--max-devices {max_devices}: a cluster needs at least 2 devices")
+    max_devices = args.max_devices or min(2 * workload.cluster.total_devices, MAX_DEVICES)
+    if not 2 <= max_devices <= MAX_DEVICES:
+        raise PlanError(f"--max-devices {max_devices}: give 2..{MAX_DEVICES:,} (one device per "
+                        "pool at least)")  # fmt: skip
     inference, training = pool_names(workload)
     prices = workload.prices
     return Space(
@@ -228,7 +230,7 @@ def write_plan_files(folder: Path, space, evaluate, chosen: Outcome, report: dic
     pareto = pareto.groupby("config", sort=False)[["price_per_hour", "jct_p90_s", "makespan_s"]]
     pareto.mean().sort_values("price_per_hour").to_csv(folder / "pareto.csv")
     (folder / "plan.json").write_text(json.dumps(report, indent=1, default=json_default) + "\n")
-    data = evaluate.workload_of(chosen.config).model_dump(mode="json")
+    data = evaluate.validated(chosen.config).model_dump(mode="json")
     data["arrivals"] = None  # already applied to the jobs' arrival_s
     if profile is not None:
         data["cost"] = profile.cost.model_dump(mode="json")

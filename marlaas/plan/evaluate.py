@@ -100,6 +100,7 @@ class Evaluator:
         self.workers = workers or os.cpu_count() or 1
         self.runner = runner
         self.outcomes: dict[Config, Outcome] = {}
+        self._variants: dict = {}
         self.simulations = 0
         self.bar = tqdm(unit="sim", desc="plan", disable=not progress)
 
@@ -142,7 +143,20 @@ class Evaluator:
         self.bar.update(len(pairs))
 
     def workload_of(self, config: Config) -> Workload:
-        """The workload with ``config``'s cluster and schedule (validated)."""
+        """The workload with ``config``'s cluster and schedule: its variant's validated once
+        (the preset against the workload's settings), its pools' sizes set on a copy."""
+        variant = self._variants.get(config.variant)
+        if variant is None:
+            variant = self.validated(Config(config.variant, 1, config.variant.trainer_width))
+            self._variants[config.variant] = variant
+        sizes = [config.inference if p.role == "inference" else config.training
+                 for p in variant.cluster.pools]  # fmt: skip
+        pools = [p.model_copy(update={"devices": n}) for p, n in zip(variant.cluster.pools, sizes,
+                                                                     strict=True)]  # fmt: skip
+        return variant.model_copy(update={"cluster": variant.cluster.model_copy(update={"pools": pools})})
+
+    def validated(self, config: Config) -> Workload:
+        """The workload with ``config``'s cluster and schedule, validated whole."""
         return apply_overrides(self.workload, overrides(self.workload, config))
 
 
