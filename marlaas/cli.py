@@ -24,8 +24,8 @@ import signal
 import sys
 
 from marlaas import interrupts, run_options, sweep_cli
-from marlaas.plan import cli as plan_cli
 from marlaas.executors import cli as real_cli
+from marlaas.plan import cli as plan_cli
 from marlaas.report import cli as report_cli
 from marlaas.service import cli as service_cli
 from marlaas.terminal import Interrupted, UsageError, error_line, on_signals

@@ -58,7 +58,8 @@ def summary_json(summary: dict) -> str:
 def run_summary(workload: Workload, result, events: pd.DataFrame, kind: str, **extra) -> dict:
     """The summary.json content of a run (``kind``: simulation or real): who ran what under
     which settings, how each job ended (``job_states``: finished, cancelled, refused; the
-    reasons of refusals), the jobs' deadlines after their arrivals (``deadlines_s``), and the metrics of its event log (a cancelled job has no completion
+    reasons of refusals), the jobs' deadlines after their arrivals (``deadlines_s``), and the
+    metrics of its event log (a cancelled job has no completion
     time). ``result`` is a :class:`marlaas.drive.RunResult`; ``extra`` adds kind-specific
     keys."""
     arrivals = {j.name: j.arrival_s for j in workload.jobs}

@@ -58,7 +58,9 @@ def print_summary(summary: dict, title: str = "") -> None:
         ("adapter loads", _fmt(m["adapter_swaps"])),
     ]
     if m.get("deadlines_missed") is not None:
-        rows.append(("deadlines missed", f"{m['deadlines_missed']} of {len(summary['deadlines_s'])}"))
+        rows.append(
+            ("deadlines missed", f"{m['deadlines_missed']} of {len(summary['deadlines_s'])}")
+        )
     fairness = m.get("fairness") or {}
     rows += [(f"fairness ({k})", _fmt(v)) for k, v in fairness.items()]
     memory = summary.get("memory") or {}

@@ -44,12 +44,13 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=3, metavar="N",
                         help="seeds every deadline must be met on (the workload's seed and "
                         "the next N-1)")  # fmt: skip
-    parser.add_argument("--budget", type=float, metavar="PRICE", help="instead of meeting the "
-                        "deadlines: the fastest configuration costing at most PRICE per hour")  # fmt: skip
+    parser.add_argument("--budget", type=float, metavar="PRICE", help="instead of meeting "
+                        "the deadlines: the fastest configuration costing at most PRICE per "
+                        "hour")  # fmt: skip
     parser.add_argument("--exhaustive", action="store_true", help="simulate the whole grid "
                         "instead of searching it (to check the search; slow)")  # fmt: skip
     parser.add_argument("--set", action="append", metavar="KEY=VALUE",
-                        help="override a workload field, as in simulate (e.g. deadlines)")  # fmt: skip
+                        help="override a workload field, as in simulate (deadlines)")  # fmt: skip
     parser.add_argument("--cost", metavar="PROFILE", help="cost profile: a bundled name "
                         "(h100-7b, a100-7b, cpu-tiny) or a YAML file; its name picks the "
                         "price in prices.profiles")  # fmt: skip

@@ -55,6 +55,7 @@ VALUE_OPTIONS = {
     "preset": "presets",
 }
 """Searched dimension -> the option that gives its values."""
+VARIANT_FIELDS = ("trainer_width", "adapter_slots", "policy", "preset")
 
 
 def build_space(args: argparse.Namespace, workload: Workload, profile_name: str | None) -> Space:
@@ -194,8 +195,7 @@ def _report(args, workload, space, evaluate, chosen, near, mode, seeds) -> dict:
             "inference_devices": config.inference,
             "training_devices": config.training,
             "devices": config.devices,
-            **{k: getattr(config.variant, k) for k in ("trainer_width", "adapter_slots",
-                                                        "policy", "preset")},  # fmt: skip
+            **{k: getattr(config.variant, k) for k in VARIANT_FIELDS},
             "price_per_hour": space.price_per_hour(config),
             "makespan_s": chosen.makespan_s,
             "jct_p90_s": chosen.jct_p90_s,
@@ -254,8 +254,11 @@ def _print(report: dict, out: Path) -> None:
               f"{tight['worst_jct_s']:,.0f} s, {tight['slack_s']:,.0f} s to spare)")  # fmt: skip
     for near in report["neighbours"]:
         missed = sorted({j for jobs in near["missed"].values() for j in jobs})
-        verdict = "meets every deadline" if near["meets_every_deadline"] else (
-            f"misses {', '.join(missed[:3])}" + (" ..." if len(missed) > 3 else ""))
+        verdict = (
+            "meets every deadline"
+            if near["meets_every_deadline"]
+            else (f"misses {', '.join(missed[:3])}" + (" ..." if len(missed) > 3 else ""))
+        )
         print(f"one {near['fewer']} step fewer ({near['config']}): {verdict}")
     broken = report["monotonicity"]
     deadline = sum(v["kind"] == "deadline" for v in broken)

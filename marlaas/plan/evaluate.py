@@ -130,8 +130,15 @@ class Evaluator:
             return
         workloads = {c: self.workload_of(c) for c in dict.fromkeys(c for c, _ in pairs)}
         runs = [
-            SweepRun(len(self.workload.jobs), c.label(), c.variant.preset, c.variant.policy,
-                     seed, workloads[c], self.profile)  # fmt: skip
+            SweepRun(
+                len(self.workload.jobs),
+                c.label(),
+                c.variant.preset,
+                c.variant.policy,
+                seed,
+                workloads[c],
+                self.profile,
+            )
             for c, seed in pairs
         ]
         _, summaries = self.runner(runs, self.workers, progress=False)
@@ -153,7 +160,9 @@ class Evaluator:
                  for p in variant.cluster.pools]  # fmt: skip
         pools = [p.model_copy(update={"devices": n}) for p, n in zip(variant.cluster.pools, sizes,
                                                                      strict=True)]  # fmt: skip
-        return variant.model_copy(update={"cluster": variant.cluster.model_copy(update={"pools": pools})})
+        return variant.model_copy(
+            update={"cluster": variant.cluster.model_copy(update={"pools": pools})}
+        )
 
     def validated(self, config: Config) -> Workload:
         """The workload with ``config``'s cluster and schedule, validated whole."""
@@ -165,8 +174,7 @@ def seed_run(seed: int, summary: dict) -> SeedRun:
     deadlines = summary["deadlines_s"]
     finish, arrivals = summary["job_finish_s"], summary["arrivals"]
     jct = {
-        name: finish[name] - arrivals[name] if name in finish else math.inf
-        for name in deadlines
+        name: finish[name] - arrivals[name] if name in finish else math.inf for name in deadlines
     }
     missed = tuple(name for name, d in deadlines.items() if not jct[name] <= d)
     metrics = summary["metrics"]

@@ -43,8 +43,10 @@ def plan_page(
                 "The binding deadline is the job with the least slack (deadline minus its "
                 "latest completion over the seeds, relative to the deadline).",
             ],
-            tables=[("Per seed", _per_seed(chosen)),
-                    ("Deadlines, tightest first", _binding(report["binding"]))],  # fmt: skip
+            tables=[
+                ("Per seed", _per_seed(chosen)),
+                ("Deadlines, tightest first", _binding(report["binding"])),
+            ],
         ),
         Section(
             "front",
@@ -58,8 +60,12 @@ def plan_page(
             ],
             tables=[("Pareto front", _front_table(space, front, currency))],
         ),
-        Section("search", "How the search went", notes=_search_notes(report),
-                tables=_search_tables(report)),  # fmt: skip
+        Section(
+            "search",
+            "How the search went",
+            notes=_search_notes(report),
+            tables=_search_tables(report),
+        ),
     ]
     return render_report(f"MARLaaS plan: {report['workload']}", sections)
 
@@ -146,7 +152,8 @@ def _search_notes(report: dict) -> list[str]:
         f"{report['wall_s']:,.1f} s; the whole grid has {space['grid_configurations']:,} "
         f"configurations x {len(report['seeds'])} seeds. Mode: {report['mode']}. At most "
         f"{space['max_devices']:,} devices; variants: {', '.join(space['variants'][:10])}"
-        + (" ..." if len(space["variants"]) > 10 else "") + ".",
+        + (" ..." if len(space["variants"]) > 10 else "")
+        + ".",
     ]
     broken = report["monotonicity"]
     deadline = sum(v["kind"] == "deadline" for v in broken)
@@ -159,6 +166,10 @@ def _search_notes(report: dict) -> list[str]:
     return notes
 
 
+def _misses(missed: dict) -> str:
+    return "; ".join(f"seed {s}: {', '.join(jobs)}" for s, jobs in missed.items()) or "-"
+
+
 def _search_tables(report: dict) -> list[tuple[str, pd.DataFrame]]:
     tables = []
     if report["neighbours"]:
@@ -167,8 +178,7 @@ def _search_tables(report: dict) -> list[tuple[str, pd.DataFrame]]:
             "one fewer": [n["fewer"] for n in report["neighbours"]],
             "meets every deadline": ["yes" if n["meets_every_deadline"] else "no"
                                      for n in report["neighbours"]],
-            "missed (seed: jobs)": ["; ".join(f"{s}: {', '.join(j)}" for s, j in n["missed"].items())
-                                    or "-" for n in report["neighbours"]],
+            "missed (seed: jobs)": [_misses(n["missed"]) for n in report["neighbours"]],
         })))  # fmt: skip
     if report["monotonicity"]:
         shown = report["monotonicity"][:MAX_ROWS]

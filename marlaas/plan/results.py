@@ -101,8 +101,9 @@ def _violations(small: Outcome, large: Outcome) -> list[dict]:
             out.append({**base, "kind": "deadline", "what": f"{late} missed its deadline",
                         "worse_by": b.jct_s[late] - a.jct_s[late]})  # fmt: skip
         if b.makespan_s > a.makespan_s * (1 + MONOTONE_TOLERANCE):
-            out.append({**base, "kind": "makespan", "worse_by": b.makespan_s - a.makespan_s,
-                        "what": f"makespan {a.makespan_s:,.0f} s -> {b.makespan_s:,.0f} s"})  # fmt: skip
+            what = f"makespan {a.makespan_s:,.0f} s -> {b.makespan_s:,.0f} s"
+            out.append({**base, "kind": "makespan", "what": what,
+                        "worse_by": b.makespan_s - a.makespan_s})  # fmt: skip
     return out
 
 

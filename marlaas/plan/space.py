@@ -147,7 +147,7 @@ def current(workload: Workload) -> Config:
 
 def overrides(workload: Workload, config: Config) -> dict[str, Any]:
     """The ``--set``-style overrides that turn ``workload`` into ``config``."""
-    inference, training = pool_names(workload)
+    inference, _ = pool_names(workload)
     pools = []
     for pool in workload.cluster.pools:
         if pool.name == inference:
