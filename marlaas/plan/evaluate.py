@@ -143,9 +143,9 @@ class Evaluator:
         ]
         _, summaries = self.runner(runs, self.workers, progress=False)
         for (config, seed), summary in zip(pairs, summaries, strict=True):
-            runs = self.outcomes[config].runs
-            runs.append(seed_run(seed, summary))
-            runs.sort(key=lambda r: r.seed)
+            done = self.outcomes[config].runs
+            done.append(seed_run(seed, summary))
+            done.sort(key=lambda r: r.seed)
         self.simulations += len(pairs)
         self.bar.update(len(pairs))
 
