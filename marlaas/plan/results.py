@@ -140,7 +140,12 @@ def infeasible(space: Space, outcomes: list[Outcome]) -> PlanError:
             for job, jct in run.jct_s.items():
                 if job not in best or jct < best[job][0]:
                     best[job] = (jct, outcome, run.seed)
-    deadlines = outcomes[0].runs[0].deadlines_s if outcomes and outcomes[0].runs else {}
+    if not best:
+        return PlanError(
+            f"no configuration to try within {space.max_devices:,} devices (a trainer width "
+            "that does not divide the training pool's devices, when the pools are not searched?)"
+        )
+    deadlines = outcomes[0].runs[0].deadlines_s
 
     def shortfall(job: str) -> float:
         return best[job][0] / deadlines[job]

@@ -134,3 +134,10 @@ def test_pareto_front_is_cheaper_or_sooner():
                 and outcome.jct_p90_s < f.jct_p90_s
                 for f in front
             )
+
+
+def test_nothing_to_try_is_one_line():
+    s = Space((Variant(3, 8, "fair", "none"),), 8, 1.0, 1.0, fixed=(4, 2))
+    evaluate = evaluator(Oracle([1], [1]))
+    assert cheapest(s, evaluate) is None
+    assert "no configuration to try" in str(results.infeasible(s, []))
