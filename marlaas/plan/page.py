@@ -54,8 +54,8 @@ def plan_page(
             figure=plot_front(space, outcomes, chosen, front, currency),
             notes=[
                 "Every configuration simulated (mean over the seeds it ran). Filled: met every "
-                "deadline on every seed; hollow: missed one (on the first seed that missed, "
-                "the others were not run). The line is the Pareto front of those that met "
+                "deadline on every seed; hollow: missed one (once a seed missed, the later "
+                "seeds were not run). The line is the Pareto front of those that met "
                 "them: none is both cheaper and sooner."
             ],
             tables=[("Pareto front", _front_table(space, front, currency))],
