@@ -102,11 +102,18 @@ class Evaluator:
         self.outcomes: dict[Config, Outcome] = {}
         self._variants: dict = {}
         self.simulations = 0
-        self.bar = tqdm(unit="sim", desc="plan", disable=not progress)
+        self.progress = progress
+        self._bar: tqdm | None = None  # made by the first simulations (none before)
+
+    def show(self, text: str) -> None:
+        """Text beside the progress bar (the best configuration so far)."""
+        if self._bar is not None:
+            self._bar.set_postfix_str(text)
 
     def close(self) -> None:
         """End the progress bar."""
-        self.bar.close()
+        if self._bar is not None:
+            self._bar.close()
 
     def feasible(self, configs: list[Config], all_seeds: bool = False) -> list[bool]:
         """Whether each configuration meets every deadline on every seed, simulating what
@@ -128,6 +135,8 @@ class Evaluator:
     def _run(self, pairs: list[tuple[Config, int]]) -> None:
         if not pairs:
             return
+        if self._bar is None:
+            self._bar = tqdm(unit="sim", desc="plan", disable=not self.progress)
         workloads = {c: self.workload_of(c) for c in dict.fromkeys(c for c, _ in pairs)}
         runs = [
             SweepRun(
@@ -147,7 +156,7 @@ class Evaluator:
             done.append(seed_run(seed, summary))
             done.sort(key=lambda r: r.seed)
         self.simulations += len(pairs)
-        self.bar.update(len(pairs))
+        self._bar.update(len(pairs))
 
     def workload_of(self, config: Config) -> Workload:
         """The workload with ``config``'s cluster and schedule: its variant's validated once

@@ -134,4 +134,4 @@ def fastest_within(space: Space, budget: float, evaluate: Evaluator) -> Outcome 
 def _show(evaluate: Evaluator, best: Best) -> None:
     if best.outcome is not None:
         config = best.outcome.config
-        evaluate.bar.set_postfix_str(f"best {config.label()} at {best.price:,.2f}/h")
+        evaluate.show(f"best {config.label()} at {best.price:,.2f}/h")
