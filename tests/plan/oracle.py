@@ -39,8 +39,10 @@ class Oracle:
                 job.name: (g / i + f / t) * speed + self.bump(i, t)
                 for job, g, f in zip(w.jobs, self.gen, self.fit, strict=True)
             }
+            deadlines = w.deadlines_s()
             summaries.append({
-                "deadlines_s": w.deadlines_s(),
+                "deadlines_s": deadlines,
+                "missed_deadlines": [j for j, d in deadlines.items() if jct[j] > d],
                 "job_finish_s": jct,
                 "arrivals": {j.name: 0.0 for j in w.jobs},
                 "metrics": {"makespan_s": max(jct.values()),

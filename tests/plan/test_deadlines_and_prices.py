@@ -58,5 +58,7 @@ def test_a_runs_summary_counts_its_missed_deadlines():
     assert summary["deadlines_s"] == {"math-a": 1.0, "math-b": 1.0, "tools-c": 1.0,
                                       "code-d": 3000.0}  # fmt: skip
     assert summary["metrics"]["deadlines_missed"] == 3
+    assert summary["missed_deadlines"] == ["math-a", "math-b", "tools-c"]
     _, summary = simulate_run(load_with_overrides("traces/small.yaml", tiny))
     assert summary["deadlines_s"] == {} and summary["metrics"]["deadlines_missed"] is None
+    assert summary["missed_deadlines"] == []
