@@ -118,3 +118,16 @@ def test_searching_policies_and_presets(tmp_path):
     report = json.loads((out / "plan.json").read_text())
     assert len(report["space"]["variants"]) == 4
     assert report["chosen"]["preset"] == "none"  # sync's barrier is slower
+
+
+def test_plan_replaces_a_plan_and_refuses_other_folders(tmp_path, capsys):
+    out = tmp_path / "p"
+    args = [f"--set={DEADLINE}", "--max-devices", "3", "--seeds", "1", "--out", str(out)]
+    assert plan(tmp_path, *args) == 0
+    assert plan(tmp_path, *args) == 0  # a plan replaces a plan
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    assert plan(tmp_path, *args[:-1], str(mine)) == 2
+    assert (mine / "notes.txt").read_text() == "keep"
+    assert "marlaas: error:" in capsys.readouterr().err
