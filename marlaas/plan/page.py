@@ -120,7 +120,8 @@ def plot_front(space: Space, outcomes: list[Outcome], chosen: Outcome, front: li
     fig.update_layout(
         template="plotly_white", height=520,
         xaxis_title=f"price [{currency} per hour]",
-        yaxis_title="p90 job completion time [s], mean over seeds",
+        yaxis_title="p90 job completion time [s], mean over seeds (log)",
+        yaxis_type="log",
         margin={"l": 70, "r": 20, "t": 30, "b": 60},
     )  # fmt: skip
     return fig
@@ -167,7 +168,12 @@ def _search_notes(report: dict) -> list[str]:
 
 
 def _misses(missed: dict) -> str:
-    return "; ".join(f"seed {s}: {', '.join(jobs)}" for s, jobs in missed.items()) or "-"
+    return "; ".join(f"seed {s}: {_first(jobs)}" for s, jobs in missed.items()) or "-"
+
+
+def _first(jobs: list[str], shown: int = 4) -> str:
+    more = f" and {len(jobs) - shown} more" if len(jobs) > shown else ""
+    return ", ".join(jobs[:shown]) + more
 
 
 def _search_tables(report: dict) -> list[tuple[str, pd.DataFrame]]:
