@@ -505,6 +505,7 @@ def summarize(
     arrivals: Mapping[str, float] | None = None,
     weights: Mapping[str, float] | None = None,
     unfinished: Collection[str] = (),
+    deadlines: Mapping[str, float] | None = None,
 ) -> dict:
     """Headline numbers of a run as a JSON-serialisable dict of plain floats/ints/None.
 
@@ -515,7 +516,9 @@ def summarize(
     :func:`adapter_loads`);
     ``fairness`` (see :func:`fairness`); ``n_jobs``, ``n_tenants``, ``n_devices``, ``n_rows``.
     Jobs named in ``unfinished`` (cancelled) have no completion time: they count in none of
-    the completion figures.
+    the completion figures. ``deadlines_missed``: how many of the jobs in ``deadlines`` ({job:
+    deadline after its arrival [s]}) missed theirs (see :func:`missed_deadlines`); None when
+    no job has a deadline.
     """
     u = utilization(df)
     jobs = job_table(df, arrivals, unfinished)
@@ -539,4 +542,18 @@ def summarize(
         "n_tenants": int(jobs["tenant"].nunique()),
         "n_devices": len(u),
         "n_rows": len(df),
+        "deadlines_missed": len(missed_deadlines(jobs, deadlines)) if deadlines else None,
     }
+
+
+def missed_deadlines(jobs: pd.DataFrame, deadlines: Mapping[str, float] | None) -> list[str]:
+    """Jobs of ``deadlines`` ({job: deadline after its arrival [s]}) that missed it, in
+    natural order: their completion time (``jobs``: a :func:`job_table`) is later than the
+    deadline, or they have none (refused, cancelled, never run)."""
+    jct = dict(zip(jobs["job"], jobs["jct_s"], strict=True))
+    missed = [
+        name
+        for name, deadline in (deadlines or {}).items()
+        if not math.isfinite(jct.get(name, math.nan)) or jct[name] > deadline
+    ]
+    return sorted(missed, key=natural_key)

@@ -39,3 +39,27 @@ def test_sweep_on_ray_equals_the_process_pool(tmp_path):
     for name in folders:
         events = [read_event_log(tmp_path / k / "runs" / name) for k in ("pool", "ray")]
         pd.testing.assert_frame_equal(*events)
+
+
+@pytest.mark.slow
+def test_plan_on_ray_chooses_what_the_process_pool_chooses(tmp_path):
+    """``plan --ray``: the same simulations on a local Ray cluster (one session for the whole
+    search), the same plan.csv and chosen configuration as with worker processes."""
+    common = ["plan", str(SMALL), *[f"--set={s}" for s in FAST], "--set=jobs.*.deadline_s=48",
+              "--max-devices", "4", "--seeds", "1", "--quiet"]  # fmt: skip
+    assert main([*common, "--workers", "1", "--out", str(tmp_path / "pool")]) == 0
+    assert main([*common, "--ray", "--out", str(tmp_path / "ray")]) == 0
+    plans = [json.loads((tmp_path / k / "plan.json").read_text()) for k in ("pool", "ray")]
+    assert plans[0]["chosen"] == plans[1]["chosen"]
+    tables = [
+        pd.read_csv(tmp_path / k / "plan.csv").drop(columns="wall_s") for k in ("pool", "ray")
+    ]
+    pd.testing.assert_frame_equal(*tables)
+
+
+def test_plan_takes_ray_or_workers_not_both(tmp_path, capsys):
+    args = ["plan", str(SMALL), "--set=jobs.*.deadline_s=48", "--ray", "--workers", "2",
+            "--out", str(tmp_path / "p")]  # fmt: skip
+    assert main(args) == 2
+    assert "--ray and --workers" in capsys.readouterr().err
+    assert not (tmp_path / "p").exists()

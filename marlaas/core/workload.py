@@ -133,6 +133,10 @@ class JobSpec(_Strict):
     """The tenant cancels the job this long after its arrival [s] (None: never): work of it
     in flight then finishes and is discarded (``cancelled`` in the event log), and whatever
     it held is freed. For studying tenants who give up, in both worlds."""
+    deadline_s: Amount(L.MAX_ARRIVAL_S, positive=True) | None = None
+    """The job should finish this long after its arrival [s] (None: its tenant's
+    ``job_deadline_s``, else none). Data only: no policy reads it; the metrics count the
+    jobs that miss it and ``marlaas plan`` sizes a cluster to meet it."""
     lora_rank: Count(L.MAX_LORA_RANK) = 16
     rl: RLSettings = Field(default_factory=RLSettings)
     prompt_tokens: Distribution = Field(default_factory=lambda: {"dist": "constant", "value": 256})
@@ -269,6 +273,11 @@ class TenantSpec(_Strict):
     max_queued_jobs: Count(L.MAX_JOBS, low=0) | None = None
     """Jobs of this tenant that may wait for admission at once; its newest beyond are refused."""
 
+    job_deadline_s: Amount(L.MAX_ARRIVAL_S, positive=True) | None = None
+    """The tenant's target for each of its jobs that sets no ``deadline_s`` of its own: done
+    this long after the job's arrival [s] (a batch workload's data, read by the metrics and
+    ``marlaas plan``; the service keeps quotas only)."""
+
     def active_or(self, default: int | None) -> int | None:
         """max_active_jobs, or ``default`` where it is unset."""
         return default if self.max_active_jobs is None else self.max_active_jobs
@@ -276,6 +285,37 @@ class TenantSpec(_Strict):
     def queued_or(self, default: int | None) -> int | None:
         """max_queued_jobs, or ``default`` where it is unset."""
         return default if self.max_queued_jobs is None else self.max_queued_jobs
+
+
+class PricesSpec(_Strict):
+    """What devices cost, for ``marlaas plan`` [currency units per device-hour]: a pool's own
+    price, else its device kind's (the cost profile's name, e.g. ``h100-7b``), else the
+    default."""
+
+    device_hour: Amount(L.MAX_PRICE_PER_DEVICE_HOUR, positive=True) = 1.0
+    """Default price of one device for one hour."""
+    pools: dict[str, Amount(L.MAX_PRICE_PER_DEVICE_HOUR, positive=True)] = Field(
+        default_factory=dict
+    )
+    """Price per device-hour by pool name."""
+    profiles: dict[str, Amount(L.MAX_PRICE_PER_DEVICE_HOUR, positive=True)] = Field(
+        default_factory=dict
+    )
+    """Price per device-hour by device kind: the name of the cost profile simulated."""
+    currency: str = "USD"
+    source: str = "assumption"
+    """Where the numbers come from (a price list and its date, or ``assumption``)."""
+
+    @field_validator("currency", "source")
+    @classmethod
+    def _text(cls, value: str) -> str:
+        return _printable(value, 1000)
+
+    def device_hour_price(self, pool: str, profile: str | None = None) -> float:
+        """The price of one device of ``pool`` for one hour, simulated with ``profile``."""
+        if pool in self.pools:
+            return self.pools[pool]
+        return self.profiles.get(profile or "", self.device_hour)
 
 
 class ArrivalsSpec(_Strict):
@@ -320,6 +360,8 @@ class Workload(_Strict):
     )
     """Per-tenant quotas, by tenant name (a tenant not named here has the scheduling block's
     tenant_max_active_jobs and tenant_max_queued_jobs)."""
+    prices: PricesSpec = Field(default_factory=PricesSpec)
+    """Device prices (read by ``marlaas plan`` only)."""
     arrivals: ArrivalsSpec | None = None
     """Where the jobs' arrival_s (and rl.steps) came from: marlaas.workload_file applies an
     arrivals CSV when it reads the file."""
@@ -338,6 +380,18 @@ class Workload(_Strict):
             except ValueError as err:
                 raise ValueError(f"tenant name {name!r}: {err}") from None
         return tenants
+
+    def deadline_of(self, job: JobSpec) -> float | None:
+        """The job's deadline after its arrival [s]: its own, else its tenant's, else None."""
+        if job.deadline_s is not None:
+            return job.deadline_s
+        tenant = self.tenants.get(job.tenant)
+        return tenant.job_deadline_s if tenant is not None else None
+
+    def deadlines_s(self) -> dict[str, float]:
+        """Every job that has a deadline: {job name: deadline after its arrival [s]}."""
+        deadlines = {j.name: self.deadline_of(j) for j in self.jobs}
+        return {name: d for name, d in deadlines.items() if d is not None}
 
     @field_validator("policy")
     @classmethod
@@ -359,6 +413,10 @@ class Workload(_Strict):
                     f"jobs: tenant {job.tenant!r} has jobs with different weights "
                     f"({weights[job.tenant]} and {job.weight}); a weight belongs to a tenant"
                 )
+        pools = {p.name for p in self.cluster.pools}
+        unknown = sorted(set(self.prices.pools) - pools)
+        if unknown:
+            raise ValueError(f"prices.pools: no pool named {unknown[0]!r} (pools: {sorted(pools)})")
         work = sum(j.rl.steps * j.rl.prompts_per_step * j.rl.turns for j in self.jobs)
         if work > L.MAX_GROUP_TURNS:
             raise ValueError(
