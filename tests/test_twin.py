@@ -81,7 +81,12 @@ def test_steps_of_one_size_are_charged_per_step_and_the_table_says_so(runs):
     fitted = result.cost
     notes = {f.name: f.quality for f in result.fitted}
     assert "add runs with other batch sizes" in notes["train_tokens_per_s"]
-    assert fitted.train_overhead_s > TRUE.train_overhead_s  # it carries the per-token time
+    assert any("not identifiable" in w for w in result.warnings)
+    assert fitted.train_tokens_per_s < 1e9  # a rate it can stand behind, not 1e12
+    tokens = 512 * (1 + 8 / fitted.train_rank_scale)  # a step of the size the run had
+    assert fitted.train_overhead_s + tokens / fitted.train_tokens_per_s == pytest.approx(
+        TRUE.train_overhead_s + tokens / TRUE.train_tokens_per_s, rel=0.05
+    )
     varied = calibrate([runs["fair"]])
     assert "add runs" not in {f.name: f.quality for f in varied.fitted}["train_tokens_per_s"]
 
@@ -178,3 +183,49 @@ def test_fidelity_table_has_every_metric(runs):
 
 def test_the_default_cost_model_is_the_published_h100_profile():
     assert load_profile("h100-7b").cost == CostModel()
+
+
+def _with_train_durations(run: Path, out: Path, duration) -> Path:
+    """A copy of ``run`` whose training steps took ``duration(tokens)`` [s] each."""
+    from marlaas.eventlog import read_event_log, write_event_log
+
+    out.mkdir()
+    for f in ("summary.json", "workload.json"):
+        (out / f).write_text((run / f).read_text())
+    events = read_event_log(run)
+    train = events["kind"] == "train"
+    events.loc[train, "end_s"] = events.loc[train, "start_s"] + duration(
+        events.loc[train, "tokens"].to_numpy(float)
+    )
+    write_event_log(events, out / "events.parquet")
+    return out
+
+
+def test_the_train_fit_is_non_negative_and_refitted_at_its_bound(runs, tmp_path):
+    """Durations that grow a little faster than the tokens: an unconstrained line has a
+    negative intercept; clamped to 0 without a refit its slope made every step too long."""
+    convex = _with_train_durations(runs["fair"], tmp_path / "convex", lambda t: (t / 300) ** 1.3)
+    result = calibrate([convex], refine_evaluations=0)
+    cost = result.cost
+    ops = pd.read_parquet(convex / "events.parquet").query("kind == 'train'")
+    tokens = ops["tokens"].to_numpy(float) * (1 + 8 / cost.train_rank_scale)  # rank 8
+    real = (ops["end_s"] - ops["start_s"]).to_numpy(float)
+    assert cost.train_overhead_s == 0  # at its bound, and the rate refitted with it there:
+    best = (tokens * real).sum() / (tokens * tokens).sum()  # least squares through 0 [s/token]
+    assert cost.train_tokens_per_s == pytest.approx(1 / best, rel=1e-6)  # not the OLS slope's
+    assert "R² " in {f.name: f.quality for f in result.fitted}["train_tokens_per_s"]
+
+
+def test_a_fit_the_data_cannot_support_is_a_warning(runs, tmp_path, capsys):
+    """Steps whose durations do not follow their tokens: the rate is not identifiable, the
+    profile keeps the base rate instead of 1e12 tokens/s, and calibrate says why."""
+    rng = __import__("numpy").random.default_rng(0)
+    noise = _with_train_durations(runs["fair"], tmp_path / "noise",
+                                  lambda t: 0.5 + rng.uniform(0, 0.4, len(t)))  # fmt: skip
+    result = calibrate([noise], refine_evaluations=0)
+    assert result.cost.train_tokens_per_s < 1e9
+    assert any("train_tokens_per_s" in w and "not identifiable" in w for w in result.warnings)
+    out = tmp_path / "p.yaml"
+    assert main(["calibrate", str(noise), "--out", str(out)]) == 0
+    assert "warning: train_tokens_per_s: not identifiable" in capsys.readouterr().err
+    assert load_profile(out).meta["sources"]["warnings"]
