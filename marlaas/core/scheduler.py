@@ -370,7 +370,16 @@ class Scheduler:
         self.ledger.touched.add(job.index)
         self.generation.add_job(job)
         self.environments.add_job(job)
-        out.append(AdmitJob(self.ledger.new_id(), job.name, job.spec, job.index, job.published))
+        out.append(
+            AdmitJob(
+                self.ledger.new_id(),
+                job.name,
+                job.spec,
+                job.index,
+                job.published,
+                job.max_staleness,
+            )
+        )
 
     def _bound_queue(self, now: float) -> None:
         """Refuse the newest waiting jobs beyond max_queued_jobs and tenant_max_queued_jobs."""

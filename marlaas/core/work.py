@@ -34,6 +34,9 @@ class AdmitJob:
     version: int
     """The adapter version it starts from: 0 for a new job (a freshly initialised adapter),
     else its last durable version (a resumed job)."""
+    max_staleness: int
+    """The staleness bound the scheduler enforces on the job [versions]: its
+    rl.max_staleness, capped by the mechanism's staleness_cap (a preset's 0)."""
 
 
 @dataclass(slots=True)

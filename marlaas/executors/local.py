@@ -59,6 +59,7 @@ from marlaas.executors.episode_runner import EpisodeRunner, RewardPoint
 from marlaas.executors.episodes import ChatFormat
 from marlaas.executors.memory import tree_rss_mb
 from marlaas.executors.trainers import TrainerPool
+from marlaas.executors.warmup import warm_up
 
 log = logging.getLogger("marlaas.real")
 
@@ -95,6 +96,8 @@ class LocalExecutor:
         self.sizing, self.cluster, self.store = sizing, cluster, store
         self.backend = backend
         self.rewards: list[RewardPoint] = []
+        self.warmup_s: dict[str, float] = {}
+        """Each engine's warm-up before the clock started [s] (marlaas.executors.warmup)."""
         self._model_dir = model_dir
         self._max_model_len_asked = max_model_len
         self._max_model_len = 0  # known once open() read the model's config
@@ -108,6 +111,8 @@ class LocalExecutor:
         """(engine, job, version) this executor loaded and has not evicted."""
         self._specs: dict[str, JobSpec] = {}
         """The admitted jobs' specs (shared with the trainers and the episodes)."""
+        self._bounds: dict[str, int] = {}
+        """The admitted jobs' enforced staleness bounds (AdmitJob), for rewards.csv."""
         self._created: dict[str, asyncio.Task] = {}
         """Each new job's first version being written (awaited by its first load or swap)."""
         self._unwaited: set[asyncio.Task] = set()
@@ -122,7 +127,8 @@ class LocalExecutor:
 
     # ----------------------------------------------------------------------------- setup
     def open(self) -> LocalExecutor:
-        """Build the engines and trainers (the models load); the clock starts when done."""
+        """Build the engines (and warm them up) and the trainers; the clock starts when
+        done."""
         if self._runner is not None:
             return self
         limit = max_positions(self._model_dir)
@@ -145,6 +151,7 @@ class LocalExecutor:
                     make_generator, self.backend, self._model_dir, self.sizing,
                     self._max_model_len, self.seed, devices[engine.device.name],
                 )  # fmt: skip
+        self.warmup_s = await warm_up(self._engines)
         if trainers is None:
             from marlaas.executors.peft_trainer import PeftTrainer
 
@@ -245,6 +252,7 @@ class LocalExecutor:
     def _admit(self, d: AdmitJob) -> None:
         """The job's state; a new job's first version is written in the background."""
         self._specs[d.job] = d.spec
+        self._bounds[d.job] = d.max_staleness
         self.store.clean_partial(d.job)
         self.episodes.admit(d.job, d.index)
         if d.version == 0:
@@ -257,7 +265,7 @@ class LocalExecutor:
         if created is not None and not created.done():  # cancelled before its first load
             self._unwaited.add(created)
             created.add_done_callback(self._unwaited.discard)
-        del self._specs[d.job]
+        del self._specs[d.job], self._bounds[d.job]
 
     async def _created_first(self, job: str) -> None:
         """Wait until the job's first version is in the store (a new job's)."""
@@ -311,12 +319,11 @@ class LocalExecutor:
                 f"{d.job}: trainer at version {stats.version}, expected {d.version_out}"
             )
         spec = self._specs[d.job]
-        bound = spec.rl.max_staleness
         self.rewards.append(
             RewardPoint(
                 d.job, spec.tenant, d.step, mean_reward, self.now(),
-                stats.max_staleness, bound, stats.mean_ratio, stats.clip_fraction, stats.loss,
-                stats.samples, round(tree_rss_mb(), 1),
+                stats.max_staleness, self._bounds[d.job], stats.mean_ratio,
+                stats.clip_fraction, stats.loss, stats.samples, round(tree_rss_mb(), 1),
             )
         )  # fmt: skip
         self.episodes.release(d)

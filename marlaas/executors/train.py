@@ -121,6 +121,7 @@ def train_run(
                 track = open_tracker(tracker, out, run_name=out.name, config=config)
             try:
                 with MemoryMonitor() as memory:
+                    warmup: dict[str, float] = {}
                     if not left:  # every step was durable: only the outputs were missing
                         result = _no_work(workload, policy, seed)
                     else:
@@ -129,10 +130,11 @@ def train_run(
                                           on_durable=keep)  # fmt: skip
                         memory.offset_s = journaled.end_s
                         try:
-                            result = _train_part(workload, journal, store, model_dir, backend,
-                                                 policy, seed, progress, observers, on_ended,
-                                                 offsets, journaled.end_s, options, track,
-                                                 memory)  # fmt: skip
+                            result, warmup = _train_part(
+                                workload, journal, store, model_dir, backend, policy, seed,
+                                progress, observers, on_ended, offsets, journaled.end_s,
+                                options, track, memory,
+                            )  # fmt: skip
                         finally:
                             journal.close()
                 journaled = read_journal(out / JOURNAL_FILE)
@@ -141,7 +143,7 @@ def train_run(
                 result = history_result(result, journaled, events, steps)
                 rewards = rewards_frame(history_points(journaled))
                 summary = real_summary(workload, result, events, rewards, backend, offsets,
-                                       memory.summary(model_dir))  # fmt: skip
+                                       memory.summary(model_dir), warmup)  # fmt: skip
                 if track is not None:
                     track.log_run(summary)
             finally:
@@ -163,11 +165,12 @@ def _check_runnable(workload: Workload) -> None:
 
 def _train_part(workload, journal, store, model_dir, backend, policy, seed, progress,
                 observers, on_ended, versions, start_s, options, track,
-                memory) -> RunResult:  # fmt: skip
+                memory) -> tuple[RunResult, dict[str, float]]:  # fmt: skip
     """Drive one part of the run (the first, or a resumed one: each job submitted at its
     last durable version, the arrivals ``start_s`` earlier), journaling it (and feeding
     ``track``, a tracker, each training step's statistics); ``memory``'s timeline counts on
-    the run's clock from the end of the setup."""
+    the run's clock from the end of the setup. Returns the result and each engine's warm-up
+    [s], done before the clock started."""
     scheduler = Scheduler.for_workload(workload, policy, seed)
     total = sum(max(0, j.rl.steps - versions.get(j.name, 0)) for j in workload.jobs)
     sizing = EngineSizing.of_workload(workload)
@@ -185,7 +188,7 @@ def _train_part(workload, journal, store, model_dir, backend, policy, seed, prog
             observers=[keeper, bar, *feeds, *observers], on_ended=on_ended,
         )  # fmt: skip
         keeper.finish(result.records)
-    return result
+    return result, executor.warmup_s
 
 
 def _no_work(workload: Workload, policy, seed: int | None) -> RunResult:

@@ -76,4 +76,6 @@ class CostModel(BaseModel):
     decoding (vLLM adds a LoRA between two engine steps) [iterations]; 0 for the published
     profiles, where the load itself dominates; calibrated on CPUs, where it does not."""
     engine_warmup_s: Seconds = 0.0
-    """Extra time of an engine's first generation [s] (0: warmed up before the run) [S8]."""
+    """An engine's warm-up [s]: its first generation, done when the engine is built, before
+    the run's clock starts (in both worlds: marlaas.executors.warmup); recorded in a run's
+    summary, not charged to its first batch [S8]."""

@@ -56,8 +56,6 @@ class EngineModel:
         self.per_kv_s = cost.decode_per_kv_token_ms / 1e3
         self.per_adapter_s = cost.decode_per_adapter_ms / 1e3
         self.prefill_s_per_token = 1.0 / cost.prefill_tokens_per_s
-        self.warmup_s = cost.engine_warmup_s
-        """Still to be paid by the first admission [s] (then 0)."""
         self.progress = 0.0
         """Decode iterations done since the engine started."""
         self.clock_s = 0.0
@@ -153,8 +151,7 @@ class EngineModel:
         n = len(lengths)
         prefill_s = prompt * n * self.prefill_s_per_token * self.slowdown
         resume = self.resume_s
-        self.resume_s = (now if now > resume else resume) + prefill_s + self.warmup_s
-        self.warmup_s = 0.0
+        self.resume_s = (now if now > resume else resume) + prefill_s
         progress, first = self.progress, self._seq_ids + 1
         offset = prompt - progress
         users = self.adapters.get(adapter)

@@ -3,7 +3,7 @@
 Per stage, from the successful work of every run given:
 
 - decode and prefill: see :mod:`marlaas.twin.decode_fit` (non-negative least squares over
-  generate rows; an engine's first batch gives its warm-up), then refined by replaying the
+  generate rows), then refined by replaying the
   runs (:mod:`marlaas.twin.refine`) so that each group turn takes what it took;
 - training: ``duration = train_overhead_s + tokens * (1 + rank / train_rank_scale) /
   (train_tokens_per_s * devices)``, non-negative least squares over training steps
@@ -11,6 +11,9 @@ Per stage, from the successful work of every run given:
   it apart);
 - engine adapter load: a fixed time plus a wait of some decode iterations when engines on its
   processor are decoding (least squares over the loads);
+- engine warm-up: the mean of the warm-ups the runs' summaries record (done before their
+  clocks started: marlaas.executors.warmup); a run from before that, the mean residual of
+  each engine's first batch;
 - sync, trainer swap: the mean duration of their operations;
 - colocated switch: what a sync under colocated placement takes beyond a disaggregated one
   (0 when the runs have no colocated placement, or only colocated).
@@ -90,7 +93,8 @@ def calibrate(
     warnings: list[str] = []
 
     rows = pd.concat(
-        [features(r.events, r.workload.cluster.shared_compute) for r in runs], ignore_index=True
+        [features(r.events, r.workload.cluster.shared_compute, _warmed(r)) for r in runs],
+        ignore_index=True,
     )
     try:
         decode = fit_decode(rows)
@@ -115,9 +119,15 @@ def calibrate(
     values["prefill_tokens_per_s"] = 1.0 / per_token if per_token > 0 else 1e9
     fitted.append(Fitted("prefill_tokens_per_s", values["prefill_tokens_per_s"], "tokens/s",
                          decode.rows, quality))  # fmt: skip
-    values["engine_warmup_s"] = decode.warmup_s
-    fitted.append(Fitted("engine_warmup_s", decode.warmup_s, "s", decode.warmup_rows,
-                         "first batches"))  # fmt: skip
+    warmups = [s for r in runs for s in r.summary.get("engine_warmup_s", {}).values()]
+    if warmups:  # measured on its own before each run's clock started
+        values["engine_warmup_s"] = float(np.mean(warmups))
+        fitted.append(Fitted("engine_warmup_s", values["engine_warmup_s"], "s", len(warmups),
+                             _spread(pd.Series(warmups))))  # fmt: skip
+    else:  # runs from before the warm-up was its own work: their first batches
+        values["engine_warmup_s"] = decode.warmup_s
+        fitted.append(Fitted("engine_warmup_s", decode.warmup_s, "s", decode.warmup_rows,
+                             "first batches' residual"))  # fmt: skip
 
     train = _fit_train(runs, base)
     values["train_overhead_s"], values["train_tokens_per_s"] = train.overhead_s, train.tokens_per_s
@@ -182,8 +192,13 @@ def _with_decode(cost: CostModel, fit) -> CostModel:
     update = {name: fit.coef[name] * 1e3 for name in fit.coef if name.endswith("_ms")}
     update["decode_base_ms"] = max(update["decode_base_ms"], 1e-6)
     update["prefill_tokens_per_s"] = 1.0 / per_token if per_token > 0 else 1e9
-    update["engine_warmup_s"] = fit.warmup_s
     return cost.model_copy(update=update)
+
+
+def _warmed(run: RealRun) -> bool:
+    """Whether the run warmed its engines up before its clock started (its summary records
+    each engine's warm-up)."""
+    return "engine_warmup_s" in run.summary
 
 
 def _require_stages(runs: list[RealRun]) -> None:

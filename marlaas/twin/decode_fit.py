@@ -10,8 +10,10 @@ own and those of groups admitted beside it: decode pauses for them) and slowdown
 engines decoding at once on one shared processor. For each real generate row those quantities
 are the time-weighted means over its span, read from the event log (k = its longest sample's
 tokens, which decide when the group ends), and the five coefficients are fitted by
-non-negative least squares on the rows' durations. The rows of an
-engine's first batch carry its warm-up, which is fitted separately as their mean residual.
+non-negative least squares on the rows' durations. A run that warmed its engines up before
+its clock started (marlaas.executors.warmup: its summary's ``engine_warmup_s``) has no warm-up
+in any row; in an older run the rows of an engine's first batch carry it: they are left out
+of the fit, and the warm-up is their mean residual.
 """
 
 from __future__ import annotations
@@ -43,8 +45,10 @@ class DecodeFit:
     """Mean absolute percentage error of the fitted rows' durations."""
 
 
-def features(events: pd.DataFrame, shared_compute: bool) -> pd.DataFrame:
-    """One row per successful generate operation: ``duration_s`` and the design columns."""
+def features(events: pd.DataFrame, shared_compute: bool, warmed: bool = True) -> pd.DataFrame:
+    """One row per successful generate operation: ``duration_s`` and the design columns;
+    ``warmed``: the engines were warmed up before the run (else an engine's first batch is
+    marked ``warm``: it carries the warm-up)."""
     gen = operations(events, "generate")
     if gen.empty:
         return gen
@@ -60,7 +64,7 @@ def features(events: pd.DataFrame, shared_compute: bool) -> pd.DataFrame:
     for device, idx in gen.groupby("device", sort=False).indices.items():
         s_, e_ = starts[idx], ends[idx]
         adapters = gen.iloc[idx][["job", "version"]].astype(str).agg("@".join, axis=1).to_numpy()
-        first_end = e_[s_ == s_.min()].max()
+        first_end = e_[s_ == s_.min()].max() if not warmed else -np.inf
         for i in idx:
             s, e = starts[i], ends[i]
             live = (s_ < e) & (e_ > s)
