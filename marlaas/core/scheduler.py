@@ -258,7 +258,8 @@ class Scheduler:
         if index is None:
             index = self._submitted
         self._submitted = max(self._submitted, index + 1)
-        job = JobState(spec, index, bound, self.seed, now, version)
+        job = JobState(spec, index, bound, self.seed, now, version,
+                       shares_prompt=self.cluster_spec.engine.prefix_caching)  # fmt: skip
         self.jobs[job.index] = job
         self._by_name[job.name] = job
         self._waiting.append(job)

@@ -67,6 +67,9 @@ class Generate:
     """Tokens already in the group's context (prompt and earlier turns), over all samples."""
     max_new_tokens: int
     """Cap per sample."""
+    shared_tokens: int = 0
+    """Prompt tokens per sample the samples share (cluster.engine.prefix_caching): held and
+    prefilled once on the engine; 0 without prefix caching."""
 
 
 @dataclass(slots=True)
