@@ -87,7 +87,9 @@ def run_summary(workload: Workload, result, events: pd.DataFrame, kind: str, **e
         "events": result.events,
         "failures": result.failures,
         **extra,
-        "metrics": metrics.summarize(events, arrivals, weights, unfinished),
+        "metrics": metrics.summarize(
+            events, arrivals, weights, unfinished, workload.cluster.shared_compute
+        ),
     }
 
 
