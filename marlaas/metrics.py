@@ -151,7 +151,7 @@ def processor_utilization(df: pd.DataFrame) -> float:
     the union of all devices' busy intervals / makespan, in [0, 1]. Two devices working at
     once on one CPU keep it busy once, not twice, so placements that put more devices on it
     (colocated engines) compare with those that put fewer."""
-    devs, span, k, s, e = _busy(df)
+    _, span, k, s, e = _busy(df)
     if span <= 0 or not len(k):
         return 0.0
     _, s, e = merge_intervals(np.zeros(len(k), dtype=np.int64), s, e)
@@ -524,10 +524,10 @@ def summarize(
     Keys: ``makespan_s``; ``utilization`` (overall: the mean over devices, or, when every
     device shares one processor (``shared_processor``: cluster.shared_compute), that
     processor's busy fraction, :func:`processor_utilization`, also under
-    ``processor_utilization``) and ``utilization_by_pool``; ``jct_mean_s``, ``jct_p90_s``, ``jct_max_s`` (job completion
-    time - arrival [s]); ``idle_by_cause_device_s`` (device-seconds per cause, all pools);
-    ``staleness_mean``, ``staleness_max`` [versions]; ``adapter_swaps`` (adapter loads, see
-    :func:`adapter_loads`);
+    ``processor_utilization``) and ``utilization_by_pool``; ``jct_mean_s``, ``jct_p90_s``,
+    ``jct_max_s`` (job completion time - arrival [s]); ``idle_by_cause_device_s``
+    (device-seconds per cause, all pools); ``staleness_mean``, ``staleness_max`` [versions];
+    ``adapter_swaps`` (adapter loads, see :func:`adapter_loads`);
     ``fairness`` (see :func:`fairness`); ``n_jobs``, ``n_tenants``, ``n_devices``, ``n_rows``.
     Jobs named in ``unfinished`` (cancelled) have no completion time: they count in none of
     the completion figures.

@@ -1,8 +1,9 @@
 """The fidelity table: a real run against its replay, metric by metric, with the error.
 
 Rows: makespan; each job's completion time and their mean; the busy fraction of the shared
-processor (cluster.shared_compute), of each pool and of each device (error in points); each stage's mean and p90 duration (generate, env, train, sync,
-adapter_load); staleness mean and max; adapter loads. Relative errors are (replay - real) /
+processor (cluster.shared_compute), of each pool and of each device (error in points); each
+stage's mean and p90 duration (generate, env, train, sync, adapter_load); staleness mean and
+max; adapter loads. Relative errors are (replay - real) /
 real; ``points`` errors are replay - real in percentage points of busy fraction.
 """
 
@@ -80,7 +81,8 @@ def _error(real: float, replay: float, unit: str) -> float:
 
 def format_fidelity(table: pd.DataFrame, devices: bool = False) -> str:
     """The table as aligned text; per-device rows only when ``devices``."""
-    shown = table if devices else table[~table["metric"].str.match(r"busy fraction, (?!pool|processor)")]
+    per_device = table["metric"].str.match(r"busy fraction, (?!pool|processor)")
+    shown = table if devices else table[~per_device]
     lines = [f"{'metric':<34} {'real':>11} {'replay':>11} {'error':>9}"]
     for r in shown.itertuples():
         if r.error_unit == "points":
