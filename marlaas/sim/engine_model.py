@@ -15,8 +15,8 @@ Sequences finishing inside the batch are folded in piecewise without simulation 
 engine only wakes the simulator when a whole group (its slowest sample) is done. The cost of
 simulating an engine therefore grows with the number of sequences, not of tokens, and the
 number of simulation events with the number of groups. Admitting a group first runs its
-prefill, pausing decode for prompt tokens / prefill rate (a prompt the group's samples share,
-cluster.engine.prefix_caching, is prefilled once).
+prefill, pausing decode for a fixed cost plus prompt tokens / prefill rate (a prompt the
+group's samples share, cluster.engine.prefix_caching, is prefilled once).
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ class EngineModel:
         self.per_kv_s = cost.decode_per_kv_token_ms / 1e3
         self.per_adapter_s = cost.decode_per_adapter_ms / 1e3
         self.prefill_s_per_token = 1.0 / cost.prefill_tokens_per_s
+        self.prefill_base_s = cost.prefill_base_ms / 1e3
         self.progress = 0.0
         """Decode iterations done since the engine started."""
         self.clock_s = 0.0
@@ -154,7 +155,8 @@ class EngineModel:
         if isinstance(lengths, np.ndarray):
             lengths = lengths.tolist()
         n = len(lengths)
-        prefill_s = (prompt * n - shared * (n - 1)) * self.prefill_s_per_token * self.slowdown
+        tokens = prompt * n - shared * (n - 1)
+        prefill_s = (self.prefill_base_s + tokens * self.prefill_s_per_token) * self.slowdown
         resume = self.resume_s
         self.resume_s = (now if now > resume else resume) + prefill_s
         progress, first = self.progress, self._seq_ids + 1

@@ -110,6 +110,7 @@ def calibrate(
         ("decode_per_seq_ms", "ms per sequence and iteration", 1e3),
         ("decode_per_kv_token_ms", "ms per context token and iteration", 1e3),
         ("decode_per_adapter_ms", "ms per adapter and iteration", 1e3),
+        ("prefill_base_ms", "ms per prefill", 1e3),
     ]:
         values[name] = decode.coef[name] * scale
         if name == "decode_base_ms":
