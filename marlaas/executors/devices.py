@@ -38,6 +38,24 @@ def physical_devices(cluster: Cluster, gpus: int) -> dict[str, str]:
     return {name: f"cuda:{i}" for i, name in enumerate(names)}
 
 
+def trainer_device(name: str, devices: list[str], physical: dict[str, str]) -> str:
+    """The one torch device trainer ``name`` (of scheduler devices ``devices``) trains on.
+
+    A step runs on one device here, so the simulator's step time (divided by the trainer's
+    devices, except on one shared processor) holds only when its devices are one physical
+    device: several distinct ones (devices_per_trainer > 1 on as many GPUs) are refused
+    rather than trained on the first alone."""
+    distinct = sorted({physical[d] for d in devices})
+    if len(distinct) > 1:
+        raise DeviceError(
+            f"trainer {name} spans {len(distinct)} devices ({', '.join(distinct)}), but a real "
+            "training step runs on one device (no data parallelism yet): set the training "
+            "pool's devices_per_trainer to 1 (one trainer per device) or declare "
+            "cluster.shared_compute: true"
+        )
+    return distinct[0]
+
+
 def gpu_count() -> int:
     """CUDA devices visible to torch (0 without CUDA)."""
     import torch

@@ -54,7 +54,7 @@ from marlaas.core.workload import JobSpec
 from marlaas.drive.executor import Completions
 from marlaas.executors.adapter_store import AdapterStore
 from marlaas.executors.backends import EngineSizing, make_generator, max_positions
-from marlaas.executors.devices import gpu_count, physical_devices
+from marlaas.executors.devices import gpu_count, physical_devices, trainer_device
 from marlaas.executors.episode_runner import EpisodeRunner, RewardPoint
 from marlaas.executors.episodes import ChatFormat
 from marlaas.executors.memory import tree_rss_mb
@@ -145,6 +145,10 @@ class LocalExecutor:
 
     async def _setup(self, trainers: dict | None, chat_template: bool | None) -> None:
         devices = physical_devices(self.cluster, gpu_count())
+        on = {  # each trainer's one device (refused here, before any model loads)
+            t.name: trainer_device(t.name, [d.name for d in t.devices], devices)
+            for t in self.cluster.trainers
+        }
         for engine in self.cluster.engines:
             if engine.name not in self._engines:
                 self._engines[engine.name] = await asyncio.to_thread(
@@ -157,7 +161,7 @@ class LocalExecutor:
 
             trainers = {}
             for trainer in self.cluster.trainers:
-                device = devices[trainer.devices[0].name]
+                device = on[trainer.name]
                 trainers[trainer.name] = await asyncio.to_thread(
                     PeftTrainer, self._model_dir, micro_batch_size=self._micro_batch_size,
                     device=device, activation_checkpointing=self._checkpointing,
