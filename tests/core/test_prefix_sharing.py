@@ -8,6 +8,7 @@ from __future__ import annotations
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.work import Generate, LoadAdapter, WorkDone
 from marlaas.core.workload import parse_workload
+from marlaas.sim.cost_model import CostModel
 from marlaas.sim.run import simulate
 
 AZURE_PROMPT = 14_050
@@ -68,7 +69,7 @@ def test_the_simulator_prefills_a_shared_prompt_once():
         records = simulate(parse_workload(data)).records
         gen = [r.end_s - r.start_s for r in records if r.kind == "generate"]
         durations[sharing] = min(gen)
-    prefill_s = 4_000 * 7 / 38_000  # seven prompts fewer at the h100-7b rate [s]
+    prefill_s = 4_000 * 7 / CostModel().prefill_tokens_per_s  # seven prompts fewer [s]
     assert durations[False] - durations[True] > 0.9 * prefill_s
 
 
