@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from marlaas.cli import main
+from marlaas.core.scheduler import Scheduler
 from marlaas.runs import write_run
 from marlaas.sim.cost_model import CostModel
 from marlaas.sim.cost_profiles import bundled_profiles, load_profile
@@ -37,6 +38,8 @@ def fake_real_run(tmp_path: Path, name: str, overrides: dict, policy: str) -> Pa
     workload = load_workload(TINY, {"jobs.*.rl.steps": 6, **overrides})
     true = workload.model_copy(update={"cost": TRUE})
     events, summary = simulate_run(true, policy, kind="real", backend="sim")
+    engines = {d.name for d in Scheduler.for_workload(workload).cluster.engines}
+    summary["engine_warmup_s"] = dict.fromkeys(engines, TRUE.engine_warmup_s)  # as measured
     return write_run(tmp_path / name, events, summary, workload)  # with the default cost model
 
 

@@ -82,5 +82,5 @@ class CostModel(BaseModel):
     profiles, where the load itself dominates; calibrated on CPUs, where it does not."""
     engine_warmup_s: Seconds = 0.0
     """An engine's warm-up [s]: its first generation, done when the engine is built, before
-    the run's clock starts (in both worlds: marlaas.executors.warmup); recorded in a run's
-    summary, not charged to its first batch [S8]."""
+    the run's clock starts (in both worlds: marlaas.executors.warmup); a real run's summary
+    records it, no run charges it to its first batch [S8]."""

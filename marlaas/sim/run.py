@@ -109,7 +109,5 @@ def simulate_logged(
     events = records_to_frame(result.records)
     check_invariants(result, scheduler, events)
     used = profile.summary() if profile is not None else {"name": "workload", "path": None}
-    warm = (cost or cost_of(workload)).engine_warmup_s  # paid before the clock starts
-    extra.setdefault("engine_warmup_s", {e.name: warm for e in scheduler.cluster.engines})
     summary = run_summary(workload, result, events, kind, cost_profile=used, **extra)
     return result, events, summary
