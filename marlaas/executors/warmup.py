@@ -1,12 +1,13 @@
 """Engine warm-up: each engine's first generation, done once when the engines are built.
 
 An inference engine's first call pays one-off costs (vLLM on a CPU compiles its oneDNN
-kernels: 2-14 s for the tiny model on 2 loaded cores, against 0.1 s for a later batch of 16
-samples). Left to the run, that time landed in the first group's generate row: counted as
-generation work, and as busy time. Here it is its own kind of work: one short generation of
-the base model per engine before the run's clock starts (measured: LoRA batches after it run
-at their steady speed, docs/twin.md), timed and recorded in the run's summary as
-``engine_warmup_s``, which ``marlaas calibrate`` reads as the cost model's
+kernels: 3.5-11.8 s for the tiny model's first engine in the 12 runs of docs/twin.md's fresh
+workloads, on 2 loaded cores, against 0.07-0.25 s for a later batch of 16 samples; a second
+engine in the same process then takes 0.01-0.02 s). Left to the run, that time landed in the
+first group's generate row: counted as generation work, and as busy time. Here it is its own
+kind of work: one short generation of the base model per engine before the run's clock starts
+(measured: LoRA batches after it run at their steady speed), timed and recorded in the run's
+summary as ``engine_warmup_s``, which ``marlaas calibrate`` reads as the cost model's
 ``engine_warmup_s``. The simulator's engines are likewise warm when its clock starts.
 """
 
