@@ -44,6 +44,8 @@ USER_ERRORS = (
     ("marlaas.executors.devices", "DeviceError"),
     ("marlaas.executors.cli", "ModelSetupError"),
     ("marlaas.executors.tracking", "TrackerError"),
+    ("marlaas.executors.ray_backends", "PlacementError"),
+    ("marlaas.ray_cluster", "RayUnavailableError"),
     ("marlaas.out_folder", "OutputError"),
     ("marlaas.terminal", "UsageError"),
 )

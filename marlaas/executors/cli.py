@@ -48,6 +48,10 @@ def _train(args: argparse.Namespace) -> int:
         from marlaas.executors.tracking import check_tracker
 
         check_tracker(args.tracker)
+    if args.ray is not None:  # without Ray: one line, before any model loads
+        from marlaas.ray_cluster import require_ray
+
+        require_ray("train --ray")
     from marlaas.executors.train import train_run
     from marlaas.run_options import load_run_workload, run_title
     from marlaas.table import print_summary
@@ -60,9 +64,10 @@ def _train(args: argparse.Namespace) -> int:
         seed=args.seed, base_dir=Path(args.workload).parent, progress=not args.quiet,
         micro_batch_size=args.micro_batch_size, max_model_len=args.max_model_len,
         activation_checkpointing=args.activation_checkpointing, tracker=args.tracker,
-        on_ended=print_refusal,
+        on_ended=print_refusal, ray=args.ray,
     )  # fmt: skip
-    print_summary(summary, title=run_title(workload, summary, f"{summary['backend']} · real"))
+    where = f"{summary['backend']} · real" + (" · ray" if args.ray is not None else "")
+    print_summary(summary, title=run_title(workload, summary, where))
     for job, group in rewards.groupby("job", sort=True):
         first, last = group["mean_reward"].iloc[0], group["mean_reward"].tail(3).mean()
         print(f"reward {job:<16s} {first:.3f} -> {last:.3f} (first step -> mean of last 3)")
@@ -237,9 +242,20 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
         "staleness per step, and the makespan, to OUT/tensorboard/ (tensorboard --logdir) or "
         "an offline W&B run in OUT/wandb/ (default: none)",
     )  # fmt: skip
+    ray_argument(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     _verbose_argument(parser)
     parser.set_defaults(func=_train)
+
+
+def ray_argument(parser: argparse.ArgumentParser) -> None:
+    """``--ray [ADDRESS]``: run the engines, trainers and environments as Ray actors."""
+    parser.add_argument(
+        "--ray", nargs="?", const="local", metavar="ADDRESS",
+        help="run every inference engine, trainer and a pool of environments as Ray actors "
+        "(the scheduler stays here): no ADDRESS starts a local cluster, `auto` joins the one "
+        "`ray start` made on this machine, HOST:PORT joins that head (docs/ray.md)",
+    )  # fmt: skip
 
 
 def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:

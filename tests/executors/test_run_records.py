@@ -33,10 +33,11 @@ class SlowFirstCall(HFGenerator):
         super().__init__(*args, **kwargs)
         self.calls: list[tuple[str | None, float]] = []
 
-    async def generate(self, adapter, version, prompts, n, max_new_tokens, **kwargs):
+    async def generate(self, adapter, version, prompts, n, max_new_tokens, *args, **kwargs):
         if not self.calls:
             await asyncio.sleep(0.3)
-        out = await super().generate(adapter, version, prompts, n, max_new_tokens, **kwargs)
+        out = await super().generate(adapter, version, prompts, n, max_new_tokens, *args,
+                                     **kwargs)  # fmt: skip
         self.calls.append((adapter, time.monotonic()))
         return out
 
