@@ -38,22 +38,22 @@ def physical_devices(cluster: Cluster, gpus: int) -> dict[str, str]:
     return {name: f"cuda:{i}" for i, name in enumerate(names)}
 
 
-def trainer_device(name: str, devices: list[str], physical: dict[str, str]) -> str:
-    """The one torch device trainer ``name`` (of scheduler devices ``devices``) trains on.
+def check_trainers(cluster: Cluster) -> None:
+    """Refuse a trainer of several devices unless they share one processor.
 
-    A step runs on one device here, so the simulator's step time (divided by the trainer's
-    devices, except on one shared processor) holds only when its devices are one physical
-    device: several distinct ones (devices_per_trainer > 1 on as many GPUs) are refused
-    rather than trained on the first alone."""
-    distinct = sorted({physical[d] for d in devices})
-    if len(distinct) > 1:
-        raise DeviceError(
-            f"trainer {name} spans {len(distinct)} devices ({', '.join(distinct)}), but a real "
-            "training step runs on one device (no data parallelism yet): set the training "
-            "pool's devices_per_trainer to 1 (one trainer per device) or declare "
-            "cluster.shared_compute: true"
-        )
-    return distinct[0]
+    A real training step runs on one device (in this process or in its Ray actor), while the
+    simulator divides a step by the trainer's devices (except on one shared processor, where
+    they count as one): such a trainer would be trained on its first device alone."""
+    if cluster.shared_compute:
+        return
+    for trainer in cluster.trainers:
+        if len(trainer.devices) > 1:
+            raise DeviceError(
+                f"trainer {trainer.name} spans {len(trainer.devices)} devices, but a real "
+                "training step runs on one device (no data parallelism yet): set the training "
+                "pool's devices_per_trainer to 1 (one trainer per device) or declare "
+                "cluster.shared_compute: true"
+            )
 
 
 def gpu_count() -> int:

@@ -15,7 +15,7 @@ from marlaas.core.cluster import Cluster
 from marlaas.envs import make_env
 from marlaas.executors.adapter_store import AdapterStore
 from marlaas.executors.backends import EngineSizing, make_generator
-from marlaas.executors.devices import gpu_count, physical_devices, trainer_device
+from marlaas.executors.devices import gpu_count, physical_devices
 from marlaas.executors.real import RealExecutor
 
 
@@ -52,10 +52,6 @@ class LocalBackends:
     ) -> None:
         """Build the engines, then the trainers, each on its device."""
         devices = physical_devices(cluster, gpu_count())
-        on = {  # each trainer's one device (refused here, before any model loads)
-            t.name: trainer_device(t.name, [d.name for d in t.devices], devices)
-            for t in cluster.trainers
-        }
         for engine in cluster.engines:
             if engine.name not in self.engines:
                 self.engines[engine.name] = await asyncio.to_thread(
@@ -68,7 +64,7 @@ class LocalBackends:
             from marlaas.executors.peft_trainer import PeftTrainer
 
             for trainer in cluster.trainers:
-                device = on[trainer.name]
+                device = devices[trainer.devices[0].name]
                 self.trainers[trainer.name] = await asyncio.to_thread(
                     PeftTrainer, self.model_dir, micro_batch_size=self.micro_batch_size,
                     device=device, activation_checkpointing=self.checkpointing,

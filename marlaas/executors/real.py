@@ -65,6 +65,7 @@ from marlaas.core.workload import JobSpec
 from marlaas.drive.executor import Completions
 from marlaas.executors.adapter_store import AdapterStore
 from marlaas.executors.backends import EngineSizing, max_positions
+from marlaas.executors.devices import check_trainers
 from marlaas.executors.episode_runner import EpisodeRunner, RewardPoint
 from marlaas.executors.episodes import ChatFormat
 from marlaas.executors.memory import tree_rss_mb
@@ -139,6 +140,7 @@ class RealExecutor:
         when done."""
         if self._runner is not None:
             return self
+        check_trainers(self.cluster)  # before any model loads
         limit = max_positions(self._model_dir)
         self._max_model_len = min(self._max_model_len_asked or limit, limit)
         self._runner = asyncio.Runner()

@@ -1,41 +1,42 @@
-"""A trainer of several devices: the real executor trains a step on one device, so it is
-refused where those are several physical devices (the simulator would divide the step by
-them), and runs where they are one (one shared processor)."""
+"""A trainer of several devices: a real step trains on one device (in this process or in its
+Ray actor), so the real executor refuses such a trainer before any model loads, where the
+simulator would divide its step by its devices; on one shared processor they count as one
+device in both worlds."""
 
 from __future__ import annotations
 
 import pytest
 
-from marlaas.core.cluster import Cluster
+from marlaas.core.scheduler import Scheduler
 from marlaas.core.workload import parse_workload
-from marlaas.executors.devices import DeviceError, physical_devices, trainer_device
+from marlaas.executors.adapter_store import AdapterStore
+from marlaas.executors.backends import EngineSizing
+from marlaas.executors.devices import DeviceError, check_trainers
 
 
-def cluster(shared: bool) -> Cluster:
-    workload = parse_workload({
+def workload(shared: bool):
+    return parse_workload({
         "jobs": [{"name": "a", "tenant": "t"}],
         "cluster": {"pools": [
             {"name": "rollout", "role": "inference", "devices": 1},
             {"name": "train", "role": "training", "devices": 2, "devices_per_trainer": 2},
         ], "shared_compute": shared},
     })  # fmt: skip
-    from marlaas.core.scheduler import Scheduler
-
-    return Scheduler.for_workload(workload).cluster
 
 
-def test_a_trainer_on_two_gpus_is_refused_not_trained_on_the_first():
-    c = cluster(shared=False)
-    [trainer] = c.trainers
-    physical = physical_devices(c, gpus=3)
+def test_a_trainer_of_two_devices_is_refused_before_any_model_loads(tmp_path):
+    pytest.importorskip("torch")
+    from marlaas.executors.local import LocalExecutor
+
+    w = workload(shared=False)
+    cluster = Scheduler.for_workload(w).cluster
+    executor = LocalExecutor(
+        EngineSizing.of_workload(w), cluster, store=AdapterStore(tmp_path / "a"),
+        model_dir=tmp_path / "no-model", backend="hf",
+    )  # fmt: skip
     with pytest.raises(DeviceError, match="devices_per_trainer to 1"):
-        trainer_device(trainer.name, [d.name for d in trainer.devices], physical)
+        executor.open()  # refused before reading the model folder
 
 
-@pytest.mark.parametrize(("shared", "gpus"), [(True, 1), (False, 0)])
-def test_a_trainer_on_one_processor_trains_there(shared, gpus):
-    c = cluster(shared=shared)
-    [trainer] = c.trainers
-    physical = physical_devices(c, gpus=gpus)
-    device = trainer_device(trainer.name, [d.name for d in trainer.devices], physical)
-    assert device == ("cuda:0" if gpus else "cpu")
+def test_on_one_shared_processor_a_trainer_of_two_devices_runs():
+    check_trainers(Scheduler.for_workload(workload(shared=True)).cluster)
