@@ -219,6 +219,11 @@ class EngineSpec(_Strict):
     Default: 80 GB H100 minus ~14 GB of 7B fp16 weights at 0.5 MB of KV per token."""
     adapter_slots: Count(L.MAX_ADAPTER_SLOTS) = 8
     """Adapter versions resident at once (vLLM max_loras)."""
+    prefix_caching: bool = False
+    """A group's samples share their prompt's KV cache (vLLM ``enable_prefix_caching``, which
+    the real engines are built with exactly when this is set): the scheduler reserves a
+    group's prompt once instead of once per sample, and the simulator prefills it once.
+    Off: every sample holds and prefills its own copy (and the real engines cache nothing)."""
 
 
 class TrainerSpec(_Strict):

@@ -43,7 +43,8 @@ class RewardPoint:
     staleness: int
     """Largest version lag of a sample in the batch, measured by the trainer [versions]."""
     max_staleness: int
-    """The job's bound [versions]."""
+    """The bound the scheduler enforced on the job [versions] (its rl.max_staleness, capped by
+    the mechanism: a preset's 0)."""
     mean_ratio: float
     clip_fraction: float
     loss: float

@@ -65,12 +65,14 @@ from marlaas.core.workload import JobSpec
 from marlaas.drive.executor import Completions
 from marlaas.executors.adapter_store import AdapterStore
 from marlaas.executors.backends import EngineSizing, max_positions
+from marlaas.executors.devices import check_trainers
 from marlaas.executors.episode_runner import EpisodeRunner, RewardPoint
 from marlaas.executors.episodes import ChatFormat
 from marlaas.executors.memory import tree_rss_mb
 from marlaas.executors.placement import BackendRestarted, Backends
 from marlaas.executors.rollout import Generator, TrainSample
 from marlaas.executors.trainers import TrainerPool
+from marlaas.executors.warmup import warm_up
 
 log = logging.getLogger("marlaas.real")
 
@@ -103,6 +105,8 @@ class RealExecutor:
         self.sizing, self.cluster, self.store = sizing, cluster, store
         self.backends = backends
         self.rewards: list[RewardPoint] = []
+        self.warmup_s: dict[str, float] = {}
+        """Each engine's warm-up before the clock started [s] (marlaas.executors.warmup)."""
         self._model_dir = model_dir
         self._max_model_len_asked = max_model_len
         self._max_model_len = 0  # known once open() read the model's config
@@ -116,6 +120,8 @@ class RealExecutor:
         self._restoring: dict[str, asyncio.Lock] = {}
         self._specs: dict[str, JobSpec] = {}
         """The admitted jobs' specs (shared with the trainers and the episodes)."""
+        self._bounds: dict[str, int] = {}
+        """The admitted jobs' enforced staleness bounds (AdmitJob), for rewards.csv."""
         self._created: dict[str, asyncio.Task] = {}
         """Each new job's first version being written (awaited by its first load or swap)."""
         self._unwaited: set[asyncio.Task] = set()
@@ -130,9 +136,11 @@ class RealExecutor:
 
     # ----------------------------------------------------------------------------- setup
     def open(self) -> RealExecutor:
-        """Build the backends (the models load); the clock starts when done."""
+        """Build the backends (the models load) and warm the engines up; the clock starts
+        when done."""
         if self._runner is not None:
             return self
+        check_trainers(self.cluster)  # before any model loads
         limit = max_positions(self._model_dir)
         self._max_model_len = min(self._max_model_len_asked or limit, limit)
         self._runner = asyncio.Runner()
@@ -148,6 +156,7 @@ class RealExecutor:
     async def _setup(self) -> None:
         backends = self.backends
         await backends.open(self.sizing, self.cluster, self._max_model_len, self.seed)
+        self.warmup_s = await warm_up(backends.engines)
         self.trainers = TrainerPool(backends.trainers, self.store, self._specs)
         self.episodes = EpisodeRunner(
             self._specs, ChatFormat(backends.tokenizer, self._chat_template),
@@ -231,6 +240,7 @@ class RealExecutor:
     def _admit(self, d: AdmitJob) -> None:
         """The job's state; a new job's first version is written in the background."""
         self._specs[d.job] = d.spec
+        self._bounds[d.job] = d.max_staleness
         self.store.clean_partial(d.job)
         self.episodes.admit(d.job, d.index)
         if d.version == 0:
@@ -248,7 +258,7 @@ class RealExecutor:
         if created is not None and not created.done():  # cancelled before its first load
             self._unwaited.add(created)
             created.add_done_callback(self._unwaited.discard)
-        del self._specs[d.job]
+        del self._specs[d.job], self._bounds[d.job]
 
     async def _created_first(self, job: str) -> None:
         """Wait until the job's first version is in the store (a new job's)."""
@@ -317,12 +327,11 @@ class RealExecutor:
             )
         self._unsynced[(d.trainer, d.job)] = samples
         spec = self._specs[d.job]
-        bound = spec.rl.max_staleness
         self.rewards.append(
             RewardPoint(
                 d.job, spec.tenant, d.step, mean_reward, self.now(),
-                stats.max_staleness, bound, stats.mean_ratio, stats.clip_fraction, stats.loss,
-                stats.samples, round(tree_rss_mb(), 1),
+                stats.max_staleness, self._bounds[d.job], stats.mean_ratio,
+                stats.clip_fraction, stats.loss, stats.samples, round(tree_rss_mb(), 1),
             )
         )  # fmt: skip
         self.episodes.release(d)

@@ -125,6 +125,7 @@ def train_run(
                 track = open_tracker(tracker, out, run_name=out.name, config=config)
             try:
                 with MemoryMonitor() as memory:
+                    warmup: dict[str, float] = {}
                     if not left:  # every step was durable: only the outputs were missing
                         result = _no_work(workload, policy, seed)
                     else:
@@ -133,10 +134,11 @@ def train_run(
                                           on_durable=keep)  # fmt: skip
                         memory.offset_s = journaled.end_s
                         try:
-                            result = _train_part(workload, journal, store, model_dir, backend,
-                                                 policy, seed, progress, observers, on_ended,
-                                                 offsets, journaled.end_s, options, track,
-                                                 memory, ray)  # fmt: skip
+                            result, warmup = _train_part(
+                                workload, journal, store, model_dir, backend, policy, seed,
+                                progress, observers, on_ended, offsets, journaled.end_s,
+                                options, track, memory, ray,
+                            )  # fmt: skip
                         finally:
                             journal.close()
                 journaled = read_journal(out / JOURNAL_FILE)
@@ -146,7 +148,8 @@ def train_run(
                 rewards = rewards_frame(history_points(journaled))
                 summary = real_summary(workload, result, events, rewards, backend, offsets,
                                        memory.summary(model_dir),
-                                       executor="local" if ray is None else "ray")  # fmt: skip
+                                       executor="local" if ray is None else "ray",
+                                       warmup=warmup)  # fmt: skip
                 if track is not None:
                     track.log_run(summary)
             finally:
@@ -168,11 +171,12 @@ def _check_runnable(workload: Workload) -> None:
 
 def _train_part(workload, journal, store, model_dir, backend, policy, seed, progress,
                 observers, on_ended, versions, start_s, options, track,
-                memory, ray) -> RunResult:  # fmt: skip
+                memory, ray) -> tuple[RunResult, dict[str, float]]:  # fmt: skip
     """Drive one part of the run (the first, or a resumed one: each job submitted at its
     last durable version, the arrivals ``start_s`` earlier), journaling it (and feeding
     ``track``, a tracker, each training step's statistics); ``memory``'s timeline counts on
-    the run's clock from the end of the setup."""
+    the run's clock from the end of the setup. Returns the result and each engine's warm-up
+    [s], done before the clock started."""
     scheduler = Scheduler.for_workload(workload, policy, seed)
     total = sum(max(0, j.rl.steps - versions.get(j.name, 0)) for j in workload.jobs)
     sizing = EngineSizing.of_workload(workload)
@@ -190,7 +194,7 @@ def _train_part(workload, journal, store, model_dir, backend, policy, seed, prog
             observers=[keeper, bar, *feeds, *observers], on_ended=on_ended,
         )  # fmt: skip
         keeper.finish(result.records)
-    return result
+    return result, executor.warmup_s
 
 
 def _no_work(workload: Workload, policy, seed: int | None) -> RunResult:
