@@ -93,7 +93,11 @@ def run_summary(workload: Workload, result, events: pd.DataFrame, kind: str, **e
         "missed_deadlines": metrics.missed_deadlines(jobs, deadlines) if deadlines else [],
         **extra,
         "metrics": metrics.summarize(
-            events, arrivals, weights, unfinished, deadlines=deadlines,
+            events,
+            arrivals,
+            weights,
+            unfinished,
+            deadlines=deadlines,
             shared_processor=workload.cluster.shared_compute,
         ),
     }
