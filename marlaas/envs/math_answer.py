@@ -30,7 +30,9 @@ class MathEnv(AnswerEnv):
         mv = _math_verify()
         timeout = TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
         gold = mv.parse(problem.answer, parsing_timeout=timeout)
-        if not gold:
+        if not gold:  # bare LaTeX (``\\sqrt{2}``): read it as inline math
+            gold = mv.parse(f"${problem.answer}$", parsing_timeout=timeout)
+        if all(isinstance(g, str) for g in gold):  # nothing but the text itself
             raise ValueError(f"{problem.source}: math-verify cannot read the answer "
                              f"{problem.answer[:80]!r} as math")  # fmt: skip
         answer = mv.parse(response, parsing_timeout=timeout)

@@ -39,7 +39,9 @@ def wilson_interval(correct: int, n: int, confidence: float = CONFIDENCE) -> tup
 def pick_versions(available: Sequence[int], asked: str) -> list[int]:
     """The adapter versions to score: ``asked`` is ``last``, ``all``, or a comma-separated list
     of version numbers and ``last`` (``5,10,last``). A version that is not in ``available`` is
-    a ValueError naming the ones there are."""
+    a ValueError naming the ones there are. Version 0, the untrained adapter, is the base
+    model's equal and never picked."""
+    available = [v for v in available if v > 0]
     if not available:
         return []
     if asked.strip() == "all":
