@@ -13,7 +13,8 @@ import random
 from pathlib import Path
 
 NAMES = ["Ana", "Ben", "Chloe", "Dev", "Ema", "Finn", "Gita", "Hugo", "Ines", "Jon", "Kai",
-         "Lena", "Milo", "Nia", "Omar", "Pia", "Raj", "Sara", "Tom", "Uma", "Vic", "Wen"]  # fmt: skip
+         "Lena", "Milo", "Nia", "Omar", "Pia", "Raj", "Sara", "Tom", "Uma", "Vic",
+         "Wen"]  # fmt: skip
 THINGS = ["apples", "books", "coins", "pencils", "stickers", "marbles", "cards", "shells",
           "stamps", "cookies", "flowers", "buttons"]  # fmt: skip
 SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]

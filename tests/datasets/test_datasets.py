@@ -57,7 +57,8 @@ def test_numbers_become_text_and_csv_keeps_what_is_written(tmp_path):
 @pytest.mark.parametrize(
     ("name", "text", "message"),
     [
-        ("bad.jsonl", '{"prompt": "a", "answer": "1"}\n{"prompt": "b",\n', "line 2: not valid JSON"),
+        ("bad.jsonl", '{"prompt": "a", "answer": "1"}\n{"prompt": "b",\n',
+         "line 2: not valid JSON"),
         ("list.jsonl", '["a", "1"]\n', "line 1: a JSON list, expected an object"),
         ("gap.jsonl", '{"prompt": "a", "answer": "1"}\n{"prompt": "b", "answer": null}\n',
          "row 2, column 'answer': empty"),
