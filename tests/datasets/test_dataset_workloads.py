@@ -56,12 +56,23 @@ def test_an_answer_environment_needs_a_dataset_and_others_refuse_one(tmp_path):
 
 def test_a_service_tenant_cannot_name_a_dataset():
     pytest.importorskip("fastapi")
+    from marlaas.service.config import ServiceConfig
     from marlaas.service.requests import JobRequestError, job_from_request
 
-    config = pytest.importorskip("marlaas.service.config").ServiceConfig
     for body in (
         {"name": "j", "dataset": {"path": "/etc/passwd"}},
         {"name": "j", "dataset": {"heldout": "/etc/passwd"}},
     ):
         with pytest.raises(JobRequestError, match="cannot name a file on the server"):
-            job_from_request(body, "ann", config.model_construct())
+            job_from_request(body, "ann", ServiceConfig())
+
+
+def test_a_service_refuses_an_environment_that_needs_a_dataset():
+    pytest.importorskip("fastapi")
+    from marlaas.service.config import ServiceConfig
+    from marlaas.service.requests import JobRequestError, job_from_request
+
+    config = ServiceConfig.model_validate({"service": {"environments": ["math", "arithmetic"]}})
+    with pytest.raises(JobRequestError, match="'math' checks a dataset's answers"):
+        job_from_request({"name": "j", "env": {"name": "math"}}, "ann", config)
+    assert job_from_request({"name": "j"}, "ann", config).env.name == "arithmetic"
