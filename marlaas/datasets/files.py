@@ -21,7 +21,8 @@ MAX_ROWS = 1_000_000
 MAX_FILE_BYTES = 2 * 1024**3
 """Largest dataset file read [bytes]."""
 SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".csv": "csv"}
-"""File name endings -> formats (a folder is a ``save_to_disk`` dataset)."""
+"""File name endings -> formats (a folder is a ``save_to_disk`` dataset; a ``.json`` file is
+JSON lines or one array of row objects)."""
 
 
 class DatasetError(ValueError):
@@ -87,12 +88,15 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    rows = []
+    """JSON lines, or (a ``.json`` file that starts with ``[``) one JSON array of rows."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise DatasetError(f"{path}: not UTF-8 text ({err.reason})") from None
-    for number, line in enumerate(lines, start=1):
+    if path.suffix.lower() == ".json" and text.lstrip().startswith("["):
+        return _read_json_array(path, text)
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -103,6 +107,18 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
             raise DatasetError(f"{path}: line {number}: a JSON {type(row).__name__}, "
                                "expected an object of columns")  # fmt: skip
         rows.append(row)
+    return rows
+
+
+def _read_json_array(path: Path, text: str) -> list[dict[str, Any]]:
+    try:
+        rows = json.loads(text)
+    except ValueError as err:
+        raise DatasetError(f"{path}: not valid JSON ({err})") from None
+    for number, row in enumerate(rows, start=1):
+        if not isinstance(row, dict):
+            raise DatasetError(f"{path}: row {number}: a JSON {type(row).__name__}, "
+                               "expected an object of columns")  # fmt: skip
     return rows
 
 

@@ -23,6 +23,7 @@ def write_jsonl(path, rows):
 def files(tmp_path):
     """The same 20 problems as JSONL, Parquet, CSV and a save_to_disk folder."""
     out = {"jsonl": write_jsonl(tmp_path / "p.jsonl", ROWS)}
+    (out.setdefault("json", tmp_path / "p.json")).write_text(json.dumps(ROWS))
     frame = pd.DataFrame(ROWS)
     frame.to_parquet(out.setdefault("parquet", tmp_path / "p.parquet"))
     frame.to_csv(out.setdefault("csv", tmp_path / "p.csv"), index=False)
@@ -68,6 +69,7 @@ def test_numbers_become_text_and_csv_keeps_what_is_written(tmp_path):
         ("flag.jsonl", '{"prompt": "a", "answer": true}\n', "row 1, column 'answer': a boolean"),
         ("cols.csv", "question,solution\na,1\n", "no column 'prompt' (it has ['question', "),
         ("empty.jsonl", "", "has no rows"),
+        ("mixed.json", '[{"prompt": "a", "answer": "1"}, 3]', "row 2: a JSON int, expected"),
         ("data.txt", "a,1\n", "unknown dataset format '.txt'"),
         ("bad.parquet", "not parquet", "not a readable Parquet file"),
     ],
