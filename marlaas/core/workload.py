@@ -119,6 +119,33 @@ class EnvSpec(_Strict):
         return _at_most(dist, L.MAX_LATENCY_S, "s")
 
 
+class DatasetSpec(_Strict):
+    """A job's prompts from a local file (a real run's; the simulator draws lengths only).
+
+    Read by :mod:`marlaas.datasets` (never downloaded): JSONL, Parquet or CSV, or a folder an
+    HF ``datasets.Dataset.save_to_disk`` wrote. Each row is one problem: the prompt text and
+    the reference answer its environment checks (``env: {name: math}`` and the like).
+    """
+
+    path: str
+    """The file or folder, relative to the workload file."""
+    prompt_column: str = "prompt"
+    answer_column: str = "answer"
+    heldout: Amount(0.9, positive=True) | str = 0.1
+    """The held-out split ``marlaas evaluate`` scores and training never sees: a fraction of
+    the rows (taken in the seed's order), or a second file of the same columns."""
+
+    @field_validator("path", "heldout")
+    @classmethod
+    def _path(cls, value):
+        return _printable(value, 4096) if isinstance(value, str) else value
+
+    @field_validator("prompt_column", "answer_column")
+    @classmethod
+    def _column(cls, value: str) -> str:
+        return check_name(value)
+
+
 class JobSpec(_Strict):
     """One tenant's RL fine-tuning job on the shared base model."""
 
@@ -151,6 +178,9 @@ class JobSpec(_Strict):
     pairs: a group's samples' responses come from the trace's requests whose prompts are
     close to the group's (marlaas.core.prompts), so their correlation is kept."""
     env: EnvSpec = Field(default_factory=EnvSpec)
+    dataset: DatasetSpec | None = None
+    """Where the job's prompts and reference answers come from (None: the environment draws
+    its own prompts from a seed)."""
 
     @model_validator(mode="before")
     @classmethod

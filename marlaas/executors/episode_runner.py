@@ -13,6 +13,7 @@ import numpy as np
 
 from marlaas.core.work import EnvStep, Generate, Train
 from marlaas.core.workload import JobSpec
+from marlaas.datasets import load_prompt_set
 from marlaas.envs import Environment, make_env
 from marlaas.executors.episodes import (
     ChatFormat,
@@ -97,7 +98,13 @@ class EpisodeRunner:
             if episode is None:  # a retried first turn keeps its prompt
                 envs = [self.make_env(spec.env.name, spec.env.args) for _ in range(d.seqs)]
                 seed = self.group_seed(d.job, d.group)
-                episode, _ = await start_group(d.job, d.group, version, envs, seed, self.fmt)
+                problem = None
+                if spec.dataset is not None:
+                    prompt_set = load_prompt_set(spec.dataset)
+                    problem = prompt_set.train_problem(d.group, self.seed)
+                episode, _ = await start_group(
+                    d.job, d.group, version, envs, seed, self.fmt, problem
+                )
                 self._episodes[key] = episode
             live = episode.samples
             prompts, n = [live[0].context], d.seqs
