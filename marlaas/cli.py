@@ -25,6 +25,7 @@ import sys
 
 from marlaas import interrupts, run_options, sweep_cli
 from marlaas.executors import cli as real_cli
+from marlaas.plan import cli as plan_cli
 from marlaas.report import cli as report_cli
 from marlaas.service import cli as service_cli
 from marlaas.terminal import Interrupted, UsageError, error_line, on_signals
@@ -45,6 +46,8 @@ USER_ERRORS = (
     ("marlaas.executors.devices", "DeviceError"),
     ("marlaas.executors.cli", "ModelSetupError"),
     ("marlaas.executors.tracking", "TrackerError"),
+    ("marlaas.executors.ray_backends", "PlacementError"),
+    ("marlaas.ray_cluster", "RayUnavailableError"),
     ("marlaas.out_folder", "OutputError"),
     ("marlaas.terminal", "UsageError"),
 )
@@ -57,6 +60,7 @@ examples:
   marlaas simulate traces/small.yaml --preset sequential --out runs/sequential
   marlaas report runs/sequential runs/fair --out runs/report
   marlaas sweep traces/paper-32.yaml --presets sequential,sync --policies fair --out runs/sweep
+  marlaas plan traces/small.yaml --set 'jobs.*.deadline_s=400' --out runs/plan
   marlaas make-tiny-model models/tiny
   marlaas train traces/real-tiny.yaml --out runs/real-tiny --tracker tensorboard
   marlaas calibrate runs/real-tiny --out cpu.yaml   # then: marlaas replay RUN --cost cpu.yaml
@@ -139,6 +143,7 @@ def _policies_arguments(parser: argparse.ArgumentParser) -> None:
 COMMANDS = (
     ("simulate", "simulate a workload under a policy", _simulate_arguments),
     ("sweep", sweep_cli.HELP, sweep_cli.add_sweep_arguments),
+    ("plan", plan_cli.HELP, plan_cli.add_plan_arguments),
     ("report", report_cli.HELP, report_cli.add_report_arguments),
     ("policies", "list the scheduling policies and presets", _policies_arguments),
     ("train", real_cli.TRAIN_HELP, real_cli.add_train_arguments),

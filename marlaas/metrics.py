@@ -146,6 +146,18 @@ def utilization(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def processor_utilization(df: pd.DataFrame) -> float:
+    """Busy fraction of one processor that every device shares (cluster.shared_compute):
+    the union of all devices' busy intervals / makespan, in [0, 1]. Two devices working at
+    once on one CPU keep it busy once, not twice, so placements that put more devices on it
+    (colocated engines) compare with those that put fewer."""
+    _, span, k, s, e = _busy(df)
+    if span <= 0 or not len(k):
+        return 0.0
+    _, s, e = merge_intervals(np.zeros(len(k), dtype=np.int64), s, e)
+    return float(np.clip((e - s).sum() / span, 0.0, 1.0))
+
+
 def utilization_by_pool(df: pd.DataFrame, u: pd.DataFrame | None = None) -> dict[str, float]:
     """Utilization of each pool: the mean over its devices of busy seconds / makespan
     (``u``: :func:`utilization` of ``df``, when the caller has it)."""
@@ -524,18 +536,24 @@ def summarize(
     arrivals: Mapping[str, float] | None = None,
     weights: Mapping[str, float] | None = None,
     unfinished: Collection[str] = (),
+    deadlines: Mapping[str, float] | None = None,
+    shared_processor: bool = False,
 ) -> dict:
     """Headline numbers of a run as a JSON-serialisable dict of plain floats/ints/None.
 
-    Keys: ``makespan_s``; ``utilization`` (overall, mean over devices) and
-    ``utilization_by_pool``; ``jct_mean_s``, ``jct_p90_s``, ``jct_max_s`` (job completion
-    time - arrival [s]); ``idle_by_cause_device_s`` (device-seconds per cause, all pools);
-    ``staleness_mean``, ``staleness_max`` [versions]; ``adapter_swaps`` (adapter loads, see
-    :func:`adapter_loads`); ``loads_per_group`` (engine adapter loads per rollout group turn
-    generated, see :func:`loads_per_group`);
+    Keys: ``makespan_s``; ``utilization`` (overall: the mean over devices, or, when every
+    device shares one processor (``shared_processor``: cluster.shared_compute), that
+    processor's busy fraction, :func:`processor_utilization`, also under
+    ``processor_utilization``) and ``utilization_by_pool``; ``jct_mean_s``, ``jct_p90_s``,
+    ``jct_max_s`` (job completion time - arrival [s]); ``idle_by_cause_device_s``
+    (device-seconds per cause, all pools); ``staleness_mean``, ``staleness_max`` [versions];
+    ``adapter_swaps`` (adapter loads, see :func:`adapter_loads`); ``loads_per_group`` (engine
+    adapter loads per rollout group turn generated, see :func:`loads_per_group`);
     ``fairness`` (see :func:`fairness`); ``n_jobs``, ``n_tenants``, ``n_devices``, ``n_rows``.
     Jobs named in ``unfinished`` (cancelled) have no completion time: they count in none of
-    the completion figures.
+    the completion figures. ``deadlines_missed``: how many of the jobs in ``deadlines`` ({job:
+    deadline after its arrival [s]}) missed theirs (see :func:`missed_deadlines`); None when
+    no job has a deadline.
     """
     u = utilization(df)
     jobs = job_table(df, arrivals, unfinished)
@@ -543,9 +561,12 @@ def summarize(
     idle = idle_breakdown(df).sum(axis=0)
     st = _train_staleness(df)["staleness"]
     fair = fairness(df, arrivals, weights, jobs)
+    overall = float(u["utilization"].mean()) if len(u) else 0.0
+    shared = {"processor_utilization": processor_utilization(df)} if shared_processor else {}
     return {
         "makespan_s": float(makespan(df)),
-        "utilization": float(u["utilization"].mean()) if len(u) else 0.0,
+        "utilization": shared.get("processor_utilization", overall),
+        **shared,
         "utilization_by_pool": utilization_by_pool(df, u),
         "jct_mean_s": _num(jct.mean()) if len(jct) else None,
         "jct_p90_s": _num(np.percentile(jct, 90)) if len(jct) else None,
@@ -560,4 +581,18 @@ def summarize(
         "n_tenants": int(jobs["tenant"].nunique()),
         "n_devices": len(u),
         "n_rows": len(df),
+        "deadlines_missed": len(missed_deadlines(jobs, deadlines)) if deadlines else None,
     }
+
+
+def missed_deadlines(jobs: pd.DataFrame, deadlines: Mapping[str, float] | None) -> list[str]:
+    """Jobs of ``deadlines`` ({job: deadline after its arrival [s]}) that missed it, in
+    natural order: their completion time (``jobs``: a :func:`job_table`) is later than the
+    deadline, or they have none (refused, cancelled, never run)."""
+    jct = dict(zip(jobs["job"], jobs["jct_s"], strict=True))
+    missed = [
+        name
+        for name, deadline in (deadlines or {}).items()
+        if not math.isfinite(jct.get(name, math.nan)) or jct[name] > deadline
+    ]
+    return sorted(missed, key=natural_key)

@@ -70,11 +70,11 @@ from marlaas.terminal import warning_line
 MANIFEST_FILE = "manifest.json"
 STAGING_MARK = ".marlaas-staging"
 """An empty file in every staging folder while it is built: what makes it marlaas's."""
-KINDS = ("simulation", "real", "report", "sweep", "replay", "model", "adapter")
+KINDS = ("simulation", "real", "report", "sweep", "replay", "model", "adapter", "plan")
 """The kinds of output folder; a folder is only ever replaced by an output of its own kind."""
 NAMES = {"simulation": "simulation run", "real": "real training run", "report": "report",
          "sweep": "sweep", "replay": "replay", "model": "model folder",
-         "adapter": "fetched adapter"}  # fmt: skip
+         "adapter": "fetched adapter", "plan": "plan"}  # fmt: skip
 """How an error names each kind."""
 STATUSES = ("finished", "partial")
 

@@ -104,6 +104,12 @@ class EvalRow(_Checked):
     env: Name | None = None
     version: int | None = None
     prompts: Annotated[int, Field(ge=1)] | None = None
+    correct: Count | None = None
+    ci_low: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
+    ci_high: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
+    """The accuracy's 95% Wilson interval."""
+    time_s: Clock | None = None
+    """When the run made this adapter version [s on the run's clock]; 0 for the base model."""
 
 
 class SweepRow(_Checked):

@@ -58,9 +58,10 @@ def summary_json(summary: dict) -> str:
 def run_summary(workload: Workload, result, events: pd.DataFrame, kind: str, **extra) -> dict:
     """The summary.json content of a run (``kind``: simulation or real): who ran what under
     which settings, how each job ended (``job_states``: finished, cancelled, refused; the
-    reasons of refusals), and the metrics of its event log (a cancelled job has no completion
-    time). ``result`` is a :class:`marlaas.drive.RunResult`; ``extra`` adds kind-specific
-    keys."""
+    reasons of refusals), the jobs' deadlines after their arrivals (``deadlines_s``) and those
+    missed (``missed_deadlines``: late or unfinished), and the metrics of its event log (a
+    cancelled job has no completion time). ``result`` is a :class:`marlaas.drive.RunResult`;
+    ``extra`` adds kind-specific keys."""
     arrivals = {j.name: j.arrival_s for j in workload.jobs}
     tenants = {j.name: j.tenant for j in workload.jobs}
     weights = {j.tenant: j.weight for j in workload.jobs}
@@ -70,6 +71,8 @@ def run_summary(workload: Workload, result, events: pd.DataFrame, kind: str, **e
         tenants.setdefault(name, outcome.tenant)
     states = {name: outcome.state for name, outcome in outcomes.items()}
     unfinished = [name for name, state in states.items() if state != "finished"]
+    deadlines = workload.deadlines_s()
+    jobs = metrics.job_table(events, arrivals, unfinished) if deadlines else None
     return {
         "kind": kind,
         "workload": workload.name,
@@ -86,8 +89,17 @@ def run_summary(workload: Workload, result, events: pd.DataFrame, kind: str, **e
         "wall_s": result.wall_s,
         "events": result.events,
         "failures": result.failures,
+        "deadlines_s": deadlines,
+        "missed_deadlines": metrics.missed_deadlines(jobs, deadlines) if deadlines else [],
         **extra,
-        "metrics": metrics.summarize(events, arrivals, weights, unfinished),
+        "metrics": metrics.summarize(
+            events,
+            arrivals,
+            weights,
+            unfinished,
+            deadlines=deadlines,
+            shared_processor=workload.cluster.shared_compute,
+        ),
     }
 
 

@@ -25,6 +25,7 @@ import json
 import math
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -216,13 +217,23 @@ def run_folders(keys: list[tuple[int, str, str, int]]) -> list[str]:
 def run_one(run: SweepRun, events_dir: Path | None = None) -> tuple[dict, dict]:
     """Simulate one run: (table row, summary); with ``events_dir`` also write its run folder
     there (:func:`run_folder`). Top level so that a process pool can call it."""
+    return _finish(run, *simulate_one(run), events_dir)
+
+
+def simulate_one(run: SweepRun) -> tuple[pd.DataFrame, dict]:
+    """Simulate one run: (event log, summary). Top level so that a Ray task can call it."""
     from marlaas.sim.run import simulate_run
 
-    events, summary = simulate_run(run.workload, run.policy, run.seed, profile=run.profile)
+    return simulate_run(run.workload, run.policy, run.seed, profile=run.profile)
+
+
+def _finish(
+    run: SweepRun, events: pd.DataFrame, summary: dict, events_dir: Path | None
+) -> tuple[dict, dict]:
+    """The run's (table row, summary); its run folder written under ``events_dir``."""
     if events_dir is not None:
         name = run.folder or run_folder(run.jobs, run.variant, run.schedule, run.seed)
-        folder = events_dir / name
-        write_run_files(folder, events, summary, run.workload)
+        write_run_files(events_dir / name, events, summary, run.workload)
     return summary_row(run.keys, summary), summary
 
 
@@ -231,17 +242,27 @@ def execute(
     workers: int | None = None,
     progress: bool = True,
     events_dir: Path | None = None,
+    ray: str | None = None,
 ) -> tuple[list[dict], list[dict]]:
-    """Run every run (in a process pool when there are several and workers > 1); with
-    ``events_dir`` each run's folder is written under it.
+    """Run every run (in a process pool when there are several and workers > 1; as Ray tasks
+    on a cluster with ``ray``: ``local``, ``auto`` or an address, see
+    :func:`marlaas.ray_cluster.ray_session`); with ``events_dir`` each run's folder is written
+    under it (by this process, for Ray: the tasks' nodes need not share its disk).
 
     Returns rows and summaries in plan order, whatever order the runs finished in.
     """
     workers = max(1, min(workers or os.cpu_count() or 1, len(runs)))
     bar = tqdm(total=len(runs), unit="run", desc="sweep", disable=not progress)
     results: list[tuple[dict, dict] | None] = [None] * len(runs)
+    # the longest runs first, so that the pool does not end on one long run
+    order = sorted(range(len(runs)), key=lambda i: -_work(runs[i]))
     try:
-        if workers == 1:
+        if ray is not None:
+            for i, (events, summary) in _on_ray(runs, order, ray):
+                results[i] = _finish(runs[i], events, summary, events_dir)
+                bar.set_postfix_str(_short(runs[i]))
+                bar.update()
+        elif workers == 1:
             for i, run in enumerate(runs):
                 results[i] = run_one(run, events_dir)
                 bar.set_postfix_str(_short(run))
@@ -249,8 +270,6 @@ def execute(
         else:
             # Leaving the block (done, an error, Ctrl-C, SIGTERM) terminates the workers.
             with start_pool(workers) as pool:
-                # the longest runs first, so that the pool does not end on one long run
-                order = sorted(range(len(runs)), key=lambda i: -_work(runs[i]))
                 tasks = [(i, runs[i], events_dir) for i in order]
                 for i, result in pool.imap_unordered(_run_indexed, tasks):
                     results[i] = result
@@ -259,6 +278,28 @@ def execute(
     finally:
         bar.close()
     return [r[0] for r in results], [r[1] for r in results]
+
+
+def _on_ray(
+    runs: list[SweepRun], order: list[int], address: str
+) -> Iterator[tuple[int, tuple[pd.DataFrame, dict]]]:
+    """(index, (events, summary)) of every run, simulated as a Ray task (one CPU each), as
+    they finish; leaving early cancels the rest."""
+    import ray
+
+    from marlaas.ray_cluster import ray_session
+
+    with ray_session(address):
+        task = ray.remote(num_cpus=1)(simulate_one)
+        pending = {task.remote(runs[i]): i for i in order}
+        try:
+            while pending:
+                done, _ = ray.wait(list(pending), num_returns=1)
+                for ref in done:
+                    yield pending.pop(ref), ray.get(ref)
+        finally:
+            for ref in pending:
+                ray.cancel(ref, force=True)
 
 
 def _run_indexed(task: tuple[int, SweepRun, Path | None]) -> tuple[int, tuple[dict, dict]]:
@@ -304,6 +345,10 @@ def sweep_command(args: argparse.Namespace) -> int:
     seeds = parse_list(args.seeds, "seeds", int) if args.seeds is not None else None
     for seed in seeds or []:
         check_seed(seed, "--seeds")
+    if args.ray is not None:  # without Ray: one line, before any work
+        from marlaas.ray_cluster import require_ray
+
+        require_ray("sweep --ray")
     if args.workers is not None and not 1 <= args.workers <= MAX_WORKERS:
         raise SweepError(f"--workers {args.workers}: must be >= 1 and <= {MAX_WORKERS}")
     fixed = [s for s in args.set or [] if not _varies(args.set, s.partition("=")[0].strip())]
@@ -320,7 +365,7 @@ def sweep_command(args: argparse.Namespace) -> int:
         raise SweepError(f"--baseline {baseline!r} is not one of the presets or policies")
     with claim(args.out, "sweep") as out, out.staged() as staging:
         runs_dir = None if args.no_events else staging / "runs"
-        rows, summaries = execute(runs, args.workers, not args.quiet, runs_dir)
+        rows, summaries = execute(runs, args.workers, not args.quiet, runs_dir, args.ray)
         table = comparison(rows, baseline)
         write_sweep_files(staging, table, summaries)
     vs = f", ratios vs {baseline}" if baseline else ""

@@ -42,6 +42,10 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baseline", help="preset or policy the ratios compare to (default: "
                         "sequential when swept)")  # fmt: skip
     parser.add_argument("--workers", type=int, help="processes (default: one per CPU core)")
+    parser.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                        help="run the runs as Ray tasks instead of a process pool: no ADDRESS "
+                        "starts a local cluster, `auto` joins the one `ray start` made on this "
+                        "machine, HOST:PORT joins that head (docs/ray.md)")  # fmt: skip
     parser.add_argument("--out", required=True, type=path_arg,
                         help="folder for sweep.csv and summaries")  # fmt: skip
     parser.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -57,6 +57,10 @@ def print_summary(summary: dict, title: str = "") -> None:
         ("staleness mean / max", f"{_fmt(m['staleness_mean'])} / {_fmt(m['staleness_max'])}"),
         ("adapter loads", _fmt(m["adapter_swaps"])),
     ]
+    if m.get("deadlines_missed") is not None:
+        rows.append(
+            ("deadlines missed", f"{m['deadlines_missed']} of {len(summary['deadlines_s'])}")
+        )
     fairness = m.get("fairness") or {}
     rows += [(f"fairness ({k})", _fmt(v)) for k, v in fairness.items()]
     memory = summary.get("memory") or {}

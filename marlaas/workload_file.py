@@ -201,6 +201,7 @@ def resolve_files(data: Any, base_dir: Path, source: str) -> Any:
     for i, job in enumerate(jobs if isinstance(jobs, list) else []):
         if isinstance(job, dict):
             _read_traces(job, base_dir, f"{source}: jobs[{i}]")
+            _resolve_dataset(job, base_dir)
     if isinstance(data.get("arrivals"), dict):
         try:
             data = apply_arrivals(data, base_dir)
@@ -236,15 +237,43 @@ def _read_traces(node: Any, base_dir: Path, where: str) -> None:
         _read_traces(value, base_dir, f"{where}.{key}")
 
 
+def _resolve_dataset(job: dict, base_dir: Path) -> None:
+    """Make a job's dataset paths absolute (relative ones are from ``base_dir``), in place."""
+    dataset = job.get("dataset")
+    if not isinstance(dataset, dict):
+        return  # none, or the schema names the problem
+    for key in ("path", "heldout"):
+        value = dataset.get(key)
+        if isinstance(value, str) and value:
+            dataset[key] = str((base_dir / value).resolve())
+
+
 def check_environments(workload: Workload, source: str) -> None:
-    """Every job's environment name resolves and its options are accepted."""
-    from marlaas.envs import EnvLoadError, check_env
+    """Every job's environment name resolves and its options are accepted; a job whose
+    environment checks dataset answers has a dataset, which is read and split (a job whose
+    environment draws its own prompts has none)."""
+    from marlaas.datasets import DatasetError, load_prompt_set
+    from marlaas.envs import EnvLoadError, check_env, resolve_env
 
     for i, job in enumerate(workload.jobs):
         try:
             check_env(job.env.name, job.env.args)
         except (EnvLoadError, ValueError, TypeError) as err:
             raise WorkloadError(f"{source}: jobs[{i}].env: {_one_line(err)}") from None
+        needs = resolve_env(job.env.name).needs_dataset
+        if needs and job.dataset is None:
+            raise WorkloadError(f"{source}: jobs[{i}].dataset: environment {job.env.name!r} "
+                                "checks answers from a dataset; give the job one "
+                                "(dataset: {path: ...})")  # fmt: skip
+        if job.dataset is not None and not needs:
+            raise WorkloadError(f"{source}: jobs[{i}].dataset: environment {job.env.name!r} "
+                                "draws its own prompts; a dataset is for the environments "
+                                "that check its answers (math, exact_match, regex)")  # fmt: skip
+        if job.dataset is not None:
+            try:
+                load_prompt_set(job.dataset)
+            except DatasetError as err:
+                raise WorkloadError(f"{source}: jobs[{i}].dataset: {err}") from None
 
 
 def _one_line(err: Exception) -> str:

@@ -359,3 +359,29 @@ def test_loads_per_group_counts_engine_loads_only():
     df = pd.concat([df, make_frame(generated)], ignore_index=True)
     assert metrics.loads_per_group(df) == 2 / 4  # the trainer's swap-in is not an engine's
     assert metrics.summarize(df)["loads_per_group"] == 0.5
+
+
+def test_a_shared_processor_is_busy_once_however_many_devices_work_on_it():
+    """Two colocated engines on one CPU (real-tiny under sequential): the run's utilization
+    is the processor's busy fraction (the union of the devices' busy time), not the mean of
+    the devices' (each counted busy while they share the processor)."""
+    from marlaas.eventlog import records_to_frame
+    from marlaas.runs import run_summary
+    from marlaas.sim.run import simulate
+    from marlaas.workload_file import load_workload
+
+    for preset in ("sequential", None):
+        workload = load_workload("traces/real-tiny.yaml", {
+            "jobs.*.rl.steps": 3, **({"scheduling.preset": preset} if preset else {})})  # fmt: skip
+        result = simulate(workload)
+        events = records_to_frame(result.records)
+        work = events[events["kind"].isin(["generate", "train"])]
+        union = metrics.merge_intervals(
+            np.zeros(len(work), dtype=np.int64), work["start_s"].to_numpy(),
+            work["end_s"].to_numpy(),
+        )  # fmt: skip
+        busy = float((union[2] - union[1]).sum()) / metrics.makespan(events)
+        summary = run_summary(workload, result, events, "simulation")["metrics"]
+        assert summary["utilization"] == pytest.approx(busy, rel=1e-9), preset
+        assert summary["processor_utilization"] == summary["utilization"]
+        assert workload.cluster.shared_compute

@@ -103,3 +103,33 @@ def test_runs_of_different_kinds_are_labelled_and_compared(real_run, tmp_path):
     expected = (b["makespan_s"] - a["makespan_s"]) / a["makespan_s"]
     row = re.search(r"<td>makespan \[s\]</td>(.*?)</tr>", text, flags=re.S).group(1)
     assert f"{expected:+.1%}" in row
+
+
+def test_accuracy_over_training_time_with_intervals(real_run, tmp_path):
+    """eval.json of several versions (marlaas evaluate --versions): the pivot and the bars take
+    each job's newest, the time figure plots every version at the time it was made with its
+    interval, and the report shows both."""
+    import shutil
+
+    from marlaas.report.interactive.real import plot_accuracy_over_time
+
+    run = tmp_path / "fifo-versions"
+    shutil.copytree(real_run, run)
+    rows = [
+        {"job": "job0", "tenant": "t0", "model": "base", "version": -1, "prompts": 200,
+         "correct": 40, "accuracy": 0.2, "ci_low": 0.15, "ci_high": 0.26, "time_s": 0.0},
+        {"job": "job0", "tenant": "t0", "model": "trained", "version": 2, "prompts": 200,
+         "correct": 80, "accuracy": 0.4, "ci_low": 0.34, "ci_high": 0.47, "time_s": 6.0},
+        {"job": "job0", "tenant": "t0", "model": "trained", "version": 5, "prompts": 200,
+         "correct": 120, "accuracy": 0.6, "ci_low": 0.53, "ci_high": 0.66, "time_s": 15.0},
+    ]  # fmt: skip
+    (run / "eval.json").write_text(json.dumps(rows))
+    evaluation = pd.DataFrame(rows)
+    assert accuracy_pivot(evaluation)["change"].to_numpy() == pytest.approx(0.4)
+    assert np.asarray(plot_evaluation(evaluation).data[1].y) == pytest.approx([0.6])
+    [line] = plot_accuracy_over_time(evaluation).data
+    assert list(line.x) == [0.0, 6.0, 15.0] and list(line.y) == [0.2, 0.4, 0.6]
+    assert np.asarray(line.error_y.array) == pytest.approx([0.06, 0.07, 0.06])
+    assert np.asarray(line.error_y.arrayminus) == pytest.approx([0.05, 0.06, 0.07])
+    text = run_report([run], tmp_path / "out").read_text()
+    assert 'id="accuracy-time-fifo"' in text and "53.0-66.0%" in text

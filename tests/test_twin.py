@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from marlaas.cli import main
+from marlaas.core.scheduler import Scheduler
 from marlaas.runs import write_run
 from marlaas.sim.cost_model import CostModel
 from marlaas.sim.cost_profiles import bundled_profiles, load_profile
@@ -27,7 +28,7 @@ TRUE = CostModel(
     decode_base_ms=9.0, decode_per_seq_ms=0.4, decode_per_kv_token_ms=0.001,
     decode_per_adapter_ms=2.0, prefill_tokens_per_s=5_000.0, adapter_load_s=0.005,
     train_tokens_per_s=40_000.0, train_overhead_s=0.02, trainer_swap_s=0.015, sync_s=0.017,
-    colocated_switch_s=0.0, engine_warmup_s=1.5,
+    colocated_switch_s=0.0, engine_warmup_s=1.5, prefill_base_ms=0.0,
 )  # fmt: skip
 """A CPU-like cost model the fake real runs are made with."""
 
@@ -37,6 +38,8 @@ def fake_real_run(tmp_path: Path, name: str, overrides: dict, policy: str) -> Pa
     workload = load_workload(TINY, {"jobs.*.rl.steps": 6, **overrides})
     true = workload.model_copy(update={"cost": TRUE})
     events, summary = simulate_run(true, policy, kind="real", backend="sim")
+    engines = {d.name for d in Scheduler.for_workload(workload).cluster.engines}
+    summary["engine_warmup_s"] = dict.fromkeys(engines, TRUE.engine_warmup_s)  # as measured
     return write_run(tmp_path / name, events, summary, workload)  # with the default cost model
 
 
@@ -81,7 +84,12 @@ def test_steps_of_one_size_are_charged_per_step_and_the_table_says_so(runs):
     fitted = result.cost
     notes = {f.name: f.quality for f in result.fitted}
     assert "add runs with other batch sizes" in notes["train_tokens_per_s"]
-    assert fitted.train_overhead_s > TRUE.train_overhead_s  # it carries the per-token time
+    assert any("not identifiable" in w for w in result.warnings)
+    assert fitted.train_tokens_per_s < 1e9  # a rate it can stand behind, not 1e12
+    tokens = 512 * (1 + 8 / fitted.train_rank_scale)  # a step of the size the run had
+    assert fitted.train_overhead_s + tokens / fitted.train_tokens_per_s == pytest.approx(
+        TRUE.train_overhead_s + tokens / TRUE.train_tokens_per_s, rel=0.05
+    )
     varied = calibrate([runs["fair"]])
     assert "add runs" not in {f.name: f.quality for f in varied.fitted}["train_tokens_per_s"]
 
@@ -178,3 +186,47 @@ def test_fidelity_table_has_every_metric(runs):
 
 def test_the_default_cost_model_is_the_published_h100_profile():
     assert load_profile("h100-7b").cost == CostModel()
+
+
+def _with_train_durations(run: Path, out: Path, duration) -> Path:
+    """A copy of ``run`` whose training steps took ``duration(tokens)`` [s] each."""
+    from marlaas.eventlog import read_event_log, write_event_log
+
+    out.mkdir()
+    for f in ("summary.json", "workload.json"):
+        (out / f).write_text((run / f).read_text())
+    events = read_event_log(run)
+    train = events["kind"] == "train"
+    events.loc[train, "end_s"] = events.loc[train, "start_s"] + duration(
+        events.loc[train, "tokens"].to_numpy(float)
+    )
+    write_event_log(events, out / "events.parquet")
+    return out
+
+
+def test_the_train_fit_is_non_negative_and_refitted_at_its_bound(runs, tmp_path):
+    """Durations that grow a little faster than the tokens: an unconstrained line has a
+    negative intercept; clamped to 0 without a refit its slope made every step too long."""
+    convex = _with_train_durations(runs["fair"], tmp_path / "convex", lambda t: (t / 300) ** 1.3)
+    result = calibrate([convex], refine_evaluations=0)
+    cost = result.cost
+    ops = pd.read_parquet(convex / "events.parquet").query("kind == 'train'")
+    tokens = ops["tokens"].to_numpy(float) * (1 + 8 / cost.train_rank_scale)  # rank 8
+    real = (ops["end_s"] - ops["start_s"]).to_numpy(float)
+    assert cost.train_overhead_s == 0  # at its bound, and the rate refitted with it there:
+    best = (tokens * real).sum() / (tokens * tokens).sum()  # least squares through 0 [s/token]
+    assert cost.train_tokens_per_s == pytest.approx(1 / best, rel=1e-6)  # not the OLS slope's
+    assert "R² " in {f.name: f.quality for f in result.fitted}["train_tokens_per_s"]
+
+
+def test_a_fit_the_data_cannot_support_is_a_warning(runs, tmp_path, capsys):
+    """Steps whose durations do not grow with their tokens: the rate is not identifiable,
+    the profile keeps the base rate instead of 1e12 tokens/s, and calibrate says why."""
+    noise = _with_train_durations(runs["fair"], tmp_path / "noise", lambda t: 1.0 - t / 5_000)
+    result = calibrate([noise], refine_evaluations=0)
+    assert result.cost.train_tokens_per_s < 1e9
+    assert any("train_tokens_per_s" in w and "not identifiable" in w for w in result.warnings)
+    out = tmp_path / "p.yaml"
+    assert main(["calibrate", str(noise), "--out", str(out)]) == 0
+    assert "warning: train_tokens_per_s: not identifiable" in capsys.readouterr().err
+    assert load_profile(out).meta["sources"]["warnings"]

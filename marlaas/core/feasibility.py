@@ -19,7 +19,8 @@ def why_infeasible(spec: JobSpec, cluster: ClusterSpec) -> str | None:
     # max_new_tokens and observation_tokens per sample), and its own room
     longest = prompt_cap(spec)
     per_turn = rl.group_size * (rl.max_new_tokens + spec.env.observation_tokens)
-    need = rl.group_size * longest + (rl.turns - 1) * per_turn + rl.group_size * rl.max_new_tokens
+    prompts = longest if engine.prefix_caching else rl.group_size * longest  # shared: once
+    need = prompts + (rl.turns - 1) * per_turn + rl.group_size * rl.max_new_tokens
     if rl.group_size > engine.max_seqs or need > engine.kv_tokens:
         return (
             f"one group needs {rl.group_size} seqs and {need:,} KV tokens with its longest "

@@ -214,9 +214,12 @@ class Generation:
         if job.ready_gen:  # next_need(job), inline
             group = job.groups[job.ready_gen[0]]
             context, version = group.context_tokens, group.version
+            shared = group.shared_tokens
         else:
             context, version = job.prompt_reserve_of(job.next_group), job.published
-        need = (job.group_size, context + job.answer_reserve, (job.name, version))
+            shared = job.lengths.prompt(job.next_group) if job.shares_prompt else 0
+        reserve = context - (job.group_size - 1) * shared + job.answer_reserve
+        need = (job.group_size, reserve, (job.name, version))
         if key is None:
             key = self.policy.key(job)
         if index in self._needs.indexed and self._key[index] == key and self._need[index] == need:
@@ -389,6 +392,7 @@ class Generation:
         generate = Generate(
             ledger.new_id(), job.name, job.step_of(group.index), group.index, group.turn,
             engine.name, group.version, rl.group_size, group.context_tokens, rl.max_new_tokens,
+            group.shared_tokens,
         )  # fmt: skip
         if not must_load:
             ledger.add_compute(engine.device, 1)
@@ -463,12 +467,8 @@ class Generation:
 def next_group(job: JobState) -> tuple[Group, int]:
     """The job's next group to generate (a continuing episode first) and its KV reserve."""
     rl = job.spec.rl
-    if job.ready_gen:
-        group = job.groups[job.ready_gen[0]]
-    else:
-        context = job.prompt_reserve_of(job.next_group)  # the group's own prompt, per sample
-        group = Group(job.next_group, job.published, context_tokens=context)
-    return group, group.context_tokens + rl.group_size * rl.max_new_tokens
+    group = job.groups[job.ready_gen[0]] if job.ready_gen else job.new_group(job.next_group)
+    return group, group.kv_reserve(rl.group_size, rl.max_new_tokens)
 
 
 def next_need(job: JobState) -> Need:
@@ -476,12 +476,16 @@ def next_need(job: JobState) -> Need:
     :func:`next_group` would make it."""
     if job.ready_gen:
         group = job.groups[job.ready_gen[0]]
-        context, version = group.context_tokens, group.version
+        context, version, shared = group.context_tokens, group.version, group.shared_tokens
     else:
         context, version = job.prompt_reserve_of(job.next_group), job.published
-    return job.group_size, context + job.answer_reserve, (job.name, version)
+        shared = job.lengths.prompt(job.next_group) if job.shares_prompt else 0
+    reserve = context - (job.group_size - 1) * shared + job.answer_reserve
+    return job.group_size, reserve, (job.name, version)
 
 
 def kv_reserve(generate: Generate) -> int:
-    """KV tokens a group reserves on its engine: its context plus room for every sample."""
-    return generate.context_tokens + generate.seqs * generate.max_new_tokens
+    """KV tokens a group reserves on its engine: its context (a shared prompt once) plus room
+    for every sample."""
+    shared = (generate.seqs - 1) * generate.shared_tokens
+    return generate.context_tokens - shared + generate.seqs * generate.max_new_tokens

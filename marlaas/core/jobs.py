@@ -26,6 +26,14 @@ class Group:
     turn: int = 0
     context_tokens: int = 0
     """Tokens in the group's context over all samples (prompt, responses, observations)."""
+    shared_tokens: int = 0
+    """Prompt tokens per sample that the samples share on an engine with prefix caching
+    (held once, not once per sample); 0 without it."""
+
+    def kv_reserve(self, seqs: int, max_new_tokens: int) -> int:
+        """KV tokens a turn of the group reserves on its engine: its context (the shared
+        prompt once) plus room for every sample's response."""
+        return self.context_tokens - (seqs - 1) * self.shared_tokens + seqs * max_new_tokens
 
 
 @dataclass(slots=True)
@@ -42,6 +50,8 @@ class JobState:
     start_version: int = 0
     """The adapter version it was submitted at: 0, or a resumed job's last durable one (its
     steps before it are done; its groups are numbered on from them)."""
+    shares_prompt: bool = False
+    """Its groups' samples share their prompt's KV (cluster.engine.prefix_caching)."""
     cancelled: bool = False
     """The tenant cancelled it: its work in flight is discarded as it finishes."""
     done: bool = False
@@ -111,6 +121,12 @@ class JobState:
         """Group turns and environment steps in flight, plus one while a swap, training step
         or sync of the job runs (or is due to start)."""
         return self.in_gen + self.in_env + (1 if self.training else 0)
+
+    def new_group(self, group: int) -> Group:
+        """Group ``group``'s first turn: its own prompt for each sample, shared with prefix
+        caching."""
+        shared = self.lengths.prompt(group) if self.shares_prompt else 0
+        return Group(group, self.published, 0, self.prompt_reserve_of(group), shared)
 
     def prompt_reserve_of(self, group: int) -> int:
         """KV tokens group ``group`` reserves for its prompts: its own prompt length for each

@@ -56,3 +56,5 @@ group-turns, 1.2 M events) took 4 min on a shared 2-core machine; the bound is a
 quarter of an hour and a few GiB of event log."""
 MAX_TIME_SCALE = 1_000_000.0
 """Factor on an arrivals file's submission times."""
+MAX_PRICE_PER_DEVICE_HOUR = 1_000_000.0
+"""A device's price for one hour [currency units]."""

@@ -258,7 +258,8 @@ class Scheduler:
         if index is None:
             index = self._submitted
         self._submitted = max(self._submitted, index + 1)
-        job = JobState(spec, index, bound, self.seed, now, version)
+        job = JobState(spec, index, bound, self.seed, now, version,
+                       shares_prompt=self.cluster_spec.engine.prefix_caching)  # fmt: skip
         self.jobs[job.index] = job
         self._by_name[job.name] = job
         self._waiting.append(job)
@@ -370,7 +371,16 @@ class Scheduler:
         self.ledger.touched.add(job.index)
         self.generation.add_job(job)
         self.environments.add_job(job)
-        out.append(AdmitJob(self.ledger.new_id(), job.name, job.spec, job.index, job.published))
+        out.append(
+            AdmitJob(
+                self.ledger.new_id(),
+                job.name,
+                job.spec,
+                job.index,
+                job.published,
+                job.max_staleness,
+            )
+        )
 
     def _bound_queue(self, now: float) -> None:
         """Refuse the newest waiting jobs beyond max_queued_jobs and tenant_max_queued_jobs."""

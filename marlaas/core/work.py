@@ -34,6 +34,9 @@ class AdmitJob:
     version: int
     """The adapter version it starts from: 0 for a new job (a freshly initialised adapter),
     else its last durable version (a resumed job)."""
+    max_staleness: int
+    """The staleness bound the scheduler enforces on the job [versions]: its
+    rl.max_staleness, capped by the mechanism's staleness_cap (a preset's 0)."""
 
 
 @dataclass(slots=True)
@@ -64,6 +67,9 @@ class Generate:
     """Tokens already in the group's context (prompt and earlier turns), over all samples."""
     max_new_tokens: int
     """Cap per sample."""
+    shared_tokens: int = 0
+    """Prompt tokens per sample the samples share (cluster.engine.prefix_caching): held and
+    prefilled once on the engine; 0 without prefix caching."""
 
 
 @dataclass(slots=True)

@@ -119,6 +119,33 @@ class EnvSpec(_Strict):
         return _at_most(dist, L.MAX_LATENCY_S, "s")
 
 
+class DatasetSpec(_Strict):
+    """A job's prompts from a local file (a real run's; the simulator draws lengths only).
+
+    Read by :mod:`marlaas.datasets` (never downloaded): JSONL, Parquet or CSV, or a folder an
+    HF ``datasets.Dataset.save_to_disk`` wrote. Each row is one problem: the prompt text and
+    the reference answer its environment checks (``env: {name: math}`` and the like).
+    """
+
+    path: str
+    """The file or folder, relative to the workload file."""
+    prompt_column: str = "prompt"
+    answer_column: str = "answer"
+    heldout: Amount(0.9, positive=True) | str = 0.1
+    """The held-out split ``marlaas evaluate`` scores and training never sees: a fraction of
+    the rows (taken in the seed's order), or a second file of the same columns."""
+
+    @field_validator("path", "heldout")
+    @classmethod
+    def _path(cls, value):
+        return _printable(value, 4096) if isinstance(value, str) else value
+
+    @field_validator("prompt_column", "answer_column")
+    @classmethod
+    def _column(cls, value: str) -> str:
+        return check_name(value)
+
+
 class JobSpec(_Strict):
     """One tenant's RL fine-tuning job on the shared base model."""
 
@@ -133,6 +160,10 @@ class JobSpec(_Strict):
     """The tenant cancels the job this long after its arrival [s] (None: never): work of it
     in flight then finishes and is discarded (``cancelled`` in the event log), and whatever
     it held is freed. For studying tenants who give up, in both worlds."""
+    deadline_s: Amount(L.MAX_ARRIVAL_S, positive=True) | None = None
+    """The job should finish this long after its arrival [s] (None: its tenant's
+    ``job_deadline_s``, else none). Data only: no policy reads it; the metrics count the
+    jobs that miss it and ``marlaas plan`` sizes a cluster to meet it."""
     lora_rank: Count(L.MAX_LORA_RANK) = 16
     rl: RLSettings = Field(default_factory=RLSettings)
     prompt_tokens: Distribution = Field(default_factory=lambda: {"dist": "constant", "value": 256})
@@ -147,6 +178,9 @@ class JobSpec(_Strict):
     pairs: a group's samples' responses come from the trace's requests whose prompts are
     close to the group's (marlaas.core.prompts), so their correlation is kept."""
     env: EnvSpec = Field(default_factory=EnvSpec)
+    dataset: DatasetSpec | None = None
+    """Where the job's prompts and reference answers come from (None: the environment draws
+    its own prompts from a seed)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -215,6 +249,11 @@ class EngineSpec(_Strict):
     Default: 80 GB H100 minus ~14 GB of 7B fp16 weights at 0.5 MB of KV per token."""
     adapter_slots: Count(L.MAX_ADAPTER_SLOTS) = 8
     """Adapter versions resident at once (vLLM max_loras)."""
+    prefix_caching: bool = False
+    """A group's samples share their prompt's KV cache (vLLM ``enable_prefix_caching``, which
+    the real engines are built with exactly when this is set): the scheduler reserves a
+    group's prompt once instead of once per sample, and the simulator prefills it once.
+    Off: every sample holds and prefills its own copy (and the real engines cache nothing)."""
 
 
 class TrainerSpec(_Strict):
@@ -269,6 +308,11 @@ class TenantSpec(_Strict):
     max_queued_jobs: Count(L.MAX_JOBS, low=0) | None = None
     """Jobs of this tenant that may wait for admission at once; its newest beyond are refused."""
 
+    job_deadline_s: Amount(L.MAX_ARRIVAL_S, positive=True) | None = None
+    """The tenant's target for each of its jobs that sets no ``deadline_s`` of its own: done
+    this long after the job's arrival [s] (a batch workload's data, read by the metrics and
+    ``marlaas plan``; the service keeps quotas only)."""
+
     def active_or(self, default: int | None) -> int | None:
         """max_active_jobs, or ``default`` where it is unset."""
         return default if self.max_active_jobs is None else self.max_active_jobs
@@ -276,6 +320,37 @@ class TenantSpec(_Strict):
     def queued_or(self, default: int | None) -> int | None:
         """max_queued_jobs, or ``default`` where it is unset."""
         return default if self.max_queued_jobs is None else self.max_queued_jobs
+
+
+class PricesSpec(_Strict):
+    """What devices cost, for ``marlaas plan`` [currency units per device-hour]: a pool's own
+    price, else its device kind's (the cost profile's name, e.g. ``h100-7b``), else the
+    default."""
+
+    device_hour: Amount(L.MAX_PRICE_PER_DEVICE_HOUR, positive=True) = 1.0
+    """Default price of one device for one hour."""
+    pools: dict[str, Amount(L.MAX_PRICE_PER_DEVICE_HOUR, positive=True)] = Field(
+        default_factory=dict
+    )
+    """Price per device-hour by pool name."""
+    profiles: dict[str, Amount(L.MAX_PRICE_PER_DEVICE_HOUR, positive=True)] = Field(
+        default_factory=dict
+    )
+    """Price per device-hour by device kind: the name of the cost profile simulated."""
+    currency: str = "USD"
+    source: str = "assumption"
+    """Where the numbers come from (a price list and its date, or ``assumption``)."""
+
+    @field_validator("currency", "source")
+    @classmethod
+    def _text(cls, value: str) -> str:
+        return _printable(value, 1000)
+
+    def device_hour_price(self, pool: str, profile: str | None = None) -> float:
+        """The price of one device of ``pool`` for one hour, simulated with ``profile``."""
+        if pool in self.pools:
+            return self.pools[pool]
+        return self.profiles.get(profile or "", self.device_hour)
 
 
 class ArrivalsSpec(_Strict):
@@ -320,6 +395,8 @@ class Workload(_Strict):
     )
     """Per-tenant quotas, by tenant name (a tenant not named here has the scheduling block's
     tenant_max_active_jobs and tenant_max_queued_jobs)."""
+    prices: PricesSpec = Field(default_factory=PricesSpec)
+    """Device prices (read by ``marlaas plan`` only)."""
     arrivals: ArrivalsSpec | None = None
     """Where the jobs' arrival_s (and rl.steps) came from: marlaas.workload_file applies an
     arrivals CSV when it reads the file."""
@@ -338,6 +415,18 @@ class Workload(_Strict):
             except ValueError as err:
                 raise ValueError(f"tenant name {name!r}: {err}") from None
         return tenants
+
+    def deadline_of(self, job: JobSpec) -> float | None:
+        """The job's deadline after its arrival [s]: its own, else its tenant's, else None."""
+        if job.deadline_s is not None:
+            return job.deadline_s
+        tenant = self.tenants.get(job.tenant)
+        return tenant.job_deadline_s if tenant is not None else None
+
+    def deadlines_s(self) -> dict[str, float]:
+        """Every job that has a deadline: {job name: deadline after its arrival [s]}."""
+        deadlines = {j.name: self.deadline_of(j) for j in self.jobs}
+        return {name: d for name, d in deadlines.items() if d is not None}
 
     @field_validator("policy")
     @classmethod
@@ -359,6 +448,10 @@ class Workload(_Strict):
                     f"jobs: tenant {job.tenant!r} has jobs with different weights "
                     f"({weights[job.tenant]} and {job.weight}); a weight belongs to a tenant"
                 )
+        pools = {p.name for p in self.cluster.pools}
+        unknown = sorted(set(self.prices.pools) - pools)
+        if unknown:
+            raise ValueError(f"prices.pools: no pool named {unknown[0]!r} (pools: {sorted(pools)})")
         work = sum(j.rl.steps * j.rl.prompts_per_step * j.rl.turns for j in self.jobs)
         if work > L.MAX_GROUP_TURNS:
             raise ValueError(

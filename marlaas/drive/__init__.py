@@ -1,10 +1,10 @@
 """The one driver loop: ``drive(scheduler, executor)`` runs a scheduler over any executor.
 
 Executors are the worlds: :class:`marlaas.sim.SimPyExecutor` (a model of engines, trainers and
-environments), :class:`marlaas.executors.LocalExecutor` (real vLLM/HF generation, PEFT
-training, real environments) and :class:`FixedExecutor` (fixed durations, for tests).
-Importing it first decides whether the compiled build of the loop runs
-(:func:`marlaas.compiled.choose`).
+environments), :class:`marlaas.executors.real.RealExecutor` (real vLLM/HF generation, PEFT
+training, real environments; in this process or as Ray actors) and :class:`FixedExecutor`
+(fixed durations, for tests). Importing it first decides whether the compiled build of the
+loop runs (:func:`marlaas.compiled.choose`).
 """
 
 from marlaas import compiled

@@ -8,10 +8,11 @@
 
 It wakes the scheduler for the inbox's items (a batch workload's arrivals, a service's
 requests), retries failed work (the scheduler re-queues it) within a budget of consecutive
-failures per kind of work and job, stops a run that can make no progress, tells observers
-(progress bars, tests) about every completion, and checks the run's invariants before
-returning. The loop runs with the young generation of Python's garbage collector collected
-less often (:mod:`marlaas.drive.collector`).
+failures per piece of work (its kind, job and, for a rollout's work, group: a job's groups
+that fail together, e.g. on an engine that died, are several pieces, each retried), stops a
+run that can make no progress, tells observers (progress bars, tests) about every completion,
+and checks the run's invariants before returning. The loop runs with the young generation
+of Python's garbage collector collected less often (:mod:`marlaas.drive.collector`).
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ def _loop(
 ) -> tuple[float, int, int]:
     """The loop of :func:`drive`: (now [s], batches, failures). The work in flight is the
     scheduler's to track (instant decisions report nothing)."""
-    streak: Counter[tuple[str, str]] = Counter()
+    streak: Counter[tuple[str, str, int]] = Counter()
     failures = batches = 0
     now = 0.0
     heard: list[tuple[Callable[[Admission], None], str]] = []
@@ -171,9 +172,9 @@ def _loop(
             decision = scheduler.on_event(event, now)
             if event.ok:
                 if streak:
-                    streak.pop((type(decision).__name__, decision.job), None)
+                    streak.pop(_piece(decision), None)
             else:
-                key = (type(decision).__name__, decision.job)
+                key = _piece(decision)
                 failures += 1
                 streak[key] += 1
                 if streak[key] > max_failures:
@@ -191,6 +192,11 @@ def _loop(
         batches += 1
         decision_round()
     return now, batches, failures
+
+
+def _piece(decision) -> tuple[str, str, int]:
+    """What a failure streak counts: (kind of work, job, group or -1)."""
+    return type(decision).__name__, decision.job, getattr(decision, "group", -1)
 
 
 def _admission(scheduler: Scheduler, name: str, ended: dict[str, JobOutcome]) -> Admission:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import abc
 import re
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from marlaas.datasets import Problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +34,10 @@ class Environment(abc.ABC):
 
     options: ClassVar[tuple[str, ...] | None] = None
     """The option names this environment reads (None: not declared, nothing is refused)."""
+    needs_dataset: ClassVar[bool] = False
+    """True: its prompts and reference answers come from the job's dataset, through
+    ``reset_problem`` (a workload refuses such a job without a dataset, and a dataset on a job
+    whose environment draws its own prompts)."""
 
     @classmethod
     def check_runtime(cls) -> None:
@@ -45,6 +52,11 @@ class Environment(abc.ABC):
     @abc.abstractmethod
     async def reset(self, seed: int) -> str:
         """Start an episode; return the prompt (observation) text."""
+
+    async def reset_problem(self, problem: Problem) -> str:
+        """Start an episode on a dataset's ``problem``; return the prompt text. Only the
+        environments with ``needs_dataset`` take one."""
+        raise TypeError(f"{type(self).__name__} draws its own prompts; it takes no dataset")
 
     @abc.abstractmethod
     async def step(self, action: str) -> StepResult:

@@ -15,7 +15,11 @@ from marlaas.envs.base import Environment
 BUILTINS: dict[str, str] = {
     "arithmetic": "marlaas.envs.arithmetic:ArithmeticEnv",
     "calculator": "marlaas.envs.calculator:CalculatorEnv",
+    "exact_match": "marlaas.envs.answer:ExactMatchEnv",
+    "math": "marlaas.envs.math_answer:MathEnv",
     "python_exec": "marlaas.envs.python_exec:PythonExecEnv",
+    "reasoning_gym": "marlaas.envs.gym_tasks:ReasoningGymEnv",
+    "regex": "marlaas.envs.answer:RegexEnv",
     "target_char": "marlaas.envs.target_char:TargetCharEnv",
 }
 """Built-in environment names -> their classes' import paths."""

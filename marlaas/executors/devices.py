@@ -38,6 +38,24 @@ def physical_devices(cluster: Cluster, gpus: int) -> dict[str, str]:
     return {name: f"cuda:{i}" for i, name in enumerate(names)}
 
 
+def check_trainers(cluster: Cluster) -> None:
+    """Refuse a trainer of several devices unless they share one processor.
+
+    A real training step runs on one device (in this process or in its Ray actor), while the
+    simulator divides a step by the trainer's devices (except on one shared processor, where
+    they count as one): such a trainer would be trained on its first device alone."""
+    if cluster.shared_compute:
+        return
+    for trainer in cluster.trainers:
+        if len(trainer.devices) > 1:
+            raise DeviceError(
+                f"trainer {trainer.name} spans {len(trainer.devices)} devices, but a real "
+                "training step runs on one device (no data parallelism yet): set the training "
+                "pool's devices_per_trainer to 1 (one trainer per device) or declare "
+                "cluster.shared_compute: true"
+            )
+
+
 def gpu_count() -> int:
     """CUDA devices visible to torch (0 without CUDA)."""
     import torch

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from marlaas.core.work import EnvStep, Generate, Train
 from marlaas.core.workload import JobSpec
-from marlaas.envs import make_env
+from marlaas.datasets import load_prompt_set
+from marlaas.envs import Environment, make_env
 from marlaas.executors.episodes import (
     ChatFormat,
     GroupEpisode,
@@ -42,7 +44,8 @@ class RewardPoint:
     staleness: int
     """Largest version lag of a sample in the batch, measured by the trainer [versions]."""
     max_staleness: int
-    """The job's bound [versions]."""
+    """The bound the scheduler enforced on the job [versions] (its rl.max_staleness, capped by
+    the mechanism: a preset's 0)."""
     mean_ratio: float
     clip_fraction: float
     loss: float
@@ -56,10 +59,17 @@ class EpisodeRunner:
     executor's, shared)."""
 
     def __init__(
-        self, specs: dict[str, JobSpec], fmt: ChatFormat, max_model_len: int, seed: int
+        self,
+        specs: dict[str, JobSpec],
+        fmt: ChatFormat,
+        max_model_len: int,
+        seed: int,
+        make_env: Callable[[str, dict], Environment] = make_env,
     ) -> None:
         self.specs, self.fmt, self.max_model_len = specs, fmt, max_model_len
         self.seed = seed
+        self.make_env = make_env
+        """A new environment for one sample's episode (here, or in an actor of a pool)."""
         self._index: dict[str, int] = {}
         self._episodes: dict[tuple[str, int], GroupEpisode] = {}
 
@@ -86,9 +96,15 @@ class EpisodeRunner:
         if d.turn == 0:
             episode = self._episodes.get(key)
             if episode is None:  # a retried first turn keeps its prompt
-                envs = [make_env(spec.env.name, spec.env.args) for _ in range(d.seqs)]
+                envs = [self.make_env(spec.env.name, spec.env.args) for _ in range(d.seqs)]
                 seed = self.group_seed(d.job, d.group)
-                episode, _ = await start_group(d.job, d.group, version, envs, seed, self.fmt)
+                problem = None
+                if spec.dataset is not None:
+                    prompt_set = load_prompt_set(spec.dataset)
+                    problem = prompt_set.train_problem(d.group, self.seed)
+                episode, _ = await start_group(
+                    d.job, d.group, version, envs, seed, self.fmt, problem
+                )
                 self._episodes[key] = episode
             live = episode.samples
             prompts, n = [live[0].context], d.seqs

@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from marlaas.datasets import Problem
 from marlaas.envs.base import Environment, StepResult
 from marlaas.executors.rollout import Completion, TrainSample
 
@@ -130,10 +131,20 @@ class GroupEpisode:
 
 
 async def start_group(
-    job: str, group: int, version: int, envs: Sequence[Environment], seed: int, fmt: ChatFormat
+    job: str,
+    group: int,
+    version: int,
+    envs: Sequence[Environment],
+    seed: int,
+    fmt: ChatFormat,
+    problem: Problem | None = None,
 ) -> tuple[GroupEpisode, list[int]]:
-    """Reset every sample's environment with the group's ``seed``; (episode, prompt ids)."""
-    prompts = await asyncio.gather(*(env.reset(seed) for env in envs))
+    """Reset every sample's environment on the dataset's ``problem`` when the job has a
+    dataset, else with the group's ``seed``; (episode, prompt ids)."""
+    if problem is None:
+        prompts = await asyncio.gather(*(env.reset(seed) for env in envs))
+    else:
+        prompts = await asyncio.gather(*(env.reset_problem(problem) for env in envs))
     ids = fmt.prompt(prompts[0])
     samples = [Sample(env=env, context=list(ids)) for env in envs]
     return GroupEpisode(job, group, version, samples, prompts[0]), ids

@@ -1,62 +1,117 @@
-"""Held-out evaluation: greedy accuracy of the base model and of each job's trained adapter.
+"""Held-out evaluation: greedy accuracy, with its 95% Wilson interval, of the base model and of
+the adapter versions asked for, per job.
 
-Prompts come from ``env.reset(seed)`` with seeds at 2**32 and above, which training never uses
-(training seeds are below 2**31). Each episode runs greedily (temperature 0) for the job's
-``rl.turns`` turns. Accuracy: the environment's ``info["correct"]`` when it reports one, else
-reward >= 1.
+Held-out problems: a job with a dataset is scored on its held-out split (marlaas.datasets,
+which training never sees); otherwise prompts come from ``env.reset(seed)`` with seeds at 2**32
+and above, which training never uses (training seeds are below 2**31). Each episode runs
+greedily (temperature 0) for the job's ``rl.turns`` turns. Accuracy: the environment's
+``info["correct"]`` when it reports one, else reward >= 1.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import pandas as pd
+from scipy.stats import binomtest
 from tqdm import tqdm
 
-from marlaas.core.workload import Workload
+from marlaas.core.workload import JobSpec, Workload
+from marlaas.datasets import Problem, load_prompt_set
 from marlaas.envs import make_env
 from marlaas.executors.adapter_store import AdapterStore
 from marlaas.executors.episodes import ChatFormat, add_completions, start_group, step_envs
 
 HELD_OUT_SEED = 2**32
+DEFAULT_PROMPTS = 50
+"""Held-out episodes per job and model when not given, for a job without a dataset (a job with
+one is scored on its whole held-out split)."""
+CONFIDENCE = 0.95
+
+
+def wilson_interval(correct: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The Wilson score interval of a proportion ``correct`` / ``n`` (scipy's)."""
+    ci = binomtest(correct, n).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def pick_versions(available: Sequence[int], asked: str) -> list[int]:
+    """The adapter versions to score: ``asked`` is ``last``, ``all``, or a comma-separated list
+    of version numbers and ``last`` (``5,10,last``). A version that is not in ``available`` is
+    a ValueError naming the ones there are. Version 0, the untrained adapter, is the base
+    model's equal and never picked."""
+    available = [v for v in available if v > 0]
+    if not available:
+        return []
+    if asked.strip() == "all":
+        return sorted(available)
+    picked = set()
+    for item in (part.strip() for part in asked.split(",")):
+        if item == "last":
+            picked.add(max(available))
+        elif item.isdigit() and int(item) in available:
+            picked.add(int(item))
+        else:
+            raise ValueError(f"--versions: no adapter version {item!r}; there are "
+                             f"{min(available)}..{max(available)} (or last, all)")  # fmt: skip
+    return sorted(picked)
+
+
+def held_out(spec: JobSpec, prompts: int | None) -> list[Problem | int]:
+    """The job's held-out problems (a dataset's, the first ``prompts`` of its split) or, for
+    an environment that draws its own, the held-out seeds."""
+    if spec.dataset is not None:
+        problems = load_prompt_set(spec.dataset).heldout
+        return list(problems if prompts is None else problems[:prompts])
+    return [HELD_OUT_SEED + i for i in range(DEFAULT_PROMPTS if prompts is None else prompts)]
 
 
 async def evaluate(
     workload: Workload,
     store: AdapterStore,
     generator,
-    prompts: int = 50,
+    prompts: int | None = None,
     chat_template: bool | None = None,
     progress: bool = False,
+    versions: str = "last",
+    trained_at: dict[tuple[str, int], float] | None = None,
 ) -> pd.DataFrame:
-    """One row per job and model (``base``, ``trained``): accuracy and mean reward on
-    ``prompts`` held-out episodes. ``progress``: a bar per job on stderr (episodes done)."""
+    """One row per job and model (``base``, ``trained`` at each version of ``versions``, see
+    :func:`pick_versions`): accuracy with its Wilson interval and mean reward on the job's
+    held-out problems (``prompts``: the first so many). ``trained_at``: (job, version) -> the
+    run's time that version was made [s] (the report plots accuracy against it).
+    ``progress``: a bar per job on stderr (episodes done)."""
     fmt = ChatFormat(generator.tokenizer, chat_template)
+    trained_at = trained_at or {}
     rows = []
     for spec in workload.jobs:
-        latest = store.latest(spec.name)
-        targets = [("base", None, -1)]
-        if latest is not None:
-            await generator.publish(spec.name, latest, str(store.path(spec.name, latest)))
-            targets.append(("trained", spec.name, latest))
-        bar = tqdm(total=prompts * len(targets), desc=spec.name, unit="episode",
+        items = held_out(spec, prompts)
+        targets = [("base", None, -1)] + [
+            ("trained", spec.name, v) for v in pick_versions(store.versions(spec.name), versions)
+        ]
+        bar = tqdm(total=len(items) * len(targets), desc=spec.name, unit="episode",
                    disable=not progress)  # fmt: skip
         for label, adapter, version in targets:
-            bar.set_postfix_str(label, refresh=False)
+            if adapter is not None:
+                await generator.publish(spec.name, version, str(store.path(spec.name, version)))
+            bar.set_postfix_str(label if adapter is None else f"v{version}", refresh=False)
             episodes = await asyncio.gather(*(
-                _counted(_episode(spec, i, adapter, version, generator, fmt), bar)
-                for i in range(prompts)
+                _counted(_episode(spec, i, item, adapter, version, generator, fmt), bar)
+                for i, item in enumerate(items)
             ))  # fmt: skip
-            correct = [c for c, _ in episodes]
-            rewards = [r for _, r in episodes]
+            correct = sum(c for c, _ in episodes)
+            low, high = wilson_interval(correct, len(items))
             rows.append({
                 "job": spec.name, "tenant": spec.tenant, "env": spec.env.name, "model": label,
-                "version": version, "prompts": prompts,
-                "accuracy": sum(correct) / prompts, "mean_reward": sum(rewards) / prompts,
+                "version": version, "prompts": len(items), "correct": correct,
+                "accuracy": correct / len(items), "ci_low": low, "ci_high": high,
+                "mean_reward": sum(r for _, r in episodes) / len(items),
+                "time_s": 0.0 if adapter is None else trained_at.get((spec.name, version)),
             })  # fmt: skip
+            if adapter is not None:
+                await generator.retire(spec.name, version)
         bar.close()
-        if latest is not None:
-            await generator.retire(spec.name, latest)
     return pd.DataFrame(rows)
 
 
@@ -66,9 +121,12 @@ async def _counted(episode, bar):
     return result
 
 
-async def _episode(spec, i: int, adapter, version: int, generator, fmt) -> tuple[bool, float]:
+async def _episode(
+    spec: JobSpec, i: int, item: Problem | int, adapter, version: int, generator, fmt
+) -> tuple[bool, float]:
     env = make_env(spec.env.name, spec.env.args)
-    episode, _ = await start_group(spec.name, i, version, [env], HELD_OUT_SEED + i, fmt)
+    problem, seed = (item, 0) if isinstance(item, Problem) else (None, item)
+    episode, _ = await start_group(spec.name, i, version, [env], seed, fmt, problem)
     sample = episode.samples[0]
     turns = spec.rl.turns
     for turn in range(turns):
@@ -85,9 +143,13 @@ async def _episode(spec, i: int, adapter, version: int, generator, fmt) -> tuple
     return correct, sample.reward
 
 
-def accuracy_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """job x (base, trained) accuracy, with the change."""
-    table = frame.pivot_table(index=["job", "tenant", "env"], columns="model", values="accuracy")
-    if "trained" in table and "base" in table:
-        table["change"] = table["trained"] - table["base"]
-    return table.reset_index()
+def versions_trained_at(rewards: pd.DataFrame) -> dict[tuple[str, int], float]:
+    """(job, adapter version) -> when the run made it [s], from a run's rewards.csv (its
+    training step ``step`` makes version ``step + 1``)."""
+    if "time_s" not in rewards:
+        return {}
+    rows = rewards.dropna(subset=["time_s"])
+    return {
+        (str(job), int(step) + 1): float(t)
+        for job, step, t in zip(rows["job"], rows["step"], rows["time_s"], strict=True)
+    }

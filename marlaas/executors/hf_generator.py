@@ -63,6 +63,8 @@ class HFGenerator:
             self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_id
         )
         self._adapters: dict[tuple[str, int], str] = {}
+        self._loading: dict[str, tuple[str, int]] = {}
+        """PEFT adapter name -> (adapter, version) of each load in progress."""
         self._queue: list[_Pending] = []
         self._worker: asyncio.Task | None = None
         self._model_lock = threading.Lock()  # adapter loads/deletes vs. a batch in a thread
@@ -88,7 +90,11 @@ class HFGenerator:
                     )
                 self.model.eval()
 
-        await asyncio.to_thread(load)
+        self._loading[key] = (adapter, version)
+        try:
+            await asyncio.to_thread(load)
+        finally:
+            del self._loading[key]
         self._adapters[(adapter, version)] = key
 
     async def retire(self, adapter: str, version: int) -> None:
@@ -101,7 +107,10 @@ class HFGenerator:
             with self._model_lock, warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)  # "active adapter was deleted"
                 self.model.delete_adapter(key)
-                if not self._adapters:  # a PeftModel cannot run without one: the plain model
+                # A PeftModel cannot run without an adapter: the plain model. The model's own
+                # list, not _adapters: a load that finished before this holds the lock is in
+                # the model but not yet in _adapters (its task has not resumed).
+                if not self.model.peft_config:
                     self.model = self.model.unload()
 
         await asyncio.to_thread(delete)
@@ -113,9 +122,12 @@ class HFGenerator:
     async def resident(self) -> set[tuple[str, int]]:
         """The (adapter, version) pairs the PEFT model itself holds."""
         names = set(getattr(self.model, "peft_config", {}))
-        return {key for key, name in self._adapters.items() if name in names} | {
-            ("?", -1) for name in names - set(self._adapters.values())
-        }
+        loading = {self._loading[name] for name in names if name in self._loading}
+        return (
+            {key for key, name in self._adapters.items() if name in names}
+            | loading
+            | {("?", -1) for name in names - set(self._adapters.values()) - set(self._loading)}
+        )
 
     # ---------------------------------------------------------------- generation
     async def generate(

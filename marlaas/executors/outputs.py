@@ -47,16 +47,21 @@ def real_summary(
     backend: str,
     offsets: dict[str, int],
     memory: dict | None = None,
+    executor: str = "local",
+    warmup: dict[str, float] | None = None,
 ) -> dict:
-    """The summary.json content of a real run: a simulation's keys plus reward curves and
-    ``memory`` (the run's process's resident memory, MemoryMonitor.summary)."""
+    """The summary.json content of a real run: a simulation's keys plus reward curves,
+    ``memory`` (the run's process's resident memory, MemoryMonitor.summary), ``executor``
+    (where the backends ran: ``local`` or ``ray``) and ``engine_warmup_s`` (each engine's
+    warm-up before the clock started [s], marlaas.executors.warmup)."""
     curves = {
         job: [round(float(r), 4) for r in group["mean_reward"]]
         for job, group in rewards.groupby("job", sort=True)
     }
     return run_summary(
         workload, result, events, "real", backend=backend, resumed_from=offsets,
-        reward_curves=curves, memory=memory or {},
+        reward_curves=curves, memory=memory or {}, executor=executor,
+        engine_warmup_s=warmup or {},
     )  # fmt: skip
 
 

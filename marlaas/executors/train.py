@@ -1,8 +1,9 @@
 """One real training run, end to end: what ``marlaas train`` does (also used by the tests).
 
-The scheduler core, driven by the one loop (marlaas.drive) over a :class:`LocalExecutor`,
-writes its run folder in place, as it trains: ``adapters/`` (every version, the newest with
-its optimizer state) and ``journal.jsonl`` (every record, and each step once durable: see
+The scheduler core, driven by the one loop (marlaas.drive) over the real executor
+(marlaas.executors.real; its backends here or on Ray: ``ray``), writes its run folder in
+place, as it trains: ``adapters/`` (every version, the newest with its optimizer state) and
+``journal.jsonl`` (every record, and each step once durable: see
 :mod:`marlaas.executors.journal`). At the end the event log, summary and reward curves are
 rendered from the journal, over every part of the run. ``--resume`` continues a run that was
 stopped (Ctrl-C, SIGTERM, ``kill -9``, a crash) after its last durable step.
@@ -34,8 +35,8 @@ from marlaas.executors.backends import (
 from marlaas.executors.history import history_events, history_points, history_result
 from marlaas.executors.journal import JOURNAL_FILE, Journal, read_journal
 from marlaas.executors.journal_observer import JournalObserver
-from marlaas.executors.local import LocalExecutor
 from marlaas.executors.memory import MemoryMonitor, release_large_blocks
+from marlaas.executors.open_real import open_real_executor
 from marlaas.executors.outputs import (
     ADAPTERS_DIR,
     real_summary,
@@ -67,6 +68,7 @@ def train_run(
     observers: Sequence[Observer] = (),
     tracker: str | None = None,
     on_ended: OnEnded | None = None,
+    ray: str | None = None,
     **options,
 ) -> tuple[pd.DataFrame, dict, pd.DataFrame, RunResult]:
     """Train every job of ``workload`` for real into the run folder ``out``.
@@ -75,8 +77,10 @@ def train_run(
     is refused: resume it), kept aside until the new run's first durable step: it comes back
     if the new one fails or is stopped before (marlaas.out_folder.Claim.in_place). With
     ``resume``, each job continues after its last durable step (adapter and optimizer
-    state), and the run's history goes on. ``options`` go to
-    :class:`LocalExecutor` (generators, trainers, micro_batch_size,
+    state), and the run's history goes on. ``ray``: None to run the engines, trainers and
+    environments in this process, else the Ray cluster they run on as actors (``local``,
+    ``auto`` or an address: :func:`~marlaas.executors.open_real.open_real_executor`).
+    ``options`` go to the executor and its backends (generators, trainers, micro_batch_size,
     activation_checkpointing, max_model_len, chat_template). ``observers`` see every
     completion (see marlaas.drive). ``tracker`` (``tensorboard`` or ``wandb``) also logs
     every job's training statistics per step under ``out/<tracker>/`` as they finish (a
@@ -121,6 +125,7 @@ def train_run(
                 track = open_tracker(tracker, out, run_name=out.name, config=config)
             try:
                 with MemoryMonitor() as memory:
+                    warmup: dict[str, float] = {}
                     if not left:  # every step was durable: only the outputs were missing
                         result = _no_work(workload, policy, seed)
                     else:
@@ -129,10 +134,11 @@ def train_run(
                                           on_durable=keep)  # fmt: skip
                         memory.offset_s = journaled.end_s
                         try:
-                            result = _train_part(workload, journal, store, model_dir, backend,
-                                                 policy, seed, progress, observers, on_ended,
-                                                 offsets, journaled.end_s, options, track,
-                                                 memory)  # fmt: skip
+                            result, warmup = _train_part(
+                                workload, journal, store, model_dir, backend, policy, seed,
+                                progress, observers, on_ended, offsets, journaled.end_s,
+                                options, track, memory, ray,
+                            )  # fmt: skip
                         finally:
                             journal.close()
                 journaled = read_journal(out / JOURNAL_FILE)
@@ -141,7 +147,9 @@ def train_run(
                 result = history_result(result, journaled, events, steps)
                 rewards = rewards_frame(history_points(journaled))
                 summary = real_summary(workload, result, events, rewards, backend, offsets,
-                                       memory.summary(model_dir))  # fmt: skip
+                                       memory.summary(model_dir),
+                                       executor="local" if ray is None else "ray",
+                                       warmup=warmup)  # fmt: skip
                 if track is not None:
                     track.log_run(summary)
             finally:
@@ -163,17 +171,18 @@ def _check_runnable(workload: Workload) -> None:
 
 def _train_part(workload, journal, store, model_dir, backend, policy, seed, progress,
                 observers, on_ended, versions, start_s, options, track,
-                memory) -> RunResult:  # fmt: skip
+                memory, ray) -> tuple[RunResult, dict[str, float]]:  # fmt: skip
     """Drive one part of the run (the first, or a resumed one: each job submitted at its
     last durable version, the arrivals ``start_s`` earlier), journaling it (and feeding
     ``track``, a tracker, each training step's statistics); ``memory``'s timeline counts on
-    the run's clock from the end of the setup."""
+    the run's clock from the end of the setup. Returns the result and each engine's warm-up
+    [s], done before the clock started."""
     scheduler = Scheduler.for_workload(workload, policy, seed)
     total = sum(max(0, j.rl.steps - versions.get(j.name, 0)) for j in workload.jobs)
     sizing = EngineSizing.of_workload(workload)
-    with LocalExecutor(
+    with open_real_executor(
         sizing, scheduler.cluster, store=store, model_dir=model_dir, backend=backend,
-        seed=scheduler.seed, **options,
+        seed=scheduler.seed, env_workers=workload.cluster.env_workers, ray=ray, **options,
     ) as executor, StepProgress(
         total, "training", enabled=progress, postfix=executor.latest_rewards
     ) as bar:  # fmt: skip
@@ -185,7 +194,7 @@ def _train_part(workload, journal, store, model_dir, backend, policy, seed, prog
             observers=[keeper, bar, *feeds, *observers], on_ended=on_ended,
         )  # fmt: skip
         keeper.finish(result.records)
-    return result
+    return result, executor.warmup_s
 
 
 def _no_work(workload: Workload, policy, seed: int | None) -> RunResult:

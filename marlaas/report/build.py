@@ -58,7 +58,12 @@ def run_report(run_dirs: Sequence[str | Path], out_dir: str | Path, static: bool
 
 
 def _write_report(runs: list[Run], out: Path, static: bool) -> Path:
-    summaries = {r.label: metrics.summarize(r.events, r.arrivals, r.weights) for r in runs}
+    summaries = {
+        r.label: metrics.summarize(
+            r.events, r.arrivals, r.weights, (), shared_processor=r.shared_processor
+        )
+        for r in runs
+    }
     pool, futures = None, {}
     if static:
         from marlaas.report.static import start_exports

@@ -46,6 +46,12 @@ class Run:
         return self.meta.get("weights")
 
     @property
+    def shared_processor(self) -> bool:
+        """Whether the run's devices shared one processor (cluster.shared_compute): its
+        summary then measures utilization as that processor's busy time."""
+        return "processor_utilization" in self.meta.get("metrics", {})
+
+    @property
     def slug(self) -> str:
         """The label as letters, digits, - and _ (for section ids and file names), unique
         among the runs of one report (:func:`marlaas.report.labels.unique_slugs`)."""

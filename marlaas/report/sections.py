@@ -271,9 +271,24 @@ def _real(run: Run) -> list[Section]:
                 figure=real.plot_evaluation(evaluation, run.label),
                 notes=[
                     "From eval.json (marlaas evaluate): greedy accuracy on held-out prompts, "
-                    "base model vs the job's trained adapter."
+                    "base model vs the job's newest evaluated adapter."
                 ],
                 tables=[("Held-out accuracy", table)],
             )
         )
+        timed = evaluation[evaluation["model"] == "trained"]
+        if "time_s" in timed and timed["time_s"].notna().any():
+            out.append(
+                Section(
+                    id=f"accuracy-time-{run.slug}",
+                    title=f"Accuracy over training time: {run.title}",
+                    figure=real.plot_accuracy_over_time(evaluation, run.label),
+                    notes=[
+                        "From eval.json (marlaas evaluate --versions ...): held-out accuracy "
+                        "of each evaluated adapter version at the run's time it was made (the "
+                        "base model at 0 s); bars: 95% Wilson intervals."
+                    ],
+                    tables=[("Every evaluated version", real.accuracy_rows(evaluation))],
+                )
+            )
     return out

@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 from marlaas.run_options import bounded_int, path_arg
@@ -75,11 +76,18 @@ def _serve(args: argparse.Namespace) -> int:
         from marlaas.sim.cost_profiles import load_profile
 
         cost = load_profile(args.cost).cost
+    if args.ray is not None:
+        if args.simulate:
+            raise UsageError("serve: --ray runs the real executor's actors; not with --simulate")
+        from marlaas.ray_cluster import require_ray
+
+        require_ray("serve --ray")
     data = _data_folder(args.data, create=False)  # every check before anything is written
     if not args.simulate:
         _check_base_model(data, config, base_dir)
     data.mkdir(parents=True, exist_ok=True)
     lock = lock_folder(data)
+    stack = ExitStack()  # the Ray session of --ray
     try:
         _write_once(data / OPERATOR_KEY_FILE, new_key())
         if not args.simulate:
@@ -88,13 +96,17 @@ def _serve(args: argparse.Namespace) -> int:
         _save_config(data, config, base_dir)
         logging.basicConfig(level=getattr(logging, args.log_level.upper()),
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
-        options = {} if args.simulate else {"backend": args.backend}
+        options = {} if args.simulate else {"backend": args.backend, "ray": args.ray}
         runner = ServiceRunner(config, base_dir, data, store, simulate=args.simulate,
                                speed=args.speed, cost=cost, **options)  # fmt: skip
         where = "simulated, " if args.simulate else ""
         print(f"marlaas: starting {config.name} ({where}policy {config.policy}); data in "
               f"{data}, operator key in {data / OPERATOR_KEY_FILE}", file=sys.stderr,
               flush=True)  # fmt: skip
+        if args.ray is not None:  # Ray started (or joined) here, on the main thread
+            from marlaas.ray_cluster import ray_session
+
+            stack.enter_context(ray_session(args.ray))
         runner.start()
         app = create_app(runner, data)
         server = uvicorn.Server(uvicorn.Config(
@@ -117,6 +129,7 @@ def _serve(args: argparse.Namespace) -> int:
             raise runner.error
         return 0
     finally:
+        stack.close()
         os.close(lock)
 
 
@@ -212,6 +225,11 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", choices=("auto", "vllm", "hf"), default="auto",
                         help="generation backend of the real executor (auto: vLLM if it "
                         "imports)")  # fmt: skip
+    parser.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                        help="run every inference engine, trainer and a pool of environments "
+                        "as Ray actors (the scheduler stays here): no ADDRESS starts a local "
+                        "cluster, `auto` joins this machine's, HOST:PORT that head "
+                        "(docs/ray.md)")  # fmt: skip
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
                         default="info", help="the service's log (stderr); debug also logs "
                         "every request and the libraries' chatter")  # fmt: skip

@@ -35,6 +35,9 @@ def job_from_request(body: Any, tenant: str, config: ServiceConfig) -> JobSpec:
         if key in body:
             raise JobRequestError(f"{key}: set by the service, not by the job spec")
     _no_files(body, "")
+    if body.get("dataset") is not None:
+        raise JobRequestError("dataset: a tenant's job cannot name a file on the server "
+                              "(datasets are for workload files)")  # fmt: skip
     try:
         job = JobSpec.model_validate({**body, "tenant": tenant})
     except ValidationError as err:
@@ -90,9 +93,14 @@ def _no_files(node: Any, where: str) -> None:
 
 
 def _check_env_args(job: JobSpec) -> None:
-    from marlaas.envs import EnvLoadError, check_env
+    from marlaas.envs import EnvLoadError, check_env, resolve_env
 
     try:
         check_env(job.env.name, job.env.args)
     except (EnvLoadError, ValueError, TypeError) as err:
         raise JobRequestError(f"env.args: {' '.join(str(err).split())}") from None
+    if resolve_env(job.env.name).needs_dataset:
+        raise JobRequestError(
+            f"env.name: {job.env.name!r} checks a dataset's answers, and a "
+            "service job has no dataset (datasets are for workload files)"
+        )

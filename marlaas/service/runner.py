@@ -42,7 +42,9 @@ class ServiceRunner:
     """Runs the scheduler over the real executor (or the simulator on the wall clock) with an
     inbox that stays open until :meth:`stop`; see the module docstring.
 
-    ``options``: for the real executor, ``backend`` and LocalExecutor's settings; for the
+    ``options``: for the real executor, ``backend``, ``ray`` (the Ray cluster's address, to
+    run the engines, trainers and environments as actors) and the executor's settings
+    (:func:`~marlaas.executors.open_real.open_real_executor`); for the
     simulator, ``simulate=True`` with ``speed`` (simulated seconds per wall second) and
     ``cost`` (a CostModel)."""
 
@@ -219,7 +221,7 @@ class ServiceRunner:
             model_dir_of,
             resolve_backend,
         )
-        from marlaas.executors.local import LocalExecutor
+        from marlaas.executors.open_real import open_real_executor
 
         limits = self.config.service
         model_dir = model_dir_of(self.config, self.base_dir)
@@ -233,10 +235,10 @@ class ServiceRunner:
             )
         sizing = EngineSizing(self.config.cluster.engine, limits.max_sequence_tokens,
                               limits.max_lora_rank)  # fmt: skip
-        return LocalExecutor(
+        return open_real_executor(
             sizing, scheduler.cluster, store=AdapterStore(self.data_dir / ADAPTERS_DIR),
             model_dir=model_dir, backend=resolve_backend(self.backend), seed=scheduler.seed,
-            **self.options,
+            env_workers=self.config.cluster.env_workers, **self.options,
         )  # fmt: skip
 
     def _resubmit(self, executor) -> None:

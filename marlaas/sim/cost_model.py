@@ -30,7 +30,8 @@ class CostModel(BaseModel):
     ([S1] Vidur's H100/A100 kernel profiles, [S3] Punica, [S8] vLLM's sleep-mode measurements;
     docs/cost-profiles.md). GPU kernel time only: host overhead of the serving loop is not in.
 
-    Decode iteration time = decode_base_ms + decode_per_seq_ms * running sequences
+    Prefill of P prompt tokens = prefill_base_ms + P / prefill_tokens_per_s. Decode iteration
+    time = decode_base_ms + decode_per_seq_ms * running sequences
     + decode_per_kv_token_ms * context tokens in the batch + decode_per_adapter_ms * distinct
     adapters in the batch. Training step = train_overhead_s + tokens * (1 + lora_rank /
     train_rank_scale) / (train_tokens_per_s * devices), with devices = 1 when the cluster
@@ -51,8 +52,14 @@ class CostModel(BaseModel):
     decode_per_adapter_ms: Ms = 0.035
     """Per distinct LoRA adapter in the batch, per iteration [ms]: reading its ~80 MB of
     weights, as Punica's SGMV measurements scale [S3][S4]."""
+    prefill_base_ms: Ms = 0.0
+    """Fixed cost of a prefill [ms]: one engine step reading the weights however short the
+    prompts (a group's prompts are prefilled together). 0 in the bundled GPU profiles until
+    the simulated figures are re-measured with the refit (4.46 ms + T / 42,443 tokens/s on
+    H100 [S1][S2]: benchmarks/prefill_profile.py); ``calibrate`` fits it from real runs."""
     prefill_tokens_per_s: Rate = 38_000.0
-    """Prompt tokens per second [tokens/s]: linear ops and attention at prompt length [S1][S2]."""
+    """Prompt tokens per second on top of the fixed cost [tokens/s]: linear ops and attention
+    at prompt length [S1][S2]."""
     adapter_load_s: Seconds = 0.08
     """Loading one LoRA adapter version into an engine [s]: host-side setup dominates;
     assumption."""
@@ -76,4 +83,6 @@ class CostModel(BaseModel):
     decoding (vLLM adds a LoRA between two engine steps) [iterations]; 0 for the published
     profiles, where the load itself dominates; calibrated on CPUs, where it does not."""
     engine_warmup_s: Seconds = 0.0
-    """Extra time of an engine's first generation [s] (0: warmed up before the run) [S8]."""
+    """An engine's warm-up [s]: its first generation, done when the engine is built, before
+    the run's clock starts (in both worlds: marlaas.executors.warmup); a real run's summary
+    records it, no run charges it to its first batch [S8]."""

@@ -4,7 +4,8 @@ Every running sequence gains one token per decode iteration. One iteration takes
 
     dt(n, C, L) = base + per_seq * n + per_kv_token * C + per_adapter * L     [s]
 
-for n running sequences holding C context tokens in all, with L distinct adapters. Between two
+for n running sequences holding C context tokens in all, with L distinct adapters (a prompt
+shared by a group's samples counts once per sample: each sample's attention reads it). Between two
 changes of the batch (an admission, or a sequence finishing) n and L are fixed and C grows by n
 per iteration, so the time for k iterations is a quadratic in k, solved in closed form.
 Engines that share one processor (cluster.shared_compute) run ``slowdown`` times slower while
@@ -14,7 +15,8 @@ Sequences finishing inside the batch are folded in piecewise without simulation 
 engine only wakes the simulator when a whole group (its slowest sample) is done. The cost of
 simulating an engine therefore grows with the number of sequences, not of tokens, and the
 number of simulation events with the number of groups. Admitting a group first runs its
-prefill, pausing decode for prompt tokens / prefill rate.
+prefill, pausing decode for a fixed cost plus prompt tokens / prefill rate (a prompt the
+group's samples share, cluster.engine.prefix_caching, is prefilled once).
 """
 
 from __future__ import annotations
@@ -56,8 +58,7 @@ class EngineModel:
         self.per_kv_s = cost.decode_per_kv_token_ms / 1e3
         self.per_adapter_s = cost.decode_per_adapter_ms / 1e3
         self.prefill_s_per_token = 1.0 / cost.prefill_tokens_per_s
-        self.warmup_s = cost.engine_warmup_s
-        """Still to be paid by the first admission [s] (then 0)."""
+        self.prefill_base_s = cost.prefill_base_ms / 1e3
         self.progress = 0.0
         """Decode iterations done since the engine started."""
         self.clock_s = 0.0
@@ -144,17 +145,20 @@ class EngineModel:
         if not self.running:
             self.context_offset = 0.0
 
-    def admit(self, now: float, work_id: int, lengths, prompt: float, adapter) -> None:
+    def admit(
+        self, now: float, work_id: int, lengths, prompt: float, adapter, shared: float = 0.0
+    ) -> None:
         """Start a group: ``lengths`` [tokens] per sample (a sequence or an array),
-        ``prompt`` context per sample."""
+        ``prompt`` context per sample, of which ``shared`` tokens are the same for every
+        sample and prefilled once (prefix caching)."""
         self.advance(now)
         if isinstance(lengths, np.ndarray):
             lengths = lengths.tolist()
         n = len(lengths)
-        prefill_s = prompt * n * self.prefill_s_per_token * self.slowdown
+        tokens = prompt * n - shared * (n - 1)
+        prefill_s = (self.prefill_base_s + tokens * self.prefill_s_per_token) * self.slowdown
         resume = self.resume_s
-        self.resume_s = (now if now > resume else resume) + prefill_s + self.warmup_s
-        self.warmup_s = 0.0
+        self.resume_s = (now if now > resume else resume) + prefill_s
         progress, first = self.progress, self._seq_ids + 1
         offset = prompt - progress
         users = self.adapters.get(adapter)

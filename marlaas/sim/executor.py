@@ -201,7 +201,8 @@ class SimPyExecutor:
             self._after(0.0, WorkDone(d.work_id, tokens=0, longest_tokens=0))
             return
         engine = self.engines[d.engine]
-        engine.admit(now, d.work_id, lengths, prompt, (d.job, d.version))
+        shared = min(d.shared_tokens, prompt)  # a recorded prompt may be shorter
+        engine.admit(now, d.work_id, lengths, prompt, (d.job, d.version), shared)
         self._tokens[d.work_id] = (sum(lengths), max(lengths))
         self._wake(d.engine)
         if self.shared_compute:

@@ -3,18 +3,24 @@
 Per stage, from the successful work of every run given:
 
 - decode and prefill: see :mod:`marlaas.twin.decode_fit` (non-negative least squares over
-  generate rows; an engine's first batch gives its warm-up), then refined by replaying the
+  generate rows), then refined by replaying the
   runs (:mod:`marlaas.twin.refine`) so that each group turn takes what it took;
 - training: ``duration = train_overhead_s + tokens * (1 + rank / train_rank_scale) /
-  (train_tokens_per_s * devices)``, least squares over training steps (``train_rank_scale``
-  keeps its value: one rank cannot tell it apart);
+  (train_tokens_per_s * devices)``, non-negative least squares over training steps
+  (:mod:`marlaas.twin.train_fit`; ``train_rank_scale`` keeps its value: one rank cannot tell
+  it apart);
 - engine adapter load: a fixed time plus a wait of some decode iterations when engines on its
   processor are decoding (least squares over the loads);
+- engine warm-up: the mean of the warm-ups the runs' summaries record (done before their
+  clocks started: marlaas.executors.warmup); a run from before that, the mean residual of
+  each engine's first batch;
 - sync, trainer swap: the mean duration of their operations;
 - colocated switch: what a sync under colocated placement takes beyond a disaggregated one
   (0 when the runs have no colocated placement, or only colocated).
 
-A stage missing from every run is an error that names it.
+A stage missing from every run is an error that names it. A parameter the rows cannot
+identify, or a fit with a low R², is a warning (``Calibration.warnings``): ``calibrate``
+prints each and the profile records them under ``sources.warnings``.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from marlaas.twin.decode_fit import features, fit_decode
 from marlaas.twin.operations import operations, split_loads
 from marlaas.twin.real_run import CalibrationError, RealRun, load_real_run
 from marlaas.twin.refine import ENGINE_TERMS, refine
+from marlaas.twin.train_fit import POOR_R2, TrainFit, fit_train
 
 __all__ = ["Calibration", "CalibrationError", "Fitted", "RealRun", "calibrate", "provenance"]
 
@@ -62,6 +69,8 @@ class Calibration:
     runs: list[dict[str, Any]] = field(default_factory=list)
     model: str = ""
     """The base model the runs trained (its name and folder)."""
+    warnings: list[str] = field(default_factory=list)
+    """Parameters the runs could not identify or fit well, one line each."""
 
     def table(self) -> str:
         """The parameters as aligned text (what ``marlaas calibrate`` prints)."""
@@ -81,9 +90,11 @@ def calibrate(
     _require_stages(runs)
     fitted: list[Fitted] = []
     values: dict[str, float] = {}
+    warnings: list[str] = []
 
     rows = pd.concat(
-        [features(r.events, r.workload.cluster.shared_compute) for r in runs], ignore_index=True
+        [features(r.events, r.workload.cluster.shared_compute, _warmed(r)) for r in runs],
+        ignore_index=True,
     )
     try:
         decode = fit_decode(rows)
@@ -92,12 +103,14 @@ def calibrate(
         names = ", ".join(str(r.path) for r in runs)
         raise CalibrationError(f"{names}: too little generation to fit the engines ({err}); "
                                "calibrate from longer real runs") from None  # fmt: skip
-    quality = f"R² {decode.r2:.3f}"
+    quality = f"R² {decode.r2:.3f}; error {decode.mape:.1%}"
+    warnings += _decode_warnings(decode)
     for name, unit, scale in [
         ("decode_base_ms", "ms per iteration", 1e3),
         ("decode_per_seq_ms", "ms per sequence and iteration", 1e3),
         ("decode_per_kv_token_ms", "ms per context token and iteration", 1e3),
         ("decode_per_adapter_ms", "ms per adapter and iteration", 1e3),
+        ("prefill_base_ms", "ms per prefill", 1e3),
     ]:
         values[name] = decode.coef[name] * scale
         if name == "decode_base_ms":
@@ -107,15 +120,23 @@ def calibrate(
     values["prefill_tokens_per_s"] = 1.0 / per_token if per_token > 0 else 1e9
     fitted.append(Fitted("prefill_tokens_per_s", values["prefill_tokens_per_s"], "tokens/s",
                          decode.rows, quality))  # fmt: skip
-    values["engine_warmup_s"] = decode.warmup_s
-    fitted.append(Fitted("engine_warmup_s", decode.warmup_s, "s", decode.warmup_rows,
-                         "first batches"))  # fmt: skip
+    warmups = [s for r in runs for s in r.summary.get("engine_warmup_s", {}).values()]
+    if warmups:  # measured on its own before each run's clock started
+        values["engine_warmup_s"] = float(np.mean(warmups))
+        fitted.append(Fitted("engine_warmup_s", values["engine_warmup_s"], "s", len(warmups),
+                             _spread(pd.Series(warmups))))  # fmt: skip
+    else:  # runs from before the warm-up was its own work: their first batches
+        values["engine_warmup_s"] = decode.warmup_s
+        fitted.append(Fitted("engine_warmup_s", decode.warmup_s, "s", decode.warmup_rows,
+                             "first batches' residual"))  # fmt: skip
 
-    overhead, rate, train_quality, train_rows = _fit_train(runs, base.train_rank_scale)
-    values["train_overhead_s"], values["train_tokens_per_s"] = overhead, rate
-    fitted.append(Fitted("train_overhead_s", overhead, "s per step", train_rows, train_quality))
-    fitted.append(Fitted("train_tokens_per_s", rate, "tokens/s per device", train_rows,
-                         train_quality))  # fmt: skip
+    train = _fit_train(runs, base)
+    values["train_overhead_s"], values["train_tokens_per_s"] = train.overhead_s, train.tokens_per_s
+    fitted.append(Fitted("train_overhead_s", train.overhead_s, "s per step", train.rows,
+                         train.quality))  # fmt: skip
+    fitted.append(Fitted("train_tokens_per_s", train.tokens_per_s, "tokens/s per device",
+                         train.rows, train.quality))  # fmt: skip
+    warnings += train.warnings
 
     load_s, wait, load_rows, load_note = _fit_loads(runs)
     values["adapter_load_s"], values["adapter_load_wait_iterations"] = load_s, wait
@@ -144,7 +165,22 @@ def calibrate(
         ]  # fmt: skip
     base_model = runs[0].workload.base_model
     model = f"{base_model.name} ({base_model.path})" if base_model.path else base_model.name
-    return Calibration(cost, fitted, [_describe(r) for r in runs], model)
+    return Calibration(cost, fitted, [_describe(r) for r in runs], model, warnings)
+
+
+def _decode_warnings(decode) -> list[str]:
+    """A poor regression, and the engine terms its non-negative fit left at 0 (the rows
+    cannot tell them from 0: the refinement starts them at 0)."""
+    out = []
+    if decode.r2 < POOR_R2:
+        out.append(f"decode and prefill terms: R² {decode.r2:.3f} (under {POOR_R2}) over "
+                   f"{decode.rows} generate rows: the regression explains little of their "
+                   "durations (the replay refinement adjusts them)")  # fmt: skip
+    zero = [name for name, value in decode.coef.items() if value <= 0]
+    if zero:
+        out.append(f"{', '.join(zero)}: at the bound 0 in the regression (the generate rows "
+                   "cannot tell them apart from 0)")  # fmt: skip
+    return out
 
 
 RIDGES = (0.01, 0.1)
@@ -157,8 +193,13 @@ def _with_decode(cost: CostModel, fit) -> CostModel:
     update = {name: fit.coef[name] * 1e3 for name in fit.coef if name.endswith("_ms")}
     update["decode_base_ms"] = max(update["decode_base_ms"], 1e-6)
     update["prefill_tokens_per_s"] = 1.0 / per_token if per_token > 0 else 1e9
-    update["engine_warmup_s"] = fit.warmup_s
     return cost.model_copy(update=update)
+
+
+def _warmed(run: RealRun) -> bool:
+    """Whether the run warmed its engines up before its clock started (its summary records
+    each engine's warm-up)."""
+    return "engine_warmup_s" in run.summary
 
 
 def _require_stages(runs: list[RealRun]) -> None:
@@ -181,28 +222,16 @@ def _require_stages(runs: list[RealRun]) -> None:
         )
 
 
-def _fit_train(runs: list[RealRun], rank_scale: float) -> tuple[float, float, str, int]:
+def _fit_train(runs: list[RealRun], base: CostModel) -> TrainFit:
     xs, ys = [], []
     for run in runs:
         ranks = {j.name: j.lora_rank for j in run.workload.jobs}
         ops = operations(run.events, "train")
         devices = 1 if run.workload.cluster.shared_compute else ops["devices"]  # one processor
-        work = ops["tokens"] * (1 + ops["job"].map(ranks) / rank_scale) / devices
+        work = ops["tokens"] * (1 + ops["job"].map(ranks) / base.train_rank_scale) / devices
         xs.append(work.to_numpy(float))
         ys.append(ops["duration_s"].to_numpy(float))
-    x, y = np.concatenate(xs), np.concatenate(ys)
-    spread = float(np.std(x) / max(np.mean(x), 1e-12))
-    slope, intercept = np.polyfit(x, y, 1) if spread > 0.02 else (0.0, float(np.mean(y)))
-    if slope <= 0:  # steps all of one size: the fixed cost carries them
-        slope, intercept = 0.0, float(np.mean(y))
-    overhead = max(float(intercept), 0.0)
-    pred = overhead + slope * x
-    mape = float(np.mean(np.abs(pred - y) / np.maximum(y, 1e-9)))
-    note = f"error {mape:.1%}; batch tokens vary {spread:.0%}"
-    if slope == 0:
-        note += " (all per step: add runs with other batch sizes to fit tokens/s)"
-    rate = 1.0 / slope if slope > 0 else 1e12
-    return overhead, rate, note, len(y)
+    return fit_train(np.concatenate(xs), np.concatenate(ys), base.train_tokens_per_s)
 
 
 def _fit_loads(runs: list[RealRun]) -> tuple[float, float, int, str]:
@@ -277,6 +306,7 @@ def provenance(calibration: Calibration, name: str) -> dict[str, Any]:
         "sources": {
             "runs": calibration.runs,
             "fit": {f.name: {"rows": f.rows, "quality": f.quality} for f in calibration.fitted},
+            "warnings": calibration.warnings,
         },
     }
 

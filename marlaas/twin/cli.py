@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from marlaas.run_options import path_arg
@@ -20,6 +21,8 @@ def _calibrate(args: argparse.Namespace) -> int:
         notes = {f.name: f"{f.unit}; {f.rows} rows; {f.quality}" for f in result.fitted}
         write_profile(out, result.cost, meta, notes)
     print(result.table())
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     print(
         "fit: R² of the regression over generate rows; replayed: the refinement's objective "
         "(RMS log ratio of replayed to real generate durations, plus the log ratios of their "

@@ -2,16 +2,19 @@
 
 The simulator's engine (marlaas.sim.engine_model) spends, on a group of k decode iterations,
 
-    slowdown * (k * (base + per_seq * n + per_kv * C + per_adapter * L) + P / prefill_rate)
+    slowdown * (k * (base + per_seq * n + per_kv * C + per_adapter * L)
+                + A * prefill_base + P / prefill_rate)
 
 where, while the group runs on its engine, n is the number of running sequences, C the context
 tokens they hold, L the distinct adapters, P the prompt tokens prefilled on that engine (its
 own and those of groups admitted beside it: decode pauses for them) and slowdown the number of
-engines decoding at once on one shared processor. For each real generate row those quantities
-are the time-weighted means over its span, read from the event log (k = its longest sample's
-tokens, which decide when the group ends), and the five coefficients are fitted by
-non-negative least squares on the rows' durations. The rows of an
-engine's first batch carry its warm-up, which is fitted separately as their mean residual.
+engines decoding at once on one shared processor, and A the groups admitted (prefills). For
+each real generate row those quantities are the time-weighted means over its span, read from
+the event log (k = its longest sample's tokens, which decide when the group ends), and the
+six coefficients are fitted by non-negative least squares on the rows' durations. A run that
+warmed its engines up before its clock started (marlaas.executors.warmup: its summary's
+``engine_warmup_s``) has no warm-up in any row; in an older run the rows of an engine's first
+batch carry it: they are left out of the fit, and the warm-up is their mean residual.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from scipy.optimize import nnls
 from marlaas.twin.operations import operations, overlap_mean
 
 TERMS = ("decode_base_ms", "decode_per_seq_ms", "decode_per_kv_token_ms",
-         "decode_per_adapter_ms", "prefill_s_per_token")  # fmt: skip
+         "decode_per_adapter_ms", "prefill_s_per_token", "prefill_base_ms")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -43,8 +46,10 @@ class DecodeFit:
     """Mean absolute percentage error of the fitted rows' durations."""
 
 
-def features(events: pd.DataFrame, shared_compute: bool) -> pd.DataFrame:
-    """One row per successful generate operation: ``duration_s`` and the design columns."""
+def features(events: pd.DataFrame, shared_compute: bool, warmed: bool = True) -> pd.DataFrame:
+    """One row per successful generate operation: ``duration_s`` and the design columns;
+    ``warmed``: the engines were warmed up before the run (else an engine's first batch is
+    marked ``warm``: it carries the warm-up)."""
     gen = operations(events, "generate")
     if gen.empty:
         return gen
@@ -60,7 +65,7 @@ def features(events: pd.DataFrame, shared_compute: bool) -> pd.DataFrame:
     for device, idx in gen.groupby("device", sort=False).indices.items():
         s_, e_ = starts[idx], ends[idx]
         adapters = gen.iloc[idx][["job", "version"]].astype(str).agg("@".join, axis=1).to_numpy()
-        first_end = e_[s_ == s_.min()].max()
+        first_end = e_[s_ == s_.min()].max() if not warmed else -np.inf
         for i in idx:
             s, e = starts[i], ends[i]
             live = (s_ < e) & (e_ > s)
@@ -74,6 +79,7 @@ def features(events: pd.DataFrame, shared_compute: bool) -> pd.DataFrame:
                 "row": i, "device": device, "duration_s": e - s, "warm": s < first_end,
                 "x_base": slow * k[i], "x_seq": slow * k[i] * n, "x_kv": slow * k[i] * c,
                 "x_adapter": slow * k[i] * distinct, "x_prefill": slow * p,
+                "x_prefills": slow * float(admitted.sum()),
             })  # fmt: skip
     return pd.DataFrame(rows)
 
@@ -109,7 +115,7 @@ def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
     return total + cur_e - cur_s
 
 
-COLUMNS = ("x_base", "x_seq", "x_kv", "x_adapter", "x_prefill")
+COLUMNS = ("x_base", "x_seq", "x_kv", "x_adapter", "x_prefill", "x_prefills")
 
 
 def fit_decode(rows: pd.DataFrame, ridge: float = 0.0) -> DecodeFit:
@@ -120,7 +126,9 @@ def fit_decode(rows: pd.DataFrame, ridge: float = 0.0) -> DecodeFit:
     context and adapters together)."""
     steady = rows[~rows["warm"]]
     if len(steady) < len(COLUMNS):
-        raise ValueError(f"{len(steady)} steady generate rows; the fit needs at least 5")
+        raise ValueError(
+            f"{len(steady)} steady generate rows; the fit needs at least {len(COLUMNS)}"
+        )
     x = steady[list(COLUMNS)].to_numpy(float)
     y = steady["duration_s"].to_numpy(float)
     scale = np.where(x.max(axis=0) > 0, x.max(axis=0), 1.0)

@@ -1,8 +1,9 @@
 """The fidelity table: a real run against its replay, metric by metric, with the error.
 
-Rows: makespan; each job's completion time and their mean; the busy fraction of each pool and
-each device (error in points); each stage's mean and p90 duration (generate, env, train, sync,
-adapter_load); staleness mean and max; adapter loads. Relative errors are (replay - real) /
+Rows: makespan; each job's completion time and their mean; the busy fraction of the shared
+processor (cluster.shared_compute), of each pool and of each device (error in points); each
+stage's mean and p90 duration (generate, env, train, sync, adapter_load); staleness mean and
+max; adapter loads. Relative errors are (replay - real) /
 real; ``points`` errors are replay - real in percentage points of busy fraction.
 """
 
@@ -19,9 +20,13 @@ STAGES = ("generate", "env", "train", "sync", "adapter_load")
 
 
 def fidelity_table(
-    real: pd.DataFrame, replay: pd.DataFrame, arrivals: dict[str, float]
+    real: pd.DataFrame,
+    replay: pd.DataFrame,
+    arrivals: dict[str, float],
+    shared_processor: bool = False,
 ) -> pd.DataFrame:
-    """Columns: ``metric``, ``unit``, ``real``, ``replay``, ``error``, ``error_unit``."""
+    """Columns: ``metric``, ``unit``, ``real``, ``replay``, ``error``, ``error_unit``;
+    ``shared_processor`` (cluster.shared_compute) adds the processor's busy fraction."""
     rows: list[tuple[str, str, float, float, str]] = []
 
     def rel(metric: str, unit: str, a: float, b: float) -> None:
@@ -35,6 +40,9 @@ def fidelity_table(
         rel(
             f"job completion, {job}", "s", float(jobs_real[job]), float(jobs_sim.get(job, math.nan))
         )
+    if shared_processor:
+        rows.append(("busy fraction, processor", "fraction", metrics.processor_utilization(real),
+                     metrics.processor_utilization(replay), "points"))  # fmt: skip
     for pool, value in metrics.utilization_by_pool(real).items():
         sim = metrics.utilization_by_pool(replay).get(pool, math.nan)
         rows.append((f"busy fraction, pool {pool}", "fraction", value, sim, "points"))
@@ -73,7 +81,8 @@ def _error(real: float, replay: float, unit: str) -> float:
 
 def format_fidelity(table: pd.DataFrame, devices: bool = False) -> str:
     """The table as aligned text; per-device rows only when ``devices``."""
-    shown = table if devices else table[~table["metric"].str.match(r"busy fraction, (?!pool)")]
+    per_device = table["metric"].str.match(r"busy fraction, (?!pool|processor)")
+    shown = table if devices else table[~per_device]
     lines = [f"{'metric':<34} {'real':>11} {'replay':>11} {'error':>9}"]
     for r in shown.itertuples():
         if r.error_unit == "points":

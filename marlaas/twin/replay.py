@@ -36,5 +36,6 @@ def replay(
         run.workload, run.summary["policy"], run.summary["seed"], profile=profile,
         recording=Recording.from_events(run.events), kind="replay", replay_of=str(run.path),
     )  # fmt: skip
-    table = fidelity_table(run.events, events, {j.name: j.arrival_s for j in run.workload.jobs})
+    arrivals = {j.name: j.arrival_s for j in run.workload.jobs}
+    table = fidelity_table(run.events, events, arrivals, run.workload.cluster.shared_compute)
     return events, replayed, table

@@ -72,6 +72,26 @@ def test_work_that_keeps_failing_stops_the_run_with_its_reason():
         run_fixed(workload(jobs=2, steps=2), "fifo", executor=FixedExecutor(outcome=fail_training))
 
 
+def test_a_jobs_groups_failing_together_once_are_each_retried():
+    """Every group of a job's first step fails once, all at the same time (an engine that
+    died with them in flight): each is retried and the run finishes (a budget of failures per
+    job, not per group, stopped it)."""
+    data = workload(jobs=1, steps=2).model_dump()
+    data["jobs"][0]["rl"]["prompts_per_step"] = 6
+    failed: set[int] = set()
+
+    def first_try_fails(decision) -> bool:
+        if type(decision).__name__ != "Generate" or decision.step > 0:
+            return True
+        if decision.group in failed:
+            return True
+        failed.add(decision.group)
+        return False
+
+    run = run_fixed(parse_workload(data), "fifo", executor=FixedExecutor(outcome=first_try_fails))
+    assert len(failed) == 6 and all(j.done for j in run.states.values())
+
+
 def test_a_job_is_resident_on_one_trainer_at_a_time():
     data = workload(jobs=3, steps=4).model_dump()
     data["cluster"]["pools"][1]["devices"] = 2

@@ -82,6 +82,7 @@ def hf_run(tiny_model_dir, tmp_path_factory):
 def test_hf_run_each_tenant_learns_its_target(hf_run):
     out, events, summary, _rewards, _result = hf_run
     assert summary["kind"] == "real" and summary["backend"] == "hf"
+    assert summary["executor"] == "local"
     assert_learned(pd.read_csv(out / "rewards.csv"))
     assert (out / "rewards.png").stat().st_size > 0
     assert set(summary["reward_curves"]) == set(JOBS)

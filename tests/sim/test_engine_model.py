@@ -20,7 +20,9 @@ def brute_force(cost: CostModel, groups: list[tuple[float, list[int], float, obj
         while pending and groups[pending[0]][0] <= now:
             g = pending.pop(0)
             admit_s, lengths, prompt, adapter = groups[g]
-            resume = max(resume, admit_s) + prompt * len(lengths) / cost.prefill_tokens_per_s
+            tokens = prompt * len(lengths)
+            resume = max(resume, admit_s) + cost.prefill_base_ms / 1e3
+            resume += tokens / cost.prefill_tokens_per_s
             running += [[g, length, prompt, adapter] for length in lengths]
         if not running:
             now = groups[pending[0]][0]

@@ -36,7 +36,7 @@ def unchecked(workload, policy):
 def admitted(executor: SimPyExecutor, workload) -> SimPyExecutor:
     """``executor`` with every job of ``workload`` admitted (as the core would admit them)."""
     for index, job in enumerate(workload.jobs):
-        executor.start(AdmitJob(-1 - index, job.name, job, index, 0), 0.0)
+        executor.start(AdmitJob(-1 - index, job.name, job, index, 0, job.rl.max_staleness), 0.0)
     return executor
 
 

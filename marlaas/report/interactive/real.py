@@ -47,10 +47,20 @@ def plot_rewards(rewards: pd.DataFrame, title: str = "") -> go.Figure:
     return fig
 
 
+def newest(evaluation: pd.DataFrame) -> pd.DataFrame:
+    """The rows of each job's base model and of its newest evaluated adapter version."""
+    if "version" not in evaluation:
+        return evaluation
+    version = evaluation["version"].fillna(-1)
+    return evaluation[version == version.groupby([evaluation["job"], evaluation["model"]])
+                      .transform("max")]  # fmt: skip
+
+
 def accuracy_pivot(evaluation: pd.DataFrame) -> pd.DataFrame:
-    """job x model (``base``, ``trained``) accuracy in [0, 1], with ``change`` when both."""
+    """job x model (``base``, ``trained``: its newest version) accuracy in [0, 1], with
+    ``change`` when both."""
     index = [c for c in ("job", "tenant") if c in evaluation]
-    table = evaluation.pivot_table(index=index, columns="model", values="accuracy")
+    table = newest(evaluation).pivot_table(index=index, columns="model", values="accuracy")
     table.columns.name = None
     if {"base", "trained"} <= set(table.columns):
         table["change"] = table["trained"] - table["base"]
@@ -92,8 +102,59 @@ def plot_memory(memory: pd.DataFrame, title: str = "") -> go.Figure:
     return fig
 
 
+def accuracy_rows(evaluation: pd.DataFrame) -> pd.DataFrame:
+    """job, model, version, time [s], accuracy and its 95% interval, as text, one row per
+    evaluated model."""
+    rows = evaluation.sort_values(["job", "version"])
+    out = pd.DataFrame({
+        "job": rows["job"], "model": rows["model"],
+        "version": [("-" if pd.isna(v) or v < 0 else str(int(v))) for v in rows["version"]],
+        "time [s]": [("-" if pd.isna(t) else f"{t:,.0f}") for t in rows["time_s"]],
+        "accuracy": [f"{a * 100:.1f}%" for a in rows["accuracy"]],
+    })  # fmt: skip
+    if {"ci_low", "ci_high"} <= set(rows.columns):
+        out["95% interval"] = [
+            "-" if pd.isna(lo) else f"{lo * 100:.1f}-{hi * 100:.1f}%"
+            for lo, hi in zip(rows["ci_low"], rows["ci_high"], strict=True)
+        ]
+    return out.reset_index(drop=True)
+
+
+def plot_accuracy_over_time(evaluation: pd.DataFrame, title: str = "") -> go.Figure:
+    """Held-out accuracy against the run's time each adapter version was made (the base
+    model at 0 s), one line per job, the 95% interval as error bars (trace name = the job)."""
+    rows = evaluation.dropna(subset=["time_s"]).sort_values(["job", "time_s"])
+    colors = job_colors(dict(zip(rows["job"], rows.get("tenant", rows["job"]).astype(str),
+                                 strict=True)))  # fmt: skip
+    fig = go.Figure()
+    for job, part in rows.groupby("job", sort=True):
+        error = {}
+        if {"ci_low", "ci_high"} <= set(part.columns) and part["ci_low"].notna().all():
+            error = {"error_y": {"type": "data", "symmetric": False,
+                                 "array": part["ci_high"] - part["accuracy"],
+                                 "arrayminus": part["accuracy"] - part["ci_low"]}}  # fmt: skip
+        fig.add_trace(
+            go.Scatter(
+                x=part["time_s"], y=part["accuracy"], mode="lines+markers", name=str(job),
+                line={"color": colors.get(job)}, customdata=part["version"],
+                hovertemplate=f"{job} · version %{{customdata}}<br>%{{x:,.0f}} s<br>accuracy "
+                "%{y:.1%}<extra></extra>", **error,
+            )
+        )  # fmt: skip
+    fig.update_layout(
+        title={"text": title, "x": 0},
+        xaxis={"title": "training time [s] (the run's clock when the version was made)"},
+        yaxis={"title": "held-out accuracy", "tickformat": ".0%", "range": [0, 1.05]},
+        height=380,
+        **LAYOUT,
+    )
+    return fig
+
+
 def plot_evaluation(evaluation: pd.DataFrame, title: str = "") -> go.Figure:
-    """Held-out accuracy per job, one bar per model (trace name = the model)."""
+    """Held-out accuracy per job, one bar per model (trace name = the model; the trained
+    model: its newest evaluated version)."""
+    evaluation = newest(evaluation)
     fig = go.Figure()
     for model, rows in evaluation.groupby("model", sort=True):
         prompts = rows["prompts"] if "prompts" in rows else pd.Series("?", index=rows.index)

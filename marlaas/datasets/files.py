@@ -1,0 +1,168 @@
+"""Reading a prompt dataset's rows from a local file: JSONL, Parquet, CSV, or a folder that
+HF ``datasets`` wrote with ``save_to_disk``. Nothing is downloaded.
+
+Every problem is one :class:`DatasetError` line naming the file, and the row and column where
+there is one (data rows count from 1, the header not counted; a JSONL file's bad JSON is
+named by its line).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from marlaas.datasets.problems import Problem
+
+MAX_ROWS = 1_000_000
+"""Most rows one dataset may have."""
+MAX_FILE_BYTES = 2 * 1024**3
+"""Largest dataset file read [bytes]."""
+SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".csv": "csv"}
+"""File name endings -> formats (a folder is a ``save_to_disk`` dataset; a ``.json`` file is
+JSON lines or one array of row objects)."""
+
+
+class DatasetError(ValueError):
+    """A dataset file that is missing, unreadable or malformed (one line: file, row, column)."""
+
+
+def read_problems(path: str | Path, prompt_column: str, answer_column: str) -> list[Problem]:
+    """The rows of ``path`` as problems: ``prompt_column`` and ``answer_column`` as text (a
+    number answer is written as Python prints it: ``42``, ``0.5``)."""
+    path = Path(path)
+    rows = _read_rows(path)
+    if not rows:
+        raise DatasetError(f"{path}: has no rows")
+    if len(rows) > MAX_ROWS:
+        raise DatasetError(f"{path}: {len(rows):,} rows; at most {MAX_ROWS:,}")
+    columns = set(rows[0])
+    for column in (prompt_column, answer_column):
+        if column not in columns:
+            raise DatasetError(
+                f"{path}: no column {column!r} (it has {sorted(columns)}); set the dataset's "
+                "prompt_column / answer_column"
+            )
+    problems = []
+    for i, row in enumerate(rows, start=1):
+        prompt = _text(row.get(prompt_column), path, i, prompt_column)
+        answer = _text(row.get(answer_column), path, i, answer_column)
+        problems.append(Problem(prompt, answer, f"{path}, row {i}"))
+    return problems
+
+
+def _text(value: Any, path: Path, row: int, column: str) -> str:
+    """A cell as non-empty text: strings as they are, finite numbers printed."""
+    if isinstance(value, bool) or value is None:
+        what = "empty" if value is None else "a boolean"
+        raise DatasetError(f"{path}: row {row}, column {column!r}: {what}, expected text")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise DatasetError(f"{path}: row {row}, column {column!r}: empty, expected text")
+        return str(int(value)) if value.is_integer() else repr(value)
+    if not isinstance(value, str):
+        raise DatasetError(f"{path}: row {row}, column {column!r}: a {type(value).__name__}, "
+                           "expected text")  # fmt: skip
+    if not value.strip():
+        raise DatasetError(f"{path}: row {row}, column {column!r}: empty, expected text")
+    return value
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    if path.is_dir():
+        return _read_saved(path)
+    if not path.is_file():
+        raise DatasetError(f"{path}: no such dataset file or folder")
+    kind = SUFFIXES.get(path.suffix.lower())
+    if kind is None:
+        raise DatasetError(f"{path}: unknown dataset format {path.suffix!r}; use "
+                           f"{sorted(SUFFIXES)} or a save_to_disk folder")  # fmt: skip
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise DatasetError(f"{path}: {size:,} bytes; at most {MAX_FILE_BYTES:,}")
+    return {"jsonl": _read_jsonl, "parquet": _read_parquet, "csv": _read_csv}[kind](path)
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """JSON lines, or (a ``.json`` file that starts with ``[``) one JSON array of rows."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise DatasetError(f"{path}: not UTF-8 text ({err.reason})") from None
+    if path.suffix.lower() == ".json" and text.lstrip().startswith("["):
+        return _read_json_array(path, text)
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as err:
+            raise DatasetError(f"{path}: line {number}: not valid JSON ({err})") from None
+        if not isinstance(row, dict):
+            raise DatasetError(f"{path}: line {number}: a JSON {type(row).__name__}, "
+                               "expected an object of columns")  # fmt: skip
+        rows.append(row)
+    return rows
+
+
+def _read_json_array(path: Path, text: str) -> list[dict[str, Any]]:
+    try:
+        rows = json.loads(text)
+    except ValueError as err:
+        raise DatasetError(f"{path}: not valid JSON ({err})") from None
+    for number, row in enumerate(rows, start=1):
+        if not isinstance(row, dict):
+            raise DatasetError(f"{path}: row {number}: a JSON {type(row).__name__}, "
+                               "expected an object of columns")  # fmt: skip
+    return rows
+
+
+def _read_parquet(path: Path) -> list[dict[str, Any]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(path).to_pylist()
+    except (pa.ArrowException, OSError) as err:
+        raise DatasetError(f"{path}: not a readable Parquet file ({_one_line(err)})") from None
+
+
+def _read_csv(path: Path) -> list[dict[str, Any]]:
+    """Every cell as text (an answer "007" or "1/2" stays as written); a row shorter than
+    the header has None in its missing columns."""
+    try:
+        with path.open(encoding="utf-8", newline="") as f:
+            return list(csv.DictReader(f))
+    except UnicodeDecodeError as err:
+        raise DatasetError(f"{path}: not UTF-8 text ({err.reason})") from None
+    except csv.Error as err:
+        raise DatasetError(f"{path}: not a readable CSV file ({_one_line(err)})") from None
+
+
+def _read_saved(path: Path) -> list[dict[str, Any]]:
+    """A folder ``Dataset.save_to_disk`` wrote (a DatasetDict: its ``train`` split)."""
+    try:
+        import datasets
+    except ImportError:
+        raise DatasetError(f"{path}: a save_to_disk folder needs the `datasets` package "
+                           "(pip install 'marlaas[verifiers]')") from None  # fmt: skip
+    try:
+        data = datasets.load_from_disk(str(path))
+    except (FileNotFoundError, ValueError, OSError) as err:
+        raise DatasetError(f"{path}: not a folder that datasets' save_to_disk wrote "
+                           f"({_one_line(err)})") from None  # fmt: skip
+    if isinstance(data, datasets.DatasetDict):
+        if "train" not in data:
+            raise DatasetError(f"{path}: a DatasetDict without a 'train' split "
+                               f"(it has {sorted(data)}); save the split you want")  # fmt: skip
+        data = data["train"]
+    return data.to_list()
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())[:300]

@@ -1,0 +1,61 @@
+"""A job's prompt dataset split into training and held-out problems, in the seed's order.
+
+The held-out split depends on the file only (``SPLIT_SEED``): every run of a dataset, with
+any seed, is scored on the same problems. The training order depends on the run's seed and
+the group's number only, not on the job's place in the workload: a tenant trained alone sees
+the same problems in the same order as when it trains beside others.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from marlaas.core.workload import DatasetSpec
+from marlaas.datasets.files import DatasetError, read_problems
+from marlaas.datasets.problems import Problem
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """The training and held-out problems of one dataset, and the order training draws in."""
+
+    train: tuple[Problem, ...]
+    heldout: tuple[Problem, ...]
+
+    def train_problem(self, group: int, seed: int) -> Problem:
+        """The problem of a job's ``group``-th prompt group in a run seeded ``seed``: every
+        training problem once per epoch, each epoch in an order of its own."""
+        epoch, index = divmod(group, len(self.train))
+        return self.train[_order(seed, epoch, len(self.train))[index]]
+
+
+@functools.lru_cache(maxsize=64)
+def _order(seed: int, epoch: int, n: int) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.random.default_rng([seed, epoch, 1]).permutation(n))
+
+
+SPLIT_SEED = 0
+"""Seed of the held-out split by fraction (fixed: the split is the file's, not the run's)."""
+
+
+@functools.lru_cache(maxsize=16)
+def load_prompt_set(spec: DatasetSpec) -> PromptSet:
+    """Read ``spec``'s file(s) (paths as given: the workload file's loader made them
+    absolute) and split them, or raise a DatasetError naming the file, row and column; a
+    dataset is read once per process."""
+    rows = read_problems(spec.path, spec.prompt_column, spec.answer_column)
+    if isinstance(spec.heldout, str):
+        heldout = read_problems(spec.heldout, spec.prompt_column, spec.answer_column)
+        return PromptSet(tuple(rows), tuple(heldout))
+    shuffled = np.random.default_rng(SPLIT_SEED).permutation(len(rows))
+    held = math.ceil(spec.heldout * len(rows))
+    if held >= len(rows):
+        raise DatasetError(f"{spec.path}: {len(rows)} row(s) leave none for training after "
+                           f"holding out {spec.heldout:g} of them")  # fmt: skip
+    heldout = tuple(rows[i] for i in sorted(shuffled[:held]))
+    train = tuple(rows[i] for i in sorted(shuffled[held:]))
+    return PromptSet(train, heldout)

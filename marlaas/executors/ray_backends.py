@@ -1,0 +1,161 @@
+"""The real executor's backends as Ray actors across a cluster (``--ray``).
+
+    inference engine  an EngineActor per engine the cluster declares: one vLLM engine (or the
+                      HF + PEFT generator), in a placement-group bundle of 1 GPU (when the
+                      cluster has GPUs) or ``cpus_per_actor`` CPUs
+    trainer           a TrainerActor per trainer: a PeftTrainer with the adapters and optimizer
+                      states of the jobs the core swapped onto it, in a bundle like an engine's
+    environments      a pool of EnvActors (no CPU reserved: they mostly wait), serving the
+                      cluster's ``env_workers`` concurrent steps between them
+    driver process    the scheduler core, the policy, the driver loop, the episodes' tokens
+
+Adapter versions travel through the adapter store, a folder every node reads (the run
+folder on a shared filesystem): a trainer actor writes a version there before its Sync
+returns, an engine actor loads it from there (docs/ray.md says why not the object store).
+Every actor is restarted when it dies (``max_restarts=-1``); its work in flight fails back to
+the core (see :mod:`marlaas.executors.ray_actors`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+
+from marlaas.core.cluster import Cluster
+from marlaas.executors.backends import BackendError, EngineSizing
+
+PLACEMENT_WAIT_S = 120.0
+"""How long the placement group may wait for the cluster's resources [s]."""
+ENV_ACTORS = 2
+"""Environment actors by default (each serves its share of ``env_workers`` steps at once)."""
+
+
+class PlacementError(RuntimeError):
+    """The cluster cannot hold the engines and trainers (too few GPUs or CPUs)."""
+
+
+class RayBackends:
+    """Engines, trainers and environments as Ray actors, built by :meth:`open` (nothing
+    before it: Ray must be initialised by then, see :func:`ray_session`)."""
+
+    kind = "ray"
+
+    def __init__(
+        self,
+        model_dir: Path,
+        backend: str,
+        *,
+        env_workers: int,
+        env_actors: int = ENV_ACTORS,
+        cpus_per_actor: float = 1.0,
+        strategy: str = "PACK",
+        micro_batch_size: int = 8,
+        activation_checkpointing: bool = True,
+    ) -> None:
+        self.model_dir, self.backend = Path(model_dir).resolve(), backend
+        self.env_workers, self.env_actors = env_workers, max(1, min(env_actors, env_workers))
+        self.cpus_per_actor, self.strategy = cpus_per_actor, strategy
+        self.trainer_kwargs = {
+            "micro_batch_size": micro_batch_size,
+            "activation_checkpointing": activation_checkpointing,
+        }
+        self.engines: dict = {}
+        self.trainers: dict = {}
+        self.tokenizer = None
+        self.make_env = None
+        self.actors: dict[str, object] = {}
+        """Actor name (engine, trainer, ``env<i>``) -> its handle (a test kills one)."""
+        self._group = None
+
+    async def open(
+        self, sizing: EngineSizing, cluster: Cluster, max_model_len: int, seed: int
+    ) -> None:
+        """Reserve a bundle per engine and trainer, start the actors in them, wait until
+        every model loaded."""
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+        from transformers import AutoTokenizer
+
+        from marlaas.executors.ray_actors import (
+            EngineActor,
+            EngineForwarder,
+            EnvActor,
+            EnvPool,
+            TrainerActor,
+            TrainerForwarder,
+        )
+
+        names = [e.name for e in cluster.engines] + [t.name for t in cluster.trainers]
+        gpus = ray.cluster_resources().get("GPU", 0.0) >= len(names)
+        bundle = {"CPU": self.cpus_per_actor, **({"GPU": 1.0} if gpus else {})}
+        self._group = placement_group([dict(bundle) for _ in names], strategy=self.strategy)
+        try:
+            await asyncio.wait_for(_awaited(self._group.ready()), PLACEMENT_WAIT_S)
+        except Exception as err:
+            raise PlacementError(
+                f"the Ray cluster cannot place {len(names)} actors of {bundle} each within "
+                f"{PLACEMENT_WAIT_S:.0f} s ({', '.join(names)}; it has "
+                f"{ray.cluster_resources()}): add nodes or use fewer engines"
+            ) from err
+        device = "cuda:0" if gpus else "cpu"  # Ray shows each actor its own GPU as cuda:0
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        handles = {}
+        for i, name in enumerate(names):
+            options = {
+                "num_cpus": bundle["CPU"], "num_gpus": bundle.get("GPU", 0),
+                "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                    placement_group=self._group, placement_group_bundle_index=i),
+            }  # fmt: skip
+            if i < len(cluster.engines):
+                args = (self.backend, self.model_dir, sizing, max_model_len, seed, device)
+                handles[name] = EngineActor.options(**options).remote(*args)
+            else:
+                kwargs = {**self.trainer_kwargs, "device": device}
+                handles[name] = TrainerActor.options(**options).remote(self.model_dir, kwargs)
+        per_actor = math.ceil(self.env_workers / self.env_actors)
+        envs = [EnvActor.options(num_cpus=0, max_concurrency=per_actor).remote()
+                for _ in range(self.env_actors)]  # fmt: skip
+        self.actors = {**handles, **{f"env{i}": a for i, a in enumerate(envs)}}
+        answers = await asyncio.gather(
+            *(handles[n].get_incarnation.remote() for n in names), return_exceptions=True
+        )
+        for name, answer in zip(names, answers, strict=True):
+            if isinstance(answer, BaseException):  # its constructor raised: no restart
+                raise BackendError(f"{name}: its Ray actor could not start: {_last_error(answer)}")
+        for i, (name, incarnation) in enumerate(zip(names, answers, strict=True)):
+            if i < len(cluster.engines):
+                self.engines[name] = EngineForwarder(name, handles[name], incarnation,
+                                                     self.tokenizer)  # fmt: skip
+            else:
+                self.trainers[name] = TrainerForwarder(name, handles[name], incarnation)
+        self.make_env = EnvPool(envs).make_env
+
+    def owns(self, engine: str) -> bool:
+        """Every engine is an actor built here."""
+        return True
+
+    async def close(self) -> None:
+        """End the actors (no restart) and free their placement group."""
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        for actor in self.actors.values():
+            ray.kill(actor, no_restart=True)
+        self.actors.clear()
+        if self._group is not None:
+            remove_placement_group(self._group)
+            self._group = None
+
+
+async def _awaited(ref):
+    """An ObjectRef as a coroutine (for ``asyncio.wait_for``)."""
+    return await ref
+
+
+def _last_error(err: BaseException) -> str:
+    """The line of an actor's error that names the exception (Ray's message is a traceback)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    named = [line for line in lines if "Error" in line.split(":")[0]]
+    return (named or lines or [type(err).__name__])[-1][:300]

@@ -1,0 +1,425 @@
+"""The real world: an engine per inference device, a trainer per trainer, environments.
+
+``RealExecutor`` enacts every decision exactly as the scheduler made it::
+
+    Generate      one call on the engine the decision names (vLLM or HF + PEFT generator)
+    LoadAdapter   that engine loads the adapter version from the adapter store
+    EvictAdapter  that engine drops it (instant; the only way an adapter leaves an engine)
+    AdmitJob      the job's state: its spec, its episodes, its adapter's first version
+                  (written to the store by a trainer, in the background: the job's first
+                  load or swap waits for it), a resumed job's leftovers of a killed save
+    ReleaseJob    the job's state is dropped (its adapters left the engines and trainers)
+    EnvStep       every sample's environment step, then the workload's declared latency
+    SwapIn        the trainer loads the job's adapter and optimizer state from the store
+    SwapOut       the trainer drops the job's state (instant; it is in the store)
+    Train         the named trainer's PEFT step (GRPO, clipped importance ratio), in a thread
+    Sync          the trainer saves the new version with its optimizer state to the store
+
+It keeps no second copy of what the scheduler owns: adapter residency, versions and capacity
+live in the core; the engines and trainers hold what the decisions put there, which a test can
+read back from them. What is physically shared (one CPU) is the workload's
+``cluster.shared_compute``, which the scheduler honours: there is no gate here.
+
+Where the engines, trainers and environments run is the business of its backends
+(:class:`~marlaas.executors.placement.Backends`), not its own: in this process
+(:class:`~marlaas.executors.local.LocalBackends`) or as Ray actors across a cluster
+(:class:`~marlaas.executors.ray_backends.RayBackends`), behind the same methods, so the code
+below is the same for both. A backend that was restarted (a Ray actor that died) says so
+(``restarted``); before its next use this executor re-enacts its own record of what it put
+there: the adapters it loaded on an engine, the jobs it swapped onto a trainer at their latest
+synced version (from the store), and a trained step not yet synced (trained again from the
+same samples). The work in flight when it died failed back to the core, which retries it.
+
+Its constructor only keeps its settings; :meth:`open` (or ``with``) builds the backends, and
+a job's state is built when the job is admitted. It runs its own asyncio loop: ``start``
+schedules a task, ``wait`` runs the loop until a task finishes or ``wake`` is called (from
+any thread: a tenant's submission). Times are seconds since the backends were built
+(``time.monotonic``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from marlaas.core.cluster import Cluster
+from marlaas.core.work import (
+    AdmitJob,
+    Decision,
+    EnvStep,
+    EvictAdapter,
+    Generate,
+    LoadAdapter,
+    ReleaseJob,
+    SwapIn,
+    SwapOut,
+    Sync,
+    Train,
+    WorkDone,
+)
+from marlaas.core.workload import JobSpec
+from marlaas.drive.executor import Completions
+from marlaas.executors.adapter_store import AdapterStore
+from marlaas.executors.backends import EngineSizing, max_positions
+from marlaas.executors.devices import check_trainers
+from marlaas.executors.episode_runner import EpisodeRunner, RewardPoint
+from marlaas.executors.episodes import ChatFormat
+from marlaas.executors.memory import tree_rss_mb
+from marlaas.executors.placement import BackendRestarted, Backends
+from marlaas.executors.rollout import Generator, TrainSample
+from marlaas.executors.trainers import TrainerPool
+from marlaas.executors.warmup import warm_up
+
+log = logging.getLogger("marlaas.real")
+
+
+class RealExecutor:
+    """Real generation, environments and training, as the scheduler decides, over
+    ``backends`` (in this process or Ray actors: :mod:`marlaas.executors.placement`).
+
+    ``sizing``: what the cluster's engines are built to hold (a batch workload's
+    :meth:`EngineSizing.of_workload`, a service's declared limits); the jobs themselves come
+    from the scheduler's AdmitJob decisions. ``store``: the adapter store (every version of
+    every job), on a path every backend reads. ``model_dir``: the base model's folder, whose
+    context length caps ``max_model_len`` [tokens]. Use it as a context manager (``open`` on
+    entry, ``close`` on exit).
+    """
+
+    def __init__(
+        self,
+        sizing: EngineSizing,
+        cluster: Cluster,
+        *,
+        store: AdapterStore,
+        backends: Backends,
+        model_dir: Path,
+        seed: int = 0,
+        max_model_len: int | None = None,
+        chat_template: bool | None = None,
+    ) -> None:
+        self.seed = seed
+        self.sizing, self.cluster, self.store = sizing, cluster, store
+        self.backends = backends
+        self.rewards: list[RewardPoint] = []
+        self.warmup_s: dict[str, float] = {}
+        """Each engine's warm-up before the clock started [s] (marlaas.executors.warmup)."""
+        self._model_dir = model_dir
+        self._max_model_len_asked = max_model_len
+        self._max_model_len = 0  # known once open() read the model's config
+        self._chat_template = chat_template
+        self._loaded: set[tuple[str, str, int]] = set()
+        """(engine, job, version) this executor loaded and has not evicted."""
+        self._on_trainer: dict[tuple[str, str], int] = {}
+        """(trainer, job) -> the version this executor swapped in or synced there last."""
+        self._unsynced: dict[tuple[str, str], list[TrainSample]] = {}
+        """(trainer, job) -> the samples of a trained step whose version is not synced yet."""
+        self._restoring: dict[str, asyncio.Lock] = {}
+        self._specs: dict[str, JobSpec] = {}
+        """The admitted jobs' specs (shared with the trainers and the episodes)."""
+        self._bounds: dict[str, int] = {}
+        """The admitted jobs' enforced staleness bounds (AdmitJob), for rewards.csv."""
+        self._created: dict[str, asyncio.Task] = {}
+        """Each new job's first version being written (awaited by its first load or swap)."""
+        self._unwaited: set[asyncio.Task] = set()
+        """First versions still being written for jobs that ended before they were needed."""
+        self._tasks: dict[asyncio.Task, Decision] = {}
+        self.trainers: TrainerPool | None = None  # built by open()
+        self._finished: list[tuple[float, int, WorkDone]] = []
+        self._runner: asyncio.Runner | None = None
+        self._woken: asyncio.Event | None = None
+        self._closed = False
+        self._t0 = 0.0
+
+    # ----------------------------------------------------------------------------- setup
+    def open(self) -> RealExecutor:
+        """Build the backends (the models load) and warm the engines up; the clock starts
+        when done."""
+        if self._runner is not None:
+            return self
+        check_trainers(self.cluster)  # before any model loads
+        limit = max_positions(self._model_dir)
+        self._max_model_len = min(self._max_model_len_asked or limit, limit)
+        self._runner = asyncio.Runner()
+        self._woken = asyncio.Event()
+        try:
+            self._runner.run(self._setup())
+        except BaseException:
+            self.close()
+            raise
+        self._t0 = time.monotonic()
+        return self
+
+    async def _setup(self) -> None:
+        backends = self.backends
+        await backends.open(self.sizing, self.cluster, self._max_model_len, self.seed)
+        self.warmup_s = await warm_up(backends.engines)
+        self.trainers = TrainerPool(backends.trainers, self.store, self._specs)
+        self.episodes = EpisodeRunner(
+            self._specs, ChatFormat(backends.tokenizer, self._chat_template),
+            self._max_model_len, self.seed, make_env=backends.make_env,
+        )  # fmt: skip
+
+    @property
+    def kind(self) -> str:
+        """Where the backends run: ``local`` (this process) or ``ray``."""
+        return self.backends.kind
+
+    # ----------------------------------------------------------------------------- protocol
+    def now(self) -> float:
+        """Seconds since setup ended."""
+        return time.monotonic() - self._t0
+
+    @property
+    def clock_zero(self) -> float:
+        """The monotonic time [s] this executor's clock (``now``) counts from."""
+        return self._t0
+
+    def start(self, decision: Decision, now: float) -> None:
+        """Start the decision's work (instant decisions are done when this returns)."""
+        runner = self._opened()
+        if isinstance(decision, EvictAdapter):
+            runner.run(self._evict(decision))
+        elif isinstance(decision, SwapOut):
+            self._swap_out(decision)
+        elif isinstance(decision, AdmitJob):
+            self._admit(decision)
+        elif isinstance(decision, ReleaseJob):
+            self._release(decision)
+        else:
+            task = runner.get_loop().create_task(self._work(decision))
+            self._tasks[task] = decision
+
+    def wait(self, until: float | None) -> Completions | None:
+        """The earliest finished work, running the event loop until some finishes, the
+        clock reaches ``until`` [s], or :meth:`wake` is called."""
+        if not self._finished:
+            timeout = None if until is None else max(until - self.now(), 0.0)
+            self._opened().run(self._collect(timeout))
+        if not self._finished:
+            return None
+        self._finished.sort(key=lambda item: item[:2])
+        end, _, event = self._finished.pop(0)
+        return end, [event]
+
+    def wake(self) -> None:
+        """Make a ``wait`` in progress (or the next one) return at once; from any thread."""
+        if self._runner is not None and not self._closed:
+            self._runner.get_loop().call_soon_threadsafe(self._woken.set)
+
+    def _opened(self) -> asyncio.Runner:
+        if self._runner is None or self._closed:
+            raise RuntimeError("the executor is not open: use it in a `with` block")
+        return self._runner
+
+    async def _collect(self, timeout: float | None) -> None:
+        woken = self._woken
+        if woken.is_set():
+            woken.clear()
+            return
+        if not self._tasks and timeout is None:
+            return  # nothing to wait for
+        waiter = asyncio.ensure_future(woken.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {*self._tasks, waiter}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            waiter.cancel()
+        woken.clear()
+        for task in done:
+            if task is waiter:
+                continue
+            self._tasks.pop(task)
+            event, end = task.result()
+            self._finished.append((end, event.work_id, event))
+
+    def _admit(self, d: AdmitJob) -> None:
+        """The job's state; a new job's first version is written in the background."""
+        self._specs[d.job] = d.spec
+        self._bounds[d.job] = d.max_staleness
+        self.store.clean_partial(d.job)
+        self.episodes.admit(d.job, d.index)
+        if d.version == 0:
+            create = self._create_first(d.job, d.spec)
+            self._created[d.job] = self._opened().get_loop().create_task(create)
+
+    async def _create_first(self, job: str, spec: JobSpec) -> None:
+        first = next(iter(self.trainers.trainers))
+        await self._restored_trainer(first)
+        await asyncio.to_thread(self.trainers.create, job, spec, self.seed)
+
+    def _release(self, d: ReleaseJob) -> None:
+        self.episodes.release_job(d.job)
+        created = self._created.pop(d.job, None)
+        if created is not None and not created.done():  # cancelled before its first load
+            self._unwaited.add(created)
+            created.add_done_callback(self._unwaited.discard)
+        del self._specs[d.job], self._bounds[d.job]
+
+    async def _created_first(self, job: str) -> None:
+        """Wait until the job's first version is in the store (a new job's)."""
+        created = self._created.get(job)
+        if created is not None:
+            await asyncio.shield(created)
+
+    # ----------------------------------------------------------------------------- work
+    async def _work(self, d: Decision) -> tuple[WorkDone, float]:
+        handler: Callable = {
+            Generate: self._generate, EnvStep: self._env_step, LoadAdapter: self._load,
+            SwapIn: self._swap_in, Train: self._train, Sync: self._sync,
+        }[type(d)]  # fmt: skip
+        try:
+            outcome = await handler(d)
+        except Exception as exc:
+            reason = " ".join(f"{type(exc).__name__}: {exc}".split())
+            log.warning("%s of %s failed: %s", type(d).__name__, d.job, reason)
+            return WorkDone(d.work_id, ok=False, error=reason), self.now()
+        return WorkDone(d.work_id, **outcome), self.now()
+
+    async def _generate(self, d: Generate) -> dict:
+        engine = await self._restored_engine(d.engine)
+        tokens, longest, context = await self.episodes.generate(d, engine)
+        return {"tokens": tokens, "longest_tokens": longest, "prompt_tokens": context}
+
+    async def _env_step(self, d: EnvStep) -> dict:
+        tokens, reward = await self.episodes.env_step(d)
+        return {"tokens": tokens, "reward": reward}
+
+    async def _load(self, d: LoadAdapter) -> dict:
+        await self._created_first(d.job)
+        engine = await self._restored_engine(d.engine)
+        await engine.publish(d.job, d.version, str(self.store.path(d.job, d.version)))
+        self._loaded.add((d.engine, d.job, d.version))
+        return {}
+
+    async def _evict(self, d: EvictAdapter) -> None:
+        engine = await self._restored_engine(d.engine)
+        self._loaded.discard((d.engine, d.job, d.version))
+        with contextlib.suppress(BackendRestarted):  # a new engine holds nothing to retire
+            await engine.retire(d.job, d.version)
+
+    async def _swap_in(self, d: SwapIn) -> dict:
+        await self._created_first(d.job)
+        await self._restored_trainer(d.trainer)
+        await asyncio.to_thread(self.trainers.swap_in, d.job, d.version, d.trainer)
+        self._on_trainer[(d.trainer, d.job)] = d.version
+        return {}
+
+    def _swap_out(self, d: SwapOut) -> None:
+        if getattr(self.backends.trainers[d.trainer], "restarted", False):
+            self._opened().run(self._restored_trainer(d.trainer))
+        self._on_trainer.pop((d.trainer, d.job), None)
+        self._unsynced.pop((d.trainer, d.job), None)
+        with contextlib.suppress(BackendRestarted):  # a new trainer holds nothing to drop
+            self.trainers.swap_out(d.job, d.trainer)
+
+    async def _train(self, d: Train) -> dict:
+        await self._restored_trainer(d.trainer)
+        samples, mean_reward = self.episodes.batch(d)
+        stats = await asyncio.to_thread(self.trainers.train, d.job, d.trainer, samples)
+        if stats.version != d.version_out:
+            raise RuntimeError(
+                f"{d.job}: trainer at version {stats.version}, expected {d.version_out}"
+            )
+        self._unsynced[(d.trainer, d.job)] = samples
+        spec = self._specs[d.job]
+        self.rewards.append(
+            RewardPoint(
+                d.job, spec.tenant, d.step, mean_reward, self.now(),
+                stats.max_staleness, self._bounds[d.job], stats.mean_ratio,
+                stats.clip_fraction, stats.loss, stats.samples, round(tree_rss_mb(), 1),
+            )
+        )  # fmt: skip
+        self.episodes.release(d)
+        return {"tokens": stats.tokens}
+
+    async def _sync(self, d: Sync) -> dict:
+        await self._restored_trainer(d.trainer)
+        await asyncio.to_thread(self.trainers.sync, d.job, d.version, d.trainer)
+        self._on_trainer[(d.trainer, d.job)] = d.version
+        self._unsynced.pop((d.trainer, d.job), None)
+        return {}
+
+    # ----------------------------------------------------------------------------- restarts
+    async def _restored_engine(self, name: str) -> Generator:
+        """Engine ``name``, given back the adapters this executor loaded there when it was
+        restarted since its last use (the core still counts them as loaded)."""
+        engine = self.backends.engines[name]
+        if getattr(engine, "restarted", False):
+            async with self._restoring.setdefault(name, asyncio.Lock()):
+                if engine.restarted:
+                    for _, job, version in sorted(e for e in self._loaded if e[0] == name):
+                        await engine.publish(job, version, str(self.store.path(job, version)))
+                    engine.restarted = False
+                    log.warning("engine %s restarted: %d adapters loaded again", name,
+                                sum(e[0] == name for e in self._loaded))  # fmt: skip
+        return engine
+
+    async def _restored_trainer(self, name: str) -> None:
+        """Give trainer ``name``, when it was restarted since its last use, the jobs this
+        executor put there, each at its latest synced version from the store, and train again
+        a step whose version was not synced yet (the same samples)."""
+        trainer = self.backends.trainers[name]
+        if not getattr(trainer, "restarted", False):
+            return
+        async with self._restoring.setdefault(name, asyncio.Lock()):
+            if not trainer.restarted:
+                return
+            for (where, job), version in sorted(self._on_trainer.items()):
+                if where != name:
+                    continue
+                await asyncio.to_thread(self.trainers.swap_in, job, version, name)
+                samples = self._unsynced.get((name, job))
+                if samples is not None:
+                    await asyncio.to_thread(self.trainers.train, job, name, samples)
+            trainer.restarted = False
+            log.warning("trainer %s restarted: its jobs loaded again from the store", name)
+
+    # ----------------------------------------------------------------------------- views
+    def engine_adapters(self, engine: str) -> set[tuple[str, int]]:
+        """The (job, version) pairs the engine itself reports holding."""
+        return set(self._opened().run(self.backends.engines[engine].resident()))
+
+    def latest_rewards(self) -> dict[str, str]:
+        """Each tenant's latest mean reward, for a progress bar."""
+        latest = {p.tenant: p.mean_reward for p in self.rewards}
+        return {tenant: f"{reward:.2f}" for tenant, reward in latest.items()}
+
+    # ----------------------------------------------------------------------------- teardown
+    def close(self) -> None:
+        """Cancel unfinished work; close the backends built here, and leave engines that
+        were passed in without the adapters this run loaded."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._runner is None:
+            return
+        try:
+            self._runner.run(self._shutdown())
+        finally:
+            self._runner.close()
+
+    async def _shutdown(self) -> None:
+        if self._tasks and self.trainers is not None:  # stopped with work in flight:
+            self.trainers.interrupt()  # its training step ends at the next micro-batch
+        pending = [*self._tasks, *self._created.values(), *self._unwaited]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        self._tasks.clear()
+        self._created.clear()
+        for engine, job, version in sorted(self._loaded):
+            if not self.backends.owns(engine):
+                await self.backends.engines[engine].retire(job, version)
+        self._loaded.clear()
+        await self.backends.close()
+
+    def __enter__(self) -> RealExecutor:
+        return self.open()
+
+    def __exit__(self, *exc) -> None:
+        self.close()

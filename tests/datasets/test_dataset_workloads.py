@@ -1,0 +1,78 @@
+"""A dataset in a workload file: a path relative to the file, the environment that checks its
+answers, and the refusals (a bad file, a dataset an environment cannot use, a service job)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from marlaas.core.workload import WorkloadError
+from marlaas.workload_file import load_workload
+
+WORKLOAD = """
+name: data
+jobs:
+  - name: words
+    tenant: ann
+    env: {{name: {env}, args: {{}}}}
+{dataset}
+"""
+
+
+def write(tmp_path, env="exact_match", dataset="    dataset: {path: data/p.jsonl}"):
+    folder = tmp_path / "data"
+    folder.mkdir(exist_ok=True)
+    rows = [{"prompt": f"Say {w}", "answer": w} for w in ("red", "green", "blue", "gold")]
+    (folder / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    path = tmp_path / "w.yaml"
+    path.write_text(WORKLOAD.format(env=env, dataset=dataset))
+    return path
+
+
+def test_a_relative_dataset_path_is_from_the_workload_file(tmp_path, monkeypatch):
+    monkeypatch.chdir("/")
+    workload = load_workload(write(tmp_path))
+    assert workload.jobs[0].dataset.path == str((tmp_path / "data" / "p.jsonl").resolve())
+    assert workload.jobs[0].dataset.heldout == 0.1
+    again = load_workload(write(tmp_path), {"jobs.0.rl.steps": 3})  # overrides keep it
+    assert again.jobs[0].dataset.path == workload.jobs[0].dataset.path
+
+
+def test_a_bad_dataset_file_names_the_job_file_row_and_column(tmp_path):
+    path = write(tmp_path, dataset="    dataset: {path: data/p.jsonl, answer_column: gold}")
+    with pytest.raises(WorkloadError) as err:
+        load_workload(path)
+    assert str(err.value).startswith(f"{path}: jobs[0].dataset: ")
+    assert "no column 'gold'" in str(err.value)
+
+
+def test_an_answer_environment_needs_a_dataset_and_others_refuse_one(tmp_path):
+    with pytest.raises(WorkloadError, match=r"jobs\[0\].dataset: environment 'math' checks"):
+        load_workload(write(tmp_path, env="math", dataset=""))
+    with pytest.raises(WorkloadError, match="'arithmetic' draws its own prompts"):
+        load_workload(write(tmp_path, env="arithmetic"))
+
+
+def test_a_service_tenant_cannot_name_a_dataset():
+    pytest.importorskip("fastapi")
+    from marlaas.service.config import ServiceConfig
+    from marlaas.service.requests import JobRequestError, job_from_request
+
+    for body in (
+        {"name": "j", "dataset": {"path": "/etc/passwd"}},
+        {"name": "j", "dataset": {"heldout": "/etc/passwd"}},
+    ):
+        with pytest.raises(JobRequestError, match="cannot name a file on the server"):
+            job_from_request(body, "ann", ServiceConfig())
+
+
+def test_a_service_refuses_an_environment_that_needs_a_dataset():
+    pytest.importorskip("fastapi")
+    from marlaas.service.config import ServiceConfig
+    from marlaas.service.requests import JobRequestError, job_from_request
+
+    config = ServiceConfig.model_validate({"service": {"environments": ["math", "arithmetic"]}})
+    with pytest.raises(JobRequestError, match="'math' checks a dataset's answers"):
+        job_from_request({"name": "j", "env": {"name": "math"}}, "ann", config)
+    assert job_from_request({"name": "j"}, "ann", config).env.name == "arithmetic"

@@ -1,0 +1,129 @@
+"""Prompt datasets: every format reads to the same problems, malformed files get one line
+naming the file, row and column, the held-out split and the training order."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from marlaas.core.workload import DatasetSpec
+from marlaas.datasets import DatasetError, Problem, load_prompt_set, read_problems
+
+ROWS = [{"prompt": f"What is {i}+{i}?", "answer": str(2 * i)} for i in range(20)]
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture
+def files(tmp_path):
+    """The same 20 problems as JSONL, Parquet, CSV and a save_to_disk folder."""
+    out = {"jsonl": write_jsonl(tmp_path / "p.jsonl", ROWS)}
+    (out.setdefault("json", tmp_path / "p.json")).write_text(json.dumps(ROWS))
+    frame = pd.DataFrame(ROWS)
+    frame.to_parquet(out.setdefault("parquet", tmp_path / "p.parquet"))
+    frame.to_csv(out.setdefault("csv", tmp_path / "p.csv"), index=False)
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset.from_list(ROWS).save_to_disk(out.setdefault("saved", tmp_path / "saved"))
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(ROWS)}).save_to_disk(
+        out.setdefault("saved_dict", tmp_path / "saved_dict")
+    )
+    return out
+
+
+def test_every_format_reads_the_same_problems(files):
+    expected = [(r["prompt"], r["answer"]) for r in ROWS]
+    for kind, path in files.items():
+        got = [(p.prompt, p.answer) for p in read_problems(path, "prompt", "answer")]
+        assert got == expected, kind
+    first = read_problems(files["csv"], "prompt", "answer")[0]
+    assert first.source == f"{files['csv']}, row 1"
+
+
+def test_numbers_become_text_and_csv_keeps_what_is_written(tmp_path):
+    path = write_jsonl(tmp_path / "n.jsonl", [{"q": "a", "a": 42}, {"q": "b", "a": 0.5}])
+    assert [p.answer for p in read_problems(path, "q", "a")] == ["42", "0.5"]
+    csv = tmp_path / "n.csv"
+    csv.write_text('q,a\n"x, y",007\nz,1/2\n')
+    assert [(p.prompt, p.answer) for p in read_problems(csv, "q", "a")] == [
+        ("x, y", "007"),
+        ("z", "1/2"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("bad.jsonl", '{"prompt": "a", "answer": "1"}\n{"prompt": "b",\n',
+         "line 2: not valid JSON"),
+        ("list.jsonl", '["a", "1"]\n', "line 1: a JSON list, expected an object"),
+        ("gap.jsonl", '{"prompt": "a", "answer": "1"}\n{"prompt": "b", "answer": null}\n',
+         "row 2, column 'answer': empty"),
+        ("blank.csv", "prompt,answer\na,1\n  ,2\n", "row 2, column 'prompt': empty"),
+        ("short.csv", "prompt,answer\na,1\nb\n", "row 2, column 'answer': empty"),
+        ("nested.jsonl", '{"prompt": "a", "answer": [1]}\n', "row 1, column 'answer': a list"),
+        ("flag.jsonl", '{"prompt": "a", "answer": true}\n', "row 1, column 'answer': a boolean"),
+        ("cols.csv", "question,solution\na,1\n", "no column 'prompt' (it has ['question', "),
+        ("empty.jsonl", "", "has no rows"),
+        ("mixed.json", '[{"prompt": "a", "answer": "1"}, 3]', "row 2: a JSON int, expected"),
+        ("data.txt", "a,1\n", "unknown dataset format '.txt'"),
+        ("bad.parquet", "not parquet", "not a readable Parquet file"),
+    ],
+)  # fmt: skip
+def test_malformed_files_get_one_line_naming_file_row_and_column(tmp_path, name, text, message):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(DatasetError) as err:
+        read_problems(path, "prompt", "answer")
+    assert str(err.value).startswith(f"{path}: ")
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_a_missing_file_or_a_folder_that_is_not_a_dataset(tmp_path):
+    with pytest.raises(DatasetError, match="no such dataset file or folder"):
+        read_problems(tmp_path / "gone.jsonl", "prompt", "answer")
+    pytest.importorskip("datasets")
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(DatasetError, match="not a folder that datasets' save_to_disk wrote"):
+        read_problems(tmp_path / "folder", "prompt", "answer")
+
+
+def test_heldout_fraction_is_disjoint_and_the_files_own(files):
+    spec = DatasetSpec(path=str(files["jsonl"]), heldout=0.25)
+    split = load_prompt_set(spec)
+    assert len(split.heldout) == 5 and len(split.train) == 15
+    assert not set(split.heldout) & set(split.train)
+    assert set(split.heldout) | set(split.train) == set(read_problems(files["jsonl"], "prompt",
+                                                                      "answer"))  # fmt: skip
+    other = load_prompt_set(DatasetSpec(path=str(files["parquet"]), heldout=0.25))
+    assert [p.prompt for p in other.heldout] == [p.prompt for p in split.heldout]
+
+
+def test_heldout_file(files, tmp_path):
+    held = write_jsonl(tmp_path / "held.jsonl", [{"prompt": "x", "answer": "1"}])
+    split = load_prompt_set(DatasetSpec(path=str(files["csv"]), heldout=str(held)))
+    assert len(split.train) == 20
+    assert [(p.prompt, p.answer) for p in split.heldout] == [("x", "1")]
+
+
+def test_a_heldout_fraction_that_leaves_nothing_to_train_on(tmp_path):
+    path = write_jsonl(tmp_path / "one.jsonl", ROWS[:1])
+    with pytest.raises(DatasetError, match="leave none for training"):
+        load_prompt_set(DatasetSpec(path=str(path), heldout=0.5))
+
+
+def test_training_order_is_the_seeds_and_covers_every_problem_each_epoch(files):
+    split = load_prompt_set(DatasetSpec(path=str(files["jsonl"]), heldout=0.25))
+    n = len(split.train)
+    first = [split.train_problem(g, seed=7) for g in range(n)]
+    assert sorted(first, key=lambda p: p.prompt) == sorted(split.train, key=lambda p: p.prompt)
+    assert first == [split.train_problem(g, seed=7) for g in range(n)]
+    assert first != [split.train_problem(g, seed=8) for g in range(n)]
+    second = [split.train_problem(n + g, seed=7) for g in range(n)]
+    assert set(second) == set(first) and second != first
+    assert isinstance(first[0], Problem)

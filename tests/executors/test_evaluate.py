@@ -1,0 +1,85 @@
+"""marlaas evaluate: Wilson intervals, the versions asked for, when each was made, and a
+dataset job trained and scored on its held-out split end to end (tiny model, HF backend)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from marlaas.executors.evaluate import pick_versions, versions_trained_at, wilson_interval
+
+
+@pytest.mark.parametrize(
+    ("correct", "n", "low", "high"),
+    [(0, 10, 0.0, 0.2775), (5, 10, 0.2366, 0.7634), (10, 10, 0.7225, 1.0),
+     (100, 200, 0.4314, 0.5686)],
+)  # fmt: skip
+def test_wilson_interval_matches_the_published_values(correct, n, low, high):
+    assert wilson_interval(correct, n) == pytest.approx((low, high), abs=1e-4)
+
+
+def test_pick_versions():
+    assert pick_versions([0, 1, 2, 3], "last") == [3]
+    assert pick_versions([0, 1, 2, 3], "all") == [1, 2, 3]
+    assert pick_versions([0], "last") == []
+    assert pick_versions([1, 2, 3], "all") == [1, 2, 3]
+    assert pick_versions([1, 2, 3], "1, last") == [1, 3]
+    assert pick_versions([], "5") == []
+    with pytest.raises(ValueError, match=r"no adapter version '7'; there are 1\.\.3"):
+        pick_versions([1, 2, 3], "2,7")
+
+
+def test_versions_are_dated_by_the_step_that_made_them():
+    rewards = pd.DataFrame({"job": ["a", "a", "b"], "step": [0, 1, 0], "time_s": [2.0, 5.0, 3.0]})
+    assert versions_trained_at(rewards) == {("a", 1): 2.0, ("a", 2): 5.0, ("b", 1): 3.0}
+
+
+WORKLOAD = """
+name: words
+seed: 0
+base_model: {{name: tiny, path: {model}}}
+cluster:
+  pools:
+    - {{name: rollout, role: inference, devices: 1}}
+    - {{name: train, role: training, devices: 1}}
+  engine: {{max_seqs: 16, kv_tokens: 4096, adapter_slots: 2}}
+  shared_compute: true
+jobs:
+  - name: say
+    tenant: ann
+    lora_rank: 4
+    rl: {{steps: 2, prompts_per_step: 2, group_size: 2, max_new_tokens: 4, max_staleness: 0}}
+    prompt_tokens: {{dist: constant, value: 16}}
+    response_tokens: {{dist: constant, value: 4}}
+    env: {{name: exact_match, args: {{format_pattern: "[a-z]+", format_reward: 0.1}}}}
+    dataset: {{path: words.jsonl, prompt_column: q, answer_column: a, heldout: 0.25}}
+"""
+
+
+def test_a_dataset_job_trains_and_is_scored_on_its_heldout_split(tiny_model_dir, tmp_path):
+    pytest.importorskip("peft")
+    from marlaas.cli import main
+
+    words = ["red", "green", "blue", "gold", "pink", "gray", "teal", "navy"]
+    (tmp_path / "words.jsonl").write_text(
+        "".join(json.dumps({"q": f"Say {w}", "a": w}) + "\n" for w in words)
+    )
+    workload = tmp_path / "w.yaml"
+    workload.write_text(WORKLOAD.format(model=tiny_model_dir))
+    run = tmp_path / "run"
+    assert main(["train", str(workload), "--out", str(run), "--backend", "hf", "--quiet"]) == 0
+    rewards = pd.read_csv(run / "rewards.csv")
+    assert len(rewards) == 2
+    assert main(["evaluate", str(workload), "--run", str(run), "--backend", "hf", "--quiet",
+                 "--versions", "all"]) == 0  # fmt: skip
+    rows = json.loads((run / "eval.json").read_text())
+    assert [(r["model"], r["version"]) for r in rows] == [("base", -1), ("trained", 1),
+                                                          ("trained", 2)]  # fmt: skip
+    for row in rows:
+        assert row["prompts"] == 2  # the held-out quarter of 8 rows
+        assert row["ci_low"] <= row["accuracy"] <= row["ci_high"]
+        assert (row["ci_low"], row["ci_high"]) == pytest.approx(wilson_interval(row["correct"], 2))
+    by_step = dict(zip(rewards["step"], rewards["time_s"], strict=True))
+    assert [r["time_s"] for r in rows] == pytest.approx([0.0, by_step[0], by_step[1]])

@@ -1,0 +1,133 @@
+"""``marlaas plan`` end to end on a tiny workload, with the simulator."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pandas as pd
+import pytest
+
+from marlaas.cli import main
+from marlaas.plan.evaluate import Evaluator
+from marlaas.plan.search import cheapest, exhaustive
+from marlaas.plan.space import Space, Variant
+from marlaas.sim.run import simulate_run
+from marlaas.workload_file import load_with_overrides, load_workload
+
+SMALL = "traces/small.yaml"
+TINY = ["jobs.*.rl.steps=2", "jobs.*.rl.prompts_per_step=2"]
+"""small.yaml's 4 jobs, 2 steps of 2 groups each: a simulation takes ~20 ms."""
+DEADLINE = "jobs.*.deadline_s=48"
+"""On one inference device code-d takes ~51 s: more are needed."""
+
+
+def plan(tmp_path, *args: str) -> int:
+    sets = [f"--set={s}" for s in TINY]
+    return main(["plan", SMALL, *sets, "--workers", "1", "--quiet", *args])
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    out = tmp_path_factory.mktemp("plan") / "p"
+    assert plan(out, f"--set={DEADLINE}", "--max-devices", "6", "--seeds", "2",
+                "--out", str(out)) == 0  # fmt: skip
+    return out
+
+
+def test_plan_writes_its_files(planned):
+    names = {"workload.yaml", "plan.csv", "pareto.csv", "plan.json", "plan.html", "manifest.json"}
+    assert {p.name for p in planned.iterdir()} == names
+    report = json.loads((planned / "plan.json").read_text())
+    table = pd.read_csv(planned / "plan.csv")
+    chosen = report["chosen"]
+    assert chosen["meets_every_deadline"] and chosen["inference_devices"] == 2
+    rows = table[table["chosen"]]
+    assert sorted(rows["seed"]) == [0, 1] and (rows["deadlines_missed"] == 0).all()
+    assert len(table) == report["simulations"]  # one row per configuration and seed
+    assert {"devices", "price_per_hour", "makespan_s", "jct_p90_s", "deadlines_missed"} <= set(
+        table.columns
+    )
+    assert report["binding"][0]["job"] == "code-d"
+    html = (planned / "plan.html").read_text()
+    assert "Pareto front" in html and "code-d" in html
+    assert not re.search(r"<script[^>]+src=", html)  # Plotly inlined: nothing is fetched
+
+
+def test_the_written_workload_runs_and_meets_its_deadlines(planned):
+    workload = load_workload(planned / "workload.yaml")
+    assert [p.devices for p in workload.cluster.pools] == [2, 1]
+    _, summary = simulate_run(workload, seed=0)
+    assert summary["metrics"]["deadlines_missed"] == 0
+    assert summary["deadlines_s"] == {j.name: 48.0 for j in workload.jobs}
+
+
+def test_one_device_fewer_misses(planned):
+    report = json.loads((planned / "plan.json").read_text())
+    (near,) = report["neighbours"]  # one training device is the least there is
+    assert near["fewer"] == "inference" and not near["meets_every_deadline"]
+    assert "code-d" in {j for jobs in near["missed"].values() for j in jobs}
+
+
+def test_search_and_grid_agree_on_the_simulator():
+    workload = load_with_overrides(SMALL, [*TINY, "jobs.*.deadline_s=48"])
+    space = Space((Variant(1, 8, "fair", "none"),), 5, 1.0, 1.0)
+    runs = {}
+    for name, how in (("search", cheapest), ("grid", exhaustive)):
+        evaluate = Evaluator(workload, [0, 1], workers=1, progress=False)
+        runs[name] = (how(space, evaluate).config, evaluate.simulations)
+    assert runs["search"][0] == runs["grid"][0]
+    assert runs["search"][1] < runs["grid"][1] == 2 * len(space.configs())
+
+
+def test_an_unmeetable_deadline_is_one_line_naming_the_job(tmp_path, capsys):
+    out = tmp_path / "p"
+    assert plan(tmp_path, "--set=jobs.code-d.deadline_s=5", "--max-devices", "3",
+                "--seeds", "1", "--out", str(out)) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("marlaas: error: no configuration of at most 3 devices meets every")
+    assert "job 'code-d' (deadline 5 s) at best finished" in err and "\n" not in err
+    assert not out.exists()
+
+
+def test_a_job_that_fits_no_engine_is_one_line(tmp_path, capsys):
+    assert plan(tmp_path, f"--set={DEADLINE}", "--set=cluster.engine.kv_tokens=1000",
+                "--out", str(tmp_path / "p")) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "job 'math-a' fits no engine of any cluster size" in err
+
+
+def test_no_deadline_no_plan(tmp_path, capsys):
+    assert plan(tmp_path, "--out", str(tmp_path / "p")) == 2
+    assert "no job has a deadline" in capsys.readouterr().err
+
+
+def test_budget_plan(tmp_path):
+    out = tmp_path / "p"
+    assert plan(tmp_path, "--budget", "4", "--max-devices", "6", "--seeds", "1",
+                "--out", str(out)) == 0  # fmt: skip
+    report = json.loads((out / "plan.json").read_text())
+    assert report["mode"] == "budget" and report["chosen"]["price_per_hour"] <= 4
+
+
+def test_searching_policies_and_presets(tmp_path):
+    out = tmp_path / "p"
+    assert plan(tmp_path, f"--set={DEADLINE}", "--search", "pools,policy,preset", "--policies",
+                "fifo,fair", "--presets", "none,sync", "--max-devices", "3", "--seeds", "1",
+                "--out", str(out)) == 0  # fmt: skip
+    report = json.loads((out / "plan.json").read_text())
+    assert len(report["space"]["variants"]) == 4
+    assert report["chosen"]["preset"] == "none"  # sync's barrier is slower
+
+
+def test_plan_replaces_a_plan_and_refuses_other_folders(tmp_path, capsys):
+    out = tmp_path / "p"
+    args = [f"--set={DEADLINE}", "--max-devices", "3", "--seeds", "1", "--out", str(out)]
+    assert plan(tmp_path, *args) == 0
+    assert plan(tmp_path, *args) == 0  # a plan replaces a plan
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    assert plan(tmp_path, *args[:-1], str(mine)) == 2
+    assert (mine / "notes.txt").read_text() == "keep"
+    assert "marlaas: error:" in capsys.readouterr().err
