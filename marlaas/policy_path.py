@@ -11,7 +11,7 @@ returns a tuple. The core itself never imports anything by path (it stays pure).
 
 from __future__ import annotations
 
-import importlib
+import re
 
 from marlaas.core.cluster import Cluster
 from marlaas.core.jobs import JobState
@@ -19,6 +19,10 @@ from marlaas.core.policies import Policy
 from marlaas.core.policies.base import add_policy, is_registered
 from marlaas.core.scheduling import SchedulingSpec
 from marlaas.core.workload import ClusterSpec, JobSpec
+from marlaas.import_path import import_subclass, one_line
+
+IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+"""What a policy import path looks like ("pkg.module:Class"); anything else is a name."""
 
 
 class PolicyLoadError(ValueError):
@@ -29,26 +33,13 @@ def load_policy(spec: str) -> str:
     """Make ``spec`` usable as a policy name: a registered name is returned as it is; an
     import path "pkg.module:Class" is imported, checked and registered under that path
     (once). Raises PolicyLoadError naming what is wrong."""
-    if is_registered(spec) or ":" not in spec:
+    if is_registered(spec) or not IMPORT_PATH.fullmatch(spec):
         return spec  # a name: get_policy reports an unknown one
-    module_name, _, attr = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise PolicyLoadError(
-            f"policy {spec!r}: cannot import module {module_name!r} ({exc})"
-        ) from exc
-    except Exception as exc:  # a user's module that fails as it is imported
-        raise PolicyLoadError(f"policy {spec!r}: importing module {module_name!r} failed "
-                              f"({_one_line(exc)})") from exc  # fmt: skip
-    cls = getattr(module, attr, None)
-    if cls is None:
-        raise PolicyLoadError(f"policy {spec!r}: module {module_name!r} has no {attr!r}")
-    if not (isinstance(cls, type) and issubclass(cls, Policy)):
-        raise PolicyLoadError(f"policy {spec!r}: {attr!r} is not a subclass of "
-                              "marlaas.core.policies.Policy")  # fmt: skip
+    cls = import_subclass(
+        spec, Policy, "marlaas.core.policies.Policy", f"policy {spec!r}", PolicyLoadError
+    )
     if cls.key is Policy.key:
-        raise PolicyLoadError(f"policy {spec!r}: {attr} does not define key(self, job)")
+        raise PolicyLoadError(f"policy {spec!r}: {cls.__name__} does not define key(self, job)")
     _probe(spec, cls)
     if not cls.name:
         cls.name = spec  # what run summaries and tables call it
@@ -61,7 +52,7 @@ def _probe(spec: str, cls: type[Policy]) -> None:
     try:
         policy = cls()
     except Exception as exc:
-        raise PolicyLoadError(f"policy {spec!r}: making it failed ({_one_line(exc)})") from exc
+        raise PolicyLoadError(f"policy {spec!r}: making it failed ({one_line(exc)})") from exc
     job = JobState(JobSpec(name="probe", tenant="probe"), 0, 1)
     cluster = Cluster.build(ClusterSpec(), SchedulingSpec().resolve())
     checks = [("key", lambda: policy.key(job))]
@@ -73,14 +64,9 @@ def _probe(spec: str, cls: type[Policy]) -> None:
             value = call()
         except Exception as exc:
             raise PolicyLoadError(
-                f"policy {spec!r}: {what} of a probe job failed ({_one_line(exc)})"
+                f"policy {spec!r}: {what} of a probe job failed ({one_line(exc)})"
             ) from exc
         if not isinstance(value, tuple) and not (what == "engine_key" and value is None):
             raise PolicyLoadError(
                 f"policy {spec!r}: {what} returned {type(value).__name__}, not a tuple"
             )
-
-
-def _one_line(exc: BaseException) -> str:
-    """``Type: message`` of an exception, on one line."""
-    return " ".join(f"{type(exc).__name__}: {exc}".split())[:300]

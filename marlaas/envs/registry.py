@@ -6,11 +6,11 @@ The built-in environments are found by import path (their modules do not import 
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
 from marlaas.envs.base import Environment
+from marlaas.import_path import import_subclass, one_line
 
 BUILTINS: dict[str, str] = {
     "arithmetic": "marlaas.envs.arithmetic:ArithmeticEnv",
@@ -82,30 +82,10 @@ def check_env(spec: str, args: dict[str, Any] | None = None) -> None:
     except (EnvLoadError, ValueError, TypeError):
         raise
     except Exception as exc:  # a user's class: whatever it raises is one line
-        raise EnvLoadError(f"{spec}: making it failed ({_one_line(exc)})") from exc
+        raise EnvLoadError(f"{spec}: making it failed ({one_line(exc)})") from exc
 
 
 def _import(path: str) -> type[Environment]:
-    module_name, _, attr = path.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise EnvLoadError(
-            f"environment {path!r}: cannot import module {module_name!r} ({exc})"
-        ) from exc
-    except Exception as exc:  # a user's module that fails as it is imported
-        raise EnvLoadError(f"environment {path!r}: importing module {module_name!r} failed "
-                           f"({_one_line(exc)})") from exc  # fmt: skip
-    cls = getattr(module, attr, None)
-    if cls is None:
-        raise EnvLoadError(f"environment {path!r}: module {module_name!r} has no {attr!r}")
-    if not (isinstance(cls, type) and issubclass(cls, Environment)):
-        raise EnvLoadError(
-            f"environment {path!r}: {attr!r} is not a subclass of marlaas.envs.Environment"
-        )
-    return cls
-
-
-def _one_line(exc: BaseException) -> str:
-    """``Type: message`` of an exception, on one line."""
-    return " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+    return import_subclass(
+        path, Environment, "marlaas.envs.Environment", f"environment {path!r}", EnvLoadError
+    )

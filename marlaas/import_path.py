@@ -1,0 +1,33 @@
+"""A user's class by import path, "pkg.module:Class": environments and policies load theirs
+through :func:`import_subclass`, so both refuse a bad path with the same one-line errors."""
+
+from __future__ import annotations
+
+import importlib
+
+
+def import_subclass(
+    path: str, base: type, base_name: str, what: str, error: type[Exception]
+) -> type:
+    """The class ``path`` names, which must subclass ``base`` (``base_name``: where users
+    import it from); else ``error``, one line that starts with ``what`` (e.g. "policy
+    'pkg.mod:Cls'") and says what is wrong: the module does not import (or fails as it
+    imports), has no such attribute, or it is not such a class."""
+    module_name, _, attr = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise error(f"{what}: cannot import module {module_name!r} ({exc})") from exc
+    except Exception as exc:  # a user's module that fails as it is imported
+        raise error(f"{what}: importing module {module_name!r} failed ({one_line(exc)})") from exc
+    cls = getattr(module, attr, None)
+    if cls is None:
+        raise error(f"{what}: module {module_name!r} has no {attr!r}")
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise error(f"{what}: {attr!r} is not a subclass of {base_name}")
+    return cls
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: message`` of an exception, on one line (300 characters at most)."""
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
