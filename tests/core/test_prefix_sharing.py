@@ -5,6 +5,8 @@ with prefix caching exactly when the workload declares it."""
 
 from __future__ import annotations
 
+import pytest
+
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.work import Generate, LoadAdapter, WorkDone
 from marlaas.core.workload import parse_workload
@@ -75,6 +77,7 @@ def test_the_simulator_prefills_a_shared_prompt_once():
 
 def test_the_real_engines_cache_prefixes_exactly_when_declared(monkeypatch, tmp_path):
     """make_generator builds vLLM with enable_prefix_caching from the workload."""
+    pytest.importorskip("torch")  # make_generator reads the trainer's LoRA targets (peft_trainer)
     import marlaas.executors.backends as backends
 
     built = {}
