@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -32,12 +33,15 @@ class RayUnavailableError(RuntimeError):
     """Ray is not installed, or the cluster cannot be reached."""
 
 
-def require_ray(what: str = "--ray") -> None:
-    """Raise RayUnavailableError, one line with the install command, without Ray."""
+def require_ray(what: str = "--ray", address: str | None = None) -> None:
+    """Raise RayUnavailableError, one line, before any work: without Ray (with the install
+    command), or when ``address`` is a ``HOST:PORT`` where nothing answers."""
     import importlib.util
 
     if importlib.util.find_spec("ray") is None:
         raise RayUnavailableError(f"{what} needs Ray: {RAY_PIP} (ray is not installed)")
+    if address not in (None, LOCAL):
+        _check_reachable(address)
 
 
 @contextmanager
@@ -53,6 +57,7 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
         yield
         return
     if address not in (None, LOCAL):
+        _check_reachable(address)
         try:
             with _own_sigterm():
                 ray.init(address=address, include_dashboard=False, log_to_driver=False)
@@ -80,6 +85,26 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
             ray.shutdown()
     finally:
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+HEAD_CONNECT_TIMEOUT_S = 5.0
+"""How long joining a head node may take to answer at all [s] (Ray itself retries for
+minutes, printing its own warnings, before it gives up on an address nothing listens on)."""
+
+
+def _check_reachable(address: str) -> None:
+    """RayUnavailableError, one line, at once, when ``HOST:PORT`` does not accept a
+    connection (``auto`` and ``ray://`` addresses are left to Ray)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or "://" in address or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), HEAD_CONNECT_TIMEOUT_S).close()
+    except (OSError, ValueError) as err:
+        raise RayUnavailableError(
+            f"--ray {address}: no Ray head answers there ({' '.join(str(err).split())[:200]}); "
+            "start one with `ray start --head` (docs/ray.md)"
+        ) from None
 
 
 @contextmanager

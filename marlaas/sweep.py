@@ -348,7 +348,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     if args.ray is not None:  # without Ray: one line, before any work
         from marlaas.ray_cluster import require_ray
 
-        require_ray("sweep --ray")
+        require_ray("sweep --ray", args.ray)
     if args.workers is not None and not 1 <= args.workers <= MAX_WORKERS:
         raise SweepError(f"--workers {args.workers}: must be >= 1 and <= {MAX_WORKERS}")
     fixed = [s for s in args.set or [] if not _varies(args.set, s.partition("=")[0].strip())]

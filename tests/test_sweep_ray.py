@@ -63,3 +63,20 @@ def test_plan_takes_ray_or_workers_not_both(tmp_path, capsys):
     assert main(args) == 2
     assert "--ray and --workers" in capsys.readouterr().err
     assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize("command", ["sweep", "plan", "train"])
+def test_a_head_that_does_not_answer_is_one_line_at_once(command, tmp_path, capsys):
+    """``--ray HOST:PORT`` where nothing listens: one line naming the address before any work
+    (Ray itself retries for minutes, printing its own warnings)."""
+    if command == "train":
+        pytest.importorskip("torch")  # without the training stack, train says that first
+    args = {
+        "sweep": ["sweep", str(SMALL), "--policies", "fifo"],
+        "plan": ["plan", str(SMALL), "--set=jobs.*.deadline_s=48"],
+        "train": ["train", str(SMALL.parent / "real-tiny.yaml")],
+    }[command]
+    assert main([*args, "--ray", "127.0.0.1:1", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [err[0]] and "--ray 127.0.0.1:1: no Ray head answers there" in err[0]
+    assert not (tmp_path / "out").exists()

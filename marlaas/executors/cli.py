@@ -51,7 +51,7 @@ def _train(args: argparse.Namespace) -> int:
     if args.ray is not None:  # without Ray: one line, before any model loads
         from marlaas.ray_cluster import require_ray
 
-        require_ray("train --ray")
+        require_ray("train --ray", args.ray)
     from marlaas.executors.train import train_run
     from marlaas.run_options import load_run_workload, run_title
     from marlaas.table import print_summary

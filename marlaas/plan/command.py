@@ -141,7 +141,7 @@ def plan_command(args: argparse.Namespace) -> int:
     if args.ray is not None:  # without Ray: one line, before any work
         from marlaas.ray_cluster import require_ray
 
-        require_ray("plan --ray")
+        require_ray("plan --ray", args.ray)
     runner = execute if args.ray is None else functools.partial(execute, ray=args.ray)
     evaluate = Evaluator(workload, seeds, profile, args.workers, runner=runner,
                          progress=not args.quiet)  # fmt: skip

@@ -81,7 +81,7 @@ def _serve(args: argparse.Namespace) -> int:
             raise UsageError("serve: --ray runs the real executor's actors; not with --simulate")
         from marlaas.ray_cluster import require_ray
 
-        require_ray("serve --ray")
+        require_ray("serve --ray", args.ray)
     data = _data_folder(args.data, create=False)  # every check before anything is written
     if not args.simulate:
         _check_base_model(data, config, base_dir)
