@@ -52,12 +52,12 @@ class CostModel(BaseModel):
     decode_per_adapter_ms: Ms = 0.035
     """Per distinct LoRA adapter in the batch, per iteration [ms]: reading its ~80 MB of
     weights, as Punica's SGMV measurements scale [S3][S4]."""
-    prefill_base_ms: Ms = 0.0
+    prefill_base_ms: Ms = 4.46
     """Fixed cost of a prefill [ms]: one engine step reading the weights however short the
-    prompts (a group's prompts are prefilled together). 0 in the bundled GPU profiles until
-    the simulated figures are re-measured with the refit (4.46 ms + T / 42,443 tokens/s on
-    H100 [S1][S2]: benchmarks/prefill_profile.py); ``calibrate`` fits it from real runs."""
-    prefill_tokens_per_s: Rate = 38_000.0
+    prompts (a group's prompts are prefilled together). Fitted with the rate below to the
+    measured prefill of every prompt length from 1 to 2,048 tokens [S1][S2]
+    (benchmarks/prefill_profile.py); ``calibrate`` fits both from real runs."""
+    prefill_tokens_per_s: Rate = 42_443.0
     """Prompt tokens per second on top of the fixed cost [tokens/s]: linear ops and attention
     at prompt length [S1][S2]."""
     adapter_load_s: Seconds = 0.08
