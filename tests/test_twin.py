@@ -230,3 +230,17 @@ def test_a_fit_the_data_cannot_support_is_a_warning(runs, tmp_path, capsys):
     assert main(["calibrate", str(noise), "--out", str(out)]) == 0
     assert "warning: train_tokens_per_s: not identifiable" in capsys.readouterr().err
     assert load_profile(out).meta["sources"]["warnings"]
+
+
+def test_a_few_slow_loads_do_not_set_every_loads_cost():
+    import numpy as np
+
+    from marlaas.twin.calibrate import fit_load_costs
+
+    idle = np.zeros(100)
+    durations = np.r_[np.full(90, 0.01), np.full(10, 0.2)]  # a tenth queued behind other work
+    base, wait, _ = fit_load_costs(durations, idle)
+    assert base < 0.013  # an absolute-error fit gives their mean, 0.029 s
+    busy = np.linspace(0.0, 0.05, 50)
+    base, wait, _ = fit_load_costs(0.01 + 2.0 * busy, busy)
+    assert (base, wait) == (pytest.approx(0.01), pytest.approx(2.0))
