@@ -208,6 +208,16 @@ class PeftTrainer:
             self.model.add_adapter(job, config)
             if self.model.active_adapter not in self.model.peft_config:
                 self.model.set_adapter(job)  # the active one was removed with its job
+        try:
+            return self._fill_job(job, rank, alpha, lr, init_dir, version, seed)
+        except BaseException:  # a folder that does not load: the model as it was
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                self.model.delete_adapter(job)
+            raise
+
+    def _fill_job(self, job, rank, alpha, lr, init_dir, version, seed) -> _Job:
+        """The weights of ``job``'s adapter (just added) and its optimizer."""
         if init_dir is not None:
             version = _load_weights(self.model, job, Path(init_dir), default_version=version)
         elif seed is not None:
@@ -218,7 +228,8 @@ class PeftTrainer:
         opt = torch.optim.AdamW(params, lr=lr or self.lr, weight_decay=self.weight_decay)
         saved = Path(init_dir) / OPTIMIZER_FILE if init_dir is not None else None
         if saved is not None and saved.is_file():
-            opt.load_state_dict(torch.load(saved, map_location=self.device, weights_only=True))
+            # read on the CPU: load_state_dict moves each state to its parameter's device
+            opt.load_state_dict(torch.load(saved, map_location="cpu", weights_only=True))
         for p in params:
             p.requires_grad_(False)  # trainable only while its own step runs
         return _Job(rank, alpha, opt, params, version)

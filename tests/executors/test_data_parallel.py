@@ -202,3 +202,48 @@ def test_two_cuda_devices_step_as_one(tiny_model_dir):
         assert {p.device.index for p in replica.adapter_parameters("A")} == {replica.device.index}
         for mine, theirs in zip(_state(replica, "A"), expected, strict=True):
             torch.testing.assert_close(mine.cpu(), theirs, rtol=1e-3, atol=1e-5)
+
+
+def test_a_real_run_trains_on_a_data_parallel_trainer(tiny_model_dir, monkeypatch, tmp_path):
+    """The whole executor over a trainer of two distinct devices: jobs created, swapped on
+    and off it (one slot: three jobs take turns), trained and synced; every version in the
+    store, the replicas holding the same jobs, identically, at the end."""
+    from marlaas.drive import drive
+    from marlaas.drive.inbox import workload_inbox
+    from marlaas.eventlog import records_to_frame
+    from marlaas.executors import local
+    from marlaas.executors.adapter_store import AdapterStore
+    from marlaas.executors.backends import EngineSizing
+    from tests.executors.test_driver import tiny_workload
+
+    monkeypatch.setattr(local, "physical_devices", _as_cpus)
+    workload = tiny_workload(
+        tiny_model_dir,
+        **{"jobs.*.rl.steps": 2, "jobs.*.rl.prompts_per_step": 2,
+           "cluster.trainer.adapter_slots": 1,
+           "cluster.pools": [{"name": "rollout", "role": "inference", "devices": 1},
+                             {"name": "train", "role": "training", "devices": 2,
+                              "devices_per_trainer": 2}]},
+    )  # fmt: skip
+    scheduler = Scheduler.for_workload(workload)
+    store = AdapterStore(tmp_path / "adapters")
+    with local.LocalExecutor(
+        EngineSizing.of_workload(workload), scheduler.cluster, store=store,
+        model_dir=tiny_model_dir, backend="hf",
+    ) as executor:  # fmt: skip
+        result = drive(scheduler, executor, workload_inbox(workload))
+        (trainer,) = executor.trainers.trainers.values()
+    assert isinstance(trainer, DataParallelTrainer)
+    assert all(o.state == "finished" for o in result.jobs.values())
+    for job in workload.jobs:
+        assert store.versions(job.name) == [0, 1, 2]
+    events = records_to_frame(result.records)
+    train = events[events["kind"] == "train"]
+    assert set(train["device"]) == {"train/0", "train/1"} and (train["outcome"] == "ok").all()
+    swaps = events[(events["kind"] == "adapter_load") & (events["pool"] == "train")]
+    assert len(swaps) > len(workload.jobs)  # states moved on and off both replicas
+    first, second = trainer.replicas
+    assert first.jobs == second.jobs
+    for job in first.jobs:  # still resident at the end
+        assert all(torch.equal(a, b) for a, b in zip(_state(first, job), _state(second, job),
+                                                     strict=True))  # fmt: skip
