@@ -220,7 +220,7 @@ def test_a_real_run_trains_on_a_data_parallel_trainer(tiny_model_dir, monkeypatc
     workload = tiny_workload(
         tiny_model_dir,
         **{"jobs.*.rl.steps": 2, "jobs.*.rl.prompts_per_step": 2,
-           "cluster.trainer.adapter_slots": 1,
+           "cluster.trainer.adapter_slots": 1, "cluster.shared_compute": False,
            "cluster.pools": [{"name": "rollout", "role": "inference", "devices": 1},
                              {"name": "train", "role": "training", "devices": 2,
                               "devices_per_trainer": 2}]},
