@@ -1,16 +1,16 @@
 """A trainer of several devices: one PeftTrainer replica per device, data-parallel steps.
 
 The scheduler's trainer may span several devices (a training pool's ``devices_per_trainer``);
-the simulator divides a step's compute by them (:meth:`marlaas.core.cluster.Cluster.
-step_devices`). Where they are several distinct torch devices (one GPU each), the real trainer
-is a :class:`DataParallelTrainer`: the same base weights and the same LoRA adapters and
-optimizer states on every device, each step's samples split between the replicas (balanced by
-tokens), the gradients computed on every replica at once (one thread each: CUDA kernels
-release the GIL), summed, and the same optimizer step taken on every replica. The advantages
-(per group) and the loss's normalisation (the step's completion tokens) are the whole step's,
-so the summed gradient is the one a single device computes on all the samples, up to float
-rounding. Where the devices are one processor (a CPU, or GPUs declared as one shared processor)
-the trainer is one plain PeftTrainer (:func:`build_trainer`).
+the simulator divides a step's compute by them (``Cluster.step_devices``). Where they are
+several distinct torch devices (one GPU each), the real trainer is a
+:class:`DataParallelTrainer`: the same base weights and the same LoRA adapters and optimizer
+states on every device, each step's samples split between the replicas (balanced by tokens),
+the gradients computed on every replica at once (one thread each: CUDA kernels release the
+GIL), summed, and the same optimizer step taken on every replica. The advantages (per group)
+and the loss's normalisation (the step's completion tokens) are the whole step's, so the
+summed gradient is the one a single device computes on all the samples, up to float rounding.
+Where the devices are one processor (a CPU, or GPUs declared as one shared processor) the
+trainer is one plain PeftTrainer (:func:`build_trainer`).
 
 It has a PeftTrainer's methods that the executor calls, so the executor, its Ray actor and its
 tests cannot tell them apart.
