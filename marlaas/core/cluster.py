@@ -214,6 +214,12 @@ class Cluster:
         """A trainer by name."""
         return next(t for t in self.trainers if t.name == name)
 
+    def step_devices(self, trainer: Trainer) -> int:
+        """The devices a training step of ``trainer`` is divided over, data-parallel: each of
+        its devices, or one where every device is one processor (shared_compute). The
+        simulator divides a step's compute by it; the real trainer has a replica on each."""
+        return 1 if self.shared_compute else len(trainer.devices)
+
     @classmethod
     def build(cls, spec: ClusterSpec, mechanism: Mechanism) -> Cluster:
         """Lay out devices by placement: pools keep their roles, or all are colocated."""

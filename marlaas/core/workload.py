@@ -227,7 +227,8 @@ class PoolSpec(_Strict):
     role: Literal["inference", "training"]
     devices: Count(L.MAX_DEVICES)
     devices_per_trainer: Count(L.MAX_DEVICES) = 1
-    """Training pools: devices that one trainer spans (data parallel)."""
+    """Training pools: devices that one trainer spans; a step is data-parallel over them (one
+    device under ``shared_compute``: :meth:`marlaas.core.cluster.Cluster.step_devices`)."""
 
     @model_validator(mode="after")
     def _whole_trainers(self) -> PoolSpec:

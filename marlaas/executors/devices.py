@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from marlaas.core.cluster import Cluster
+from marlaas.core.cluster import Cluster, Trainer
 
 log = logging.getLogger("marlaas.real")
 
@@ -17,14 +17,16 @@ def physical_devices(cluster: Cluster, gpus: int) -> dict[str, str]:
     """Scheduler device name -> torch device: every device on ``cpu`` when there is no GPU;
     else one GPU each, in order (all on ``cuda:0`` when the cluster declares shared compute).
 
-    Without GPUs the pools share the CPU: a cluster that does not declare
-    ``shared_compute: true`` runs, but its simulation will not model that (a warning)."""
+    Without GPUs the devices share the CPU: a cluster of several that does not declare
+    ``shared_compute: true`` runs (a trainer of several devices as one device), but its
+    simulation will not model that (a warning)."""
     names = [d.name for d in cluster.devices]
     if gpus == 0:
-        if not cluster.exclusive and len(names) > 1:
+        if not cluster.shared_compute and len(names) > 1:
             log.warning(
                 "the cluster's %d devices all run on this CPU: declare cluster.shared_compute: "
-                "true so that the scheduler and the simulator model the sharing",
+                "true so that the scheduler and the simulator model the sharing (a trainer "
+                "of several devices trains on one here)",
                 len(names),
             )
         return dict.fromkeys(names, "cpu")
@@ -38,22 +40,12 @@ def physical_devices(cluster: Cluster, gpus: int) -> dict[str, str]:
     return {name: f"cuda:{i}" for i, name in enumerate(names)}
 
 
-def check_trainers(cluster: Cluster) -> None:
-    """Refuse a trainer of several devices unless they share one processor.
-
-    A real training step runs on one device (in this process or in its Ray actor), while the
-    simulator divides a step by the trainer's devices (except on one shared processor, where
-    they count as one): such a trainer would be trained on its first device alone."""
-    if cluster.shared_compute:
-        return
-    for trainer in cluster.trainers:
-        if len(trainer.devices) > 1:
-            raise DeviceError(
-                f"trainer {trainer.name} spans {len(trainer.devices)} devices, but a real "
-                "training step runs on one device (no data parallelism yet): set the training "
-                "pool's devices_per_trainer to 1 (one trainer per device) or declare "
-                "cluster.shared_compute: true"
-            )
+def trainer_devices(trainer: Trainer, devices: dict[str, str]) -> list[str]:
+    """The distinct torch devices ``trainer``'s devices run on (``devices``: from
+    :func:`physical_devices`), in order: one replica of the trainer each
+    (marlaas.executors.data_parallel). With GPUs they are as many as the simulator divides a
+    step by (:meth:`Cluster.step_devices`); on a CPU they are one."""
+    return list(dict.fromkeys(devices[d.name] for d in trainer.devices))
 
 
 def gpu_count() -> int:

@@ -1,7 +1,8 @@
 """The real world in this process: an engine per inference device, a trainer per trainer.
 
-:class:`LocalBackends` builds the engines (vLLM or HF + PEFT generators) and the PeftTrainers
-on the devices of :func:`marlaas.executors.devices.physical_devices`, in this process; the
+:class:`LocalBackends` builds the engines (vLLM or HF + PEFT generators) and the trainers (a
+PeftTrainer, or a data-parallel one across several GPUs: marlaas.executors.data_parallel) on
+the devices of :func:`marlaas.executors.devices.physical_devices`, in this process; the
 environments run here too. :class:`LocalExecutor` is the real executor over them (its
 settings as keywords). The same executor over Ray actors: :mod:`marlaas.executors.ray_backends`.
 """
@@ -15,7 +16,7 @@ from marlaas.core.cluster import Cluster
 from marlaas.envs import make_env
 from marlaas.executors.adapter_store import AdapterStore
 from marlaas.executors.backends import EngineSizing, make_generator
-from marlaas.executors.devices import gpu_count, physical_devices
+from marlaas.executors.devices import gpu_count, physical_devices, trainer_devices
 from marlaas.executors.real import RealExecutor
 
 
@@ -23,8 +24,9 @@ class LocalBackends:
     """Engines and trainers built in this process by :meth:`open` (nothing before it).
 
     ``generators``/``trainers`` (engine/trainer name -> object) may be passed in, e.g. by
-    tests; the others are built. A vLLM engine built here lends its base-model tensors to a
-    trainer on the same device (:meth:`_plain_weights`)."""
+    tests; the others are built: a trainer whose devices are several GPUs has a replica on
+    each (:func:`~marlaas.executors.data_parallel.build_trainer`). A vLLM engine built here
+    lends its base-model tensors to a trainer on the same device (:meth:`_plain_weights`)."""
 
     kind = "local"
 
@@ -61,14 +63,14 @@ class LocalBackends:
         if self._given_trainers is not None:
             self.trainers = dict(self._given_trainers)
         else:
-            from marlaas.executors.peft_trainer import PeftTrainer
+            from marlaas.executors.data_parallel import build_trainer
 
             for trainer in cluster.trainers:
-                device = devices[trainer.devices[0].name]
+                on = trainer_devices(trainer, devices)
+                shared = {device: self._plain_weights(cluster, device, devices) for device in on}
                 self.trainers[trainer.name] = await asyncio.to_thread(
-                    PeftTrainer, self.model_dir, micro_batch_size=self.micro_batch_size,
-                    device=device, activation_checkpointing=self.checkpointing,
-                    shared_weights=self._plain_weights(cluster, device, devices),
+                    build_trainer, self.model_dir, on, micro_batch_size=self.micro_batch_size,
+                    activation_checkpointing=self.checkpointing, shared_weights=shared,
                 )  # fmt: skip
         self.tokenizer = next(iter(self.engines.values())).tokenizer
 

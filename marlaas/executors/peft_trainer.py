@@ -23,7 +23,7 @@ import re
 import threading
 import warnings
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +49,50 @@ class _Job:
     optimizer: torch.optim.Optimizer
     params: list[torch.nn.Parameter]
     version: int
+
+
+@dataclass
+class BackwardPass:
+    """What :meth:`PeftTrainer.backward` measured over its samples (sums, to be added up
+    over the parts of one step)."""
+
+    loss: float = 0.0
+    """Clipped surrogate loss of these samples, over the step's completion tokens."""
+    ratio_sum: float = 0.0
+    """Sum of the importance ratios of their completion tokens."""
+    ratio_max: float = 0.0
+    clipped: int = 0
+    """Completion tokens whose ratio was clipped."""
+
+    def __add__(self, other: BackwardPass) -> BackwardPass:
+        return BackwardPass(
+            self.loss + other.loss, self.ratio_sum + other.ratio_sum,
+            max(self.ratio_max, other.ratio_max), self.clipped + other.clipped,
+        )  # fmt: skip
+
+
+def step_stats(
+    job: str,
+    version: int,
+    samples: Sequence[TrainSample],
+    total_tokens: int,
+    done: BackwardPass,
+    grad_norm: float,
+) -> TrainStats:
+    """The statistics of a step of `job` on `samples` that reached `version`."""
+    return TrainStats(
+        job=job,
+        version=version,
+        loss=done.loss,
+        samples=len(samples),
+        tokens=total_tokens,
+        mean_reward=sum(s.reward for s in samples) / len(samples),
+        mean_ratio=done.ratio_sum / max(total_tokens, 1),
+        max_ratio=done.ratio_max,
+        clip_fraction=done.clipped / max(total_tokens, 1),
+        grad_norm=grad_norm,
+        max_staleness=max(version - 1 - s.version for s in samples),
+    )
 
 
 class TrainingInterrupted(RuntimeError):
@@ -164,6 +208,16 @@ class PeftTrainer:
             self.model.add_adapter(job, config)
             if self.model.active_adapter not in self.model.peft_config:
                 self.model.set_adapter(job)  # the active one was removed with its job
+        try:
+            return self._fill_job(job, rank, alpha, lr, init_dir, version, seed)
+        except BaseException:  # a folder that does not load: the model as it was
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                self.model.delete_adapter(job)
+            raise
+
+    def _fill_job(self, job, rank, alpha, lr, init_dir, version, seed) -> _Job:
+        """The weights of ``job``'s adapter (just added) and its optimizer."""
         if init_dir is not None:
             version = _load_weights(self.model, job, Path(init_dir), default_version=version)
         elif seed is not None:
@@ -174,7 +228,8 @@ class PeftTrainer:
         opt = torch.optim.AdamW(params, lr=lr or self.lr, weight_decay=self.weight_decay)
         saved = Path(init_dir) / OPTIMIZER_FILE if init_dir is not None else None
         if saved is not None and saved.is_file():
-            opt.load_state_dict(torch.load(saved, map_location=self.device, weights_only=True))
+            # read on the CPU: load_state_dict moves each state to its parameter's device
+            opt.load_state_dict(torch.load(saved, map_location="cpu", weights_only=True))
         for p in params:
             p.requires_grad_(False)  # trainable only while its own step runs
         return _Job(rank, alpha, opt, params, version)
@@ -216,27 +271,50 @@ class PeftTrainer:
     def train_step(self, job: str, samples: Sequence[TrainSample]) -> TrainStats:
         """One optimizer step of `job` on `samples` (GRPO advantages, clipped ratio)."""
         with self._lock:
-            return self._train_step(job, samples)
+            interrupts = self._interrupts
+            self._job(job)
+            if not samples:
+                raise ValueError("train_step needs at least one sample")
+            adv = group_advantages(samples, self.adv_eps)
+            total_tokens = sum(len(s.completion_ids) for s in samples)
+            try:
+                done = self.backward(job, samples, adv, total_tokens,
+                                     lambda: self._interrupts != interrupts)  # fmt: skip
+                grad_norm = self.apply_gradients(job)
+            finally:
+                self.end_step(job)
+            return step_stats(job, self.version(job), samples, total_tokens, done, grad_norm)
 
-    def _train_step(self, job: str, samples: Sequence[TrainSample]) -> TrainStats:
-        interrupts = self._interrupts
-        state = self._job(job)
-        if not samples:
-            raise ValueError("train_step needs at least one sample")
-        adv = group_advantages(samples, self.adv_eps)
-        total_tokens = sum(len(s.completion_ids) for s in samples)
-        self._activate(job)
-        self.model.train()
-        state.optimizer.zero_grad(set_to_none=True)
-        loss_sum, ratio_sum, ratio_max, clipped = 0.0, 0.0, 0.0, 0
-        try:
+    # A step in three parts, for a caller that runs one step over several trainers (the
+    # replicas of marlaas.executors.data_parallel): backward on each, gradients reduced
+    # between them, apply_gradients on each, end_step on each whatever happened.
+    def backward(
+        self,
+        job: str,
+        samples: Sequence[TrainSample],
+        advantages: Sequence[float],
+        total_tokens: int,
+        stopped: Callable[[], bool] = lambda: False,
+    ) -> BackwardPass:
+        """Start a step of `job`: its gradients (set to zero first) accumulate the clipped
+        surrogate loss of `samples` (each with its advantage), summed over their completion
+        tokens and divided by `total_tokens` (the whole step's, which these samples may be a
+        part of). Raises :class:`TrainingInterrupted` when `stopped()` before a micro-batch.
+        Follow it with :meth:`apply_gradients`, and :meth:`end_step` in any case."""
+        with self._lock:
+            self._job(job)
+            self._activate(job)
+            self.model.train()
+            self._jobs[job].optimizer.zero_grad(set_to_none=True)
+            done = BackwardPass()
             for start in range(0, len(samples), self.micro_batch_size):
-                if self._interrupts != interrupts:
+                if stopped():
                     raise TrainingInterrupted(f"{job}: training step interrupted")
                 chunk = samples[start : start + self.micro_batch_size]
                 logp, mask = self._completion_logprobs(chunk)
                 old = _pad_rows([s.logprobs for s in chunk], mask.shape[1], self.device)
-                a = torch.tensor(adv[start : start + len(chunk)], device=self.device)[:, None]
+                a = torch.tensor(advantages[start : start + len(chunk)], device=self.device)
+                a = a[:, None]
                 ratio = torch.exp(logp - old)
                 clipped_ratio = ratio.clamp(1 - self.clip_eps, 1 + self.clip_eps)
                 per_tok = -torch.minimum(ratio * a, clipped_ratio * a)
@@ -244,30 +322,36 @@ class PeftTrainer:
                 loss.backward()
                 with torch.no_grad():
                     r = ratio[mask.bool()]
-                    loss_sum += float(loss)
-                    ratio_sum += float(r.sum())
-                    ratio_max = max(ratio_max, float(r.max())) if r.numel() else ratio_max
-                    clipped += int(((ratio * a) > (clipped_ratio * a))[mask.bool()].sum())
+                    done.loss += float(loss)
+                    done.ratio_sum += float(r.sum())
+                    if r.numel():
+                        done.ratio_max = max(done.ratio_max, float(r.max()))
+                    done.clipped += int(((ratio * a) > (clipped_ratio * a))[mask.bool()].sum())
+            return done
+
+    def adapter_parameters(self, job: str) -> list[torch.nn.Parameter]:
+        """`job`'s adapter parameters, in a fixed order (their ``grad`` after
+        :meth:`backward`)."""
+        return self._job(job).params
+
+    def apply_gradients(self, job: str) -> float:
+        """Clip `job`'s gradients to ``max_grad_norm`` and take its optimizer step (its
+        version + 1); returns the gradient norm before clipping."""
+        with self._lock:
+            state = self._job(job)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(state.params, self.max_grad_norm))
             state.optimizer.step()
             state.optimizer.zero_grad(set_to_none=True)
-        finally:
-            self._deactivate(job)
+            state.version += 1
+            return grad_norm
+
+    def end_step(self, job: str) -> None:
+        """End a step of `job` begun by :meth:`backward`: its adapter frozen again, its
+        gradients dropped, the model back in eval mode (whether or not it stepped)."""
+        with self._lock:
+            if job in self._jobs:
+                self._deactivate(job)
             self.model.eval()
-        state.version += 1
-        return TrainStats(
-            job=job,
-            version=state.version,
-            loss=loss_sum,
-            samples=len(samples),
-            tokens=total_tokens,
-            mean_reward=sum(s.reward for s in samples) / len(samples),
-            mean_ratio=ratio_sum / max(total_tokens, 1),
-            max_ratio=ratio_max,
-            clip_fraction=clipped / max(total_tokens, 1),
-            grad_norm=grad_norm,
-            max_staleness=max(state.version - 1 - s.version for s in samples),
-        )
 
     @torch.no_grad()
     def logprobs(

@@ -1,6 +1,6 @@
 """The Ray actors of a real run and the thin forwarders the executor calls them through.
 
-An actor holds one backend object (an engine's generator, a PeftTrainer) and runs any of its
+An actor holds one backend object (an engine's generator, a trainer) and runs any of its
 methods by name (``call``); a forwarder has the object's methods and sends each to the actor
 (SkyRL's ``RayWrappedInferenceEngine`` idea), so the executor cannot tell it from the object.
 Each actor draws an incarnation id when it starts; a forwarder sends the one it knows with
@@ -70,13 +70,15 @@ class EngineActor(_Holder):
 
 @ray.remote(max_restarts=-1, max_task_retries=0, max_concurrency=4)
 class TrainerActor(_Holder):
-    """One PeftTrainer; threaded, so that ``interrupt`` reaches a step in progress."""
+    """One trainer (:func:`~marlaas.executors.data_parallel.build_trainer`: a PeftTrainer, or
+    a replica on each of the actor's GPUs); threaded, so that ``interrupt`` reaches a step in
+    progress."""
 
     def __init__(self, model_dir, kwargs: dict) -> None:
         super().__init__()
-        from marlaas.executors.peft_trainer import PeftTrainer
+        from marlaas.executors.data_parallel import build_trainer
 
-        self.inner = PeftTrainer(model_dir, **kwargs)
+        self.inner = build_trainer(model_dir, **kwargs)
 
     def get_incarnation(self) -> str:
         """This actor's incarnation id."""

@@ -5,6 +5,8 @@
                       cluster has GPUs) or ``cpus_per_actor`` CPUs
     trainer           a TrainerActor per trainer: a PeftTrainer with the adapters and optimizer
                       states of the jobs the core swapped onto it, in a bundle like an engine's
+                      but with as many GPUs as the trainer's devices (one where they share
+                      one processor), a replica on each (marlaas.executors.data_parallel)
     environments      a pool of EnvActors (no CPU reserved: they mostly wait), serving the
                       cluster's ``env_workers`` concurrent steps between them
     driver process    the scheduler core, the policy, the driver loop, the episodes' tokens
@@ -19,11 +21,14 @@ the core (see :mod:`marlaas.executors.ray_actors`).
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from pathlib import Path
 
 from marlaas.core.cluster import Cluster
 from marlaas.executors.backends import BackendError, EngineSizing
+
+log = logging.getLogger("marlaas.real")
 
 PLACEMENT_WAIT_S = 120.0
 """How long the placement group may wait for the cluster's resources [s]."""
@@ -88,31 +93,40 @@ class RayBackends:
         )
 
         names = [e.name for e in cluster.engines] + [t.name for t in cluster.trainers]
-        gpus = ray.cluster_resources().get("GPU", 0.0) >= len(names)
-        bundle = {"CPU": self.cpus_per_actor, **({"GPU": 1.0} if gpus else {})}
-        self._group = placement_group([dict(bundle) for _ in names], strategy=self.strategy)
+        widths = [1] * len(cluster.engines) + [cluster.step_devices(t) for t in cluster.trainers]
+        gpus = ray.cluster_resources().get("GPU", 0.0) >= sum(widths)
+        if not gpus and max(widths) > 1:
+            log.warning(
+                "the Ray cluster has fewer than %d GPUs: every trainer trains on one CPU actor, "
+                "while the simulator divides a step by the trainer's devices (declare "
+                "cluster.shared_compute: true to model one processor)", sum(widths),
+            )  # fmt: skip
+        bundles = [{"CPU": self.cpus_per_actor, **({"GPU": float(w)} if gpus else {})}
+                   for w in widths]  # fmt: skip
+        self._group = placement_group(bundles, strategy=self.strategy)
         try:
             await asyncio.wait_for(_awaited(self._group.ready()), PLACEMENT_WAIT_S)
         except Exception as err:
             raise PlacementError(
-                f"the Ray cluster cannot place {len(names)} actors of {bundle} each within "
-                f"{PLACEMENT_WAIT_S:.0f} s ({', '.join(names)}; it has "
+                f"the Ray cluster cannot place {len(names)} actors ({', '.join(names)}: "
+                f"{bundles}) within {PLACEMENT_WAIT_S:.0f} s (it has "
                 f"{ray.cluster_resources()}): add nodes or use fewer engines"
             ) from err
-        device = "cuda:0" if gpus else "cpu"  # Ray shows each actor its own GPU as cuda:0
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         handles = {}
-        for i, name in enumerate(names):
+        for i, (name, bundle) in enumerate(zip(names, bundles, strict=True)):
             options = {
                 "num_cpus": bundle["CPU"], "num_gpus": bundle.get("GPU", 0),
                 "scheduling_strategy": PlacementGroupSchedulingStrategy(
                     placement_group=self._group, placement_group_bundle_index=i),
             }  # fmt: skip
+            # Ray shows an actor its own GPUs as cuda:0, cuda:1, ...
+            devices = [f"cuda:{g}" for g in range(widths[i])] if gpus else ["cpu"]
             if i < len(cluster.engines):
-                args = (self.backend, self.model_dir, sizing, max_model_len, seed, device)
+                args = (self.backend, self.model_dir, sizing, max_model_len, seed, devices[0])
                 handles[name] = EngineActor.options(**options).remote(*args)
             else:
-                kwargs = {**self.trainer_kwargs, "device": device}
+                kwargs = {**self.trainer_kwargs, "devices": devices}
                 handles[name] = TrainerActor.options(**options).remote(self.model_dir, kwargs)
         per_actor = math.ceil(self.env_workers / self.env_actors)
         envs = [EnvActor.options(num_cpus=0, max_concurrency=per_actor).remote()

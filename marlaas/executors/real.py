@@ -13,6 +13,7 @@
     SwapIn        the trainer loads the job's adapter and optimizer state from the store
     SwapOut       the trainer drops the job's state (instant; it is in the store)
     Train         the named trainer's PEFT step (GRPO, clipped importance ratio), in a thread
+                  (data-parallel over the trainer's devices where they are several GPUs)
     Sync          the trainer saves the new version with its optimizer state to the store
 
 It keeps no second copy of what the scheduler owns: adapter residency, versions and capacity
@@ -65,7 +66,6 @@ from marlaas.core.workload import JobSpec
 from marlaas.drive.executor import Completions
 from marlaas.executors.adapter_store import AdapterStore
 from marlaas.executors.backends import EngineSizing, max_positions
-from marlaas.executors.devices import check_trainers
 from marlaas.executors.episode_runner import EpisodeRunner, RewardPoint
 from marlaas.executors.episodes import ChatFormat
 from marlaas.executors.memory import tree_rss_mb
@@ -140,7 +140,6 @@ class RealExecutor:
         when done."""
         if self._runner is not None:
             return self
-        check_trainers(self.cluster)  # before any model loads
         limit = max_positions(self._model_dir)
         self._max_model_len = min(self._max_model_len_asked or limit, limit)
         self._runner = asyncio.Runner()

@@ -1,4 +1,5 @@
-"""The real trainers: one PeftTrainer per trainer the scheduler sees, each on its own device.
+"""The real trainers: one per trainer the scheduler sees, a PeftTrainer on its device or a
+data-parallel one across its GPUs (marlaas.executors.data_parallel).
 
 A job's adapter and optimizer state are on a trainer only between the scheduler's ``SwapIn``
 and ``SwapOut``; otherwise they live in the adapter store, where every ``Sync`` writes the new
@@ -17,6 +18,7 @@ from marlaas.executors.adapter_store import OPTIMIZER_FILE, AdapterStore
 from marlaas.executors.rollout import TrainSample, TrainStats
 
 if TYPE_CHECKING:  # torch: imported where a trainer is built (marlaas.executors.local)
+    from marlaas.executors.data_parallel import DataParallelTrainer
     from marlaas.executors.peft_trainer import PeftTrainer
 
 
@@ -24,7 +26,10 @@ class TrainerPool:
     """Moves jobs' state between trainers and the store exactly as the scheduler decides."""
 
     def __init__(
-        self, trainers: dict[str, PeftTrainer], store: AdapterStore, specs: dict[str, JobSpec]
+        self,
+        trainers: dict[str, PeftTrainer | DataParallelTrainer],
+        store: AdapterStore,
+        specs: dict[str, JobSpec],
     ) -> None:
         self.trainers = trainers
         self.store = store

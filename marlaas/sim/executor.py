@@ -74,6 +74,8 @@ class SimPyExecutor:
         self.engines = {e.name: EngineModel(self.cost) for e in cluster.engines}
         self.colocated = cluster.colocated
         self.shared_compute = cluster.shared_compute
+        self.step_devices = {t.name: cluster.step_devices(t) for t in cluster.trainers}
+        """Each trainer's devices a step is divided over (one on a shared processor)."""
         self.steps = 0
         """SimPy events processed."""
         self._jobs: dict[str, JobSpec] = {}
@@ -282,6 +284,6 @@ class SimPyExecutor:
     def _start_train(self, d: Train, now: float) -> None:
         spec, cost = self._jobs[d.job], self.cost
         compute = d.tokens * (1 + spec.lora_rank / cost.train_rank_scale)
-        devices = 1 if self.shared_compute else len(d.devices)  # one processor: no speed-up
+        devices = self.step_devices[d.trainer]  # data-parallel; one processor: no speed-up
         duration = cost.train_overhead_s + compute / (cost.train_tokens_per_s * devices)
         self._after(duration, WorkDone(d.work_id, tokens=d.tokens))

@@ -193,3 +193,22 @@ def test_a_seeded_adapter_is_peft_s_own_init_and_ignores_the_global_generator(
     assert {n.replace(".weight", "") for n in saved} <= {n.replace(".weight", "") for n in first}
     assert all(torch.equal(saved[n], first[n]) for n in saved)
     assert "third" not in ours.jobs and "third" not in getattr(ours.model, "peft_config", {})
+
+
+def test_a_job_that_fails_to_load_leaves_the_model_as_it_was(tiny_model_dir, tmp_path):
+    """An adapter folder whose optimizer state does not load: add_job fails, and the job can
+    be added again (the half-added adapter does not stay in the model)."""
+    trainer = PeftTrainer(tiny_model_dir, lr=1e-2)
+    trainer.add_job("A", seed=0)
+    trainer.train_step("A", _samples(trainer, "A", [1.0, 0.0]))
+    saved = trainer.save_adapter("A", 1, tmp_path / "A" / "v1", optimizer=True)
+    trainer.remove_job("A")
+    good = (saved / "optimizer.pt").read_bytes()
+    (saved / "optimizer.pt").write_bytes(b"not a torch file")
+    with pytest.raises(Exception, match=r"pickle|zip|load"):
+        trainer.add_job("A", init_dir=saved)
+    assert trainer.jobs == []
+    (saved / "optimizer.pt").write_bytes(good)
+    trainer.add_job("A", init_dir=saved)
+    assert trainer.version("A") == 1
+    assert trainer.train_step("A", _samples(trainer, "A", [1.0, 0.0])).version == 2

@@ -154,3 +154,30 @@ def test_gpu_placement_one_gpu_per_actor(ray_cluster, tiny_model_dir, tmp_path):
             assert str(trainer.device()).startswith("cuda")
         result = drive(scheduler, executor, workload_inbox(workload))
     assert all(o.state == "finished" for o in result.jobs.values())
+
+
+@pytest.mark.gpu
+def test_gpu_placement_a_trainer_of_two_devices_gets_two_gpus(
+    ray_cluster, tiny_model_dir, tmp_path
+):
+    """A trainer of 2 devices (no shared compute) gets a bundle of 2 GPUs and a replica on
+    each, and trains data-parallel (skipped without 3 GPUs in the Ray cluster)."""
+    import torch
+
+    if not torch.cuda.is_available() or ray.cluster_resources().get("GPU", 0) < 3:
+        pytest.skip("needs 3 CUDA GPUs in the Ray cluster")
+    workload = tiny_workload(
+        tiny_model_dir,
+        **{"jobs.*.rl.steps": 2, "cluster.shared_compute": False,
+           "cluster.pools": [{"name": "rollout", "role": "inference", "devices": 1},
+                             {"name": "train", "role": "training", "devices": 2,
+                              "devices_per_trainer": 2}]},
+    )  # fmt: skip
+    scheduler = Scheduler.for_workload(workload)
+    with ray_executor(workload, scheduler, tiny_model_dir, tmp_path) as executor:
+        bundles = ray.util.placement_group_table(executor.backends._group)["bundles"].values()
+        assert sorted(bundle.get("GPU") for bundle in bundles) == [1, 2]
+        (trainer,) = executor.backends.trainers.values()
+        assert trainer.devices() == ["cuda:0", "cuda:1"]
+        result = drive(scheduler, executor, workload_inbox(workload))
+    assert all(o.state == "finished" for o in result.jobs.values())

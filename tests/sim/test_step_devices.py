@@ -1,0 +1,56 @@
+"""A training step of a trainer of several devices, in the simulator: divided over as many
+devices as the real trainer has replicas (marlaas.executors.data_parallel, one per distinct
+torch device): each of its devices where they are GPUs of their own, one where the cluster
+declares them one shared processor."""
+
+from __future__ import annotations
+
+import pytest
+
+from marlaas.core.scheduler import Scheduler
+from marlaas.core.workload import parse_workload
+from marlaas.eventlog import records_to_frame
+from marlaas.executors.devices import physical_devices, trainer_devices
+from marlaas.sim.cost_model import CostModel
+from marlaas.sim.run import simulate
+
+
+def workload(per_trainer: int, shared: bool):
+    return parse_workload({
+        "jobs": [{"name": "a", "tenant": "t", "rl": {"steps": 2}}],
+        "cluster": {"pools": [
+            {"name": "rollout", "role": "inference", "devices": 1},
+            {"name": "train", "role": "training", "devices": per_trainer,
+             "devices_per_trainer": per_trainer},
+        ], "shared_compute": shared},
+    })  # fmt: skip
+
+
+def step_divisor(w) -> float:
+    """The devices the simulator divided each training step's compute by (from its
+    event log, one row per device of the trainer)."""
+    cost, job = CostModel(), w.jobs[0]
+    events = records_to_frame(simulate(w, cost=cost).records)
+    steps = events[events["kind"] == "train"].drop_duplicates("step")
+    compute = steps["tokens"] * (1 + job.lora_rank / cost.train_rank_scale)
+    per_device = (steps["end_s"] - steps["start_s"] - cost.train_overhead_s) * (
+        cost.train_tokens_per_s
+    )
+    divisors = (compute / per_device).round(6).unique().tolist()
+    assert len(divisors) == 1
+    return divisors[0]
+
+
+@pytest.mark.parametrize(
+    ("per_trainer", "shared", "divisor"), [(1, False, 1), (2, False, 2), (4, False, 4),
+                                           (2, True, 1), (4, True, 1)]
+)  # fmt: skip
+def test_a_step_is_divided_by_the_real_trainers_replicas(per_trainer, shared, divisor):
+    w = workload(per_trainer, shared)
+    assert step_divisor(w) == divisor
+    cluster = Scheduler.for_workload(w).cluster
+    (trainer,) = cluster.trainers
+    assert cluster.step_devices(trainer) == divisor
+    # the real world on a machine with a GPU per device: one replica per distinct device
+    on_gpus = physical_devices(cluster, gpus=len(cluster.devices))
+    assert len(trainer_devices(trainer, on_gpus)) == divisor
