@@ -124,6 +124,6 @@ def test_an_unknown_name_still_lists_the_policies():
 def test_policies_prints_each_idea_and_source(capsys):
     assert main(["policies"]) == 0
     listed = capsys.readouterr().out
-    for name in ("themis", "remaining-time", "affinity", "guarded-srpt"):
+    for name in ("themis", "affinity", "las-srpt"):
         assert name in listed
     assert "source: Themis (Mahajan et al., NSDI 2020)" in listed

@@ -133,3 +133,24 @@ def loads_per_group(policy: str) -> float:
 def test_affinity_loads_adapters_less_often_than_fair():
     fair, affinity = loads_per_group("fair"), loads_per_group("affinity")
     assert affinity < 0.7 * fair, (fair, affinity)
+
+
+def test_las_srpt_serves_the_smaller_job_first_then_the_larger_before_the_end():
+    from marlaas.core.policies.las_srpt import REMAINING_WEIGHT
+
+    policy, fair, srtf = get_policy("las-srpt"), get_policy("fair"), get_policy("srtf")
+    large, small = JobState(spec(steps=8), 0, 1), JobState(spec(steps=2), 1, 1)
+    assert policy.key(small) < policy.key(large)  # SRPT's order: the smaller job first
+    assert fair.key(large) < fair.key(small)  # (fair: a tie, broken by arrival order)
+    # The small job has received more than c x the large job's whole size: the large one
+    # is served now (srtf would still wait for the small one to finish).
+    small.attained_tokens = REMAINING_WEIGHT * large.remaining_tokens * 1.01
+    assert policy.key(large) < policy.key(small)
+    assert srtf.key(small) < srtf.key(large)
+
+
+def test_las_srpt_counts_service_per_unit_of_weight():
+    policy = get_policy("las-srpt")
+    light, heavy = JobState(spec(), 0, 1), JobState(spec(), 1, 1)
+    object.__setattr__(heavy, "weight", 2.0)
+    assert policy.key(heavy)[0] == pytest.approx(policy.key(light)[0] / 2)
