@@ -1,6 +1,6 @@
 """Write the quality experiment's two local datasets (docs/quality.md), seeded, into
 traces/quality/: word problems with numeric answers (math-verify checks them) and a
-formatting task (a made-up word in capitals inside <answer> tags, checked exactly).
+formatting task (repeat a made-up word exactly, and nothing else, checked exactly).
 
     python benchmarks/quality_data.py [--out traces/quality]
 """
@@ -45,15 +45,13 @@ def word_problem(rng: random.Random) -> dict:
 
 
 def format_task(rng: random.Random, used: set[str]) -> dict:
-    """Write a made-up word in capital letters inside <answer></answer> tags."""
+    """Repeat a made-up word exactly (lower case, no quotes, no period) and nothing else."""
     while True:
         word = "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 3)))
         if word not in used:
             used.add(word)
             break
-    prompt = (f"Write the word '{word}' in capital letters, between <answer> and </answer>, "
-              "and nothing else.")  # fmt: skip
-    return {"prompt": prompt, "answer": word.upper()}
+    return {"prompt": f"Repeat the word '{word}' exactly, and nothing else.", "answer": word}
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:

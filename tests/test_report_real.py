@@ -15,6 +15,7 @@ from marlaas.report.interactive.real import (
     plot_evaluation,
     plot_memory,
     plot_rewards,
+    plot_rewards_compared,
 )
 from marlaas.report.load import load_runs
 from tests.synthetic import write_run
@@ -103,6 +104,27 @@ def test_runs_of_different_kinds_are_labelled_and_compared(real_run, tmp_path):
     expected = (b["makespan_s"] - a["makespan_s"]) / a["makespan_s"]
     row = re.search(r"<td>makespan \[s\]</td>(.*?)</tr>", text, flags=re.S).group(1)
     assert f"{expected:+.1%}" in row
+
+
+def test_real_runs_compared_show_their_reward_curves_side_by_side(real_run, tmp_path):
+    """Two real runs (e.g. the quality experiment's alone and together): one panel per job,
+    one line per run, each line the run's rewards.csv."""
+    import shutil
+
+    other = tmp_path / "fifo-real-2"
+    shutil.copytree(real_run, other)
+    rewards = pd.read_csv(other / "rewards.csv")
+    rewards["mean_reward"] = 1.0 - rewards["mean_reward"]
+    rewards.to_csv(other / "rewards.csv", index=False)
+    fig = plot_rewards_compared([("a", pd.read_csv(real_run / "rewards.csv")), ("b", rewards)])
+    assert {(t.name, t.meta) for t in fig.data} == {
+        (run, f"job{j}") for run in "ab" for j in range(4)
+    }
+    line = next(t for t in fig.data if (t.name, t.meta) == ("b", "job2"))
+    rows = rewards[rewards["job"] == "job2"].sort_values("step")
+    assert np.asarray(line.y) == pytest.approx(rows["mean_reward"].to_numpy())
+    text = run_report([real_run, other], tmp_path / "out").read_text()
+    assert '<section id="rewards">' in text and "Rewards compared" in text
 
 
 def test_accuracy_over_training_time_with_intervals(real_run, tmp_path):

@@ -106,6 +106,19 @@ def compared_sections(
                 static=[f for r in runs for f in static.get(f"{name}-{r.slug}", [])],
             )
         )
+    curves = [(r.label, r.rewards()) for r in runs]
+    curves = [(label, rewards) for label, rewards in curves if rewards is not None and len(rewards)]
+    if len(curves) > 1:
+        sections.append(
+            Section(
+                id="rewards",
+                title="Rewards compared",
+                nav="rewards",
+                figure=real.plot_rewards_compared(curves),
+                notes=["From each run's rewards.csv: the mean reward of each training step's "
+                       "samples, one panel per job, one line per run."],
+            )
+        )  # fmt: skip
     for run in runs:
         for section in _real(run):
             section.nav = section.id.split("-", 1)[0]

@@ -102,6 +102,23 @@ def test_reasoning_gym_task_by_name_scored_by_its_own_score_answer():
     assert wrong.reward == pytest.approx(0.1) and not wrong.info["correct"]
 
 
+def test_reasoning_gym_scores_what_extract_finds():
+    """extract (the last match's group) picks the answer out of a sentence or an equation
+    before the task's score_answer; a response without a match scores 0."""
+    pytest.importorskip("reasoning_gym")
+    env = make_env("reasoning_gym", {"task": "chain_sum", "min_terms": 2, "max_terms": 2,
+                                     "extract": r"(-?\d+)\D*$"})  # fmt: skip
+    asyncio.run(env.reset(11))
+    answer = env.entry["answer"]
+    expression = env.entry["question"].rsplit(":", 1)[1].strip()
+    assert asyncio.run(env.step(f"{expression} {answer}.")).info["correct"]
+    assert asyncio.run(env.step(f"The answer is {answer}")).reward == pytest.approx(1.0)
+    assert asyncio.run(env.step(f"{answer} or {int(answer) + 1}")).reward == 0.0
+    assert asyncio.run(env.step("no idea")).reward == 0.0
+    with pytest.raises(ValueError, match="'extract' needs a group"):
+        check_env("reasoning_gym", {"task": "chain_sum", "extract": r"\d+"})
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from marlaas.report.palette import job_colors
 
@@ -44,6 +45,36 @@ def plot_rewards(rewards: pd.DataFrame, title: str = "") -> go.Figure:
         height=380,
         **LAYOUT,
     )
+    return fig
+
+
+def plot_rewards_compared(curves: list[tuple[str, pd.DataFrame]]) -> go.Figure:
+    """Several runs' reward curves side by side: one panel per job, one line per run
+    (``curves``: (run label, its rewards.csv frame); trace name = the run's label, meta = the
+    job; x = training step, the run's time of each step in the hover)."""
+    jobs = sorted({str(j) for _, rewards in curves for j in rewards["job"]})
+    fig = make_subplots(rows=1, cols=max(len(jobs), 1), subplot_titles=jobs, shared_yaxes=True)
+    palette = ["#2f6db5", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
+    for i, (label, rewards) in enumerate(curves):
+        color = palette[i % len(palette)]
+        for col, job in enumerate(jobs, start=1):
+            rows = rewards[rewards["job"].astype(str) == job].sort_values("step")
+            if not len(rows):
+                continue
+            times = rows["time_s"] if "time_s" in rows else pd.Series(float("nan"), rows.index)
+            fig.add_trace(
+                go.Scatter(
+                    x=rows["step"], y=rows["mean_reward"], customdata=times,
+                    mode="lines+markers", marker={"size": 4}, line={"color": color},
+                    name=label, meta=job, legendgroup=label, showlegend=col == 1,
+                    hovertemplate=f"{label}<br>{job} step %{{x}} (at %{{customdata:,.0f}} s)"
+                                  "<br>mean reward %{y:.3f}<extra></extra>",
+                ),
+                row=1, col=col,
+            )  # fmt: skip
+        fig.update_xaxes(title_text="training step")
+    fig.update_yaxes(title_text="mean reward", row=1, col=1)
+    fig.update_layout(height=380, **LAYOUT)
     return fig
 
 
