@@ -111,6 +111,15 @@ def _cause(err: RayTaskError) -> BaseException:
     return cause if isinstance(cause, BaseException) else err
 
 
+def _raise_unless_restarted(err: RayTaskError | RayActorError) -> None:
+    """Raise what the actor's method raised, unless the call failed because the actor died or
+    was restarted (then return: the caller reconnects and raises BackendRestarted)."""
+    if isinstance(err, RayTaskError):
+        cause = _cause(err)
+        if not isinstance(cause, BackendRestarted):
+            raise cause from None
+
+
 class EngineForwarder:
     """A :class:`~marlaas.executors.rollout.Generator` whose calls run in an EngineActor."""
 
@@ -123,12 +132,8 @@ class EngineForwarder:
     async def _call(self, method: str, *args) -> Any:
         try:
             return await self.actor.call.remote(self.incarnation, method, *args)
-        except RayTaskError as err:
-            cause = _cause(err)
-            if not isinstance(cause, BackendRestarted):
-                raise cause from None
-        except RayActorError:
-            pass
+        except (RayTaskError, RayActorError) as err:
+            _raise_unless_restarted(err)
         await self._reconnect()
         raise BackendRestarted(f"engine {self.name} was restarted during {method}")
 
@@ -177,12 +182,8 @@ class TrainerForwarder:
     def _call(self, method: str, *args, **kwargs) -> Any:
         try:
             return ray.get(self.actor.call.remote(self.incarnation, method, *args, **kwargs))
-        except RayTaskError as err:
-            cause = _cause(err)
-            if not isinstance(cause, BackendRestarted):
-                raise cause from None
-        except RayActorError:
-            pass
+        except (RayTaskError, RayActorError) as err:
+            _raise_unless_restarted(err)
         self._reconnect()
         raise BackendRestarted(f"trainer {self.name} was restarted during {method}")
 
