@@ -69,9 +69,12 @@ def simulate(
         return simulate_logged(workload, policy, seed, progress, profile)[0]
     from marlaas.out_folder import claim
     from marlaas.runs import write_run_files
+    from marlaas.sim.alone import alone_times
 
     with claim(out, "simulation") as target:  # checked and locked before any work
-        result, events, summary = simulate_logged(workload, policy, seed, progress, profile)
+        alone = alone_times(workload, seed, profile.cost if profile else None, progress)
+        result, events, summary = simulate_logged(workload, policy, seed, progress, profile,
+                                                  alone_s=alone)  # fmt: skip
         with target.staged() as staging:
             write_run_files(staging, events, summary, workload)
     return result

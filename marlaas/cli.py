@@ -87,6 +87,7 @@ def _simulate(args: argparse.Namespace) -> int:
     from marlaas.out_folder import claim
     from marlaas.run_options import load_run_workload, run_title
     from marlaas.runs import write_run_files
+    from marlaas.sim.alone import alone_times
     from marlaas.sim.cost_profiles import load_profile
     from marlaas.sim.run import cost_of, simulate_run
     from marlaas.table import print_summary
@@ -94,10 +95,12 @@ def _simulate(args: argparse.Namespace) -> int:
 
     workload = load_run_workload(args)
     profile = load_profile(args.cost, base=cost_of(workload)) if args.cost else None
+    cost = profile.cost if profile else None
     with claim(args.out, "simulation") as out:  # --out is checked and locked before any work
+        alone = alone_times(workload, args.seed, cost, progress=not args.quiet)
         events, summary = simulate_run(
             workload, args.policy, args.seed, progress=not args.quiet, profile=profile,
-            on_ended=print_refusal,
+            on_ended=print_refusal, alone_s=alone,
         )  # fmt: skip
         with out.staged() as staging:
             write_run_files(staging, events, summary, workload)

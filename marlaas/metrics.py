@@ -493,21 +493,28 @@ def fairness(
     arrivals: Mapping[str, float] | None = None,
     weights: Mapping[str, float] | None = None,
     jobs: pd.DataFrame | None = None,
+    alone_s: Mapping[str, float | None] | None = None,
 ) -> dict[str, float | None]:
-    """Fairness figures in [0, 1] (1 = perfectly fair); ``jobs``: :func:`job_table` of ``df``
-    and ``arrivals``, when the caller has it.
+    """Fairness figures; ``jobs``: :func:`job_table` of ``df`` and ``arrivals``, when the
+    caller has it; ``alone_s``: {job: its completion time alone [s]} (marlaas.sim.alone).
 
-    ``jain_slowdown``: Jain's index over jobs of slowdown = jct / min jct.
+    ``jain_slowdown``: Jain's index over jobs of slowdown = jct / alone time (1 = every job
+    slowed alike), over the completed jobs with an alone time; None without ``alone_s``.
+    ``slowdown_max``: the largest slowdown (Themis' worst finish-time fairness rho).
+    ``jain_jct``: Jain's index of the completion times themselves (1 = every job took as
+    long; a small job that finishes early lowers it).
     ``jain_tenant_gpu_s``: Jain's index over tenants of busy device-seconds received.
     ``jain_tenant_gpu_s_per_weight``: the same divided by each tenant's weight; None when no
     ``weights`` are given (tenants missing from ``weights`` count with weight 1; weighted
     tenants with no work count with 0 s).
+    Jain's indices are in [1/n, 1].
     """
     if jobs is None:
         jobs = job_table(df, arrivals)
-    jct = jobs["jct_s"].to_numpy(dtype=float)
-    jct = jct[np.isfinite(jct)]
-    slowdown = jct / jct.min() if len(jct) and jct.min() > 0 else np.ones(len(jct))
+    jct = dict(zip(jobs["job"], jobs["jct_s"].to_numpy(dtype=float), strict=True))
+    slowdown = np.array(
+        [t / alone_s[j] for j, t in jct.items() if np.isfinite(t) and (alone_s or {}).get(j)]
+    )
     gpu = tenant_gpu_s(df)
     per_weight = None
     if weights is not None:
@@ -516,7 +523,9 @@ def fairness(
         w = pd.Series([float(weights.get(n, 1.0)) for n in names], index=names)
         per_weight = jain_index(received / w)
     return {
-        "jain_slowdown": jain_index(slowdown),
+        "jain_slowdown": jain_index(slowdown) if alone_s is not None else None,
+        "slowdown_max": float(slowdown.max()) if len(slowdown) else None,
+        "jain_jct": jain_index(jct.values()),
         "jain_tenant_gpu_s": jain_index(gpu.to_numpy()),
         "jain_tenant_gpu_s_per_weight": per_weight,
     }
@@ -538,6 +547,7 @@ def summarize(
     unfinished: Collection[str] = (),
     deadlines: Mapping[str, float] | None = None,
     shared_processor: bool = False,
+    alone_s: Mapping[str, float | None] | None = None,
 ) -> dict:
     """Headline numbers of a run as a JSON-serialisable dict of plain floats/ints/None.
 
@@ -553,14 +563,15 @@ def summarize(
     Jobs named in ``unfinished`` (cancelled) have no completion time: they count in none of
     the completion figures. ``deadlines_missed``: how many of the jobs in ``deadlines`` ({job:
     deadline after its arrival [s]}) missed theirs (see :func:`missed_deadlines`); None when
-    no job has a deadline.
+    no job has a deadline. ``alone_s``: each job's completion time alone [s], for the
+    slowdowns (:func:`fairness`).
     """
     u = utilization(df)
     jobs = job_table(df, arrivals, unfinished)
     jct = jobs["jct_s"].dropna().to_numpy(dtype=float)
     idle = idle_breakdown(df).sum(axis=0)
     st = _train_staleness(df)["staleness"]
-    fair = fairness(df, arrivals, weights, jobs)
+    fair = fairness(df, arrivals, weights, jobs, alone_s)
     overall = float(u["utilization"].mean()) if len(u) else 0.0
     shared = {"processor_utilization": processor_utilization(df)} if shared_processor else {}
     return {

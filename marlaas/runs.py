@@ -11,6 +11,7 @@ never leaves a half-written ``--out``, and only a run folder is ever replaced by
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
@@ -55,13 +56,21 @@ def summary_json(summary: dict) -> str:
     return json.dumps(summary, indent=2, default=json_default)
 
 
-def run_summary(workload: Workload, result, events: pd.DataFrame, kind: str, **extra) -> dict:
+def run_summary(
+    workload: Workload,
+    result,
+    events: pd.DataFrame,
+    kind: str,
+    alone_s: Mapping[str, float | None] | None = None,
+    **extra,
+) -> dict:
     """The summary.json content of a run (``kind``: simulation or real): who ran what under
     which settings, how each job ended (``job_states``: finished, cancelled, refused; the
     reasons of refusals), the jobs' deadlines after their arrivals (``deadlines_s``) and those
     missed (``missed_deadlines``: late or unfinished), and the metrics of its event log (a
     cancelled job has no completion time). ``result`` is a :class:`marlaas.drive.RunResult`;
-    ``extra`` adds kind-specific keys."""
+    ``alone_s`` ({job: completion time alone [s]}, marlaas.sim.alone) is recorded and gives
+    the slowdowns (None: a run without them); ``extra`` adds kind-specific keys."""
     arrivals = {j.name: j.arrival_s for j in workload.jobs}
     tenants = {j.name: j.tenant for j in workload.jobs}
     weights = {j.tenant: j.weight for j in workload.jobs}
@@ -90,6 +99,7 @@ def run_summary(workload: Workload, result, events: pd.DataFrame, kind: str, **e
         "events": result.events,
         "failures": result.failures,
         "deadlines_s": deadlines,
+        "alone_s": alone_s,
         "missed_deadlines": metrics.missed_deadlines(jobs, deadlines) if deadlines else [],
         **extra,
         "metrics": metrics.summarize(
@@ -99,6 +109,7 @@ def run_summary(workload: Workload, result, events: pd.DataFrame, kind: str, **e
             unfinished,
             deadlines=deadlines,
             shared_processor=workload.cluster.shared_compute,
+            alone_s=alone_s,
         ),
     }
 

@@ -25,8 +25,9 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,7 @@ from marlaas.workers import start_pool
 from marlaas.workload_file import apply_overrides, load_with_overrides, parse_overrides
 
 if TYPE_CHECKING:
+    from marlaas.sim.cost_model import CostModel
     from marlaas.sim.cost_profiles import CostProfile
 
 MAX_WORKERS = 1_024
@@ -74,6 +76,8 @@ class SweepRun:
     """The cost profile that replaces the workload's cost model (``--cost``)."""
     folder: str = ""
     """Its folder's name under ``SWEEP_DIR/runs/`` (:func:`run_folders`; "": :func:`run_folder`)."""
+    alone_s: Mapping[str, float | None] | None = field(default=None, repr=False, compare=False)
+    """Each job's completion time alone [s] (:func:`with_alone_times`), for its slowdown."""
 
     @property
     def keys(self) -> dict[str, Any]:
@@ -224,7 +228,8 @@ def simulate_one(run: SweepRun) -> tuple[pd.DataFrame, dict]:
     """Simulate one run: (event log, summary). Top level so that a Ray task can call it."""
     from marlaas.sim.run import simulate_run
 
-    return simulate_run(run.workload, run.policy, run.seed, profile=run.profile)
+    return simulate_run(run.workload, run.policy, run.seed, profile=run.profile,
+                        alone_s=run.alone_s)  # fmt: skip
 
 
 def _finish(
@@ -237,6 +242,35 @@ def _finish(
     return summary_row(run.keys, summary), summary
 
 
+def simulate_alone(task: tuple[Workload, int, CostModel | None]) -> float | None:
+    """A job's completion time alone (marlaas.sim.alone): top level, for a pool or Ray."""
+    from marlaas.sim.alone import alone_time
+
+    return alone_time(*task)
+
+
+def with_alone_times(
+    runs: list[SweepRun], workers: int, progress: bool = True, ray: str | None = None
+) -> list[SweepRun]:
+    """``runs`` with each job's completion time alone (``alone_s``, for the slowdowns):
+    every distinct job alone simulated once, over the same workers as the runs."""
+    from marlaas.sim.alone import alone_key, distinct
+
+    tasks = distinct((run.workload, run.seed) for run in runs)
+    profile = runs[0].profile if runs else None  # one profile for every run of a sweep
+    cost = profile.cost if profile is not None else None
+    todo = [(one, seed, cost) for one, seed in tasks.values()]
+    times: dict[str, float | None] = {}
+    keys = list(tasks)
+    with tqdm(total=len(todo), unit="job", desc="alone", disable=not progress) as bar:
+        for i, seconds in _each(simulate_alone, todo, workers, ray, _longest_first(todo)):
+            times[keys[i]] = seconds
+            bar.update()
+    alone = [{j.name: times[alone_key(r.workload, j, r.seed)] for j in r.workload.jobs}
+             for r in runs]  # fmt: skip
+    return [replace(run, alone_s=a) for run, a in zip(runs, alone, strict=True)]
+
+
 def execute(
     runs: list[SweepRun],
     workers: int | None = None,
@@ -246,52 +280,57 @@ def execute(
 ) -> tuple[list[dict], list[dict]]:
     """Run every run (in a process pool when there are several and workers > 1; as Ray tasks
     on a cluster with ``ray``: ``local``, ``auto`` or an address, see
-    :func:`marlaas.ray_cluster.ray_session`); with ``events_dir`` each run's folder is written
-    under it (by this process, for Ray: the tasks' nodes need not share its disk).
+    :func:`marlaas.ray_cluster.ray_session`), after simulating each of their distinct jobs
+    alone (:func:`with_alone_times`); with ``events_dir`` each run's folder is written under
+    it (by this process, for Ray: the tasks' nodes need not share its disk).
 
     Returns rows and summaries in plan order, whatever order the runs finished in.
     """
     workers = max(1, min(workers or os.cpu_count() or 1, len(runs)))
-    bar = tqdm(total=len(runs), unit="run", desc="sweep", disable=not progress)
+    runs = with_alone_times(runs, workers, progress, ray)
     results: list[tuple[dict, dict] | None] = [None] * len(runs)
     # the longest runs first, so that the pool does not end on one long run
     order = sorted(range(len(runs)), key=lambda i: -_work(runs[i]))
-    try:
-        if ray is not None:
-            for i, (events, summary) in _on_ray(runs, order, ray):
-                results[i] = _finish(runs[i], events, summary, events_dir)
-                bar.set_postfix_str(_short(runs[i]))
-                bar.update()
-        elif workers == 1:
-            for i, run in enumerate(runs):
-                results[i] = run_one(run, events_dir)
-                bar.set_postfix_str(_short(run))
-                bar.update()
-        else:
-            # Leaving the block (done, an error, Ctrl-C, SIGTERM) terminates the workers.
-            with start_pool(workers) as pool:
-                tasks = [(i, runs[i], events_dir) for i in order]
-                for i, result in pool.imap_unordered(_run_indexed, tasks):
-                    results[i] = result
-                    bar.set_postfix_str(_short(runs[i]))
-                    bar.update()
-    finally:
-        bar.close()
+    # Ray's nodes need not share this disk: their runs' folders are written here
+    task = simulate_one if ray is not None else partial(run_one, events_dir=events_dir)
+    with tqdm(total=len(runs), unit="run", desc="sweep", disable=not progress) as bar:
+        for i, result in _each(task, runs, workers, ray, order):
+            results[i] = _finish(runs[i], *result, events_dir) if ray is not None else result
+            bar.set_postfix_str(_short(runs[i]))
+            bar.update()
     return [r[0] for r in results], [r[1] for r in results]
 
 
+def _each(
+    task: Callable[[Any], Any], items: list, workers: int, ray: str | None, order: list[int]
+) -> Iterator[tuple[int, Any]]:
+    """(index, ``task(items[index])``) for every item, as they finish: here one after the
+    other (workers 1), in a process pool, or as Ray tasks (one CPU each); ``order``: the
+    indices in the order to start them. Leaving early stops the rest (the pool's workers
+    are terminated, Ray's tasks cancelled)."""
+    if ray is not None:
+        yield from _on_ray(task, items, order, ray)
+    elif workers == 1 or len(items) == 1:
+        for i in order:
+            yield i, task(items[i])
+    else:
+        # Leaving the block (done, an error, Ctrl-C, SIGTERM) terminates the workers.
+        with start_pool(min(workers, len(items))) as pool:
+            yield from pool.imap_unordered(_indexed, [(task, i, items[i]) for i in order])
+
+
 def _on_ray(
-    runs: list[SweepRun], order: list[int], address: str
-) -> Iterator[tuple[int, tuple[pd.DataFrame, dict]]]:
-    """(index, (events, summary)) of every run, simulated as a Ray task (one CPU each), as
-    they finish; leaving early cancels the rest."""
+    task: Callable[[Any], Any], items: list, order: list[int], address: str
+) -> Iterator[tuple[int, Any]]:
+    """(index, ``task(items[index])``) of every item, computed as a Ray task (one CPU
+    each), as they finish; leaving early cancels the rest."""
     import ray
 
     from marlaas.ray_cluster import ray_session
 
     with ray_session(address):
-        task = ray.remote(num_cpus=1)(simulate_one)
-        pending = {task.remote(runs[i]): i for i in order}
+        remote = ray.remote(num_cpus=1)(task)
+        pending = {remote.remote(items[i]): i for i in order}
         try:
             while pending:
                 done, _ = ray.wait(list(pending), num_returns=1)
@@ -302,14 +341,22 @@ def _on_ray(
                 ray.cancel(ref, force=True)
 
 
-def _run_indexed(task: tuple[int, SweepRun, Path | None]) -> tuple[int, tuple[dict, dict]]:
-    i, run, events_dir = task
-    return i, run_one(run, events_dir)
+def _indexed(task: tuple[Callable[[Any], Any], int, Any]) -> tuple[int, Any]:
+    fn, i, item = task
+    return i, fn(item)
+
+
+def _longest_first(todo: list[tuple[Workload, int, CostModel | None]]) -> list[int]:
+    return sorted(range(len(todo)), key=lambda i: -_turns(todo[i][0]))
 
 
 def _work(run: SweepRun) -> int:
     """A run's group turns to generate: a rough measure of how long it takes."""
-    return sum(j.rl.steps * j.rl.prompts_per_step * j.rl.turns for j in run.workload.jobs)
+    return _turns(run.workload)
+
+
+def _turns(workload: Workload) -> int:
+    return sum(j.rl.steps * j.rl.prompts_per_step * j.rl.turns for j in workload.jobs)
 
 
 def _short(run: SweepRun) -> str:

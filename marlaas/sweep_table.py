@@ -6,7 +6,9 @@ run has no preset), ``policy`` (the ordering), ``seed``; then ``makespan_s``,
 ``jct_mean_s``, ``jct_p90_s``, ``jct_max_s`` [s]; ``utilization`` (busy device-seconds /
 (devices x makespan), in [0, 1]) and ``util_<pool>`` per pool; ``idle_<cause>`` (idle
 device-seconds of that cause / (devices x makespan), so utilization + the idle columns = 1);
-``jain_slowdown``, ``jain_tenant_gpu_s``, ``jain_tenant_gpu_s_per_weight`` (1 = fair);
+``jain_slowdown`` (of each job's JCT / its JCT alone), ``slowdown_max`` (the worst of
+them), ``jain_jct`` (of the JCTs themselves), ``jain_tenant_gpu_s``,
+``jain_tenant_gpu_s_per_weight`` (Jain's indices: 1 = fair; see metrics.fairness);
 ``staleness_mean``, ``staleness_max`` [versions]; ``adapter_swaps``; ``wall_s`` (wall time
 of the simulation [s]); and against the baseline schedule of the same jobs, variant and seed:
 ``util_x`` (utilization ratio), ``speedup`` (baseline makespan / makespan) and

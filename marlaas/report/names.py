@@ -77,7 +77,12 @@ _METRICS: dict[str, tuple[str, fmt.Formatter]] = {
     "staleness_mean": ("staleness, mean [versions]", fmt.number),
     "staleness_max": ("staleness, max [versions]", fmt.count),
     "adapter_swaps": ("adapter loads", fmt.count),
-    "fairness.jain_slowdown": ("fairness: Jain index of slowdowns (1 = fair)", fmt.number),
+    "fairness.jain_slowdown": (
+        "fairness: Jain index of slowdowns, JCT / alone (1 = fair)",
+        fmt.number,
+    ),
+    "fairness.slowdown_max": ("fairness: worst slowdown, JCT / alone", fmt.number),
+    "fairness.jain_jct": ("fairness: Jain index of completion times", fmt.number),
     "fairness.jain_tenant_gpu_s": (
         "fairness: Jain index of {devices}-seconds per tenant",
         fmt.number,
