@@ -117,13 +117,13 @@ def test_a_bad_policy_path_is_one_clear_error(package, attr, says, tmp_path, cap
 
 
 def test_an_unknown_name_still_lists_the_policies():
-    with pytest.raises(KeyError, match="choose one of: affinity, fair, fifo"):
+    with pytest.raises(KeyError, match="choose one of: affinity, cp-srpt, fair, fifo"):
         get_policy("fastest")
 
 
 def test_policies_prints_each_idea_and_source(capsys):
     assert main(["policies"]) == 0
     listed = capsys.readouterr().out
-    for name in ("themis", "affinity", "las-srpt"):
+    for name in ("themis", "affinity", "las-srpt", "cp-srpt"):
         assert name in listed
     assert "source: Themis (Mahajan et al., NSDI 2020)" in listed

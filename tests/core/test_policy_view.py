@@ -10,7 +10,7 @@ from marlaas.core.distributions import Constant, Empirical, LogNormal, Uniform
 from marlaas.core.jobs import JobState
 from marlaas.core.policies import Policy, get_policy, policy_names
 from marlaas.core.work import Generate, LoadAdapter
-from marlaas.core.workload import JobSpec, parse_workload
+from marlaas.core.workload import EnvSpec, JobSpec, parse_workload
 from tests.core.fixed_driver import run_fixed
 
 
@@ -151,6 +151,57 @@ def test_las_srpt_serves_the_smaller_job_first_then_the_larger_before_the_end():
 
 def test_las_srpt_counts_service_per_unit_of_weight():
     policy = get_policy("las-srpt")
+    light, heavy = JobState(spec(), 0, 1), JobState(spec(), 1, 1)
+    object.__setattr__(heavy, "weight", 2.0)
+    assert policy.key(heavy)[0] == pytest.approx(policy.key(light)[0] / 2)
+
+
+def slow_env(latency_s: float, **rl) -> JobSpec:
+    """spec(), with every environment step taking ``latency_s`` seconds (a longer critical
+    path, the same expected tokens)."""
+    env = {"latency_s": {"dist": "constant", "value": latency_s}}
+    return spec(**rl).model_copy(update={"env": EnvSpec(**env)})
+
+
+def test_cp_srpt_starts_the_longer_critical_path_first_among_jobs_of_one_size():
+    policy, srtf = get_policy("cp-srpt"), get_policy("srtf")
+    quick, slow = JobState(slow_env(0.1), 0, 1), JobState(slow_env(60.0), 1, 1)
+    assert quick.remaining_tokens == slow.remaining_tokens
+    assert slow.alone_s > 10 * quick.alone_s
+    assert policy.key(slow) < policy.key(quick)  # the long critical path first
+    assert srtf.key(quick) < srtf.key(slow)  # (srtf: a tie, broken by arrival order)
+
+
+def test_cp_srpt_serves_the_smaller_job_first_even_with_the_shorter_critical_path():
+    policy = get_policy("cp-srpt")
+    large, small = JobState(slow_env(1.0, steps=8), 0, 1), JobState(slow_env(1.0, steps=2), 1, 1)
+    assert large.alone_s > small.alone_s
+    assert policy.key(small) < policy.key(large)
+    # a job 4x the size with a critical path 100x as long still waits for the small one
+    slow_large = JobState(slow_env(100.0, steps=8), 2, 1)
+    assert slow_large.alone_s > 50 * small.alone_s
+    assert policy.key(small) < policy.key(slow_large)
+
+
+def test_cp_srpt_keys_fall_as_a_job_generates_and_rise_as_it_trains():
+    from marlaas.core.policies.cp_srpt import REMAINING_WEIGHT
+
+    policy = get_policy("cp-srpt")
+    served, fresh = JobState(spec(), 0, 1), JobState(spec(), 1, 1)
+    start = policy.key(served)
+    generated = served.remaining_tokens / 2
+    served.attained_tokens += generated
+    served.remaining_tokens -= generated
+    assert policy.key(served) < start  # generating brings it closer to done: it goes on
+    assert policy.key(served) < policy.key(fresh)
+    # trained tokens count as service: once they outweigh (c - 1) x what it generated, the
+    # equal job that has had nothing goes first (the jobs of one size take turns)
+    served.attained_tokens += (REMAINING_WEIGHT - 1) * generated * 1.01
+    assert policy.key(fresh) < policy.key(served)
+
+
+def test_cp_srpt_counts_service_per_unit_of_weight():
+    policy = get_policy("cp-srpt")
     light, heavy = JobState(spec(), 0, 1), JobState(spec(), 1, 1)
     object.__setattr__(heavy, "weight", 2.0)
     assert policy.key(heavy)[0] == pytest.approx(policy.key(light)[0] / 2)

@@ -2,6 +2,7 @@
 
 from marlaas.core.policies import (
     affinity,
+    cp_srpt,
     fair,
     fifo,
     las_srpt,
@@ -26,6 +27,7 @@ __all__ = [
     "Policy",
     "UnknownPolicyError",
     "affinity",
+    "cp_srpt",
     "fair",
     "fifo",
     "get_policy",
