@@ -20,8 +20,8 @@ The constants were chosen by a sweep on the 128-job cycled workload (paper-32's 
 at 0.745 loads per group. Packing onto the fullest home and refusing any engine in use once
 the job had one home per 8 prompts (the previous rule): 3,102 s, 0.092 loads. Emptiest home
 first, one home per 5 prompts or per 6 group turns of a step (whichever is more), a
-half-empty engine always taken: 2,965 s, 0.191 loads (seeds 1, 2: 2,951 s and 2,973 s against
-fair's 3,077 s and 3,007 s, 0.192 and 0.188 loads). Per 6 group turns alone (one home per 6
+half-empty engine always taken: 2,965 s, 0.191 loads (seeds 1-4: 2,951-2,978 s against
+fair's 3,007-3,077 s, 0.183-0.194 loads). Per 6 group turns alone (one home per 6
 prompts for one-turn jobs): 2,953 s, 0.169 loads, but 2,508 s on paper-32 (fair 2,429 s):
 code jobs, whose groups reserve the most KV, wait at home and end last. Per 4 prompts or per
 6 group turns: 2,996 s, 0.222 loads. A home per 3 prompts, turns ignored: 3,060 s, 0.168
