@@ -79,6 +79,16 @@ class Engine:
             self.seqs + seqs <= self.spec.max_seqs and self.tokens + tokens <= self.spec.kv_tokens
         )
 
+    @property
+    def free_seqs(self) -> int:
+        """Sequences that may still be admitted."""
+        return self.spec.max_seqs - self.seqs
+
+    @property
+    def free_tokens(self) -> int:
+        """KV tokens not reserved by running groups."""
+        return self.spec.kv_tokens - self.tokens
+
     def holds(self, job: str) -> bool:
         """Whether some version of job ``job``'s adapter is resident (or loading) here."""
         return any(key[0] == job for key in self.resident)

@@ -84,6 +84,8 @@ class JobState:
     """Training steps to run."""
     group_size: int = field(init=False, repr=False, compare=False)
     prompts_per_step: int = field(init=False, repr=False, compare=False)
+    turns: int = field(init=False, repr=False, compare=False)
+    """Turns of each episode: group turns one prompt group generates."""
     total_groups: int = field(init=False, repr=False, compare=False)
     """Prompt groups over all steps."""
     answer_reserve: int = field(init=False, repr=False, compare=False)
@@ -105,6 +107,7 @@ class JobState:
         self.steps = rl.steps
         self.group_size = rl.group_size
         self.prompts_per_step = rl.prompts_per_step
+        self.turns = rl.turns
         self.total_groups = rl.steps * rl.prompts_per_step
         self.answer_reserve = rl.group_size * rl.max_new_tokens
         mean_response = min(self.spec.response_tokens.mean(), rl.max_new_tokens)

@@ -132,7 +132,35 @@ def loads_per_group(policy: str) -> float:
 
 def test_affinity_loads_adapters_less_often_than_fair():
     fair, affinity = loads_per_group("fair"), loads_per_group("affinity")
-    assert affinity < 0.7 * fair, (fair, affinity)
+    assert affinity < 0.8 * fair, (fair, affinity)  # (0.208 and 0.153 when written)
+
+
+class FakeEngine:
+    """An EngineView: 100 sequences and 1,000 KV tokens of room, some of it reserved."""
+
+    def __init__(self, index: int, seqs: int, tokens: int, holds: bool = False) -> None:
+        self.index, self.seqs, self.tokens, self._holds = index, seqs, tokens, holds
+        self.free_seqs, self.free_tokens = 100 - seqs, 1000 - tokens
+
+    def holds(self, job: str) -> bool:
+        return self._holds
+
+
+def test_affinity_spreads_over_homes_and_keeps_off_half_full_engines_once_it_has_enough():
+    from marlaas.core.policies.affinity import home_target
+
+    policy = get_policy("affinity")
+    job = JobState(spec(prompts_per_step=30), 0, 1)
+    assert home_target(job) == 6  # a home per 5 prompts
+    assert home_target(JobState(spec(prompts_per_step=30, turns=4), 0, 1)) == 20  # per 6 turns
+    full_home, empty_home = FakeEngine(0, 40, 900, holds=True), FakeEngine(1, 8, 100, holds=True)
+    half_full, half_empty = FakeEngine(2, 8, 600), FakeEngine(3, 8, 500)
+    busy_by_seqs = FakeEngine(4, 60, 100)
+    ranks = {e.index: policy.engine_key(job, e, 6) for e in (full_home, empty_home, half_empty)}
+    assert ranks[1] < ranks[0] < ranks[3]  # homes first, the emptiest first
+    assert policy.engine_key(job, half_full, 6) is None  # enough homes, more reserved than free
+    assert policy.engine_key(job, busy_by_seqs, 6) is None  # (by sequences as well)
+    assert policy.engine_key(job, half_full, 5) is not None  # too few homes: it spreads
 
 
 def test_las_srpt_serves_the_smaller_job_first_then_the_larger_before_the_end():

@@ -67,6 +67,10 @@ class JobView(Protocol):
         """Prompt groups one training step consumes."""
 
     @property
+    def turns(self) -> int:
+        """Turns of each episode (a prompt group is generated once per turn)."""
+
+    @property
     def remaining_steps(self) -> int:
         """Training steps still to finish."""
 
@@ -98,6 +102,14 @@ class EngineView(Protocol):
     @property
     def tokens(self) -> int:
         """KV tokens reserved on it."""
+
+    @property
+    def free_seqs(self) -> int:
+        """Sequences it may still take (its max_seqs minus ``seqs``)."""
+
+    @property
+    def free_tokens(self) -> int:
+        """KV tokens still free on it (its KV room minus ``tokens``)."""
 
     def holds(self, job: str) -> bool:
         """Whether some version of job ``job``'s adapter is resident (or loading) there."""
