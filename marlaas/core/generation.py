@@ -312,6 +312,8 @@ class Generation:
         sequences, then the lowest index), else the open engine with the most free sequences,
         then the lowest index; None when no engine has room."""
         free = self._free
+        if free.most_tokens < tokens:
+            return None  # no engine has the room, whichever adapters it holds
         engines, hosts = self.cluster.engines, self._hosts.get(adapter)
         if not hosts:
             found = free.best(seqs, tokens)
@@ -340,6 +342,8 @@ class Generation:
         ones that need no load first, then the policy's lowest engine_key (None: not there).
         None when no candidate fits or the policy takes none."""
         engines, hosts, free = self._engines, self._hosts, self._free
+        if free.most_tokens < tokens:
+            return None  # no engine has the room, whichever adapters it holds
         name, version = adapter
         job = self._by_name[name]
         holding = hosts.get(adapter, set())
@@ -362,17 +366,18 @@ class Generation:
                 best, best_key = engine, key
         if best is not None and best_key is not None and not best_key[0]:
             return best  # no load needed: an open engine cannot do better
-        refused: set[int] = set()
-        for _ in range(OPEN_TRIES):  # open engines in the mechanism's order
-            found = free.best(seqs, tokens, refused)
-            if found is None or found in homes or found in holding:
-                return best  # none, or a candidate already weighed: no better open one
+        tries = OPEN_TRIES
+        for found in free.in_order(seqs, tokens):  # open engines in the mechanism's order
+            if found in homes or found in holding:
+                return best  # a candidate already weighed: no better open one
             engine = engines[found]
             rank = policy.engine_key(job, engine, count)
             if rank is not None:
                 key = (True, rank)
                 return engine if best_key is None or key < best_key else best
-            refused.add(found)
+            tries -= 1
+            if not tries:
+                break
         return best
 
     def _place(self, job: JobState, engine: Engine, now: float, out: list) -> None:
