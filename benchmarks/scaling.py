@@ -2,6 +2,7 @@
 
     python benchmarks/scaling.py                          # paper-32, then 8 ... 256 jobs
     python benchmarks/scaling.py --jobs 8,256 --steps 2 --no-paper --repeat 5 --policy fair
+    python benchmarks/scaling.py --jobs 8,256 --steps 2 --repeat 3 --side-by-side --policy fair
     python benchmarks/scaling.py --jobs 1024 --steps 20 --no-paper --repeat 1
 
 The workload of N jobs is paper-32's jobs cycled (job i is paper-32's job i mod 32, renamed,
@@ -26,6 +27,17 @@ median round, with the spread of its µs per event over the rounds; the growth b
 first and the last size is the median over the rounds of the ratio within each round, with
 its range.
 
+``--side-by-side`` measures the first and the last job count at once instead, in two
+threads of one process (a fresh one per round): the last size simulated once, the first
+again and again meanwhile, each timed by its own thread's CPU time. The threads take turns
+on the interpreter every few milliseconds, so a change in the machine's load, however
+short, weighs on both sizes alike, and the ratio varies far less from round to round than
+between sizes run one after the other (fair, plain sources, on a shared 2-core machine:
+1.34-1.37x over three rounds side by side, 1.34-1.62x in palindromes). Both sizes cost more
+per event than alone (each evicts the other's data from the processor's caches at every
+turn, and the interpreter switches); the ratio is what it is for. The bare SimPy loop runs
+in each thread after its simulations.
+
 Printed per size: SimPy events of a pass, passes of the median round, its wall and CPU time,
 CPU µs per event and its spread, the bare loop's CPU µs per event and the ratio, the work an
 event stands for (records of the event log per event, adapter loads per rollout group) and
@@ -45,8 +57,10 @@ import gc
 import math
 import multiprocessing
 import sys
+import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -90,7 +104,9 @@ def cycled_workload(jobs: int, steps: int | None = None) -> Workload:
     return parse_workload(data, source=f"paper-32 cycled to {jobs} jobs", schema=WorkloadFile)
 
 
-def bare_simpy(events: int, chains: int = 64) -> float:
+def bare_simpy(
+    events: int, chains: int = 64, clock: Callable[[], float] = time.process_time
+) -> float:
     """CPU time [s] of SimPy processing ``events`` timeouts in ``chains`` callback chains."""
     env = simpy.Environment()
     left = [events]
@@ -102,38 +118,45 @@ def bare_simpy(events: int, chains: int = 64) -> float:
 
     for i in range(min(chains, events)):
         env.timeout(i * 0.01).callbacks.append(fire)
-    t0 = time.process_time()
+    t0 = clock()
     env.run()
-    return time.process_time() - t0
+    return clock() - t0
 
 
-def measure(workload: Workload, policy: str = "fair", min_events: int = 0) -> dict:
+def measure(
+    workload: Workload,
+    policy: str = "fair",
+    min_events: int = 0,
+    until: threading.Event | None = None,
+    clock: Callable[[], float] = time.process_time,
+) -> dict:
     """Simulations of ``workload`` (a new scheduler and executor each pass: the same events
-    every time) until they have processed ``min_events`` SimPy events in all (one at least),
-    then a bare SimPy loop of one pass's events. Costs per event are CPU times of this process
-    (other processes on the machine disturb them less than wall times) over all passes; the
-    wall time of the simulations is reported too. Passes give a small workload a measuring
-    window as long as a large one's: on a shared machine the cheapest of a few runs of 0.3 s
-    is a luckier draw than the cheapest of a few runs of 15 s."""
+    every time) until they have processed ``min_events`` SimPy events in all (one at least;
+    with ``until``: until it is set, one pass at least), then a bare SimPy loop of one pass's
+    events, after the last pass's state is freed. Costs per event are CPU times (``clock``:
+    of this process, or of this thread side by side) over all passes, which other processes
+    on the machine disturb less than wall times; the wall time of the simulations is reported
+    too. Passes give a small workload a measuring window as long as a large one's: on a
+    shared machine the cheapest of a few runs of 0.3 s is a luckier draw than the cheapest of
+    a few runs of 15 s."""
     from marlaas.drive.inbox import workload_inbox  # here: arrivals.py imports this module
 
     passes = events = 0
     wall = cpu = 0.0
     while True:
-        t0, c0 = time.perf_counter(), time.process_time()
+        t0, c0 = time.perf_counter(), clock()
         scheduler = Scheduler.for_workload(workload, policy)
         executor = SimPyExecutor(scheduler.cluster, cost_of(workload), scheduler.seed)
         result = drive(scheduler, executor, workload_inbox(workload), check=False)
-        wall, cpu = wall + time.perf_counter() - t0, cpu + time.process_time() - c0
+        wall, cpu = wall + time.perf_counter() - t0, cpu + clock() - c0
         passes, events = passes + 1, events + executor.steps
-        if events >= min_events or not executor.steps:
+        if (until.is_set() if until is not None else events >= min_events) or not executor.steps:
             break
         del scheduler, executor, result  # the next pass starts without this one's memory
         gc.collect()  # (a run's objects refer to each other), outside the timed window
-    bare = min(bare_simpy(executor.steps) for _ in range(3)) / max(1, executor.steps)
     records = scheduler.records
     kinds = Counter(records.columns()[0])  # the kind field
-    return {
+    row = {
         "jobs": len(workload.jobs),
         "gpus": workload.cluster.total_devices,
         "events": executor.steps,
@@ -141,14 +164,72 @@ def measure(workload: Workload, policy: str = "fair", min_events: int = 0) -> di
         "wall_s": wall,
         "cpu_s": cpu,
         "us_per_event": cpu / max(1, events) * 1e6,
-        "bare_us_per_event": bare * 1e6,
-        "ratio": cpu / max(1, events) / bare if bare else math.inf,
         "records": len(records),
         "records_per_event": len(records) / max(1, executor.steps),
         "loads_per_group": kinds["adapter_load"] / max(1, kinds["generate"]),
         "us_per_record": cpu / max(1, len(records) * passes) * 1e6,
         "makespan_s": result.makespan_s,
     }
+    del scheduler, executor, result, records  # the bare loop's garbage collections would
+    gc.collect()  # walk the run's objects too
+    bare = min(bare_simpy(row["events"], clock=clock) for _ in range(3)) / max(1, row["events"])
+    row["bare_us_per_event"] = bare * 1e6
+    row["ratio"] = row["us_per_event"] / row["bare_us_per_event"] if bare else math.inf
+    return row
+
+
+def side_by_side(small: int, large: int, steps: int | None, policy: str) -> tuple[dict, dict]:
+    """``large`` jobs simulated once and ``small`` jobs again and again meanwhile, in two
+    threads of this process: they take turns on the interpreter every few milliseconds
+    (``sys.getswitchinterval``), so that whatever else loads the machine weighs on both
+    alike. Each is timed by its own thread's CPU time. Both cost more per event than alone
+    (each evicts the other's data from the processor's caches at every turn); their ratio is
+    what this measures. The rows as ``measure_in_child`` makes them, each with ``label``
+    cycled and the process's peak RSS."""
+    workloads = cycled_workload(small, steps), cycled_workload(large, steps)
+    done = threading.Event()
+    rows: dict[str, dict] = {}
+    failed: list[BaseException] = []
+
+    def run_large() -> None:
+        try:
+            rows["large"] = measure(workloads[1], policy, clock=time.thread_time)
+        except BaseException as error:  # the other thread must stop too
+            failed.append(error)
+        finally:
+            done.set()
+
+    def run_small() -> None:
+        try:
+            rows["small"] = measure(workloads[0], policy, until=done, clock=time.thread_time)
+        except BaseException as error:
+            failed.append(error)
+            done.set()
+
+    thresholds = gc.get_threshold()
+    gc.set_threshold(50_000, *thresholds[1:])  # marlaas.drive.collector's young threshold:
+    try:  # drive() would set and restore it in each thread, at different times
+        threads = [threading.Thread(target=run_large), threading.Thread(target=run_small)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        gc.set_threshold(*thresholds)
+    if failed:
+        raise failed[0]
+    rss = peak_rss_mb()
+    return (
+        {"label": "cycled", **rows["small"], "peak_rss_mb": rss},
+        {"label": "cycled", **rows["large"], "peak_rss_mb": rss},
+    )
+
+
+def side_by_side_fresh(small: int, large: int, steps: int | None, policy: str) -> tuple[dict, dict]:
+    """``side_by_side`` in a new process."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        return pool.submit(side_by_side, small, large, steps, policy).result()
 
 
 def growth_exponent(rows: list[dict], small: int = 64, large: int = 256) -> float | None:
@@ -248,6 +329,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--same-process", action="store_true", help="measure every size in this process"
     )
+    parser.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="measure the first and the last job count at once, in two threads of one "
+        "process (no paper-32, no sizes between; --min-events unused)",
+    )
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error(f"--repeat {args.repeat}: at least 1")
@@ -261,11 +348,27 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--jobs {args.jobs}: each count a multiple of 8 (whole 4-device trainers)")
     if args.steps is not None and args.steps < 1:
         parser.error(f"--steps {args.steps}: at least 1")
-    runs = [] if args.no_paper else [("paper-32", None)]
+    if args.side_by_side and len(counts) < 2:
+        parser.error(f"--side-by-side with --jobs {args.jobs}: two job counts at least")
+    runs = [] if args.no_paper or args.side_by_side else [("paper-32", None)]
     runs += [("cycled", n) for n in counts]
+    if args.side_by_side:
+        runs = [runs[0], runs[-1]]
     run = measure_in_child if args.same_process else run_fresh
+    pair = side_by_side if args.same_process else side_by_side_fresh
     measured: list[list[dict]] = [[] for _ in runs]
-    for round_ in range(1, args.repeat + 1):
+    for round_ in range(1, args.repeat + 1) if args.side_by_side else ():
+        both = pair(counts[0], counts[-1], args.steps, args.policy)
+        for row, rounds in zip(both, measured, strict=True):
+            rounds.append(row)
+            print(
+                f"round {round_}/{args.repeat}: cycled {row['jobs']} jobs: "
+                f"{row['us_per_event']:.1f} us/event ({row['cpu_s']:.2f} s CPU, "
+                f"{row['passes']} pass{'es' if row['passes'] > 1 else ''}; side by side)",
+                file=sys.stderr,
+                flush=True,
+            )
+    for round_ in range(1, args.repeat + 1) if not args.side_by_side else ():
         halves: list[list[dict]] = [[] for _ in runs]
         for which, half in palindrome(len(runs)):
             label, jobs = runs[which]

@@ -14,6 +14,7 @@ from benchmarks.scaling import (
     median,
     median_of,
     palindrome,
+    side_by_side,
 )
 
 
@@ -130,3 +131,22 @@ def test_bad_arguments_are_refused_by_name_before_any_run(argv, named, capsys):
     assert exit_.value.code == 2
     captured = capsys.readouterr()
     assert named in captured.err and "round 1/" not in captured.err  # nothing ran
+
+
+def test_side_by_side_measures_both_sizes_over_the_same_time():
+    """The small size runs again and again while the large one runs once, each timed by its
+    own thread: each row's figures are its own size's."""
+    small, large = side_by_side(8, 16, 1, "fair")
+    alone_small, alone_large = measure(cycled_workload(8, 1)), measure(cycled_workload(16, 1))
+    assert (small["jobs"], large["jobs"]) == (8, 16)
+    assert small["events"] == alone_small["events"] and large["events"] == alone_large["events"]
+    assert large["passes"] == 1 and small["passes"] >= 1
+    assert small["cpu_s"] == pytest.approx(small["us_per_event"] * small["events"]
+                                           * small["passes"] / 1e6)  # fmt: skip
+    assert large["records_per_event"] == alone_large["records_per_event"]
+
+
+def test_side_by_side_needs_two_sizes(capsys):
+    with pytest.raises(SystemExit):
+        main(["--jobs", "8", "--side-by-side"])
+    assert "two job counts" in capsys.readouterr().err
