@@ -23,6 +23,9 @@ OPEN_TRIES = 4
 """Open engines offered to a policy that ranks engines, in the mechanism's order, before a
 group waits (each is a search of the free-room index: placement stays cheap)."""
 
+_NO_HOSTS: frozenset[int] = frozenset()
+"""The hosts of an adapter that no engine holds."""
+
 Need = tuple[int, int, AdapterKey]
 """What a group needs on an engine: (sequences, KV tokens reserved, adapter)."""
 
@@ -346,17 +349,26 @@ class Generation:
             return None  # no engine has the room, whichever adapters it holds
         name, version = adapter
         job = self._by_name[name]
-        holding = hosts.get(adapter, set())
+        holding = hosts.get(adapter, _NO_HOSTS)
         homes: set[int] = set()
         for held in range(max(job.start_version, version - 3), job.published + 1):
-            homes.update(hosts.get((name, held), ()))
+            held_by = hosts.get((name, held))
+            if held_by:
+                homes.update(held_by)
         policy = self.policy
         best: Engine | None = None
         best_key: tuple | None = None
         count = len(homes)
+        seqs_left, tokens_left, slots = self._max_seqs - seqs, self._kv_tokens - tokens, self._slots
         for index in sorted(homes):
             engine = engines[index]
-            if not engine.fits(seqs, tokens) or not engine.can_host(adapter):
+            if engine.seqs > seqs_left or engine.tokens > tokens_left:  # engine.fits, inline
+                continue
+            resident = engine.resident  # engine.can_host, inline
+            if adapter in resident:
+                if adapter in engine.loading:
+                    continue
+            elif len(resident) >= slots and not engine.unused:
                 continue
             rank = policy.engine_key(job, engine, count)
             if rank is None:
