@@ -31,12 +31,13 @@ its range.
 threads of one process (a fresh one per round): the last size simulated once, the first
 again and again meanwhile, each timed by its own thread's CPU time. The threads take turns
 on the interpreter every few milliseconds, so a change in the machine's load, however
-short, weighs on both sizes alike, and the ratio varies far less from round to round than
-between sizes run one after the other (fair, plain sources, on a shared 2-core machine:
-1.34-1.37x over three rounds side by side, 1.34-1.62x in palindromes). Both sizes cost more
-per event than alone (each evicts the other's data from the processor's caches at every
-turn, and the interpreter switches); the ratio is what it is for. The bare SimPy loop runs
-in each thread after its simulations.
+short, weighs on both sizes alike. On a shared 2-core machine (plain sources, three rounds
+per policy) the ratio then varied by 0.02-0.07x from round to round for five of the eight
+policies (fair in palindromes, earlier the same day: 1.34-1.62x), though a burst of load
+can still fall on one thread's turns more than on the other's (fair: 0.96-1.29x). Both
+sizes cost more per event than alone (each evicts the other's data from the processor's
+caches at every turn, and the interpreter switches); the ratio is what it is for. The bare
+SimPy loop runs in each thread after its simulations.
 
 Printed per size: SimPy events of a pass, passes of the median round, its wall and CPU time,
 CPU µs per event and its spread, the bare loop's CPU µs per event and the ratio, the work an
