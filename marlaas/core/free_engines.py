@@ -79,10 +79,10 @@ class FreeEngines:
                 del counts[old]
                 self._values.remove(old)
         if new != _EMPTY:
-            tree = self._levels.get(new)
-            if tree is None:
-                tree = self._levels[new] = [_EMPTY] * (2 * self._size)
-            _set(tree, leaf, free_tokens)
+            level = self._levels.get(new)
+            if level is None:
+                level = self._levels[new] = [_EMPTY] * (2 * self._size)
+            _set(level, leaf, free_tokens)
             if new in counts:
                 counts[new] += 1
             else:
