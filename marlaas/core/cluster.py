@@ -69,6 +69,8 @@ class Engine:
     loading: set[AdapterKey] = field(default_factory=set)
     unused: int = 0
     """Resident adapters that no group uses (evictable)."""
+    versions: dict[str, int] = field(default_factory=dict)
+    """Job name -> how many versions of its adapter are resident (or loading) here."""
 
     def __post_init__(self) -> None:
         self._index()
@@ -91,7 +93,7 @@ class Engine:
 
     def holds(self, job: str) -> bool:
         """Whether some version of job ``job``'s adapter is resident (or loading) here."""
-        return any(key[0] == job for key in self.resident)
+        return job in self.versions
 
     def can_host(self, adapter: AdapterKey) -> bool:
         """Whether the adapter is resident, or a slot is free or can be freed."""
@@ -116,6 +118,8 @@ class Engine:
                 victim = next(k for k, users in resident.items() if users == 0)
                 self._drop(victim)
             resident[adapter] = 1  # added last: the most recently used
+            versions = self.versions
+            versions[adapter[0]] = versions.get(adapter[0], 0) + 1
             self.directory.hosts.setdefault(adapter, set()).add(self.index)
             self.loading.add(adapter)
         else:
@@ -153,6 +157,11 @@ class Engine:
     def _drop(self, adapter: AdapterKey) -> None:
         if self.resident.pop(adapter) == 0:
             self.unused -= 1
+        versions = self.versions
+        if versions[adapter[0]] == 1:
+            del versions[adapter[0]]
+        else:
+            versions[adapter[0]] -= 1
         hosts = self.directory.hosts[adapter]
         hosts.discard(self.index)
         if not hosts:

@@ -32,7 +32,12 @@ class Environments:
         self.ready: set[int] = set()
         """Active jobs with groups waiting for an environment step."""
         self._queue = PolicyQueue()
-        """The ready jobs in policy order."""
+        """The ready jobs in policy order (their keys as of the last start with free
+        workers, or since: see _stale)."""
+        self._stale: set[int] = set()
+        """Ready jobs whose key may have moved (or that are not queued yet) since the last
+        start with free workers: they are queued with their key then, not at every change
+        (while the workers are all busy, as they often are, no order is needed)."""
         self._group_sizes = Least()
         """The admitted jobs' group sizes: no group starts with fewer free workers than the
         smallest."""
@@ -46,14 +51,14 @@ class Environments:
         self.set_ready(job.index, False)
         self._group_sizes.remove(job.group_size)
 
-    def set_ready(self, index: int, ready: bool, key: tuple | None = None) -> None:
-        """The job changed: whether it has groups waiting for an environment step
-        (``key``: its policy key now, if the caller has it)."""
+    def set_ready(self, index: int, ready: bool) -> None:
+        """The job changed: whether it has groups waiting for an environment step."""
         if ready:
             self.ready.add(index)
-            self._queue.put(index, self.policy.key(self.jobs[index]) if key is None else key)
+            self._stale.add(index)
         elif index in self.ready:
             self.ready.discard(index)
+            self._stale.discard(index)
             self._queue.discard(index)
 
     def start(self, now: float, out: list[Decision]) -> None:
@@ -61,10 +66,13 @@ class Environments:
         smallest = self._group_sizes.value
         if not self.ready or self.free < smallest:
             return
-        queue, policy = self._queue, self.policy
+        queue, policy, jobs, stale = self._queue, self.policy, self.jobs, self._stale
         for index in self.ledger.touched:  # keys may have moved since the jobs' refresh
             if index in self.ready:
-                queue.put(index, policy.key(self.jobs[index]))
+                stale.add(index)
+        for index in stale:
+            queue.put(index, policy.key(jobs[index]))
+        stale.clear()
         visited = []
         while self.free >= smallest and (popped := queue.pop()) is not None:
             visited.append(popped)

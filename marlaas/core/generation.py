@@ -23,6 +23,9 @@ OPEN_TRIES = 4
 """Open engines offered to a policy that ranks engines, in the mechanism's order, before a
 group waits (each is a search of the free-room index: placement stays cheap)."""
 
+_NO_HOSTS: frozenset[int] = frozenset()
+"""The hosts of an adapter that no engine holds."""
+
 Need = tuple[int, int, AdapterKey]
 """What a group needs on an engine: (sequences, KV tokens reserved, adapter)."""
 
@@ -312,6 +315,8 @@ class Generation:
         sequences, then the lowest index), else the open engine with the most free sequences,
         then the lowest index; None when no engine has room."""
         free = self._free
+        if free.most_tokens < tokens:
+            return None  # no engine has the room, whichever adapters it holds
         engines, hosts = self.cluster.engines, self._hosts.get(adapter)
         if not hosts:
             found = free.best(seqs, tokens)
@@ -340,19 +345,30 @@ class Generation:
         ones that need no load first, then the policy's lowest engine_key (None: not there).
         None when no candidate fits or the policy takes none."""
         engines, hosts, free = self._engines, self._hosts, self._free
+        if free.most_tokens < tokens:
+            return None  # no engine has the room, whichever adapters it holds
         name, version = adapter
         job = self._by_name[name]
-        holding = hosts.get(adapter, set())
+        holding = hosts.get(adapter, _NO_HOSTS)
         homes: set[int] = set()
         for held in range(max(job.start_version, version - 3), job.published + 1):
-            homes.update(hosts.get((name, held), ()))
+            held_by = hosts.get((name, held))
+            if held_by:
+                homes.update(held_by)
         policy = self.policy
         best: Engine | None = None
         best_key: tuple | None = None
         count = len(homes)
+        seqs_left, tokens_left, slots = self._max_seqs - seqs, self._kv_tokens - tokens, self._slots
         for index in sorted(homes):
             engine = engines[index]
-            if not engine.fits(seqs, tokens) or not engine.can_host(adapter):
+            if engine.seqs > seqs_left or engine.tokens > tokens_left:  # engine.fits, inline
+                continue
+            resident = engine.resident  # engine.can_host, inline
+            if adapter in resident:
+                if adapter in engine.loading:
+                    continue
+            elif len(resident) >= slots and not engine.unused:
                 continue
             rank = policy.engine_key(job, engine, count)
             if rank is None:
@@ -362,17 +378,18 @@ class Generation:
                 best, best_key = engine, key
         if best is not None and best_key is not None and not best_key[0]:
             return best  # no load needed: an open engine cannot do better
-        refused: set[int] = set()
-        for _ in range(OPEN_TRIES):  # open engines in the mechanism's order
-            found = free.best(seqs, tokens, refused)
-            if found is None or found in homes or found in holding:
-                return best  # none, or a candidate already weighed: no better open one
+        tries = OPEN_TRIES
+        for found in free.in_order(seqs, tokens):  # open engines in the mechanism's order
+            if found in homes or found in holding:
+                return best  # a candidate already weighed: no better open one
             engine = engines[found]
             rank = policy.engine_key(job, engine, count)
             if rank is not None:
                 key = (True, rank)
                 return engine if best_key is None or key < best_key else best
-            refused.add(found)
+            tries -= 1
+            if not tries:
+                break
         return best
 
     def _place(self, job: JobState, engine: Engine, now: float, out: list) -> None:

@@ -1,13 +1,15 @@
 """Jobs by the room their next rollout group needs, in policy order.
 
 Jobs whose next group has the same size and KV reserve share a *leaf*: a heap of their
-policy keys. Per group size, the leaves are grouped into about a hundred buckets of
-consecutive reserves, and a min-tree over the buckets holds each bucket's smallest key.
-``first_fitting(seqs, tokens)`` is the job with the smallest key whose group fits in
-``seqs`` free sequences and ``tokens`` free KV tokens: the buckets wholly below ``tokens``
-from the tree (a walk up a tree of about seven levels) and the leaves of the bucket that
-holds ``tokens`` one by one, whatever the number of jobs. When an engine's room grows, this
-is the only job that could take it first.
+policy keys. Per group size, the leaves are grouped into about a thousand buckets of
+consecutive reserves (128 tokens wide on 120,000-token engines), and a min-tree over the
+buckets holds each bucket's smallest key. ``first_fitting(seqs, tokens)`` is the job with
+the smallest key whose group fits in ``seqs`` free sequences and ``tokens`` free KV tokens:
+the buckets wholly below ``tokens`` from the tree (a walk up a tree of about ten levels) and
+the leaves of the bucket that holds ``tokens`` one by one. Narrow buckets keep that scan,
+and finding a bucket's smallest key, short as the jobs grow (buckets of 1,024 tokens held up
+to 30 leaves each with the 256 jobs of benchmarks/scaling.py). When an engine's room grows,
+this is the only job that could take it first.
 
 Leaves change often (a fair policy moves a job's key with every group it places); the trees
 are brought up to date when a query needs them, so several changes between two queries cost
@@ -22,8 +24,8 @@ from typing import Any
 Entry = tuple[Any, int]
 """(policy key, job index); keys end with the job index, so no two are equal."""
 
-BUCKETS_LOG2 = 7
-"""About 2**7 buckets of reserves per group size."""
+BUCKETS_LOG2 = 10
+"""About 2**10 buckets of reserves per group size."""
 
 
 class NeedIndex:

@@ -473,7 +473,6 @@ class Scheduler:
             limit = self._round_limit.get(job.name, job.published) if barrier else None
             gen = bool(job.ready_gen) or job.next_group_allowed(limit)
             env = bool(job.ready_env)
-            key = None  # the job's policy key, computed at most once, when needed
             if gen:
                 if not (after_generation and index in generation.ready):  # else: as the
                     key = self.policy.key(job)  # placement round left it
@@ -485,7 +484,7 @@ class Scheduler:
             else:
                 train_ready.discard(index)
             if env or index in environments.ready:
-                environments.set_ready(index, env, key)
+                environments.set_ready(index, env)
             vote(index, (None if gen else job.waiting_on(limit), job.trainer_vote()))
         touched.clear()
 

@@ -35,6 +35,15 @@ def test_free_engines_find_the_engine_a_scan_finds(seed):
         ]
         expected = -max(fits)[1] if fits else None
         assert free.best(seqs, tokens, exclude) == expected
+        in_order = [
+            i
+            for room, i in sorted((-room, i) for i, (is_open, room, left) in state.items()
+                                  if is_open and room >= seqs and left >= tokens)
+        ]  # fmt: skip
+        assert list(free.in_order(seqs, tokens)) == in_order
+    for index in range(engines):  # every engine closed: nothing is open
+        free.update(index, False, 0, 0, busy=False)
+    assert free.best(0, 0) is None and not list(free.in_order(0, 0))
 
 
 @pytest.mark.parametrize("seed", range(6))
