@@ -177,8 +177,9 @@ def test_las_srpt_serves_the_smaller_job_first_then_the_larger_before_the_end():
     assert srtf.key(small) < srtf.key(large)
 
 
-def test_las_srpt_counts_service_per_unit_of_weight():
-    policy = get_policy("las-srpt")
+@pytest.mark.parametrize("name", ["las-srpt", "cp-srpt"])
+def test_service_counts_per_unit_of_weight(name):
+    policy = get_policy(name)
     light, heavy = JobState(spec(), 0, 1), JobState(spec(), 1, 1)
     object.__setattr__(heavy, "weight", 2.0)
     assert policy.key(heavy)[0] == pytest.approx(policy.key(light)[0] / 2)
@@ -226,10 +227,3 @@ def test_cp_srpt_keys_fall_as_a_job_generates_and_rise_as_it_trains():
     # equal job that has had nothing goes first (the jobs of one size take turns)
     served.attained_tokens += (REMAINING_WEIGHT - 1) * generated * 1.01
     assert policy.key(fresh) < policy.key(served)
-
-
-def test_cp_srpt_counts_service_per_unit_of_weight():
-    policy = get_policy("cp-srpt")
-    light, heavy = JobState(spec(), 0, 1), JobState(spec(), 1, 1)
-    object.__setattr__(heavy, "weight", 2.0)
-    assert policy.key(heavy)[0] == pytest.approx(policy.key(light)[0] / 2)
