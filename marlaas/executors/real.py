@@ -77,6 +77,17 @@ from marlaas.executors.warmup import warm_up
 log = logging.getLogger("marlaas.real")
 
 
+def read_interrupt(task: asyncio.Task) -> None:
+    """Done callback of a work task: read the exception it ended with. ``_work`` turns every
+    error into a failed WorkDone, so a work task ends with one only when the run is
+    interrupted (the signal handler's KeyboardInterrupt or SystemExit, raised inside it),
+    which has already reached the caller through the event loop: read here, asyncio does not
+    print it again, with a traceback, as "Task exception was never retrieved" when the task
+    is collected."""
+    if not task.cancelled():
+        task.exception()
+
+
 class RealExecutor:
     """Real generation, environments and training, as the scheduler decides, over
     ``backends`` (in this process or Ray actors: :mod:`marlaas.executors.placement`).
@@ -190,6 +201,7 @@ class RealExecutor:
             self._release(decision)
         else:
             task = runner.get_loop().create_task(self._work(decision))
+            task.add_done_callback(read_interrupt)
             self._tasks[task] = decision
 
     def wait(self, until: float | None) -> Completions | None:
