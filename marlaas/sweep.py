@@ -254,7 +254,7 @@ def with_alone_times(
 ) -> list[SweepRun]:
     """``runs`` with each job's completion time alone (``alone_s``, for the slowdowns):
     every distinct job alone simulated once, over the same workers as the runs."""
-    from marlaas.sim.alone import alone_key, distinct
+    from marlaas.sim.alone import distinct, per_job
 
     tasks = distinct((run.workload, run.seed) for run in runs)
     profile = runs[0].profile if runs else None  # one profile for every run of a sweep
@@ -266,9 +266,7 @@ def with_alone_times(
         for i, seconds in _each(simulate_alone, todo, workers, ray, _longest_first(todo)):
             times[keys[i]] = seconds
             bar.update()
-    alone = [{j.name: times[alone_key(r.workload, j, r.seed)] for j in r.workload.jobs}
-             for r in runs]  # fmt: skip
-    return [replace(run, alone_s=a) for run, a in zip(runs, alone, strict=True)]
+    return [replace(run, alone_s=per_job(run.workload, run.seed, times)) for run in runs]
 
 
 def execute(

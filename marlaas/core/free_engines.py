@@ -99,21 +99,9 @@ class FreeEngines:
         """The open engine with at least ``seqs`` free sequences and ``tokens`` free KV
         tokens that has the most free sequences, then the lowest index; ``exclude``: engines
         not to consider."""
-        values, levels, size = self._values, self._levels, self._size
-        for k in range(len(values) - 1, -1, -1):
-            room = values[k]
-            if room < seqs:
-                return None
-            tree = levels[room]
-            if tree[1] < tokens:
-                continue
-            node = _leftmost(tree, 1, size, tokens)
-            while node - size in exclude:
-                node = _next(tree, node, size, tokens)
-                if not node:
-                    break
-            else:
-                return node - size
+        for index in self.in_order(seqs, tokens):
+            if index not in exclude:
+                return index
         return None
 
     def in_order(self, seqs: int, tokens: int) -> Iterator[int]:

@@ -64,21 +64,23 @@ def alone_times(
     Raises InfeasibleWorkloadError, as the run itself would, when no job could ever run."""
     check_some_fit(workload.jobs, workload.cluster)
     seed = workload.seed if seed is None else seed
-    done: dict[str, float | None] = {}
-    times = {}
-    for job in tqdm(workload.jobs, desc="alone", unit="job", disable=not progress):
-        key = alone_key(workload, job, seed)
-        if key not in done:
-            done[key] = alone_time(alone_workload(workload, job), seed, cost)
-        times[job.name] = done[key]
-    return times
+    tasks = distinct([(workload, seed)])
+    bar = tqdm(tasks.items(), desc="alone", unit="job", disable=not progress)
+    return per_job(workload, seed, {key: alone_time(one, s, cost) for key, (one, s) in bar})
 
 
 def distinct(pairs: Iterable[tuple[Workload, int]]) -> dict[str, tuple[Workload, int]]:
     """{alone key: (one-job workload, seed)} for every job of every (workload, seed) pair,
-    each distinct simulation once: the work a sweep hands to its workers."""
+    each distinct simulation once: the work to hand out."""
     out: dict[str, tuple[Workload, int]] = {}
     for workload, seed in pairs:
         for job in workload.jobs:
             out.setdefault(alone_key(workload, job, seed), (alone_workload(workload, job), seed))
     return out
+
+
+def per_job(
+    workload: Workload, seed: int, times: dict[str, float | None]
+) -> dict[str, float | None]:
+    """{job name: alone time} of ``workload``'s jobs, from ``times`` by alone key."""
+    return {job.name: times[alone_key(workload, job, seed)] for job in workload.jobs}
