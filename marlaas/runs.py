@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from marlaas import metrics
 from marlaas.core.workload import Workload
 from marlaas.eventlog import EVENT_LOG_FILE, write_event_log
+from marlaas.metrics.deadlines import missed_deadlines
+from marlaas.metrics.jobs import job_table
+from marlaas.metrics.summary import summarize
 from marlaas.out_folder import claim
 
 SUMMARY_FILE = "summary.json"
@@ -81,7 +83,7 @@ def run_summary(
     states = {name: outcome.state for name, outcome in outcomes.items()}
     unfinished = [name for name, state in states.items() if state != "finished"]
     deadlines = workload.deadlines_s()
-    jobs = metrics.job_table(events, arrivals, unfinished) if deadlines else None
+    jobs = job_table(events, arrivals, unfinished) if deadlines else None
     return {
         "kind": kind,
         "workload": workload.name,
@@ -100,9 +102,9 @@ def run_summary(
         "failures": result.failures,
         "deadlines_s": deadlines,
         "alone_s": alone_s,
-        "missed_deadlines": metrics.missed_deadlines(jobs, deadlines) if deadlines else [],
+        "missed_deadlines": missed_deadlines(jobs, deadlines) if deadlines else [],
         **extra,
-        "metrics": metrics.summarize(
+        "metrics": summarize(
             events,
             arrivals,
             weights,

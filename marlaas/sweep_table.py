@@ -8,7 +8,7 @@ run has no preset), ``policy`` (the ordering), ``seed``; then ``makespan_s``,
 device-seconds of that cause / (devices x makespan), so utilization + the idle columns = 1);
 ``jain_slowdown`` (of each job's JCT / its JCT alone), ``slowdown_max`` (the worst of
 them), ``jain_jct`` (of the JCTs themselves), ``jain_tenant_gpu_s``,
-``jain_tenant_gpu_s_per_weight`` (Jain's indices: 1 = fair; see metrics.fairness);
+``jain_tenant_gpu_s_per_weight`` (Jain's indices: 1 = fair; see marlaas.metrics.fairness);
 ``staleness_mean``, ``staleness_max`` [versions]; ``adapter_swaps``; ``wall_s`` (wall time
 of the simulation [s]); and against the baseline schedule of the same jobs, variant and seed:
 ``util_x`` (utilization ratio), ``speedup`` (baseline makespan / makespan) and

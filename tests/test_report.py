@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from marlaas import metrics
 from marlaas.eventlog import EventLogError, write_event_log
+from marlaas.metrics.jobs import train_ops
 from marlaas.report import add_report_parser, run_report
 from marlaas.report.build import FIGURES
 from marlaas.report.load import load_runs
@@ -148,7 +148,7 @@ def test_trace_flows_link_generation_training_and_sync(report, two_runs):
     slices["job"] = slices["args"].map(lambda a: a.get("job", ""))
     slices["step"] = slices["args"].map(lambda a: a.get("step", -1))
     flows = pd.DataFrame([e for e in events if e["ph"] in ("s", "t", "f")])
-    steps = sum(len(metrics.train_ops(r.events)) for r in load_runs(list(two_runs)))
+    steps = sum(len(train_ops(r.events)) for r in load_runs(list(two_runs)))
     assert flows["id"].nunique() == steps  # one flow per training step
     for _, flow in flows.groupby("id"):
         assert flow["ph"].tolist() == ["s", "t", "f"]

@@ -10,7 +10,9 @@ import re
 import numpy as np
 import pytest
 
-from marlaas import metrics
+from marlaas.metrics.devices import makespan
+from marlaas.metrics.idle import idle_breakdown
+from marlaas.metrics.staleness import staleness_counts
 from marlaas.report import run_report
 from marlaas.report.interactive import charts
 from marlaas.report.interactive.look import LABEL_PX
@@ -51,7 +53,7 @@ def test_timeline_has_one_shared_time_axis_over_both_runs_lanes(compared, two_ru
     assert len(bottom) == 1, "one x axis; every other row matches it"
     anchor = bottom[0].replace("axis", "")
     assert all(v.get("matches") == anchor for k, v in axes.items() if k != bottom[0])
-    longest = max(metrics.makespan(r.events) for r in load_runs(list(two_runs)))
+    longest = max(makespan(r.events) for r in load_runs(list(two_runs)))
     assert axes[bottom[0]]["range"] == pytest.approx([0, longest])
     data = _figures(compared)["fig-timeline"]["data"]
     lanes_of = {t["yaxis"] for t in data if t["type"] == "bar"}
@@ -86,7 +88,7 @@ def test_labels_are_readable_at_paper_32_size():
 
 def test_staleness_labels_show_the_values_of_a_run_with_staleness(medium_log):
     df, _ = medium_log
-    counts = metrics.staleness_counts(df)
+    counts = staleness_counts(df)
     assert counts.columns.max() > 0, "the fixture has staleness"
     fig = charts.plot_staleness(df)
     labels = {text for t in fig.data for text in t.text if text}
@@ -107,7 +109,7 @@ def test_idle_runs_side_by_side_are_the_breakdowns(medium_log, small_log):
     runs = [("m", medium_log[0]), ("s", small_log[0])]
     fig = charts.plot_idles(runs)
     for label, df in runs:
-        table = metrics.idle_breakdown(df)
+        table = idle_breakdown(df)
         for cause in table.columns[table.any()]:
             drawn = [t for t in fig.data if t.meta == cause and t.x[1][0] == label]
             assert len(drawn) == 1

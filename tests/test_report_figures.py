@@ -6,7 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from marlaas import metrics
+from marlaas.metrics.devices import device_table
+from marlaas.metrics.idle import idle_breakdown
+from marlaas.metrics.jobs import job_table
+from marlaas.metrics.staleness import staleness_counts
+from marlaas.metrics.utilization import utilization, utilization_over_time
 from marlaas.report.gantt import plot_gantt
 from marlaas.report.idle import plot_idle as static_idle
 from marlaas.report.interactive import charts
@@ -29,7 +33,7 @@ def wide_log():
 
 def test_utilization_traces_are_the_metric(medium_log):
     df, _ = medium_log
-    series = metrics.utilization_over_time(df)
+    series = utilization_over_time(df)
     traces = {t.meta: t for t in charts.plot_utilization(df).data}
     assert set(traces) == {"rollout", "train", "overall"}
     for pool, trace in traces.items():
@@ -39,7 +43,7 @@ def test_utilization_traces_are_the_metric(medium_log):
 
 def test_idle_bars_are_the_breakdown(medium_log):
     df, _ = medium_log
-    table = metrics.idle_breakdown(df)
+    table = idle_breakdown(df)
     fig = charts.plot_idle(df)
     drawn = {t.meta: np.asarray(t.y) for t in fig.data}
     assert set(drawn) == {c for c in table.columns if table[c].any()}
@@ -51,7 +55,7 @@ def test_idle_bars_are_the_breakdown(medium_log):
 
 def test_jobs_figure_counts_steps_once(medium_log):
     df, arrivals = medium_log
-    jobs = metrics.job_table(df, arrivals).set_index("job")
+    jobs = job_table(df, arrivals).set_index("job")
     fig = charts.plot_jobs(df, arrivals)
     lines = {t.name: t for t in fig.data if t.type == "scatter"}
     assert set(lines) == set(jobs.index)
@@ -64,7 +68,7 @@ def test_jobs_figure_counts_steps_once(medium_log):
 
 def test_staleness_bars_are_shares_of_the_counts(medium_log):
     df, _ = medium_log
-    counts = metrics.staleness_counts(df)
+    counts = staleness_counts(df)
     fig = charts.plot_staleness(df)
     assert sorted(t.meta for t in fig.data) == sorted(counts.columns)
     total = sum(np.asarray(t.x) for t in fig.data)
@@ -81,7 +85,7 @@ def test_lanes_cover_busy_time_and_hover_names_the_work(medium_log):
     busy = {"generate", "train"}
     covered = sum(float(np.sum(t.x)) for t in bars if {row[2] for row in t.customdata} <= busy)
     # merged bars may bridge sub-pixel gaps; never less than the busy time
-    assert covered >= metrics.utilization(df)["busy_s"].sum() * 0.999
+    assert covered >= utilization(df)["busy_s"].sum() * 0.999
     kinds = {row[2] for t in bars for row in t.customdata}
     assert kinds == {"generate", "train", "weight sync", "adapter load"}
     first = bars[0].customdata[0]
@@ -111,7 +115,7 @@ def test_many_devices_become_heatmaps_that_integrate_to_busy_seconds(wide_log):
     z = np.asarray(devices.z)
     x = np.asarray(devices.x)
     width = x[1] - x[0]
-    u = metrics.utilization(df)
+    u = utilization(df)
     assert list(devices.y) == u["device"].tolist()
     assert z.sum(axis=1) * width == pytest.approx(u["busy_s"].to_numpy(), rel=1e-9)
     for i, pool in enumerate(pools.y):
@@ -143,7 +147,7 @@ def test_static_utilization_plots_the_metric(medium_log):
     fig = static_utilization(df)
     patches = {p.get_gid(): p for p in fig.axes[0].patches if p.get_gid()}
     assert set(patches) == {"util-rollout", "util-train", "util-overall"}
-    u = metrics.utilization(df)
+    u = utilization(df)
     for pool, devs in u.groupby("pool"):
         values, edges, _ = patches[f"util-{pool}"].get_data()
         assert np.sum(values * np.diff(edges)) * len(devs) == pytest.approx(devs["busy_s"].sum())
@@ -165,9 +169,7 @@ def test_static_idle_stacks_idle_rows(medium_log):
 def test_static_gantt_lanes_or_heatmap(medium_log, wide_log):
     df, _ = medium_log
     ax = plot_gantt(df).axes[1]
-    assert [t.get_text() for t in ax.get_yticklabels()] == metrics.device_table(df)[
-        "device"
-    ].tolist()
+    assert [t.get_text() for t in ax.get_yticklabels()] == device_table(df)["device"].tolist()
     gids = {c.get_gid() for c in ax.collections}
     assert {"gantt-generate", "gantt-train", "gantt-sync", "gantt-adapter_load"} <= gids
     covered = 0.0
@@ -175,7 +177,7 @@ def test_static_gantt_lanes_or_heatmap(medium_log, wide_log):
         if c.get_gid() in ("gantt-generate", "gantt-train"):
             for path in c.get_paths():
                 covered += np.ptp(path.vertices[:, 0])
-    assert covered >= metrics.utilization(df)["busy_s"].sum() * 0.99
+    assert covered >= utilization(df)["busy_s"].sum() * 0.99
     wide, _ = wide_log
     images = plot_gantt(wide).axes[1].images
     assert [i.get_gid() for i in images] == ["gantt-heatmap"]
@@ -187,11 +189,11 @@ def test_static_jobs_and_staleness(medium_log):
     df, arrivals = medium_log
     fig = static_jobs(df, arrivals)
     lines = {ln.get_gid(): ln for ln in fig.axes[0].lines}
-    jobs = metrics.job_table(df, arrivals).set_index("job")
+    jobs = job_table(df, arrivals).set_index("job")
     for job, row in jobs.iterrows():
         assert lines[f"progress-{job}"].get_ydata()[-1] == row["steps"]
     fig = static_staleness(df)
-    totals = np.zeros(len(metrics.staleness_counts(df)))
+    totals = np.zeros(len(staleness_counts(df)))
     for container in fig.axes[0].containers:
         totals += [b.get_width() for b in container]
     assert totals == pytest.approx(1.0)

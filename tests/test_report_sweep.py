@@ -80,7 +80,8 @@ def test_sweep_without_event_logs_still_reports(tmp_path):
 
 
 def test_overtime_rows_are_each_runs_utilization(sweep_dir):
-    from marlaas.metrics import makespan, utilization_over_time
+    from marlaas.metrics.devices import makespan
+    from marlaas.metrics.utilization import utilization_over_time
     from marlaas.report.interactive.sweep import plot_overtime
     from marlaas.report.load import load_run
     from marlaas.report.sweep_page import _overtime

@@ -20,7 +20,7 @@ import pandas as pd
 from marlaas.core.outcomes import FINISHED, REFUSED
 from marlaas.core.scheduler import Scheduler
 from marlaas.eventlog import records_to_frame
-from marlaas.metrics import check_partition
+from marlaas.metrics.idle import check_partition
 
 if TYPE_CHECKING:
     from marlaas.drive.result import RunResult

@@ -19,7 +19,7 @@ from marlaas.core.records import WorkRecord
 from marlaas.eventlog import records_to_frame
 from marlaas.executors.episode_runner import RewardPoint
 from marlaas.executors.journal import Journaled
-from marlaas.metrics import BUSY_KINDS, makespan
+from marlaas.metrics.devices import BUSY_KINDS, makespan
 
 INTERRUPTED = "interrupted"
 """Idle cause of device time lost when a part of a real run was killed."""

@@ -9,9 +9,9 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from marlaas import metrics
 from marlaas.atomic import write_durably
 from marlaas.eventlog import EventLogError
+from marlaas.metrics.summary import summarize
 from marlaas.out_folder import claim
 from marlaas.report import fmt
 from marlaas.report.compare import difference_table
@@ -36,9 +36,9 @@ def run_report(run_dirs: Sequence[str | Path], out_dir: str | Path, static: bool
     ``out_dir`` must be empty or an earlier report (see :mod:`marlaas.out_folder`); the folder
     is built aside and replaces it whole (no stale files from an earlier report stay).
     ``out_dir`` gets ``report.html`` (self-contained, interactive), ``trace.json``
-    (Chrome/Perfetto, all runs), ``summary.json`` (metrics.summarize per run) and, with
-    ``static``, ``figures/*.png|svg``. A sweep folder (with sweep.csv) gets the sweep's page
-    instead (see :mod:`marlaas.report.sweep_page`). Raises
+    (Chrome/Perfetto, all runs), ``summary.json`` (:func:`marlaas.metrics.summary.summarize`
+    per run) and, with ``static``, ``figures/*.png|svg``. A sweep folder (with sweep.csv)
+    gets the sweep's page instead (see :mod:`marlaas.report.sweep_page`). Raises
     :class:`marlaas.eventlog.EventLogError` when a run is missing, empty, truncated or foreign.
     """
     if not run_dirs:
@@ -59,9 +59,7 @@ def run_report(run_dirs: Sequence[str | Path], out_dir: str | Path, static: bool
 
 def _write_report(runs: list[Run], out: Path, static: bool) -> Path:
     summaries = {
-        r.label: metrics.summarize(
-            r.events, r.arrivals, r.weights, (), shared_processor=r.shared_processor
-        )
+        r.label: summarize(r.events, r.arrivals, r.weights, (), shared_processor=r.shared_processor)
         for r in runs
     }
     pool, futures = None, {}

@@ -15,7 +15,8 @@ from marlaas.report.names import metric
 
 def comparison_table(summaries: Mapping[str, dict]) -> pd.DataFrame:
     """One row per run: makespan_s, utilization (overall and ``util_<pool>``), jct_mean_s,
-    jct_p90_s, staleness_mean, adapter_swaps, jain_slowdown (from metrics.summarize)."""
+    jct_p90_s, staleness_mean, adapter_swaps, jain_slowdown (from
+    :func:`marlaas.metrics.summary.summarize`)."""
     rows = {}
     for label, s in summaries.items():
         row = {
@@ -60,7 +61,7 @@ def difference_table(summaries: Mapping[str, dict], devices: str = "device") -> 
     """Headline metrics for people: one row per metric (human name with unit), one column
     per run (formatted values), and for every run after the first a column ``<run> vs
     <first>`` with the relative difference (``+12.3%``). ``summaries`` maps run labels to
-    :func:`marlaas.metrics.summarize` dicts, the reference run first."""
+    :func:`marlaas.metrics.summary.summarize` dicts, the reference run first."""
     flat = {label: pd.json_normalize(s, sep=".").iloc[0] for label, s in summaries.items()}
     keys = sorted(dict.fromkeys(k for f in flat.values() for k in f.index), key=_metric_order)
     labels = list(flat)

@@ -18,7 +18,7 @@ from matplotlib.colors import LinearSegmentedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from marlaas.metrics import device_table, makespan
+from marlaas.metrics.devices import device_table, makespan
 from marlaas.report.interactive.timeline import HEAT_BINS, HEAT_SCALE, LANE_LIMIT, MAX_BARS
 from marlaas.report.palette import job_colors, tenant_colors
 from marlaas.report.style import DPI, KIND_STYLE

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from marlaas.metrics import idle_breakdown
+from marlaas.metrics.idle import idle_breakdown
 from marlaas.report.style import CAUSE_COLORS
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from marlaas.metrics import job_table, train_progress
+from marlaas.metrics.jobs import job_table, train_progress
 from marlaas.report.palette import job_colors
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
-from marlaas.metrics import natural_key
+from marlaas.metrics.natural_order import natural_key
 
 HUE_ORDER = (0, 6, 3, 9, 1, 7, 4, 10, 2, 8, 5, 11)
 """Hue index (x 30 degrees) of the 1st, 2nd, ... tenant of each lightness level."""

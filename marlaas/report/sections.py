@@ -15,7 +15,10 @@ from dataclasses import replace
 import pandas as pd
 import plotly.graph_objects as go
 
-from marlaas import metrics
+from marlaas.metrics.idle import idle_breakdown
+from marlaas.metrics.jobs import job_table
+from marlaas.metrics.staleness import staleness_table
+from marlaas.metrics.utilization import utilization
 from marlaas.report import fmt
 from marlaas.report.html import Section
 from marlaas.report.interactive import charts, real
@@ -48,8 +51,8 @@ COMPARED_TITLES = {
 def run_sections(
     run: Run, summary: dict, static: dict[str, list[str]], draw: bool = True
 ) -> list[Section]:
-    """The sections of ``run`` (``summary``: metrics.summarize of it; ``static``: static file
-    names per section id, when exported; ``draw``: with the figures)."""
+    """The sections of ``run`` (``summary``: :func:`marlaas.metrics.summary.summarize` of it;
+    ``static``: static file names per section id, when exported; ``draw``: with the figures)."""
     sections = [
         replace(section, id=f"{name}-{run.slug}", nav=name)
         for name, section in _figure_sections(run, summary, draw).items()
@@ -166,7 +169,7 @@ def _timeline(df: pd.DataFrame, title: str, label: str, summary: dict, devices: 
 
 
 def _utilization(df: pd.DataFrame, title: str, label: str, summary: dict, devices: str) -> Section:
-    u = metrics.utilization(df)
+    u = utilization(df)
     per_pool = u.groupby("pool", sort=False).agg(
         devices=("device", "size"), busy_s=("busy_s", "sum"), utilization=("utilization", "mean")
     )
@@ -189,7 +192,7 @@ def _utilization(df: pd.DataFrame, title: str, label: str, summary: dict, device
 
 
 def _jobs(run: Run, title: str) -> Section:
-    jobs = metrics.job_table(run.events, run.arrivals)
+    jobs = job_table(run.events, run.arrivals)
     return Section(
         id="jobs",
         title=f"Jobs: {title}",
@@ -202,7 +205,7 @@ def _jobs(run: Run, title: str) -> Section:
 
 
 def _idle(df: pd.DataFrame, title: str, label: str, devices: str) -> Section:
-    table = metrics.idle_breakdown(df)
+    table = idle_breakdown(df)
     shown = [c for c in table.columns if table[c].any()]
     human = table[shown].rename(columns=lambda c: f"{idle_name(c)} [{devices}-s]")
     formatted = fmt.table(human.reset_index())
@@ -226,7 +229,7 @@ def _staleness(df: pd.DataFrame, title: str, label: str) -> Section:
             "Staleness of a training step: how many adapter versions its oldest sample lags "
             "the trainer (0 = on-policy); bounded per job by rl.max_staleness."
         ],
-        tables=[("Staleness per job [versions]", fmt.table(metrics.staleness_table(df)))],
+        tables=[("Staleness per job [versions]", fmt.table(staleness_table(df)))],
     )
 
 

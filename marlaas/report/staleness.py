@@ -7,7 +7,7 @@ import pandas as pd
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from marlaas.metrics import staleness_counts
+from marlaas.metrics.staleness import staleness_counts
 
 
 def plot_staleness(df: pd.DataFrame, title: str = "") -> Figure:

@@ -14,7 +14,8 @@ import pandas as pd
 
 from marlaas.atomic import write_durably
 from marlaas.eventlog import IDLE_CAUSES
-from marlaas.metrics import makespan, utilization_over_time
+from marlaas.metrics.devices import makespan
+from marlaas.metrics.utilization import utilization_over_time
 from marlaas.report import fmt
 from marlaas.report.html import Section, render_report
 from marlaas.report.interactive.sweep import plot_idle_shares, plot_overtime, plot_scaling

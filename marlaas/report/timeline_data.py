@@ -8,14 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from marlaas.metrics import (
-    cumulative_overlap,
-    device_busy_intervals,
-    device_table,
-    makespan,
-    merge_intervals,
-    natural_key,
-)
+from marlaas.metrics.devices import device_busy_intervals, device_table, makespan
+from marlaas.metrics.intervals import cumulative_overlap, merge_intervals
+from marlaas.metrics.natural_order import natural_key
 
 LANE_KINDS = ("generate", "train", "sync", "adapter_load")
 """Kinds of work drawn on device lanes, in drawing order."""
@@ -26,7 +21,7 @@ def lane_segments(df: pd.DataFrame, gap_s: float = 0.0) -> pd.DataFrame:
     """Bars of the device lanes: one per run of work of one (device, job, kind, version).
 
     Intervals of one such key that overlap or are at most ``gap_s`` [s] apart are merged.
-    Columns: ``lane`` (index in :func:`marlaas.metrics.device_table`), ``device``, ``pool``,
+    Columns: ``lane`` (index in :func:`marlaas.metrics.devices.device_table`), ``device``, ``pool``,
     ``tenant``, ``job``, ``kind``, ``version``, ``start_s``, ``end_s`` [s], ``rows`` (event-log
     rows merged into the bar). Times are clipped to ``[0, makespan]``.
     """
@@ -86,7 +81,7 @@ def device_busy_fraction(
 ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
     """Busy fraction of every device in ``bins`` equal time bins over ``[0, makespan]``.
 
-    Returns ``(devices, edges, busy)``: the devices (:func:`marlaas.metrics.device_table`),
+    Returns ``(devices, edges, busy)``: the devices (:func:`marlaas.metrics.devices.device_table`),
     the bin edges [s] (``bins + 1``) and an array (devices, bins) of busy seconds / bin width,
     in [0, 1]. Summed over bins (times the width) a device's row is its busy seconds.
     """

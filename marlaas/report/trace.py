@@ -20,7 +20,9 @@ import orjson
 import pandas as pd
 
 from marlaas.atomic import write_durably
-from marlaas.metrics import makespan, merge_intervals, natural_key
+from marlaas.metrics.devices import makespan
+from marlaas.metrics.intervals import merge_intervals
+from marlaas.metrics.natural_order import natural_key
 from marlaas.report.load import Run
 
 MAX_EVENTS = 200_000

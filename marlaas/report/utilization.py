@@ -6,14 +6,14 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from marlaas.metrics import utilization_by_pool, utilization_over_time
+from marlaas.metrics.utilization import utilization_by_pool, utilization_over_time
 
 
 def plot_utilization(df: pd.DataFrame, title: str = "", bin_s: float | None = None) -> Figure:
     """Busy fraction [0, 1] per pool and overall over time [s].
 
     Each curve is a ``StepPatch`` whose gid is ``util-<pool>`` (``util-overall``); its data are
-    exactly :func:`marlaas.metrics.utilization_over_time`.
+    exactly :func:`marlaas.metrics.utilization.utilization_over_time`.
     """
     series = utilization_over_time(df, bin_s)
     means = utilization_by_pool(df)

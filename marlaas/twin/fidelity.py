@@ -13,7 +13,14 @@ import math
 
 import pandas as pd
 
-from marlaas import metrics
+from marlaas.metrics.adapter_loads import adapter_loads
+from marlaas.metrics.devices import makespan
+from marlaas.metrics.jobs import job_table, train_ops
+from marlaas.metrics.utilization import (
+    processor_utilization,
+    utilization,
+    utilization_by_pool,
+)
 from marlaas.twin.operations import operations
 
 STAGES = ("generate", "env", "train", "sync", "adapter_load")
@@ -32,22 +39,22 @@ def fidelity_table(
     def rel(metric: str, unit: str, a: float, b: float) -> None:
         rows.append((metric, unit, a, b, "relative"))
 
-    rel("makespan", "s", metrics.makespan(real), metrics.makespan(replay))
-    jobs_real = metrics.job_table(real, arrivals).set_index("job")["jct_s"]
-    jobs_sim = metrics.job_table(replay, arrivals).set_index("job")["jct_s"]
+    rel("makespan", "s", makespan(real), makespan(replay))
+    jobs_real = job_table(real, arrivals).set_index("job")["jct_s"]
+    jobs_sim = job_table(replay, arrivals).set_index("job")["jct_s"]
     rel("job completion, mean", "s", float(jobs_real.mean()), float(jobs_sim.mean()))
     for job in jobs_real.index:
         rel(
             f"job completion, {job}", "s", float(jobs_real[job]), float(jobs_sim.get(job, math.nan))
         )
     if shared_processor:
-        rows.append(("busy fraction, processor", "fraction", metrics.processor_utilization(real),
-                     metrics.processor_utilization(replay), "points"))  # fmt: skip
-    for pool, value in metrics.utilization_by_pool(real).items():
-        sim = metrics.utilization_by_pool(replay).get(pool, math.nan)
+        rows.append(("busy fraction, processor", "fraction", processor_utilization(real),
+                     processor_utilization(replay), "points"))  # fmt: skip
+    for pool, value in utilization_by_pool(real).items():
+        sim = utilization_by_pool(replay).get(pool, math.nan)
         rows.append((f"busy fraction, pool {pool}", "fraction", value, sim, "points"))
-    device_sim = metrics.utilization(replay).set_index("device")["utilization"]
-    for device, value in metrics.utilization(real).set_index("device")["utilization"].items():
+    device_sim = utilization(replay).set_index("device")["utilization"]
+    for device, value in utilization(real).set_index("device")["utilization"].items():
         rows.append((f"busy fraction, {device}", "fraction", value,
                      float(device_sim.get(device, math.nan)), "points"))  # fmt: skip
     for stage in STAGES:
@@ -55,13 +62,13 @@ def fidelity_table(
         if len(a) and len(b):
             rel(f"{stage} duration, mean", "s", float(a.mean()), float(b.mean()))
             rel(f"{stage} duration, p90", "s", float(a.quantile(0.9)), float(b.quantile(0.9)))
-    stale_real = metrics.train_ops(real)["staleness"]
-    stale_sim = metrics.train_ops(replay)["staleness"]
+    stale_real = train_ops(real)["staleness"]
+    stale_sim = train_ops(replay)["staleness"]
     rows.append(("staleness, mean", "versions", float(stale_real.mean()),
                  float(stale_sim.mean()), "difference"))  # fmt: skip
     rows.append(("staleness, max", "versions", float(stale_real.max()),
                  float(stale_sim.max()), "difference"))  # fmt: skip
-    rel("adapter loads", "count", metrics.adapter_loads(real), metrics.adapter_loads(replay))
+    rel("adapter loads", "count", adapter_loads(real), adapter_loads(replay))
     frame = pd.DataFrame(rows, columns=["metric", "unit", "real", "replay", "error_unit"])
     frame["error"] = [_error(r.real, r.replay, r.error_unit) for r in frame.itertuples()]
     return frame[["metric", "unit", "real", "replay", "error", "error_unit"]]

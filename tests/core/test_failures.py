@@ -10,7 +10,7 @@ from marlaas.core.work import Sync
 from marlaas.core.workload import Workload, parse_workload
 from marlaas.drive import FixedExecutor, RunError
 from marlaas.eventlog import records_to_frame
-from marlaas.metrics import check_partition
+from marlaas.metrics.idle import check_partition
 from tests.core.fixed_driver import Run, run_fixed
 from tests.core.test_scheduler import workload
 

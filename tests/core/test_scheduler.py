@@ -183,7 +183,7 @@ def test_fair_interleaves_and_fifo_does_not():
 
 def test_idle_rows_and_busy_rows_partition_every_device():
     from marlaas.eventlog import records_to_frame
-    from marlaas.metrics import check_partition
+    from marlaas.metrics.idle import check_partition
 
     frame = records_to_frame(run_fixed(workload(jobs=2), "fifo").records)
     check_partition(frame)

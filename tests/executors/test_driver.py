@@ -18,7 +18,6 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from marlaas import metrics
 from marlaas.cli import main
 from marlaas.core.policies.fair import Fair
 from marlaas.core.scheduler import Scheduler
@@ -33,6 +32,7 @@ from marlaas.executors.local import LocalExecutor
 from marlaas.executors.outputs import rewards_frame
 from marlaas.executors.resume import ResumeError, check_same_workload
 from marlaas.executors.train import train_run
+from marlaas.metrics.idle import check_partition
 from marlaas.sim.run import simulate
 from marlaas.workload_file import apply_overrides, load_workload
 
@@ -94,7 +94,7 @@ def test_hf_run_each_tenant_learns_its_target(hf_run):
 def test_real_event_log_partitions_and_reports(hf_run, tmp_path):
     out, *_ = hf_run
     events = read_event_log(out)
-    metrics.check_partition(events)
+    check_partition(events)
     assert set(events["kind"]) >= {"generate", "env", "train", "sync", "adapter_load", "idle"}
     # one CPU (shared_compute): no training step overlaps any generation
     gen = events[events["kind"] == "generate"]

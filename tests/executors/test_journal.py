@@ -9,7 +9,7 @@ from marlaas.core.records import WorkRecord
 from marlaas.executors.episode_runner import RewardPoint
 from marlaas.executors.history import INTERRUPTED, history_events, history_points
 from marlaas.executors.journal import Journal, JournalError, read_journal
-from marlaas.metrics import check_partition
+from marlaas.metrics.idle import check_partition
 
 
 def point(job: str, step: int, time_s: float) -> RewardPoint:

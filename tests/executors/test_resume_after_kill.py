@@ -27,7 +27,7 @@ pytest.importorskip("peft")
 
 from marlaas.cli import main
 from marlaas.executors.journal import JOURNAL_FILE, read_journal
-from marlaas.metrics import check_partition
+from marlaas.metrics.idle import check_partition
 from marlaas.out_folder import read_manifest
 from tests.tiny_cluster import tiny_cluster_yaml
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from marlaas import metrics
 from marlaas.core.workload import WorkloadError, parse_workload
+from marlaas.metrics.deadlines import missed_deadlines
 from marlaas.sim.run import simulate_run
 from marlaas.workload_file import load_with_overrides
 
@@ -45,9 +45,9 @@ def test_prices_by_pool_then_profile_then_default():
 def test_missed_deadlines_are_late_or_unfinished_jobs():
     jobs = pd.DataFrame({"job": ["a", "b", "c"], "jct_s": [90.0, 120.0, float("nan")]})
     deadlines = {"a": 100.0, "b": 100.0, "c": 500.0, "d": 10.0}  # d never ran
-    assert metrics.missed_deadlines(jobs, deadlines) == ["b", "c", "d"]
-    assert metrics.missed_deadlines(jobs, {"a": 90.0}) == []  # on the deadline is in time
-    assert metrics.missed_deadlines(jobs, None) == []
+    assert missed_deadlines(jobs, deadlines) == ["b", "c", "d"]
+    assert missed_deadlines(jobs, {"a": 90.0}) == []  # on the deadline is in time
+    assert missed_deadlines(jobs, None) == []
 
 
 def test_a_runs_summary_counts_its_missed_deadlines():

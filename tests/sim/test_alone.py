@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import marlaas.sim.alone as alone_module
-from marlaas.metrics import jain_index
+from marlaas.metrics.fairness import jain_index
 from marlaas.sim.alone import alone_times, distinct
 from marlaas.sim.run import simulate_run
 from marlaas.workload_file import apply_overrides, load_workload

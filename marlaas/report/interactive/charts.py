@@ -16,15 +16,11 @@ import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
-from marlaas.metrics import (
-    idle_breakdown,
-    job_table,
-    staleness_counts,
-    train_progress,
-    utilization_by_pool,
-    utilization_over_time,
-)
-from marlaas.metrics import makespan as run_makespan
+from marlaas.metrics.devices import makespan as run_makespan
+from marlaas.metrics.idle import idle_breakdown
+from marlaas.metrics.jobs import job_table, train_progress
+from marlaas.metrics.staleness import staleness_counts
+from marlaas.metrics.utilization import utilization_by_pool, utilization_over_time
 from marlaas.report.interactive.look import LABEL_PX, LAYOUT, ROW_PX, run_title
 from marlaas.report.names import IDLE_CAUSES, idle_name
 from marlaas.report.palette import job_colors
@@ -76,7 +72,7 @@ def _next_color(colors: dict[str, str]) -> str:
 
 def plot_utilization(df: pd.DataFrame, title: str = "", devices: str = "device") -> go.Figure:
     """Busy fraction per pool and overall over time: one step line each (trace names are the
-    pools and ``overall``; data = :func:`marlaas.metrics.utilization_over_time`)."""
+    pools and ``overall``; data = :func:`marlaas.metrics.utilization.utilization_over_time`)."""
     fig = go.Figure(_utilization_traces(df, {}))
     fig.update_layout(
         title={"text": title, "x": 0},
@@ -218,7 +214,7 @@ def plot_jobs_compared(
 
 def _idle_bars(table: pd.DataFrame, x, devices: str, shown: set[str]) -> list[go.Bar]:
     """Bars of idle device-seconds per cause (``meta`` = the cause) at ``x`` (one per row of
-    ``table``, :func:`marlaas.metrics.idle_breakdown`); a cause is in the legend once."""
+    ``table``, :func:`marlaas.metrics.idle.idle_breakdown`); a cause is in the legend once."""
     bars = []
     for cause in table.columns:
         values = table[cause].to_numpy()
@@ -244,7 +240,7 @@ def _idle_bars(table: pd.DataFrame, x, devices: str, shown: set[str]) -> list[go
 
 def plot_idle(df: pd.DataFrame, title: str = "", devices: str = "device") -> go.Figure:
     """Idle device-seconds per pool, stacked by cause (trace ``meta`` = the cause; data =
-    :func:`marlaas.metrics.idle_breakdown`)."""
+    :func:`marlaas.metrics.idle.idle_breakdown`)."""
     table = idle_breakdown(df)
     fig = go.Figure(_idle_bars(table, [f"pool {p}" for p in table.index], devices, set()))
     _idle_layout(fig, title, devices, len(table))
@@ -293,7 +289,7 @@ def _wrap(text: str, width: int = 60) -> str:
 
 def _staleness_bars(df: pd.DataFrame, shades: dict[int, str], shown: set[int]) -> list[go.Bar]:
     """Per staleness value [versions] (``meta``), the share of each job's training steps at
-    it (data = :func:`marlaas.metrics.staleness_counts`); segments are labelled with their
+    it (data = :func:`marlaas.metrics.staleness.staleness_counts`); segments are labelled with their
     value where they fit; a value is in the legend once."""
     counts = staleness_counts(df)
     if counts.empty:
@@ -347,7 +343,7 @@ def _staleness_note(df: pd.DataFrame) -> str:
 
 def plot_staleness(df: pd.DataFrame, title: str = "") -> go.Figure:
     """Share of each job's training steps per staleness value [versions] (stacked bars; trace
-    ``meta`` = the value; data = :func:`marlaas.metrics.staleness_counts`)."""
+    ``meta`` = the value; data = :func:`marlaas.metrics.staleness.staleness_counts`)."""
     return plot_stalenesses([(title, df)], title)
 
 

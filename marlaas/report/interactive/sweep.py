@@ -128,8 +128,9 @@ def plot_idle_shares(table: pd.DataFrame) -> go.Figure:
 
 def plot_overtime(series: dict[str, pd.DataFrame]) -> go.Figure:
     """Busy fraction of all devices over time, one heatmap row per run (y = run label; data =
-    the ``overall`` column of each run's :func:`marlaas.metrics.utilization_over_time` on a
-    common bin width; blank after a run ends)."""
+    the ``overall`` column of each run's
+    :func:`marlaas.metrics.utilization.utilization_over_time` on a common bin width; blank
+    after a run ends)."""
     labels = list(series)
     width = max((s["t_end_s"].iloc[-1] for s in series.values() if len(s)), default=1.0) / 200
     z = np.full((len(labels), 200), np.nan)

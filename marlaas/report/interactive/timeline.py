@@ -25,7 +25,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from marlaas.metrics import device_table, makespan
+from marlaas.metrics.devices import device_table, makespan
 from marlaas.report.interactive.look import LABEL_PX, run_title
 from marlaas.report.names import WORK_KINDS
 from marlaas.report.palette import job_colors, tenant_colors
