@@ -3,7 +3,7 @@ renamed into place, so that a reader (or a run killed midway) never sees half of
 
 Every temporary name is ``.NAME.<random>.tmp`` (a file; ``.NAME.<random>.tmp.png`` when the
 writer needs the extension) or ``.NAME.tmp-<random>`` (a folder), the names
-:data:`marlaas.out_folder.TEMPORARY` recognises as leftovers.
+:data:`marlaas.output.kinds.TEMPORARY` recognises as leftovers.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Every user error (bad workload, unknown policy, bad override, bad argument, unre
 an ``--out`` that is not ours or is in use) is printed as one ``marlaas: error: ...`` line,
 with control characters escaped (:func:`marlaas.terminal.printable`), and exits with status
 2; nothing is written to ``--out``. A failure of the machine (a file that cannot be read or
-written, a full disk: :class:`marlaas.out_folder.WriteError`) is one such line with status 1.
+written, a full disk: :class:`marlaas.output.errors.WriteError`) is one such line with status 1.
 Ctrl-C (SIGINT) and SIGTERM stop a command with status 130 and 143, leaving ``--out`` as it
 was (see :mod:`marlaas.out_folder`), whenever they come once the package has begun to load,
 during an import included (see :mod:`marlaas.interrupts`); a reader that goes away
@@ -48,7 +48,7 @@ USER_ERRORS = (
     ("marlaas.executors.tracking", "TrackerError"),
     ("marlaas.executors.ray_backends", "PlacementError"),
     ("marlaas.ray_cluster", "RayUnavailableError"),
-    ("marlaas.out_folder", "OutputError"),
+    ("marlaas.output.errors", "OutputError"),
     ("marlaas.terminal", "UsageError"),
 )
 """(module, class) of the errors printed as one line: an error whose module was never

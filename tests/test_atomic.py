@@ -8,7 +8,7 @@ import stat
 import pytest
 
 from marlaas.atomic import replacing, write_durably
-from marlaas.out_folder import TEMPORARY
+from marlaas.output.kinds import TEMPORARY
 
 
 def test_write_durably_replaces_the_whole_file_and_leaves_no_temporary(tmp_path):

@@ -113,7 +113,7 @@ def test_out_never_replaces_a_folder_that_is_not_a_run(tmp_path, capsys):
     assert "not replacing it" in capsys.readouterr().err
     assert (precious / "thesis.tex").read_text() == "years of work"
     # an earlier run folder is replaced whole: what it wrote then and not now is gone
-    from marlaas.out_folder import write_manifest
+    from marlaas.output.manifest import write_manifest
 
     run = tmp_path / "run"
     assert main([*args, "--out", str(run)]) == 0

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from marlaas.cli import main
-from marlaas.out_folder import read_manifest
+from marlaas.output.manifest import read_manifest
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = str(REPO / "traces/small.yaml")

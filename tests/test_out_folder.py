@@ -16,15 +16,11 @@ import pytest
 
 from marlaas import runs
 from marlaas.cli import main
-from marlaas.out_folder import (
-    MANIFEST_FILE,
-    OutputError,
-    claim,
-    exchange,
-    lock_path,
-    read_manifest,
-    write_manifest,
-)
+from marlaas.out_folder import claim
+from marlaas.output.errors import OutputError
+from marlaas.output.lock import lock_path
+from marlaas.output.manifest import MANIFEST_FILE, read_manifest, write_manifest
+from marlaas.output.swap import exchange
 
 SIM = ["simulate", "traces/small.yaml", "--quiet", "--set", "jobs.*.rl.steps=2"]
 REPORT_HTML = "<!DOCTYPE html>\n<html><head><title>MARLaaS report: fair</title></head></html>"

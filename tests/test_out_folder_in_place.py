@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 from marlaas.interrupts import Interrupted
-from marlaas.out_folder import STAGING_MARK, OutputError, claim, read_manifest, write_manifest
+from marlaas.out_folder import claim
+from marlaas.output.errors import OutputError
+from marlaas.output.manifest import read_manifest, write_manifest
+from marlaas.output.staging import STAGING_MARK
 
 
 def entries(folder: Path) -> list[str]:

@@ -95,7 +95,7 @@ def _train_interrupt_hint(out: Path):
 
 def _finished_run_created(out: Path) -> str | None:
     """When the finished real run in ``out`` was created; None when there is none."""
-    from marlaas.out_folder import read_manifest
+    from marlaas.output.manifest import read_manifest
 
     manifest = read_manifest(out)
     if manifest is None or manifest["kind"] != "real" or manifest.get("status") != "finished":
@@ -119,7 +119,9 @@ def _evaluate(args: argparse.Namespace) -> int:
     )
     from marlaas.executors.evaluate import evaluate, pick_versions, versions_trained_at
     from marlaas.executors.outputs import ADAPTERS_DIR, REWARDS_CSV
-    from marlaas.out_folder import OutputError, claim, claim_file, write_manifest
+    from marlaas.out_folder import claim, claim_file
+    from marlaas.output.errors import OutputError
+    from marlaas.output.manifest import write_manifest
     from marlaas.report.interactive.real import accuracy_rows
     from marlaas.run_files import EVAL_FILE, is_evaluation, read_rewards
     from marlaas.workload_file import load_with_overrides

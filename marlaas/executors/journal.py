@@ -28,7 +28,7 @@ from pathlib import Path
 
 from marlaas.core.records import WorkRecord
 from marlaas.executors.episode_runner import RewardPoint
-from marlaas.out_folder import OutputError
+from marlaas.output.errors import OutputError
 
 JOURNAL_FILE = "journal.jsonl"
 

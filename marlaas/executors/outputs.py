@@ -21,7 +21,7 @@ import pandas as pd
 from marlaas.atomic import replacing, write_durably
 from marlaas.core.workload import Workload
 from marlaas.eventlog import EVENT_LOG_FILE, write_event_log
-from marlaas.out_folder import WriteError
+from marlaas.output.errors import WriteError
 from marlaas.runs import SUMMARY_FILE, WORKLOAD_FILE, run_summary, summary_json
 
 REWARDS_CSV = "rewards.csv"

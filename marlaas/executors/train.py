@@ -50,7 +50,8 @@ from marlaas.executors.resume import (
     identity,
 )
 from marlaas.executors.tracking import RewardFeed, check_tracker, open_tracker
-from marlaas.out_folder import claim, write_manifest
+from marlaas.out_folder import claim
+from marlaas.output.manifest import write_manifest
 
 REAL = "real"
 
@@ -75,7 +76,7 @@ def train_run(
 
     Without ``resume`` an earlier finished real run in ``out`` is replaced (an unfinished one
     is refused: resume it), kept aside until the new run's first durable step: it comes back
-    if the new one fails or is stopped before (marlaas.out_folder.Claim.in_place). With
+    if the new one fails or is stopped before (marlaas.output.claim.Claim.in_place). With
     ``resume``, each job continues after its last durable step (adapter and optimizer
     state), and the run's history goes on. ``ray``: None to run the engines, trainers and
     environments in this process, else the Ray cluster they run on as actors (``local``,

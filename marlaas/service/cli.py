@@ -60,7 +60,7 @@ def _serve(args: argparse.Namespace) -> int:
     quiet_libraries(verbose=args.log_level == "debug")
     import uvicorn
 
-    from marlaas.out_folder import lock_folder
+    from marlaas.output.lock import lock_folder
     from marlaas.service.app import OPERATOR_KEY_FILE, create_app
     from marlaas.service.config import load_config
     from marlaas.service.db import database_url
@@ -135,7 +135,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _data_folder(path: str, create: bool = True) -> Path:
     """The data folder: new, empty, or one of ours (made unless ``create`` is False)."""
-    from marlaas.out_folder import OutputError
+    from marlaas.output.errors import OutputError
 
     data = Path(path)
     if data.exists() and not data.is_dir():
@@ -172,7 +172,7 @@ def _base_model(config, base_dir: Path) -> dict:
 def _check_base_model(data: Path, config, base_dir: Path) -> None:
     """Refuse a base model other than the one the data folder's adapters were trained on
     (or one that is not there)."""
-    from marlaas.out_folder import OutputError
+    from marlaas.output.errors import OutputError
 
     now = _base_model(config, base_dir)
     path = data / BASE_MODEL_FILE
@@ -192,7 +192,7 @@ def _check_base_model(data: Path, config, base_dir: Path) -> None:
 
 def _record_base_model(data: Path, config, base_dir: Path) -> None:
     """Record the base model the data folder's adapters are trained on (once)."""
-    from marlaas.out_folder import write_durably
+    from marlaas.atomic import write_durably
 
     path = data / BASE_MODEL_FILE
     if not path.is_file():

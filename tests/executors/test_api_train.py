@@ -12,7 +12,7 @@ pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 import marlaas
-from marlaas.out_folder import read_manifest
+from marlaas.output.manifest import read_manifest
 
 TRACE = Path(__file__).resolve().parents[2] / "traces" / "real-tiny.yaml"
 

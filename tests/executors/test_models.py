@@ -33,7 +33,7 @@ def test_tiny_model_builds_and_loads(tiny_model_dir):
 
 
 def test_tiny_model_write_is_atomic_and_refuses_overwrite(tiny_model_dir):
-    from marlaas.out_folder import OutputError
+    from marlaas.output.errors import OutputError
 
     with pytest.raises(OutputError, match="give --overwrite to replace it"):
         models.build_tiny_model(tiny_model_dir)

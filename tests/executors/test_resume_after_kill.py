@@ -28,7 +28,7 @@ pytest.importorskip("peft")
 from marlaas.cli import main
 from marlaas.executors.journal import JOURNAL_FILE, read_journal
 from marlaas.metrics.idle import check_partition
-from marlaas.out_folder import read_manifest
+from marlaas.output.manifest import read_manifest
 from tests.tiny_cluster import tiny_cluster_yaml
 
 STEPS = 6
@@ -134,7 +134,7 @@ def test_a_killed_run_resumes_to_the_same_adapters_and_one_history(tiny_model_di
 
 
 def test_without_resume_an_unfinished_run_is_refused(tiny_model_dir, tmp_path, capsys):
-    from marlaas.out_folder import write_manifest
+    from marlaas.output.manifest import write_manifest
 
     workload = tmp_path / "w.yaml"
     workload.write_text(workload_text(tiny_model_dir))

@@ -21,7 +21,7 @@ pytest.importorskip("peft")
 
 from marlaas.cli import main
 from marlaas.executors.journal import JOURNAL_FILE, Journal, read_journal
-from marlaas.out_folder import read_manifest
+from marlaas.output.manifest import read_manifest
 from tests.tiny_cluster import tiny_cluster_yaml
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,0 +1,60 @@
+"""The lock of an output (``fcntl.flock`` on ``.NAME.lock`` beside it): one command writes an
+``--out`` at a time; a second is refused at once."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from contextlib import suppress
+from pathlib import Path
+
+from marlaas.output.errors import OutputError, reason
+
+
+def lock_path(out: Path) -> Path:
+    """The lock file of ``out`` (beside it, hidden)."""
+    return out.with_name(f".{out.name}.lock")
+
+
+def lock_folder(out: Path) -> int:
+    """Hold ``out``'s lock (beside it) for as long as the returned descriptor stays open;
+    OutputError when another marlaas command holds it."""
+    return lock_beside(Path(out))
+
+
+def lock_beside(out: Path) -> int:
+    """Take ``out``'s lock, creating its parent folder if needed; the descriptor holds it.
+    OutputError when another command holds it or the parent is not writable."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return _lock(out)
+    except OSError as err:
+        raise OutputError(f"{out}: cannot write there ({reason(err)})") from None
+
+
+def _lock(out: Path) -> int:
+    path = lock_path(out)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise OutputError(
+                f"{out}: another marlaas command is writing it (lock {path.name} held); wait "
+                "for it to finish or choose another --out"
+            ) from None
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        except FileNotFoundError:
+            same = False  # its holder removed it as we opened it: take the new one
+        if same:
+            return fd
+        os.close(fd)
+
+
+def unlock(out: Path, fd: int) -> None:
+    """Release ``out``'s lock taken by :func:`lock_beside` (its file removed first)."""
+    with suppress(OSError):
+        os.unlink(lock_path(out))  # while still holding it: a waiter then retries
+    os.close(fd)

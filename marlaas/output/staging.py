@@ -1,0 +1,27 @@
+"""The staging mark: what makes a hidden folder beside an output marlaas's, and removing such
+a folder so that a kill midway leaves it recognisable."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+STAGING_MARK = ".marlaas-staging"
+"""An empty file in every staging folder while it is built: what makes it marlaas's."""
+
+
+def is_real_dir(path: Path) -> bool:
+    """Whether ``path`` is a folder and not a symbolic link to one."""
+    return path.is_dir() and not path.is_symlink()
+
+
+def discard(folder: Path) -> None:
+    """Remove a folder of marlaas's, marked as staging first: a kill midway leaves a marked
+    folder, which the next claim removes."""
+    (folder / STAGING_MARK).touch()
+    for path in folder.iterdir():
+        if is_real_dir(path):
+            shutil.rmtree(path)
+        elif path.name != STAGING_MARK:
+            path.unlink()
+    shutil.rmtree(folder)
