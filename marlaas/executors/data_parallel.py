@@ -25,12 +25,8 @@ from pathlib import Path
 
 import torch
 
-from marlaas.executors.peft_trainer import (
-    BackwardPass,
-    PeftTrainer,
-    group_advantages,
-    step_stats,
-)
+from marlaas.executors.grpo import BackwardPass, group_advantages, step_stats
+from marlaas.executors.peft_trainer import PeftTrainer
 from marlaas.executors.rollout import TrainSample, TrainStats
 
 

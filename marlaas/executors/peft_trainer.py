@@ -1,11 +1,6 @@
 """LoRA policy training for many tenants on one base model: one adapter and optimizer per job.
 
-The loss is GRPO with a PPO-style clipped importance ratio: per group (the samples of one
-prompt) the advantage is A = (r - mean(r)) / (std(r) + eps); per completion token the ratio is
-rho = exp(logp_new - logp_old) against the sampling log-probs, and the loss is
--min(rho * A, clip(rho, 1 - clip_eps, 1 + clip_eps) * A), averaged over all completion tokens
-of the batch. Samples of the current adapter version have rho = 1 up to numerics; stale ones are
-corrected and clipped.
+The loss is GRPO with a PPO-style clipped importance ratio (:mod:`marlaas.executors.grpo`).
 
 Memory (measured on SmolLM2-135M, docs/real-runs.md): the log-probs of the completion tokens
 come from the decoder's hidden states through lm_head -> logsumexp -> gather, a chunk of
@@ -17,26 +12,29 @@ forward/backward pass holds, and their gradients accumulate before one optimizer
 
 from __future__ import annotations
 
-import json
-import math
 import re
 import threading
 import warnings
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from marlaas.atomic import atomic_dir
 from marlaas.executors.adapter_store import OPTIMIZER_FILE
-from marlaas.executors.logprobs import token_logprobs
+from marlaas.executors.completion_logprobs import (
+    chunked_logprobs,
+    full_logits_logprobs,
+    pad_rows,
+    plain_head,
+)
+from marlaas.executors.grpo import BackwardPass, clipped_surrogate, group_advantages, step_stats
+from marlaas.executors.lora_weights import load_weights, seeded_init, write_adapter
 from marlaas.executors.rollout import TrainSample, TrainStats
+from marlaas.executors.shared_weights import share_weights
 
 _JOB_NAME = re.compile(r"[A-Za-z0-9_-]+")
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-VERSION_FILE = "marlaas_adapter.json"
 
 
 _UNCHECKED = object()
@@ -49,50 +47,6 @@ class _Job:
     optimizer: torch.optim.Optimizer
     params: list[torch.nn.Parameter]
     version: int
-
-
-@dataclass
-class BackwardPass:
-    """What :meth:`PeftTrainer.backward` measured over its samples (sums, to be added up
-    over the parts of one step)."""
-
-    loss: float = 0.0
-    """Clipped surrogate loss of these samples, over the step's completion tokens."""
-    ratio_sum: float = 0.0
-    """Sum of the importance ratios of their completion tokens."""
-    ratio_max: float = 0.0
-    clipped: int = 0
-    """Completion tokens whose ratio was clipped."""
-
-    def __add__(self, other: BackwardPass) -> BackwardPass:
-        return BackwardPass(
-            self.loss + other.loss, self.ratio_sum + other.ratio_sum,
-            max(self.ratio_max, other.ratio_max), self.clipped + other.clipped,
-        )  # fmt: skip
-
-
-def step_stats(
-    job: str,
-    version: int,
-    samples: Sequence[TrainSample],
-    total_tokens: int,
-    done: BackwardPass,
-    grad_norm: float,
-) -> TrainStats:
-    """The statistics of a step of `job` on `samples` that reached `version`."""
-    return TrainStats(
-        job=job,
-        version=version,
-        loss=done.loss,
-        samples=len(samples),
-        tokens=total_tokens,
-        mean_reward=sum(s.reward for s in samples) / len(samples),
-        mean_ratio=done.ratio_sum / max(total_tokens, 1),
-        max_ratio=done.ratio_max,
-        clip_fraction=done.clipped / max(total_tokens, 1),
-        grad_norm=grad_norm,
-        max_staleness=max(version - 1 - s.version for s in samples),
-    )
 
 
 class TrainingInterrupted(RuntimeError):
@@ -112,7 +66,8 @@ class PeftTrainer:
     activation memory (a 64-sequence SmolLM2 step: 3.9 GB -> 1.3 GB peak resident, measured).
     ``shared_weights`` (Hugging Face name -> tensor, e.g. an in-process engine's
     ``plain_weights()``) replace the base model's frozen weights of the same name, shape,
-    dtype, device and values (see :func:`share_weights`): one copy in the process, not two.
+    dtype, device and values (see :func:`marlaas.executors.shared_weights.share_weights`):
+    one copy in the process, not two.
     """
 
     def __init__(
@@ -219,9 +174,9 @@ class PeftTrainer:
     def _fill_job(self, job, rank, alpha, lr, init_dir, version, seed) -> _Job:
         """The weights of ``job``'s adapter (just added) and its optimizer."""
         if init_dir is not None:
-            version = _load_weights(self.model, job, Path(init_dir), default_version=version)
+            version = load_weights(self.model, job, Path(init_dir), default_version=version)
         elif seed is not None:
-            _seeded_init(self.model, job, seed)
+            seeded_init(self.model, job, seed)
         params = [p for n, p in self.model.named_parameters() if f".{job}." in n]
         if not params:
             raise RuntimeError(f"no LoRA parameters found for job {job!r}")
@@ -312,21 +267,13 @@ class PeftTrainer:
                     raise TrainingInterrupted(f"{job}: training step interrupted")
                 chunk = samples[start : start + self.micro_batch_size]
                 logp, mask = self._completion_logprobs(chunk)
-                old = _pad_rows([s.logprobs for s in chunk], mask.shape[1], self.device)
+                old = pad_rows([s.logprobs for s in chunk], mask.shape[1], self.device)
                 a = torch.tensor(advantages[start : start + len(chunk)], device=self.device)
-                a = a[:, None]
-                ratio = torch.exp(logp - old)
-                clipped_ratio = ratio.clamp(1 - self.clip_eps, 1 + self.clip_eps)
-                per_tok = -torch.minimum(ratio * a, clipped_ratio * a)
-                loss = (per_tok * mask).sum() / max(total_tokens, 1)
+                loss, measured = clipped_surrogate(
+                    logp, old, a[:, None], mask, self.clip_eps, total_tokens
+                )
                 loss.backward()
-                with torch.no_grad():
-                    r = ratio[mask.bool()]
-                    done.loss += float(loss)
-                    done.ratio_sum += float(r.sum())
-                    if r.numel():
-                        done.ratio_max = max(done.ratio_max, float(r.max()))
-                    done.clipped += int(((ratio * a) > (clipped_ratio * a))[mask.bool()].sum())
+                done += measured
             return done
 
     def adapter_parameters(self, job: str) -> list[torch.nn.Parameter]:
@@ -384,68 +331,21 @@ class PeftTrainer:
         return out
 
     def _completion_logprobs(self, chunk: Sequence[TrainSample]):
-        """(log-probs [B, Cmax], mask [B, Cmax]) of the completion tokens of a micro-batch.
-
-        The decoder's hidden states, then lm_head -> logsumexp -> gather on the completion
-        positions only, a chunk of positions at a time (marlaas.executors.logprobs): the
-        [B, L, vocab] logits of the whole micro-batch never exist.
-        """
-        ids, attn = self._batch_ids(chunk)
+        """(log-probs [B, Cmax], mask [B, Cmax]) of the completion tokens of a micro-batch,
+        chunked through the output layer when it is a plain one (checked once), else from
+        the full logits (see :mod:`marlaas.executors.completion_logprobs`)."""
         causal_lm = self._causal_lm()
         if self._head is _UNCHECKED:
-            self._head = _plain_head(causal_lm, self.pad_id)
+            self._head = plain_head(causal_lm, self.pad_id)
         head = self._head
         if head is None:  # a head with extra steps (softcapping, scaling): the full logits
             return self._full_logits_logprobs(chunk)
-        decoder = causal_lm.get_decoder()
-        hidden = decoder(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
-        rows, cols, targets, slots = [], [], [], []
-        for i, s in enumerate(chunk):
-            p, c = len(s.prompt_ids), len(s.completion_ids)
-            # Token t of the completion (position P+t) is predicted by the state at P+t-1.
-            rows += [i] * c
-            cols += range(p - 1, p - 1 + c)
-            targets += s.completion_ids
-            slots += range(c)
-        as_long = lambda v: torch.tensor(v, dtype=torch.long, device=self.device)  # noqa: E731
-        rows, cols, slots = as_long(rows), as_long(cols), as_long(slots)
-        flat = token_logprobs(hidden[rows, cols], head.weight, as_long(targets), head.bias)
-        cmax = max(len(s.completion_ids) for s in chunk)
-        logp = torch.zeros((len(chunk), cmax), device=self.device).index_put((rows, slots), flat)
-        mask = torch.zeros((len(chunk), cmax), device=self.device)
-        mask[rows, slots] = 1.0
-        return logp, mask
+        return chunked_logprobs(causal_lm, head, chunk, self.pad_id, self.device)
 
     def _full_logits_logprobs(self, chunk: Sequence[TrainSample]):
         """The same as _completion_logprobs from the model's full [B, L, vocab] logits (the
-        reference it is tested against, and the way for heads that are not a plain Linear)."""
-        ids, attn = self._batch_ids(chunk)
-        logits = self.model(input_ids=ids, attention_mask=attn, use_cache=False).logits.float()
-        cmax = max(len(s.completion_ids) for s in chunk)
-        # Token t of the completion (position P+t) is predicted by the logits at P+t-1.
-        index = torch.zeros((len(chunk), cmax), dtype=torch.long, device=self.device)
-        mask = torch.zeros((len(chunk), cmax), device=self.device)
-        for i, s in enumerate(chunk):
-            p, c = len(s.prompt_ids), len(s.completion_ids)
-            index[i, :c] = torch.arange(p - 1, p - 1 + c)
-            mask[i, :c] = 1.0
-        picked = logits.gather(1, index[:, :, None].expand(-1, -1, logits.shape[-1]))
-        targets = torch.zeros_like(index)
-        for i, s in enumerate(chunk):
-            targets[i, : len(s.completion_ids)] = torch.tensor(s.completion_ids)
-        logp = picked.gather(2, targets[:, :, None]).squeeze(2) - picked.logsumexp(dim=2)
-        return logp * mask, mask
-
-    def _batch_ids(self, chunk: Sequence[TrainSample]):
-        """(input ids [B, L], attention mask [B, L]): prompt + completion, right-padded."""
-        seqs = [list(s.prompt_ids) + list(s.completion_ids) for s in chunk]
-        length = max(map(len, seqs))
-        ids = torch.full((len(seqs), length), self.pad_id, dtype=torch.long)
-        attn = torch.zeros((len(seqs), length), dtype=torch.long)
-        for i, seq in enumerate(seqs):
-            ids[i, : len(seq)] = torch.tensor(seq)
-            attn[i, : len(seq)] = 1
-        return ids.to(self.device), attn.to(self.device)
+        reference it is tested against)."""
+        return full_logits_logprobs(self.model, chunk, self.pad_id, self.device)
 
     def _causal_lm(self):
         """The transformers model under the PEFT wrapper (its LoRA layers injected in place)."""
@@ -479,19 +379,9 @@ class PeftTrainer:
         return self._write(job, state, out_dir, overwrite, optimizer)
 
     def _write(self, job: str, state: _Job, out_dir, overwrite, optimizer) -> Path:
-        version = state.version
-        with atomic_dir(out_dir, overwrite=overwrite) as tmp:
-            self.model.save_pretrained(tmp, selected_adapters=[job])
-            nested = tmp / job  # PEFT nests non-"default" adapters in a sub-folder
-            if nested.is_dir():
-                for item in nested.iterdir():
-                    item.rename(tmp / item.name)
-                nested.rmdir()
-            meta = {"job": job, "version": version, "rank": state.rank, "alpha": state.alpha}
-            (tmp / VERSION_FILE).write_text(json.dumps(meta))
-            if optimizer:
-                torch.save(state.optimizer.state_dict(), tmp / OPTIMIZER_FILE)
-        return Path(out_dir)
+        meta = {"job": job, "version": state.version, "rank": state.rank, "alpha": state.alpha}
+        saved = state.optimizer if optimizer else None
+        return write_adapter(self.model, job, meta, out_dir, overwrite, saved)
 
     # ---------------------------------------------------------------- helpers
     def _job(self, job: str) -> _Job:
@@ -515,120 +405,8 @@ class PeftTrainer:
         return self.model.disable_adapter()
 
 
-def _seeded_init(model: torch.nn.Module, job: str, seed: int) -> None:
-    """Draw ``job``'s LoRA weights again from a generator of their own seeded with ``seed``:
-    the very values PEFT draws from the global generator after ``torch.manual_seed(seed)``
-    (per adapted module, in order: its A and B layers' default init, then A again, Kaiming
-    uniform with a = sqrt(5); B stays zero), but the same whatever else runs, where the
-    global generator is shared with every thread (a generation sampling while a job is
-    admitted). tests/executors/test_peft_trainer.py checks the values are PEFT's."""
-    generator = torch.Generator().manual_seed(seed)
-    layers: dict[str, dict[str, torch.nn.Parameter]] = {}
-    for name, param in model.named_parameters():
-        for part in ("lora_A", "lora_B"):
-            module, found, _ = name.partition(f".{part}.{job}.")
-            if found:
-                layers.setdefault(module, {})[part] = param
-    with torch.no_grad():
-        for layer in layers.values():
-            a, b = layer["lora_A"], layer["lora_B"]
-            drawn = [torch.empty(shape, dtype=a.dtype) for shape in (a.shape, b.shape, a.shape)]
-            for weights in drawn:
-                torch.nn.init.kaiming_uniform_(weights, a=math.sqrt(5), generator=generator)
-            a.copy_(drawn[2])
-
-
-def share_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> list[str]:
-    """Point ``model``'s parameters at ``tensors`` of the same name (tied parameters once),
-    where dtype and device match, the shape matches or has more rows (an engine pads its
-    vocabulary: the first rows are used) and sampled rows hold the same values; the names
-    shared. The model's own copies are then never read: memory-mapped from the weight file,
-    they never become resident. The parameters must stay frozen (both users read them)."""
-    shared = []
-    for name, param in model.named_parameters():
-        other = tensors.get(name)
-        if other is None or other.dtype != param.dtype or other.device != param.device:
-            continue
-        if other.dim() != param.dim() or other.dim() == 0:
-            continue
-        if other.shape[1:] != param.shape[1:] or other.shape[0] < param.shape[0]:
-            continue
-        other = other[: param.shape[0]]
-        if not _same_rows(param.data, other):
-            continue
-        param.data = other
-        shared.append(name)
-    return shared
-
-
-def _same_rows(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """The first, middle and last rows are equal (reading all of ``a`` would page it in)."""
-    if a.shape[0] == 0:
-        return True
-    rows = sorted({0, a.shape[0] // 2, a.shape[0] - 1})
-    return all(torch.equal(a[i], b[i]) for i in rows)
-
-
-def group_advantages(samples: Sequence[TrainSample], eps: float = 1e-4) -> list[float]:
-    """GRPO advantages: (reward - group mean) / (group std + eps), std with ddof 0.
-
-    A group whose rewards are all equal carries no signal: its advantages are 0.
-    """
-    groups: dict[object, list[float]] = defaultdict(list)
-    for s in samples:
-        groups[s.group_id].append(s.reward)
-    stats = {}
-    for g, rewards in groups.items():
-        mean = sum(rewards) / len(rewards)
-        std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
-        stats[g] = (mean, std)
-    out = []
-    for s in samples:
-        mean, std = stats[s.group_id]
-        out.append(0.0 if std == 0.0 else (s.reward - mean) / (std + eps))
-    return out
-
-
-@torch.no_grad()
-def _plain_head(causal_lm, pad_id: int) -> torch.nn.Linear | None:
-    """The output layer when the model's logits are exactly ``lm_head(decoder hidden states)``
-    (checked once on a few tokens: some models scale or softcap them after lm_head), else
-    None."""
-    head = causal_lm.get_output_embeddings()
-    if type(head) is not torch.nn.Linear or not hasattr(causal_lm, "get_decoder"):
-        return None
-    device = head.weight.device
-    ids = torch.tensor([[pad_id, 1, 2, 3]], device=device) % head.weight.shape[0]
-    was_training = causal_lm.training
-    causal_lm.eval()
-    try:
-        logits = causal_lm(input_ids=ids).logits.float()
-        mine = head(causal_lm.get_decoder()(input_ids=ids).last_hidden_state).float()
-    finally:
-        causal_lm.train(was_training)
-    return head if torch.allclose(logits, mine, rtol=1e-4, atol=1e-4) else None
-
-
-def _pad_rows(rows: Sequence[Sequence[float]], width: int, device) -> torch.Tensor:
-    out = torch.zeros((len(rows), width), device=device)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(list(row), dtype=torch.float32)
-    return out
-
-
 def _pad_id(tokenizer, config) -> int:
     for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id, config.eos_token_id):
         if isinstance(candidate, int):
             return candidate
     return 0
-
-
-def _load_weights(model, job: str, folder: Path, default_version: int) -> int:
-    """Load adapter weights saved by save_adapter into `job`; return the saved version."""
-    from peft import set_peft_model_state_dict
-    from safetensors.torch import load_file
-
-    weights = load_file(str(folder / "adapter_model.safetensors"))
-    set_peft_model_state_dict(model, weights, adapter_name=job)
-    meta = folder / VERSION_FILE
-    return json.loads(meta.read_text())["version"] if meta.exists() else default_version

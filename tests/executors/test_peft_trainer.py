@@ -11,7 +11,8 @@ from marlaas.executors.rollout import TrainSample
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from marlaas.executors.peft_trainer import PeftTrainer, group_advantages  # noqa: E402
+from marlaas.executors.grpo import group_advantages  # noqa: E402
+from marlaas.executors.peft_trainer import PeftTrainer  # noqa: E402
 
 
 def _samples(trainer, job, rewards, prompt=(10, 11, 12), shift=0.0, version=0):
