@@ -65,13 +65,16 @@ MODULES = (
 """The modules mypyc compiles: the scheduler core and the simulator's per-event work."""
 
 TYPE_SOURCES = (
+    "marlaas.core.cluster_spec",
     "marlaas.core.distributions",
     "marlaas.core.estimates",
+    "marlaas.core.job_spec",
     "marlaas.core.limits",
     "marlaas.core.outcomes",
     "marlaas.core.policies",
     "marlaas.core.records",
     "marlaas.core.scheduling",
+    "marlaas.core.tenant_spec",
     "marlaas.core.workload",
     "marlaas.drive.collector",
     "marlaas.drive.executor",

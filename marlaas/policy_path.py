@@ -14,11 +14,12 @@ from __future__ import annotations
 import re
 
 from marlaas.core.cluster import Cluster
+from marlaas.core.cluster_spec import ClusterSpec
+from marlaas.core.job_spec import JobSpec
 from marlaas.core.jobs import JobState
 from marlaas.core.policies import Policy
 from marlaas.core.policies.base import add_policy, is_registered
 from marlaas.core.scheduling import SchedulingSpec
-from marlaas.core.workload import ClusterSpec, JobSpec
 from marlaas.import_path import import_subclass, one_line
 
 IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")

@@ -20,7 +20,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from marlaas.core.limits import MAX_SEED
-from marlaas.core.workload import format_validation_error
+from marlaas.core.validation_message import format_validation_error
 from marlaas.eventlog import MAX_EVENT_TIME_S, MAX_NAME_CHARS, EventLogError
 
 SUMMARY_FILE = "summary.json"

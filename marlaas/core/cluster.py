@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 from mypy_extensions import mypyc_attr
 
+from marlaas.core.cluster_spec import ClusterSpec, EngineSpec
 from marlaas.core.free_engines import FreeEngines
 from marlaas.core.scheduling import Mechanism
-from marlaas.core.workload import ClusterSpec, EngineSpec
 
 AdapterKey = tuple[str, int]
 """(job name, adapter version)."""

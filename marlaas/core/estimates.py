@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 
 from marlaas.core.distributions import _Dist
-from marlaas.core.workload import JobSpec
+from marlaas.core.job_spec import JobSpec
 
 DECODE_S_PER_TOKEN = 0.004
 """Seconds to decode one more token of a sequence in a busy engine: an assumption for the

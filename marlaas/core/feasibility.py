@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from marlaas.core.cluster_spec import ClusterSpec
+from marlaas.core.job_spec import JobSpec
 from marlaas.core.prompts import prompt_cap
-from marlaas.core.workload import ClusterSpec, JobSpec
 
 
 class InfeasibleWorkloadError(ValueError):

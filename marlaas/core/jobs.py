@@ -13,8 +13,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from marlaas.core.estimates import WorkEstimate, upper_tokens
+from marlaas.core.job_spec import JobSpec
 from marlaas.core.prompts import GroupLengths
-from marlaas.core.workload import JobSpec
 
 
 @dataclass(slots=True)

@@ -23,9 +23,9 @@ import math
 import numpy as np
 
 from marlaas.core.distributions import Constant, LogNormal, Trace, Uniform
+from marlaas.core.job_spec import JobSpec
 from marlaas.core.limits import MAX_TOKENS
 from marlaas.core.seeds import SeededBlock
-from marlaas.core.workload import JobSpec
 
 LOGNORMAL_TAIL_Z = 3.719016485455709
 """Standard normal quantile of 0.9999: a lognormal prompt is truncated at its p99.99

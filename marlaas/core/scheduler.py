@@ -30,9 +30,11 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from marlaas.core.cluster import Cluster
+from marlaas.core.cluster_spec import ClusterSpec
 from marlaas.core.environments import Environments
 from marlaas.core.feasibility import why_infeasible
 from marlaas.core.generation import Generation
+from marlaas.core.job_spec import JobSpec
 from marlaas.core.jobs import JobState
 from marlaas.core.ledger import Ledger, Running
 from marlaas.core.outcomes import (
@@ -48,6 +50,7 @@ from marlaas.core.outcomes import (
 from marlaas.core.policies import Policy, get_policy
 from marlaas.core.records import RecordLog
 from marlaas.core.scheduling import Mechanism, SchedulingSpec
+from marlaas.core.tenant_spec import TenantSpec
 from marlaas.core.training import Training
 from marlaas.core.work import (
     AdmitJob,
@@ -61,7 +64,7 @@ from marlaas.core.work import (
     Train,
     WorkDone,
 )
-from marlaas.core.workload import ClusterSpec, JobSpec, TenantSpec, Workload
+from marlaas.core.workload import Workload
 
 
 class Scheduler:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from marlaas.core.workload import JobSpec
+from marlaas.core.job_spec import JobSpec
 
 
 @dataclass(slots=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from marlaas.core.workload import DatasetSpec
+from marlaas.core.job_spec import DatasetSpec
 from marlaas.datasets.files import DatasetError, read_problems
 from marlaas.datasets.problems import Problem
 

@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 
 from mypy_extensions import mypyc_attr
 
+from marlaas.core.job_spec import JobSpec
 from marlaas.core.outcomes import Admission
-from marlaas.core.workload import JobSpec, TenantSpec, Workload
+from marlaas.core.tenant_spec import TenantSpec
+from marlaas.core.workload import Workload
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from marlaas.core.workload import EngineSpec, JobSpec, Workload
+from marlaas.core.cluster_spec import EngineSpec
+from marlaas.core.job_spec import JobSpec
+from marlaas.core.workload import Workload
 
 BACKENDS = ("auto", "vllm", "hf")
 _NO_CHUNKING = {"enable_chunked_prefill": False}

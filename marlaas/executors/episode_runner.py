@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from marlaas.core.job_spec import JobSpec
 from marlaas.core.work import EnvStep, Generate, Train
-from marlaas.core.workload import JobSpec
 from marlaas.datasets import load_prompt_set
 from marlaas.envs import Environment, make_env
 from marlaas.executors.episodes import (

@@ -17,7 +17,8 @@ import pandas as pd
 from scipy.stats import binomtest
 from tqdm import tqdm
 
-from marlaas.core.workload import JobSpec, Workload
+from marlaas.core.job_spec import JobSpec
+from marlaas.core.workload import Workload
 from marlaas.datasets import Problem, load_prompt_set
 from marlaas.envs import make_env
 from marlaas.executors.adapter_store import AdapterStore

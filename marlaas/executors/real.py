@@ -48,6 +48,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from marlaas.core.cluster import Cluster
+from marlaas.core.job_spec import JobSpec
 from marlaas.core.work import (
     AdmitJob,
     Decision,
@@ -62,7 +63,6 @@ from marlaas.core.work import (
     Train,
     WorkDone,
 )
-from marlaas.core.workload import JobSpec
 from marlaas.drive.executor import Completions
 from marlaas.executors.adapter_store import AdapterStore
 from marlaas.executors.backends import EngineSizing, max_positions

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from marlaas.core.workload import JobSpec
+from marlaas.core.job_spec import JobSpec
 from marlaas.executors.adapter_store import OPTIMIZER_FILE, AdapterStore
 from marlaas.executors.rollout import TrainSample, TrainStats
 

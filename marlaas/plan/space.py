@@ -3,7 +3,7 @@
 A configuration is a number of inference devices and of training devices (the workload's
 one inference pool and one training pool, resized) and a *variant*: the devices of one
 trainer, the adapter slots of an engine, the ordering policy and the mechanism preset. Its
-price is what its devices cost per hour (:class:`marlaas.core.workload.PricesSpec`).
+price is what its devices cost per hour (:class:`marlaas.core.prices_spec.PricesSpec`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from marlaas.core.workload import PoolSpec, Workload, WorkloadError
+from marlaas.core.cluster_spec import PoolSpec
+from marlaas.core.workload import Workload, WorkloadError
 
 NO_PRESET = "none"
 """The preset name that means the workload's own mechanism settings."""

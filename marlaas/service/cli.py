@@ -253,7 +253,8 @@ def _open_store(args: argparse.Namespace):
 
 
 def _tenants(args: argparse.Namespace) -> int:
-    from marlaas.core.workload import TenantSpec, check_name
+    from marlaas.core.spec_fields import check_name
+    from marlaas.core.tenant_spec import TenantSpec
     from marlaas.service.store import TenantError
 
     if args.action != "list":  # the arguments are checked before the data folder is touched

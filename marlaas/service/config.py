@@ -10,27 +10,19 @@ from typing import Any
 from pydantic import Field, ValidationError, field_validator
 
 from marlaas.core import limits as L
+from marlaas.core.cluster_spec import ClusterSpec
+from marlaas.core.job_spec import JobSpec
 from marlaas.core.scheduling import SchedulingSpec
-from marlaas.core.workload import (
-    BaseModelSpec,
-    ClusterSpec,
-    Count,
-    JobSpec,
-    TenantSpec,
-    Workload,
-    WorkloadError,
-    _Strict,
-    check_name,
-    check_policy,
-    format_validation_error,
-    parse_workload,
-)
+from marlaas.core.spec_fields import Count, StrictSpec, check_name, check_policy
+from marlaas.core.tenant_spec import TenantSpec
+from marlaas.core.validation_message import format_validation_error
+from marlaas.core.workload import BaseModelSpec, Workload, WorkloadError, parse_workload
 from marlaas.envs.registry import env_names
 
 DEFAULT_ENVIRONMENTS = ("arithmetic", "calculator", "python_exec", "target_char")
 
 
-class ServiceLimits(_Strict):
+class ServiceLimits(StrictSpec):
     """The ``service:`` block: the envelope every tenant's job must fit."""
 
     max_lora_rank: Count(L.MAX_LORA_RANK) = 16
@@ -52,7 +44,7 @@ class ServiceLimits(_Strict):
         return names
 
 
-class ServiceConfig(_Strict):
+class ServiceConfig(StrictSpec):
     """What ``marlaas serve CLUSTER.yaml`` runs: the cluster, base model, policy and
     mechanism of a workload file, without its jobs."""
 

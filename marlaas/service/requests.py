@@ -15,7 +15,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from marlaas.core.feasibility import why_infeasible
-from marlaas.core.workload import JobSpec, format_validation_error
+from marlaas.core.job_spec import JobSpec
+from marlaas.core.validation_message import format_validation_error
 from marlaas.service.config import ServiceConfig
 
 SET_BY_SERVICE = ("tenant", "weight", "arrival_s", "cancel_after_s")

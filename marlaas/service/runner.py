@@ -17,10 +17,11 @@ import logging
 import threading
 from pathlib import Path
 
+from marlaas.core.job_spec import JobSpec
 from marlaas.core.outcomes import ACTIVE, CANCELLED, FINISHED, REFUSED, Admission, JobOutcome
 from marlaas.core.scheduler import Scheduler
+from marlaas.core.tenant_spec import TenantSpec
 from marlaas.core.work import AdmitJob, Decision, WorkDone
-from marlaas.core.workload import JobSpec, TenantSpec
 from marlaas.drive import drive
 from marlaas.drive.inbox import Cancel, Inbox, SetQuota, Submit
 from marlaas.executors.journal_observer import JournalObserver

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from sqlalchemy import func, select, update
 
-from marlaas.core.workload import JobSpec, TenantSpec
+from marlaas.core.job_spec import JobSpec
+from marlaas.core.tenant_spec import TenantSpec
 from marlaas.executors.journal import json_values
 from marlaas.service import keys
 from marlaas.service.db import Job, JobEvent, Part, Step, Tenant, WorkRow, open_database
@@ -71,7 +72,7 @@ class JobStore:
     # ----------------------------------------------------------------------------- tenants
     def add_tenant(self, name: str, quota: TenantSpec | None = None) -> str:
         """Add tenant ``name``; returns its API key (not kept: only its keyed hash is)."""
-        from marlaas.core.workload import check_name
+        from marlaas.core.spec_fields import check_name
 
         try:
             check_name(name)

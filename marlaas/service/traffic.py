@@ -8,7 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from marlaas.core.workload import JobSpec, Workload
+from marlaas.core.job_spec import JobSpec
+from marlaas.core.workload import Workload
 from marlaas.service.config import ServiceConfig
 from marlaas.service.store import JobStore, core_name
 

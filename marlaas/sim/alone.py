@@ -20,7 +20,8 @@ from collections.abc import Iterable
 from tqdm import tqdm
 
 from marlaas.core.feasibility import InfeasibleWorkloadError, check_some_fit
-from marlaas.core.workload import JobSpec, Workload
+from marlaas.core.job_spec import JobSpec
+from marlaas.core.workload import Workload
 from marlaas.sim.cost_model import CostModel
 
 ALONE_POLICY = "fifo"

@@ -24,7 +24,8 @@ import yaml
 from pydantic import ValidationError
 
 from marlaas.atomic import write_durably
-from marlaas.core.workload import WorkloadError, format_validation_error
+from marlaas.core.validation_message import format_validation_error
+from marlaas.core.workload import WorkloadError
 from marlaas.sim.cost_model import CostModel
 from marlaas.workload_file import read_yaml
 

@@ -24,6 +24,7 @@ import numpy as np
 import simpy
 
 from marlaas.core.cluster import Cluster
+from marlaas.core.job_spec import JobSpec
 from marlaas.core.prompts import GroupLengths
 from marlaas.core.work import (
     AdmitJob,
@@ -39,7 +40,6 @@ from marlaas.core.work import (
     Train,
     WorkDone,
 )
-from marlaas.core.workload import JobSpec
 from marlaas.drive.executor import Completions
 from marlaas.sim.cost_model import CostModel
 from marlaas.sim.engine_model import EngineModel

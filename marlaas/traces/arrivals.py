@@ -12,7 +12,8 @@ An arrivals CSV, in the spirit of the Philly and Helios cluster traces (one row 
 - ``size`` (optional): the job's length in training steps (``rl.steps``).
 - ``job`` (optional): the workload job the row belongs to.
 
-A workload takes them with a top-level section (see :class:`marlaas.core.workload.ArrivalsSpec`)::
+A workload takes them with a top-level section (see
+:class:`marlaas.core.arrivals_spec.ArrivalsSpec`)::
 
     arrivals: {path: arrivals.csv, match: tenant, time_scale: 1.0}
 
@@ -186,7 +187,7 @@ def apply_arrivals(data: dict[str, Any], base_dir: str | Path | None) -> dict[st
     """
     from pydantic import BaseModel, ValidationError
 
-    from marlaas.core.workload import ArrivalsSpec
+    from marlaas.core.arrivals_spec import ArrivalsSpec
 
     try:
         spec = ArrivalsSpec.model_validate(data["arrivals"])

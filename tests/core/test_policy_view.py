@@ -7,10 +7,11 @@ import math
 import pytest
 
 from marlaas.core.distributions import Constant, Empirical, LogNormal, Uniform
+from marlaas.core.job_spec import EnvSpec, JobSpec
 from marlaas.core.jobs import JobState
 from marlaas.core.policies import Policy, get_policy, policy_names
 from marlaas.core.work import Generate, LoadAdapter
-from marlaas.core.workload import EnvSpec, JobSpec, parse_workload
+from marlaas.core.workload import parse_workload
 from tests.core.fixed_driver import run_fixed
 
 

@@ -9,8 +9,9 @@ import pytest
 
 from marlaas.core.outcomes import JobOutcome
 from marlaas.core.scheduler import Scheduler
+from marlaas.core.tenant_spec import TenantSpec
 from marlaas.core.work import AdmitJob, EvictAdapter, Generate, ReleaseJob, SwapOut, Train
-from marlaas.core.workload import TenantSpec, parse_workload
+from marlaas.core.workload import parse_workload
 from marlaas.drive import FixedExecutor, drive
 from marlaas.drive.inbox import (
     Cancel,

@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import pytest
 
-from marlaas.core.workload import DatasetSpec
+from marlaas.core.job_spec import DatasetSpec
 from marlaas.datasets import DatasetError, Problem, load_prompt_set, read_problems
 
 ROWS = [{"prompt": f"What is {i}+{i}?", "answer": str(2 * i)} for i in range(20)]

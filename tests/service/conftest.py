@@ -87,7 +87,7 @@ class Served:
 
     def key(self, tenant: str, **quota) -> str:
         """Add ``tenant`` (with quotas) and return its API key."""
-        from marlaas.core.workload import TenantSpec
+        from marlaas.core.tenant_spec import TenantSpec
 
         return self.store.add_tenant(tenant, TenantSpec(**quota))
 

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import text
 
 from marlaas.cli import main
-from marlaas.core.workload import TenantSpec
+from marlaas.core.tenant_spec import TenantSpec
 from marlaas.service.cli import _record_base_model
 from marlaas.service.config import ServiceConfig
 from marlaas.service.db import database_url, open_database

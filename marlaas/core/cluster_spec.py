@@ -1,0 +1,91 @@
+"""The cluster: pools of devices with their roles, and what one engine and one trainer hold."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from marlaas.core import limits as L
+from marlaas.core.spec_fields import Count, StrictSpec
+
+
+class PoolSpec(StrictSpec):
+    """A pool of identical devices with one role."""
+
+    name: Annotated[str, Field(max_length=L.MAX_NAME_CHARS, pattern=r"^[A-Za-z0-9_.-]+$")]
+    """Letters, digits, ., - and _ (device names are ``pool/index``)."""
+    role: Literal["inference", "training"]
+    devices: Count(L.MAX_DEVICES)
+    devices_per_trainer: Count(L.MAX_DEVICES) = 1
+    """Training pools: devices that one trainer spans; a step is data-parallel over them (one
+    device under ``shared_compute``: :meth:`marlaas.core.cluster.Cluster.step_devices`)."""
+
+    @model_validator(mode="after")
+    def _whole_trainers(self) -> PoolSpec:
+        if self.role == "training" and self.devices % self.devices_per_trainer:
+            raise ValueError(
+                f"devices ({self.devices}) must be a multiple of devices_per_trainer "
+                f"({self.devices_per_trainer})"
+            )
+        return self
+
+
+class EngineSpec(StrictSpec):
+    """Capacity of one inference engine (one device)."""
+
+    max_seqs: Count(L.MAX_ENGINE_SEQS) = 256
+    """Running sequences in one continuous batch (vLLM max_num_seqs)."""
+    kv_tokens: Count(L.MAX_KV_TOKENS) = 120_000
+    """KV-cache budget [tokens]; a group reserves context + max_new_tokens per sample.
+    Default: 80 GB H100 minus ~14 GB of 7B fp16 weights at 0.5 MB of KV per token."""
+    adapter_slots: Count(L.MAX_ADAPTER_SLOTS) = 8
+    """Adapter versions resident at once (vLLM max_loras)."""
+    prefix_caching: bool = False
+    """A group's samples share their prompt's KV cache (vLLM ``enable_prefix_caching``, which
+    the real engines are built with exactly when this is set): the scheduler reserves a
+    group's prompt once instead of once per sample, and the simulator prefills it once.
+    Off: every sample holds and prefills its own copy (and the real engines cache nothing)."""
+
+
+class TrainerSpec(StrictSpec):
+    """Capacity of one trainer."""
+
+    adapter_slots: Count(L.MAX_ADAPTER_SLOTS) = 8
+    """Jobs whose adapter and optimizer state stay resident (others are swapped in)."""
+
+
+class ClusterSpec(StrictSpec):
+    """Devices and their roles, plus environment workers."""
+
+    pools: list[PoolSpec] = Field(
+        default_factory=lambda: [
+            {"name": "rollout", "role": "inference", "devices": 6},
+            {"name": "train", "role": "training", "devices": 2},
+        ]
+    )
+    engine: EngineSpec = Field(default_factory=EngineSpec)
+    trainer: TrainerSpec = Field(default_factory=TrainerSpec)
+    env_workers: Count(L.MAX_ENV_WORKERS) = 512
+    """Concurrent environment calls (one per sample)."""
+    shared_compute: bool = False
+    """Every pool runs on one processor (one CPU, or one GPU holding an engine and a trainer):
+    generation and training take turns, and engines share the processor's speed. Both worlds
+    model it: the scheduler never overlaps them, the simulator slows engines that run at once."""
+
+    @model_validator(mode="after")
+    def _has_both_roles(self) -> ClusterSpec:
+        roles = {p.role for p in self.pools}
+        if roles != {"inference", "training"}:
+            raise ValueError("needs at least one inference pool and one training pool")
+        names = [p.name for p in self.pools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"pool names must be unique, got {names}")
+        if self.total_devices > L.MAX_DEVICES:
+            raise ValueError(f"{self.total_devices} devices in all; at most {L.MAX_DEVICES:,}")
+        return self
+
+    @property
+    def total_devices(self) -> int:
+        """Devices over all pools."""
+        return sum(p.devices for p in self.pools)

@@ -1,0 +1,151 @@
+"""A tenant's job: its RL loop, environment, dataset, and prompt and response lengths."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import Field, field_validator, model_validator
+
+from marlaas.core import limits as L
+from marlaas.core.distributions import Distribution
+from marlaas.core.spec_fields import (
+    JOB_NAME,
+    Amount,
+    Count,
+    StrictSpec,
+    at_most,
+    check_name,
+    printable,
+)
+
+
+class RLSettings(StrictSpec):
+    """The RL loop of one job (GRPO-style: groups of samples per prompt)."""
+
+    steps: Count(L.MAX_STEPS) = 20
+    """Training steps (adapter versions) the job runs."""
+    prompts_per_step: Count(L.MAX_PROMPTS_PER_STEP) = 8
+    """Prompt groups consumed by one training step."""
+    group_size: Count(L.MAX_GROUP_SIZE) = 8
+    """Samples per prompt (the GRPO group size)."""
+    max_new_tokens: Count(L.MAX_TOKENS) = 1024
+    """Cap on generated tokens per turn and sample [tokens]."""
+    max_prompt_tokens: Count(L.MAX_TOKENS) | None = None
+    """Cap on a prompt [tokens]: a longer one drawn from prompt_tokens is truncated to it
+    (verl's max_prompt_length). None: the longest prompt_tokens can give (its largest value;
+    a lognormal's p99.99). Every group's KV reservation must fit an engine at this length."""
+    turns: Count(L.MAX_TURNS) = 1
+    """Generation turns per episode; each turn is followed by one environment step."""
+    max_staleness: Count(L.MAX_STALENESS, low=0) = 1
+    """How many adapter versions a training sample may lag the trainer (0 = on-policy)."""
+    temperature: Amount(L.MAX_TEMPERATURE) = 1.0
+    learning_rate: Amount(L.MAX_LEARNING_RATE, positive=True) = 1e-4
+
+
+class EnvSpec(StrictSpec):
+    """The job's environment: what a real run calls, and how long its steps wait."""
+
+    name: str = "arithmetic"
+    """Registered environment name or ``package.module:Class`` (see marlaas.envs)."""
+    args: dict[str, Any] = Field(default_factory=dict)
+    """Options passed to the environment (validated on load)."""
+    latency_s: Distribution = Field(default_factory=lambda: {"dist": "constant", "value": 0})
+    """Per-sample latency of one environment step beyond its own computation [s]: a remote
+    verifier, a tool call. The simulator waits it; a real run waits it too (a seeded sample
+    per sample and step) on top of the environment's own time."""
+    observation_tokens: Count(L.MAX_TOKENS, low=0) = 0
+    """Tokens an environment step appends to the context (multi-turn)."""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_name(value) if ":" not in value else printable(value, 1000)
+
+    @field_validator("latency_s")
+    @classmethod
+    def _latency(cls, dist):
+        return at_most(dist, L.MAX_LATENCY_S, "s")
+
+
+class DatasetSpec(StrictSpec):
+    """A job's prompts from a local file (a real run's; the simulator draws lengths only).
+
+    Read by :mod:`marlaas.datasets` (never downloaded): JSONL, Parquet or CSV, or a folder an
+    HF ``datasets.Dataset.save_to_disk`` wrote. Each row is one problem: the prompt text and
+    the reference answer its environment checks (``env: {name: math}`` and the like).
+    """
+
+    path: str
+    """The file or folder, relative to the workload file."""
+    prompt_column: str = "prompt"
+    answer_column: str = "answer"
+    heldout: Amount(0.9, positive=True) | str = 0.1
+    """The held-out split ``marlaas evaluate`` scores and training never sees: a fraction of
+    the rows (taken in the seed's order), or a second file of the same columns."""
+
+    @field_validator("path", "heldout")
+    @classmethod
+    def _path(cls, value):
+        return printable(value, 4096) if isinstance(value, str) else value
+
+    @field_validator("prompt_column", "answer_column")
+    @classmethod
+    def _column(cls, value: str) -> str:
+        return check_name(value)
+
+
+class JobSpec(StrictSpec):
+    """One tenant's RL fine-tuning job on the shared base model."""
+
+    name: Annotated[str, Field(max_length=L.MAX_NAME_CHARS, pattern=JOB_NAME)]
+    """Letters, digits, - and _ (it names the job's adapter folders)."""
+    tenant: str
+    weight: Amount(L.MAX_WEIGHT, positive=True) = 1.0
+    """Share weight used by weighted policies (priority, fair)."""
+    arrival_s: Amount(L.MAX_ARRIVAL_S) = 0.0
+    """Submission time [s] after the run's start."""
+    cancel_after_s: Amount(L.MAX_ARRIVAL_S) | None = None
+    """The tenant cancels the job this long after its arrival [s] (None: never): work of it
+    in flight then finishes and is discarded (``cancelled`` in the event log), and whatever
+    it held is freed. For studying tenants who give up, in both worlds."""
+    deadline_s: Amount(L.MAX_ARRIVAL_S, positive=True) | None = None
+    """The job should finish this long after its arrival [s] (None: its tenant's
+    ``job_deadline_s``, else none). Data only: no policy reads it; the metrics count the
+    jobs that miss it and ``marlaas plan`` sizes a cluster to meet it."""
+    lora_rank: Count(L.MAX_LORA_RANK) = 16
+    rl: RLSettings = Field(default_factory=RLSettings)
+    prompt_tokens: Distribution = Field(default_factory=lambda: {"dist": "constant", "value": 256})
+    """Prompt length [tokens], drawn once per group (its samples share the prompt, as in
+    GRPO), the same for a (seed, job, group) in every run (marlaas.core.prompts), truncated
+    at rl.max_prompt_tokens; it sizes the group's KV reservation and simulated prefill."""
+    response_tokens: Distribution = Field(
+        default_factory=lambda: {"dist": "lognormal", "median": 300, "sigma": 0.8}
+    )
+    """Response length per sample and turn [tokens], truncated at rl.max_new_tokens. When
+    both are ``trace`` distributions of one file (same path and format), they are drawn as
+    pairs: a group's samples' responses come from the trace's requests whose prompts are
+    close to the group's (marlaas.core.prompts), so their correlation is kept."""
+    env: EnvSpec = Field(default_factory=EnvSpec)
+    dataset: DatasetSpec | None = None
+    """Where the job's prompts and reference answers come from (None: the environment draws
+    its own prompts from a seed)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_model_per_job(cls, data: Any) -> Any:
+        if isinstance(data, dict) and ({"model_dir", "base_model"} & data.keys()):
+            raise ValueError(
+                "model_dir/base_model: every job shares one base model; declare it once, "
+                "at the top level, as base_model: {name: ..., path: ...}"
+            )
+        return data
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant(cls, value: str) -> str:
+        return check_name(value)
+
+    @field_validator("prompt_tokens", "response_tokens")
+    @classmethod
+    def _tokens(cls, dist):
+        return at_most(dist, L.MAX_TOKENS, "tokens")

@@ -1,0 +1,70 @@
+"""The building blocks of the workload's models: a strict pydantic base model, bounded counts
+and amounts (the bounds from :mod:`marlaas.core.limits`), and the checks of names and text."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from marlaas.core import limits as L
+from marlaas.core.distributions import largest
+
+
+class StrictSpec(BaseModel):
+    """A frozen model that refuses unknown fields, validates its defaults and takes finite
+    numbers only."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False
+    )
+
+
+def Count(high: int, low: int = 1):
+    """An int in [low, high] (the bound comes from marlaas.core.limits)."""
+    return Annotated[int, Field(ge=low, le=high)]
+
+
+def Amount(high: float, low: float = 0.0, positive: bool = False):
+    """A finite float in [low, high] (> low when ``positive``)."""
+    return Annotated[float, Field(gt=low, le=high) if positive else Field(ge=low, le=high)]
+
+
+JOB_NAME = r"^[A-Za-z0-9_-]+$"
+"""Job names are folder and adapter names in real runs: letters, digits, - and _."""
+
+
+def check_policy(name: str) -> str:
+    """A registered policy's name (ValueError naming the known ones otherwise)."""
+    from marlaas.core.policies import UnknownPolicyError, get_policy
+
+    try:
+        get_policy(name)
+    except UnknownPolicyError as err:
+        raise ValueError(str(err)) from None
+    return name
+
+
+def check_name(value: str) -> str:
+    """A name: 1..MAX_NAME_CHARS printable characters, not only spaces."""
+    if not value.strip():
+        raise ValueError("must not be empty")
+    if len(value) > L.MAX_NAME_CHARS:
+        raise ValueError(f"at most {L.MAX_NAME_CHARS} characters (got {len(value)})")
+    if not value.isprintable():
+        raise ValueError("must hold printable characters only (no newlines or escapes)")
+    return value
+
+
+def at_most(dist, bound: float, unit: str):
+    """``dist`` when its values stay within ``bound`` (a lognormal: its median)."""
+    if largest(dist) > bound:
+        raise ValueError(f"values up to {largest(dist):g} {unit}; at most {bound:g} {unit}")
+    return dist
+
+
+def printable(value: str, limit: int) -> str:
+    """``value`` when it is at most ``limit`` printable characters (ValueError otherwise)."""
+    if len(value) > limit or not value.isprintable():
+        raise ValueError(f"at most {limit} printable characters")
+    return value
