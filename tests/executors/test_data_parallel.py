@@ -28,7 +28,8 @@ from tests.executors.conftest import randomize_adapter  # noqa: E402
 
 def _samples(trainer, job: str, seed: int) -> list[TrainSample]:
     """Two groups of uneven lengths and rewards, sampled "earlier": log-probs off by up to
-    0.4 nat from the trainer's, so that some ratios are clipped."""
+    0.4 nat from the trainer's, so that some behaviour weights are above the trainer's cap
+    (1.2, :func:`_trainer`) and left out."""
     gen = torch.Generator().manual_seed(seed)
     shapes = [(0, 3, 5, 1.0), (0, 3, 2, 0.0), (0, 3, 7, 0.4), (1, 6, 4, 1.0), (1, 6, 3, 0.2)]
     prompts = [tuple(range(10 + g, 10 + g + p)) for g, p, _, _ in shapes]
@@ -50,7 +51,7 @@ def _state(trainer: PeftTrainer, job: str) -> list:
 
 
 def _trainer(model_dir, device: str = "cpu") -> PeftTrainer:
-    trainer = PeftTrainer(model_dir, lr=1e-2, micro_batch_size=2, device=device)
+    trainer = PeftTrainer(model_dir, lr=1e-2, micro_batch_size=2, device=device, max_weight=1.2)
     trainer.add_job("A", seed=0)
     randomize_adapter(trainer, "A", seed=7, scale=0.1)  # B != 0: every weight has a gradient
     return trainer
@@ -75,17 +76,19 @@ def test_two_replicas_step_as_one_trainer_on_all_samples(tiny_model_dir):
         one, both = single.train_step("A", samples), parallel.train_step("A", samples)
         assert both.version == one.version == step + 1
         assert both.tokens == one.tokens and both.samples == one.samples
-        assert both.loss == pytest.approx(one.loss, rel=1e-5, abs=1e-7)
+        assert both.loss == pytest.approx(
+            one.loss, rel=1e-4, abs=1e-7
+        )  # padding differs by replica
         assert both.grad_norm == pytest.approx(one.grad_norm, rel=1e-5)
-        assert both.mean_ratio == pytest.approx(one.mean_ratio, rel=1e-6)
+        assert both.mean_ratio == pytest.approx(one.mean_ratio, rel=1e-4)
         assert both.clip_fraction == one.clip_fraction
-        assert both.max_ratio == pytest.approx(one.max_ratio, rel=1e-6)
-    assert 0 < one.clip_fraction < 1  # the clipped branch was exercised
+        assert both.max_ratio == pytest.approx(one.max_ratio, rel=1e-4)
+    assert 0 < one.clip_fraction < 1  # the cap left some tokens out
     assert all(r.jobs == ["A"] and r.version("A") == 2 for r in replicas)
     expected = _state(single, "A")
-    for replica in replicas:
+    for replica in replicas:  # (Adam scales up a near-zero gradient's rounding noise)
         for mine, theirs in zip(_state(replica, "A"), expected, strict=True):
-            torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-6)
+            torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-4)
     first, second = (_state(r, "A") for r in replicas)
     assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))  # identical
     assert all(p.grad is None for r in replicas for p in r.adapter_parameters("A"))
