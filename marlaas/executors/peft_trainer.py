@@ -1,6 +1,7 @@
 """LoRA policy training for many tenants on one base model: one adapter and optimizer per job.
 
-The loss is GRPO with decoupled PPO's off-policy correction (:mod:`marlaas.executors.grpo`).
+The loss is GRPO with a truncated importance weight for stale samples
+(:mod:`marlaas.executors.grpo`).
 
 Memory (measured on SmolLM2-135M, docs/real-runs.md): the log-probs of the completion tokens
 come from the decoder's hidden states through lm_head -> logsumexp -> gather, a chunk of
@@ -28,7 +29,7 @@ from marlaas.executors.completion_logprobs import (
     pad_rows,
     plain_head,
 )
-from marlaas.executors.grpo import BackwardPass, decoupled_surrogate, group_advantages, step_stats
+from marlaas.executors.grpo import BackwardPass, group_advantages, step_stats, truncated_surrogate
 from marlaas.executors.lora_weights import load_weights, seeded_init, write_adapter
 from marlaas.executors.rollout import TrainSample, TrainStats
 from marlaas.executors.shared_weights import share_weights
@@ -76,7 +77,7 @@ class PeftTrainer:
         lr: float = 1e-4,
         micro_batch_size: int = 8,
         *,
-        max_weight: float = 5.0,
+        max_weight: float = 1.0,
         adv_eps: float = 1e-4,
         max_grad_norm: float = 1.0,
         weight_decay: float = 0.0,
@@ -224,7 +225,7 @@ class PeftTrainer:
         self._interrupts += 1
 
     def train_step(self, job: str, samples: Sequence[TrainSample]) -> TrainStats:
-        """One optimizer step of `job` on `samples` (GRPO advantages, decoupled PPO)."""
+        """One optimizer step of `job` on `samples` (GRPO advantages, truncated weights)."""
         with self._lock:
             interrupts = self._interrupts
             self._job(job)
@@ -251,8 +252,8 @@ class PeftTrainer:
         total_tokens: int,
         stopped: Callable[[], bool] = lambda: False,
     ) -> BackwardPass:
-        """Start a step of `job`: its gradients (set to zero first) accumulate the decoupled
-        PPO loss of `samples` (each with its advantage), summed over their completion
+        """Start a step of `job`: its gradients (set to zero first) accumulate the GRPO
+        loss of `samples` (each with its advantage), summed over their completion
         tokens and divided by `total_tokens` (the whole step's, which these samples may be a
         part of). Raises :class:`TrainingInterrupted` when `stopped()` before a micro-batch.
         Follow it with :meth:`apply_gradients`, and :meth:`end_step` in any case."""
@@ -269,7 +270,7 @@ class PeftTrainer:
                 logp, mask = self._completion_logprobs(chunk)
                 old = pad_rows([s.logprobs for s in chunk], mask.shape[1], self.device)
                 a = torch.tensor(advantages[start : start + len(chunk)], device=self.device)
-                loss, measured = decoupled_surrogate(
+                loss, measured = truncated_surrogate(
                     logp, old, a[:, None], mask, self.max_weight, total_tokens
                 )
                 loss.backward()

@@ -6,8 +6,8 @@ point per training step (x: the job's step, counting resumed steps):
 
     reward/mean            mean episode reward of the step's samples
     train/loss             the trainer's loss
-    train/importance_ratio mean behaviour importance weight (trainer policy / sampling policy)
-    train/clip_fraction    fraction of tokens left out (their weight above the cap)
+    train/importance_ratio mean importance weight (trainer policy / sampling policy)
+    train/clip_fraction    fraction of tokens whose weight was truncated (above 1)
     train/staleness        largest version lag of a sample in the batch [versions]
     train/samples          sequences trained
     job/finish_s           when the job finished [s] (once, at the end)

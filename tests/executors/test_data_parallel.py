@@ -28,8 +28,8 @@ from tests.executors.conftest import randomize_adapter  # noqa: E402
 
 def _samples(trainer, job: str, seed: int) -> list[TrainSample]:
     """Two groups of uneven lengths and rewards, sampled "earlier": log-probs off by up to
-    0.4 nat from the trainer's, so that some behaviour weights are above the trainer's cap
-    (1.2, :func:`_trainer`) and left out."""
+    0.4 nat from the trainer's, so that some weights are above the trainer's truncation
+    (1.2, :func:`_trainer`)."""
     gen = torch.Generator().manual_seed(seed)
     shapes = [(0, 3, 5, 1.0), (0, 3, 2, 0.0), (0, 3, 7, 0.4), (1, 6, 4, 1.0), (1, 6, 3, 0.2)]
     prompts = [tuple(range(10 + g, 10 + g + p)) for g, p, _, _ in shapes]
@@ -83,7 +83,7 @@ def test_two_replicas_step_as_one_trainer_on_all_samples(tiny_model_dir):
         assert both.mean_ratio == pytest.approx(one.mean_ratio, rel=1e-4)
         assert both.clip_fraction == one.clip_fraction
         assert both.max_ratio == pytest.approx(one.max_ratio, rel=1e-4)
-    assert 0 < one.clip_fraction < 1  # the cap left some tokens out
+    assert 0 < one.clip_fraction < 1  # some weights were truncated
     assert all(r.jobs == ["A"] and r.version("A") == 2 for r in replicas)
     expected = _state(single, "A")
     for replica in replicas:  # (Adam scales up a near-zero gradient's rounding noise)

@@ -65,48 +65,47 @@ def test_on_policy_ratio_is_one_and_stats(tiny_model_dir):
     assert stats.clip_fraction == 0.0 and stats.version == 1
 
 
-def test_a_stale_rewarded_sample_keeps_its_gradient_weighted_by_its_behaviour_weight(
-    tiny_model_dir,
-):
+def _gradient(trainer, job, samples):
+    """`job`'s adapter gradients after a backward pass over `samples` (no optimizer step)."""
+    tokens = sum(len(s.completion_ids) for s in samples)
+    trainer.backward(job, samples, group_advantages(samples), tokens)
+    grads = [p.grad.detach().clone() for p in trainer.adapter_parameters(job)]
+    trainer.end_step(job)
+    return grads
+
+
+def test_a_stale_sample_keeps_its_gradient_with_its_weight_truncated_at_one(tiny_model_dir):
     trainer = PeftTrainer(tiny_model_dir, lr=1e-2, micro_batch_size=8)
     trainer.add_job("A", seed=0)
     for _ in range(2):  # the trainer moves on: version 2
         trainer.train_step("A", _samples(trainer, "A", [1.0, 0.0]))
-
-    # Sampled at version 0 with log-probs 1 nat lower: behaviour weight e ~ 2.72. The PPO ratio
-    # clipped at 1.2 gave the rewarded sample no gradient (a policy that had moved towards a
-    # rewarded token stopped reinforcing it); decoupled PPO weights its gradient by e.
-    def grad_of(samples):
-        trainer.backward(
-            "A", samples, group_advantages(samples), sum(len(s.completion_ids) for s in samples)
-        )
-        grads = [p.grad.detach().clone() for p in trainer.adapter_parameters("A")]
-        trainer.end_step("A")
-        return grads
-
-    fresh = _samples(trainer, "A", [1.0, 0.0])
-    stale = _samples(trainer, "A", [1.0, 0.0], shift=1.0, version=0)
-    for g_fresh, g_stale in zip(grad_of(fresh), grad_of(stale), strict=True):
-        torch.testing.assert_close(g_stale, math.e * g_fresh, rtol=1e-4, atol=1e-6)
-    stats = trainer.train_step("A", stale)
+    # Sampled at version 0 with log-probs 1 nat lower: weight e ~ 2.72. The PPO ratio clipped
+    # at 1.2 gave the rewarded sample no gradient (a policy that had moved towards a rewarded
+    # token stopped reinforcing it); truncated at 1 it counts as a fresh sample does.
+    fresh = _gradient(trainer, "A", _samples(trainer, "A", [1.0, 0.0]))
+    up = _gradient(trainer, "A", _samples(trainer, "A", [1.0, 0.0], shift=1.0, version=0))
+    down = _gradient(trainer, "A", _samples(trainer, "A", [1.0, 0.0], shift=-1.0, version=0))
+    for g_fresh, g_up, g_down in zip(fresh, up, down, strict=True):
+        torch.testing.assert_close(g_up, g_fresh, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(g_down, g_fresh / math.e, rtol=1e-4, atol=1e-6)
+    stats = trainer.train_step("A", _samples(trainer, "A", [1.0, 0.0], shift=1.0, version=0))
     assert stats.max_ratio == pytest.approx(math.e, rel=1e-4)
     assert stats.max_staleness == 2
-    assert stats.clip_fraction == 0.0 and stats.grad_norm > 0
+    assert stats.clip_fraction == pytest.approx(1.0) and stats.grad_norm > 0
 
 
-def test_tokens_whose_behaviour_weight_is_above_the_cap_are_left_out(tiny_model_dir):
-    trainer = PeftTrainer(tiny_model_dir, lr=1e-2, micro_batch_size=8)
+def test_the_truncation_is_a_setting_and_counts_the_tokens_it_cut(tiny_model_dir):
+    trainer = PeftTrainer(tiny_model_dir, lr=1e-2, micro_batch_size=8, max_weight=5.0)
     trainer.add_job("A", seed=0)
-    # Weights e^2 ~ 7.4 (above the default cap of 5) and e^-2: the first sample is left out.
-    far = _samples(trainer, "A", [1.0, 0.0], shift=2.0)[0]
-    near = _samples(trainer, "A", [1.0, 0.0], shift=-2.0)[1]
+    fresh = _gradient(trainer, "A", _samples(trainer, "A", [1.0, 0.0]))
+    stale = _gradient(trainer, "A", _samples(trainer, "A", [1.0, 0.0], shift=1.0))
+    for g_fresh, g_stale in zip(fresh, stale, strict=True):
+        torch.testing.assert_close(g_stale, math.e * g_fresh, rtol=1e-4, atol=1e-6)
+    far = _samples(trainer, "A", [1.0, 0.0], shift=2.0)[0]  # weight e^2 ~ 7.4: truncated at 5
+    near = _samples(trainer, "A", [1.0, 0.0])[1]
     stats = trainer.train_step("A", [far, near])
     assert stats.clip_fraction == pytest.approx(0.5)
-    assert stats.grad_norm > 0  # the other sample's gradient, weighted e^-2
-    far2 = _samples(trainer, "A", [1.0, 0.0], shift=2.0)
-    stats = trainer.train_step("A", far2)
-    assert stats.clip_fraction == pytest.approx(1.0)
-    assert stats.grad_norm == 0.0
+    assert stats.max_ratio == pytest.approx(math.e**2, rel=1e-4)
 
 
 def test_micro_batches_accumulate_to_the_full_batch_gradient(tiny_model_dir):
