@@ -41,6 +41,11 @@ import torch
 
 from marlaas.executors.rollout import TrainSample, TrainStats
 
+COUNTED_ABOVE = 1e-3
+"""A weight counts as truncated when it is more than 0.1% above the truncation: the sampling
+engine's and the trainer's log-probs of the same weights differ by about 1e-5 nat, so a fresh
+sample's weights lie on both sides of 1."""
+
 
 @dataclass
 class BackwardPass:
@@ -53,7 +58,7 @@ class BackwardPass:
     """Sum of the importance weights (pi / mu, before truncation) of their completion tokens."""
     ratio_max: float = 0.0
     clipped: int = 0
-    """Completion tokens whose weight was truncated (above ``max_weight``)."""
+    """Completion tokens whose weight was truncated (see :data:`COUNTED_ABOVE`)."""
 
     def __add__(self, other: BackwardPass) -> BackwardPass:
         return BackwardPass(
@@ -105,7 +110,7 @@ def truncated_surrogate(
             float(loss),
             float(w.sum()),
             float(w.max()) if w.numel() else 0.0,
-            int((w > max_weight).sum()),
+            int((w > max_weight * (1 + COUNTED_ABOVE)).sum()),
         )
     return loss, measured
 
