@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import Any
 
+from marlaas.core.backlog import Backlog
 from marlaas.core.cluster import Cluster
 from marlaas.core.environments import Environments
 from marlaas.core.feasibility import why_infeasible
@@ -120,6 +121,9 @@ class Scheduler:
         self._barrier = self.mechanism.barrier
         self._exclusive = self.cluster.exclusive
         """Generation and training take turns on the devices (fixed for the run)."""
+        self.backlog = Backlog()
+        """The live jobs' expected remaining tokens and the measured token rate (read only)."""
+        self._reads_backlog = self.policy.reads_backlog
 
     @classmethod
     def for_workload(
@@ -260,6 +264,9 @@ class Scheduler:
         self._submitted = max(self._submitted, index + 1)
         job = JobState(spec, index, bound, self.seed, now, version,
                        shares_prompt=self.cluster_spec.engine.prefix_caching)  # fmt: skip
+        backlog = job.backlog = self.backlog
+        backlog.advance(now, True)
+        backlog.tokens += job.remaining_tokens
         self.jobs[job.index] = job
         self._by_name[job.name] = job
         self._waiting.append(job)
@@ -298,6 +305,7 @@ class Scheduler:
         starts them in this order (an eviction before the load it makes room for)."""
         out: list[Decision] = []
         ledger = self.ledger
+        self.backlog.advance(now, bool(self.jobs))
         if ledger.due:
             due, ledger.due = ledger.due, []
             for start in due:
@@ -308,6 +316,8 @@ class Scheduler:
             self._admit(now, out)
         if self._barrier:
             self._advance_round()
+        if self._reads_backlog and self.backlog.rekey_due():
+            ledger.touched.update(self._active)  # keys that read the backlog moved
         if ledger.touched:
             self._refresh_touched()
         if not (self._exclusive and self._engines_busy()):
@@ -431,6 +441,7 @@ class Scheduler:
         """The job ended (``state``): it leaves the last maps, and its outcome is kept."""
         del self.jobs[job.index]
         del self._by_name[job.name]
+        self.backlog.tokens -= job.remaining_tokens
         self.ledger.touched.discard(job.index)
         counts = self._tenants[job.tenant]
         counts[2] -= 1
@@ -496,7 +507,12 @@ class Scheduler:
         decision = running.decision
         job = self._by_name[decision.job]
         self.ledger.touched.add(job.index)
+        remaining = job.remaining_tokens
         self._handlers[type(decision)](decision, running, event, now)
+        backlog = self.backlog
+        backlog.tokens += job.remaining_tokens - remaining
+        if type(decision) is Generate and event.ok:
+            backlog.generated += event.tokens
         if job.index in self._round_left and (
             job.done or job.published >= self._round_limit[job.name]
         ):

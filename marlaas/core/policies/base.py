@@ -83,6 +83,13 @@ class JobView(Protocol):
         """Estimated time its remaining steps would take alone [s]."""
 
     @property
+    def backlog_s(self) -> float:
+        """Time the live jobs' expected remaining tokens (this job's included) take at the
+        cluster's measured token rate [s]: the same figure for every job (core.backlog;
+        infinite before any token was generated). A key that reads it is recomputed when
+        the job changes and when this figure moved by 5% (the policy's ``reads_backlog``)."""
+
+    @property
     def stage(self) -> str:
         """What the job waits for now: rollouts, environment, trainer, weight_sync,
         staleness or barrier."""
@@ -125,6 +132,9 @@ class Policy:
     source: ClassVar[str] = ""
     """Where the idea comes from (a paper, a system), or "baseline"."""
     ranks_engines: ClassVar[bool] = False
+    reads_backlog: ClassVar[bool] = False
+    """Whether :meth:`key` reads ``JobView.backlog_s``: the scheduler then re-keys every
+    active job when the backlog moved by 5% (core.backlog), not only the jobs that changed."""
     """Whether :meth:`engine_key` is overridden (set by the class itself, not by hand)."""
 
     def __init_subclass__(cls, **kwargs: object) -> None:
