@@ -174,6 +174,13 @@ class JobState:
         return backlog.seconds if backlog is not None else math.inf
 
     @property
+    def longest_alone_s(self) -> float:
+        """The longest remaining_alone_s among the live jobs [s] (core.backlog; this job's
+        own outside a scheduler)."""
+        backlog = self.backlog
+        return backlog.longest_alone_s if backlog is not None else self.remaining_alone_s
+
+    @property
     def stage(self) -> str:
         """What the job waits for now (rollouts, environment, trainer, weight_sync,
         staleness, barrier: see waiting_on; the step barrier as if open)."""

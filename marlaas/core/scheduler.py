@@ -267,6 +267,7 @@ class Scheduler:
         backlog = job.backlog = self.backlog
         backlog.advance(now, True)
         backlog.tokens += job.remaining_tokens
+        self._alone_changed(job, job.remaining_alone_s)
         self.jobs[job.index] = job
         self._by_name[job.name] = job
         self._waiting.append(job)
@@ -442,6 +443,7 @@ class Scheduler:
         del self.jobs[job.index]
         del self._by_name[job.name]
         self.backlog.tokens -= job.remaining_tokens
+        self._alone_changed(job, None)
         self.ledger.touched.discard(job.index)
         counts = self._tenants[job.tenant]
         counts[2] -= 1
@@ -513,6 +515,8 @@ class Scheduler:
         backlog.tokens += job.remaining_tokens - remaining
         if type(decision) is Generate and event.ok:
             backlog.generated += event.tokens
+        elif type(decision) is Train:
+            self._alone_changed(job, job.remaining_alone_s)
         if job.index in self._round_left and (
             job.done or job.published >= self._round_limit[job.name]
         ):
@@ -522,6 +526,14 @@ class Scheduler:
             self._tenants[job.tenant][0] -= 1
             self._ending[job.index] = job
         return decision
+
+    def _alone_changed(self, job: JobState, alone_s: float | None) -> None:
+        """``job``'s remaining alone time is ``alone_s`` [s] (None: it ended): the backlog's
+        longest is kept, and the jobs that now hold it are re-keyed if the policy reads it."""
+        holders = self.backlog.set_alone(job.index, alone_s)
+        if holders and self._reads_backlog:
+            touched, active = self.ledger.touched, self._active
+            touched.update(index for index in holders if index in active)
 
 
 def _jobs(count: int) -> str:
