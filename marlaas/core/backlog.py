@@ -1,7 +1,7 @@
 """The backlog: how long the live jobs' expected remaining work takes the whole cluster.
 
 A figure every job's view shares (``JobView.backlog_s``), for policies that weigh a job
-against everything else still to do (cp-srpt: a job whose critical path is as long as the
+against everything else still to do (horizon: a job whose critical path is as long as the
 backlog must run at its own pace from now on, or it ends alone after the others):
 
 - the live jobs' expected remaining tokens [tokens]: each job's ``remaining_tokens`` (from
@@ -41,9 +41,6 @@ REKEY_MIN_S = 10.0
 
 class Backlog:
     """The live jobs' expected remaining tokens and the cluster's measured token rate."""
-
-    __slots__ = ("_alone", "_alone_heap", "_at", "_by_alone", "_keyed_s", "_live", "busy_s",
-                 "generated", "seconds", "tokens")  # fmt: skip
 
     def __init__(self) -> None:
         self.tokens = 0.0

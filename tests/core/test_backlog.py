@@ -1,4 +1,4 @@
-"""The backlog figure every job's view shares, and cp-srpt's promotion by it."""
+"""The backlog figure every job's view shares, and the horizon policy's promotion by it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from marlaas.core.backlog import Backlog
 from marlaas.core.jobs import JobState
 from marlaas.core.policies import get_policy
-from marlaas.core.policies.cp_srpt import CriticalPathSrpt
+from marlaas.core.policies.horizon import Horizon
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.work import Generate
 from marlaas.core.workload import JobSpec, parse_workload
@@ -73,24 +73,24 @@ def test_the_backlog_shrinks_as_turns_finish_and_is_empty_at_the_end():
     assert finite and finite[-1] < finite[0]  # backlog_s falls as the work gets done
 
 
-def test_cp_srpt_promotes_a_job_whose_remaining_critical_path_reaches_the_backlog():
-    policy = get_policy("cp-srpt")
+def test_horizon_promotes_a_job_whose_remaining_critical_path_reaches_the_backlog():
+    policy = get_policy("horizon")
     assert policy.reads_backlog
     backlog = Backlog()
     small = JobState(JobSpec(**job_spec("small")), 0, 1, backlog=backlog)
     slow = JobState(JobSpec(**job_spec("slow", steps=8, env_s=30.0)), 1, 1, backlog=backlog)
     backlog.seconds = 10 * slow.remaining_alone_s  # much work left: no hurry
-    assert policy.key(small) < policy.key(slow)  # the small job first (Smith's rule)
+    assert policy.key(small) < policy.key(slow)  # the small job first (cp-srpt's order)
     backlog.seconds = slow.remaining_alone_s * 0.99  # its latest start time has come
     assert policy.key(slow) < policy.key(small)
     slow.attained_tokens, slow.remaining_tokens = 1e9, 0.0  # all generated (training)
     assert policy.key(small) < policy.key(slow)  # nothing left to promote
 
 
-class NotRekeyed(CriticalPathSrpt):
-    """cp-srpt with the scheduler's re-keys off: a key moves only when its job changes."""
+class NotRekeyed(Horizon):
+    """horizon with the scheduler's re-keys off: a key moves only when its job changes."""
 
-    name = "cp-srpt-not-rekeyed"
+    name = "horizon-not-rekeyed"
     reads_backlog = False
 
 
@@ -110,7 +110,7 @@ def test_a_starved_job_is_promoted_without_changing_when_the_backlog_shrinks():
         last_small = max(now for now, d in started if d.job.startswith("s") and d.job != "slow")
         return slow, last_small
 
-    slow, last_small = first_slow_and_small_finish(get_policy("cp-srpt"))
+    slow, last_small = first_slow_and_small_finish(get_policy("horizon"))
     assert slow < last_small  # promoted while the small jobs still run
     slow_off, _ = first_slow_and_small_finish(NotRekeyed())
     assert slow_off > slow  # without the re-key it waits until the small jobs leave room
@@ -141,5 +141,5 @@ def test_the_scheduler_keeps_the_longest_alone_time_of_the_live_jobs():
         longest.append(scheduler.backlog.longest_alone_s)
 
     jobs = [job_spec("a", steps=2, env_s=5.0), job_spec("b", steps=6, env_s=1.0)]
-    run_fixed(workload(jobs), "cp-srpt", on_decision=watch)
+    run_fixed(workload(jobs), "horizon", on_decision=watch)
     assert longest[0] > longest[-1]  # it falls as steps are trained

@@ -21,23 +21,8 @@ started, and medium tool jobs wait behind large ones; with c = 1.5 it ends 2.4x,
 single-turn job's 1.6x: jobs are served smallest first, yet jobs of about the same size
 still take turns, so that the largest are in flight together to the end.
 
-The critical path the weight sees is a constant of the job, and a key of one job cannot see
-whether it decides the makespan: that depends on the whole backlog (docs/policies.md, "Why
-fifo wins on paper-8"). So one job at a time is promoted ahead of every other, by the
-latest-start-time rule of critical-path scheduling (the critical path method, Kelley and
-Walker 1959; LPT, Graham 1969): the backlog cannot end before its horizon, the longest of
-the live jobs' work at the cluster's rate (``backlog_s``: their expected remaining tokens
-over the measured token rate) and their remaining critical paths (``longest_alone_s``). A
-job whose remaining critical path (``remaining_alone_s``) is that horizon has no slack left:
-it must run at its own pace from now on, or the backlog ends later with it running alone
-while the engines idle. It goes first (the longest first, if several tie) while it has
-tokens to generate; the others keep the order above. The rule has no constant of its own:
-the promoted job is the one that sets the horizon.
-
-Every figure comes from the core's estimates (``remaining_tokens``, ``alone_s``) and the
-scheduler's backlog (core.backlog), never the simulator's draws. The key changes when the
-job is served, when the backlog moved by 5% and when the longest critical path passes to
-another job (the scheduler re-keys, ``reads_backlog``), not otherwise as time passes.
+Every figure comes from the core's estimates (``remaining_tokens``, ``alone_s``), never the
+simulator's draws; the key changes only when the job is served, not as time passes.
 """
 
 from marlaas.core.policies.base import JobView, Policy, register
@@ -55,28 +40,20 @@ fifo's (seed 0), and b = 0.3 is longer on both."""
 
 @register
 class CriticalPathSrpt(Policy):
-    """(attained + c x expected remaining tokens) / (weight x alone_s ** b), least first;
-    first of all the job whose remaining critical path is the backlog's horizon."""
+    """(attained + c x expected remaining tokens) / (weight x alone_s ** b), least first."""
 
     name = "cp-srpt"
     idea = (
         f"(attained + {REMAINING_WEIGHT:g} x expected remaining tokens) / (weight x alone "
         f"time^{CRITICAL_PATH_EXPONENT:g}), least first: small jobs first, long critical "
-        "paths started early; first of all the job whose remaining critical path is the "
-        "backlog's horizon (its latest start time)"
+        "paths started early"
     )
     source = (
         "Smith's rule (WSPT, 1956) on the LAS + SRPT service of las-srpt, weighted by the "
-        "critical path (LPT, Graham 1969); the latest start time of the critical path "
-        "method (Kelley and Walker 1959) against the backlog's horizon"
+        "critical path (LPT, Graham 1969)"
     )
 
-    reads_backlog = True
-
     def key(self, job: JobView) -> tuple:
-        left = job.remaining_alone_s
-        if job.remaining_tokens > 0 and left >= max(job.backlog_s, job.longest_alone_s):
-            return (0, -left, job.arrival_s, job.index)  # its latest start time has come
         service = job.attained_tokens + REMAINING_WEIGHT * job.remaining_tokens
         weight = job.weight * max(job.alone_s, 1.0) ** CRITICAL_PATH_EXPONENT
-        return (1, service / weight, job.arrival_s, job.index)
+        return (service / weight, job.arrival_s, job.index)
