@@ -15,7 +15,7 @@ idle. It goes first while it has tokens to generate; every other job keeps ``cp-
 order. The rule adds no constant: the promoted job is the one that sets the horizon.
 
 Its price (simulated, h100-7b profile, docs/policies.md): on paper-8 the makespan is fifo's
-(cp-srpt's is 5-10% longer), on paper-32 the mean completion time is about 1 point of fifo's
+(cp-srpt's is 5-10% longer), on paper-32 the mean completion time is 1-2 points of fifo's
 higher than cp-srpt's and the makespan about the same; with jobs arriving over time the live
 backlog is short, the longest job is promoted often and the mean completion time rises.
 The key changes when the job is served, when the backlog moved by 5% and when the longest
