@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 MODULES = (
+    "marlaas.core.backlog",
     "marlaas.core.cluster",
     "marlaas.core.environments",
     "marlaas.core.feasibility",

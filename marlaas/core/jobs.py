@@ -9,9 +9,11 @@ when published >= step(g) - max_staleness: the staleness bound holds by construc
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from marlaas.core.backlog import Backlog
 from marlaas.core.estimates import WorkEstimate, upper_tokens
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.prompts import GroupLengths
@@ -75,6 +77,9 @@ class JobState:
     remaining_tokens: float = 0.0
     last_served: int = 0
     finish_s: float | None = None
+    backlog: Backlog | None = None
+    """The scheduler's backlog, which every live job shares (None: a job outside a
+    scheduler, whose backlog_s is infinite)."""
     # the spec's figures, kept at hand by __post_init__ (the spec is frozen: they are read on
     # every decision); slots, as every field, so that a job is one small object
     name: str = field(init=False, repr=False, compare=False)
@@ -160,6 +165,20 @@ class JobState:
     def remaining_alone_s(self) -> float:
         """Estimated time its remaining steps would take alone [s]."""
         return (self.steps - self.trained) * self.estimate.step_alone_s
+
+    @property
+    def backlog_s(self) -> float:
+        """Time the live jobs' expected remaining tokens take at the cluster's measured
+        token rate [s] (core.backlog; infinite before any token was generated)."""
+        backlog = self.backlog
+        return backlog.seconds if backlog is not None else math.inf
+
+    @property
+    def longest_alone_s(self) -> float:
+        """The longest remaining_alone_s among the live jobs [s] (core.backlog; this job's
+        own outside a scheduler)."""
+        backlog = self.backlog
+        return backlog.longest_alone_s if backlog is not None else self.remaining_alone_s
 
     @property
     def stage(self) -> str:

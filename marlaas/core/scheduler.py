@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import Any
 
+from marlaas.core.backlog import Backlog
 from marlaas.core.cluster import Cluster
 from marlaas.core.cluster_spec import ClusterSpec
 from marlaas.core.environments import Environments
@@ -123,6 +124,9 @@ class Scheduler:
         self._barrier = self.mechanism.barrier
         self._exclusive = self.cluster.exclusive
         """Generation and training take turns on the devices (fixed for the run)."""
+        self.backlog = Backlog()
+        """The live jobs' expected remaining tokens and the measured token rate (read only)."""
+        self._reads_backlog = self.policy.reads_backlog
 
     @classmethod
     def for_workload(
@@ -263,6 +267,10 @@ class Scheduler:
         self._submitted = max(self._submitted, index + 1)
         job = JobState(spec, index, bound, self.seed, now, version,
                        shares_prompt=self.cluster_spec.engine.prefix_caching)  # fmt: skip
+        backlog = job.backlog = self.backlog
+        backlog.advance(now, True)
+        backlog.tokens += job.remaining_tokens
+        self._alone_changed(job, job.remaining_alone_s)
         self.jobs[job.index] = job
         self._by_name[job.name] = job
         self._waiting.append(job)
@@ -301,6 +309,7 @@ class Scheduler:
         starts them in this order (an eviction before the load it makes room for)."""
         out: list[Decision] = []
         ledger = self.ledger
+        self.backlog.advance(now, bool(self.jobs))
         if ledger.due:
             due, ledger.due = ledger.due, []
             for start in due:
@@ -311,6 +320,8 @@ class Scheduler:
             self._admit(now, out)
         if self._barrier:
             self._advance_round()
+        if self._reads_backlog and self.backlog.rekey_due():
+            ledger.touched.update(self._active)  # keys that read the backlog moved
         if ledger.touched:
             self._refresh_touched()
         if not (self._exclusive and self._engines_busy()):
@@ -434,6 +445,8 @@ class Scheduler:
         """The job ended (``state``): it leaves the last maps, and its outcome is kept."""
         del self.jobs[job.index]
         del self._by_name[job.name]
+        self.backlog.tokens -= job.remaining_tokens
+        self._alone_changed(job, None)
         self.ledger.touched.discard(job.index)
         counts = self._tenants[job.tenant]
         counts[2] -= 1
@@ -499,7 +512,14 @@ class Scheduler:
         decision = running.decision
         job = self._by_name[decision.job]
         self.ledger.touched.add(job.index)
+        remaining = job.remaining_tokens
         self._handlers[type(decision)](decision, running, event, now)
+        backlog = self.backlog
+        backlog.tokens += job.remaining_tokens - remaining
+        if type(decision) is Generate and event.ok:
+            backlog.generated += event.tokens
+        elif type(decision) is Train:
+            self._alone_changed(job, job.remaining_alone_s)
         if job.index in self._round_left and (
             job.done or job.published >= self._round_limit[job.name]
         ):
@@ -509,6 +529,14 @@ class Scheduler:
             self._tenants[job.tenant][0] -= 1
             self._ending[job.index] = job
         return decision
+
+    def _alone_changed(self, job: JobState, alone_s: float | None) -> None:
+        """``job``'s remaining alone time is ``alone_s`` [s] (None: it ended): the backlog's
+        longest is kept, and the jobs that now hold it are re-keyed if the policy reads it."""
+        holders = self.backlog.set_alone(job.index, alone_s)
+        if holders and self._reads_backlog:
+            touched, active = self.ledger.touched, self._active
+            touched.update(index for index in holders if index in active)
 
 
 def _jobs(count: int) -> str:

@@ -83,6 +83,19 @@ class JobView(Protocol):
         """Estimated time its remaining steps would take alone [s]."""
 
     @property
+    def backlog_s(self) -> float:
+        """Time the live jobs' expected remaining tokens (this job's included) take at the
+        cluster's measured token rate [s]: the same figure for every job (core.backlog;
+        infinite before any token was generated). A key that reads it is recomputed when
+        the job changes and when this figure moved by 5% (the policy's ``reads_backlog``)."""
+
+    @property
+    def longest_alone_s(self) -> float:
+        """The longest ``remaining_alone_s`` among the live jobs [s] (this one's included):
+        with ``backlog_s``, the earliest the backlog can end. A key that reads it is
+        recomputed for the jobs that hold it when it moves (``reads_backlog``)."""
+
+    @property
     def stage(self) -> str:
         """What the job waits for now: rollouts, environment, trainer, weight_sync,
         staleness or barrier."""
@@ -125,6 +138,10 @@ class Policy:
     source: ClassVar[str] = ""
     """Where the idea comes from (a paper, a system), or "baseline"."""
     ranks_engines: ClassVar[bool] = False
+    reads_backlog: ClassVar[bool] = False
+    """Whether :meth:`key` reads ``JobView.backlog_s`` or ``longest_alone_s``: the scheduler
+    then re-keys every active job when the backlog moved by 5%, and the jobs that hold the
+    longest alone time when it moves (core.backlog), not only the jobs that changed."""
     """Whether :meth:`engine_key` is overridden (set by the class itself, not by hand)."""
 
     def __init_subclass__(cls, **kwargs: object) -> None:

@@ -1,0 +1,132 @@
+"""The backlog: how long the live jobs' expected remaining work takes the whole cluster.
+
+A figure every job's view shares (``JobView.backlog_s``), for policies that weigh a job
+against everything else still to do (horizon: a job whose critical path is as long as the
+backlog must run at its own pace from now on, or it ends alone after the others):
+
+- the live jobs' expected remaining tokens [tokens]: each job's ``remaining_tokens`` (from
+  the spec's response-length means), added at submission, moved by the scheduler whenever
+  an event moves a job's figure, and taken out when the job ends;
+- the cluster's measured token rate [tokens/s]: the tokens generated so far over the time
+  some job was live (no cost model in the core: it is what the engines did, under this
+  workload and schedule, and it is known from the first finished group turn on);
+- ``seconds`` = tokens / rate [s], infinite before any token was generated;
+- the longest estimated remaining alone time among the live jobs (``longest_alone_s``, each
+  job's ``remaining_alone_s``: its remaining critical path, core.estimates) [s]. The backlog
+  cannot end before it, nor before ``seconds``: their maximum is the backlog's horizon, and the
+  job that sets it is the one whose critical path decides the makespan.
+
+The tokens and the rate are kept current in O(1) per event, the longest alone time in
+O(log n) per change of a job's figure (a finished training step): no cost grows faster with
+the number of jobs. A policy key that reads them goes stale as the backlog shrinks without the
+job changing. For a policy that reads them (``Policy.reads_backlog``), the scheduler re-keys
+every active job when ``seconds`` has moved by :data:`REKEY_FRACTION` (and
+:data:`REKEY_MIN_S`) since the last re-key, a number of re-keys per run that grows with the
+log of the backlog's range, not with the number of jobs or events; and it re-keys the jobs
+that hold the longest alone time when it passes to them (:meth:`Backlog.set_alone` returns
+them).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+REKEY_FRACTION = 0.05
+"""Re-key the active jobs when the backlog's seconds moved by 5% since the last re-key."""
+
+REKEY_MIN_S = 10.0
+"""... and by at least 10 s (the tail of a run, where the backlog goes to 0)."""
+
+
+class Backlog:
+    """The live jobs' expected remaining tokens and the cluster's measured token rate."""
+
+    def __init__(self) -> None:
+        self.tokens = 0.0
+        """Live jobs' expected remaining tokens [tokens]."""
+        self.generated = 0.0
+        """Tokens generated so far (finished group turns) [tokens]."""
+        self.busy_s = 0.0
+        """Time with at least one live job so far [s]."""
+        self.seconds = math.inf
+        """tokens / (generated / busy_s) as of the last :meth:`advance` [s]; inf before any
+        token was generated."""
+        self._at = 0.0
+        self._live = False
+        self._keyed_s = math.inf
+        """``seconds`` at the last re-key."""
+        self._alone: dict[int, float] = {}
+        """Live job -> its remaining alone time [s]."""
+        self._by_alone: dict[float, set[int]] = {}
+        """Remaining alone time [s] -> the live jobs that have it."""
+        self._alone_heap: list[float] = []
+        """Negated remaining alone times, some stale (no job has them any more)."""
+
+    @property
+    def longest_alone_s(self) -> float:
+        """The longest remaining alone time among the live jobs [s] (0 with none)."""
+        heap, by_alone = self._alone_heap, self._by_alone
+        while heap and -heap[0] not in by_alone:
+            heapq.heappop(heap)
+        return -heap[0] if heap else 0.0
+
+    def set_alone(self, job: int, alone_s: float | None) -> set[int]:
+        """Job ``job``'s remaining alone time is now ``alone_s`` [s] (None: it ended).
+        Returns the jobs that held the longest alone time and those that hold it now, when
+        it moved (the other jobs' keys that compare with it stay current): empty when it
+        did not."""
+        old = self._alone.get(job)
+        if old == alone_s:
+            return set()
+        before = self.longest_alone_s
+        held = set(self._by_alone.get(before, ()))
+        if old is not None:
+            holders = self._by_alone[old]
+            holders.discard(job)
+            if not holders:
+                del self._by_alone[old]
+            del self._alone[job]
+        if alone_s is not None:
+            self._alone[job] = alone_s
+            holders = self._by_alone.get(alone_s)
+            if holders is None:
+                holders = self._by_alone[alone_s] = set()
+                heapq.heappush(self._alone_heap, -alone_s)
+            holders.add(job)
+        if len(self._alone_heap) > 2 * len(self._by_alone) + 16:
+            self._alone_heap = [-a for a in self._by_alone]
+            heapq.heapify(self._alone_heap)
+        after = self.longest_alone_s
+        if after == before:
+            return set()
+        return held | self._by_alone.get(after, set())
+
+    @property
+    def rate(self) -> float:
+        """The measured token rate [tokens/s] (0 before any token was generated)."""
+        return self.generated / self.busy_s if self.busy_s > 0 and self.generated > 0 else 0.0
+
+    def advance(self, now: float, live: bool) -> None:
+        """Time moved to ``now`` [s]; ``live``: whether some job is live from now on."""
+        if self._live and now > self._at:
+            self.busy_s += now - self._at
+        self._at = now
+        self._live = live
+        rate = self.rate
+        self.seconds = max(self.tokens, 0.0) / rate if rate > 0 else math.inf
+
+    def rekey_due(self) -> bool:
+        """Whether ``seconds`` moved far enough since the last re-key that keys reading it
+        should be recomputed (the call then counts as the re-key)."""
+        seconds, last = self.seconds, self._keyed_s
+        if seconds == last:
+            return False
+        if math.isinf(seconds) or math.isinf(last):
+            due = True
+        else:
+            moved = abs(seconds - last)
+            due = moved >= REKEY_MIN_S and moved >= REKEY_FRACTION * last
+        if due:
+            self._keyed_s = seconds
+        return due

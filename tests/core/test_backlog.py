@@ -1,0 +1,145 @@
+"""The backlog figure every job's view shares, and the horizon policy's promotion by it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from marlaas.core.backlog import Backlog
+from marlaas.core.jobs import JobState
+from marlaas.core.policies import get_policy
+from marlaas.core.policies.horizon import Horizon
+from marlaas.core.scheduler import Scheduler
+from marlaas.core.work import Generate
+from marlaas.core.workload import JobSpec, parse_workload
+from tests.core.fixed_driver import run_fixed
+
+
+def job_spec(name: str, steps: int = 2, env_s: float = 0.0) -> dict:
+    """A job of ``steps`` steps whose environment steps take ``env_s`` seconds (its
+    estimated critical path; the fixed executor's own durations are 1 s)."""
+    spec = {"name": name, "tenant": name, "response_tokens": {"dist": "constant", "value": 10},
+            "rl": {"steps": steps, "prompts_per_step": 2, "group_size": 4,
+                   "max_new_tokens": 64}}  # fmt: skip
+    if env_s:
+        spec["env"] = {"latency_s": {"dist": "constant", "value": env_s}}
+    return spec
+
+
+def workload(jobs: list[dict], max_seqs: int = 256):
+    cluster = {"pools": [{"name": "rollout", "role": "inference", "devices": 1},
+                         {"name": "train", "role": "training", "devices": 1}],
+               "engine": {"max_seqs": max_seqs}}  # fmt: skip
+    return parse_workload({"jobs": jobs, "cluster": cluster})
+
+
+def test_the_backlog_counts_the_live_jobs_remaining_tokens_and_the_measured_rate():
+    w = workload([job_spec("a"), job_spec("b", steps=4), job_spec("c")])
+    scheduler = Scheduler.for_workload(w, "fifo")
+    specs = {job.name: job for job in w.jobs}
+    for name in "abc":
+        scheduler.submit(specs[name], 0.0)
+    backlog = scheduler.backlog
+    live = {name: scheduler.job(name).remaining_tokens for name in "abc"}
+    assert backlog.tokens == pytest.approx(sum(live.values())) and backlog.tokens > 0
+    assert scheduler.job("a").backlog_s == math.inf  # no token generated yet: no rate
+    assert scheduler.cancel("c", 1.0) == "cancelled"  # a queued job leaves at once
+    assert backlog.tokens == pytest.approx(live["a"] + live["b"])
+    # a job outside a scheduler has no backlog
+    assert JobState(specs["a"], 0, 1).backlog_s == math.inf
+
+
+def test_the_backlog_shrinks_as_turns_finish_and_is_empty_at_the_end():
+    seen: list[tuple[float, float, float]] = []
+
+    def watch(decision, now, scheduler):
+        backlog = scheduler.backlog
+        expected = sum(job.remaining_tokens for job in scheduler.jobs.values())
+        assert backlog.tokens == pytest.approx(expected)  # current at every decision
+        if scheduler.jobs:
+            seen.append((now, backlog.tokens, next(iter(scheduler.jobs.values())).backlog_s))
+
+    run = run_fixed(workload([job_spec("a"), job_spec("b", steps=4)]), "fifo", on_decision=watch)
+    backlog = run.scheduler.backlog
+    generated = sum(r.tokens for r in run.records if r.kind == "generate")
+    assert backlog.generated == generated > 0
+    assert backlog.tokens == pytest.approx(0.0, abs=1e-6)  # both finished
+    assert backlog.busy_s == pytest.approx(run.result.makespan_s, rel=0.05)
+    assert backlog.rate == pytest.approx(generated / backlog.busy_s)
+    tokens = [t for _, t, _ in seen]
+    assert tokens[0] > tokens[-1] and tokens == sorted(tokens, reverse=True)
+    finite = [s for _, _, s in seen if s != math.inf]
+    assert finite and finite[-1] < finite[0]  # backlog_s falls as the work gets done
+
+
+def test_horizon_promotes_a_job_whose_remaining_critical_path_reaches_the_backlog():
+    policy = get_policy("horizon")
+    assert policy.reads_backlog
+    backlog = Backlog()
+    small = JobState(JobSpec(**job_spec("small")), 0, 1, backlog=backlog)
+    slow = JobState(JobSpec(**job_spec("slow", steps=8, env_s=30.0)), 1, 1, backlog=backlog)
+    backlog.seconds = 10 * slow.remaining_alone_s  # much work left: no hurry
+    assert policy.key(small) < policy.key(slow)  # the small job first (cp-srpt's order)
+    backlog.seconds = slow.remaining_alone_s * 0.99  # its latest start time has come
+    assert policy.key(slow) < policy.key(small)
+    slow.attained_tokens, slow.remaining_tokens = 1e9, 0.0  # all generated (training)
+    assert policy.key(small) < policy.key(slow)  # nothing left to promote
+
+
+class NotRekeyed(Horizon):
+    """horizon with the scheduler's re-keys off: a key moves only when its job changes."""
+
+    name = "horizon-not-rekeyed"
+    reads_backlog = False
+
+
+def test_a_starved_job_is_promoted_without_changing_when_the_backlog_shrinks():
+    """One engine that holds one group at a time, four small jobs and one large one whose
+    estimated critical path (12 steps of 30 s environment waits) is the backlog's horizon
+    from the first finished turn on. Its key was taken at admission, when the backlog had no
+    rate yet, and it waits without changing: only the scheduler's re-key moves it ahead."""
+    jobs = [job_spec(f"s{i}", steps=3, env_s=10.0) for i in range(4)]
+    jobs.append(job_spec("slow", steps=12, env_s=30.0))
+    w = workload(jobs, max_seqs=4)
+
+    def first_slow_and_small_finish(policy):
+        run = run_fixed(w, policy)
+        started = [(now, d) for now, d in run.executor.started if isinstance(d, Generate)]
+        slow = min(now for now, d in started if d.job == "slow")
+        last_small = max(now for now, d in started if d.job.startswith("s") and d.job != "slow")
+        return slow, last_small
+
+    slow, last_small = first_slow_and_small_finish(get_policy("horizon"))
+    assert slow < last_small  # promoted while the small jobs still run
+    slow_off, _ = first_slow_and_small_finish(NotRekeyed())
+    assert slow_off > slow  # without the re-key it waits until the small jobs leave room
+
+
+def test_the_longest_remaining_alone_time_follows_the_jobs_and_names_its_new_holders():
+    backlog = Backlog()
+    assert backlog.longest_alone_s == 0.0
+    assert backlog.set_alone(0, 100.0) == {0}
+    assert backlog.set_alone(1, 100.0) == set()  # a tie: the longest did not move
+    assert backlog.set_alone(2, 50.0) == set()
+    assert backlog.set_alone(0, 80.0) == set()  # job 1 still holds 100 s
+    assert backlog.set_alone(1, 60.0) == {0, 1}  # job 0 (80 s) holds it now; 1 lost it
+    assert backlog.longest_alone_s == 80.0
+    assert backlog.set_alone(0, None) == {0, 1}  # job 0 ended: job 1 (60 s) next
+    assert backlog.longest_alone_s == 60.0
+    for step in range(200):  # many changes: stale entries are dropped, the answer holds
+        backlog.set_alone(2, 50.0 - step * 0.1)
+    assert backlog.longest_alone_s == 60.0 and len(backlog._alone_heap) < 40
+
+
+def test_the_scheduler_keeps_the_longest_alone_time_of_the_live_jobs():
+    longest: list[float] = []
+
+    def watch(decision, now, scheduler):
+        alone = [job.remaining_alone_s for job in scheduler.jobs.values()]
+        assert scheduler.backlog.longest_alone_s == pytest.approx(max(alone, default=0.0))
+        longest.append(scheduler.backlog.longest_alone_s)
+
+    jobs = [job_spec("a", steps=2, env_s=5.0), job_spec("b", steps=6, env_s=1.0)]
+    run_fixed(workload(jobs), "horizon", on_decision=watch)
+    assert longest[0] > longest[-1]  # it falls as steps are trained
