@@ -89,11 +89,10 @@ class Backlog:
             del self._alone[job]
         if alone_s is not None:
             self._alone[job] = alone_s
-            holders = self._by_alone.get(alone_s)
-            if holders is None:
-                holders = self._by_alone[alone_s] = set()
+            if alone_s not in self._by_alone:
+                self._by_alone[alone_s] = set()
                 heapq.heappush(self._alone_heap, -alone_s)
-            holders.add(job)
+            self._by_alone[alone_s].add(job)
         if len(self._alone_heap) > 2 * len(self._by_alone) + 16:
             self._alone_heap = [-a for a in self._by_alone]
             heapq.heapify(self._alone_heap)
