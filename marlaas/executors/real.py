@@ -12,7 +12,7 @@
     EnvStep       every sample's environment step, then the workload's declared latency
     SwapIn        the trainer loads the job's adapter and optimizer state from the store
     SwapOut       the trainer drops the job's state (instant; it is in the store)
-    Train         the named trainer's PEFT step (GRPO, clipped importance ratio), in a thread
+    Train         the named trainer's PEFT step (GRPO, truncated importance weight), in a thread
                   (data-parallel over the trainer's devices where they are several GPUs)
     Sync          the trainer saves the new version with its optimizer state to the store
 

@@ -1,4 +1,4 @@
-"""PeftTrainer: GRPO advantages, clipped importance ratios, tenant isolation, save and resume."""
+"""PeftTrainer: GRPO advantages, truncated importance weights, tenant isolation, save and resume."""
 
 from __future__ import annotations
 
