@@ -14,6 +14,9 @@ the trace, whose prompt is the group's. Each sample's response is the response o
 prompt length and cut into equal parts. So the samples of a group differ, the responses
 follow the trace's distribution, and so does their correlation with the prompt, up to what
 lies within a bucket (at most ``1 / MAX_BUCKETS`` of the rows).
+
+Response lengths are common random numbers (:mod:`marlaas.core.draws`): a group's turn draws
+the same lengths in every run of the workload and seed, whatever the schedule.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import math
 import numpy as np
 
 from marlaas.core.distributions import Constant, LogNormal, Trace, Uniform
+from marlaas.core.draws import RESPONSE_STREAM, Draws
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.limits import MAX_TOKENS
 from marlaas.core.seeds import SeededBlock
@@ -88,18 +92,22 @@ class GroupLengths:
         """(group, prompt, row) of the last group asked for (asked again and again)."""
         self._seeded = SeededBlock([seed, job])
         """Each group's generator, default_rng([seed, job, group]), made in blocks."""
+        self.draws = Draws(seed, job, spec.rl.group_size)
+        """The job's common random numbers (response lengths here, environment waits in
+        the simulator)."""
 
     def prompt(self, group: int) -> int:
         """Group ``group``'s prompt length [tokens], the same for each of its samples."""
         return self._draw(group)[1]
 
-    def responses(self, rng: np.random.Generator, group: int, n: int) -> np.ndarray:
-        """``n`` samples' response lengths [tokens] for a turn of group ``group``, drawn with
-        ``rng`` (the run's generator): from the group's prompt bucket for a paired trace,
-        else from response_tokens."""
+    def responses(self, group: int, turn: int, n: int) -> np.ndarray:
+        """``n`` samples' response lengths [tokens] for turn ``turn`` of group ``group``, the
+        same in every run: from the group's prompt bucket for a paired trace, else from
+        response_tokens."""
         if self._pairs is None:
-            return self.spec.response_tokens.sample(rng, n)
-        return self._pairs.responses(rng, self._draw(group)[2], n)
+            return self.draws.row(RESPONSE_STREAM, turn, group, n, self.spec.response_tokens.sample)
+        uniforms = self.draws.row(RESPONSE_STREAM, turn, group, n, _uniforms)
+        return self._pairs.responses(uniforms, self._draw(group)[2])
 
     def _draw(self, group: int) -> tuple[int, int, int]:
         """(group, prompt length, trace row or -1)."""
@@ -134,7 +142,14 @@ class _Buckets:
         """Each row's bucket."""
         self.response = np.asarray(responses, dtype=float)
 
-    def responses(self, rng: np.random.Generator, row: int, n: int) -> np.ndarray:
+    def responses(self, uniforms: np.ndarray, row: int) -> np.ndarray:
+        """A response length per uniform in [0, 1): a row of ``row``'s prompt bucket each."""
         bucket = self.bucket[row]
-        ranks = rng.integers(self.bounds[bucket], self.bounds[bucket + 1], n)
+        low, high = self.bounds[bucket], self.bounds[bucket + 1]
+        ranks = low + (uniforms * (high - low)).astype(np.int64)
         return self.response[self.order[ranks]]
+
+
+def _uniforms(rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` uniforms in [0, 1)."""
+    return rng.random(n)

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from heapq import heapify, heappop, heappush
 from typing import Any
 
-import numpy as np
 import simpy
 
 from marlaas.core.cluster import Cluster
+from marlaas.core.draws import ENV_STREAM
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.prompts import GroupLengths
 from marlaas.core.work import (
@@ -69,7 +69,6 @@ class SimPyExecutor:
         self.seed = seed
         self.recording = recording
         self.cost = cost or CostModel()
-        self.rng = np.random.default_rng(self.seed)
         self.env = simpy.Environment()
         self.engines = {e.name: EngineModel(self.cost) for e in cluster.engines}
         self.colocated = cluster.colocated
@@ -187,7 +186,7 @@ class SimPyExecutor:
 
     def _start_generate(self, d: Generate, now: float) -> None:
         cap, shortest = d.max_new_tokens, 1
-        drawn = self._lengths[d.job].responses(self.rng, d.group, d.seqs)
+        drawn = self._lengths[d.job].responses(d.group, d.turn, d.seqs)
         prompt = d.context_tokens / d.seqs
         if self.recording is not None:
             key = (d.job, d.group, d.turn)
@@ -275,7 +274,10 @@ class SimPyExecutor:
 
     def _start_env(self, d: EnvStep, now: float) -> None:
         spec = self._jobs[d.job].env
-        latency = max(spec.latency_s.sample(self.rng, d.seqs).tolist())
+        draws = self._lengths[d.job].draws
+        latency = max(
+            draws.row(ENV_STREAM, d.turn, d.group, d.seqs, spec.latency_s.sample).tolist()
+        )
         if self.recording is not None:
             latency = self.recording.env_s.get((d.job, d.group, d.turn), latency)
         added = 0 if d.last_turn else spec.observation_tokens * d.seqs

@@ -10,6 +10,9 @@ state are released at once, not when LRU would have evicted them; with that rele
 lazy again, every digest here and in ``benchmarks/golden_logs.py --large`` is the old one).
 Every digest moved when the h100-7b profile (the default cost model) took the prefill refit
 (a 4.46 ms floor per prefill + T / 42,443 tokens/s instead of T / 38,000 tokens/s).
+Every digest moved again when the simulator's draws became common random numbers (a
+group's turn draws its response lengths and environment waits from generators of its own,
+``marlaas/core/draws.py``, instead of from one generator shared in event order).
 ``python benchmarks/golden_logs.py`` checks the written events.parquet of more runs.
 """
 
@@ -23,15 +26,15 @@ from marlaas.sim.run import simulate
 from marlaas.workload_file import load_workload
 
 GOLDEN = {
-    "small - fifo": "661ceb96b8d5a6d7f8c9e5888b870c6a0b894df1c1cae6e00f4ee85b207deb9c",
-    "small - round-robin": "d0e20480995eeff85cca717e360cbb3f6f804ba1cd14d3f2c3a17204a67abce2",
-    "small - fair": "b519786faa97ccbf9a3308ac32a4dae8849156306d56fe1e5809e5a2313ecfc9",
-    "small - srtf": "85962a78a2b20417c0e49c97274662dd7466ae64326a3741b5014c96b7f9d72c",
-    "small - priority": "8e82b351ad1057d4204c01f573623cb7a1f3b258a88c3f4e19b0ba9f6fdde472",
-    "small sequential fifo": "9df964390327d0c0ad2965976a96b94c65949a7fb4021773c43f265ad62bdbbd",
-    "small sync fifo": "7b42328480c9014259ef674f8aab5938f5834ad538efe8d48cd5a314075e3747",
-    "paper-8 - fair": "b0f7d5b6a916855c6e91321fdb50f4fb01c682e19c096d3fc3640c8aac84ff7e",
-    "paper-8 sync fifo": "51267df8051b17c43658856649db648c986ee1246d3412ff9e0ed80222bf56b0",
+    "small - fifo": "4cbf63f0f626a8854ce5ca7c80482f5eda18346f2be8a830ec831ae3da1ab31f",
+    "small - round-robin": "eafb9b9f229798bd456a599380a329397b92fa8eeff44cdb39a518ae5c990e82",
+    "small - fair": "a0edf872ad9fe47619b2e6cbc19dcdf8ce1d04309c6268b341d6afb75b837634",
+    "small - srtf": "7f9b39d995fb9516606b5cf8a58e5e1e8237683cb5e6b9bae92d0c82cfcf67dc",
+    "small - priority": "16f55dae1be3160188105a689adce20796759661762d7bffe61d70ac2db49ab7",
+    "small sequential fifo": "acf8e6479cdefb4557d6ec0469928043ff0fc0f93daccac7d4275693fb54cb36",
+    "small sync fifo": "93911b58bef4d64dc1bb26fd850e2a84db6b5d3fbf61a3cc5b3dd0d6853dacb9",
+    "paper-8 - fair": "ee4a4acb5c0d3e15b2574e9ae5ce61a889ac7267f2bd4a0198f2f4281aa40dee",
+    "paper-8 sync fifo": "ca6a868629150cf7f8df42a7adfa1ff6c10dc84beb66e00474dbf7f40d516435",
 }
 
 

@@ -52,6 +52,26 @@ def test_same_seed_same_event_log_other_seed_other_log(small):
     assert not a.equals(c)
 
 
+def test_a_groups_draws_are_the_same_under_every_schedule(small):
+    """Common random numbers: a turn's response lengths and environment wait come from a
+    generator of its own, so two schedules of one workload and seed differ only by what the
+    schedules did."""
+
+    def draws(policy):
+        frame = records_to_frame(simulate(small, policy).records)
+        frame = frame[frame.outcome == "ok"].set_index(["kind", "job", "group", "turn"])
+        frame = frame.sort_index()
+        generated = frame.loc["generate", ["tokens", "longest_tokens"]]
+        waited = (frame.loc["env", "end_s"] - frame.loc["env", "start_s"]).round(9)
+        return frame, generated, waited
+
+    fifo, fifo_generated, fifo_waited = draws("fifo")
+    srtf, srtf_generated, srtf_waited = draws("srtf")
+    assert not fifo.start_s.equals(srtf.start_s)  # the schedules differ
+    pd.testing.assert_frame_equal(fifo_generated, srtf_generated)
+    pd.testing.assert_series_equal(fifo_waited, srtf_waited)
+
+
 @pytest.mark.parametrize("policy", policy_names())
 def test_every_policy_passes_the_invariants(small, policy):
     for workload in (small, preset(small, "sequential"), preset(small, "sync")):
