@@ -42,6 +42,7 @@ from pathlib import Path
 MODULES = (
     "marlaas.core.backlog",
     "marlaas.core.cluster",
+    "marlaas.core.engine_choice",
     "marlaas.core.environments",
     "marlaas.core.feasibility",
     "marlaas.core.free_engines",
