@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 MODULES = (
+    "marlaas.core.admission_queue",
     "marlaas.core.backlog",
     "marlaas.core.cluster",
     "marlaas.core.engine_choice",
