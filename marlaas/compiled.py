@@ -40,9 +40,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 MODULES = (
+    "marlaas.core.admission_queue",
     "marlaas.core.backlog",
     "marlaas.core.cluster",
     "marlaas.core.draws",
+    "marlaas.core.engine_choice",
     "marlaas.core.environments",
     "marlaas.core.feasibility",
     "marlaas.core.free_engines",

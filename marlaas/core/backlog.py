@@ -10,7 +10,8 @@ backlog must run at its own pace from now on, or it ends alone after the others)
 - the cluster's measured token rate [tokens/s]: the tokens generated so far over the time
   some job was live (no cost model in the core: it is what the engines did, under this
   workload and schedule, and it is known from the first finished group turn on);
-- ``seconds`` = tokens / rate [s], infinite before any token was generated;
+- ``seconds`` = tokens / rate [s] as of the last :meth:`Backlog.advance` (the start of a
+  decision round, or a submission), infinite before any token was generated;
 - the longest estimated remaining alone time among the live jobs (``longest_alone_s``, each
   job's ``remaining_alone_s``: its remaining critical path, core.estimates) [s]. The backlog
   cannot end before it, nor before ``seconds``: their maximum is the backlog's horizon, and the
@@ -51,7 +52,10 @@ class Backlog:
         """Time with at least one live job so far [s]."""
         self.seconds = math.inf
         """tokens / (generated / busy_s) as of the last :meth:`advance` [s]; inf before any
-        token was generated."""
+        token was generated. Stored, not derived: a job that ends within a decision round
+        (cancelled, failed) takes its tokens out, and every key computed in that round
+        still reads the figure the round started with (a property would move it mid-round
+        and change decisions)."""
         self._at = 0.0
         self._live = False
         self._keyed_s = math.inf

@@ -1,6 +1,7 @@
-"""The generation stage: which job's rollout group goes next (the policy) and on which engine
-(the mechanism: sequences, KV tokens and adapter slots), with the adapter loads and evictions
-that placement implies."""
+"""The generation stage: which job's rollout group goes next (the policy), placed on the engine
+that :mod:`marlaas.core.engine_choice` picks (the mechanism: sequences, KV tokens and adapter
+slots), with the adapter loads and evictions that placement implies, and the groups' turns
+and loads as they finish."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import heapq
 from collections.abc import Callable, Collection
 
 from marlaas.core.cluster import AdapterKey, Cluster, Engine
+from marlaas.core.engine_choice import EngineChoice
 from marlaas.core.free_engines import FreeEngines
 from marlaas.core.jobs import Group, JobState
 from marlaas.core.least import Least
@@ -18,13 +20,6 @@ from marlaas.core.work import Decision, EvictAdapter, Generate, LoadAdapter, Wor
 
 BarrierLimit = Callable[[JobState], int | None]
 """The step a job may not generate for yet under the step barrier (None: no barrier)."""
-
-OPEN_TRIES = 4
-"""Open engines offered to a policy that ranks engines, in the mechanism's order, before a
-group waits (each is a search of the free-room index: placement stays cheap)."""
-
-_NO_HOSTS: frozenset[int] = frozenset()
-"""The hosts of an adapter that no engine holds."""
 
 Need = tuple[int, int, AdapterKey]
 """What a group needs on an engine: (sequences, KV tokens reserved, adapter)."""
@@ -88,7 +83,9 @@ class Generation:
         self._dropped: set[int] = set()
         """Jobs whose group fits nowhere in this round (emptied at its end)."""
         self._ranked = policy.ranks_engines
-        """The policy ranks engines (engine_key): groups are placed by _choose_ranked."""
+        """The policy ranks engines (engine_key): groups are placed by EngineChoice.by_policy."""
+        self._choice = EngineChoice(cluster, policy, by_name)
+        """Which engine a group goes on."""
         self._offered: set[int] = set()
         """Engines that proposed their first fitting job this round (ranked policies)."""
 
@@ -167,7 +164,8 @@ class Generation:
         if not candidates:
             return
         dropped, indexed, keys, needs = self._dropped, self._needs.indexed, self._key, self._need
-        choose = self._choose_ranked if self._ranked else self._choose
+        chooser = self._choice
+        choose = chooser.by_policy if self._ranked else chooser.by_mechanism
         pop, push = heapq.heappop, heapq.heappush
         while candidates:
             key, index, source = pop(candidates)
@@ -309,88 +307,6 @@ class Generation:
             seqs, tokens, _ = self._need[index]
             needs.put(index, seqs, tokens, self._key[index])
         return found
-
-    def _choose(self, seqs: int, tokens: int, adapter: AdapterKey) -> Engine | None:
-        """The engine to place a group on: one that holds its adapter first (the most free
-        sequences, then the lowest index), else the open engine with the most free sequences,
-        then the lowest index; None when no engine has room."""
-        free = self._free
-        if free.most_tokens < tokens:
-            return None  # no engine has the room, whichever adapters it holds
-        engines, hosts = self.cluster.engines, self._hosts.get(adapter)
-        if not hosts:
-            found = free.best(seqs, tokens)
-            return None if found is None else engines[found]
-        best, most = -1, -self._max_seqs - 1  # best: an engine index; most: -(its sequences)
-        seqs_left, tokens_left = self._max_seqs - seqs, self._kv_tokens - tokens
-        for index in hosts:  # engine.fits and engine.can_host, inline
-            engine = engines[index]
-            if (
-                engine.tokens <= tokens_left
-                and engine.seqs <= seqs_left
-                and adapter not in engine.loading
-                and (-engine.seqs > most or (-engine.seqs == most and index < best))
-            ):
-                best, most = index, -engine.seqs
-        if best >= 0:
-            return engines[best]
-        found = free.best(seqs, tokens, hosts)
-        return None if found is None else engines[found]
-
-    def _choose_ranked(self, seqs: int, tokens: int, adapter: AdapterKey) -> Engine | None:
-        """The engine to place a group on when the policy ranks engines: the candidates are
-        the engines that hold the adapter or another of the job's versions (its homes) and
-        the first open engine, in the mechanism's order (up to OPEN_TRIES, up to one already
-        weighed), that the policy does not refuse; among those where the group fits now, the
-        ones that need no load first, then the policy's lowest engine_key (None: not there).
-        None when no candidate fits or the policy takes none."""
-        engines, hosts, free = self._engines, self._hosts, self._free
-        if free.most_tokens < tokens:
-            return None  # no engine has the room, whichever adapters it holds
-        name, version = adapter
-        job = self._by_name[name]
-        holding = hosts.get(adapter, _NO_HOSTS)
-        homes: set[int] = set()
-        for held in range(max(job.start_version, version - 3), job.published + 1):
-            held_by = hosts.get((name, held))
-            if held_by:
-                homes.update(held_by)
-        policy = self.policy
-        best: Engine | None = None
-        best_key: tuple | None = None
-        count = len(homes)
-        seqs_left, tokens_left, slots = self._max_seqs - seqs, self._kv_tokens - tokens, self._slots
-        for index in sorted(homes):
-            engine = engines[index]
-            if engine.seqs > seqs_left or engine.tokens > tokens_left:  # engine.fits, inline
-                continue
-            resident = engine.resident  # engine.can_host, inline
-            if adapter in resident:
-                if adapter in engine.loading:
-                    continue
-            elif len(resident) >= slots and not engine.unused:
-                continue
-            rank = policy.engine_key(job, engine, count)
-            if rank is None:
-                continue
-            key = (index not in holding, rank)
-            if best_key is None or key < best_key:
-                best, best_key = engine, key
-        if best is not None and best_key is not None and not best_key[0]:
-            return best  # no load needed: an open engine cannot do better
-        tries = OPEN_TRIES
-        for found in free.in_order(seqs, tokens):  # open engines in the mechanism's order
-            if found in homes or found in holding:
-                return best  # a candidate already weighed: no better open one
-            engine = engines[found]
-            rank = policy.engine_key(job, engine, count)
-            if rank is not None:
-                key = (True, rank)
-                return engine if best_key is None or key < best_key else best
-            tries -= 1
-            if not tries:
-                break
-        return best
 
     def _place(self, job: JobState, engine: Engine, now: float, out: list) -> None:
         rl, ledger = job.spec.rl, self.ledger

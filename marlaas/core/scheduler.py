@@ -20,8 +20,10 @@ trainer residency, environment workers, the staleness bound, the step barrier, t
 admitted jobs, generation and training taking turns on shared devices); the policy only
 orders jobs wherever there is a choice. The stages live in their own modules
 (:mod:`~marlaas.core.generation`, :mod:`~marlaas.core.environments`,
-:mod:`~marlaas.core.training`); this one admits jobs, keeps the step barrier, refreshes what
-changed and hands events to the stage that started the work.
+:mod:`~marlaas.core.training`), and so do the waiting jobs and the tenants' quotas
+(:mod:`~marlaas.core.admission_queue`); this one takes the facts in, admits and tears down
+jobs, keeps the step barrier, refreshes what changed and hands events to the stage that
+started the work.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import Any
 
+from marlaas.core.admission_queue import AdmissionQueue
 from marlaas.core.backlog import Backlog
 from marlaas.core.cluster import Cluster
 from marlaas.core.cluster_spec import ClusterSpec
@@ -110,16 +113,11 @@ class Scheduler:
         """Jobs of the barrier round that have not published their round's step yet."""
         self._submitted = 0
         """Jobs submitted so far (a job's index is its number among them)."""
-        self._waiting: list[JobState] = []
-        """Submitted, not yet admitted (max_active_jobs, tenant quotas), oldest first."""
+        self._queue = AdmissionQueue(self.mechanism, self.policy)
+        """The jobs waiting for admission, and the tenants' job counts and quotas."""
         self._active: dict[int, JobState] = {}
         self._ending: dict[int, JobState] = {}
         """Finished or cancelled jobs, torn down once nothing of theirs is in flight."""
-        self._tenants: dict[str, list[int]] = {}
-        """Per tenant with live jobs: [active, waiting, live] job counts (a finished or
-        cancelled job being torn down counts as live only)."""
-        self._quotas: dict[str, TenantSpec] = {}
-        """Tenants whose quotas differ from the mechanism's tenant_max_* (set_quota)."""
         self._ended: list[JobOutcome] = []
         self._barrier = self.mechanism.barrier
         self._exclusive = self.cluster.exclusive
@@ -188,7 +186,7 @@ class Scheduler:
         out: list[str] = []
         by_index: dict[str, Collection[int]] = {
             "jobs": self.jobs, "active": self._active, "ending": self._ending,
-            "waiting": {j.index for j in self._waiting}, "barrier round": self._round_left,
+            "waiting": {j.index for j in self._queue.waiting}, "barrier round": self._round_left,
             "touched": ledger.touched, **gen.holding(), "environments ready": envs.ready,
             "training ready": self.training.ready, "idle votes": ledger.idle.voters,
         }  # fmt: skip
@@ -212,7 +210,7 @@ class Scheduler:
             out += [f"{t.name} busy" for t in self.cluster.trainers if t.activity is not None]
             if envs.free != envs.workers:
                 out.append(f"environment workers ({envs.free} of {envs.workers} free)")
-            if ledger.due or self._tenants or gen.loads_pending:
+            if ledger.due or self._queue.tenants or gen.loads_pending:
                 out.append("follow-ups, tenant counts or loads")
         return out
 
@@ -221,20 +219,7 @@ class Scheduler:
         """The operator set ``tenant``'s quotas (None: back to the mechanism's
         tenant_max_active_jobs and tenant_max_queued_jobs). They apply from the next
         admission round on; jobs already admitted stay."""
-        if quota is None:
-            self._quotas.pop(tenant, None)
-        else:
-            self._quotas[tenant] = quota
-
-    def _quota(self, tenant: str) -> tuple[int | None, int | None]:
-        """``tenant``'s (active, queued) job quotas (None: no bound)."""
-        quota = self._quotas.get(tenant)
-        mechanism = self.mechanism
-        if quota is None:
-            return mechanism.tenant_max_active_jobs, mechanism.tenant_max_queued_jobs
-        return quota.active_or(mechanism.tenant_max_active_jobs), quota.queued_or(
-            mechanism.tenant_max_queued_jobs
-        )
+        self._queue.set_quota(tenant, quota)
 
     def submit(
         self, spec: JobSpec, now: float, version: int = 0, index: int | None = None
@@ -273,10 +258,7 @@ class Scheduler:
         self._alone_changed(job, job.remaining_alone_s)
         self.jobs[job.index] = job
         self._by_name[job.name] = job
-        self._waiting.append(job)
-        counts = self._tenants.setdefault(job.tenant, [0, 0, 0])
-        counts[1] += 1
-        counts[2] += 1
+        self._queue.add(job)
         return Admission(job.name, QUEUED)
 
     def cancel(self, name: str, now: float) -> str | None:
@@ -289,12 +271,11 @@ class Scheduler:
             return None if job is None else self.status(name)
         job.cancelled = True
         if job.index not in self._active:  # queued: it holds nothing
-            self._waiting.remove(job)
-            self._tenants[job.tenant][1] -= 1
+            self._queue.withdraw(job)
             self._forget(job, CANCELLED, now)
             return CANCELLED
         del self._active[job.index]
-        self._tenants[job.tenant][0] -= 1
+        self._queue.deactivate(job)
         self._round_left.discard(job.index)
         job.ready_gen.clear()
         job.ready_env.clear()
@@ -316,7 +297,7 @@ class Scheduler:
                 start(now, out)
         if self._ending:
             self._end_settled(now, out)
-        if self._waiting:
+        if self._queue.waiting:
             self._admit(now, out)
         if self._barrier:
             self._advance_round()
@@ -350,34 +331,13 @@ class Scheduler:
         return self.cluster.engines
 
     def _admit(self, now: float, out: list[Decision]) -> None:
-        """Admit waiting jobs in policy order while there is room (max_active_jobs) and their
-        tenant's quota allows; then refuse the newest beyond the queue bounds."""
-        mechanism = self.mechanism
-        limit = mechanism.max_active_jobs
-        room = len(self._waiting) if limit is None else limit - len(self._active)
-        if room > 0:
-            admitted: list[JobState] = []
-            for job in sorted(self._waiting, key=self.policy.key):
-                if len(admitted) >= room:
-                    break
-                counts = self._tenants[job.tenant]
-                per_tenant = self._quota(job.tenant)[0]
-                if per_tenant is not None and counts[0] >= per_tenant:
-                    continue
-                counts[0] += 1
-                counts[1] -= 1
-                admitted.append(job)
-            if admitted:
-                taken = {job.index for job in admitted}
-                self._waiting = [job for job in self._waiting if job.index not in taken]
-                for job in admitted:
-                    self._start(job, out)
-        if (
-            mechanism.max_queued_jobs is not None
-            or mechanism.tenant_max_queued_jobs is not None
-            or self._quotas
-        ):
-            self._bound_queue(now)
+        """An admission round (core.admission_queue): the jobs it admits start, the jobs
+        beyond the queue bounds are refused."""
+        queue = self._queue
+        for job in queue.admit(len(self._active)):
+            self._start(job, out)
+        for job, reason in queue.refuse_beyond_bounds():
+            self._forget(job, REFUSED, now, reason)
 
     def _start(self, job: JobState, out: list[Decision]) -> None:
         """Admit ``job``: its per-job structures are built, and the executor builds its state."""
@@ -395,31 +355,6 @@ class Scheduler:
                 job.max_staleness,
             )
         )
-
-    def _bound_queue(self, now: float) -> None:
-        """Refuse the newest waiting jobs beyond max_queued_jobs and tenant_max_queued_jobs."""
-        total = self.mechanism.max_queued_jobs
-        keep: list[JobState] = []
-        refused: list[tuple[JobState, str]] = []
-        waiting: dict[str, int] = {}
-        for job in self._waiting:  # oldest first
-            mine = waiting.get(job.tenant, 0)
-            per_tenant = self._quota(job.tenant)[1]
-            if per_tenant is not None and mine >= per_tenant:
-                source = "its quota" if job.tenant in self._quotas else "tenant_max_queued_jobs"
-                refused.append((job, f"tenant {job.tenant!r} already has {_jobs(per_tenant)} "
-                                     f"waiting for admission ({source})"))  # fmt: skip
-            elif total is not None and len(keep) >= total:
-                refused.append((job, f"{_jobs(total)} already waiting for admission "
-                                     "(max_queued_jobs)"))  # fmt: skip
-            else:
-                keep.append(job)
-                waiting[job.tenant] = mine + 1
-        if refused:
-            self._waiting = keep
-            for job, reason in refused:
-                self._tenants[job.tenant][1] -= 1
-                self._forget(job, REFUSED, now, reason)
 
     def _end_settled(self, now: float, out: list[Decision]) -> None:
         """Tear down the ended jobs with nothing in flight: their adapters leave the engines
@@ -448,10 +383,7 @@ class Scheduler:
         self.backlog.tokens -= job.remaining_tokens
         self._alone_changed(job, None)
         self.ledger.touched.discard(job.index)
-        counts = self._tenants[job.tenant]
-        counts[2] -= 1
-        if not counts[2]:
-            del self._tenants[job.tenant]
+        self._queue.ended(job)
         self._ended.append(
             JobOutcome(job.name, job.tenant, state, job.arrival_s, now, job.steps,
                        job.start_version, job.published, job.max_staleness, reason, job.index)
@@ -526,7 +458,7 @@ class Scheduler:
             self._round_left.discard(job.index)
         if job.done and job.index in self._active:
             del self._active[job.index]
-            self._tenants[job.tenant][0] -= 1
+            self._queue.deactivate(job)
             self._ending[job.index] = job
         return decision
 
@@ -537,8 +469,3 @@ class Scheduler:
         if holders and self._reads_backlog:
             touched, active = self.ledger.touched, self._active
             touched.update(index for index in holders if index in active)
-
-
-def _jobs(count: int) -> str:
-    """``1 job``, ``2 jobs``."""
-    return f"{count} job" if count == 1 else f"{count} jobs"

@@ -47,7 +47,10 @@ class RewardPoint:
     """The bound the scheduler enforced on the job [versions] (its rl.max_staleness, capped by
     the mechanism: a preset's 0)."""
     mean_ratio: float
+    """Mean importance weight pi / mu of the step's tokens, before truncation (the trainer's
+    ``mean_weight``; ``mean_ratio`` is its name in rewards.csv and journal.jsonl)."""
     clip_fraction: float
+    """Fraction of the step's tokens whose weight was truncated."""
     loss: float
     samples: int
     rss_mb: float = 0.0

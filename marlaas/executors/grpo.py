@@ -54,16 +54,17 @@ class BackwardPass:
 
     loss: float = 0.0
     """Loss of these samples, over the step's completion tokens."""
-    ratio_sum: float = 0.0
+    weight_sum: float = 0.0
     """Sum of the importance weights (pi / mu, before truncation) of their completion tokens."""
-    ratio_max: float = 0.0
+    largest_weight: float = 0.0
+    """Largest importance weight (pi / mu, before truncation) of their completion tokens."""
     clipped: int = 0
     """Completion tokens whose weight was truncated (see :data:`COUNTED_ABOVE`)."""
 
     def __add__(self, other: BackwardPass) -> BackwardPass:
         return BackwardPass(
-            self.loss + other.loss, self.ratio_sum + other.ratio_sum,
-            max(self.ratio_max, other.ratio_max), self.clipped + other.clipped,
+            self.loss + other.loss, self.weight_sum + other.weight_sum,
+            max(self.largest_weight, other.largest_weight), self.clipped + other.clipped,
         )  # fmt: skip
 
 
@@ -131,8 +132,8 @@ def step_stats(
         samples=len(samples),
         tokens=total_tokens,
         mean_reward=sum(s.reward for s in samples) / len(samples),
-        mean_ratio=done.ratio_sum / max(total_tokens, 1),
-        max_ratio=done.ratio_max,
+        mean_weight=done.weight_sum / max(total_tokens, 1),
+        largest_weight=done.largest_weight,
         clip_fraction=done.clipped / max(total_tokens, 1),
         grad_norm=grad_norm,
         max_staleness=max(version - 1 - s.version for s in samples),

@@ -341,7 +341,7 @@ class RealExecutor:
         self.rewards.append(
             RewardPoint(
                 d.job, spec.tenant, d.step, mean_reward, self.now(),
-                stats.max_staleness, self._bounds[d.job], stats.mean_ratio,
+                stats.max_staleness, self._bounds[d.job], stats.mean_weight,
                 stats.clip_fraction, stats.loss, stats.samples, round(tree_rss_mb(), 1),
             )
         )  # fmt: skip

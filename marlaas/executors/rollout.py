@@ -75,16 +75,19 @@ class TrainStats:
     version: int
     """Adapter version after the step."""
     loss: float
-    """Clipped surrogate loss, mean over completion tokens."""
+    """Loss of the step (marlaas.executors.grpo), mean over completion tokens."""
     samples: int
     tokens: int
     """Completion tokens trained on."""
     mean_reward: float
-    mean_ratio: float
-    """Mean importance ratio exp(logp_new - logp_old) over tokens (before the update)."""
-    max_ratio: float
+    mean_weight: float
+    """Mean importance weight pi / mu = exp(logp - behaviour logp) over tokens, before
+    truncation and before the update."""
+    largest_weight: float
+    """Largest importance weight over tokens, before truncation."""
     clip_fraction: float
-    """Fraction of tokens whose ratio was clipped and whose gradient was therefore zero."""
+    """Fraction of tokens whose weight was truncated (they keep a gradient, weighted by the
+    truncation)."""
     grad_norm: float
     """Global L2 gradient norm of the job's adapter, before clipping."""
     max_staleness: int = 0

@@ -34,6 +34,18 @@ def workload(jobs: list[dict], max_seqs: int = 256):
     return parse_workload({"jobs": jobs, "cluster": cluster})
 
 
+def test_the_backlog_seconds_are_recomputed_only_by_advance():
+    backlog = Backlog()
+    backlog.generated, backlog.tokens = 100.0, 1000.0
+    backlog.advance(0.0, True)
+    backlog.advance(10.0, True)  # 100 tokens in 10 s: 10 tokens/s
+    assert backlog.seconds == pytest.approx(100.0)
+    backlog.tokens -= 500.0  # a job ended mid-round: keys keyed in the round read the same
+    assert backlog.seconds == pytest.approx(100.0)
+    backlog.advance(10.0, True)
+    assert backlog.seconds == pytest.approx(50.0)
+
+
 def test_the_backlog_counts_the_live_jobs_remaining_tokens_and_the_measured_rate():
     w = workload([job_spec("a"), job_spec("b", steps=4), job_spec("c")])
     scheduler = Scheduler.for_workload(w, "fifo")

@@ -80,9 +80,9 @@ def test_two_replicas_step_as_one_trainer_on_all_samples(tiny_model_dir):
             one.loss, rel=1e-4, abs=1e-7
         )  # padding differs by replica
         assert both.grad_norm == pytest.approx(one.grad_norm, rel=1e-5)
-        assert both.mean_ratio == pytest.approx(one.mean_ratio, rel=1e-4)
+        assert both.mean_weight == pytest.approx(one.mean_weight, rel=1e-4)
         assert both.clip_fraction == one.clip_fraction
-        assert both.max_ratio == pytest.approx(one.max_ratio, rel=1e-4)
+        assert both.largest_weight == pytest.approx(one.largest_weight, rel=1e-4)
     assert 0 < one.clip_fraction < 1  # some weights were truncated
     assert all(r.jobs == ["A"] and r.version("A") == 2 for r in replicas)
     expected = _state(single, "A")

@@ -54,14 +54,14 @@ def test_training_one_tenant_never_touches_another(tiny_model_dir):
     assert all(p.grad is None for p in trainer._jobs["B"].params)
 
 
-def test_on_policy_ratio_is_one_and_stats(tiny_model_dir):
+def test_on_policy_weight_is_one_and_stats(tiny_model_dir):
     trainer = PeftTrainer(tiny_model_dir, lr=1e-2, micro_batch_size=2)
     trainer.add_job("A", seed=0)
     stats = trainer.train_step("A", _samples(trainer, "A", [1.0, 0.0, 0.0, 1.0]))
     assert stats.samples == 4 and stats.tokens == 24
     assert stats.mean_reward == pytest.approx(0.5)
-    assert stats.mean_ratio == pytest.approx(1.0, abs=1e-5)
-    assert stats.max_ratio == pytest.approx(1.0, abs=1e-5)
+    assert stats.mean_weight == pytest.approx(1.0, abs=1e-5)
+    assert stats.largest_weight == pytest.approx(1.0, abs=1e-5)
     assert stats.clip_fraction == 0.0 and stats.version == 1
 
 
@@ -89,7 +89,7 @@ def test_a_stale_sample_keeps_its_gradient_with_its_weight_truncated_at_one(tiny
         torch.testing.assert_close(g_up, g_fresh, rtol=1e-4, atol=1e-6)
         torch.testing.assert_close(g_down, g_fresh / math.e, rtol=1e-4, atol=1e-6)
     stats = trainer.train_step("A", _samples(trainer, "A", [1.0, 0.0], shift=1.0, version=0))
-    assert stats.max_ratio == pytest.approx(math.e, rel=1e-4)
+    assert stats.largest_weight == pytest.approx(math.e, rel=1e-4)
     assert stats.max_staleness == 2
     assert stats.clip_fraction == pytest.approx(1.0) and stats.grad_norm > 0
 
@@ -105,7 +105,7 @@ def test_the_truncation_is_a_setting_and_counts_the_tokens_it_cut(tiny_model_dir
     near = _samples(trainer, "A", [1.0, 0.0])[1]
     stats = trainer.train_step("A", [far, near])
     assert stats.clip_fraction == pytest.approx(0.5)
-    assert stats.max_ratio == pytest.approx(math.e**2, rel=1e-4)
+    assert stats.largest_weight == pytest.approx(math.e**2, rel=1e-4)
 
 
 def test_micro_batches_accumulate_to_the_full_batch_gradient(tiny_model_dir):
@@ -154,7 +154,7 @@ def test_train_step_on_gpu(tiny_model_dir):
     trainer = PeftTrainer(tiny_model_dir, lr=1e-2, device="cuda")
     trainer.add_job("A", seed=0)
     stats = trainer.train_step("A", _samples(trainer, "A", [1.0, 0.0]))
-    assert stats.grad_norm > 0 and stats.mean_ratio == pytest.approx(1.0, abs=1e-3)
+    assert stats.grad_norm > 0 and stats.mean_weight == pytest.approx(1.0, abs=1e-3)
 
 
 def test_an_interrupted_step_stops_before_its_optimizer_step_and_the_next_runs_whole(

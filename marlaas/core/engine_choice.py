@@ -1,0 +1,117 @@
+"""Which engine a rollout group goes on, once the generation stage has picked its job
+(:mod:`marlaas.core.generation`): the mechanism's choice (an engine that holds the group's
+adapter, else the open engine with the most free sequences), or, for a policy that ranks
+engines (``Policy.engine_key``), the policy's among the job's homes and a few open engines."""
+
+from __future__ import annotations
+
+from marlaas.core.cluster import AdapterKey, Cluster, Engine
+from marlaas.core.free_engines import FreeEngines
+from marlaas.core.jobs import JobState
+from marlaas.core.policies import Policy
+
+OPEN_TRIES = 4
+"""Open engines offered to a policy that ranks engines, in the mechanism's order, before a
+group waits (each is a search of the free-room index: placement stays cheap)."""
+
+_NO_HOSTS: frozenset[int] = frozenset()
+"""The hosts of an adapter that no engine holds."""
+
+
+class EngineChoice:
+    """Picks the engine for a group that needs ``seqs`` sequences, ``tokens`` KV tokens and
+    ``adapter``, among the engines where it fits now (the cluster's, shared)."""
+
+    def __init__(self, cluster: Cluster, policy: Policy, by_name: dict[str, JobState]) -> None:
+        self.policy = policy
+        self._by_name = by_name
+        """The live jobs by name (the scheduler's map, shared)."""
+        engines = cluster.engines
+        self._engines = engines
+        self._free = engines[0].directory.free if engines else FreeEngines(0)
+        self._hosts = engines[0].directory.hosts if engines else {}
+        self._max_seqs = engines[0].spec.max_seqs if engines else 0
+        self._slots = engines[0].spec.adapter_slots if engines else 0
+        self._kv_tokens = engines[0].spec.kv_tokens if engines else 0
+
+    def by_mechanism(self, seqs: int, tokens: int, adapter: AdapterKey) -> Engine | None:
+        """The engine to place a group on: one that holds its adapter first (the most free
+        sequences, then the lowest index), else the open engine with the most free sequences,
+        then the lowest index; None when no engine has room."""
+        free = self._free
+        if free.most_tokens < tokens:
+            return None  # no engine has the room, whichever adapters it holds
+        engines, hosts = self._engines, self._hosts.get(adapter)
+        if not hosts:
+            found = free.best(seqs, tokens)
+            return None if found is None else engines[found]
+        best, most = -1, -self._max_seqs - 1  # best: an engine index; most: -(its sequences)
+        seqs_left, tokens_left = self._max_seqs - seqs, self._kv_tokens - tokens
+        for index in hosts:  # engine.fits and engine.can_host, inline
+            engine = engines[index]
+            if (
+                engine.tokens <= tokens_left
+                and engine.seqs <= seqs_left
+                and adapter not in engine.loading
+                and (-engine.seqs > most or (-engine.seqs == most and index < best))
+            ):
+                best, most = index, -engine.seqs
+        if best >= 0:
+            return engines[best]
+        found = free.best(seqs, tokens, hosts)
+        return None if found is None else engines[found]
+
+    def by_policy(self, seqs: int, tokens: int, adapter: AdapterKey) -> Engine | None:
+        """The engine to place a group on when the policy ranks engines: the candidates are
+        the engines that hold the adapter or another of the job's versions (its homes) and
+        the first open engine, in the mechanism's order (up to OPEN_TRIES, up to one already
+        weighed), that the policy does not refuse; among those where the group fits now, the
+        ones that need no load first, then the policy's lowest engine_key (None: not there).
+        None when no candidate fits or the policy takes none."""
+        engines, hosts, free = self._engines, self._hosts, self._free
+        if free.most_tokens < tokens:
+            return None  # no engine has the room, whichever adapters it holds
+        name, version = adapter
+        job = self._by_name[name]
+        holding = hosts.get(adapter, _NO_HOSTS)
+        homes: set[int] = set()
+        for held in range(max(job.start_version, version - 3), job.published + 1):
+            held_by = hosts.get((name, held))
+            if held_by:
+                homes.update(held_by)
+        policy = self.policy
+        best: Engine | None = None
+        best_key: tuple | None = None
+        count = len(homes)
+        seqs_left, tokens_left, slots = self._max_seqs - seqs, self._kv_tokens - tokens, self._slots
+        for index in sorted(homes):
+            engine = engines[index]
+            if engine.seqs > seqs_left or engine.tokens > tokens_left:  # engine.fits, inline
+                continue
+            resident = engine.resident  # engine.can_host, inline
+            if adapter in resident:
+                if adapter in engine.loading:
+                    continue
+            elif len(resident) >= slots and not engine.unused:
+                continue
+            rank = policy.engine_key(job, engine, count)
+            if rank is None:
+                continue
+            key = (index not in holding, rank)
+            if best_key is None or key < best_key:
+                best, best_key = engine, key
+        if best is not None and best_key is not None and not best_key[0]:
+            return best  # no load needed: an open engine cannot do better
+        tries = OPEN_TRIES
+        for found in free.in_order(seqs, tokens):  # open engines in the mechanism's order
+            if found in homes or found in holding:
+                return best  # a candidate already weighed: no better open one
+            engine = engines[found]
+            rank = policy.engine_key(job, engine, count)
+            if rank is not None:
+                key = (True, rank)
+                return engine if best_key is None or key < best_key else best
+            tries -= 1
+            if not tries:
+                break
+        return best
