@@ -155,3 +155,24 @@ def test_the_scheduler_keeps_the_longest_alone_time_of_the_live_jobs():
     jobs = [job_spec("a", steps=2, env_s=5.0), job_spec("b", steps=6, env_s=1.0)]
     run_fixed(workload(jobs), "horizon", on_decision=watch)
     assert longest[0] > longest[-1]  # it falls as steps are trained
+
+
+def test_bottleneck_sizes_jobs_by_tokens_while_the_cluster_binds_else_by_critical_path():
+    policy = get_policy("bottleneck")
+    assert policy.reads_backlog
+    backlog = Backlog()
+    wordy = job_spec("wordy")  # many tokens, no environment wait: a short critical path
+    wordy["response_tokens"] = {"dist": "constant", "value": 60}
+    jobs = [JobState(JobSpec(**spec), i, 1, backlog=backlog) for i, spec in enumerate(
+        [wordy, job_spec("waits", env_s=30.0), job_spec("long", steps=8, env_s=60.0)])]  # fmt: skip
+    wordy_job, waits, long = jobs
+    for job in jobs:
+        backlog.set_alone(job.index, job.remaining_alone_s)
+    assert backlog.longest_alone_s == long.remaining_alone_s
+    assert waits.remaining_alone_s > wordy_job.remaining_alone_s
+    assert waits.remaining_tokens < wordy_job.remaining_tokens
+    backlog.seconds = 10 * long.remaining_alone_s  # the cluster binds: tokens decide
+    assert policy.key(waits) < policy.key(wordy_job)
+    assert [policy.key(j) for j in jobs] == [get_policy("horizon").key(j) for j in jobs]
+    backlog.seconds = 1.0  # the critical paths bind: the long job is promoted, then paths
+    assert policy.key(long) < policy.key(wordy_job) < policy.key(waits)

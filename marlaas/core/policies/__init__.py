@@ -2,6 +2,7 @@
 
 from marlaas.core.policies import (
     affinity,
+    bottleneck,
     cp_srpt,
     fair,
     fifo,
@@ -28,6 +29,7 @@ __all__ = [
     "Policy",
     "UnknownPolicyError",
     "affinity",
+    "bottleneck",
     "cp_srpt",
     "fair",
     "fifo",
