@@ -14,7 +14,8 @@ has enough homes (:func:`home_target`) *and* that engine has more of its KV room
 sequences) reserved than free: a half-empty engine is always taken, so room is not left idle
 while groups wait.
 
-The constants were chosen by a sweep on the 128-job cycled workload (paper-32's jobs cycled,
+The constants were chosen (before common random numbers, 7c527cf: docs/policies.md has the
+kept rule measured again) by a sweep on the 128-job cycled workload (paper-32's jobs cycled,
 192 + 64 GPUs, 20 steps; simulated, h100-7b profile, seed 0; ``benchmarks/cycled_workload.py``,
 ``marlaas sweep ... --policies``) with scratch copies of this class: fair's makespan is 3,010 s
 at 0.745 loads per group. Packing onto the fullest home and refusing any engine in use once
