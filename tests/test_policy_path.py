@@ -117,7 +117,7 @@ def test_a_bad_policy_path_is_one_clear_error(package, attr, says, tmp_path, cap
 
 
 def test_an_unknown_name_still_lists_the_policies():
-    with pytest.raises(KeyError, match="choose one of: affinity, cp-srpt, fair, fifo"):
+    with pytest.raises(KeyError, match="choose one of: affinity, bottleneck, cp-srpt, fair, fifo"):
         get_policy("fastest")
 
 
