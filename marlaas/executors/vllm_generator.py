@@ -14,7 +14,7 @@ Two engine modes behind one async interface:
   several engines take turns step by step, which is also what sharing one CPU means.
 - in_process=False: vLLM's `AsyncLLM` with its engine core in a child process (~21 s start on
   a CPU; the calling script needs an `if __name__ == "__main__":` guard).
-On a CPU: float32, eager mode, LoRA and oneDNN bounded (`vllm_cpu_memory`). The KV cache
+On a CPU: float32, eager mode, LoRA and oneDNN bounded (`vllm_cpu_kernels`). The KV cache
 is ``kv_cache_bytes`` (vLLM's kv_cache_memory_bytes; the legacy VLLM_CPU_KVCACHE_SPACE
 variable, when set, overrides it).
 """
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from marlaas.executors import vllm_cpu_memory
+from marlaas.executors import vllm_cpu_kernels
 from marlaas.executors.hf_generator import _mix
 from marlaas.executors.rollout import Completion
 
@@ -41,8 +41,8 @@ _CPU_ENV = {
     "DO_NOT_TRACK": "1",
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
-    # read when oneDNN compiles its first kernel: see vllm_cpu_memory
-    "ONEDNN_PRIMITIVE_CACHE_CAPACITY": str(vllm_cpu_memory.PROCESS_KERNELS),
+    # read when oneDNN compiles its first kernel: see vllm_cpu_kernels
+    "ONEDNN_PRIMITIVE_CACHE_CAPACITY": str(vllm_cpu_kernels.PROCESS_KERNELS),
 }
 
 
@@ -104,7 +104,7 @@ class VLLMGenerator:
                 raise RuntimeError("in_process=True needs VLLM_ENABLE_V1_MULTIPROCESSING=0")
             from vllm.v1.engine.llm_engine import LLMEngine
 
-            vllm_cpu_memory.install()  # LoRA gathers and kernel caches of a few MiB
+            vllm_cpu_kernels.install()  # LoRA per adapter, kernel caches of a few MiB
             # Every engine call runs on the one shared engine thread (see the module docstring).
             self._thread = _EngineThread.acquire()
             try:

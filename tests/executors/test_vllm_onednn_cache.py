@@ -13,11 +13,11 @@ from marlaas.executors.vllm_generator import _CPU_ENV  # noqa: E402
 _SCRIPT = r"""
 import sys, torch
 import vllm._custom_ops as ops
-from marlaas.executors import vllm_cpu_memory
+from marlaas.executors import vllm_cpu_kernels
 from marlaas.executors.memory import release_large_blocks, rss_mb
 release_large_blocks()  # as a real run does
 if sys.argv[2] == "bounded":
-    vllm_cpu_memory.install()
+    vllm_cpu_kernels.install()
 torch.manual_seed(0)
 shapes = [(576, 960), (576, 3072), (1536, 576)]  # SmolLM2's qkv, gate_up, down [K, N]
 # as vLLM creates them (model_executor/layers/utils.py)
