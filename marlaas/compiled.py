@@ -43,7 +43,6 @@ MODULES = (
     "marlaas.core.admission_queue",
     "marlaas.core.backlog",
     "marlaas.core.cluster",
-    "marlaas.core.draws",
     "marlaas.core.engine_choice",
     "marlaas.core.environments",
     "marlaas.core.feasibility",
@@ -63,8 +62,10 @@ MODULES = (
     "marlaas.core.work",
     "marlaas.drive.inbox",
     "marlaas.drive.loop",
+    "marlaas.sim.draws",
     "marlaas.sim.engine_model",
     "marlaas.sim.executor",
+    "marlaas.sim.turn_draws",
 )
 """The modules mypyc compiles: the scheduler core and the simulator's per-event work."""
 

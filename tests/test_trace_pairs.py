@@ -9,11 +9,12 @@ import pytest
 import yaml
 
 from marlaas.core.feasibility import InfeasibleWorkloadError, why_infeasible
-from marlaas.core.prompts import GroupLengths, longest_prompt, paired, prompt_cap
+from marlaas.core.prompts import PromptLengths, longest_prompt, prompt_cap
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.work import Generate
 from marlaas.eventlog import records_to_frame
 from marlaas.sim.run import simulate
+from marlaas.sim.turn_draws import TurnDraws, paired
 from marlaas.traces import load_length_trace
 from marlaas.traces.fidelity import correlations, first_turns
 from marlaas.workload_file import load_workload
@@ -58,13 +59,14 @@ def test_group_prompt_is_fixed_by_seed_job_and_group(tmp_path):
     trace = correlated_trace(tmp_path / "t.csv")
     spec = load_workload(workload(tmp_path, {"steps": 1})).jobs[0]
     assert paired(spec)
-    lengths = GroupLengths(spec, seed=3, job=0)
+    lengths = PromptLengths(spec, seed=3, job=0)
     prompts = [lengths.prompt(g) for g in range(50)]
     rows = [np.random.default_rng([3, 0, g]).integers(len(trace["prompt"])) for g in range(50)]
     assert prompts == [trace["prompt"][r] for r in rows]
-    assert [GroupLengths(spec, 3, 0).prompt(g) for g in reversed(range(50))] == prompts[::-1]
-    assert [GroupLengths(spec, 4, 0).prompt(g) for g in range(50)] != prompts  # another seed
-    assert [GroupLengths(spec, 3, 1).prompt(g) for g in range(50)] != prompts  # another job
+    assert [lengths.row(g) for g in range(50)] == rows  # the row the simulator pairs with
+    assert [PromptLengths(spec, 3, 0).prompt(g) for g in reversed(range(50))] == prompts[::-1]
+    assert [PromptLengths(spec, 4, 0).prompt(g) for g in range(50)] != prompts  # another seed
+    assert [PromptLengths(spec, 3, 1).prompt(g) for g in range(50)] != prompts  # another job
 
 
 def test_prompt_caps(tmp_path):
@@ -82,10 +84,10 @@ def test_prompt_caps(tmp_path):
         4000
     )
     capped = spec({"dist": "lognormal", "median": 2000, "sigma": 2}, max_prompt_tokens=2500)
-    drawn = [GroupLengths(capped, 0, 0).prompt(g) for g in range(200)]
+    drawn = [PromptLengths(capped, 0, 0).prompt(g) for g in range(200)]
     assert max(drawn) == 2500 and min(drawn) < 2000  # truncated, not redrawn
     # the default prompt keeps today's reservation: 256 tokens per sample
-    assert GroupLengths(spec({"dist": "constant", "value": 256}), 0, 0).prompt(7) == 256
+    assert PromptLengths(spec({"dist": "constant", "value": 256}), 0, 0).prompt(7) == 256
 
 
 def test_kv_reservation_is_the_groups_own_prompt(tmp_path):
@@ -152,7 +154,7 @@ def test_samples_of_a_group_share_its_prompt_and_differ(tmp_path):
     rl = {"steps": 3, "prompts_per_step": 8, "group_size": 8, "max_new_tokens": 100_000}
     rl["turns"] = 2
     events, w = run(workload(tmp_path, rl, env={"observation_tokens": 7}))
-    lengths = GroupLengths(w.jobs[0], w.seed, 0)
+    lengths = PromptLengths(w.jobs[0], w.seed, 0)
     gen = events[events["kind"] == "generate"]
     first, second = gen[gen["turn"] == 0], gen[gen["turn"] == 1].set_index("group")
     assert (first["prompt_tokens"] == [lengths.prompt(g) for g in first["group"]]).all()
@@ -172,7 +174,7 @@ def test_same_seed_same_log_and_the_run_seed_fixes_prompts(tmp_path):
     assert once.equals(again)
     other, _ = run(path, seed=11)
     first = other[(other["kind"] == "generate") & (other["turn"] == 0)]
-    lengths = GroupLengths(w.jobs[0], 11, 0)
+    lengths = PromptLengths(w.jobs[0], 11, 0)
     assert (first["prompt_tokens"] == [lengths.prompt(g) for g in first["group"]]).all()
     assert not other.equals(once)
 
@@ -183,9 +185,9 @@ def test_azure_conv_pairs_match_the_trace():
     spec = w.jobs[1]
     trace = load_length_trace(TRACES / "azure/AzureLLMInferenceTrace_conv.csv", "azure")
     assert paired(spec) and prompt_cap(spec) == 14_050 == trace["prompt"].max()
-    lengths = GroupLengths(spec, 0, 1)
+    lengths, draws = PromptLengths(spec, 0, 1), TurnDraws(spec, 0, 1)
     prompts = np.array([lengths.prompt(g) for g in range(20_000)])
-    responses = np.concatenate([lengths.responses(g, 0, 1) for g in range(20_000)])
+    responses = np.concatenate([draws.responses(g, 0, 1) for g in range(20_000)])
     for got, want in ((prompts, trace["prompt"]), (responses, trace["response"])):
         q = [10, 50, 90, 99]
         assert np.percentile(got, q) == pytest.approx(np.percentile(want, q), rel=0.05)

@@ -11,7 +11,7 @@ Written in YAML as a mapping with a ``dist`` tag::
 A ``trace`` distribution holds token counts read from a request trace (see marlaas.traces):
 :mod:`marlaas.workload_file` reads the file, relative to the workload file, into ``values``
 when it loads the workload; from then on it behaves as ``empirical``, except that a job's
-prompt and response traces of one file are drawn as pairs (:mod:`marlaas.core.prompts`).
+prompt and response traces of one file are drawn as pairs (:mod:`marlaas.sim.turn_draws`).
 Sampling takes a numpy Generator so that all randomness comes from the run's seed.
 """
 

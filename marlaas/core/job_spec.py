@@ -124,7 +124,7 @@ class JobSpec(StrictSpec):
     """Response length per sample and turn [tokens], truncated at rl.max_new_tokens. When
     both are ``trace`` distributions of one file (same path and format), they are drawn as
     pairs: a group's samples' responses come from the trace's requests whose prompts are
-    close to the group's (marlaas.core.prompts), so their correlation is kept."""
+    close to the group's (marlaas.sim.turn_draws), so their correlation is kept."""
     env: EnvSpec = Field(default_factory=EnvSpec)
     dataset: DatasetSpec | None = None
     """Where the job's prompts and reference answers come from (None: the environment draws

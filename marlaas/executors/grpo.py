@@ -58,13 +58,13 @@ class BackwardPass:
     """Sum of the importance weights (pi / mu, before truncation) of their completion tokens."""
     largest_weight: float = 0.0
     """Largest importance weight (pi / mu, before truncation) of their completion tokens."""
-    clipped: int = 0
+    truncated: int = 0
     """Completion tokens whose weight was truncated (see :data:`COUNTED_ABOVE`)."""
 
     def __add__(self, other: BackwardPass) -> BackwardPass:
         return BackwardPass(
             self.loss + other.loss, self.weight_sum + other.weight_sum,
-            max(self.largest_weight, other.largest_weight), self.clipped + other.clipped,
+            max(self.largest_weight, other.largest_weight), self.truncated + other.truncated,
         )  # fmt: skip
 
 
@@ -134,7 +134,7 @@ def step_stats(
         mean_reward=sum(s.reward for s in samples) / len(samples),
         mean_weight=done.weight_sum / max(total_tokens, 1),
         largest_weight=done.largest_weight,
-        clip_fraction=done.clipped / max(total_tokens, 1),
+        clip_fraction=done.truncated / max(total_tokens, 1),
         grad_norm=grad_norm,
         max_staleness=max(version - 1 - s.version for s in samples),
     )

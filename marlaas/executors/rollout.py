@@ -86,8 +86,8 @@ class TrainStats:
     largest_weight: float
     """Largest importance weight over tokens, before truncation."""
     clip_fraction: float
-    """Fraction of tokens whose weight was truncated (they keep a gradient, weighted by the
-    truncation)."""
+    """Fraction of tokens whose weight was truncated, not clipped (they keep a gradient,
+    weighted by the truncation; the name is PPO's, kept for rewards.csv and trackers)."""
     grad_norm: float
     """Global L2 gradient norm of the job's adapter, before clipping."""
     max_staleness: int = 0

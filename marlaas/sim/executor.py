@@ -7,8 +7,9 @@ Environments, adapter loads, swaps, training steps and syncs are plain timeouts.
 is a small :class:`Due` put on SimPy's event heap the way SimPy schedules its own (the same
 time, priority and id, so the same order), without a ``simpy.Timeout`` per event: an object
 with an attribute dict, built by Python code, and most of the objects a run has in flight. All
-randomness comes from one numpy Generator seeded by the run's seed, drawn in the scheduler's
-deterministic decision order, so a workload and seed give one event log. A replay passes a
+randomness is common random numbers seeded by the run's seed (:mod:`marlaas.sim.turn_draws`:
+a group turn's response lengths and environment waits are the same under every schedule), so
+a workload and seed give one event log. A replay passes a
 :class:`~marlaas.sim.recording.Recording` of a real run: each group turn then generates what
 it generated for real, and each environment step takes what it took.
 """
@@ -23,9 +24,7 @@ from typing import Any
 import simpy
 
 from marlaas.core.cluster import Cluster
-from marlaas.core.draws import ENV_STREAM
 from marlaas.core.job_spec import JobSpec
-from marlaas.core.prompts import GroupLengths
 from marlaas.core.work import (
     AdmitJob,
     Decision,
@@ -44,6 +43,7 @@ from marlaas.drive.executor import Completions
 from marlaas.sim.cost_model import CostModel
 from marlaas.sim.engine_model import EngineModel
 from marlaas.sim.recording import Recording
+from marlaas.sim.turn_draws import TurnDraws
 
 
 class Due:
@@ -79,8 +79,8 @@ class SimPyExecutor:
         """SimPy events processed."""
         self._jobs: dict[str, JobSpec] = {}
         """The admitted jobs' specs (from AdmitJob to ReleaseJob)."""
-        self._lengths: dict[str, GroupLengths] = {}
-        """Each admitted job's response lengths per sample (paired with the group's prompt)."""
+        self._draws: dict[str, TurnDraws] = {}
+        """Each admitted job's response lengths and environment waits per group turn."""
         self._tokens: dict[int, tuple[int, int]] = {}
         """(tokens, longest sample's tokens) each running generation will produce, by id."""
         self._done: list[WorkDone] = []
@@ -121,12 +121,12 @@ class SimPyExecutor:
         """Evictions and swap-outs cost nothing here."""
 
     def _admit(self, d: AdmitJob, now: float) -> None:
-        """A job's state: its spec and its lengths, drawn as the core draws its prompts."""
+        """A job's state: its spec and its draws, seeded as the core seeds its prompts."""
         self._jobs[d.job] = d.spec
-        self._lengths[d.job] = GroupLengths(d.spec, self.seed, d.index)
+        self._draws[d.job] = TurnDraws(d.spec, self.seed, d.index)
 
     def _release(self, d: ReleaseJob, now: float) -> None:
-        del self._jobs[d.job], self._lengths[d.job]
+        del self._jobs[d.job], self._draws[d.job]
 
     def now(self) -> float:
         """The simulated clock [s]."""
@@ -186,7 +186,7 @@ class SimPyExecutor:
 
     def _start_generate(self, d: Generate, now: float) -> None:
         cap, shortest = d.max_new_tokens, 1
-        drawn = self._lengths[d.job].responses(d.group, d.turn, d.seqs)
+        drawn = self._draws[d.job].responses(d.group, d.turn, d.seqs)
         prompt = d.context_tokens / d.seqs
         if self.recording is not None:
             key = (d.job, d.group, d.turn)
@@ -274,10 +274,7 @@ class SimPyExecutor:
 
     def _start_env(self, d: EnvStep, now: float) -> None:
         spec = self._jobs[d.job].env
-        draws = self._lengths[d.job].draws
-        latency = max(
-            draws.row(ENV_STREAM, d.turn, d.group, d.seqs, spec.latency_s.sample).tolist()
-        )
+        latency = max(self._draws[d.job].env_waits(d.group, d.turn, d.seqs).tolist())
         if self.recording is not None:
             latency = self.recording.env_s.get((d.job, d.group, d.turn), latency)
         added = 0 if d.last_turn else spec.observation_tokens * d.seqs

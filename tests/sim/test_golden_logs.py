@@ -12,7 +12,7 @@ Every digest moved when the h100-7b profile (the default cost model) took the pr
 (a 4.46 ms floor per prefill + T / 42,443 tokens/s instead of T / 38,000 tokens/s).
 Every digest moved again when the simulator's draws became common random numbers (a
 group's turn draws its response lengths and environment waits from generators of its own,
-``marlaas/core/draws.py``, instead of from one generator shared in event order).
+``marlaas/sim/draws.py``, instead of from one generator shared in event order).
 ``python benchmarks/golden_logs.py`` checks the written events.parquet of more runs.
 """
 

@@ -1,14 +1,15 @@
 """Common random numbers: each group's turn draws from generators of its own.
 
-The simulator draws a turn's response lengths and its environment waits from
-``default_rng([seed, job, stream, turn, block])``, one generator per block of ``BLOCK``
-consecutive groups, whose draws are cut into one row of ``width`` values per group. A group's
-turn therefore gets the same numbers under every schedule, whatever was drawn before it: two
-policies simulated on one workload and seed differ only by what the policies did (a paired
-comparison, the variance reduction of common random numbers), and an early change of order
-does not reshuffle every later draw. Drawing a block at once keeps the simulator's cost where
-it was (paper-32 under fair, compiled: the same CPU time within the machine's noise), where
-seeding one generator per group turn cost about a third more.
+The simulator draws a turn's response lengths and its environment waits
+(:mod:`marlaas.sim.turn_draws`) from ``default_rng([seed, job, stream, turn, block])``, one
+generator per block of ``BLOCK`` consecutive groups, whose draws are cut into one row of
+``width`` values per group. A group's turn therefore gets the same numbers under every
+schedule, whatever was drawn before it: two policies simulated on one workload and seed
+differ only by what the policies did (a paired comparison, the variance reduction of common
+random numbers), and an early change of order does not reshuffle every later draw. Drawing
+a block at once keeps the simulator's cost where it was (paper-32 under fair, compiled: the
+same CPU time within the machine's noise), where seeding one generator per group turn cost
+about a third more.
 """
 
 from __future__ import annotations

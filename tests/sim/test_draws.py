@@ -1,4 +1,4 @@
-"""Common random numbers (marlaas/core/draws.py): a group's turn gets the same draws
+"""Common random numbers (marlaas/sim/draws.py): a group's turn gets the same draws
 whatever was asked before it."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from marlaas.core.draws import BLOCK, ENV_STREAM, KEPT_BLOCKS, RESPONSE_STREAM, Draws
+from marlaas.sim.draws import BLOCK, ENV_STREAM, KEPT_BLOCKS, RESPONSE_STREAM, Draws
 
 
 def uniforms(rng: np.random.Generator, n: int) -> np.ndarray:
