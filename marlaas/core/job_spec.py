@@ -40,6 +40,23 @@ class RLSettings(StrictSpec):
     """How many adapter versions a training sample may lag the trainer (0 = on-policy)."""
     temperature: Amount(L.MAX_TEMPERATURE) = 1.0
     learning_rate: Amount(L.MAX_LEARNING_RATE, positive=True) = 1e-4
+    minibatches: Annotated[int, Field(strict=True, ge=1, le=L.MAX_PROMPTS_PER_STEP)] = 1
+    """Optimizer steps per training step (decoupled PPO, marlaas.executors.grpo): the step's
+    prompt groups split into this many minibatches of whole groups, one optimizer step each,
+    the ratio to the step's starting policy clipped at 1 +- clip_eps. The adapter version
+    still goes up by one per step. At most prompts_per_step; 1: one optimizer step."""
+    clip_eps: Amount(L.MAX_CLIP_EPS, positive=True) = 0.2
+    """PPO clip of the ratio pi / pi_prox (pi_prox: the policy the training step started
+    from); acts only with minibatches > 1."""
+
+    @model_validator(mode="after")
+    def _minibatches(self) -> RLSettings:
+        if self.minibatches > self.prompts_per_step:
+            raise ValueError(
+                f"minibatches ({self.minibatches}) must be at most prompts_per_step "
+                f"({self.prompts_per_step}): a minibatch holds whole prompt groups"
+            )
+        return self
 
 
 class EnvSpec(StrictSpec):

@@ -29,6 +29,9 @@ MAX_STALENESS = 1_000
 """Staleness bound [adapter versions]."""
 MAX_TEMPERATURE = 100.0
 MAX_LEARNING_RATE = 10.0
+MAX_CLIP_EPS = 1.0
+"""PPO clip of the ratio to the step's starting policy, clip(u, 1 - eps, 1 + eps): at 1 its
+lower bound is 0."""
 MAX_WEIGHT = 1_000_000.0
 """A tenant's share weight (relative, > 0)."""
 MAX_ARRIVAL_S = 100_000_000.0

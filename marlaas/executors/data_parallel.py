@@ -9,6 +9,10 @@ the gradients computed on every replica at once (one thread each: CUDA kernels r
 GIL), summed, and the same optimizer step taken on every replica. The advantages (per group)
 and the loss's normalisation (the step's completion tokens) are the whole step's, so the
 summed gradient is the one a single device computes on all the samples, up to float rounding.
+A job's step of several minibatches (``rl.minibatches``) does this per minibatch: each one's
+samples split between the replicas, its gradients summed, one optimizer step on every replica;
+each replica first computes the step's starting log-probs (pi_prox) of the samples it trains
+on in the later minibatches.
 Where the devices are one processor (a CPU, or GPUs declared as one shared processor) the
 trainer is one plain PeftTrainer (:func:`build_trainer`).
 
@@ -19,13 +23,13 @@ tests cannot tell them apart.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 import torch
 
-from marlaas.executors.grpo import BackwardPass, group_advantages, step_stats
+from marlaas.executors.grpo import BackwardPass, group_advantages, split_minibatches, step_stats
 from marlaas.executors.peft_trainer import PeftTrainer
 from marlaas.executors.rollout import TrainSample, TrainStats
 
@@ -67,6 +71,10 @@ def split_by_tokens(samples: Sequence[TrainSample], parts: int) -> list[list[int
         shares[least].append(i)
         loads[least] += len(samples[i].prompt_ids) + len(samples[i].completion_ids)
     return [sorted(share) for share in shares]
+
+
+def _never() -> bool:
+    return False
 
 
 class DataParallelTrainer:
@@ -131,12 +139,18 @@ class DataParallelTrainer:
 
     # ---------------------------------------------------------------- training
     def interrupt(self) -> None:
-        """Stop a step in progress at every replica's next micro-batch, before the optimizer
-        step (see :meth:`PeftTrainer.interrupt`); steps started after the call run whole."""
+        """Stop a step in progress at every replica's next micro-batch, before its first
+        optimizer step (see :meth:`PeftTrainer.interrupt`); steps started after the call run
+        whole."""
         self._interrupts += 1
 
+    def minibatches(self, job: str) -> int:
+        """Optimizer steps ``job`` takes per training step (see :meth:`PeftTrainer.add_job`)."""
+        return self._first.minibatches(job)
+
     def train_step(self, job: str, samples: Sequence[TrainSample]) -> TrainStats:
-        """One optimizer step of ``job`` on ``samples``, split between the replicas."""
+        """One training step of ``job`` on ``samples``: per minibatch, its samples split
+        between the replicas, their gradients summed, one optimizer step on each."""
         with self._lock:
             interrupts = self._interrupts
             self.version(job)  # an unknown job: KeyError
@@ -144,26 +158,79 @@ class DataParallelTrainer:
                 raise ValueError("train_step needs at least one sample")
             advantages = group_advantages(samples, self._first.adv_eps)
             total_tokens = sum(len(s.completion_ids) for s in samples)
-            shares = split_by_tokens(samples, len(self.replicas))
-
-            def backward(replica: PeftTrainer, share: list[int]) -> BackwardPass:
-                return replica.backward(
-                    job, [samples[i] for i in share], [advantages[i] for i in share],
-                    total_tokens, lambda: self._interrupts != interrupts,
-                )  # fmt: skip
-
+            parts = split_minibatches(samples, self.minibatches(job))
+            # shares[n][r]: the indices of the samples replica r trains on in minibatch n
+            shares = [
+                [[part[j] for j in share] for share in
+                 split_by_tokens([samples[i] for i in part], len(self.replicas))]
+                for part in parts
+            ]  # fmt: skip
+            done, norms = BackwardPass(), []
             try:
                 with ThreadPoolExecutor(len(self.replicas), "marlaas-dp") as pool:
-                    pairs = zip(self.replicas, shares, strict=True)
-                    running = [pool.submit(backward, r, share) for r, share in pairs]
-                passes = [f.result() for f in running]  # every one has ended: raise the first
-                _sum_gradients([r.adapter_parameters(job) for r in self.replicas])
-                norms = [replica.apply_gradients(job) for replica in self.replicas]
+                    proximal = self._proximal(pool, job, samples, shares[1:])
+                    for n, per in enumerate(shares):
+                        tokens = sum(len(samples[i].completion_ids) for i in parts[n])
+                        stopped = (lambda: self._interrupts != interrupts) if n == 0 else _never
+                        measured = self._backward(
+                            pool, job, samples, advantages, per, tokens, stopped,
+                            proximal if n else None,
+                        )  # fmt: skip
+                        last = n == len(parts) - 1
+                        step = [r.apply_gradients(job, new_version=last) for r in self.replicas]
+                        norms.append(step[0])
+                        done += measured.scaled(tokens, total_tokens)
             finally:
                 for replica in self.replicas:
                     replica.end_step(job)
-            done = sum(passes[1:], passes[0])
-            return step_stats(job, self.version(job), samples, total_tokens, done, norms[0])
+            grad_norm = sum(norms) / len(norms)
+            return step_stats(job, self.version(job), samples, total_tokens, done, grad_norm)
+
+    def _proximal(
+        self,
+        pool: ThreadPoolExecutor,
+        job: str,
+        samples: Sequence[TrainSample],
+        later: list[list[list[int]]],
+    ) -> dict[int, list[float]]:
+        """Index -> log-probs under ``job``'s current weights of the samples each replica
+        trains on in the minibatches ``later`` (``later[n][r]``: replica r's in the n-th), each
+        replica computing its own."""
+        mine = [[i for per in later for i in per[r]] for r in range(len(self.replicas))]
+        proximal: dict[int, list[float]] = {}
+        for got in pool.map(lambda r: self.replicas[r].proximal(job, samples, mine[r]),
+                            range(len(self.replicas))):  # fmt: skip
+            proximal.update(got)
+        return proximal
+
+    def _backward(
+        self,
+        pool: ThreadPoolExecutor,
+        job: str,
+        samples: Sequence[TrainSample],
+        advantages: Sequence[float],
+        per: list[list[int]],
+        tokens: int,
+        stopped: Callable[[], bool],
+        proximal: dict[int, list[float]] | None,
+    ) -> BackwardPass:
+        """A minibatch's gradients (replica r: ``samples`` at ``per[r]``, the loss over the
+        minibatch's ``tokens``) on every replica at once, summed over them on each; what
+        their backward passes measured, added up."""
+
+        def backward(replica: PeftTrainer, share: list[int]) -> BackwardPass:
+            return replica.backward(
+                job, [samples[i] for i in share], [advantages[i] for i in share], tokens,
+                stopped, None if proximal is None else [proximal[i] for i in share],
+            )  # fmt: skip
+
+        running = [
+            pool.submit(backward, r, share) for r, share in zip(self.replicas, per, strict=True)
+        ]
+        wait(running)  # every one has ended: raise the first
+        passes = [f.result() for f in running]
+        _sum_gradients([r.adapter_parameters(job) for r in self.replicas])
+        return sum(passes[1:], passes[0])
 
 
 @torch.no_grad()

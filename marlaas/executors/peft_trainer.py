@@ -1,7 +1,9 @@
 """LoRA policy training for many tenants on one base model: one adapter and optimizer per job.
 
-The loss is GRPO with a truncated importance weight for stale samples
-(:mod:`marlaas.executors.grpo`).
+The loss is GRPO with decoupled PPO for stale samples: a truncated importance weight and a
+trust region around the weights a step starts from (:mod:`marlaas.executors.grpo`). A step is
+one optimizer step, or one per minibatch (a job's ``minibatches``, the workload's
+``rl.minibatches``); the adapter's version goes up by one per step either way.
 
 Memory (measured on SmolLM2-135M, docs/real-runs.md): the log-probs of the completion tokens
 come from the decoder's hidden states through lm_head -> logsumexp -> gather, a chunk of
@@ -29,7 +31,13 @@ from marlaas.executors.completion_logprobs import (
     pad_rows,
     plain_head,
 )
-from marlaas.executors.grpo import BackwardPass, group_advantages, step_stats, truncated_surrogate
+from marlaas.executors.grpo import (
+    BackwardPass,
+    group_advantages,
+    split_minibatches,
+    step_stats,
+    truncated_surrogate,
+)
 from marlaas.executors.lora_weights import load_weights, seeded_init, write_adapter
 from marlaas.executors.rollout import TrainSample, TrainStats
 from marlaas.executors.shared_weights import share_weights
@@ -48,10 +56,27 @@ class _Job:
     optimizer: torch.optim.Optimizer
     params: list[torch.nn.Parameter]
     version: int
+    minibatches: int = 1
+    clip_eps: float = 0.2
 
 
 class TrainingInterrupted(RuntimeError):
-    """A training step stopped by :meth:`PeftTrainer.interrupt` before its optimizer step."""
+    """A training step stopped by :meth:`PeftTrainer.interrupt` before its first optimizer
+    step."""
+
+
+def check_step_settings(minibatches: int, clip_eps: float) -> None:
+    """ValueError unless ``minibatches`` is an int >= 1 and ``clip_eps`` a number in (0, 1]."""
+    if isinstance(minibatches, bool) or not isinstance(minibatches, int) or minibatches < 1:
+        raise ValueError(f"minibatches must be an int >= 1, got {minibatches!r}")
+    if isinstance(clip_eps, bool) or not isinstance(clip_eps, (int, float)):
+        raise ValueError(f"clip_eps must be a number in (0, 1], got {clip_eps!r}")
+    if not 0 < clip_eps <= 1:
+        raise ValueError(f"clip_eps must be in (0, 1], got {clip_eps!r}")
+
+
+def _never() -> bool:
+    return False
 
 
 class PeftTrainer:
@@ -61,6 +86,11 @@ class PeftTrainer:
     adapter during its step, the others have requires_grad=False, and each optimizer holds only
     its own job's parameters. Methods are thread-safe (one lock): a driver may run train_step
     in a worker thread (asyncio.to_thread) while it keeps generating.
+
+    A job's step takes one optimizer step per minibatch (:meth:`add_job`'s ``minibatches``,
+    default 1): its groups in that many parts, each part's loss averaged over its tokens and
+    clipped around the step's starting weights (``clip_eps``), whose log-probs a no-grad
+    forward pass computes first for the parts after the first.
 
     ``micro_batch_size`` sequences go through one forward/backward pass;
     ``activation_checkpointing`` (default on) trades one more forward pass per step for
@@ -131,16 +161,23 @@ class PeftTrainer:
         init_dir: str | Path | None = None,
         version: int = 0,
         seed: int | None = None,
+        minibatches: int = 1,
+        clip_eps: float = 0.2,
     ) -> None:
         """Create the LoRA adapter and optimizer of `job`.
 
         With `init_dir` (a folder written by save_adapter) the adapter resumes from those
         weights at `version` (read from the folder when it has version metadata), and the
         optimizer from its saved state when the folder has one.
-        `seed` makes the adapter initialization reproducible.
+        `seed` makes the adapter initialization reproducible. Each of its steps takes
+        `minibatches` optimizer steps, the ratio to the step's starting weights clipped at
+        1 +- `clip_eps` (:mod:`marlaas.executors.grpo`).
         """
+        check_step_settings(minibatches, clip_eps)
         with self._lock:
-            self._jobs[job] = self._new_job(job, rank, alpha, lr, init_dir, version, seed)
+            state = self._new_job(job, rank, alpha, lr, init_dir, version, seed)
+            state.minibatches, state.clip_eps = minibatches, float(clip_eps)
+            self._jobs[job] = state
 
     def _new_job(self, job, rank, alpha, lr, init_dir, version, seed) -> _Job:
         """The job's adapter, added to the model, and its optimizer (not yet among jobs)."""
@@ -218,27 +255,45 @@ class PeftTrainer:
 
     # ---------------------------------------------------------------- training
     def interrupt(self) -> None:
-        """Stop a training step in progress at its next micro-batch, before its optimizer
-        step (it raises :class:`TrainingInterrupted`; the job's adapter and version stay as
-        they were). Steps started after the call run whole. Does not wait for the lock: a
-        run that is shutting down calls it so that it need not wait for a whole step."""
+        """Stop a training step in progress at its next micro-batch, before its first
+        optimizer step (it raises :class:`TrainingInterrupted`; the job's adapter and version
+        stay as they were). Once a step's first minibatch has taken its optimizer step, the
+        step runs to its end: the weights have moved, and only the whole step is a version.
+        Steps started after the call run whole. Does not wait for the lock: a run that is
+        shutting down calls it so that it need not wait for a whole step."""
         self._interrupts += 1
 
+    def minibatches(self, job: str) -> int:
+        """Optimizer steps `job` takes per training step (at most: one per group)."""
+        return self._job(job).minibatches
+
     def train_step(self, job: str, samples: Sequence[TrainSample]) -> TrainStats:
-        """One optimizer step of `job` on `samples` (GRPO advantages, truncated weights)."""
+        """One training step of `job` on `samples` (GRPO advantages over all of them, decoupled
+        PPO): one optimizer step per minibatch, the version + 1."""
         with self._lock:
             interrupts = self._interrupts
-            self._job(job)
+            state = self._job(job)
             if not samples:
                 raise ValueError("train_step needs at least one sample")
             adv = group_advantages(samples, self.adv_eps)
             total_tokens = sum(len(s.completion_ids) for s in samples)
+            parts = split_minibatches(samples, state.minibatches)
+            proximal = self.proximal(job, samples, [i for part in parts[1:] for i in part])
+            done, norms = BackwardPass(), []
             try:
-                done = self.backward(job, samples, adv, total_tokens,
-                                     lambda: self._interrupts != interrupts)  # fmt: skip
-                grad_norm = self.apply_gradients(job)
+                for n, part in enumerate(parts):
+                    chosen = [samples[i] for i in part]
+                    tokens = sum(len(s.completion_ids) for s in chosen)
+                    measured = self.backward(
+                        job, chosen, [adv[i] for i in part], tokens,
+                        (lambda: self._interrupts != interrupts) if n == 0 else _never,
+                        [proximal[i] for i in part] if n else None,
+                    )  # fmt: skip
+                    done += measured.scaled(tokens, total_tokens)
+                    norms.append(self.apply_gradients(job, new_version=n == len(parts) - 1))
             finally:
                 self.end_step(job)
+            grad_norm = sum(norms) / len(norms)
             return step_stats(job, self.version(job), samples, total_tokens, done, grad_norm)
 
     # A step in three parts, for a caller that runs one step over several trainers (the
@@ -250,15 +305,18 @@ class PeftTrainer:
         samples: Sequence[TrainSample],
         advantages: Sequence[float],
         total_tokens: int,
-        stopped: Callable[[], bool] = lambda: False,
+        stopped: Callable[[], bool] = _never,
+        proximal: Sequence[Sequence[float]] | None = None,
     ) -> BackwardPass:
-        """Start a step of `job`: its gradients (set to zero first) accumulate the GRPO
-        loss of `samples` (each with its advantage), summed over their completion
-        tokens and divided by `total_tokens` (the whole step's, which these samples may be a
-        part of). Raises :class:`TrainingInterrupted` when `stopped()` before a micro-batch.
+        """Start a step of `job` (or a minibatch of one): its gradients (set to zero first)
+        accumulate the GRPO loss of `samples` (each with its advantage), summed over their
+        completion tokens and divided by `total_tokens` (the whole minibatch's, which these
+        samples may be a part of). `proximal`: the samples' log-probs under the weights the
+        step started from (None: the current weights, as in a step's first minibatch).
+        Raises :class:`TrainingInterrupted` when `stopped()` before a micro-batch.
         Follow it with :meth:`apply_gradients`, and :meth:`end_step` in any case."""
         with self._lock:
-            self._job(job)
+            state = self._job(job)
             self._activate(job)
             self.model.train()
             self._jobs[job].optimizer.zero_grad(set_to_none=True)
@@ -270,27 +328,45 @@ class PeftTrainer:
                 logp, mask = self._completion_logprobs(chunk)
                 old = pad_rows([s.logprobs for s in chunk], mask.shape[1], self.device)
                 a = torch.tensor(advantages[start : start + len(chunk)], device=self.device)
+                prox = None
+                if proximal is not None:
+                    rows = proximal[start : start + len(chunk)]
+                    prox = pad_rows(rows, mask.shape[1], self.device)
                 loss, measured = truncated_surrogate(
-                    logp, old, a[:, None], mask, self.max_weight, total_tokens
-                )
+                    logp, old, a[:, None], mask, self.max_weight, total_tokens,
+                    prox, state.clip_eps,
+                )  # fmt: skip
                 loss.backward()
                 done += measured
             return done
+
+    def proximal(
+        self, job: str, samples: Sequence[TrainSample], indices: Sequence[int]
+    ) -> dict[int, list[float]]:
+        """Index -> log-probs of ``samples[index]``'s completion under `job`'s current weights
+        (no gradient), for ``indices`` (none: no forward pass)."""
+        if not indices:
+            return {}
+        prompts = [samples[i].prompt_ids for i in indices]
+        logps = self.logprobs(job, prompts, [samples[i].completion_ids for i in indices])
+        return dict(zip(indices, logps, strict=True))
 
     def adapter_parameters(self, job: str) -> list[torch.nn.Parameter]:
         """`job`'s adapter parameters, in a fixed order (their ``grad`` after
         :meth:`backward`)."""
         return self._job(job).params
 
-    def apply_gradients(self, job: str) -> float:
-        """Clip `job`'s gradients to ``max_grad_norm`` and take its optimizer step (its
-        version + 1); returns the gradient norm before clipping."""
+    def apply_gradients(self, job: str, *, new_version: bool = True) -> float:
+        """Clip `job`'s gradients to ``max_grad_norm`` and take its optimizer step (with
+        `new_version`, a step's last: its version + 1); returns the gradient norm before
+        clipping."""
         with self._lock:
             state = self._job(job)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(state.params, self.max_grad_norm))
             state.optimizer.step()
             state.optimizer.zero_grad(set_to_none=True)
-            state.version += 1
+            if new_version:
+                state.version += 1
             return grad_norm
 
     def end_step(self, job: str) -> None:

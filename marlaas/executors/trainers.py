@@ -53,6 +53,7 @@ class TrainerPool:
         target.add_job(
             job, spec.lora_rank, 2 * spec.lora_rank, spec.rl.learning_rate,
             init_dir=self.store.path(job, version), version=version,
+            minibatches=spec.rl.minibatches, clip_eps=spec.rl.clip_eps,
         )  # fmt: skip
         if target.version(job) != version:
             target.remove_job(job)

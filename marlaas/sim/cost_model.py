@@ -33,9 +33,9 @@ class CostModel(BaseModel):
     Prefill of P prompt tokens = prefill_base_ms + P / prefill_tokens_per_s. Decode iteration
     time = decode_base_ms + decode_per_seq_ms * running sequences
     + decode_per_kv_token_ms * context tokens in the batch + decode_per_adapter_ms * distinct
-    adapters in the batch. Training step = train_overhead_s + tokens * (1 + lora_rank /
-    train_rank_scale) / (train_tokens_per_s * devices), with devices = 1 when the cluster
-    declares shared compute (one processor). Profiles for other hardware are in
+    adapters in the batch. Training step = train_overhead_s + :func:`train_work` /
+    (train_tokens_per_s * devices), with devices = 1 when the cluster declares shared compute
+    (one processor). Profiles for other hardware are in
     marlaas/sim/profiles/ (``--cost NAME``); ``marlaas calibrate`` fits one from real runs.
     """
 
@@ -70,6 +70,13 @@ class CostModel(BaseModel):
     """Fixed per training step [s] (optimizer step, launches, host syncs); assumption."""
     train_rank_scale: Annotated[float, Field(ge=1, le=1e6)] = 1800.0
     """Rank at which LoRA doubles the step's compute (FLOP ratio); assumption."""
+    train_forward_share: Annotated[float, Field(ge=0, le=1)] = 0.5
+    """A no-grad forward pass's compute per token as a share of a training step's (forward +
+    backward) [fraction]: what a step of several minibatches adds for the log-probs of its
+    starting policy (:func:`train_work`). 0.5: the frozen base's forward GEMMs are 2 of the 4
+    x 6.48 GFLOP per token of forward + activation gradients (the h100-7b profile's
+    train_rank_scale arithmetic); about 1/3 where activation checkpointing recomputes the
+    forward in the backward pass (the real trainer's default); assumption."""
     trainer_swap_s: Seconds = 0.12
     """Moving a job's adapter and AdamW state onto a trainer [s] (~480 MB over PCIe);
     assumption."""
@@ -86,3 +93,16 @@ class CostModel(BaseModel):
     """An engine's warm-up [s]: its first generation, done when the engine is built, before
     the run's clock starts (in both worlds: marlaas.executors.warmup); a real run's summary
     records it, no run charges it to its first batch [S8]."""
+
+
+def train_work(cost: CostModel, tokens: float, lora_rank: int, minibatches: int = 1) -> float:
+    """A training step's compute in the tokens of ``train_tokens_per_s`` (a LoRA forward +
+    backward pass each): its ``tokens`` (prompt + completion: what a forward pass reads) x
+    (1 + lora_rank / train_rank_scale) x (1 + train_forward_share x (minibatches - 1) /
+    minibatches). The last term is the no-grad forward pass of a step of several minibatches
+    (marlaas.executors.peft_trainer): the log-probs of the policy it starts from, for the
+    samples past its first minibatch (whose are its own forward pass's). Its extra optimizer
+    steps are not charged: an AdamW step on a LoRA adapter is under a millisecond (the
+    h100-7b profile's train_overhead_s arithmetic), and train_overhead_s stays once per step."""
+    prox = cost.train_forward_share * (minibatches - 1) / minibatches
+    return tokens * (1 + lora_rank / cost.train_rank_scale) * (1 + prox)

@@ -40,7 +40,7 @@ from marlaas.core.work import (
     WorkDone,
 )
 from marlaas.drive.executor import Completions
-from marlaas.sim.cost_model import CostModel
+from marlaas.sim.cost_model import CostModel, train_work
 from marlaas.sim.engine_model import EngineModel
 from marlaas.sim.recording import Recording
 from marlaas.sim.turn_draws import TurnDraws
@@ -282,7 +282,7 @@ class SimPyExecutor:
 
     def _start_train(self, d: Train, now: float) -> None:
         spec, cost = self._jobs[d.job], self.cost
-        compute = d.tokens * (1 + spec.lora_rank / cost.train_rank_scale)
+        compute = train_work(cost, d.tokens, spec.lora_rank, spec.rl.minibatches)
         devices = self.step_devices[d.trainer]  # data-parallel; one processor: no speed-up
         duration = cost.train_overhead_s + compute / (cost.train_tokens_per_s * devices)
         self._after(duration, WorkDone(d.work_id, tokens=d.tokens))

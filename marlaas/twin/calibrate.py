@@ -6,9 +6,10 @@ Per stage, from the successful work of every run given:
   generate rows), then refined by replaying the
   runs (:mod:`marlaas.twin.refine`) so that each group turn takes what it took;
 - training: ``duration = train_overhead_s + tokens * (1 + rank / train_rank_scale) /
-  (train_tokens_per_s * devices)``, non-negative least squares over training steps
-  (:mod:`marlaas.twin.train_fit`; ``train_rank_scale`` keeps its value: one rank cannot tell
-  it apart);
+  (train_tokens_per_s * devices)`` (times the forward pass of a job's later minibatches:
+  :func:`marlaas.sim.cost_model.train_work`), non-negative least squares over training steps
+  (:mod:`marlaas.twin.train_fit`; ``train_rank_scale`` and ``train_forward_share`` keep their
+  values: one rank cannot tell the first apart, nor one minibatch count the second);
 - engine adapter load: a fixed time plus a wait of some decode iterations when engines on its
   processor are decoding (least squares over the loads);
 - engine warm-up: the mean of the warm-ups the runs' summaries record (done before their
@@ -37,7 +38,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
 
-from marlaas.sim.cost_model import CostModel
+from marlaas.sim.cost_model import CostModel, train_work
 from marlaas.table import text_table
 from marlaas.twin.decode_fit import features, fit_decode
 from marlaas.twin.operations import operations, split_loads
@@ -225,10 +226,11 @@ def _require_stages(runs: list[RealRun]) -> None:
 def _fit_train(runs: list[RealRun], base: CostModel) -> TrainFit:
     xs, ys = [], []
     for run in runs:
-        ranks = {j.name: j.lora_rank for j in run.workload.jobs}
+        per_token = {j.name: train_work(base, 1.0, j.lora_rank, j.rl.minibatches)
+                     for j in run.workload.jobs}  # fmt: skip
         ops = operations(run.events, "train")
         devices = 1 if run.workload.cluster.shared_compute else ops["devices"]  # one processor
-        work = ops["tokens"] * (1 + ops["job"].map(ranks) / base.train_rank_scale) / devices
+        work = ops["tokens"] * ops["job"].map(per_token) / devices
         xs.append(work.to_numpy(float))
         ys.append(ops["duration_s"].to_numpy(float))
     return fit_train(np.concatenate(xs), np.concatenate(ys), base.train_tokens_per_s)

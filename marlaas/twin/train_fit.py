@@ -1,7 +1,8 @@
 """Fit the training step's cost to a real run's training rows, constrained as the model is.
 
 The simulator charges a step ``train_overhead_s + work / train_tokens_per_s`` where ``work``
-is the step's tokens x (1 + rank / train_rank_scale) / devices. Both parameters are
+is :func:`marlaas.sim.cost_model.train_work` / devices (the step's tokens x (1 + rank /
+train_rank_scale), and a forward pass more for a job of several minibatches). Both parameters are
 non-negative, so they are fitted as such: non-negative least squares (scipy's ``nnls``) of
 the durations on ``[1, work]``. A bound that binds is an active constraint of that solve, so
 the other parameter is refitted with it held at 0 (a least-squares line whose intercept came

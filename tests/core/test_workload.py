@@ -51,6 +51,32 @@ def test_bad_fields_are_named(mutate, expected):
     assert str(err.value).startswith("w.yaml: ")
 
 
+@pytest.mark.parametrize(
+    ("rl", "expected"),
+    [
+        ({"minibatches": 0}, "jobs[0].rl.minibatches: Input should be greater than or equal to 1"),
+        ({"minibatches": -2}, "jobs[0].rl.minibatches: Input should be greater than or equal"),
+        ({"minibatches": 2.5}, "jobs[0].rl.minibatches: Input should be a valid integer"),
+        ({"minibatches": 2.0}, "jobs[0].rl.minibatches: Input should be a valid integer"),
+        ({"minibatches": "2"}, "jobs[0].rl.minibatches: Input should be a valid integer"),
+        ({"minibatches": True}, "jobs[0].rl.minibatches: Input should be a valid integer"),
+        ({"minibatches": 9}, "minibatches (9) must be at most prompts_per_step (8)"),
+        ({"clip_eps": 0}, "jobs[0].rl.clip_eps: Input should be greater than 0"),
+        ({"clip_eps": 1.5}, "jobs[0].rl.clip_eps: Input should be less than or equal to 1"),
+    ],
+)
+def test_minibatches_and_their_clip_are_checked(rl, expected):
+    data = minimal()
+    data["jobs"][0]["rl"] = rl
+    with pytest.raises(WorkloadError) as err:
+        parse_workload(data, source="w.yaml")
+    assert expected in str(err.value)
+    rl = parse_workload(minimal()).jobs[0].rl
+    assert (rl.minibatches, rl.clip_eps) == (1, 0.2)  # one optimizer step per step
+    data["jobs"][0]["rl"] = {"minibatches": 4, "prompts_per_step": 4, "clip_eps": 0.1}
+    assert parse_workload(data).jobs[0].rl.minibatches == 4
+
+
 def test_unknown_policy_in_file_is_rejected():
     with pytest.raises(WorkloadError, match="policy: unknown policy 'fastest'"):
         parse_workload(minimal(policy="fastest"))

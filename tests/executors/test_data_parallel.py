@@ -50,9 +50,9 @@ def _state(trainer: PeftTrainer, job: str) -> list:
     return [p.detach().clone() for p in trainer.adapter_parameters(job)] + moments
 
 
-def _trainer(model_dir, device: str = "cpu") -> PeftTrainer:
+def _trainer(model_dir, device: str = "cpu", **job) -> PeftTrainer:
     trainer = PeftTrainer(model_dir, lr=1e-2, micro_batch_size=2, device=device, max_weight=1.2)
-    trainer.add_job("A", seed=0)
+    trainer.add_job("A", seed=0, **job)
     randomize_adapter(trainer, "A", seed=7, scale=0.1)  # B != 0: every weight has a gradient
     return trainer
 
@@ -92,6 +92,32 @@ def test_two_replicas_step_as_one_trainer_on_all_samples(tiny_model_dir):
     first, second = (_state(r, "A") for r in replicas)
     assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))  # identical
     assert all(p.grad is None for r in replicas for p in r.adapter_parameters("A"))
+
+
+def test_minibatches_on_two_replicas_step_as_one_trainer(tiny_model_dir):
+    """A step of two minibatches (the two groups): each one's samples split between the
+    replicas, its gradients summed, an optimizer step on each: one trainer's step, clip and
+    all (a tight clip, so that the second minibatch's cuts some tokens)."""
+    job = {"minibatches": 2, "clip_eps": 0.02}
+    single = _trainer(tiny_model_dir, **job)
+    replicas = [_trainer(tiny_model_dir, **job), _trainer(tiny_model_dir, **job)]
+    parallel = DataParallelTrainer(replicas)
+    assert parallel.minibatches("A") == 2
+    for step in range(2):
+        samples = _samples(single, "A", seed=step)
+        one, both = single.train_step("A", samples), parallel.train_step("A", samples)
+        assert both.version == one.version == step + 1
+        assert both.loss == pytest.approx(one.loss, rel=1e-4, abs=1e-7)
+        assert both.grad_norm == pytest.approx(one.grad_norm, rel=1e-4)
+        assert both.mean_weight == pytest.approx(one.mean_weight, rel=1e-4)
+        assert both.clip_fraction == one.clip_fraction
+        assert both.extra == one.extra
+    assert one.extra["trust_clip_fraction"] > 0
+    expected = _state(single, "A")
+    for replica in replicas:
+        for mine, theirs in zip(_state(replica, "A"), expected, strict=True):
+            torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-4)
+    assert {float(s["step"]) for s in replicas[0]._jobs["A"].optimizer.state.values()} == {4.0}
 
 
 def test_a_data_parallel_trainer_adds_saves_and_resumes_a_job_on_every_replica(
