@@ -94,7 +94,7 @@ def test_the_clip_cuts_exactly_the_tokens_that_left_the_trust_region_in_their_di
     loss.backward()
     expected = [0.0, 1.5 / 5, -0.5 / 5, 0.0, -1.1 / 5]
     assert logp.grad[:, 0].tolist() == pytest.approx(expected)
-    assert measured.trust_clipped == 2 and measured.clipped == 0
+    assert measured.trust_clipped == 2 and measured.truncated == 0
     clipped_value = -(1.2 * 1 + 1.5 * -1 + 0.5 * 1 + 0.8 * -1 + 1.1 * 1) / 5
     assert measured.loss == pytest.approx(clipped_value)
     # without a proximal policy (a step's first minibatch) u = 1: nothing is cut
