@@ -66,8 +66,11 @@ class EngineChoice:
         the engines that hold the adapter or another of the job's versions (its homes) and
         the first open engine, in the mechanism's order (up to OPEN_TRIES, up to one already
         weighed), that the policy does not refuse; among those where the group fits now, the
-        ones that need no load first, then the policy's lowest engine_key (None: not there).
-        None when no candidate fits or the policy takes none."""
+        ones that need no load first (those still loading the adapter after those that hold
+        it), then the policy's lowest engine_key (None: not there). None when no candidate
+        fits, the policy takes none, or the best is still loading the adapter: the group
+        waits for that load (its end offers the engine again) rather than load the adapter
+        on a second engine, which would start it no sooner."""
         engines, hosts, free = self._engines, self._hosts, self._free
         if free.most_tokens < tokens:
             return None  # no engine has the room, whichever adapters it holds
@@ -89,19 +92,19 @@ class EngineChoice:
             if engine.seqs > seqs_left or engine.tokens > tokens_left:  # engine.fits, inline
                 continue
             resident = engine.resident  # engine.can_host, inline
+            loading = False
             if adapter in resident:
-                if adapter in engine.loading:
-                    continue
+                loading = adapter in engine.loading  # it will hold the adapter shortly
             elif len(resident) >= slots and not engine.unused:
                 continue
             rank = policy.engine_key(job, engine, count)
             if rank is None:
                 continue
-            key = (index not in holding, rank)
+            key = (index not in holding, loading, rank)
             if best_key is None or key < best_key:
                 best, best_key = engine, key
         if best is not None and best_key is not None and not best_key[0]:
-            return best  # no load needed: an open engine cannot do better
+            return None if best_key[1] else best  # no load needed: no open engine is better
         tries = OPEN_TRIES
         for found in free.in_order(seqs, tokens):  # open engines in the mechanism's order
             if found in homes or found in holding:
@@ -109,7 +112,7 @@ class EngineChoice:
             engine = engines[found]
             rank = policy.engine_key(job, engine, count)
             if rank is not None:
-                key = (True, rank)
+                key = (True, False, rank)
                 return engine if best_key is None or key < best_key else best
             tries -= 1
             if not tries:

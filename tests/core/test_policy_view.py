@@ -228,3 +228,20 @@ def test_cp_srpt_keys_fall_as_a_job_generates_and_rise_as_it_trains():
     # equal job that has had nothing goes first (the jobs of one size take turns)
     served.attained_tokens += (REMAINING_WEIGHT - 1) * generated * 1.01
     assert policy.key(fresh) < policy.key(served)
+
+
+def test_a_ranked_group_waits_for_its_adapter_loading_where_it_fits():
+    from marlaas.core.engine_choice import EngineChoice
+    from marlaas.core.scheduler import Scheduler
+
+    scheduler = Scheduler(two_engines().cluster, policy="affinity")
+    job = JobState(spec(), 0, 0)
+    loading, other = scheduler.cluster.engines
+    choice = EngineChoice(scheduler.cluster, scheduler.policy, {"j": job})
+    loading.reserve(4, 300, ("j", 0))  # a group's load of version 0 is under way there
+    assert loading.fits(4, 300) and other.fits(4, 300)
+    assert choice.by_policy(4, 300, ("j", 0)) is None  # waits: no second load elsewhere
+    loading.loaded(("j", 0))
+    assert choice.by_policy(4, 300, ("j", 0)) is loading
+    loading.reserve(4, 300, ("j", 1))  # version 1 loads here: the next version's group waits
+    assert choice.by_policy(4, 300, ("j", 1)) is None
