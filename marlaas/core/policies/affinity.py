@@ -29,6 +29,11 @@ code jobs, whose groups reserve the most KV, wait at home and end last. Per 4 pr
 loads (multi-turn tool jobs place each group once per turn and wait at home each time).
 Refusing above a third of the KV reserved (instead of a half): 2,992 s, 0.164 loads (per 6
 group turns); above two thirds: 3,017 s, 0.444 loads. Never refusing: 3,016 s, 0.747 loads.
+
+Since 64662ac a group whose adapter version is still loading on an engine where it fits
+waits for that load (``EngineChoice.by_policy``) instead of loading it on a second engine:
+0.175-0.180 loads per group on seeds 0-4 (before: 0.181-0.202), makespan 0.976-0.992x
+fair's (after common random numbers; docs/policies.md has the table).
 """
 
 from marlaas.core.policies.base import EngineView, JobView, Policy, register
