@@ -60,6 +60,7 @@ def _probe(spec: str, cls: type[Policy]) -> None:
     if cls.ranks_engines and cluster.engines:
         engine = cluster.engines[0]
         checks.append(("engine_key", lambda: policy.engine_key(job, engine, 0)))
+        checks.append(("open_share", lambda: policy.open_share(job, 0)))
     for what, call in checks:
         try:
             value = call()
@@ -67,6 +68,13 @@ def _probe(spec: str, cls: type[Policy]) -> None:
             raise PolicyLoadError(
                 f"policy {spec!r}: {what} of a probe job failed ({one_line(exc)})"
             ) from exc
+        if what == "open_share":
+            share = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not share or not 0 <= value <= 1:
+                raise PolicyLoadError(
+                    f"policy {spec!r}: open_share returned {value!r}, not a share from 0 to 1"
+                )
+            continue
         if not isinstance(value, tuple) and not (what == "engine_key" and value is None):
             raise PolicyLoadError(
                 f"policy {spec!r}: {what} returned {type(value).__name__}, not a tuple"

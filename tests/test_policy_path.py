@@ -52,6 +52,17 @@ class BadEngines(Policy):
         return engine.index
 
 
+class BadShare(Policy):
+    def key(self, job):
+        return (job.index,)
+
+    def engine_key(self, job, engine, homes):
+        return (engine.index,)
+
+    def open_share(self, job, homes):
+        return 1.5
+
+
 NOT_A_CLASS = 3
 '''
 
@@ -102,6 +113,7 @@ def test_a_workload_file_may_name_a_policy_by_import_path(package, tmp_path):
         ("{pkg}.policies:NoTuple", "key returned int, not a tuple"),
         ("{pkg}.policies:Needy", "making it failed (TypeError"),
         ("{pkg}.policies:BadEngines", "engine_key returned int, not a tuple"),
+        ("{pkg}.policies:BadShare", "open_share returned 1.5, not a share from 0 to 1"),
     ],
 )
 def test_a_bad_policy_path_is_one_clear_error(package, attr, says, tmp_path, capsys):

@@ -5,6 +5,8 @@ engines (``Policy.engine_key``), the policy's among the job's homes and a few op
 
 from __future__ import annotations
 
+import math
+
 from marlaas.core.cluster import AdapterKey, Cluster, Engine
 from marlaas.core.free_engines import FreeEngines
 from marlaas.core.jobs import JobState
@@ -64,8 +66,9 @@ class EngineChoice:
     def by_policy(self, seqs: int, tokens: int, adapter: AdapterKey) -> Engine | None:
         """The engine to place a group on when the policy ranks engines: the candidates are
         the engines that hold the adapter or another of the job's versions (its homes) and
-        the first open engine, in the mechanism's order (up to OPEN_TRIES, up to one already
-        weighed), that the policy does not refuse; among those where the group fits now, the
+        the first open engine with the free share the policy asks (``open_share``), in the
+        mechanism's order (up to OPEN_TRIES, up to one already weighed), that the policy
+        does not refuse; among those where the group fits now, the
         ones that need no load first (those still loading the adapter after those that hold
         it), then the policy's lowest engine_key (None: not there). None when no candidate
         fits, the policy takes none, or the best is still loading the adapter: the group
@@ -105,6 +108,10 @@ class EngineChoice:
                 best, best_key = engine, key
         if best is not None and best_key is not None and not best_key[0]:
             return None if best_key[1] else best  # no load needed: no open engine is better
+        share = policy.open_share(job, count)
+        if share > 0:  # the room the policy asks of an open engine, rounded up
+            seqs = max(seqs, math.ceil(self._max_seqs * share))
+            tokens = max(tokens, math.ceil(self._kv_tokens * share))
         tries = OPEN_TRIES
         for found in free.in_order(seqs, tokens):  # open engines in the mechanism's order
             if found in homes or found in holding:

@@ -147,7 +147,7 @@ class FakeEngine:
         return self._holds
 
 
-def test_affinity_spreads_over_homes_and_keeps_off_half_full_engines_once_it_has_enough():
+def test_affinity_spreads_over_homes_and_asks_for_half_empty_engines_once_it_has_enough():
     from marlaas.core.policies.affinity import home_target
 
     policy = get_policy("affinity")
@@ -155,13 +155,11 @@ def test_affinity_spreads_over_homes_and_keeps_off_half_full_engines_once_it_has
     assert home_target(job) == 6  # a home per 5 prompts
     assert home_target(JobState(spec(prompts_per_step=30, turns=4), 0, 1)) == 20  # per 6 turns
     full_home, empty_home = FakeEngine(0, 40, 900, holds=True), FakeEngine(1, 8, 100, holds=True)
-    half_full, half_empty = FakeEngine(2, 8, 600), FakeEngine(3, 8, 500)
-    busy_by_seqs = FakeEngine(4, 60, 100)
+    half_empty = FakeEngine(3, 8, 500)
     ranks = {e.index: policy.engine_key(job, e, 6) for e in (full_home, empty_home, half_empty)}
     assert ranks[1] < ranks[0] < ranks[3]  # homes first, the emptiest first
-    assert policy.engine_key(job, half_full, 6) is None  # enough homes, more reserved than free
-    assert policy.engine_key(job, busy_by_seqs, 6) is None  # (by sequences as well)
-    assert policy.engine_key(job, half_full, 5) is not None  # too few homes: it spreads
+    assert policy.open_share(job, 6) == 0.5  # enough homes: only a half-empty engine
+    assert policy.open_share(job, 5) == 0  # too few homes: it spreads to any engine
 
 
 def test_las_srpt_serves_the_smaller_job_first_then_the_larger_before_the_end():
@@ -245,3 +243,34 @@ def test_a_ranked_group_waits_for_its_adapter_loading_where_it_fits():
     assert choice.by_policy(4, 300, ("j", 0)) is loading
     loading.reserve(4, 300, ("j", 1))  # version 1 loads here: the next version's group waits
     assert choice.by_policy(4, 300, ("j", 1)) is None
+
+
+def test_an_open_engine_is_searched_for_with_the_room_the_policy_asks():
+    from marlaas.core.engine_choice import OPEN_TRIES, EngineChoice
+    from marlaas.core.scheduler import Scheduler
+
+    devices = OPEN_TRIES + 2
+    cluster = {"pools": [{"name": "rollout", "role": "inference", "devices": devices},
+                         {"name": "train", "role": "training", "devices": 1}]}  # fmt: skip
+    job_list = [{"name": "j", "tenant": "t", "rl": {"steps": 2, "prompts_per_step": 1}}]
+    workload = parse_workload({"jobs": job_list, "cluster": cluster})
+    scheduler = Scheduler(workload.cluster, policy="affinity")
+    job = JobState(spec(prompts_per_step=1), 0, 0)
+    engines = scheduler.cluster.engines
+    assert len(engines) == devices
+    kv = engines[0].spec.kv_tokens
+    home = engines[0]
+    home.reserve(1, 8, ("j", 0))
+    home.loaded(("j", 0))  # the job's one home: enough homes for one prompt a step
+    for engine in engines[1:-1]:  # the most free sequences, but more than half their KV reserved
+        engine.reserve(1, kv // 2 + 1, ("other", 0))
+        engine.loaded(("other", 0))
+    engines[-1].reserve(2, 8, ("other", 0))
+    engines[-1].loaded(("other", 0))  # fewer free sequences: last in the mechanism's order
+    home.reserve(0, kv - home.tokens - 10, ("j", 0))  # no room at home for the next group
+    choice = EngineChoice(scheduler.cluster, scheduler.policy, {"j": job})
+    assert scheduler.policy.open_share(job, 1) == 0.5
+    # the half-empty engine is past the first OPEN_TRIES in the mechanism's order: found
+    assert choice.by_policy(4, 300, ("j", 0)) is engines[-1]
+    engines[-1].reserve(0, kv // 2, ("other", 0))
+    assert choice.by_policy(4, 300, ("j", 0)) is None  # none half empty: the group waits

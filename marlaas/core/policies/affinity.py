@@ -12,7 +12,7 @@ its groups spread over its homes, each decodes beside less context); then any ot
 the emptiest first. A job keeps its groups off an engine that is not its home only while it
 has enough homes (:func:`home_target`) *and* that engine has more of its KV room (or of its
 sequences) reserved than free: a half-empty engine is always taken, so room is not left idle
-while groups wait.
+while groups wait (:meth:`AdapterAffinity.open_share`: the mechanism searches for one).
 
 The constants were chosen (before common random numbers, 7c527cf: docs/policies.md has the
 kept rule measured again) by a sweep on the 128-job cycled workload (paper-32's jobs cycled,
@@ -67,10 +67,7 @@ class AdapterAffinity(Policy):
         return (job.attained_tokens / job.weight, job.arrival_s, job.index)
 
     def engine_key(self, job: JobView, engine: EngineView, homes: int) -> tuple | None:
-        if engine.holds(job.name):
-            return (0, engine.tokens, engine.index)
-        if homes >= home_target(job) and (
-            engine.free_tokens < engine.tokens or engine.free_seqs < engine.seqs
-        ):
-            return None  # enough homes, and this engine is more than half full
-        return (1, engine.tokens, engine.index)
+        return (0 if engine.holds(job.name) else 1, engine.tokens, engine.index)
+
+    def open_share(self, job: JobView, homes: int) -> float:
+        return 0.5 if homes >= home_target(job) else 0.0  # enough homes: a half-empty engine

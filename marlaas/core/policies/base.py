@@ -165,6 +165,14 @@ class Policy:
         mechanism's own order (the most free sequences, then the lowest index)."""
         return (engine.seqs, engine.index)
 
+    def open_share(self, job: JobView, homes: int) -> float:
+        """For a policy that ranks engines: the share (0-1) of an open engine's sequences
+        and of its KV tokens that must both be free for ``job``'s next group to be offered
+        it (``homes`` as for :meth:`engine_key`). The mechanism searches its free-room
+        index for such an engine instead of offering fuller ones to be refused, one by one.
+        Default 0: any engine where the group fits."""
+        return 0.0
+
 
 _REGISTRY: dict[str, type[Policy]] = {}
 
