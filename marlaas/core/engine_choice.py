@@ -68,12 +68,13 @@ class EngineChoice:
         the engines that hold the adapter or another of the job's versions (its homes) and
         the first open engine with the free share the policy asks (``open_share``), in the
         mechanism's order (up to OPEN_TRIES, up to one already weighed), that the policy
-        does not refuse; among those where the group fits now, the
-        ones that need no load first (those still loading the adapter after those that hold
-        it), then the policy's lowest engine_key (None: not there). None when no candidate
-        fits, the policy takes none, or the best is still loading the adapter: the group
-        waits for that load (its end offers the engine again) rather than load the adapter
-        on a second engine, which would start it no sooner."""
+        does not refuse; among those where the group fits now, the ones that hold the
+        adapter ready first, then the policy's lowest engine_key (None: not there; an engine
+        still loading the adapter ranks with those that need a load). When the best is still
+        loading the adapter, the group waits for that load (its end offers the engine again)
+        rather than load it on a second engine, unless an open engine the policy takes has
+        room: the wait would leave that room idle and pile the job's groups on one engine.
+        None when no candidate fits, the policy takes none, or the group waits."""
         engines, hosts, free = self._engines, self._hosts, self._free
         if free.most_tokens < tokens:
             return None  # no engine has the room, whichever adapters it holds
@@ -88,6 +89,7 @@ class EngineChoice:
         policy = self.policy
         best: Engine | None = None
         best_key: tuple | None = None
+        best_loading = False
         count = len(homes)
         seqs_left, tokens_left, slots = self._max_seqs - seqs, self._kv_tokens - tokens, self._slots
         for index in sorted(homes):
@@ -103,11 +105,11 @@ class EngineChoice:
             rank = policy.engine_key(job, engine, count)
             if rank is None:
                 continue
-            key = (index not in holding, loading, rank)
+            key = (index not in holding or loading, rank)  # ready first, then by rank
             if best_key is None or key < best_key:
-                best, best_key = engine, key
-        if best is not None and best_key is not None and not best_key[0]:
-            return None if best_key[1] else best  # no load needed: no open engine is better
+                best, best_key, best_loading = engine, key, loading
+        if best_key is not None and not best_key[0]:
+            return best  # it holds the adapter, ready: no open engine is better
         share = policy.open_share(job, count)
         if share > 0:  # the room the policy asks of an open engine, rounded up
             seqs = max(seqs, math.ceil(self._max_seqs * share))
@@ -115,13 +117,14 @@ class EngineChoice:
         tries = OPEN_TRIES
         for found in free.in_order(seqs, tokens):  # open engines in the mechanism's order
             if found in homes or found in holding:
-                return best  # a candidate already weighed: no better open one
+                break  # a candidate already weighed: no better open one
             engine = engines[found]
             rank = policy.engine_key(job, engine, count)
             if rank is not None:
-                key = (True, False, rank)
-                return engine if best_key is None or key < best_key else best
+                if best_loading or best_key is None or (True, rank) < best_key:
+                    return engine
+                break
             tries -= 1
             if not tries:
                 break
-        return best
+        return None if best_loading else best  # the best is loading the adapter: wait for it

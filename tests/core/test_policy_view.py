@@ -228,21 +228,25 @@ def test_cp_srpt_keys_fall_as_a_job_generates_and_rise_as_it_trains():
     assert policy.key(fresh) < policy.key(served)
 
 
-def test_a_ranked_group_waits_for_its_adapter_loading_where_it_fits():
+def test_a_ranked_group_waits_for_its_adapter_loading_unless_open_room_would_idle():
     from marlaas.core.engine_choice import EngineChoice
     from marlaas.core.scheduler import Scheduler
 
     scheduler = Scheduler(two_engines().cluster, policy="affinity")
-    job = JobState(spec(), 0, 0)
+    job = JobState(spec(), 0, 0)  # 2 prompts a step: one home is enough for affinity
     loading, other = scheduler.cluster.engines
     choice = EngineChoice(scheduler.cluster, scheduler.policy, {"j": job})
+    more_than_half = other.spec.kv_tokens // 2 + 1
+    other.reserve(1, more_than_half, ("other", 0))
+    other.loaded(("other", 0))
     loading.reserve(4, 300, ("j", 0))  # a group's load of version 0 is under way there
     assert loading.fits(4, 300) and other.fits(4, 300)
-    assert choice.by_policy(4, 300, ("j", 0)) is None  # waits: no second load elsewhere
+    assert scheduler.policy.open_share(job, 1) == 0.5
+    assert choice.by_policy(4, 300, ("j", 0)) is None  # waits: no half-empty room elsewhere
+    other.release(1, more_than_half, ("other", 0))  # now empty: a wait would leave it idle
+    assert choice.by_policy(4, 300, ("j", 0)) is other
     loading.loaded(("j", 0))
-    assert choice.by_policy(4, 300, ("j", 0)) is loading
-    loading.reserve(4, 300, ("j", 1))  # version 1 loads here: the next version's group waits
-    assert choice.by_policy(4, 300, ("j", 1)) is None
+    assert choice.by_policy(4, 300, ("j", 0)) is loading  # holds it ready: no load anywhere
 
 
 def test_an_open_engine_is_searched_for_with_the_room_the_policy_asks():

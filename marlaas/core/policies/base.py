@@ -156,11 +156,11 @@ class Policy:
         """Placement preference for ``job``'s next group. The candidates are the engines
         where it fits now that hold its adapter version or another of its versions, and the
         first open engine, in the mechanism's order, that the policy does not refuse (of
-        the first four, up to the first that is already a candidate); those that need no
-        adapter load come first (an engine still loading the group's adapter version after
-        those that hold it: when one of these is the best, the group waits for that load
-        instead of starting a second one elsewhere, which would not start it sooner), then
-        the lowest key. None: not on this engine (the group waits for room elsewhere).
+        the first four, up to the first that is already a candidate); those that hold the
+        adapter version ready come first, then the lowest key (an engine still loading that
+        version ranks with those that need a load: when it is the best, the group waits for
+        that load unless an open engine the policy takes has room). None: not on this
+        engine (the group waits for room elsewhere).
         ``homes``: how many engines hold some version of the job's adapter. Default: the
         mechanism's own order (the most free sequences, then the lowest index)."""
         return (engine.seqs, engine.index)
