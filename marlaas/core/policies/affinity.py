@@ -30,10 +30,12 @@ loads (multi-turn tool jobs place each group once per turn and wait at home each
 Refusing above a third of the KV reserved (instead of a half): 2,992 s, 0.164 loads (per 6
 group turns); above two thirds: 3,017 s, 0.444 loads. Never refusing: 3,016 s, 0.747 loads.
 
-Since 64662ac a group whose adapter version is still loading on an engine where it fits
-waits for that load (``EngineChoice.by_policy``) instead of loading it on a second engine:
-0.175-0.180 loads per group on seeds 0-4 (before: 0.181-0.202), makespan 0.976-0.992x
-fair's (after common random numbers; docs/policies.md has the table).
+A group whose adapter version is still loading on an engine where it fits waits for that
+load (``EngineChoice.by_policy``) when that engine ranks best among those that need a load
+and no open engine the policy takes has room: on the 128-job workload 0.183-0.188 loads per
+group on seeds 0-4 (loading it again elsewhere: 0.181-0.202), makespan 0.975-0.993x fair's;
+on `small` (seeds 0-4) 242, 256, 240, 227 and 271 s against never waiting's 240, 255, 239,
+226 and 272 s (docs/policies.md, "Affinity and an adapter load in progress").
 """
 
 from marlaas.core.policies.base import EngineView, JobView, Policy, register
