@@ -10,6 +10,7 @@ from marlaas.core.policies import (
     las_srpt,
     priority,
     round_robin,
+    split_progress,
     srtf,
     themis,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "priority",
     "register",
     "round_robin",
+    "split_progress",
     "srtf",
     "themis",
 ]
