@@ -43,7 +43,7 @@ BIG_ALONE_S = 1200.0
 
 PROGRESS_TOKENS = 3.0e6
 """What a big job's whole critical path done adds to its key [tokens] (2 M and 2.5 M also
-met the paper-32 goal on seeds 0-4; 1 M on three seeds, 5 M on none)."""
+met the paper-32 goal on seeds 0-4; 1 M on three seeds, 5 M not on seed 0)."""
 
 ATTAINED_SHARE = 0.5
 """How much an attained token weighs in an other job's service (cp-srpt: 1)."""
