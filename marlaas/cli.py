@@ -129,7 +129,8 @@ def _policies(_args: argparse.Namespace) -> int:
           "are served in, and for some the engines their groups go to")  # fmt: skip
     for name in policy_names():
         policy = get_policy(name)
-        idea = policy.idea or (type(policy).__doc__ or "").strip().splitlines()[0]
+        doc = (type(policy).__doc__ or "").strip()
+        idea = policy.idea or (doc.splitlines()[0] if doc else "(no idea or docstring given)")
         print(f"  {name:15s} {idea}")
         if policy.source:
             print(f"  {'':15s}   source: {policy.source}")

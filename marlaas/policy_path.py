@@ -6,7 +6,10 @@ so that everything that takes a policy name (workload files, ``simulate``, ``swe
 Checked on load, each failure one line naming the path: the module imports, the attribute
 is a subclass of :class:`~marlaas.core.policies.Policy` that overrides ``key``, it can be
 made with no arguments, and its ``key`` (and ``engine_key`` when overridden) of a probe job
-returns a tuple. The core itself never imports anything by path (it stays pure).
+returns a tuple; a key that reads the backlog's figures (``backlog_s``, ``longest_alone_s``)
+without ``reads_backlog = True`` is refused, since its keys would go stale as the backlog
+moves (seen only where the probe job's key reads them). The core itself never imports
+anything by path (it stays pure).
 """
 
 from __future__ import annotations
@@ -26,8 +29,24 @@ IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 """What a policy import path looks like ("pkg.module:Class"); anything else is a name."""
 
 
+BACKLOG_FIELDS = ("backlog_s", "longest_alone_s")
+"""The JobView figures the scheduler re-keys on only for a policy with ``reads_backlog``."""
+
+
 class PolicyLoadError(ValueError):
     """A policy import path that cannot be turned into a working Policy."""
+
+
+class _ReadFields:
+    """A probe job that remembers which of its fields were read."""
+
+    def __init__(self, job: JobState) -> None:
+        self._job = job
+        self.fields_read: set[str] = set()
+
+    def __getattr__(self, name: str) -> object:
+        self.fields_read.add(name)
+        return getattr(self._job, name)
 
 
 def load_policy(spec: str) -> str:
@@ -54,7 +73,7 @@ def _probe(spec: str, cls: type[Policy]) -> None:
         policy = cls()
     except Exception as exc:
         raise PolicyLoadError(f"policy {spec!r}: making it failed ({one_line(exc)})") from exc
-    job = JobState(JobSpec(name="probe", tenant="probe"), 0, 1)
+    job = _ReadFields(JobState(JobSpec(name="probe", tenant="probe"), 0, 1))
     cluster = Cluster.build(ClusterSpec(), SchedulingSpec().resolve())
     checks = [("key", lambda: policy.key(job))]
     if cls.ranks_engines and cluster.engines:
@@ -79,3 +98,9 @@ def _probe(spec: str, cls: type[Policy]) -> None:
             raise PolicyLoadError(
                 f"policy {spec!r}: {what} returned {type(value).__name__}, not a tuple"
             )
+    unsaid = sorted(job.fields_read.intersection(BACKLOG_FIELDS))
+    if unsaid and not cls.reads_backlog:
+        raise PolicyLoadError(
+            f"policy {spec!r}: key reads {', '.join(unsaid)} but {cls.__name__} does not set "
+            "reads_backlog = True (its keys would go stale as the backlog moves)"
+        )

@@ -63,6 +63,15 @@ class BadShare(Policy):
         return 1.5
 
 
+class StaleBacklog(Policy):
+    def key(self, job):
+        return (job.remaining_tokens / max(job.backlog_s, 1.0), job.index)
+
+
+class Backlog(StaleBacklog):
+    reads_backlog = True
+
+
 NOT_A_CLASS = 3
 '''
 
@@ -92,6 +101,13 @@ def test_a_policy_by_import_path_runs_like_a_name(package, tmp_path, capsys):
     assert json.loads((out / "summary.json").read_text())["policy"] == path
 
 
+def test_a_policy_that_says_it_reads_the_backlog_loads(package, capsys):
+    path = f"{package}.policies:Backlog"
+    assert load_policy(path) == path and get_policy(path).reads_backlog
+    assert main(["policies"]) == 0  # listed, though it has neither idea nor docstring
+    assert f"{path} (no idea or docstring given)" in " ".join(capsys.readouterr().out.split())
+
+
 def test_a_workload_file_may_name_a_policy_by_import_path(package, tmp_path):
     workload = tmp_path / "w.yaml"
     text = Path("traces/small.yaml").read_text()
@@ -114,6 +130,10 @@ def test_a_workload_file_may_name_a_policy_by_import_path(package, tmp_path):
         ("{pkg}.policies:Needy", "making it failed (TypeError"),
         ("{pkg}.policies:BadEngines", "engine_key returned int, not a tuple"),
         ("{pkg}.policies:BadShare", "open_share returned 1.5, not a share from 0 to 1"),
+        (
+            "{pkg}.policies:StaleBacklog",
+            "key reads backlog_s but StaleBacklog does not set reads_backlog = True",
+        ),
     ],
 )
 def test_a_bad_policy_path_is_one_clear_error(package, attr, says, tmp_path, capsys):
