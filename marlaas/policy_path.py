@@ -73,9 +73,10 @@ def _probe(spec: str, cls: type[Policy]) -> None:
         policy = cls()
     except Exception as exc:
         raise PolicyLoadError(f"policy {spec!r}: making it failed ({one_line(exc)})") from exc
-    job = _ReadFields(JobState(JobSpec(name="probe", tenant="probe"), 0, 1))
+    job = JobState(JobSpec(name="probe", tenant="probe"), 0, 1)
+    keyed = _ReadFields(job)  # what key reads (placement reads the live job: nothing stale)
     cluster = Cluster.build(ClusterSpec(), SchedulingSpec().resolve())
-    checks = [("key", lambda: policy.key(job))]
+    checks = [("key", lambda: policy.key(keyed))]
     if cls.ranks_engines and cluster.engines:
         engine = cluster.engines[0]
         checks.append(("engine_key", lambda: policy.engine_key(job, engine, 0)))
@@ -98,8 +99,8 @@ def _probe(spec: str, cls: type[Policy]) -> None:
             raise PolicyLoadError(
                 f"policy {spec!r}: {what} returned {type(value).__name__}, not a tuple"
             )
-    unsaid = sorted(job.fields_read.intersection(BACKLOG_FIELDS))
-    if unsaid and not cls.reads_backlog:
+    unsaid = sorted(keyed.fields_read.intersection(BACKLOG_FIELDS))
+    if unsaid and not policy.reads_backlog:
         raise PolicyLoadError(
             f"policy {spec!r}: key reads {', '.join(unsaid)} but {cls.__name__} does not set "
             "reads_backlog = True (its keys would go stale as the backlog moves)"

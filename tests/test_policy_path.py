@@ -72,6 +72,14 @@ class Backlog(StaleBacklog):
     reads_backlog = True
 
 
+class PlacesByBacklog(Policy):
+    def key(self, job):
+        return (job.index,)
+
+    def engine_key(self, job, engine, homes):
+        return (job.backlog_s, engine.index)  # read at each placement: never stale
+
+
 NOT_A_CLASS = 3
 '''
 
@@ -104,6 +112,8 @@ def test_a_policy_by_import_path_runs_like_a_name(package, tmp_path, capsys):
 def test_a_policy_that_says_it_reads_the_backlog_loads(package, capsys):
     path = f"{package}.policies:Backlog"
     assert load_policy(path) == path and get_policy(path).reads_backlog
+    placing = f"{package}.policies:PlacesByBacklog"
+    assert load_policy(placing) == placing and not get_policy(placing).reads_backlog
     assert main(["policies"]) == 0  # listed, though it has neither idea nor docstring
     assert f"{path} (no idea or docstring given)" in " ".join(capsys.readouterr().out.split())
 
