@@ -72,8 +72,9 @@ class EngineChoice:
         adapter ready first, then the policy's lowest engine_key (None: not there; an engine
         still loading the adapter ranks with those that need a load). When the best is still
         loading the adapter, the group waits for that load (its end offers the engine again)
-        rather than load it on a second engine, unless an open engine the policy takes has
-        room: the wait would leave that room idle and pile the job's groups on one engine.
+        rather than load it on a second engine, unless the search finds an open engine the
+        policy takes before the first one already weighed: the wait would leave that room
+        idle and pile the job's groups on one engine.
         None when no candidate fits, the policy takes none, or the group waits."""
         engines, hosts, free = self._engines, self._hosts, self._free
         if free.most_tokens < tokens:
