@@ -159,7 +159,7 @@ class Policy:
         the first four, up to the first that is already a candidate); those that hold the
         adapter version ready come first, then the lowest key (an engine still loading that
         version ranks with those that need a load: when it is the best, the group waits for
-        that load unless an open engine the policy takes has room). None: not on this
+        that load unless an open engine the policy takes is found first). None: not on this
         engine (the group waits for room elsewhere).
         ``homes``: how many engines hold some version of the job's adapter. Default: the
         mechanism's own order (the most free sequences, then the lowest index)."""

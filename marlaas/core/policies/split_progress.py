@@ -60,14 +60,15 @@ WEIGHT_EXPONENT = 0.5
 
 @register
 class SplitProgress(Policy):
-    """Big jobs (alone_s >= 1,200 s): cp-srpt plus their critical-path progress; the others:
-    sticky size order plus Themis slack."""
+    """Big jobs (alone_s >= BIG_ALONE_S): cp-srpt plus their critical-path progress; the
+    others: sticky size order plus Themis slack."""
 
     name = "split-progress"
     idea = (
-        "jobs of >= 1,200 s alone: cp-srpt + the share of their critical path done (they "
-        "advance together); the others: (attained / 2 + 1.5 x remaining tokens) / alone "
-        "time^0.15 + 1,000 x their Themis slack"
+        f"jobs of >= {BIG_ALONE_S:,.0f} s alone: cp-srpt + the share of their critical path "
+        f"done (they advance together); the others: ({ATTAINED_SHARE:g} x attained + "
+        f"{REMAINING_WEIGHT:g} x remaining tokens) / alone time^{SMALL_EXPONENT:g} + "
+        f"{SLACK_TOKENS_PER_S:,.0f} x their Themis slack"
     )
     source = (
         "cp-srpt (Smith's rule, 1956; LPT, Graham 1969), LAS on critical-path progress "
