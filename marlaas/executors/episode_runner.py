@@ -55,6 +55,9 @@ class RewardPoint:
     samples: int
     rss_mb: float = 0.0
     """Resident memory of the run's process and its children when the step finished [MiB]."""
+    trust_clip_fraction: float = 0.0
+    """Fraction of the step's tokens whose ratio to the step's starting policy was clipped
+    (no gradient; only from a step's second minibatch on, ``rl.minibatches``)."""
 
 
 class EpisodeRunner:

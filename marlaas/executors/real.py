@@ -343,6 +343,7 @@ class RealExecutor:
                 d.job, spec.tenant, d.step, mean_reward, self.now(),
                 stats.max_staleness, self._bounds[d.job], stats.mean_weight,
                 stats.clip_fraction, stats.loss, stats.samples, round(tree_rss_mb(), 1),
+                stats.extra.get("trust_clip_fraction", 0.0),
             )
         )  # fmt: skip
         self.episodes.release(d)

@@ -8,6 +8,8 @@ point per training step (x: the job's step, counting resumed steps):
     train/loss             the trainer's loss
     train/importance_ratio mean importance weight (trainer policy / sampling policy)
     train/clip_fraction    fraction of tokens whose weight was truncated (above 1)
+    train/trust_clip_fraction  fraction of tokens whose ratio to the step's starting policy
+                           was clipped (rl.minibatches > 1)
     train/staleness        largest version lag of a sample in the batch [versions]
     train/samples          sequences trained
     job/finish_s           when the job finished [s] (once, at the end)
@@ -84,6 +86,7 @@ def _step_scalars(p: RewardPoint) -> dict[str, float]:
         "train/loss": p.loss,
         "train/importance_ratio": p.mean_ratio,
         "train/clip_fraction": p.clip_fraction,
+        "train/trust_clip_fraction": p.trust_clip_fraction,
         "train/staleness": p.staleness,
         "train/samples": p.samples,
         "memory/rss_mb": p.rss_mb,

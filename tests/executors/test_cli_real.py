@@ -42,9 +42,11 @@ def tiny_args(model_dir: Path, steps: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def quiet_run(tiny_model_dir, tmp_path_factory):
-    """(run folder, finished process) of a 2-step HF `marlaas train --tracker tensorboard`."""
+    """(run folder, finished process) of a 2-step HF `marlaas train --tracker tensorboard`,
+    each step in two minibatches with a narrow trust region (the clip acts)."""
     out = tmp_path_factory.mktemp("cli") / "run"
     args = ["train", *tiny_args(tiny_model_dir, 2), "--backend", "hf", "--out", str(out)]
+    args += ["--set", "jobs.*.rl.minibatches=2", "--set", "jobs.*.rl.clip_eps=0.01"]
     return out, marlaas(*args, "--tracker", "tensorboard")
 
 
@@ -70,13 +72,24 @@ def test_train_tracker_writes_each_jobs_steps_and_the_makespan(quiet_run):
         rewards = [(e.step, e.value) for e in acc.Scalars("reward/mean")]
         assert [step for step, _ in rewards] == [0, 1]
         assert [v for _, v in rewards] == pytest.approx(summary["reward_curves"][job], abs=1e-4)
-        assert {"train/loss", "train/clip_fraction", "train/staleness"} <= set(
-            acc.Tags()["scalars"]
-        )
+        tags = set(acc.Tags()["scalars"])
+        assert {"train/loss", "train/clip_fraction", "train/trust_clip_fraction"} <= tags
     acc = EventAccumulator(str(out / "tensorboard"))
     acc.Reload()
     (makespan,) = acc.Scalars("run/makespan_s")
     assert makespan.value == pytest.approx(summary["metrics"]["makespan_s"], rel=1e-5)
+
+
+def test_rewards_csv_records_how_much_of_each_step_the_trust_region_clipped(quiet_run):
+    """A step's ratio to its starting policy, clipped from its second minibatch on, is in
+    rewards.csv (the trust clip), beside the truncated weights (clip_fraction)."""
+    import pandas as pd
+
+    out, done = quiet_run
+    assert done.returncode == 0, done.stderr
+    rewards = pd.read_csv(out / "rewards.csv")
+    assert rewards["trust_clip_fraction"].between(0, 1).all()
+    assert (rewards["trust_clip_fraction"] > 0).any()  # clip_eps 0.01: the second half moved
 
 
 def test_train_records_peak_memory_per_process(quiet_run):
