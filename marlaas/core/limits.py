@@ -32,6 +32,8 @@ MAX_LEARNING_RATE = 10.0
 MAX_CLIP_EPS = 1.0
 """PPO clip of the ratio to the step's starting policy, clip(u, 1 - eps, 1 + eps): at 1 its
 lower bound is 0."""
+MAX_CLIP_EPS_HIGH = 10.0
+"""Upper clip of that ratio alone, 1 + eps_high (at 10: an 11-fold rise, no bound in practice)."""
 MAX_WEIGHT = 1_000_000.0
 """A tenant's share weight (relative, > 0)."""
 MAX_ARRIVAL_S = 100_000_000.0

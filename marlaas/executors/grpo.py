@@ -20,6 +20,9 @@ the loss is exactly the truncated policy gradient -min(w, 1) * A * grad log pi);
 part's u holds the earlier parts' moves, and a token whose ratio left [1 - eps, 1 + eps] in
 the direction its advantage pushes (u > 1 + eps with A > 0, u < 1 - eps with A < 0) has no
 gradient (PPO, Schulman et al. 2017). With k = 1 (the default) u = 1 and the clip cannot act.
+``rl.clip_eps_high`` moves the upper side alone (DAPO's clip-higher, Yu et al. 2025: 1 + 0.28
+against 1 - 0.2 below), so that a rarely sampled token the task rewards may rise further
+within a step before its gradient stops.
 
 What the truncated weight replaces, and why: the PPO ratio pi / mu clipped at 1 +- 0.2. For a
 stale sample that ratio already holds the earlier steps' move, so once the policy had moved
@@ -134,6 +137,7 @@ def truncated_surrogate(
     total_tokens: int,
     proximal: torch.Tensor | None = None,
     clip_eps: float = 0.2,
+    clip_eps_high: float | None = None,
 ) -> tuple[torch.Tensor, BackwardPass]:
     """The loss of a micro-batch (log-probs ``logp`` under the weights being trained,
     ``behaviour`` under the sampling adapter and ``proximal`` under the weights the step
@@ -141,7 +145,8 @@ def truncated_surrogate(
     -min(w, max_weight) * min(u * A, clip(u, 1 - clip_eps, 1 + clip_eps) * A) per token,
     w = exp(proximal - behaviour) held constant, u = exp(logp - proximal), summed over the
     completion tokens and divided by ``total_tokens`` (its minibatch's); and what it measured
-    (the loss, the weights before truncation, the tokens truncated and clipped).
+    (the loss, the weights before truncation, the tokens truncated and clipped). The clip's
+    upper side is 1 + ``clip_eps_high`` where given (DAPO's clip-higher), else 1 + clip_eps.
 
     ``proximal`` None: the weights being trained are the step's start (a step's first
     minibatch), so u = 1, the clip cannot act, and the loss is -min(w, max_weight) * A * u."""
@@ -150,13 +155,12 @@ def truncated_surrogate(
         ratio = torch.exp(logp - proximal)
         cut = torch.zeros_like(mask, dtype=torch.bool)
     else:  # pad positions: u = 1
+        low, high = 1 - clip_eps, 1 + (clip_eps if clip_eps_high is None else clip_eps_high)
         ratio = torch.exp(torch.where(mask.bool(), logp - proximal, 0.0))
         with torch.no_grad():
-            cut = ((advantages > 0) & (ratio > 1 + clip_eps)) | (
-                (advantages < 0) & (ratio < 1 - clip_eps)
-            )
+            cut = ((advantages > 0) & (ratio > high)) | ((advantages < 0) & (ratio < low))
         # min(u * A, clip(u) * A): the clipped value, without a gradient, where it is the smaller
-        ratio = torch.where(cut, ratio.detach().clamp(1 - clip_eps, 1 + clip_eps), ratio)
+        ratio = torch.where(cut, ratio.detach().clamp(low, high), ratio)
     weight = torch.exp(proximal - behaviour)
     per_tok = -weight.clamp(max=max_weight) * advantages * ratio
     loss = (per_tok * mask).sum() / max(total_tokens, 1)

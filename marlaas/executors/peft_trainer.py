@@ -58,6 +58,7 @@ class _Job:
     version: int
     minibatches: int = 1
     clip_eps: float = 0.2
+    clip_eps_high: float = 0.2
 
 
 class TrainingInterrupted(RuntimeError):
@@ -65,14 +66,16 @@ class TrainingInterrupted(RuntimeError):
     step."""
 
 
-def check_step_settings(minibatches: int, clip_eps: float) -> None:
-    """ValueError unless ``minibatches`` is an int >= 1 and ``clip_eps`` a number in (0, 1]."""
+def check_step_settings(minibatches: int, clip_eps: float, clip_eps_high: float) -> None:
+    """ValueError unless ``minibatches`` is an int >= 1, ``clip_eps`` a number in (0, 1] and
+    ``clip_eps_high`` one in (0, 10]."""
     if isinstance(minibatches, bool) or not isinstance(minibatches, int) or minibatches < 1:
         raise ValueError(f"minibatches must be an int >= 1, got {minibatches!r}")
-    if isinstance(clip_eps, bool) or not isinstance(clip_eps, (int, float)):
-        raise ValueError(f"clip_eps must be a number in (0, 1], got {clip_eps!r}")
-    if not 0 < clip_eps <= 1:
-        raise ValueError(f"clip_eps must be in (0, 1], got {clip_eps!r}")
+    for name, value, high in (("clip_eps", clip_eps, 1), ("clip_eps_high", clip_eps_high, 10)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{name} must be a number in (0, {high}], got {value!r}")
+        if not 0 < value <= high:
+            raise ValueError(f"{name} must be in (0, {high}], got {value!r}")
 
 
 def _never() -> bool:
@@ -89,7 +92,8 @@ class PeftTrainer:
 
     A job's step takes one optimizer step per minibatch (:meth:`add_job`'s ``minibatches``,
     default 1): its groups in that many parts, each part's loss averaged over its tokens and
-    clipped around the step's starting weights (``clip_eps``), whose log-probs a no-grad
+    clipped around the step's starting weights (``clip_eps``, ``clip_eps_high`` above), whose
+    log-probs a no-grad
     forward pass computes first for the parts after the first.
 
     ``micro_batch_size`` sequences go through one forward/backward pass;
@@ -163,6 +167,7 @@ class PeftTrainer:
         seed: int | None = None,
         minibatches: int = 1,
         clip_eps: float = 0.2,
+        clip_eps_high: float | None = None,
     ) -> None:
         """Create the LoRA adapter and optimizer of `job`.
 
@@ -171,12 +176,15 @@ class PeftTrainer:
         optimizer from its saved state when the folder has one.
         `seed` makes the adapter initialization reproducible. Each of its steps takes
         `minibatches` optimizer steps, the ratio to the step's starting weights clipped at
-        1 +- `clip_eps` (:mod:`marlaas.executors.grpo`).
+        1 +- `clip_eps` (above at 1 + `clip_eps_high`; None: `clip_eps`;
+        :mod:`marlaas.executors.grpo`).
         """
-        check_step_settings(minibatches, clip_eps)
+        high = clip_eps if clip_eps_high is None else clip_eps_high
+        check_step_settings(minibatches, clip_eps, high)
         with self._lock:
             state = self._new_job(job, rank, alpha, lr, init_dir, version, seed)
             state.minibatches, state.clip_eps = minibatches, float(clip_eps)
+            state.clip_eps_high = float(high)
             self._jobs[job] = state
 
     def _new_job(self, job, rank, alpha, lr, init_dir, version, seed) -> _Job:
@@ -334,7 +342,7 @@ class PeftTrainer:
                     prox = pad_rows(rows, mask.shape[1], self.device)
                 loss, measured = truncated_surrogate(
                     logp, old, a[:, None], mask, self.max_weight, total_tokens,
-                    prox, state.clip_eps,
+                    prox, state.clip_eps, state.clip_eps_high,
                 )  # fmt: skip
                 loss.backward()
                 done += measured

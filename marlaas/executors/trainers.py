@@ -54,6 +54,7 @@ class TrainerPool:
             job, spec.lora_rank, 2 * spec.lora_rank, spec.rl.learning_rate,
             init_dir=self.store.path(job, version), version=version,
             minibatches=spec.rl.minibatches, clip_eps=spec.rl.clip_eps,
+            clip_eps_high=spec.rl.clip_eps_high,
         )  # fmt: skip
         if target.version(job) != version:
             target.remove_job(job)

@@ -63,6 +63,9 @@ def test_bad_fields_are_named(mutate, expected):
         ({"minibatches": 9}, "minibatches (9) must be at most prompts_per_step (8)"),
         ({"clip_eps": 0}, "jobs[0].rl.clip_eps: Input should be greater than 0"),
         ({"clip_eps": 1.5}, "jobs[0].rl.clip_eps: Input should be less than or equal to 1"),
+        ({"clip_eps_high": 0}, "jobs[0].rl.clip_eps_high: Input should be greater than 0"),
+        ({"clip_eps_high": 11}, "jobs[0].rl.clip_eps_high: Input should be less than or equal"),
+        ({"clip_eps_high": "x"}, "jobs[0].rl.clip_eps_high: Input should be a valid number"),
     ],
 )
 def test_minibatches_and_their_clip_are_checked(rl, expected):
@@ -72,7 +75,7 @@ def test_minibatches_and_their_clip_are_checked(rl, expected):
         parse_workload(data, source="w.yaml")
     assert expected in str(err.value)
     rl = parse_workload(minimal()).jobs[0].rl
-    assert (rl.minibatches, rl.clip_eps) == (1, 0.2)  # one optimizer step per step
+    assert (rl.minibatches, rl.clip_eps, rl.clip_eps_high) == (1, 0.2, None)  # one optimizer step
     data["jobs"][0]["rl"] = {"minibatches": 4, "prompts_per_step": 4, "clip_eps": 0.1}
     assert parse_workload(data).jobs[0].rl.minibatches == 4
 

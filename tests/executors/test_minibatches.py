@@ -103,6 +103,13 @@ def test_the_clip_cuts_exactly_the_tokens_that_left_the_trust_region_in_their_di
     loss.backward()
     assert logp.grad[:, 0].tolist() == pytest.approx((-advantages[:, 0] / 5).tolist())
     assert measured.trust_clipped == 0
+    # clip-higher: the upper side at 1 + 0.6 keeps the rewarded u = 1.5's gradient, the
+    # lower side still cuts the unrewarded u = 0.5
+    logp = ratio.log().requires_grad_(True)
+    loss, measured = truncated_surrogate(logp, zeros, advantages, mask, 1.0, 5, zeros, 0.2, 0.6)
+    loss.backward()
+    assert logp.grad[:, 0].tolist() == pytest.approx([-1.5 / 5, 1.5 / 5, -0.5 / 5, 0.0, -1.1 / 5])
+    assert measured.trust_clipped == 1
 
 
 def test_split_minibatches_keeps_groups_whole_and_in_order():
@@ -131,17 +138,21 @@ def _recording(trainer, monkeypatch, before=None):
     return grads
 
 
-@pytest.mark.parametrize(("clip_eps", "cut"), [(0.2, True), (1.0, False)])
+@pytest.mark.parametrize(
+    ("clip_eps", "clip_eps_high", "cut"),
+    [(0.2, None, (True, True)), (1.0, None, (False, False)), (0.2, 1.0, (False, True))],
+)
 def test_the_second_minibatch_gets_no_gradient_from_tokens_the_first_pushed_past_the_clip(
-    tiny_model_dir, monkeypatch, clip_eps, cut
+    tiny_model_dir, monkeypatch, clip_eps, clip_eps_high, cut
 ):
     """Two identical groups (a rewarded and an unrewarded one-token completion) in two
     minibatches: the first optimizer step raises the rewarded token's probability 1.8-fold and
     lowers the other's to 0.44 of what it was, so in the second minibatch both ratios are
     past 1 +- 0.2 in their advantage's direction and neither has a gradient; within 1 +- 1
-    both keep theirs."""
+    both keep theirs; with the upper side at 1 + 1 (clip-higher) the rewarded one keeps its
+    gradient and the other is cut."""
     trainer = PeftTrainer(tiny_model_dir, lr=1e-3, micro_batch_size=8)
-    trainer.add_job("A", seed=0, minibatches=2, clip_eps=clip_eps)
+    trainer.add_job("A", seed=0, minibatches=2, clip_eps=clip_eps, clip_eps_high=clip_eps_high)
     comps = [(40,), (41,)]
     start = trainer.logprobs("A", [PROMPT] * 2, comps)
     samples = [
@@ -162,8 +173,8 @@ def test_the_second_minibatch_gets_no_gradient_from_tokens_the_first_pushed_past
     assert 1.2 < rewarded < 2 and 0 < other < 0.8  # after the first optimizer step
     assert any(g.abs().sum() > 0 for g in grads[0])
     second = sum(float(g.abs().sum()) for g in grads[1])
-    assert (second == 0.0) == cut
-    assert stats.extra["trust_clip_fraction"] == (0.5 if cut else 0.0)
+    assert (second == 0.0) == all(cut)
+    assert stats.extra["trust_clip_fraction"] == sum(cut) / 4  # 4 tokens, 2 in the second half
 
 
 def test_a_step_of_k_minibatches_takes_k_optimizer_steps_and_one_version(tiny_model_dir):
@@ -189,6 +200,11 @@ def test_bad_step_settings_are_refused_naming_the_field(tiny_model_dir):
     for bad in (0.0, -0.1, 1.5):
         with pytest.raises(ValueError, match=r"clip_eps must be in \(0, 1\]"):
             trainer.add_job("A", clip_eps=bad)
+    for bad in (0.0, -0.1, 10.5):
+        with pytest.raises(ValueError, match=r"clip_eps_high must be in \(0, 10\]"):
+            trainer.add_job("A", clip_eps_high=bad)
+    with pytest.raises(ValueError, match=r"clip_eps_high must be a number"):
+        trainer.add_job("A", clip_eps_high="0.3")
     assert trainer.jobs == []
 
 
