@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from marlaas.cli import main
-from marlaas.core.policies import get_policy
+from marlaas.core.policies import base, get_policy
 from marlaas.policy_path import PolicyLoadError, load_policy
 
 MODULE = '''
@@ -86,7 +86,9 @@ NOT_A_CLASS = 3
 
 @pytest.fixture
 def package(tmp_path, monkeypatch):
-    """A package ``userpol`` with the policies above, importable for this test."""
+    """A package ``userpol`` with the policies above, importable for this test (and
+    registered for it only: later tests see the bundled policies alone)."""
+    monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))
     root = tmp_path / "pkgs"
     (root / "userpol").mkdir(parents=True)
     (root / "userpol" / "__init__.py").write_text("")

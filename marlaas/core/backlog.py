@@ -15,7 +15,9 @@ backlog must run at its own pace from now on, or it ends alone after the others)
 - the longest estimated remaining alone time among the live jobs (``longest_alone_s``, each
   job's ``remaining_alone_s``: its remaining critical path, core.estimates) [s]. The backlog
   cannot end before it, nor before ``seconds``: their maximum is the backlog's horizon, and the
-  job that sets it is the one whose critical path decides the makespan.
+  job that sets it is the one whose critical path decides the makespan; and how many live
+  jobs hold it (``longest_alone_jobs``: one alone, or several whose critical paths end
+  together).
 
 The tokens and the rate are kept current in O(1) per event, the longest alone time in
 O(log n) per change of a job's figure (a finished training step): no cost grows faster with
@@ -24,8 +26,8 @@ job changing. For a policy that reads them (``Policy.reads_backlog``), the sched
 every active job when ``seconds`` has moved by :data:`REKEY_FRACTION` (and
 :data:`REKEY_MIN_S`) since the last re-key, a number of re-keys per run that grows with the
 log of the backlog's range, not with the number of jobs or events; and it re-keys the jobs
-that hold the longest alone time when it passes to them (:meth:`Backlog.set_alone` returns
-them).
+that hold the longest alone time when it or its holders change (:meth:`Backlog.set_alone`
+returns them).
 """
 
 from __future__ import annotations
@@ -75,11 +77,16 @@ class Backlog:
             heapq.heappop(heap)
         return -heap[0] if heap else 0.0
 
+    @property
+    def longest_alone_jobs(self) -> int:
+        """How many live jobs hold ``longest_alone_s`` (0 with none)."""
+        return len(self._by_alone.get(self.longest_alone_s, ())) if self._alone else 0
+
     def set_alone(self, job: int, alone_s: float | None) -> set[int]:
         """Job ``job``'s remaining alone time is now ``alone_s`` [s] (None: it ended).
         Returns the jobs that held the longest alone time and those that hold it now, when
-        it moved (the other jobs' keys that compare with it stay current): empty when it
-        did not."""
+        it or its holders changed (the other jobs' keys that compare with it stay current):
+        empty when neither did."""
         old = self._alone.get(job)
         if old == alone_s:
             return set()
@@ -101,9 +108,10 @@ class Backlog:
             self._alone_heap = [-a for a in self._by_alone]
             heapq.heapify(self._alone_heap)
         after = self.longest_alone_s
-        if after == before:
+        holding = self._by_alone.get(after, set())
+        if after == before and holding == held:
             return set()
-        return held | self._by_alone.get(after, set())
+        return held | holding
 
     @property
     def rate(self) -> float:

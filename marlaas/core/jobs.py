@@ -181,6 +181,12 @@ class JobState:
         return backlog.longest_alone_s if backlog is not None else self.remaining_alone_s
 
     @property
+    def longest_alone_jobs(self) -> int:
+        """How many live jobs hold longest_alone_s (core.backlog; 1 outside a scheduler)."""
+        backlog = self.backlog
+        return backlog.longest_alone_jobs if backlog is not None else 1
+
+    @property
     def stage(self) -> str:
         """What the job waits for now (rollouts, environment, trainer, weight_sync,
         staleness, barrier: see waiting_on; the step barrier as if open)."""

@@ -131,12 +131,16 @@ def test_a_starved_job_is_promoted_without_changing_when_the_backlog_shrinks():
 def test_the_longest_remaining_alone_time_follows_the_jobs_and_names_its_new_holders():
     backlog = Backlog()
     assert backlog.longest_alone_s == 0.0
+    assert backlog.longest_alone_jobs == 0
     assert backlog.set_alone(0, 100.0) == {0}
-    assert backlog.set_alone(1, 100.0) == set()  # a tie: the longest did not move
+    assert backlog.longest_alone_jobs == 1
+    assert backlog.set_alone(1, 100.0) == {0, 1}  # a tie: the same longest, a second holder
+    assert backlog.longest_alone_jobs == 2
     assert backlog.set_alone(2, 50.0) == set()
-    assert backlog.set_alone(0, 80.0) == set()  # job 1 still holds 100 s
+    assert backlog.set_alone(0, 80.0) == {0, 1}  # job 1 holds 100 s alone now
+    assert backlog.longest_alone_jobs == 1
     assert backlog.set_alone(1, 60.0) == {0, 1}  # job 0 (80 s) holds it now; 1 lost it
-    assert backlog.longest_alone_s == 80.0
+    assert backlog.longest_alone_s == 80.0 and backlog.longest_alone_jobs == 1
     assert backlog.set_alone(0, None) == {0, 1}  # job 0 ended: job 1 (60 s) next
     assert backlog.longest_alone_s == 60.0
     for step in range(200):  # many changes: stale entries are dropped, the answer holds

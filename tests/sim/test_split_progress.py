@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,7 +20,8 @@ PAPER_32 = Path(__file__).resolve().parents[2] / "traces" / "paper-32.yaml"
 def _view(index: int, **fields) -> SimpleNamespace:
     base = {"index": index, "weight": 1.0, "arrival_s": 0.0, "attained_tokens": 0.0,
             "remaining_tokens": 9.0e6, "alone_s": BIG_ALONE_S + 200, "remaining_alone_s":
-            BIG_ALONE_S + 200}  # fmt: skip
+            BIG_ALONE_S + 200, "backlog_s": math.inf, "longest_alone_s": BIG_ALONE_S + 200,
+            "longest_alone_jobs": 2}  # fmt: skip
     return SimpleNamespace(**(base | fields))
 
 
@@ -30,6 +32,24 @@ def test_big_jobs_advance_together_along_their_critical_paths():
     assert policy.key(behind) < policy.key(ahead)  # the same service, less of the path done
     cp_srpt = get_policy("cp-srpt")
     assert cp_srpt.key(behind)[0] == cp_srpt.key(ahead)[0]  # cp-srpt sees no difference
+
+
+def test_the_job_whose_critical_path_alone_sets_the_horizon_goes_first():
+    policy = get_policy("split-progress")
+    assert policy.reads_backlog
+    small = _view(1, alone_s=100.0, remaining_alone_s=50.0, remaining_tokens=1.0e5)
+    left = 900.0  # the long job's remaining critical path, the longest of the live jobs
+    long = _view(
+        0, attained_tokens=8.0e6, remaining_alone_s=left, longest_alone_s=left, longest_alone_jobs=1
+    )
+    assert policy.key(small) < policy.key(long)  # the backlog is longer: it can wait
+    for view in (small, long):
+        view.backlog_s = 800.0  # now the backlog ends before its critical path does
+    assert policy.key(long) < policy.key(small)  # it alone sets the horizon: it goes first
+    long.longest_alone_jobs = 2  # another job's path is as long: they end together
+    assert policy.key(small) < policy.key(long)
+    long.longest_alone_jobs, long.remaining_tokens = 1, 0  # nothing left to generate
+    assert policy.key(small) < policy.key(long)
 
 
 @pytest.mark.parametrize("seed", [0])

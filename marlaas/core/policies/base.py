@@ -96,6 +96,11 @@ class JobView(Protocol):
         recomputed for the jobs that hold it when it moves (``reads_backlog``)."""
 
     @property
+    def longest_alone_jobs(self) -> int:
+        """How many live jobs hold ``longest_alone_s``: 1 when one job's critical path alone
+        sets it, more when several end together. Re-keyed as ``longest_alone_s`` is."""
+
+    @property
     def stage(self) -> str:
         """What the job waits for now: rollouts, environment, trainer, weight_sync,
         staleness or barrier."""
@@ -138,11 +143,12 @@ class Policy:
     source: ClassVar[str] = ""
     """Where the idea comes from (a paper, a system), or "baseline"."""
     ranks_engines: ClassVar[bool] = False
-    reads_backlog: ClassVar[bool] = False
-    """Whether :meth:`key` reads ``JobView.backlog_s`` or ``longest_alone_s``: the scheduler
-    then re-keys every active job when the backlog moved by 5%, and the jobs that hold the
-    longest alone time when it moves (core.backlog), not only the jobs that changed."""
     """Whether :meth:`engine_key` is overridden (set by the class itself, not by hand)."""
+    reads_backlog: ClassVar[bool] = False
+    """Whether :meth:`key` reads ``JobView.backlog_s``, ``longest_alone_s`` or
+    ``longest_alone_jobs``: the scheduler then re-keys every active job when the backlog
+    moved by 5%, and the jobs that hold the longest alone time when it or its holders change
+    (core.backlog), not only the jobs that changed."""
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
