@@ -72,6 +72,11 @@ class Backlog(StaleBacklog):
     reads_backlog = True
 
 
+class StaleHolders(Policy):
+    def key(self, job):
+        return (job.longest_alone_jobs, job.index)
+
+
 class PlacesByBacklog(Policy):
     def key(self, job):
         return (job.index,)
@@ -145,6 +150,10 @@ def test_a_workload_file_may_name_a_policy_by_import_path(package, tmp_path):
         (
             "{pkg}.policies:StaleBacklog",
             "key reads backlog_s but StaleBacklog does not set reads_backlog = True",
+        ),
+        (
+            "{pkg}.policies:StaleHolders",
+            "key reads longest_alone_jobs but StaleHolders does not set reads_backlog = True",
         ),
     ],
 )

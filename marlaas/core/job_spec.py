@@ -51,7 +51,8 @@ class RLSettings(StrictSpec):
     clip_eps_high: Amount(L.MAX_CLIP_EPS_HIGH, positive=True) | None = None
     """The clip's upper side alone, 1 + clip_eps_high, for the tokens with a positive
     advantage (DAPO's clip-higher, Yu et al. 2025, takes 0.28 with clip_eps 0.2: a rare token
-    the task rewards may rise further in one step). None: clip_eps."""
+    the task rewards may rise further in one step; at 10, no upper side in practice). Acts
+    only with minibatches > 1, as clip_eps. None: clip_eps."""
 
     @model_validator(mode="after")
     def _minibatches(self) -> RLSettings:

@@ -164,7 +164,8 @@ def _add(out: Journaled, line: dict) -> None:
     if "record" in line:
         out.records.append((part, WorkRecord(**_floats(line["record"]))))
     elif "step" in line:
-        out.steps.append((part, RewardPoint(**_floats(line["step"]))))
+        step = {"trust_clip_fraction": None, **line["step"]}  # not recorded before 2026-12-03
+        out.steps.append((part, RewardPoint(**_floats(step))))
         out.counters[part] = line.get("counters", {})
 
 

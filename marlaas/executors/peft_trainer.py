@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from marlaas.core import limits as L
 from marlaas.executors.adapter_store import OPTIMIZER_FILE
 from marlaas.executors.completion_logprobs import (
     chunked_logprobs,
@@ -71,11 +72,14 @@ def check_step_settings(minibatches: int, clip_eps: float, clip_eps_high: float)
     ``clip_eps_high`` one in (0, 10]."""
     if isinstance(minibatches, bool) or not isinstance(minibatches, int) or minibatches < 1:
         raise ValueError(f"minibatches must be an int >= 1, got {minibatches!r}")
-    for name, value, high in (("clip_eps", clip_eps, 1), ("clip_eps_high", clip_eps_high, 10)):
+    for name, value, high in (
+        ("clip_eps", clip_eps, L.MAX_CLIP_EPS),
+        ("clip_eps_high", clip_eps_high, L.MAX_CLIP_EPS_HIGH),
+    ):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"{name} must be a number in (0, {high}], got {value!r}")
+            raise ValueError(f"{name} must be a number in (0, {high:g}], got {value!r}")
         if not 0 < value <= high:
-            raise ValueError(f"{name} must be in (0, {high}], got {value!r}")
+            raise ValueError(f"{name} must be in (0, {high:g}], got {value!r}")
 
 
 def _never() -> bool:

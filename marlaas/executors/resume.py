@@ -14,6 +14,7 @@ import hashlib
 import shutil
 from pathlib import Path
 
+from marlaas.core.job_spec import RLSettings
 from marlaas.core.workload import Workload, WorkloadError
 from marlaas.executors.adapter_store import AdapterStore
 
@@ -122,8 +123,9 @@ def check_same_workload(
         problems += [
             f"{name}: {field} {value!r} -> {after[name][field]!r}"
             for field, value in before[name].items()
-            if after[name].get(field) != value
+            if field != "rl" and after[name].get(field) != value
         ]
+        problems += _rl_differences(name, before[name].get("rl", {}), after[name]["rl"])
     if problems:
         shown = "; ".join(problems[:MAX_DIFFERENCES_SHOWN])
         more = len(problems) - MAX_DIFFERENCES_SHOWN
@@ -132,6 +134,18 @@ def check_same_workload(
             f"--resume: the workload is not the one this run was started with ({shown}); "
             "resume with that workload, or train this one into a new --out folder"
         )
+
+
+def _rl_differences(name: str, before: dict, after: dict) -> list[str]:
+    """Job ``name``'s RL settings that differ, one line each; a setting the run's journal does
+    not hold (one added since the run started) counts as its default, as the run trained."""
+    defaults = {key: field.default for key, field in RLSettings.model_fields.items()}
+    differences = []
+    for key in sorted(before.keys() | after.keys()):
+        old, new = before.get(key, defaults.get(key)), after.get(key, defaults.get(key))
+        if old != new:
+            differences.append(f"{name}: rl.{key} {old!r} -> {new!r}")
+    return differences
 
 
 def _short(value) -> str:

@@ -87,3 +87,19 @@ def test_a_journal_damaged_before_its_end_is_refused(tmp_path):
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(JournalError, match="line 3 is damaged"):
         read_journal(path)
+
+
+def test_a_step_journaled_before_the_trust_clip_was_recorded_reads_back_unmeasured(tmp_path):
+    import json
+    import math
+
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path, part=0, offset_s=0.0, versions={})
+    journal.step(point("j", 0, 1.0), wall_s=2.0, batches=1, failures=0)
+    journal._file.flush()
+    line = json.loads(path.read_text().splitlines()[-1])
+    assert line["step"]["trust_clip_fraction"] == 0.0  # written by today's runs
+    del line["step"]["trust_clip_fraction"]  # as a run of 2026-12-02 wrote it
+    path.write_text(json.dumps(line) + "\n")
+    (_part, step), *_ = read_journal(path).steps
+    assert math.isnan(step.trust_clip_fraction)  # not measured: not "nothing clipped"

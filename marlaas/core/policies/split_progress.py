@@ -40,7 +40,11 @@ and were set on paper-32's own scale: ``BIG_ALONE_S`` (1,200 s: its three code-L
 1,458 s estimated, are the only big ones), ``PROGRESS_TOKENS`` (3 M tokens, about a third of
 a code-L job's) and ``SLACK_TOKENS_PER_S``; workloads of another scale would want them set
 again. Every figure comes from the core's estimates, never the simulator's draws; the key
-changes only when the job does.
+changes when the job does, and, since the horizon rule reads the backlog
+(``reads_backlog``), when the backlog moved by 5% and when the holders of the longest
+remaining alone time change. Jobs tie for the longest only when their remaining alone times
+are equal to the last bit (jobs of one spec at the same step); a path 0.1% shorter is not a
+tie.
 """
 
 import math
