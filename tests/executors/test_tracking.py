@@ -78,6 +78,7 @@ def test_tensorboard_tracker_writes_per_job_scalars_and_the_run(tmp_path):
     assert set(job_a) == {
         "reward/mean", "train/loss", "train/importance_ratio", "train/clip_fraction",
         "train/staleness", "train/samples", "memory/rss_mb", "job/finish_s",
+        "train/trust_clip_fraction",
     }  # fmt: skip
     assert job_a["reward/mean"] == pytest.approx({0: 0.0, 1: 0.1, 2: 0.2})
     assert job_a["train/staleness"] == {0: 0, 1: 1, 2: 0}
