@@ -59,7 +59,7 @@ class _Job:
     version: int
     minibatches: int = 1
     clip_eps: float = 0.2
-    clip_eps_high: float = 0.2
+    clip_eps_high: float | None = None
 
 
 class TrainingInterrupted(RuntimeError):
@@ -67,15 +67,17 @@ class TrainingInterrupted(RuntimeError):
     step."""
 
 
-def check_step_settings(minibatches: int, clip_eps: float, clip_eps_high: float) -> None:
-    """ValueError unless ``minibatches`` is an int >= 1, ``clip_eps`` a number in (0, 1] and
-    ``clip_eps_high`` one in (0, 10]."""
+def check_step_settings(
+    minibatches: int, clip_eps: float, clip_eps_high: float | None = None
+) -> None:
+    """ValueError unless ``minibatches`` is an int >= 1 and ``clip_eps`` and ``clip_eps_high``
+    (None: not given) numbers in (0, their bound in core.limits]."""
     if isinstance(minibatches, bool) or not isinstance(minibatches, int) or minibatches < 1:
         raise ValueError(f"minibatches must be an int >= 1, got {minibatches!r}")
-    for name, value, high in (
-        ("clip_eps", clip_eps, L.MAX_CLIP_EPS),
-        ("clip_eps_high", clip_eps_high, L.MAX_CLIP_EPS_HIGH),
-    ):
+    checked = [("clip_eps", clip_eps, L.MAX_CLIP_EPS)]
+    if clip_eps_high is not None:
+        checked.append(("clip_eps_high", clip_eps_high, L.MAX_CLIP_EPS_HIGH))
+    for name, value, high in checked:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"{name} must be a number in (0, {high:g}], got {value!r}")
         if not 0 < value <= high:
@@ -97,8 +99,7 @@ class PeftTrainer:
     A job's step takes one optimizer step per minibatch (:meth:`add_job`'s ``minibatches``,
     default 1): its groups in that many parts, each part's loss averaged over its tokens and
     clipped around the step's starting weights (``clip_eps``, ``clip_eps_high`` above), whose
-    log-probs a no-grad
-    forward pass computes first for the parts after the first.
+    log-probs a no-grad forward pass computes first for the parts after the first.
 
     ``micro_batch_size`` sequences go through one forward/backward pass;
     ``activation_checkpointing`` (default on) trades one more forward pass per step for
@@ -183,12 +184,11 @@ class PeftTrainer:
         1 +- `clip_eps` (above at 1 + `clip_eps_high`; None: `clip_eps`;
         :mod:`marlaas.executors.grpo`).
         """
-        high = clip_eps if clip_eps_high is None else clip_eps_high
-        check_step_settings(minibatches, clip_eps, high)
+        check_step_settings(minibatches, clip_eps, clip_eps_high)
         with self._lock:
             state = self._new_job(job, rank, alpha, lr, init_dir, version, seed)
             state.minibatches, state.clip_eps = minibatches, float(clip_eps)
-            state.clip_eps_high = float(high)
+            state.clip_eps_high = None if clip_eps_high is None else float(clip_eps_high)
             self._jobs[job] = state
 
     def _new_job(self, job, rank, alpha, lr, init_dir, version, seed) -> _Job:
