@@ -117,7 +117,13 @@ def _evaluate(args: argparse.Namespace) -> int:
         model_dir_of,
         resolve_backend,
     )
-    from marlaas.executors.evaluate import evaluate, pick_versions, versions_trained_at
+    from marlaas.executors.evaluate import (
+        evaluate,
+        merged_evaluation,
+        pick_jobs,
+        pick_versions,
+        versions_trained_at,
+    )
     from marlaas.executors.outputs import ADAPTERS_DIR, REWARDS_CSV
     from marlaas.out_folder import claim, claim_file
     from marlaas.output.errors import OutputError
@@ -133,7 +139,11 @@ def _evaluate(args: argparse.Namespace) -> int:
     if not (run / ADAPTERS_DIR).is_dir():
         raise OutputError(f"{run}: has no {ADAPTERS_DIR}/; not a real training run")
     store = AdapterStore(run / ADAPTERS_DIR)
-    for job in workload.jobs:  # the newest adapters are the workload's, and whole
+    try:
+        jobs = pick_jobs(workload, args.jobs)
+    except ValueError as err:
+        raise OutputError(str(err)) from None
+    for job in jobs:  # the newest adapters are the workload's, and whole
         latest = store.latest(job.name)
         if latest is not None:
             store.check(job.name, latest, job.lora_rank)
@@ -153,7 +163,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         try:
             return await evaluate(
                 workload, store, gen, args.prompts, progress=not args.quiet,
-                versions=args.versions, trained_at=trained_at,
+                versions=args.versions, trained_at=trained_at, jobs=jobs,
             )  # fmt: skip
         finally:
             await gen.close()
@@ -165,8 +175,11 @@ def _evaluate(args: argparse.Namespace) -> int:
         if elsewhere is None and present and (own.is_symlink() or not is_evaluation(own)):
             raise OutputError(f"{own}: is not an evaluation marlaas wrote; not replacing it "
                               "(move it away, or give --out)")  # fmt: skip
+        kept = own if elsewhere is None else elsewhere  # checked: an evaluation, if there
+        earlier = json.loads(kept.read_text()) if kept.is_file() else []
         frame = asyncio.run(go())
-        text = json.dumps(frame.to_dict(orient="records"), indent=2) + "\n"
+        rows = merged_evaluation(earlier, frame, workload)  # other jobs' rows are kept
+        text = json.dumps(rows, indent=2) + "\n"
         if elsewhere is None:
             out = write_durably(target.out / EVAL_FILE, text)
             write_manifest(target.out, "real", target.existing_status or "finished")
@@ -292,6 +305,9 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--versions", default="last", metavar="LIST",
                         help="adapter versions to score: last (default), all, or a list such "
                         "as 5,10,last")  # fmt: skip
+    parser.add_argument("--jobs", metavar="NAMES",
+                        help="score only these jobs (comma-separated names; default: all); "
+                        "the evaluation file keeps the other jobs' rows")  # fmt: skip
     parser.add_argument("--backend", choices=BACKENDS, default="auto",
                         help="generation: vllm, hf or auto")  # fmt: skip
     parser.add_argument("--set", action="append", metavar="KEY=VALUE",

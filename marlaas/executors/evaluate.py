@@ -59,6 +59,32 @@ def pick_versions(available: Sequence[int], asked: str) -> list[int]:
     return sorted(picked)
 
 
+def pick_jobs(workload: Workload, asked: str | None) -> list[JobSpec]:
+    """The jobs to score, in the workload's order: all of them (``asked`` None), or those
+    named in the comma-separated ``asked``. A name that is not a job of the workload is a
+    ValueError naming the jobs there are."""
+    if asked is None:
+        return list(workload.jobs)
+    names = [name.strip() for name in asked.split(",")]
+    jobs = {spec.name: spec for spec in workload.jobs}
+    unknown = [name for name in names if name not in jobs]
+    if unknown:
+        raise ValueError(f"--jobs: no job {unknown[0]!r} in the workload; its jobs "
+                         f"are {', '.join(jobs)}")  # fmt: skip
+    return [spec for spec in workload.jobs if spec.name in names]
+
+
+def merged_evaluation(earlier: list[dict], scored: pd.DataFrame, workload: Workload) -> list[dict]:
+    """An evaluation file's rows after scoring ``scored``: its jobs' rows replace their
+    ``earlier`` ones, the other jobs' earlier rows stay as they were; rows in the workload's job
+    order (a job it no longer has last). A missing value is None (JSON null), never NaN."""
+    fresh = scored.astype(object).where(scored.notna(), None).to_dict(orient="records")
+    scored_jobs = {row["job"] for row in fresh}
+    rows = [row for row in earlier if row["job"] not in scored_jobs] + fresh
+    order = {spec.name: i for i, spec in enumerate(workload.jobs)}
+    return sorted(rows, key=lambda row: order.get(row["job"], len(order)))
+
+
 def held_out(spec: JobSpec, prompts: int | None) -> list[Problem | int]:
     """The job's held-out problems (a dataset's, the first ``prompts`` of its split) or, for
     an environment that draws its own, the held-out seeds."""
@@ -77,16 +103,18 @@ async def evaluate(
     progress: bool = False,
     versions: str = "last",
     trained_at: dict[tuple[str, int], float] | None = None,
+    jobs: Sequence[JobSpec] | None = None,
 ) -> pd.DataFrame:
-    """One row per job and model (``base``, ``trained`` at each version of ``versions``, see
-    :func:`pick_versions`): accuracy with its Wilson interval and mean reward on the job's
-    held-out problems (``prompts``: the first so many). ``trained_at``: (job, version) -> the
-    run's time that version was made [s] (the report plots accuracy against it).
+    """One row per job (of ``jobs``, default the workload's) and model (``base``, ``trained``
+    at each version of ``versions``, see :func:`pick_versions`): accuracy with its Wilson
+    interval and mean reward on the job's held-out problems (``prompts``: the first so many).
+    ``trained_at``: (job, version) -> the run's time that version was made [s] (the report
+    plots accuracy against it).
     ``progress``: a bar per job on stderr (episodes done)."""
     fmt = ChatFormat(generator.tokenizer, chat_template)
     trained_at = trained_at or {}
     rows = []
-    for spec in workload.jobs:
+    for spec in workload.jobs if jobs is None else jobs:
         items = held_out(spec, prompts)
         targets = [("base", None, -1)] + [
             ("trained", spec.name, v) for v in pick_versions(store.versions(spec.name), versions)

@@ -151,6 +151,31 @@ def test_evaluate_shows_a_progress_bar_per_job(quiet_run, tiny_model_dir, capsys
     assert {(r["job"], r["model"]) for r in rows} == expected
 
 
+def test_evaluate_scores_only_the_jobs_asked_for_and_keeps_the_others_rows(
+    quiet_run, tiny_model_dir, tmp_path, capsys
+):
+    out, _done = quiet_run
+    target = tmp_path / "eval.json"
+    args = [str(TRACE), "--set", f"base_model.path={tiny_model_dir}", "--run", str(out),
+            "--backend", "hf", "--quiet", "--out", str(target)]  # fmt: skip
+    assert main(["evaluate", *args, "--prompts", "1"]) == 0
+    before = json.loads(target.read_text())
+    capsys.readouterr()
+    assert main(["evaluate", *args, "--prompts", "2", "--jobs", "emit-z"]) == 0
+    printed = capsys.readouterr().out
+    assert "emit-z" in printed and "emit-a" not in printed  # only what was scored now
+    after = json.loads(target.read_text())
+    assert [r for r in after if r["job"] != "emit-z"] == [r for r in before if r["job"] != "emit-z"]
+    assert [(r["job"], r["prompts"]) for r in after] == [
+        ("emit-a", 1), ("emit-a", 1), ("emit-z", 2), ("emit-z", 2), ("emit-e-slow", 1),
+        ("emit-e-slow", 1)
+    ]  # fmt: skip
+    capsys.readouterr()
+    assert main(["evaluate", *args, "--jobs", "emit-a,emit-q"]) == 2
+    assert "no job 'emit-q' in the workload; its jobs are emit-a" in capsys.readouterr().err
+    assert json.loads(target.read_text()) == after
+
+
 @pytest.mark.slow
 def test_vllm_start_up_prints_no_log(quiet_run, tiny_model_dir, tmp_path):
     """vLLM's ~30 lines of engine start-up (here through evaluate, which quiets the libraries

@@ -8,7 +8,14 @@ import json
 import pandas as pd
 import pytest
 
-from marlaas.executors.evaluate import pick_versions, versions_trained_at, wilson_interval
+from marlaas.core.workload import Workload
+from marlaas.executors.evaluate import (
+    merged_evaluation,
+    pick_jobs,
+    pick_versions,
+    versions_trained_at,
+    wilson_interval,
+)
 
 
 @pytest.mark.parametrize(
@@ -29,6 +36,40 @@ def test_pick_versions():
     assert pick_versions([], "5") == []
     with pytest.raises(ValueError, match=r"no adapter version '7'; there are 1\.\.3"):
         pick_versions([1, 2, 3], "2,7")
+
+
+def _workload(*names: str) -> Workload:
+    jobs = [{"name": n, "tenant": "t", "rl": {"steps": 1}} for n in names]
+    return Workload.model_validate({"name": "w", "jobs": jobs})
+
+
+def test_pick_jobs_keeps_the_workloads_order_and_names_an_unknown_job():
+    workload = _workload("a", "b", "c")
+    assert [s.name for s in pick_jobs(workload, None)] == ["a", "b", "c"]
+    assert [s.name for s in pick_jobs(workload, "c, a")] == ["a", "c"]
+    for asked, bad in (("a,x", "x"), ("", ""), ("a,,b", "")):
+        with pytest.raises(ValueError, match=rf"no job '{bad}' in the workload; its jobs are a, b"):
+            pick_jobs(workload, asked)
+
+
+def test_scoring_some_jobs_replaces_their_rows_and_keeps_the_others():
+    workload = _workload("a", "b", "c")
+    earlier = [
+        {"job": "c", "model": "base", "version": -1, "accuracy": 0.1, "time_s": 0.0},
+        {"job": "b", "model": "base", "version": -1, "accuracy": 0.2, "time_s": 0.0},
+        {"job": "b", "model": "trained", "version": 3, "accuracy": 0.5, "time_s": 9.0},
+        {"job": "gone", "model": "base", "version": -1, "accuracy": 0.3, "time_s": 0.0},
+    ]
+    scored = pd.DataFrame([
+        {"job": "b", "model": "base", "version": -1, "accuracy": 0.25, "time_s": 0.0},
+        {"job": "b", "model": "trained", "version": 4, "accuracy": 0.75, "time_s": None},
+    ])  # fmt: skip
+    rows = merged_evaluation(earlier, scored, workload)
+    assert [(r["job"], r["version"], r["accuracy"]) for r in rows] == [
+        ("b", -1, 0.25), ("b", 4, 0.75), ("c", -1, 0.1), ("gone", -1, 0.3)
+    ]  # fmt: skip
+    assert rows[1]["time_s"] is None  # JSON null, not NaN (which eval.json's reader refuses)
+    json.dumps(rows, allow_nan=False)
 
 
 def test_versions_are_dated_by_the_step_that_made_them():
