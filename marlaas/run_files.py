@@ -57,6 +57,17 @@ class SummaryMetrics(_Checked):
     n_jobs: Count | None = None
 
 
+class HostShareRecord(_Checked):
+    """A real run's share of its machine (marlaas.executors.host_share)."""
+
+    cpus: Annotated[int, Field(ge=1)] | None = None
+    wall_s: NonNegative | None = None
+    run_cpu_s: NonNegative | None = None
+    other_cpu_s: NonNegative | None = None
+    steal_s: NonNegative | None = None
+    others_share: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
+
+
 class RunSummary(_Checked):
     """summary.json of a run folder: the keys readers use (reports, calibrate, replay)."""
 
@@ -72,6 +83,7 @@ class RunSummary(_Checked):
     weights: dict[Name, Positive] | None = None
     tenants: dict[Name, Name] | None = None
     resumed_from: dict[Name, Count] | None = None
+    host: HostShareRecord | None = None
     metrics: SummaryMetrics | None = None
 
 

@@ -244,3 +244,25 @@ def test_a_few_slow_loads_do_not_set_every_loads_cost():
     busy = np.linspace(0.0, 0.05, 50)
     base, wait, _ = fit_load_costs(0.01 + 2.0 * busy, busy)
     assert (base, wait) == (pytest.approx(0.01), pytest.approx(2.0))
+
+
+def test_a_run_on_a_busy_host_is_named_by_calibrate_and_replay(runs, tmp_path, capsys):
+    """Its durations are its host's, which no profile can know: calibrate warns, replay says
+    so beside its errors; a quiet run's is silent."""
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    for f in ("events.parquet", "workload.json"):
+        (busy / f).write_bytes((runs["fair"] / f).read_bytes())
+    summary = json.loads((runs["fair"] / "summary.json").read_text())
+    summary["host"] = {"cpus": 2, "other_cpu_s": 80.0, "steal_s": 0.0, "others_share": 0.4}
+    (busy / "summary.json").write_text(json.dumps(summary))
+    warned = [w for w in calibrate([busy], refine_evaluations=0).warnings if "busy" in w]
+    assert warned == [f"{busy}: other processes and the hypervisor took 40% of the machine's "
+                      "processor time while it ran (80 CPU-s, steal 0 s): its times are a busy "
+                      "machine's; calibrate from runs on a quiet machine"]  # fmt: skip
+    assert not [w for w in calibrate([runs["fair"]], refine_evaluations=0).warnings if "busy" in w]
+    capsys.readouterr()
+    assert main(["replay", str(busy), "--out", str(tmp_path / "r")]) == 0
+    assert "note: the real run's host was busy: other processes" in capsys.readouterr().out
+    assert main(["replay", str(runs["fair"]), "--out", str(tmp_path / "r2")]) == 0
+    assert "host was busy" not in capsys.readouterr().out

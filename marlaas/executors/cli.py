@@ -52,6 +52,7 @@ def _train(args: argparse.Namespace) -> int:
         from marlaas.ray_cluster import require_ray
 
         require_ray("train --ray", args.ray)
+    from marlaas.executors.host_share import busy_host_note
     from marlaas.executors.train import train_run
     from marlaas.run_options import load_run_workload, run_title
     from marlaas.table import print_summary
@@ -71,6 +72,13 @@ def _train(args: argparse.Namespace) -> int:
     for job, group in rewards.groupby("job", sort=True):
         first, last = group["mean_reward"].iloc[0], group["mean_reward"].tail(3).mean()
         print(f"reward {job:<16s} {first:.3f} -> {last:.3f} (first step -> mean of last 3)")
+    host = summary.get("host", {})
+    if host:
+        print(f"machine: this run {host['run_cpu_s']:.0f} CPU-s, others "
+              f"{host['others_share']:.0%} of its {host['cpus']} processors' time")  # fmt: skip
+    note = busy_host_note(host)
+    if note:
+        print(f"note: {note}")
     print(
         f"wrote {args.out}/ ({len(events)} events, makespan {result.makespan_s:.1f} s, "
         f"wall {result.wall_s:.1f} s)"

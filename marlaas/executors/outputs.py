@@ -49,11 +49,13 @@ def real_summary(
     memory: dict | None = None,
     executor: str = "local",
     warmup: dict[str, float] | None = None,
+    host: dict | None = None,
 ) -> dict:
     """The summary.json content of a real run: a simulation's keys plus reward curves,
     ``memory`` (the run's process's resident memory, MemoryMonitor.summary), ``executor``
-    (where the backends ran: ``local`` or ``ray``) and ``engine_warmup_s`` (each engine's
-    warm-up before the clock started [s], marlaas.executors.warmup)."""
+    (where the backends ran: ``local`` or ``ray``), ``engine_warmup_s`` (each engine's
+    warm-up before the clock started [s], marlaas.executors.warmup) and ``host`` (what the
+    run and everything else used of the machine's processors, HostShare.summary)."""
     curves = {
         job: [round(float(r), 4) for r in group["mean_reward"]]
         for job, group in rewards.groupby("job", sort=True)
@@ -61,7 +63,7 @@ def real_summary(
     return run_summary(
         workload, result, events, "real", backend=backend, resumed_from=offsets,
         reward_curves=curves, memory=memory or {}, executor=executor,
-        engine_warmup_s=warmup or {},
+        engine_warmup_s=warmup or {}, host=host or {},
     )  # fmt: skip
 
 

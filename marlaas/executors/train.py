@@ -33,6 +33,7 @@ from marlaas.executors.backends import (
     resolve_backend,
 )
 from marlaas.executors.history import history_events, history_points, history_result
+from marlaas.executors.host_share import HostShare
 from marlaas.executors.journal import JOURNAL_FILE, Journal, read_journal
 from marlaas.executors.journal_observer import JournalObserver
 from marlaas.executors.memory import MemoryMonitor, release_large_blocks
@@ -125,7 +126,7 @@ def train_run(
                 config = _tracker_config(workload, policy, backend, seed)
                 track = open_tracker(tracker, out, run_name=out.name, config=config)
             try:
-                with MemoryMonitor() as memory:
+                with MemoryMonitor() as memory, HostShare() as host:
                     warmup: dict[str, float] = {}
                     if not left:  # every step was durable: only the outputs were missing
                         result = _no_work(workload, policy, seed)
@@ -150,7 +151,7 @@ def train_run(
                 summary = real_summary(workload, result, events, rewards, backend, offsets,
                                        memory.summary(model_dir),
                                        executor="local" if ray is None else "ray",
-                                       warmup=warmup)  # fmt: skip
+                                       warmup=warmup, host=host.summary())  # fmt: skip
                 if track is not None:
                     track.log_run(summary)
             finally:

@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
 
+from marlaas.executors.host_share import busy_host_note
 from marlaas.sim.cost_model import CostModel, train_work
 from marlaas.table import text_table
 from marlaas.twin.decode_fit import features, fit_decode
@@ -106,6 +107,10 @@ def calibrate(
                                "calibrate from longer real runs") from None  # fmt: skip
     quality = f"R² {decode.r2:.3f}; error {decode.mape:.1%}"
     warnings += _decode_warnings(decode)
+    for run in runs:  # its durations are not its work's alone: nor the profile's
+        note = busy_host_note(run.summary.get("host"))
+        if note:
+            warnings.append(f"{run.path}: {note}; calibrate from runs on a quiet machine")
     for name, unit, scale in [
         ("decode_base_ms", "ms per iteration", 1e3),
         ("decode_per_seq_ms", "ms per sequence and iteration", 1e3),

@@ -33,6 +33,7 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    from marlaas.executors.host_share import busy_host_note
     from marlaas.out_folder import claim
     from marlaas.runs import write_run_files
     from marlaas.sim.cost_profiles import load_profile
@@ -50,6 +51,9 @@ def _replay(args: argparse.Namespace) -> int:
     used = profile.name if profile else "the workload's cost model"
     print(f"replay of {args.run} with {used}")
     print(format_fidelity(table, devices=args.devices))
+    note = busy_host_note(run.summary.get("host"))
+    if note:  # the real run was slowed by what the replay cannot see
+        print(f"note: the real run's host was busy: {note}")
     out = args.out
     print(f"wrote {out}/ ({FIDELITY_FILE}; `marlaas report {args.run} {out} --out R` compares)")
     return 0

@@ -137,6 +137,15 @@ def test_train_verbose_shows_the_libraries_output(tiny_model_dir, tmp_path):
     assert "Loading weights" in done.stderr
 
 
+def test_the_summary_records_the_runs_share_of_the_machine(quiet_run):
+    out, done = quiet_run
+    host = json.loads((out / "summary.json").read_text())["host"]
+    assert host["cpus"] == os.cpu_count()
+    assert 0 < host["run_cpu_s"] <= host["wall_s"] * host["cpus"]
+    assert 0 <= host["others_share"] <= 1
+    assert f"of its {host['cpus']} processors' time" in done.stdout
+
+
 def test_evaluate_shows_a_progress_bar_per_job(quiet_run, tiny_model_dir, capsys, monkeypatch):
     for key in (*QUIET_ENV, *ALWAYS_ENV):  # evaluate sets them; give them back afterwards
         monkeypatch.delenv(key, raising=False)

@@ -1,0 +1,104 @@
+"""How much of the machine a real run had: the CPU time its own processes used, and what other
+processes and the hypervisor took while it ran.
+
+A real run's speed is the host's: on a shared machine (or a virtual one whose host runs other
+guests) the same work takes longer when something else takes the processors. A replay cannot
+predict that, so a comparison of a run with its replay (``marlaas replay``), or a profile
+calibrated on it (``marlaas calibrate``), is only as good as the run was undisturbed.
+:class:`HostShare` measures it, from the kernel's counters (psutil), at the run's start and end:
+
+- ``run_cpu_s``: CPU time of this process (all its threads) and of its child processes (an
+  engine core, compilers, sandboxes: those alive at the end and those it has waited for) [s];
+- ``other_cpu_s``: the machine's busy CPU time (every state but idle and I/O wait) less the
+  run's, that is, other processes' and the kernel's on their behalf [s]; a child process that
+  ended without being waited for counts here;
+- ``steal_s``: time the hypervisor ran another guest while this machine's processors had work
+  (/proc/stat's ``steal``; 0 on a machine that is not virtual) [s];
+- ``others_share``: (other_cpu_s + steal_s) / (wall_s x cpus), the share of the machine's
+  processor time that went elsewhere while the run ran (0: the run had the machine to itself).
+
+Counters are read twice, so the figures cover the whole interval, however short: nothing is
+sampled or missed. The machine's counters include the instants before and after the run's own
+work inside the ``with``; a busy neighbour is what they show, not the measurement's own cost.
+"""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+
+BUSY_HOST_SHARE = 0.10
+"""From this share of the machine's processor time gone elsewhere, a run is said to have had a
+busy host (``marlaas train`` notes it; ``calibrate`` warns; ``replay`` says so beside its
+errors): on the 2-core machines of docs/twin.md, runs with every other process stopped had
+under 1-2%."""
+
+BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq")
+"""The machine's CPU-time states that are work (psutil.cpu_times; idle, iowait and steal are
+not, and guest time is already in user)."""
+
+
+class HostShare:
+    """Context manager: what this process tree and everything else used of the machine's
+    processors while it was open (see the module docstring); :meth:`summary` after it."""
+
+    def __init__(self, pid: int | None = None) -> None:
+        self.process = psutil.Process(pid)
+        """The run's process (default: this one); its children are the run's too."""
+        self._start: tuple[float, float, float, float] | None = None
+        self._span: tuple[float, float, float, float] | None = None
+
+    def _read(self) -> tuple[float, float, float, float]:
+        """(wall clock [s], machine busy CPU [s], steal [s], run CPU [s]), read now."""
+        machine = psutil.cpu_times()
+        busy = sum(getattr(machine, name, 0.0) for name in BUSY_FIELDS)
+        return time.monotonic(), busy, getattr(machine, "steal", 0.0), self._run_cpu_s()
+
+    def _run_cpu_s(self) -> float:
+        own = self.process.cpu_times()
+        total = own.user + own.system + own.children_user + own.children_system
+        for child in self.process.children(recursive=True):
+            try:
+                times = child.cpu_times()
+            except psutil.Error:  # it ended meanwhile: its time is its parent's, if waited for
+                continue
+            total += times.user + times.system
+        return total
+
+    def __enter__(self) -> HostShare:
+        self._start = self._read()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        end = self._read()
+        self._span = tuple(b - a for a, b in zip(self._start, end, strict=True))
+
+    def summary(self) -> dict:
+        """The run's host share (the module docstring's keys, rounded: s to 0.1 ms); {} before
+        the ``with`` has ended."""
+        if self._span is None:
+            return {}
+        wall_s, busy_s, steal_s, run_s = self._span
+        cpus = psutil.cpu_count() or 1
+        other_s = max(0.0, busy_s - run_s)  # counters tick at 10 ms: a short run's can cross
+        share = (other_s + steal_s) / (wall_s * cpus) if wall_s > 0 else 0.0
+        return {
+            "cpus": cpus,
+            "wall_s": round(wall_s, 4),
+            "run_cpu_s": round(run_s, 4),
+            "other_cpu_s": round(other_s, 4),
+            "steal_s": round(steal_s, 4),
+            "others_share": round(min(share, 1.0), 4),
+        }
+
+
+def busy_host_note(host: dict | None) -> str | None:
+    """A sentence saying that the run's host was busy (``host``: a summary's ``host``, see
+    :meth:`HostShare.summary`), or None: under :data:`BUSY_HOST_SHARE`, or not measured."""
+    share = (host or {}).get("others_share")
+    if share is None or share < BUSY_HOST_SHARE:
+        return None
+    return (f"other processes and the hypervisor took {share:.0%} of the machine's processor "
+            f"time while it ran ({host.get('other_cpu_s', 0):.0f} CPU-s, steal "
+            f"{host.get('steal_s', 0):.0f} s): its times are a busy machine's")  # fmt: skip
