@@ -266,3 +266,23 @@ def test_a_run_on_a_busy_host_is_named_by_calibrate_and_replay(runs, tmp_path, c
     assert "note: the real run's host was busy: other processes" in capsys.readouterr().out
     assert main(["replay", str(runs["fair"]), "--out", str(tmp_path / "r2")]) == 0
     assert "host was busy" not in capsys.readouterr().out
+
+
+def test_the_holdout_benchmark_calibrates_per_schedule_and_replays_the_others(runs):
+    from benchmarks.twin_holdout import holdout_table, run_table
+    from marlaas.twin.real_run import load_real_run
+
+    loaded = [load_real_run(runs[name]) for name in ("fair", "fair-2", "sequential")]
+    loaded[2].summary["host"] = {"others_share": 0.25, "run_cpu_s": 12.0}
+    listed = run_table(loaded)
+    assert list(listed["schedule"]) == ["fair", "fair", "fifo+sequential"]
+    assert list(listed["others"]) == ["-", "-", "25.0%"]
+    assert (listed["generate_s"] > 0).all()
+    table = holdout_table(loaded, refine=0)
+    assert [(r["calibrated on"], r["replayed"]) for _, r in table.iterrows()] == [
+        ("fair", "seq"), ("fifo+sequential", "fair"), ("fifo+sequential", "fair-2")
+    ]  # fmt: skip
+    assert table["others"].tolist() == ["25.0%", "-", "-"]
+    # one true cost model, fitted by the regression alone (refine 0: not within 10%, above)
+    assert (table["makespan error"].abs() < 0.25).all()
+    assert (table["busy error pt"] >= 0).all()

@@ -1,0 +1,107 @@
+"""The twin's held-out check (issue 27's Show, docs/twin.md): calibrate on one schedule's real
+runs, replay every other run of the workload with that profile, and print the errors.
+
+    python benchmarks/twin_holdout.py RUN_DIR [RUN_DIR ...] [--refine 150]
+
+Runs are grouped by schedule: their summary's policy and preset (``fair``, ``fifo``,
+``fifo+sequential``). For each schedule in turn its runs calibrate a profile (as ``marlaas
+calibrate``), and each run of the other schedules is replayed with it (as ``marlaas replay``):
+one row per replay with the makespan error, the largest busy-fraction error (the shared
+processor and the pools, in points), and the replayed run's host share (``summary.json``'s
+``host``: the share of the machine's processor time that other processes and the hypervisor
+took while it ran; "-" for a run from before it was recorded). A first table lists every run:
+makespan, its own CPU seconds, the host share, and generation's total time from its event log.
+Nothing is written but the output; profiles and replays stay in memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pandas as pd
+
+from marlaas.sim.cost_profiles import CostProfile
+from marlaas.twin.calibrate import calibrate
+from marlaas.twin.real_run import load_real_run
+from marlaas.twin.replay import replay
+
+WITHIN = 0.10
+"""The Show's bound on a held-out replay's makespan error (relative)."""
+
+
+def schedule_of(summary: dict) -> str:
+    """A run's schedule: its policy, and its preset when it has one."""
+    preset = summary.get("preset")
+    return summary["policy"] + (f"+{preset}" if preset else "")
+
+
+def host_share(summary: dict) -> str:
+    share = (summary.get("host") or {}).get("others_share")
+    return "-" if share is None else f"{share:.1%}"
+
+
+def run_table(runs: list) -> pd.DataFrame:
+    """One row per real run: schedule, makespan, CPU seconds, host share, generation time."""
+    rows = []
+    for run in runs:
+        host = run.summary.get("host") or {}
+        gen = run.events[(run.events["kind"] == "generate") & (run.events["outcome"] == "ok")]
+        rows.append({
+            "run": run.path.name, "schedule": schedule_of(run.summary),
+            "makespan_s": run.summary["metrics"]["makespan_s"],
+            "run_cpu_s": host.get("run_cpu_s"), "others": host_share(run.summary),
+            "generate_s": float((gen["end_s"] - gen["start_s"]).sum()),
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def holdout_table(runs: list, refine: int) -> pd.DataFrame:
+    """One row per (calibration schedule, held-out run): makespan error, busy error, host."""
+    by_schedule = defaultdict(list)
+    for run in runs:
+        by_schedule[schedule_of(run.summary)].append(run)
+    rows = []
+    for schedule, own in sorted(by_schedule.items()):
+        fit = calibrate([r.path for r in own], refine_evaluations=refine)
+        profile = CostProfile(f"calibrated-{schedule}", fit.cost, "(in memory)", "-")
+        for run in runs:
+            if schedule_of(run.summary) == schedule:
+                continue
+            _events, _summary, table = replay(run, profile)
+            by_metric = table.set_index("metric")
+            busy = table[table["metric"].str.match(r"busy fraction, (pool|processor)")]
+            rows.append({
+                "calibrated on": schedule, "replayed": run.path.name,
+                "makespan error": float(by_metric.loc["makespan", "error"]),
+                "busy error pt": float(busy["error"].abs().max()),
+                "others": host_share(run.summary),
+            })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="real run folders of one workload")
+    parser.add_argument("--refine", type=int, default=150,
+                        help="replays refining a calibration (0: none)")  # fmt: skip
+    args = parser.parse_args(argv)
+    runs = [load_real_run(path) for path in args.runs]
+    print(run_table(runs).to_string(index=False))
+    table = holdout_table(runs, args.refine)
+    shown = table.assign(**{
+        "makespan error": table["makespan error"].map("{:+.1%}".format),
+        "busy error pt": table["busy error pt"].map("{:.1f}".format),
+    })  # fmt: skip
+    print()
+    print(shown.to_string(index=False))
+    within = (table["makespan error"].abs() <= WITHIN).sum()
+    print(f"\nmakespan within {WITHIN:.0%}: {within} of {len(table)} held-out replays; busy "
+          f"error at most {table['busy error pt'].max():.1f} points")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
