@@ -126,6 +126,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         resolve_backend,
     )
     from marlaas.executors.evaluate import (
+        check_rows_belong,
         evaluate,
         merged_evaluation,
         pick_jobs,
@@ -184,9 +185,16 @@ def _evaluate(args: argparse.Namespace) -> int:
             raise OutputError(f"{own}: is not an evaluation marlaas wrote; not replacing it "
                               "(move it away, or give --out)")  # fmt: skip
         kept = own if elsewhere is None else elsewhere  # checked: an evaluation, if there
-        earlier = json.loads(kept.read_text()) if kept.is_file() else []
+        earlier = []  # --jobs: the other jobs' rows are kept
+        if args.jobs is not None and kept.is_file():
+            earlier = json.loads(kept.read_text())
+            try:  # before any work
+                check_rows_belong(earlier, workload)
+            except ValueError as err:
+                raise OutputError(f"{kept}: {err}; not merging into it (choose another "
+                                  "--out)") from None  # fmt: skip
         frame = asyncio.run(go())
-        rows = merged_evaluation(earlier, frame, workload)  # other jobs' rows are kept
+        rows = merged_evaluation(earlier, frame, workload)
         text = json.dumps(rows, indent=2) + "\n"
         if elsewhere is None:
             out = write_durably(target.out / EVAL_FILE, text)

@@ -74,15 +74,26 @@ def pick_jobs(workload: Workload, asked: str | None) -> list[JobSpec]:
     return [spec for spec in workload.jobs if spec.name in names]
 
 
+def check_rows_belong(earlier: list[dict], workload: Workload) -> None:
+    """Earlier evaluation rows are of ``workload``'s jobs: a row of another job (another
+    workload's file) is a ValueError naming it, so that nothing is mixed."""
+    names = {spec.name for spec in workload.jobs}
+    foreign = sorted({row["job"] for row in earlier} - names)
+    if foreign:
+        raise ValueError(f"it holds rows of {foreign[0]!r}, not a job of {workload.name!r}")
+
+
 def merged_evaluation(earlier: list[dict], scored: pd.DataFrame, workload: Workload) -> list[dict]:
     """An evaluation file's rows after scoring ``scored``: its jobs' rows replace their
-    ``earlier`` ones, the other jobs' earlier rows stay as they were; rows in the workload's job
-    order (a job it no longer has last). A missing value is None (JSON null), never NaN."""
+    ``earlier`` ones, the other jobs' earlier rows stay as they were (see
+    :func:`check_rows_belong`); rows in the workload's job order. A missing value is None
+    (JSON null), never NaN."""
+    check_rows_belong(earlier, workload)
     fresh = scored.astype(object).where(scored.notna(), None).to_dict(orient="records")
     scored_jobs = {row["job"] for row in fresh}
     rows = [row for row in earlier if row["job"] not in scored_jobs] + fresh
     order = {spec.name: i for i, spec in enumerate(workload.jobs)}
-    return sorted(rows, key=lambda row: order.get(row["job"], len(order)))
+    return sorted(rows, key=lambda row: order[row["job"]])
 
 
 def held_out(spec: JobSpec, prompts: int | None) -> list[Problem | int]:

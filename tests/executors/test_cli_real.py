@@ -183,6 +183,11 @@ def test_evaluate_scores_only_the_jobs_asked_for_and_keeps_the_others_rows(
     assert main(["evaluate", *args, "--jobs", "emit-a,emit-q"]) == 2
     assert "no job 'emit-q' in the workload; its jobs are emit-a" in capsys.readouterr().err
     assert json.loads(target.read_text()) == after
+    foreign = [{**row, "job": "other-" + row["job"]} for row in after]  # another workload's
+    target.write_text(json.dumps(foreign))
+    assert main(["evaluate", *args, "--jobs", "emit-a"]) == 2
+    assert "holds rows of 'other-emit-a', not a job of" in capsys.readouterr().err
+    assert json.loads(target.read_text()) == foreign  # left as it was
 
 
 @pytest.mark.slow

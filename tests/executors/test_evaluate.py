@@ -58,7 +58,6 @@ def test_scoring_some_jobs_replaces_their_rows_and_keeps_the_others():
         {"job": "c", "model": "base", "version": -1, "accuracy": 0.1, "time_s": 0.0},
         {"job": "b", "model": "base", "version": -1, "accuracy": 0.2, "time_s": 0.0},
         {"job": "b", "model": "trained", "version": 3, "accuracy": 0.5, "time_s": 9.0},
-        {"job": "gone", "model": "base", "version": -1, "accuracy": 0.3, "time_s": 0.0},
     ]
     scored = pd.DataFrame([
         {"job": "b", "model": "base", "version": -1, "accuracy": 0.25, "time_s": 0.0},
@@ -66,10 +65,13 @@ def test_scoring_some_jobs_replaces_their_rows_and_keeps_the_others():
     ])  # fmt: skip
     rows = merged_evaluation(earlier, scored, workload)
     assert [(r["job"], r["version"], r["accuracy"]) for r in rows] == [
-        ("b", -1, 0.25), ("b", 4, 0.75), ("c", -1, 0.1), ("gone", -1, 0.3)
+        ("b", -1, 0.25), ("b", 4, 0.75), ("c", -1, 0.1)
     ]  # fmt: skip
     assert rows[1]["time_s"] is None  # JSON null, not NaN (which eval.json's reader refuses)
     json.dumps(rows, allow_nan=False)
+    other = [{"job": "zed", "model": "base", "version": -1, "accuracy": 0.3}]
+    with pytest.raises(ValueError, match="it holds rows of 'zed', not a job of 'w'"):
+        merged_evaluation(earlier + other, scored, workload)
 
 
 def test_versions_are_dated_by_the_step_that_made_them():
