@@ -175,13 +175,22 @@ def calibrate(
 
 
 def _decode_warnings(decode) -> list[str]:
-    """A poor regression, and the engine terms its non-negative fit left at 0 (the rows
-    cannot tell them from 0: the refinement starts them at 0)."""
+    """A poor regression, the engine terms whose 95% interval includes 0 (the rows' batch
+    sizes, contexts and adapters move together: the profile may not carry over to other
+    schedules), and those its non-negative fit left at 0 (the refinement starts them at 0)."""
     out = []
     if decode.r2 < POOR_R2:
         out.append(f"decode and prefill terms: R² {decode.r2:.3f} (under {POOR_R2}) over "
                    f"{decode.rows} generate rows: the regression explains little of their "
                    "durations (the replay refinement adjusts them)")  # fmt: skip
+    low, high = decode.batch_range
+    for name, (value, half) in decode.unidentified().items():
+        unit, scale = ("ms", 1e3) if name.endswith("_ms") else ("s", 1.0)
+        value, half = value * scale, half * scale
+        out.append(f"{name}: {value:.3g} +- {half:.2g} {unit} (95% interval, {decode.rows} "
+                   f"generate rows): the rows cannot tell it from 0 (their batches ran {low:.3g}-"
+                   f"{high:.3g} sequences); a profile from these runs may not carry over to "
+                   "other batch sizes: calibrate from runs of more schedules")  # fmt: skip
     zero = [name for name, value in decode.coef.items() if value <= 0]
     if zero:
         out.append(f"{', '.join(zero)}: at the bound 0 in the regression (the generate rows "

@@ -19,13 +19,16 @@ batch carry it: they are left out of the fit, and the warm-up is their mean resi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
 
 from marlaas.twin.operations import operations, overlap_mean
+
+Z95 = 1.96
+"""Standard errors either side of a coefficient that make its 95% interval (normal)."""
 
 TERMS = ("decode_base_ms", "decode_per_seq_ms", "decode_per_kv_token_ms",
          "decode_per_adapter_ms", "prefill_s_per_token", "prefill_base_ms")  # fmt: skip
@@ -44,6 +47,20 @@ class DecodeFit:
     r2: float
     mape: float
     """Mean absolute percentage error of the fitted rows' durations."""
+    stderr: dict[str, float] = field(default_factory=dict)
+    """TERMS -> the standard error of each coefficient the fit left above its bound 0 (least
+    squares on those terms' columns: sigma^2 (X'X)^-1), in its units; none for a ridge fit."""
+    batch_range: tuple[float, float] = (0.0, 0.0)
+    """The 10th and 90th percentiles of the steady rows' mean running sequences."""
+
+    def unidentified(self) -> dict[str, tuple[float, float]]:
+        """Terms whose 95% interval (value +- 1.96 standard errors) includes 0: the rows do
+        not tell them from 0 -> (value, half-width of the interval)."""
+        return {
+            term: (self.coef[term], Z95 * se)
+            for term, se in self.stderr.items()
+            if Z95 * se >= self.coef[term] > 0
+        }
 
 
 def features(events: pd.DataFrame, shared_compute: bool, warmed: bool = True) -> pd.DataFrame:
@@ -144,5 +161,20 @@ def fit_decode(rows: pd.DataFrame, ridge: float = 0.0) -> DecodeFit:
     warm = rows[rows["warm"]]
     residual = warm["duration_s"].to_numpy(float) - warm[list(COLUMNS)].to_numpy(float) @ beta
     warmup = float(max(np.mean(residual), 0.0)) if len(warm) else 0.0
+    stderr = {} if ridge > 0 else _standard_errors(x, y - pred, beta)
+    running = x[:, 1] / np.maximum(x[:, 0], 1e-12)  # x_seq / x_base: mean running sequences
+    low, high = np.percentile(running, [10, 90])
     return DecodeFit(dict(zip(TERMS, beta.tolist(), strict=True)), warmup, len(steady),
-                     len(warm), r2, mape)  # fmt: skip
+                     len(warm), r2, mape, stderr, (float(low), float(high)))  # fmt: skip
+
+
+def _standard_errors(x: np.ndarray, residual: np.ndarray, beta: np.ndarray) -> dict[str, float]:
+    """The standard error of each coefficient above its bound, as least squares on the
+    columns of those terms gives it (the bound-0 terms are out of the model there)."""
+    free = np.flatnonzero(beta > 0)
+    dof = len(residual) - len(free)
+    if not len(free) or dof <= 0:
+        return {}
+    sigma2 = float(residual @ residual) / dof
+    cov = sigma2 * np.linalg.pinv(x[:, free].T @ x[:, free])
+    return {TERMS[i]: float(np.sqrt(max(cov[j, j], 0.0))) for j, i in enumerate(free)}

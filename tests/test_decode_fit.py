@@ -1,0 +1,52 @@
+"""The decode regression says which of its terms the rows cannot tell from 0."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from marlaas.twin.calibrate import _decode_warnings
+from marlaas.twin.decode_fit import COLUMNS, fit_decode
+
+BASE_S, PER_SEQ_S = 0.010, 0.0005
+"""The true cost of a decode iteration: 10 ms plus 0.5 ms per running sequence."""
+
+
+def rows(batch_sizes: np.ndarray, seed: int = 0) -> pd.DataFrame:
+    """Generate rows of 20-40 iterations at the given mean running sequences, with the
+    duration the true cost gives, times 5% noise."""
+    rng = np.random.default_rng(seed)
+    k = rng.integers(20, 40, len(batch_sizes)).astype(float)
+    frame = pd.DataFrame({c: 0.0 for c in COLUMNS}, index=range(len(k)))
+    frame["x_base"], frame["x_seq"] = k, k * batch_sizes
+    frame["duration_s"] = (BASE_S * k + PER_SEQ_S * k * batch_sizes) * rng.normal(1, 0.05, len(k))
+    frame["warm"] = False
+    return frame
+
+
+def test_batches_of_many_sizes_identify_the_per_sequence_cost():
+    fit = fit_decode(rows(np.random.default_rng(1).uniform(1, 48, 400)))
+    assert fit.coef["decode_per_seq_ms"] == pytest.approx(PER_SEQ_S, rel=0.1)
+    assert "decode_per_seq_ms" not in fit.unidentified()
+    assert fit.stderr["decode_per_seq_ms"] < PER_SEQ_S / 10
+    assert not any("cannot tell it from 0" in w for w in _decode_warnings(fit))
+
+
+def test_batches_of_one_size_cannot_and_calibrate_says_so():
+    """At 24.5-25.5 sequences a batch, 10 ms + 0.5 ms x n is about 22.5 ms however it is
+    split: neither term's interval excludes 0."""
+    fit = fit_decode(rows(np.random.default_rng(1).uniform(24.5, 25.5, 100)))
+    assert set(fit.unidentified()) == {"decode_base_ms", "decode_per_seq_ms"}, fit.stderr
+    warned = [w for w in _decode_warnings(fit) if "cannot tell it from 0" in w]
+    assert len(warned) == 2
+    assert warned[1].startswith("decode_per_seq_ms: ") and " ms (95% interval, 100 " in warned[1]
+    assert re.search(r"\(their batches ran 24\.\d-25\.\d sequences\)", warned[0])
+    assert "calibrate from runs of more schedules" in warned[0]
+
+
+def test_a_ridge_fit_reports_no_standard_errors():
+    fit = fit_decode(rows(np.random.default_rng(1).uniform(1, 48, 100)), ridge=0.1)
+    assert fit.stderr == {} and fit.unidentified() == {}
