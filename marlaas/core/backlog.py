@@ -17,7 +17,10 @@ backlog must run at its own pace from now on, or it ends alone after the others)
   cannot end before it, nor before ``seconds``: their maximum is the backlog's horizon, and the
   job that sets it is the one whose critical path decides the makespan; and how many live
   jobs hold it (``longest_alone_jobs``: one alone, or several whose critical paths end
-  together).
+  together); and the runner-up's (``runner_up_late_s``): the longest remaining alone time
+  below it, one of its holder's steps later (the remaining path of that job set back by a
+  step), against which a job that holds the longest alone is weighed: it ends alone only if
+  its path is longer than that.
 
 The tokens and the rate are kept current in O(1) per event, the longest alone time in
 O(log n) per change of a job's figure (a finished training step): no cost grows faster with
@@ -68,6 +71,12 @@ class Backlog:
         """Remaining alone time [s] -> the live jobs that have it."""
         self._alone_heap: list[float] = []
         """Negated remaining alone times, some stale (no job has them any more)."""
+        self._late: dict[int, float] = {}
+        """Live job -> its remaining alone time one of its steps later [s]."""
+        self.runner_up_late_s = 0.0
+        """The longest remaining alone time below ``longest_alone_s``, one step later (the
+        largest among the jobs that hold it) [s]; 0 with no such job. Kept by
+        :meth:`set_alone`."""
 
     @property
     def longest_alone_s(self) -> float:
@@ -82,24 +91,45 @@ class Backlog:
         """How many live jobs hold ``longest_alone_s`` (0 with none)."""
         return len(self._by_alone.get(self.longest_alone_s, ())) if self._alone else 0
 
-    def set_alone(self, job: int, alone_s: float | None) -> set[int]:
-        """Job ``job``'s remaining alone time is now ``alone_s`` [s] (None: it ended).
-        Returns the jobs that held the longest alone time and those that hold it now, when
-        it or its holders changed (the other jobs' keys that compare with it stay current):
-        empty when neither did."""
+    def _runner_up_late(self) -> float:
+        """The longest remaining alone time below the longest, one of its holder's steps
+        later (0 with none): the second distinct value of the heap, O(log n)."""
+        top = self.longest_alone_s
+        heap, by_alone = self._alone_heap, self._by_alone
+        if not heap:
+            return 0.0
+        first = heapq.heappop(heap)
+        while heap and (-heap[0] == top or -heap[0] not in by_alone):
+            heapq.heappop(heap)  # a stale entry, or a copy of the longest
+        second = -heap[0] if heap else None
+        heapq.heappush(heap, first)
+        if second is None:
+            return 0.0
+        late = self._late
+        return max(late[holder] for holder in by_alone[second])
+
+    def set_alone(self, job: int, alone_s: float | None, late_s: float = 0.0) -> set[int]:
+        """Job ``job``'s remaining alone time is now ``alone_s`` [s] (None: it ended), and
+        ``late_s`` one of its steps later [s]. Returns the jobs that held the longest alone
+        time and those that hold it now, when it, its holders or the runner-up's
+        (``runner_up_late_s``) changed (the other jobs' keys that compare with them stay
+        current): empty when none did."""
         old = self._alone.get(job)
         if old == alone_s:
             return set()
         before = self.longest_alone_s
         held = set(self._by_alone.get(before, ()))
+        late_before = self.runner_up_late_s
         if old is not None:
             holders = self._by_alone[old]
             holders.discard(job)
             if not holders:
                 del self._by_alone[old]
             del self._alone[job]
+            del self._late[job]
         if alone_s is not None:
             self._alone[job] = alone_s
+            self._late[job] = late_s
             if alone_s not in self._by_alone:
                 self._by_alone[alone_s] = set()
                 heapq.heappush(self._alone_heap, -alone_s)
@@ -109,7 +139,8 @@ class Backlog:
             heapq.heapify(self._alone_heap)
         after = self.longest_alone_s
         holding = self._by_alone.get(after, set())
-        if after == before and holding == held:
+        self.runner_up_late_s = self._runner_up_late()
+        if after == before and holding == held and self.runner_up_late_s == late_before:
             return set()
         return held | holding
 

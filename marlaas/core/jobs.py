@@ -167,6 +167,13 @@ class JobState:
         return (self.steps - self.trained) * self.estimate.step_alone_s
 
     @property
+    def late_alone_s(self) -> float:
+        """Its remaining alone time one step later [s]: one more step than it has left (the
+        same product as remaining_alone_s, so that a job of the same spec one step behind
+        has exactly this remaining alone time)."""
+        return (self.steps - self.trained + 1) * self.estimate.step_alone_s
+
+    @property
     def backlog_s(self) -> float:
         """Time the live jobs' expected remaining tokens take at the cluster's measured
         token rate [s] (core.backlog; infinite before any token was generated)."""
@@ -185,6 +192,13 @@ class JobState:
         """How many live jobs hold longest_alone_s (core.backlog; 1 outside a scheduler)."""
         backlog = self.backlog
         return backlog.longest_alone_jobs if backlog is not None else 1
+
+    @property
+    def runner_up_late_s(self) -> float:
+        """The longest remaining_alone_s below longest_alone_s among the live jobs, one of
+        its holder's steps later [s] (core.backlog; 0 with none, and outside a scheduler)."""
+        backlog = self.backlog
+        return backlog.runner_up_late_s if backlog is not None else 0.0
 
     @property
     def stage(self) -> str:

@@ -464,8 +464,9 @@ class Scheduler:
 
     def _alone_changed(self, job: JobState, alone_s: float | None) -> None:
         """``job``'s remaining alone time is ``alone_s`` [s] (None: it ended): the backlog's
-        longest is kept, and the jobs that now hold it are re-keyed if the policy reads it."""
-        holders = self.backlog.set_alone(job.index, alone_s)
+        longest and runner-up are kept, and the jobs that hold the longest are re-keyed if
+        the policy reads them."""
+        holders = self.backlog.set_alone(job.index, alone_s, job.late_alone_s)
         if holders and self._reads_backlog:
             touched, active = self.ledger.touched, self._active
             touched.update(index for index in holders if index in active)

@@ -148,6 +148,30 @@ def test_the_longest_remaining_alone_time_follows_the_jobs_and_names_its_new_hol
     assert backlog.longest_alone_s == 60.0 and len(backlog._alone_heap) < 40
 
 
+def test_the_runner_up_one_step_later_follows_the_jobs_and_re_keys_the_longest():
+    backlog = Backlog()
+    assert backlog.runner_up_late_s == 0.0
+    assert backlog.set_alone(0, 100.0, 110.0) == {0}
+    assert backlog.runner_up_late_s == 0.0  # nothing below the longest
+    assert backlog.set_alone(1, 100.0, 110.0) == {0, 1}
+    assert backlog.runner_up_late_s == 0.0  # a tie is not a runner-up
+    assert backlog.set_alone(2, 50.0, 60.0) == {0, 1}  # a runner-up appears: 0, 1 re-keyed
+    assert backlog.runner_up_late_s == 60.0
+    assert backlog.set_alone(3, 20.0, 25.0) == set()  # below the runner-up: nothing moves
+    assert backlog.set_alone(0, 90.0, 100.0) == {0, 1}  # job 1 alone at 100 s, 0 runner-up
+    assert backlog.longest_alone_s == 100.0 and backlog.runner_up_late_s == 100.0
+    assert backlog.set_alone(2, 90.0, 95.0) == set()  # a second runner-up: the later counts
+    assert backlog.runner_up_late_s == 100.0
+    assert backlog.set_alone(0, None) == {1}  # job 0 ended: job 2 is the runner-up
+    assert backlog.runner_up_late_s == 95.0
+    backlog.set_alone(1, None)  # job 1 ended: job 2 holds the longest, job 3 is next
+    assert backlog.longest_alone_s == 90.0 and backlog.runner_up_late_s == 25.0
+    for _ in range(3):  # values that leave and come back leave copies in the heap
+        backlog.set_alone(3, 90.0, 95.0)
+        backlog.set_alone(3, 20.0, 25.0)
+    assert backlog.runner_up_late_s == 25.0 and backlog.longest_alone_s == 90.0
+
+
 def test_the_scheduler_keeps_the_longest_alone_time_of_the_live_jobs():
     longest: list[float] = []
 

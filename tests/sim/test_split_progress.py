@@ -21,7 +21,7 @@ def _view(index: int, **fields) -> SimpleNamespace:
     base = {"index": index, "weight": 1.0, "arrival_s": 0.0, "attained_tokens": 0.0,
             "remaining_tokens": 9.0e6, "alone_s": BIG_ALONE_S + 200, "remaining_alone_s":
             BIG_ALONE_S + 200, "backlog_s": math.inf, "longest_alone_s": BIG_ALONE_S + 200,
-            "longest_alone_jobs": 2}  # fmt: skip
+            "longest_alone_jobs": 2, "runner_up_late_s": 0.0}  # fmt: skip
     return SimpleNamespace(**(base | fields))
 
 
@@ -50,6 +50,24 @@ def test_the_job_whose_critical_path_alone_sets_the_horizon_goes_first():
     assert policy.key(small) < policy.key(long)
     long.longest_alone_jobs, long.remaining_tokens = 1, 0  # nothing left to generate
     assert policy.key(small) < policy.key(long)
+
+
+def test_a_job_one_step_behind_jobs_like_it_does_not_hold_the_horizon_alone():
+    # 16 jobs of one spec (workload new1): the least advanced, one step behind the others,
+    # holds the longest remaining path alone; promoted, it takes its step and the next one
+    # falls behind: they take turns. The runner-up one step later ties with it.
+    policy = get_policy("split-progress")
+    step, steps = 65.8, 14  # one step alone [s]; the others' remaining steps
+    small = _view(1, alone_s=100.0, remaining_alone_s=50.0, remaining_tokens=1.0e5,
+                  backlog_s=500.0)  # fmt: skip
+    behind = _view(0, alone_s=15 * step, remaining_alone_s=(steps + 1) * step,
+                   longest_alone_s=(steps + 1) * step, longest_alone_jobs=1, backlog_s=500.0,
+                   runner_up_late_s=(steps + 1) * step)  # fmt: skip
+    assert policy.key(small) < policy.key(behind)  # a step behind: it waits its turn
+    behind.remaining_alone_s = behind.longest_alone_s = (steps + 2) * step  # two steps
+    assert policy.key(behind) < policy.key(small)  # it would end alone: it goes first
+    behind.remaining_alone_s = behind.longest_alone_s = (steps + 1) * step - 1.0
+    assert policy.key(behind) < policy.key(small)  # another spec's path, no tie: it goes first
 
 
 @pytest.mark.parametrize("seed", [0])

@@ -101,6 +101,13 @@ class JobView(Protocol):
         sets it, more when several end together. Re-keyed as ``longest_alone_s`` is."""
 
     @property
+    def runner_up_late_s(self) -> float:
+        """The runner-up's remaining critical path one of its steps later [s]: the longest
+        ``remaining_alone_s`` below ``longest_alone_s`` among the live jobs, plus one step
+        of the job that has it (0 with none). The jobs that hold ``longest_alone_s`` are
+        re-keyed when it moves (``reads_backlog``)."""
+
+    @property
     def stage(self) -> str:
         """What the job waits for now: rollouts, environment, trainer, weight_sync,
         staleness or barrier."""
@@ -145,10 +152,10 @@ class Policy:
     ranks_engines: ClassVar[bool] = False
     """Whether :meth:`engine_key` is overridden (set by the class itself, not by hand)."""
     reads_backlog: ClassVar[bool] = False
-    """Whether :meth:`key` reads ``JobView.backlog_s``, ``longest_alone_s`` or
-    ``longest_alone_jobs``: the scheduler then re-keys every active job when the backlog
-    moved by 5%, and the jobs that hold the longest alone time when it or its holders change
-    (core.backlog), not only the jobs that changed."""
+    """Whether :meth:`key` reads ``JobView.backlog_s``, ``longest_alone_s``,
+    ``longest_alone_jobs`` or ``runner_up_late_s``: the scheduler then re-keys every active
+    job when the backlog moved by 5%, and the jobs that hold the longest alone time when it,
+    its holders or the runner-up's change (core.backlog), not only the jobs that changed."""
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)

@@ -32,7 +32,16 @@ every other live job's (``longest_alone_jobs`` 1). A job whose path is as long a
 not end alone (they end together, as paper-32's three code-L jobs, which the progress term
 keeps level); a job whose path is the longest by itself does, with the engines idle, unless
 it runs at its own pace from now on (paper-8's one code-L job: makespan 1.07-1.13x fifo's
-without the rule, 0.98-1.01x with it). The rule adds no constant.
+without the rule, 0.98-1.01x with it). Jobs tie for the longest when their remaining alone
+times are equal to the last bit (jobs of one spec at the same step), and also when the
+runner-up's path one of its steps later (``runner_up_late_s``) is equal to it to the last bit:
+a job one step behind another of its spec. Jobs of one spec taking turns are at the same step
+or one apart; the one behind, promoted, takes its step, another falls behind and is promoted
+in turn, and they take turns to the end instead of finishing one after another (workload new1,
+16 jobs of one size, docs/results/horizon.txt: mean JCT 0.997-1.011x fifo's with the one
+behind promoted, 0.993-1.004x without; paper-8's code-L job, far ahead of the others, is
+promoted as before). The rule adds no constant: the tie is exact, counted in the jobs' own
+steps (the remaining steps times one step's alone time, computed alike for both figures).
 
 The constants were chosen by a search of about 200 variants of this and other keys on
 paper-32 (h100-7b profile, seeds 0-4; docs/policies.md, "split-progress"). Three carry units
@@ -42,9 +51,9 @@ a code-L job's) and ``SLACK_TOKENS_PER_S``; workloads of another scale would wan
 again. Every figure comes from the core's estimates, never the simulator's draws; the key
 changes when the job does, and, since the horizon rule reads the backlog
 (``reads_backlog``), when the backlog moved by 5% and when the holders of the longest
-remaining alone time change. Jobs tie for the longest only when their remaining alone times
-are equal to the last bit (jobs of one spec at the same step); a path 0.1% shorter is not a
-tie.
+remaining alone time or the runner-up's change. Jobs tie for the longest only when their
+remaining alone times are equal to the last bit, or one step apart so (above); a path 0.1%
+shorter is not a tie.
 """
 
 import math
@@ -100,6 +109,7 @@ class SplitProgress(Policy):
             job.remaining_tokens > 0
             and left >= max(job.backlog_s, job.longest_alone_s)
             and job.longest_alone_jobs == 1
+            and left != job.runner_up_late_s
         ):
             return (-math.inf, -left, job.arrival_s, job.index)  # it alone sets the horizon
         alone = max(job.alone_s, 1.0)
