@@ -39,6 +39,7 @@ def schedule_of(summary: dict) -> str:
 
 
 def host_share(summary: dict) -> str:
+    """The run's host share as a percentage ("-": not recorded)."""
     share = (summary.get("host") or {}).get("others_share")
     return "-" if share is None else f"{share:.1%}"
 
@@ -58,14 +59,24 @@ def run_table(runs: list) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def holdout_table(runs: list, refine: int) -> pd.DataFrame:
-    """One row per (calibration schedule, held-out run): makespan error, busy error, host."""
+def holdout_table(runs: list, refine: int) -> tuple[pd.DataFrame, list[str]]:
+    """(one row per (calibration schedule, held-out run): makespan error, busy error, host;
+    each calibration's warnings). Runs of more than one workload, or of one schedule only,
+    are a ValueError."""
+    workloads = {run.workload.name for run in runs}
+    if len(workloads) > 1:
+        raise ValueError(f"runs of {len(workloads)} workloads ({', '.join(sorted(workloads))}): "
+                         "give the runs of one")  # fmt: skip
     by_schedule = defaultdict(list)
     for run in runs:
         by_schedule[schedule_of(run.summary)].append(run)
-    rows = []
+    if len(by_schedule) < 2:
+        raise ValueError(f"runs of one schedule only ({', '.join(by_schedule)}): the check "
+                         "needs runs of at least two")  # fmt: skip
+    rows, warnings = [], []
     for schedule, own in sorted(by_schedule.items()):
         fit = calibrate([r.path for r in own], refine_evaluations=refine)
+        warnings += [f"calibrated on {schedule}: {w}" for w in fit.warnings]
         profile = CostProfile(f"calibrated-{schedule}", fit.cost, "(in memory)", "-")
         for run in runs:
             if schedule_of(run.summary) == schedule:
@@ -79,7 +90,7 @@ def holdout_table(runs: list, refine: int) -> pd.DataFrame:
                 "busy error pt": float(busy["error"].abs().max()),
                 "others": host_share(run.summary),
             })  # fmt: skip
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows), warnings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,7 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     runs = [load_real_run(path) for path in args.runs]
     print(run_table(runs).to_string(index=False))
-    table = holdout_table(runs, args.refine)
+    try:
+        table, warnings = holdout_table(runs, args.refine)
+    except ValueError as err:
+        sys.exit(f"twin_holdout: {err}")
     shown = table.assign(**{
         "makespan error": table["makespan error"].map("{:+.1%}".format),
         "busy error pt": table["busy error pt"].map("{:.1f}".format),
@@ -100,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     within = (table["makespan error"].abs() <= WITHIN).sum()
     print(f"\nmakespan within {WITHIN:.0%}: {within} of {len(table)} held-out replays; busy "
           f"error at most {table['busy error pt'].max():.1f} points")  # fmt: skip
+    for warning in warnings:
+        print(f"warning: {warning}")
     return 0
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from marlaas.twin.calibrate import _decode_warnings
-from marlaas.twin.decode_fit import COLUMNS, fit_decode
+from marlaas.twin.decode_fit import COLUMNS, _standard_errors, fit_decode
 
 BASE_S, PER_SEQ_S = 0.010, 0.0005
 """The true cost of a decode iteration: 10 ms plus 0.5 ms per running sequence."""
@@ -42,11 +42,26 @@ def test_batches_of_one_size_cannot_and_calibrate_says_so():
     assert set(fit.unidentified()) == {"decode_base_ms", "decode_per_seq_ms"}, fit.stderr
     warned = [w for w in _decode_warnings(fit) if "cannot tell it from 0" in w]
     assert len(warned) == 2
-    assert warned[1].startswith("decode_per_seq_ms: ") and " ms (95% interval, 100 " in warned[1]
-    assert re.search(r"\(their batches ran 24\.\d-25\.\d sequences\)", warned[0])
+    assert warned[1].startswith("decode_per_seq_ms: ")
+    assert " ms per sequence and iteration (95% interval, 100 generate rows)" in warned[1]
+    assert re.search(r"\(their batches ran 24\.\d-25\.\d sequences: ", warned[0])
     assert "calibrate from runs of more schedules" in warned[0]
 
 
 def test_a_ridge_fit_reports_no_standard_errors():
     fit = fit_decode(rows(np.random.default_rng(1).uniform(1, 48, 100)), ridge=0.1)
     assert fit.stderr == {} and fit.unidentified() == {}
+
+
+def test_collinear_columns_leave_both_terms_undetermined():
+    """One adapter in every iteration: the per-adapter column is the iteration column, any
+    split of their sum fits alike: where the fit keeps both, neither standard error is
+    finite (the per-sequence term's own column still tells it)."""
+    frame = rows(np.random.default_rng(1).uniform(1, 48, 200))
+    x = frame[list(COLUMNS)].to_numpy(float)
+    x[:, COLUMNS.index("x_adapter")] = x[:, COLUMNS.index("x_base")]
+    beta = np.array([0.006, PER_SEQ_S, 0.0, 0.004, 0.0, 0.0])  # base and adapter share 10 ms
+    residual = frame["duration_s"].to_numpy(float) - x @ beta
+    se = _standard_errors(x, residual, beta)
+    assert np.isinf(se["decode_base_ms"]) and np.isinf(se["decode_per_adapter_ms"])
+    assert se["decode_per_seq_ms"] < PER_SEQ_S / 10

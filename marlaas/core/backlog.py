@@ -19,14 +19,15 @@ backlog must run at its own pace from now on, or it ends alone after the others)
   jobs hold it (``longest_alone_jobs``: one alone, or several whose critical paths end
   together); and the runner-up's (``runner_up_late_s``): the longest remaining alone time
   below it, one of its holder's steps later (the remaining path of that job set back by a
-  step), against which a job that holds the longest alone is weighed: it ends alone only if
-  its path is longer than that.
+  step). A job that holds the longest alone and whose path equals that to the last bit is
+  one step ahead of a job of its own spec: the two end together (split-progress counts it a
+  tie); a path that differs from it in either direction is not a tie.
 
 The tokens and the rate are kept current in O(1) per event, the longest alone time in
-O(log n) per change of a job's figure (a finished training step): no cost grows faster with
-the number of jobs. A policy key that reads them goes stale as the backlog shrinks without the
-job changing. For a policy that reads them (``Policy.reads_backlog``), the scheduler re-keys
-every active job when ``seconds`` has moved by :data:`REKEY_FRACTION` (and
+O(log n) per change of a job's figure (a finished training step), the runner-up's in O(log n)
+plus the jobs that share its value. A policy key that reads them goes stale as the backlog
+shrinks without the job changing. For a policy that reads them (``Policy.reads_backlog``),
+the scheduler re-keys every active job when ``seconds`` has moved by :data:`REKEY_FRACTION` (and
 :data:`REKEY_MIN_S`) since the last re-key, a number of re-keys per run that grows with the
 log of the backlog's range, not with the number of jobs or events; and it re-keys the jobs
 that hold the longest alone time when it or its holders change (:meth:`Backlog.set_alone`
@@ -93,7 +94,8 @@ class Backlog:
 
     def _runner_up_late(self) -> float:
         """The longest remaining alone time below the longest, one of its holder's steps
-        later (0 with none): the second distinct value of the heap, O(log n)."""
+        later (0 with none): the second distinct value of the heap, O(log n) plus the jobs
+        that hold it (jobs of one spec at one step hold one value together)."""
         top = self.longest_alone_s
         heap, by_alone = self._alone_heap, self._by_alone
         if not heap:

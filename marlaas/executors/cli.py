@@ -184,15 +184,18 @@ def _evaluate(args: argparse.Namespace) -> int:
         if elsewhere is None and present and (own.is_symlink() or not is_evaluation(own)):
             raise OutputError(f"{own}: is not an evaluation marlaas wrote; not replacing it "
                               "(move it away, or give --out)")  # fmt: skip
-        kept = own if elsewhere is None else elsewhere  # checked: an evaluation, if there
-        earlier = []  # --jobs: the other jobs' rows are kept
-        if args.jobs is not None and kept.is_file():
-            earlier = json.loads(kept.read_text())
+        earlier = []  # --jobs: the other jobs' rows in the run's own evaluation are kept
+        if args.jobs is not None and elsewhere is not None and elsewhere.is_file():
+            raise OutputError(f"{elsewhere}: exists; --jobs merges into the run's own "
+                              f"{EVAL_FILE} only (another file may hold another run's rows): "
+                              "choose a new --out file")  # fmt: skip
+        if args.jobs is not None and elsewhere is None and own.is_file():
+            earlier = json.loads(own.read_text())
             try:  # before any work
                 check_rows_belong(earlier, workload)
             except ValueError as err:
-                raise OutputError(f"{kept}: {err}; not merging into it (choose another "
-                                  "--out)") from None  # fmt: skip
+                raise OutputError(f"{own}: {err}; not merging into it (move it away, or give "
+                                  "a new --out file)") from None  # fmt: skip
         frame = asyncio.run(go())
         rows = merged_evaluation(earlier, frame, workload)
         text = json.dumps(rows, indent=2) + "\n"

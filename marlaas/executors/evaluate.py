@@ -67,6 +67,8 @@ def pick_jobs(workload: Workload, asked: str | None) -> list[JobSpec]:
         return list(workload.jobs)
     names = [name.strip() for name in asked.split(",")]
     jobs = {spec.name: spec for spec in workload.jobs}
+    if "" in names:
+        raise ValueError(f"--jobs: an empty name in {asked!r}; its jobs are {', '.join(jobs)}")
     unknown = [name for name in names if name not in jobs]
     if unknown:
         raise ValueError(f"--jobs: no job {unknown[0]!r} in the workload; its jobs "

@@ -17,9 +17,13 @@ calibrated on it (``marlaas calibrate``), is only as good as the run was undistu
 - ``others_share``: (other_cpu_s + steal_s) / (wall_s x cpus), the share of the machine's
   processor time that went elsewhere while the run ran (0: the run had the machine to itself).
 
-Counters are read twice, so the figures cover the whole interval, however short: nothing is
-sampled or missed. The machine's counters include the instants before and after the run's own
-work inside the ``with``; a busy neighbour is what they show, not the measurement's own cost.
+Counters are read twice, so the figures cover the whole interval: nothing is sampled. They tick
+every 1/100 s, so a span shorter than :data:`MIN_WALL_S` records nothing (one tick of other
+work would be a large share of it); so does a machine whose counters cannot be read. The span
+includes loading the models, which the run's makespan does not. Only the run's own process
+tree is the run's: engines and trainers in Ray actors are not its processes, so
+``marlaas train`` measures runs without ``--ray`` only, and each part of a resumed run on its
+own (the summary of a resumed run has the last part's, if any).
 """
 
 from __future__ import annotations
@@ -33,6 +37,10 @@ BUSY_HOST_SHARE = 0.10
 busy host (``marlaas train`` notes it; ``calibrate`` warns; ``replay`` says so beside its
 errors): on the 2-core machines of docs/twin.md, runs with every other process stopped had
 under 1-2%."""
+
+MIN_WALL_S = 1.0
+"""Spans shorter than this [s] record nothing: the counters' tick (10 ms) per processor
+would be over 1% of them."""
 
 BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq")
 """The machine's CPU-time states that are work (psutil.cpu_times; idle, iowait and steal are
@@ -56,6 +64,8 @@ class HostShare:
         return time.monotonic(), busy, getattr(machine, "steal", 0.0), self._run_cpu_s()
 
     def _run_cpu_s(self) -> float:
+        """CPU time of the run's process and its descendants, each with the children it has
+        waited for [s]."""
         own = self.process.cpu_times()
         total = own.user + own.system + own.children_user + own.children_system
         for child in self.process.children(recursive=True):
@@ -63,23 +73,33 @@ class HostShare:
                 times = child.cpu_times()
             except psutil.Error:  # it ended meanwhile: its time is its parent's, if waited for
                 continue
-            total += times.user + times.system
+            total += times.user + times.system + times.children_user + times.children_system
         return total
 
     def __enter__(self) -> HostShare:
-        self._start = self._read()
+        self._start = self._measured()
         return self
 
     def __exit__(self, *exc) -> None:
-        end = self._read()
-        self._span = tuple(b - a for a, b in zip(self._start, end, strict=True))
+        end = self._measured()
+        if self._start is not None and end is not None:
+            self._span = tuple(b - a for a, b in zip(self._start, end, strict=True))
+
+    def _measured(self) -> tuple[float, float, float, float] | None:
+        """:meth:`_read`, or None where the counters cannot be read (a restricted /proc):
+        the run goes on, unmeasured."""
+        try:
+            return self._read()
+        except (psutil.Error, OSError):
+            return None
 
     def summary(self) -> dict:
         """The run's host share (the module docstring's keys, rounded: s to 0.1 ms); {} before
-        the ``with`` has ended."""
-        if self._span is None:
+        the ``with`` has ended, for a span under MIN_WALL_S, or unmeasured."""
+        if self._span is None or self._span[0] < MIN_WALL_S:
             return {}
         wall_s, busy_s, steal_s, run_s = self._span
+        run_s = max(0.0, run_s)  # a descendant that left the tree unwaited-for
         cpus = psutil.cpu_count() or 1
         other_s = max(0.0, busy_s - run_s)  # counters tick at 10 ms: a short run's can cross
         share = (other_s + steal_s) / (wall_s * cpus) if wall_s > 0 else 0.0

@@ -151,7 +151,8 @@ def train_run(
                 summary = real_summary(workload, result, events, rewards, backend, offsets,
                                        memory.summary(model_dir),
                                        executor="local" if ray is None else "ray",
-                                       warmup=warmup, host=host.summary())  # fmt: skip
+                                       warmup=warmup, host=host.summary() if ray is None
+                                       else {})  # fmt: skip
                 if track is not None:
                     track.log_run(summary)
             finally:

@@ -111,13 +111,9 @@ def calibrate(
         note = busy_host_note(run.summary.get("host"))
         if note:
             warnings.append(f"{run.path}: {note}; calibrate from runs on a quiet machine")
-    for name, unit, scale in [
-        ("decode_base_ms", "ms per iteration", 1e3),
-        ("decode_per_seq_ms", "ms per sequence and iteration", 1e3),
-        ("decode_per_kv_token_ms", "ms per context token and iteration", 1e3),
-        ("decode_per_adapter_ms", "ms per adapter and iteration", 1e3),
-        ("prefill_base_ms", "ms per prefill", 1e3),
-    ]:
+    for name, (unit, scale) in ENGINE_UNITS.items():
+        if name == "prefill_s_per_token":
+            continue  # fitted as a rate, below
         values[name] = decode.coef[name] * scale
         if name == "decode_base_ms":
             values[name] = max(values[name], 1e-6)  # the model needs a positive iteration time
@@ -174,6 +170,17 @@ def calibrate(
     return Calibration(cost, fitted, [_describe(r) for r in runs], model, warnings)
 
 
+ENGINE_UNITS = {
+    "decode_base_ms": ("ms per iteration", 1e3),
+    "decode_per_seq_ms": ("ms per sequence and iteration", 1e3),
+    "decode_per_kv_token_ms": ("ms per context token and iteration", 1e3),
+    "decode_per_adapter_ms": ("ms per adapter and iteration", 1e3),
+    "prefill_base_ms": ("ms per prefill", 1e3),
+    "prefill_s_per_token": ("s per prompt token", 1.0),
+}
+"""The decode regression's terms: (unit, scale from the regression's seconds)."""
+
+
 def _decode_warnings(decode) -> list[str]:
     """A poor regression, the engine terms whose 95% interval includes 0 (the rows' batch
     sizes, contexts and adapters move together: the profile may not carry over to other
@@ -185,12 +192,13 @@ def _decode_warnings(decode) -> list[str]:
                    "durations (the replay refinement adjusts them)")  # fmt: skip
     low, high = decode.batch_range
     for name, (value, half) in decode.unidentified().items():
-        unit, scale = ("ms", 1e3) if name.endswith("_ms") else ("s", 1.0)
-        value, half = value * scale, half * scale
-        out.append(f"{name}: {value:.3g} +- {half:.2g} {unit} (95% interval, {decode.rows} "
-                   f"generate rows): the rows cannot tell it from 0 (their batches ran {low:.3g}-"
-                   f"{high:.3g} sequences); a profile from these runs may not carry over to "
-                   "other batch sizes: calibrate from runs of more schedules")  # fmt: skip
+        unit, scale = ENGINE_UNITS[name]
+        where = (f"their batches ran {low:.3g}-{high:.3g} sequences: a profile from these runs "
+                 "may not carry over to other batch sizes" if name.startswith("decode")
+                 else "prefills alike: it may not carry over to other prompt lengths")  # fmt: skip
+        out.append(f"{name}: {value * scale:.3g} +- {half * scale:.2g} {unit} (95% interval, "
+                   f"{decode.rows} generate rows): the rows cannot tell it from 0 ({where}); "
+                   "calibrate from runs of more schedules")  # fmt: skip
     zero = [name for name, value in decode.coef.items() if value <= 0]
     if zero:
         out.append(f"{', '.join(zero)}: at the bound 0 in the regression (the generate rows "

@@ -49,9 +49,11 @@ class DecodeFit:
     """Mean absolute percentage error of the fitted rows' durations."""
     stderr: dict[str, float] = field(default_factory=dict)
     """TERMS -> the standard error of each coefficient the fit left above its bound 0 (least
-    squares on those terms' columns: sigma^2 (X'X)^-1), in its units; none for a ridge fit."""
+    squares on those terms' columns: sigma^2 (X'X)^-1; infinite where collinear columns do
+    not determine it), in its units; none for a ridge fit."""
     batch_range: tuple[float, float] = (0.0, 0.0)
-    """The 10th and 90th percentiles of the steady rows' mean running sequences."""
+    """The 10th and 90th percentiles of the steady rows' mean running sequences (rows that
+    decode)."""
 
     def unidentified(self) -> dict[str, tuple[float, float]]:
         """Terms whose 95% interval (value +- 1.96 standard errors) includes 0: the rows do
@@ -162,19 +164,29 @@ def fit_decode(rows: pd.DataFrame, ridge: float = 0.0) -> DecodeFit:
     residual = warm["duration_s"].to_numpy(float) - warm[list(COLUMNS)].to_numpy(float) @ beta
     warmup = float(max(np.mean(residual), 0.0)) if len(warm) else 0.0
     stderr = {} if ridge > 0 else _standard_errors(x, y - pred, beta)
-    running = x[:, 1] / np.maximum(x[:, 0], 1e-12)  # x_seq / x_base: mean running sequences
-    low, high = np.percentile(running, [10, 90])
+    iterating = x[:, 0] > 0
+    running = x[iterating, 1] / x[iterating, 0]  # x_seq / x_base: mean running sequences
+    low, high = np.percentile(running, [10, 90]) if len(running) else (0.0, 0.0)
     return DecodeFit(dict(zip(TERMS, beta.tolist(), strict=True)), warmup, len(steady),
                      len(warm), r2, mape, stderr, (float(low), float(high)))  # fmt: skip
 
 
 def _standard_errors(x: np.ndarray, residual: np.ndarray, beta: np.ndarray) -> dict[str, float]:
     """The standard error of each coefficient above its bound, as least squares on the
-    columns of those terms gives it (the bound-0 terms are out of the model there)."""
+    columns of those terms gives it (conditional on which terms the non-negative fit kept,
+    so it understates the uncertainty a little). On the scaled columns; a term in a direction
+    the columns do not determine (collinear columns: numerical rank below the terms) has an
+    infinite standard error."""
     free = np.flatnonzero(beta > 0)
     dof = len(residual) - len(free)
     if not len(free) or dof <= 0:
         return {}
     sigma2 = float(residual @ residual) / dof
-    cov = sigma2 * np.linalg.pinv(x[:, free].T @ x[:, free])
-    return {TERMS[i]: float(np.sqrt(max(cov[j, j], 0.0))) for j, i in enumerate(free)}
+    scale = np.where(np.abs(x[:, free]).max(axis=0) > 0, np.abs(x[:, free]).max(axis=0), 1.0)
+    _, singular, vt = np.linalg.svd(x[:, free] / scale, full_matrices=False)
+    tolerance = singular[0] * max(x.shape) * np.finfo(float).eps
+    determined = singular > tolerance
+    undetermined = np.abs(vt[~determined]).max(axis=0) > 1e-8 if (~determined).any() else 0
+    variance = (vt[determined] ** 2 / singular[determined, None] ** 2).sum(axis=0) * sigma2
+    se = np.where(undetermined, np.inf, np.sqrt(variance)) / scale
+    return {TERMS[i]: float(se[j]) for j, i in enumerate(free)}

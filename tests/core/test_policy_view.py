@@ -21,6 +21,17 @@ def spec(**rl) -> JobSpec:
                    response_tokens={"dist": "lognormal", "median": 20, "sigma": 1.0})  # fmt: skip
 
 
+def test_a_job_one_step_behind_another_of_its_spec_has_its_late_path_exactly():
+    """split-progress's one-step tie compares these to the last bit: the product must be the
+    same whatever the step counts (not a sum that rounds differently)."""
+    for steps in (4, 7, 10, 37):
+        ahead, behind = JobState(spec(steps=steps), 0, 1), JobState(spec(steps=steps), 0, 2)
+        for done in range(1, steps):
+            ahead.trained, behind.trained = done, done - 1
+            assert behind.remaining_alone_s == ahead.late_alone_s
+            assert ahead.remaining_alone_s != ahead.late_alone_s
+
+
 def test_quantiles_of_each_distribution():
     assert LogNormal(dist="lognormal", median=300, sigma=1.0).quantile(0.5) == pytest.approx(300)
     p99 = LogNormal(dist="lognormal", median=300, sigma=1.0).quantile(0.99)

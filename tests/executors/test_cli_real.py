@@ -164,30 +164,41 @@ def test_evaluate_scores_only_the_jobs_asked_for_and_keeps_the_others_rows(
     quiet_run, tiny_model_dir, tmp_path, capsys
 ):
     out, _done = quiet_run
-    target = tmp_path / "eval.json"
+    own = out / "eval.json"
     args = [str(TRACE), "--set", f"base_model.path={tiny_model_dir}", "--run", str(out),
-            "--backend", "hf", "--quiet", "--out", str(target)]  # fmt: skip
+            "--backend", "hf", "--quiet"]  # fmt: skip
     assert main(["evaluate", *args, "--prompts", "1"]) == 0
-    before = json.loads(target.read_text())
+    before = json.loads(own.read_text())
     capsys.readouterr()
     assert main(["evaluate", *args, "--prompts", "2", "--jobs", "emit-z"]) == 0
     printed = capsys.readouterr().out
     assert "emit-z" in printed and "emit-a" not in printed  # only what was scored now
-    after = json.loads(target.read_text())
+    after = json.loads(own.read_text())
     assert [r for r in after if r["job"] != "emit-z"] == [r for r in before if r["job"] != "emit-z"]
     assert [(r["job"], r["prompts"]) for r in after] == [
         ("emit-a", 1), ("emit-a", 1), ("emit-z", 2), ("emit-z", 2), ("emit-e-slow", 1),
         ("emit-e-slow", 1)
     ]  # fmt: skip
-    capsys.readouterr()
-    assert main(["evaluate", *args, "--jobs", "emit-a,emit-q"]) == 2
-    assert "no job 'emit-q' in the workload; its jobs are emit-a" in capsys.readouterr().err
-    assert json.loads(target.read_text()) == after
+    refused = [
+        (["--jobs", "emit-a,emit-q"], "no job 'emit-q' in the workload; its jobs are emit-a"),
+        (["--jobs", "emit-a", "--out", str(tmp_path / "x.json")], None),  # a new file: fine
+    ]  # fmt: skip
+    for extra, message in refused:
+        code = main(["evaluate", *args, "--prompts", "1", *extra])
+        assert code == (2 if message else 0) and (message or "") in capsys.readouterr().err
+    elsewhere = tmp_path / "x.json"
+    assert [r["job"] for r in json.loads(elsewhere.read_text())] == ["emit-a", "emit-a"]
+    assert main(["evaluate", *args, "--jobs", "emit-a", "--out", str(elsewhere)]) == 2
+    assert "exists; --jobs merges into the run's own eval.json only" in capsys.readouterr().err
     foreign = [{**row, "job": "other-" + row["job"]} for row in after]  # another workload's
-    target.write_text(json.dumps(foreign))
-    assert main(["evaluate", *args, "--jobs", "emit-a"]) == 2
-    assert "holds rows of 'other-emit-a', not a job of" in capsys.readouterr().err
-    assert json.loads(target.read_text()) == foreign  # left as it was
+    own.write_text(json.dumps(foreign))
+    try:
+        assert main(["evaluate", *args, "--jobs", "emit-a"]) == 2
+        assert "holds rows of 'other-emit-a', not a job of" in capsys.readouterr().err
+        assert json.loads(own.read_text()) == foreign  # left as it was
+    finally:
+        own.write_text(json.dumps(after))
+    assert json.loads(own.read_text()) == after
 
 
 @pytest.mark.slow

@@ -9,10 +9,10 @@ import time
 import psutil
 import pytest
 
-from marlaas.executors.host_share import BUSY_HOST_SHARE, HostShare, busy_host_note
+from marlaas.executors.host_share import BUSY_HOST_SHARE, MIN_WALL_S, HostShare, busy_host_note
 from marlaas.run_files import RunFileError, check_summary
 
-BURN_S = 0.6
+BURN_S = 1.2
 
 
 def burn(seconds: float) -> None:
@@ -58,8 +58,37 @@ def test_a_child_process_is_the_runs():
     assert host.summary()["run_cpu_s"] >= 0.9 * BURN_S
 
 
-def test_nothing_is_reported_before_the_run_ends():
+def test_nothing_is_reported_before_the_run_ends_nor_for_a_span_too_short_to_tell():
     assert HostShare().summary() == {}
+    for _ in range(20):  # a tick of other work would be a large share of a few ms
+        with HostShare() as host:
+            pass
+        assert host.summary() == {}
+    assert BURN_S > MIN_WALL_S
+
+
+def test_unreadable_counters_leave_the_run_unmeasured(monkeypatch):
+    def denied():
+        raise PermissionError("/proc/stat")
+
+    monkeypatch.setattr(psutil, "cpu_times", denied)
+    with HostShare() as host:
+        burn(BURN_S)
+    assert host.summary() == {}
+
+
+def test_a_grandchild_waited_for_by_its_parent_is_the_runs():
+    """The child runs a grandchild that burns CPU and ends, reaped by the child, while the
+    child itself lives on: its time is the run's (children_user of the child)."""
+    script = (f"import subprocess, sys, time\nsubprocess.run([sys.executable, '-c', 'import time\\n"
+              f"end = time.process_time() + {BURN_S}\\nwhile time.process_time() < end: pass'])\n"
+              "print('done', flush=True)\ntime.sleep(60)")  # fmt: skip
+    with HostShare() as host:
+        child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+        assert child.stdout.readline().strip() == "done"
+    child.kill()
+    child.wait()
+    assert host.summary()["run_cpu_s"] >= 0.9 * BURN_S
 
 
 def test_a_busy_host_is_noted_from_its_share_on():

@@ -104,8 +104,9 @@ class JobView(Protocol):
     def runner_up_late_s(self) -> float:
         """The runner-up's remaining critical path one of its steps later [s]: the longest
         ``remaining_alone_s`` below ``longest_alone_s`` among the live jobs, plus one step
-        of the job that has it (0 with none). The jobs that hold ``longest_alone_s`` are
-        re-keyed when it moves (``reads_backlog``)."""
+        of the job that has it (0 with none). Equal to the last bit to a holder's
+        ``remaining_alone_s``: that holder is one step ahead of a job of its own spec. The
+        jobs that hold ``longest_alone_s`` are re-keyed when it moves (``reads_backlog``)."""
 
     @property
     def stage(self) -> str:
