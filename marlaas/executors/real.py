@@ -88,6 +88,18 @@ def read_interrupt(task: asyncio.Task) -> None:
         task.exception()
 
 
+def quiet_interrupts(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    """The event loop's exception handler: an interruption (KeyboardInterrupt, SIGTERM's
+    Interrupted: any exception that is not an Exception) has already reached the caller and
+    been reported in one line, so it is not printed again with a traceback (a work task that
+    ended with it and was collected before :func:`read_interrupt` read it); every other
+    error goes to asyncio's default handler."""
+    error = context.get("exception")
+    if error is not None and not isinstance(error, Exception):
+        return
+    loop.default_exception_handler(context)
+
+
 class RealExecutor:
     """Real generation, environments and training, as the scheduler decides, over
     ``backends`` (in this process or Ray actors: :mod:`marlaas.executors.placement`).
@@ -154,6 +166,7 @@ class RealExecutor:
         limit = max_positions(self._model_dir)
         self._max_model_len = min(self._max_model_len_asked or limit, limit)
         self._runner = asyncio.Runner()
+        self._runner.get_loop().set_exception_handler(quiet_interrupts)
         self._woken = asyncio.Event()
         try:
             self._runner.run(self._setup())
