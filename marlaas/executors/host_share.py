@@ -35,8 +35,10 @@ import psutil
 BUSY_HOST_SHARE = 0.10
 """From this share of the machine's processor time gone elsewhere, a run is said to have had a
 busy host (``marlaas train`` notes it; ``calibrate`` warns; ``replay`` says so beside its
-errors): on the 2-core machines of docs/twin.md, runs with every other process stopped had
-under 1-2%."""
+errors): on the 2-core VM of docs/twin.md, of twelve runs with every other Python process
+stopped seven had 0.7-5.0%, three 7-10% where the hypervisor took the processors (steal
+12.5-15.5 s: those runs took 14-34% longer than their repeats), two more from processes
+the stopping missed."""
 
 MIN_WALL_S = 1.0
 """Spans shorter than this [s] record nothing: the counters' tick (10 ms) per processor
@@ -101,8 +103,8 @@ class HostShare:
         wall_s, busy_s, steal_s, run_s = self._span
         run_s = max(0.0, run_s)  # a descendant that left the tree unwaited-for
         cpus = psutil.cpu_count() or 1
-        other_s = max(0.0, busy_s - run_s)  # counters tick at 10 ms: a short run's can cross
-        share = (other_s + steal_s) / (wall_s * cpus) if wall_s > 0 else 0.0
+        other_s = max(0.0, busy_s - run_s)  # the counters tick apart: they may cross by a tick
+        share = (other_s + steal_s) / (wall_s * cpus)
         return {
             "cpus": cpus,
             "wall_s": round(wall_s, 4),
