@@ -25,7 +25,8 @@ seqs       int     sequences in this piece of work
 tokens     int     tokens produced (generate) or trained on (train)
 version    int     adapter version used (generate), produced (train), published (sync)
 staleness  int     train: the largest lag, in versions, of a sample in the batch; else -1
-outcome    str     ``ok`` or ``failed``; for idle rows the cause: ``rollouts``,
+outcome    str     ``ok``, ``failed``, ``cancelled`` or ``resampled`` (OUTCOMES); for
+                   idle rows the cause: ``rollouts``,
                    ``trainer``, ``environment``, ``weight_sync``, ``adapter_load``,
                    ``staleness``, ``barrier`` (the step barrier of ``sync``),
                    ``no_work``
@@ -169,9 +170,12 @@ MAX_EVENT_TIME_S = 1e12
 NOT_BELOW = {"step": -1, "group": -1, "turn": -1, "seqs": 0, "tokens": 0, "version": -1,
              "staleness": -1, "prompt_tokens": -1, "longest_tokens": -1}  # fmt: skip
 """Least value of each integer column (-1: none)."""
-OUTCOMES = ("ok", "failed", "cancelled")
+OUTCOMES = ("ok", "failed", "cancelled", "resampled")
 """Outcomes of work (idle rows name a cause of IDLE_CAUSES instead): ``cancelled`` is work of a
-job cancelled while it ran."""
+job cancelled while it ran; ``resampled`` an episode's last environment step whose group was
+dropped as all alike and drawn again (rl.resample_alike: the work was done, not trained on)."""
+DONE_OUTCOMES = ("ok", "resampled")
+"""Outcomes of work that finished and took its time (a dropped group's last step did)."""
 
 
 def _is_text(kind: pa.DataType) -> bool:

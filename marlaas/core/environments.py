@@ -103,10 +103,14 @@ class Environments:
         self.free += d.seqs
         job.in_env -= 1
         group = job.groups[d.group]
+        dropped = (
+            event.ok and event.alike and d.last_turn and not job.cancelled
+            and job.drop_alike(d.group)
+        )  # fmt: skip
         self.ledger.record(
             "env", job, (), running.start_s, now, event, step=d.step, group=d.group,
             turn=d.turn, seqs=d.seqs, tokens=event.tokens, version=group.version,
-            reward=event.reward,
+            reward=event.reward, resampled=dropped,
         )  # fmt: skip
         if job.cancelled:
             job.groups.pop(d.group, None)
@@ -115,7 +119,9 @@ class Environments:
             job.ready_env.appendleft(d.group)
             return
         group.context_tokens += event.tokens
-        if d.last_turn:
+        if dropped:
+            del job.groups[d.group]
+        elif d.last_turn:
             job.finished.setdefault(d.step, []).append(job.groups.pop(d.group))
         else:
             group.turn += 1

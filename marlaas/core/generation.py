@@ -217,8 +217,9 @@ class Generation:
             context, version = group.context_tokens, group.version
             shared = group.shared_tokens
         else:
-            context, version = job.prompt_reserve_of(job.next_group), job.published
-            shared = job.lengths.prompt(job.next_group) if job.shares_prompt else 0
+            new = job.new_group_index
+            context, version = job.prompt_reserve_of(new), job.published
+            shared = job.lengths.prompt(new) if job.shares_prompt else 0
         reserve = context - (job.group_size - 1) * shared + job.answer_reserve
         need = (job.group_size, reserve, (job.name, version))
         if key is None:
@@ -315,7 +316,7 @@ class Generation:
             job.ready_gen.popleft()
         else:
             job.groups[group.index] = group
-            job.next_group += 1
+            job.took_new_group()
         must_load, victim = engine.reserve(rl.group_size, reserve, (job.name, group.version))
         job.in_gen += 1
         self._served += 1
@@ -400,7 +401,7 @@ class Generation:
 def next_group(job: JobState) -> tuple[Group, int]:
     """The job's next group to generate (a continuing episode first) and its KV reserve."""
     rl = job.spec.rl
-    group = job.groups[job.ready_gen[0]] if job.ready_gen else job.new_group(job.next_group)
+    group = job.groups[job.ready_gen[0]] if job.ready_gen else job.new_group(job.new_group_index)
     return group, group.kv_reserve(rl.group_size, rl.max_new_tokens)
 
 
@@ -411,8 +412,9 @@ def next_need(job: JobState) -> Need:
         group = job.groups[job.ready_gen[0]]
         context, version, shared = group.context_tokens, group.version, group.shared_tokens
     else:
-        context, version = job.prompt_reserve_of(job.next_group), job.published
-        shared = job.lengths.prompt(job.next_group) if job.shares_prompt else 0
+        new = job.new_group_index
+        context, version = job.prompt_reserve_of(new), job.published
+        shared = job.lengths.prompt(new) if job.shares_prompt else 0
     reserve = context - (job.group_size - 1) * shared + job.answer_reserve
     return job.group_size, reserve, (job.name, version)
 

@@ -53,6 +53,11 @@ class RLSettings(StrictSpec):
     advantage (DAPO's clip-higher, Yu et al. 2025, takes 0.28 with clip_eps 0.2: a rare token
     the task rewards may rise further in one step; at 10, no upper side in practice). Acts
     only with minibatches > 1, as clip_eps. None: clip_eps."""
+    resample_alike: Count(L.MAX_PROMPTS_PER_STEP, low=0) = 0
+    """DAPO's dynamic sampling (Yu et al. 2025): up to this many prompt groups per training
+    step are sampled in place of groups whose samples all earned the same reward (every GRPO
+    advantage 0: such a group teaches nothing). A group is dropped only while its step has
+    resamples left; past them it trains as it is. 0: every group trains (plain GRPO)."""
 
     @model_validator(mode="after")
     def _minibatches(self) -> RLSettings:
@@ -77,6 +82,10 @@ class EnvSpec(StrictSpec):
     per sample and step) on top of the environment's own time."""
     observation_tokens: Count(L.MAX_TOKENS, low=0) = 0
     """Tokens an environment step appends to the context (multi-turn)."""
+    alike_groups: Amount(1.0) = 0.0
+    """The simulator's chance that a group's samples all earn the same reward (what
+    rl.resample_alike drops), drawn per group; a real run observes it, and a replay repeats
+    the real run's. Measure it from a real run's rewards (all-right and all-wrong groups)."""
 
     @field_validator("name")
     @classmethod

@@ -5,6 +5,12 @@ g // prompts_per_step, which turns adapter version t into t + 1. A group is samp
 version published when its first turn starts and keeps it for the whole episode, so the lag
 of group g at its training step is step(g) - version(g). The gate below starts group g only
 when published >= step(g) - max_staleness: the staleness bound holds by construction.
+
+With rl.resample_alike = R (DAPO's dynamic sampling), a finished group whose samples all
+earned the same reward is dropped while its step has drawn fewer than R in its place, and
+another group takes its place: the k-th of step s is numbered total_groups + s * R + k (its
+own prompt, the same in every world and run). It starts as soon as it may, with the version
+published then, which is no older than the dropped group's: the bound still holds.
 """
 
 from __future__ import annotations
@@ -73,6 +79,10 @@ class JobState:
     in_gen: int = 0
     finished: dict[int, list[Group]] = field(default_factory=dict)
     """Finished episodes by training step."""
+    dropped: dict[int, list[int]] = field(default_factory=dict)
+    """Groups dropped as all alike (rl.resample_alike), by training step, until it trains."""
+    resample: deque[int] = field(default_factory=deque)
+    """Groups drawn in place of dropped ones, waiting to start (before any new group)."""
     attained_tokens: float = 0.0
     remaining_tokens: float = 0.0
     last_served: int = 0
@@ -92,7 +102,9 @@ class JobState:
     turns: int = field(init=False, repr=False, compare=False)
     """Turns of each episode: group turns one prompt group generates."""
     total_groups: int = field(init=False, repr=False, compare=False)
-    """Prompt groups over all steps."""
+    """Prompt groups over all steps (not counting those drawn in place of dropped ones)."""
+    resample_alike: int = field(init=False, repr=False, compare=False)
+    """Groups a step may draw in place of all-alike ones (rl.resample_alike)."""
     answer_reserve: int = field(init=False, repr=False, compare=False)
     """KV tokens a group turn reserves for its responses (max_new_tokens per sample)."""
     turn_tokens: float = field(init=False, repr=False, compare=False)
@@ -114,6 +126,7 @@ class JobState:
         self.prompts_per_step = rl.prompts_per_step
         self.turns = rl.turns
         self.total_groups = rl.steps * rl.prompts_per_step
+        self.resample_alike = rl.resample_alike
         self.answer_reserve = rl.group_size * rl.max_new_tokens
         mean_response = min(self.spec.response_tokens.mean(), rl.max_new_tokens)
         self.turn_tokens = rl.group_size * mean_response
@@ -209,10 +222,42 @@ class JobState:
     # Progress ----------------------------------------------------------------------------
     def step_of(self, group: int) -> int:
         """The training step that consumes ``group``."""
-        return group // self.prompts_per_step
+        if group < self.total_groups:
+            return group // self.prompts_per_step
+        return (group - self.total_groups) // self.resample_alike
+
+    @property
+    def new_group_index(self) -> int:
+        """The group a new episode starts next: one drawn in place of a dropped group first."""
+        return self.resample[0] if self.resample else self.next_group
+
+    def took_new_group(self) -> None:
+        """The group new_group_index named has started."""
+        if self.resample:
+            self.resample.popleft()
+        else:
+            self.next_group += 1
+
+    def drop_alike(self, group: int) -> bool:
+        """Group ``group`` finished with every sample's reward alike: drop it and draw another
+        in its place when its step has resamples left (True), else keep it (False)."""
+        step = self.step_of(group)
+        dropped = self.dropped.get(step)
+        drawn = len(dropped) if dropped is not None else 0
+        if drawn >= self.resample_alike:
+            return False
+        if dropped is None:
+            dropped = self.dropped[step] = []
+        dropped.append(group)
+        self.resample.append(self.total_groups + step * self.resample_alike + drawn)
+        self.remaining_tokens += self.turns * self.turn_tokens
+        return True
 
     def next_group_allowed(self, barrier_limit: int | None) -> bool:
-        """Whether a new group may start now (staleness gate, and barrier round if any)."""
+        """Whether a new group may start now (staleness gate, and barrier round if any; a
+        group drawn in place of a dropped one always may: its step's groups started)."""
+        if self.resample:
+            return True
         if self.next_group >= self.total_groups:
             return False
         step = self.step_of(self.next_group)

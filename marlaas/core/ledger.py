@@ -99,11 +99,18 @@ class Ledger:
         reward: object = NO_REWARD,
         prompt_tokens: int = -1,
         longest_tokens: int = -1,
+        resampled: bool = False,
     ) -> None:
         """One record per device the work ran on (environment work: one, without device);
         the fields as in :class:`WorkRecord`. Work of a cancelled job is ``cancelled``: it
-        finished, and was discarded."""
-        outcome = "cancelled" if job.cancelled else "ok" if event.ok else "failed"
+        finished, and was discarded; ``resampled``: an episode's last step whose group was
+        dropped as all alike (rl.resample_alike)."""
+        if job.cancelled:
+            outcome = "cancelled"
+        elif not event.ok:
+            outcome = "failed"
+        else:
+            outcome = "resampled" if resampled else "ok"
         tenant, name, fields = job.tenant, job.name, self.records.fields
         if not devices:
             append_row(

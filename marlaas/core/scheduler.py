@@ -280,6 +280,7 @@ class Scheduler:
         job.ready_gen.clear()
         job.ready_env.clear()
         job.finished.clear()
+        job.resample.clear()
         self.ledger.touched.add(job.index)  # its work sets and votes are withdrawn
         self._ending[job.index] = job
         return CANCELLING

@@ -100,7 +100,7 @@ class Training:
         decision = Train(
             ledger.new_id(), job.name, step, trainer.name, tuple(d.name for d in trainer.devices),
             tuple(g.index for g in groups), job.spec.rl.group_size * len(groups), tokens,
-            staleness, step + 1,
+            staleness, step + 1, tuple(job.dropped.get(step, ())),
         )  # fmt: skip
         self._set_activity(trainer, "train")
         trainer.touch(job.name)
@@ -151,6 +151,7 @@ class Training:
             return
         job.trained += 1
         del job.finished[d.step]
+        job.dropped.pop(d.step, None)
         self._set_activity(trainer, "weight_sync")
         ledger.due.append(lambda t, out: self._start_sync(job, trainer, t, out))
 

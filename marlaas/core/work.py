@@ -144,6 +144,9 @@ class Train:
     staleness: int
     """Largest version lag of a group in the batch."""
     version_out: int
+    dropped: tuple[int, ...] = ()
+    """The step's groups dropped as all alike (rl.resample_alike): not trained; their
+    episodes end with the step."""
 
 
 @dataclass(slots=True)
@@ -184,6 +187,9 @@ class WorkDone:
     Train: tokens trained."""
     reward: float = math.nan
     """Mean reward of the group (EnvStep on the last turn, in real runs)."""
+    alike: bool = False
+    """EnvStep on the last turn: every sample of the group earned the same reward (no GRPO
+    advantage; rl.resample_alike may drop the group)."""
     error: str = ""
     """Why the work failed (``ok=False``), one line."""
     prompt_tokens: int = -1

@@ -123,11 +123,15 @@ class Workload(StrictSpec):
         unknown = sorted(set(self.prices.pools) - pools)
         if unknown:
             raise ValueError(f"prices.pools: no pool named {unknown[0]!r} (pools: {sorted(pools)})")
-        work = sum(j.rl.steps * j.rl.prompts_per_step * j.rl.turns for j in self.jobs)
+        work = sum(
+            j.rl.steps * (j.rl.prompts_per_step + j.rl.resample_alike) * j.rl.turns
+            for j in self.jobs
+        )
         if work > L.MAX_GROUP_TURNS:
             raise ValueError(
-                f"jobs: {work:,} group-turns in all (steps x prompts_per_step x turns, summed "
-                f"over jobs); at most {L.MAX_GROUP_TURNS:,} fit one run"
+                f"jobs: {work:,} group-turns in all (steps x (prompts_per_step + "
+                f"resample_alike) x turns, summed over jobs); at most {L.MAX_GROUP_TURNS:,} "
+                "fit one run"
             )
         return self
 

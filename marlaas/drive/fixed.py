@@ -24,7 +24,9 @@ DURATIONS_S = {Generate: 3.0, EnvStep: 1.0, LoadAdapter: 0.5, SwapIn: 0.5, Train
 
 class FixedExecutor:
     """Completes each decision after a fixed duration; Generate yields ``tokens_per_seq``
-    tokens per sequence. ``outcome(decision) -> bool`` may fail work on purpose."""
+    tokens per sequence. ``outcome(decision) -> bool`` may fail work on purpose;
+    ``alike(step) -> bool`` says which episodes' last environment steps end with every sample's
+    reward alike (none by default)."""
 
     def __init__(
         self,
@@ -32,10 +34,12 @@ class FixedExecutor:
         tokens_per_seq: int = 10,
         outcome: Callable[[Decision], bool] | None = None,
         seed: int = 0,
+        alike: Callable[[EnvStep], bool] | None = None,
     ) -> None:
         self.durations_s = {**DURATIONS_S, **(durations_s or {})}
         self.tokens_per_seq = tokens_per_seq
         self.outcome = outcome
+        self.alike = alike
         self.seed = seed
         self.started: list[tuple[float, Decision]] = []
         """Every decision started, with its start time [s]."""
@@ -56,7 +60,11 @@ class FixedExecutor:
             return
         ok = self.outcome(decision) if self.outcome is not None else True
         tokens = decision.seqs * self.tokens_per_seq if isinstance(decision, Generate) else 0
-        done = WorkDone(decision.work_id, ok=ok, tokens=tokens if ok else 0)
+        alike = (
+            self.alike is not None and isinstance(decision, EnvStep) and decision.last_turn
+            and self.alike(decision)
+        )  # fmt: skip
+        done = WorkDone(decision.work_id, ok=ok, tokens=tokens if ok else 0, alike=alike)
         end = now + self.durations_s[type(decision)]
         heapq.heappush(self._queue, (end, decision.work_id, done))
 

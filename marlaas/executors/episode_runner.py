@@ -38,7 +38,7 @@ class RewardPoint:
     step: int
     """Training step (adapter version before it), counting resumed steps."""
     mean_reward: float
-    """Mean episode reward of the step's samples."""
+    """Mean episode reward of the groups sampled for the step (dropped ones included)."""
     time_s: float
     """When the step finished [s since the run's start]."""
     staleness: int
@@ -58,6 +58,9 @@ class RewardPoint:
     trust_clip_fraction: float = 0.0
     """Fraction of the step's tokens whose ratio to the step's starting policy was clipped
     (no gradient; only from a step's second minibatch on, ``rl.minibatches``)."""
+    dropped_groups: int = 0
+    """Groups sampled for the step and dropped as all alike (``rl.resample_alike``); the
+    mean reward counts them."""
 
 
 class EpisodeRunner:
@@ -135,23 +138,29 @@ class EpisodeRunner:
         longest = max((len(c.completion_ids) for c in completions), default=0)
         return add_completions(live, completions), longest, context
 
-    async def env_step(self, d: EnvStep) -> tuple[int, float]:
+    async def env_step(self, d: EnvStep) -> tuple[int, float, bool]:
         """The group's environment step, then the declared latency (the slowest of the
-        group's samples); (observation tokens added, mean reward on the last turn else NaN)."""
+        group's samples); (observation tokens added, mean reward on the last turn else NaN,
+        whether every sample's episode earned the same reward: on the last turn only)."""
         episode = self._episodes[(d.job, d.group)]
         rng = np.random.default_rng([self.seed, self._index[d.job], d.group, d.turn])
         latency_s = float(self.specs[d.job].env.latency_s.sample(rng, d.seqs).max())
         added, mean = await step_envs(episode, d.last_turn, self.fmt)
         await asyncio.sleep(latency_s)
-        return added, (mean if d.last_turn else math.nan)
+        if not d.last_turn:
+            return added, math.nan, False
+        return added, mean, episode.all_alike
 
     def batch(self, d: Train) -> tuple[list[TrainSample], float]:
-        """The training samples of the step's groups and their mean episode reward."""
+        """The training samples of the step's groups, and the mean episode reward of every
+        group sampled for the step (the dropped all-alike ones too: the policy's reward, not
+        the filtered batch's)."""
         episodes = [self._episodes[(d.job, g)] for g in d.groups]
         samples = [s for e in episodes for s in e.train_samples()]
-        return samples, sum(e.mean_reward for e in episodes) / len(episodes)
+        sampled = episodes + [self._episodes[(d.job, g)] for g in d.dropped]
+        return samples, sum(e.mean_reward for e in sampled) / len(sampled)
 
     def release(self, d: Train) -> None:
-        """Forget the episodes of a trained step."""
-        for g in d.groups:
+        """Forget the episodes of a trained step (its dropped groups' too)."""
+        for g in (*d.groups, *d.dropped):
             del self._episodes[(d.job, g)]

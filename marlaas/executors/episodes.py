@@ -20,6 +20,9 @@ from marlaas.envs.base import Environment, StepResult
 from marlaas.executors.rollout import Completion, TrainSample
 
 _PLACEHOLDER = "@@MARLAAS_RESPONSE@@"
+ALIKE_TOLERANCE = 1e-9
+"""Rewards closer than this are alike (GRPO's advantage, (r - mean) / (std + eps), is then 0
+to the float's precision)."""
 
 
 class ChatFormat:
@@ -111,6 +114,12 @@ class GroupEpisode:
     def mean_reward(self) -> float:
         """Mean episode reward over the group's samples."""
         return sum(s.reward for s in self.samples) / len(self.samples)
+
+    @property
+    def all_alike(self) -> bool:
+        """Whether every sample's episode earned the same reward (every GRPO advantage 0)."""
+        first = self.samples[0].reward
+        return all(abs(s.reward - first) <= ALIKE_TOLERANCE for s in self.samples)
 
     def train_samples(self) -> list[TrainSample]:
         """One training sample per generated turn (empty completions are skipped)."""

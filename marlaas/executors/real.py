@@ -310,8 +310,8 @@ class RealExecutor:
         return {"tokens": tokens, "longest_tokens": longest, "prompt_tokens": context}
 
     async def _env_step(self, d: EnvStep) -> dict:
-        tokens, reward = await self.episodes.env_step(d)
-        return {"tokens": tokens, "reward": reward}
+        tokens, reward, alike = await self.episodes.env_step(d)
+        return {"tokens": tokens, "reward": reward, "alike": alike}
 
     async def _load(self, d: LoadAdapter) -> dict:
         await self._created_first(d.job)
@@ -356,7 +356,7 @@ class RealExecutor:
                 d.job, spec.tenant, d.step, mean_reward, self.now(),
                 stats.max_staleness, self._bounds[d.job], stats.mean_weight,
                 stats.clip_fraction, stats.loss, stats.samples, round(tree_rss_mb(), 1),
-                stats.extra.get("trust_clip_fraction", 0.0),
+                stats.extra.get("trust_clip_fraction", 0.0), len(d.dropped),
             )
         )  # fmt: skip
         self.episodes.release(d)

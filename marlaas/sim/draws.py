@@ -26,6 +26,8 @@ RESPONSE_STREAM = 1
 """The stream of a turn's response lengths [tokens] (or uniforms, for paired traces)."""
 ENV_STREAM = 2
 """The stream of a turn's environment waits [s]."""
+ALIKE_STREAM = 3
+"""The stream of whether a group's samples all earn the same reward (a uniform per group)."""
 
 Sampler = Callable[[np.random.Generator, int], np.ndarray]
 """Draws ``n`` values with a generator (a distribution's ``sample``)."""

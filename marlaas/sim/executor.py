@@ -11,7 +11,8 @@ randomness is common random numbers seeded by the run's seed (:mod:`marlaas.sim.
 a group turn's response lengths and environment waits are the same under every schedule), so
 a workload and seed give one event log. A replay passes a
 :class:`~marlaas.sim.recording.Recording` of a real run: each group turn then generates what
-it generated for real, and each environment step takes what it took.
+it generated for real, each environment step takes what it took, and the groups the real run
+dropped as all alike (rl.resample_alike) are dropped again.
 """
 
 from __future__ import annotations
@@ -278,7 +279,13 @@ class SimPyExecutor:
         if self.recording is not None:
             latency = self.recording.env_s.get((d.job, d.group, d.turn), latency)
         added = 0 if d.last_turn else spec.observation_tokens * d.seqs
-        self._after(latency, WorkDone(d.work_id, tokens=added))
+        alike = False
+        if d.last_turn:
+            if self.recording is not None:
+                alike = (d.job, d.group) in self.recording.resampled
+            else:
+                alike = self._draws[d.job].alike(d.group)
+        self._after(latency, WorkDone(d.work_id, tokens=added, alike=alike))
 
     def _start_train(self, d: Train, now: float) -> None:
         spec, cost = self._jobs[d.job], self.cost

@@ -1,5 +1,6 @@
 """What a real run did, for a replay to do the same: each group turn's prompt and generated
-lengths and each environment step's duration, read from the real run's event log.
+lengths, each environment step's duration and the groups dropped as all alike, read from
+the real run's event log.
 
 The log keeps a group turn's total tokens and its longest sample's: the replay gives one sample
 the longest length and shares the rest equally among the others (the group ends when its
@@ -11,6 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+
+from marlaas.eventlog import DONE_OUTCOMES
 
 Key = tuple[str, int, int]
 """(job, group, turn)."""
@@ -25,6 +28,8 @@ class Recording:
     env_s: dict[Key, float] = field(default_factory=dict)
     prompt_tokens: dict[Key, float] = field(default_factory=dict)
     """Context tokens per sequence each turn started from (where the log has them)."""
+    resampled: frozenset[tuple[str, int]] = frozenset()
+    """(job, group) of the groups the run dropped as all alike (rl.resample_alike)."""
 
     def lengths(self, key: Key, seqs: int, otherwise: np.ndarray) -> np.ndarray:
         """Each sample's tokens for a replayed turn (``otherwise`` when not recorded)."""
@@ -38,10 +43,12 @@ class Recording:
 
     @classmethod
     def from_events(cls, events: pd.DataFrame) -> Recording:
-        """The successful generate and env rows of an event log (one row per piece of work)."""
-        ok = events[events["outcome"] == "ok"]
+        """The finished generate and env rows of an event log (one row per piece of work)."""
+        ok = events[events["outcome"].isin(DONE_OUTCOMES)]
         gen = ok[ok["kind"] == "generate"]
         env = ok[ok["kind"] == "env"]
+        dropped = env[env["outcome"] == "resampled"]
+        resampled = frozenset(zip(dropped["job"], dropped["group"].astype(int), strict=True))
         tokens = {
             (j, int(g), int(t)): (int(tok), int(longest))
             for j, g, t, tok, longest in zip(
@@ -66,4 +73,4 @@ class Recording:
                 env["job"], env["group"], env["turn"], env["start_s"], env["end_s"], strict=True
             )
         }
-        return cls(tokens, env_s, prompts)
+        return cls(tokens, env_s, prompts, resampled)

@@ -21,7 +21,7 @@ import numpy as np
 from marlaas.core.distributions import Trace
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.prompts import PromptLengths
-from marlaas.sim.draws import ENV_STREAM, RESPONSE_STREAM, Draws
+from marlaas.sim.draws import ALIKE_STREAM, ENV_STREAM, RESPONSE_STREAM, Draws
 
 MAX_BUCKETS = 100
 """Prompt buckets of a paired trace (fewer when a bucket would hold < MIN_BUCKET_ROWS)."""
@@ -67,6 +67,14 @@ class TurnDraws:
         """``n`` samples' environment waits [s] after turn ``turn`` of group ``group``, the
         same in every run (from env.latency_s)."""
         return self.draws.row(ENV_STREAM, turn, group, n, self.spec.env.latency_s.sample)
+
+    def alike(self, group: int) -> bool:
+        """Whether group ``group``'s samples all earn the same reward, with chance
+        env.alike_groups, the same in every run."""
+        chance = self.spec.env.alike_groups
+        return (
+            chance > 0 and float(self.draws.row(ALIKE_STREAM, 0, group, 1, _uniforms)[0]) < chance
+        )
 
 
 def _pairs(spec: JobSpec, seed: int, job: int) -> tuple[_Buckets, PromptLengths] | None:

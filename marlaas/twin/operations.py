@@ -6,11 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from marlaas.eventlog import DONE_OUTCOMES
+
 
 def operations(events: pd.DataFrame, kind: str) -> pd.DataFrame:
     """Successful work of ``kind``, one row per operation, with ``duration_s`` and ``devices``
     (how many device rows it had)."""
-    rows = events[(events["kind"] == kind) & (events["outcome"] == "ok")]
+    rows = events[(events["kind"] == kind) & events["outcome"].isin(DONE_OUTCOMES)]
     key = ["job", "step", "group", "turn", "version", "start_s", "end_s"]
     devices = rows.groupby(key, sort=False).size().rename("devices").reset_index()
     ops = rows.drop_duplicates(key).merge(devices, on=key)
