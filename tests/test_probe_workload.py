@@ -74,6 +74,12 @@ def test_one_schedule_mispredicts_another_and_with_its_probe_it_does_not(tmp_pat
     probe = fake_run(tmp_path, "probe", probe_workload(load_workload(TINY)))
     assert abs(makespan_error([run], fair)) > 0.15
     assert abs(makespan_error([run, probe], fair)) < 0.02
+    from benchmarks.twin_holdout import holdout_table
+    from marlaas.twin.real_run import load_real_run
+
+    table, _ = holdout_table([load_real_run(r) for r in (run, fair)], 0, probes=[probe])
+    from_seq = table[table["calibrated on"] == "fifo+sequential"]
+    assert abs(from_seq["makespan error"].item()) < 0.02  # the benchmark fits the probe too
     fit = calibrate([run, probe], refine_evaluations=0).cost
     assert fit.decode_per_adapter_ms == pytest.approx(TRUE.decode_per_adapter_ms, rel=0.6)
     assert fit.prefill_tokens_per_s == pytest.approx(TRUE.prefill_tokens_per_s, rel=0.1)
