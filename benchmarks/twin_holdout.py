@@ -1,7 +1,7 @@
 """The twin's held-out check (issue 27's Show, docs/twin.md): calibrate on one schedule's real
 runs, replay every other run of the workload with that profile, and print the errors.
 
-    python benchmarks/twin_holdout.py RUN_DIR [RUN_DIR ...] [--probe PROBE_RUN] [--refine 150]
+    python benchmarks/twin_holdout.py RUN_DIR [RUN_DIR ...] [--refine 150]
 
 Runs are grouped by schedule: their summary's policy and preset (``fair``, ``fifo``,
 ``fifo+sequential``). For each schedule in turn its runs calibrate a profile (as ``marlaas
@@ -11,9 +11,7 @@ processor and the pools, in points), and the replayed run's host share (``summar
 ``host``: the share of the machine's processor time that other processes and the hypervisor
 took while it ran; "-" for a run from before it was recorded). A first table lists every run:
 makespan, its own CPU seconds, the host share, and generation's total time from its event log.
-``--probe``: real runs of the workload's probe (``marlaas probe-workload``) that every
-calibration also fits, as a user calibrates from a run and its probe's run. Nothing is
-written but the output; profiles and replays stay in memory.
+Nothing is written but the output; profiles and replays stay in memory.
 """
 
 from __future__ import annotations
@@ -61,12 +59,10 @@ def run_table(runs: list) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def holdout_table(
-    runs: list, refine: int, probes: list | None = None
-) -> tuple[pd.DataFrame, list[str]]:
+def holdout_table(runs: list, refine: int) -> tuple[pd.DataFrame, list[str]]:
     """(one row per (calibration schedule, held-out run): makespan error, busy error, host;
-    each calibration's warnings); ``probes``: run folders every calibration also fits. Runs
-    of more than one workload, or of one schedule only, are a ValueError."""
+    each calibration's warnings). Runs of more than one workload, or of one schedule only,
+    are a ValueError."""
     workloads = {run.workload.name for run in runs}
     if len(workloads) > 1:
         raise ValueError(f"runs of {len(workloads)} workloads ({', '.join(sorted(workloads))}): "
@@ -79,7 +75,7 @@ def holdout_table(
                          "needs runs of at least two")  # fmt: skip
     rows, warnings = [], []
     for schedule, own in sorted(by_schedule.items()):
-        fit = calibrate([r.path for r in own] + list(probes or []), refine_evaluations=refine)
+        fit = calibrate([r.path for r in own], refine_evaluations=refine)
         warnings += [f"calibrated on {schedule}: {w}" for w in fit.warnings]
         profile = CostProfile(f"calibrated-{schedule}", fit.cost, "(in memory)", "-")
         for run in runs:
@@ -100,20 +96,13 @@ def holdout_table(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="real run folders of one workload")
-    parser.add_argument(
-        "--probe",
-        type=Path,
-        action="append",
-        default=[],
-        help="a probe run every calibration also fits (repeatable)",
-    )
     parser.add_argument("--refine", type=int, default=150,
                         help="replays refining a calibration (0: none)")  # fmt: skip
     args = parser.parse_args(argv)
     runs = [load_real_run(path) for path in args.runs]
     print(run_table(runs).to_string(index=False))
     try:
-        table, warnings = holdout_table(runs, args.refine, args.probe)
+        table, warnings = holdout_table(runs, args.refine)
     except ValueError as err:
         sys.exit(f"twin_holdout: {err}")
     shown = table.assign(**{

@@ -154,7 +154,6 @@ COMMANDS = (
     ("evaluate", real_cli.EVALUATE_HELP, real_cli.add_evaluate_arguments),
     ("make-tiny-model", real_cli.TINY_HELP, real_cli.add_tiny_model_arguments),
     ("prepare-smollm2", real_cli.SMOLLM2_HELP, real_cli.add_smollm2_arguments),
-    ("probe-workload", twin_cli.PROBE_HELP, twin_cli.add_probe_arguments),
     ("calibrate", twin_cli.CALIBRATE_HELP, twin_cli.add_calibrate_arguments),
     ("replay", twin_cli.REPLAY_HELP, twin_cli.add_replay_arguments),
     *service_cli.COMMANDS,

@@ -59,61 +59,6 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
-PROBE_HEADER = "# A probe workload written by marlaas probe-workload"
-"""The first line of a probe workload file (how the command knows its own files)."""
-
-
-def _probe(args: argparse.Namespace) -> int:
-    import yaml
-
-    from marlaas.atomic import write_durably
-    from marlaas.core.workload import WorkloadError
-    from marlaas.out_folder import claim_file
-    from marlaas.twin.probe import probe_workload
-    from marlaas.workload_file import load_workload
-
-    workload = load_workload(args.workload)
-    with claim_file(args.out, "probe workload", _is_probe_file) as out:  # before any work
-        try:
-            probe = probe_workload(workload, args.sizes, args.job)
-        except ValueError as err:
-            raise WorkloadError(f"{args.workload}: {err}") from None
-        sizes = ", ".join(sorted({str(job.rl.group_size) for job in probe.jobs}, key=int))
-        body = yaml.safe_dump(probe.model_dump(mode="json", exclude_none=True), sort_keys=False)
-        header = (
-            f"{PROBE_HEADER} from {args.workload}: batch sizes {sizes}, at two answer "
-            "lengths, all at once.\n"
-            f"# Run it as the workload's runs are run (marlaas train {out} --out PROBE_RUN ...),"
-            "\n# then calibrate from both: marlaas calibrate RUN PROBE_RUN --out PROFILE\n"
-        )
-        write_durably(out, header + body)
-    print(
-        f"wrote {out}: {len(probe.jobs)} probe jobs (batch sizes {sizes}) on "
-        f"{workload.name}'s engines, each a copy of {(args.job or workload.jobs[0].name)!r}"
-    )
-    print(f"next: marlaas train {out} --out PROBE_RUN, then marlaas calibrate RUN PROBE_RUN "
-          "--out PROFILE")  # fmt: skip
-    return 0
-
-
-def _is_probe_file(path: Path) -> bool:
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        return handle.readline().startswith(PROBE_HEADER)
-
-
-def _sizes(text: str) -> list[int]:
-    try:
-        sizes = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text[:40]!r}: sizes are integers, e.g. 1,4,16"
-        ) from None
-    if not sizes or min(sizes) < 1:
-        raise argparse.ArgumentTypeError(f"{text[:40]!r}: a size is at least 1")
-    return sizes
-
-
-PROBE_HELP = "write a workload that runs the engine at many batch sizes, to calibrate from"
 CALIBRATE_HELP = "fit the simulator's cost model from real runs"
 REPLAY_HELP = "simulate a real run again and report the error per metric"
 
@@ -142,27 +87,3 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, type=path_arg, help="replay run folder to write")
     parser.add_argument("--devices", action="store_true", help="also list every device's row")
     parser.set_defaults(func=_replay)
-
-
-def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of ``marlaas probe-workload``."""
-    parser.description = (
-        "Write a probe workload: the workload's cluster and base model with two jobs per batch "
-        "size (copies of one of its jobs, one group of that many samples per step, at its "
-        "answer length and a quarter of it), all admitted at once. One schedule's runs batch "
-        "about as many sequences all the time, so they cannot tell the engine's cost per "
-        "iteration from its cost per sequence; calibrating from a run and the probe's run can "
-        "(docs/twin.md)."
-    )
-    parser.add_argument("workload", type=Path, help="the workload file to probe the engines of")
-    parser.add_argument(
-        "--out", required=True, type=path_arg, help="probe workload to write (YAML)"
-    )
-    parser.add_argument(
-        "--sizes",
-        type=_sizes,
-        metavar="N[,N...]",
-        help="batch sizes (default: powers of 2 up to an engine's max_seqs, and it)",
-    )
-    parser.add_argument("--job", help="the job to copy (default: the first)")
-    parser.set_defaults(func=_probe)
