@@ -66,6 +66,11 @@ class RLSettings(StrictSpec):
                 f"minibatches ({self.minibatches}) must be at most prompts_per_step "
                 f"({self.prompts_per_step}): a minibatch holds whole prompt groups"
             )
+        if self.resample_alike and self.group_size == 1:
+            raise ValueError(
+                f"resample_alike ({self.resample_alike}) needs group_size 2 or more: a group "
+                "of one sample is always alike, and every step would draw all its resamples"
+            )
         return self
 
 

@@ -8,9 +8,11 @@ when published >= step(g) - max_staleness: the staleness bound holds by construc
 
 With rl.resample_alike = R (DAPO's dynamic sampling), a finished group whose samples all
 earned the same reward is dropped while its step has drawn fewer than R in its place, and
-another group takes its place: the k-th of step s is numbered total_groups + s * R + k (its
-own prompt, the same in every world and run). It starts as soon as it may, with the version
-published then, which is no older than the dropped group's: the bound still holds.
+another group takes its place: the k-th of step s is numbered RESAMPLED_BASE +
+s * MAX_PROMPTS_PER_STEP + k, past any job's own groups whatever its steps (a resumed job
+may train longer) or prompts per step (its own prompt, the same in every world, run and
+part). It starts as soon as it may, with the version published then, which is no older than
+the dropped group's: the bound still holds.
 """
 
 from __future__ import annotations
@@ -19,10 +21,16 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from marlaas.core import limits as L
 from marlaas.core.backlog import Backlog
 from marlaas.core.estimates import WorkEstimate, upper_tokens
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.prompts import PromptLengths
+
+RESAMPLED_BASE = L.MAX_STEPS * L.MAX_PROMPTS_PER_STEP
+"""The first group number drawn in place of a dropped group (rl.resample_alike); step s's
+k-th is RESAMPLED_BASE + s * MAX_PROMPTS_PER_STEP + k (at most about 8.2e8: an int32 of the
+event log, and a seed under 2^31)."""
 
 
 @dataclass(slots=True)
@@ -222,9 +230,9 @@ class JobState:
     # Progress ----------------------------------------------------------------------------
     def step_of(self, group: int) -> int:
         """The training step that consumes ``group``."""
-        if group < self.total_groups:
+        if group < RESAMPLED_BASE:
             return group // self.prompts_per_step
-        return (group - self.total_groups) // self.resample_alike
+        return (group - RESAMPLED_BASE) // L.MAX_PROMPTS_PER_STEP
 
     @property
     def new_group_index(self) -> int:
@@ -249,7 +257,7 @@ class JobState:
         if dropped is None:
             dropped = self.dropped[step] = []
         dropped.append(group)
-        self.resample.append(self.total_groups + step * self.resample_alike + drawn)
+        self.resample.append(RESAMPLED_BASE + step * L.MAX_PROMPTS_PER_STEP + drawn)
         self.remaining_tokens += self.turns * self.turn_tokens
         return True
 

@@ -57,7 +57,8 @@ class Generate:
     step: int
     """Training step that will consume this group."""
     group: int
-    """Group index within the job (0, 1, ...); group g belongs to step g // prompts_per_step."""
+    """Group index within the job (0, 1, ...); group g belongs to step g // prompts_per_step
+    (one drawn in place of a dropped group: JobState.step_of, core.jobs.RESAMPLED_BASE)."""
     turn: int
     engine: str
     version: int

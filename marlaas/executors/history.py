@@ -16,7 +16,7 @@ from collections import defaultdict
 import pandas as pd
 
 from marlaas.core.records import WorkRecord
-from marlaas.eventlog import records_to_frame
+from marlaas.eventlog import DONE_OUTCOMES, records_to_frame
 from marlaas.executors.episode_runner import RewardPoint
 from marlaas.executors.journal import Journaled
 from marlaas.metrics.devices import BUSY_KINDS, makespan
@@ -33,7 +33,8 @@ def history_records(journaled: Journaled) -> list[WorkRecord]:
     records = []
     for part, record in journaled.records:
         lost = record.kind != "idle" and record.step >= 0
-        if lost and durable.get((record.job, record.step)) != part and record.outcome == "ok":
+        done = record.outcome in DONE_OUTCOMES  # a dropped group's last step too
+        if lost and durable.get((record.job, record.step)) != part and done:
             record = record._replace(outcome="failed")
         records.append(record)
     boundaries = sorted({_part_start(journaled, k) for k in range(1, journaled.parts)})

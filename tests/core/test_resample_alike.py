@@ -7,6 +7,8 @@ import random
 
 import pytest
 
+from marlaas.core import limits as L
+from marlaas.core.jobs import RESAMPLED_BASE
 from marlaas.core.work import EnvStep, Generate, Train
 from marlaas.core.workload import parse_workload
 from marlaas.drive import FixedExecutor
@@ -32,16 +34,18 @@ def run_alike(wl, alike, policy="fair"):
 
 
 def test_a_dropped_group_is_replaced_and_the_step_trains_on_its_replacement():
-    # groups 0-5 are the 3 steps' own (2 a step); step s's k-th replacement is 6 + 2 s + k
+    # groups 0-5 are the 3 steps' own (2 a step); step s's k-th replacement is
+    # RESAMPLED_BASE + s * MAX_PROMPTS_PER_STEP + k
     wl = resampling(turns=2)
-    run, started = run_alike(wl, lambda step: step.group in {0, 1, 6})
+    first, second = RESAMPLED_BASE, RESAMPLED_BASE + 1
+    run, started = run_alike(wl, lambda step: step.group in {0, 1, first})
     trains = {d.step: d for d in started if isinstance(d, Train)}
-    assert sorted(trains[0].groups) == [6, 7]  # 6 was alike too, but step 0 had drawn 2
+    assert sorted(trains[0].groups) == [first, second]  # first was alike too: step 0 drew 2
     assert trains[0].dropped == (0, 1)
     assert sorted(trains[1].groups) == [2, 3] and trains[1].dropped == ()
     firsts = [d for d in started if isinstance(d, Generate) and d.turn == 0]
-    assert sorted(d.group for d in firsts) == [0, 1, 2, 3, 4, 5, 6, 7]
-    assert {d.group: d.step for d in firsts}[7] == 0
+    assert sorted(d.group for d in firsts) == [0, 1, 2, 3, 4, 5, first, second]
+    assert {d.group: d.step for d in firsts}[second] == 0
     frame = records_to_frame(run.records)
     env = frame[frame.kind == "env"]
     resampled = env[env.outcome == "resampled"]
@@ -80,6 +84,27 @@ def test_random_alike_groups_keep_every_bound_and_leak_nothing(policy, preset, s
         assert d.step - d.version <= run.states[d.job].max_staleness
     # the service estimate counted the drawn groups' work: nothing left at the end
     assert all(j.remaining_tokens == pytest.approx(0) for j in run.states.values())
+
+
+def test_a_replacement_keeps_its_number_when_a_resumed_job_trains_longer():
+    """A resumed run may ask for more steps: the groups drawn for step 0 keep their numbers
+    (and prompts), and none is another step's own group."""
+    numbers = []
+    for steps in (3, 30):
+        _, started = run_alike(resampling(steps=steps), lambda step: step.group == 0)
+        numbers.append(next(d for d in started if isinstance(d, Train) and d.step == 0).groups)
+        own = steps * 2  # prompts_per_step 2
+        drawn = [d.group for d in started if isinstance(d, Generate) and d.group >= own]
+        assert drawn == [RESAMPLED_BASE]
+    assert numbers[0] == numbers[1] == (1, RESAMPLED_BASE)
+    assert RESAMPLED_BASE + L.MAX_STEPS * L.MAX_PROMPTS_PER_STEP < 2**31  # an int32, a seed
+
+
+def test_resampling_groups_of_one_sample_is_refused():
+    data = workload(jobs=1).model_dump()
+    data["jobs"][0]["rl"].update(group_size=1, resample_alike=2)
+    with pytest.raises(ValueError, match=r"resample_alike \(2\) needs group_size 2 or more"):
+        parse_workload(data)
 
 
 def test_a_workload_too_large_with_its_resamples_is_refused():

@@ -79,6 +79,25 @@ def test_two_parts_render_one_history(tmp_path):
     ]  # fmt: skip
 
 
+def test_a_group_dropped_in_a_lost_step_is_lost_with_it(tmp_path):
+    """A killed part's dropped group (rl.resample_alike) is not the history's: its step was
+    taken again, and a replay must not drop that group again."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path, part=0, offset_s=0.0, versions={})
+    journal.records(one_step(0, 0.0))
+    journal.step(point("j", 0, 2.0), wall_s=3.0, batches=3, failures=0)
+    journal.records([work("env", 1, 3.0, 4.0, device="", group=2, outcome="resampled")])
+    journal.close()
+    before = read_journal(path)
+    journal = Journal(path, part=1, offset_s=before.end_s, versions=before.versions)
+    journal.records(one_step(1, 0.0))
+    journal.step(point("j", 1, 2.0), wall_s=3.0, batches=3, failures=0)
+    journal.close()
+    events = history_events(read_journal(path))
+    env = events[events["kind"] == "env"]
+    assert list(env["outcome"]) == ["failed"]
+
+
 def test_a_journal_damaged_before_its_end_is_refused(tmp_path):
     path = tmp_path / "journal.jsonl"
     first_part(path)
