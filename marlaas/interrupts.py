@@ -115,8 +115,10 @@ def take() -> bool:
         previous = {number: signal.signal(number, _handler_for(number)) for number in SIGNALS}
     except ValueError:  # not the main thread
         return False
-    if not _state.depth:
+    if not _state.depth:  # a retry's flag left by a span before (its signal came after
+        # give_back, to the handler then) must not swallow this span's first signal
         _state.previous, _state.main_thread = previous, _thread.get_ident()
+        _state.pending, _state.retried = None, False
     _state.depth += 1
     return True
 

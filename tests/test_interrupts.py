@@ -49,6 +49,23 @@ def test_a_signal_during_an_import_is_raised_once_the_import_is_over(
     del sys.modules[name]
 
 
+def test_a_retry_left_from_before_does_not_swallow_the_next_signal(tmp_path, monkeypatch):
+    """A retry whose signal reached the handlers of before (given back in between) leaves its
+    flag: the next take() starts clean, and a signal during an import is raised."""
+    interrupts._state.retried = True  # as such a retry leaves it
+    assert interrupts.take()
+    try:
+        write_module(tmp_path, "h31_signals_stale", signal.SIGTERM)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        with pytest.raises(Interrupted):
+            importlib.import_module("h31_signals_stale")
+            for _ in range(200):
+                time.sleep(0.01)
+        del sys.modules["h31_signals_stale"]
+    finally:
+        interrupts.give_back()
+
+
 def test_a_signal_outside_an_import_is_raised_at_once(taken):
     with pytest.raises(Interrupted) as raised:
         signal.raise_signal(signal.SIGTERM)

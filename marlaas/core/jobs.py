@@ -21,13 +21,13 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from marlaas.core import limits as L
 from marlaas.core.backlog import Backlog
 from marlaas.core.estimates import WorkEstimate, upper_tokens
 from marlaas.core.job_spec import JobSpec
+from marlaas.core.limits import MAX_PROMPTS_PER_STEP, MAX_STEPS
 from marlaas.core.prompts import PromptLengths
 
-RESAMPLED_BASE = L.MAX_STEPS * L.MAX_PROMPTS_PER_STEP
+RESAMPLED_BASE = MAX_STEPS * MAX_PROMPTS_PER_STEP
 """The first group number drawn in place of a dropped group (rl.resample_alike); step s's
 k-th is RESAMPLED_BASE + s * MAX_PROMPTS_PER_STEP + k (at most about 8.2e8: an int32 of the
 event log, and a seed under 2^31)."""
@@ -232,7 +232,7 @@ class JobState:
         """The training step that consumes ``group``."""
         if group < RESAMPLED_BASE:
             return group // self.prompts_per_step
-        return (group - RESAMPLED_BASE) // L.MAX_PROMPTS_PER_STEP
+        return (group - RESAMPLED_BASE) // MAX_PROMPTS_PER_STEP
 
     @property
     def new_group_index(self) -> int:
@@ -257,7 +257,7 @@ class JobState:
         if dropped is None:
             dropped = self.dropped[step] = []
         dropped.append(group)
-        self.resample.append(RESAMPLED_BASE + step * L.MAX_PROMPTS_PER_STEP + drawn)
+        self.resample.append(RESAMPLED_BASE + step * MAX_PROMPTS_PER_STEP + drawn)
         self.remaining_tokens += self.turns * self.turn_tokens
         return True
 
