@@ -57,6 +57,8 @@ def print_summary(summary: dict, title: str = "") -> None:
         ("staleness mean / max", f"{_fmt(m['staleness_mean'])} / {_fmt(m['staleness_max'])}"),
         ("adapter loads", _fmt(m["adapter_swaps"])),
     ]
+    if m.get("groups_dropped"):  # rl.resample_alike: absent from summaries written before it
+        rows.append(("groups dropped (all alike)", _fmt(m["groups_dropped"])))
     if m.get("deadlines_missed") is not None:
         rows.append(
             ("deadlines missed", f"{m['deadlines_missed']} of {len(summary['deadlines_s'])}")

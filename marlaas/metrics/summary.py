@@ -46,7 +46,9 @@ def summarize(
     loads per rollout group turn generated, see
     :func:`~marlaas.metrics.adapter_loads.loads_per_group`); ``fairness`` (see
     :func:`~marlaas.metrics.fairness.fairness`); ``n_jobs``, ``n_tenants``, ``n_devices``,
-    ``n_rows``. Jobs named in ``unfinished`` (cancelled) have no completion time: they count
+    ``n_rows``; ``groups_dropped`` (groups whose samples all earned the same reward, dropped
+    and replaced under ``rl.resample_alike``: their environment rows' outcome ``resampled``).
+    Jobs named in ``unfinished`` (cancelled) have no completion time: they count
     in none of the completion figures. ``deadlines_missed``: how many of the jobs in
     ``deadlines`` ({job: deadline after its arrival [s]}) missed theirs (see
     :func:`~marlaas.metrics.deadlines.missed_deadlines`); None when no job has a deadline.
@@ -79,5 +81,6 @@ def summarize(
         "n_tenants": int(jobs["tenant"].nunique()),
         "n_devices": len(u),
         "n_rows": len(df),
+        "groups_dropped": int(((df["kind"] == "env") & (df["outcome"] == "resampled")).sum()),
         "deadlines_missed": len(missed_deadlines(jobs, deadlines)) if deadlines else None,
     }

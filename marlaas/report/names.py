@@ -95,6 +95,7 @@ _METRICS: dict[str, tuple[str, fmt.Formatter]] = {
     "n_tenants": ("tenants", fmt.count),
     "n_devices": ("{devices}s", fmt.count),
     "n_rows": ("event-log rows", fmt.count),
+    "groups_dropped": ("groups dropped, their rewards all alike", fmt.count),
     "deadlines_missed": ("jobs that missed their deadline", fmt.count),
 }
 

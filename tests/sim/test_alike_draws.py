@@ -10,6 +10,7 @@ import pandas as pd
 from marlaas.core.workload import parse_workload
 from marlaas.sim.recording import Recording
 from marlaas.sim.run import simulate_run
+from marlaas.table import print_summary
 from tests.core.test_scheduler import workload
 
 
@@ -44,9 +45,21 @@ def test_groups_are_dropped_at_about_the_declared_chance_and_the_same_every_run(
     assert dropped_groups(events) != dropped_groups(other)
 
 
-def test_no_chance_no_drop():
-    events, _ = simulate_run(alike_workload(0.0), "fair", seed=0)
+def test_no_chance_no_drop(capsys):
+    events, summary = simulate_run(alike_workload(0.0), "fair", seed=0)
     assert "resampled" not in set(events.outcome)
+    assert summary["metrics"]["groups_dropped"] == 0
+    print_summary(summary)
+    assert "groups dropped" not in capsys.readouterr().out
+
+
+def test_the_summary_counts_and_prints_the_dropped_groups(capsys):
+    events, summary = simulate_run(alike_workload(0.3, steps=10), "fair", seed=2)
+    dropped = len(dropped_groups(events))
+    assert dropped and summary["metrics"]["groups_dropped"] == dropped
+    print_summary(summary)
+    line = next(x for x in capsys.readouterr().out.splitlines() if "groups dropped" in x)
+    assert line.split()[-1] == str(dropped)
 
 
 def test_a_replay_drops_the_groups_the_recorded_run_dropped():
