@@ -43,15 +43,17 @@ def fake_real_run(tmp_path: Path, name: str, overrides: dict, policy: str) -> Pa
     return write_run(tmp_path / name, events, summary, workload)  # with the default cost model
 
 
+TWO_ENGINES = {
+    "cluster.pools": [
+        {"name": "rollout", "role": "inference", "devices": 2},
+        {"name": "train", "role": "training", "devices": 1},
+    ]
+}
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("twin")
-    two_engines = {
-        "cluster.pools": [
-            {"name": "rollout", "role": "inference", "devices": 2},
-            {"name": "train", "role": "training", "devices": 1},
-        ]
-    }
     varied = {
         "jobs.*.response_tokens": {"dist": "uniform", "low": 2, "high": 8},
         "jobs.emit-a.rl.group_size": 8,
@@ -59,7 +61,7 @@ def runs(tmp_path_factory):
     }
     return {
         "fair": fake_real_run(root, "fair", varied, "fair"),
-        "fair-2": fake_real_run(root, "fair-2", {**varied, **two_engines}, "fair"),
+        "fair-2": fake_real_run(root, "fair-2", {**varied, **TWO_ENGINES}, "fair"),
         "sequential": fake_real_run(root, "seq", {"scheduling.preset": "sequential"}, "fifo"),
     }  # fmt: skip
 
@@ -287,3 +289,20 @@ def test_the_holdout_benchmark_calibrates_per_schedule_and_replays_the_others(ru
     assert (table["makespan error"].abs() < 0.25).all()
     with pytest.raises(ValueError, match=r"runs of one schedule only \(fair\)"):
         holdout_table(loaded[:2], refine=0)
+
+
+def test_a_load_wait_no_run_shows_is_assumed_and_said(runs, tmp_path):
+    """Under `sequential` no engine load starts while a batch decodes: the wait cannot be fitted
+    (the regression leaves it at 0, and a replay of a concurrent schedule would load adapters
+    for free), so calibrate assumes one iteration and warns; runs that show it fit it."""
+    from marlaas.twin.calibrate import UNSEEN_LOAD_WAIT_ITERATIONS
+
+    sequential = calibrate([runs["sequential"]], refine_evaluations=0)
+    assert sequential.cost.adapter_load_wait_iterations == UNSEEN_LOAD_WAIT_ITERATIONS > 0
+    assert any(w.startswith("adapter_load_wait_iterations") for w in sequential.warnings)
+    one_slot = {**TWO_ENGINES, "cluster.engine.adapter_slots": 1}  # loads while the other decodes
+    fair = calibrate([fake_real_run(tmp_path, "one-slot", one_slot, "fair")], refine_evaluations=0)
+    assert fair.cost.adapter_load_wait_iterations == pytest.approx(
+        TRUE.adapter_load_wait_iterations
+    )
+    assert not any(w.startswith("adapter_load_wait_iterations") for w in fair.warnings)

