@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from marlaas.core.limits import MAX_SEED
 from marlaas.core.validation_message import format_validation_error
@@ -122,6 +122,19 @@ class EvalRow(_Checked):
     """The accuracy's 95% Wilson interval."""
     time_s: Clock | None = None
     """When the run made this adapter version [s on the run's clock]; 0 for the base model."""
+    outcomes: Annotated[str, Field(pattern="^[01]+$")] | None = None
+    """Each held-out problem's outcome in order: ``1`` right, ``0`` wrong."""
+
+    @model_validator(mode="after")
+    def _outcomes_counted(self) -> EvalRow:
+        if self.outcomes is not None and (
+            (self.prompts is not None and len(self.outcomes) != self.prompts)
+            or (self.correct is not None and self.outcomes.count("1") != self.correct)
+        ):
+            raise ValueError(f"outcomes: {len(self.outcomes)} problems, "
+                             f"{self.outcomes.count('1')} right, against prompts "
+                             f"{self.prompts} and correct {self.correct}")  # fmt: skip
+        return self
 
 
 class SweepRow(_Checked):

@@ -5,7 +5,9 @@ Held-out problems: a job with a dataset is scored on its held-out split (marlaas
 which training never sees); otherwise prompts come from ``env.reset(seed)`` with seeds at 2**32
 and above, which training never uses (training seeds are below 2**31). Each episode runs
 greedily (temperature 0) for the job's ``rl.turns`` turns. Accuracy: the environment's
-``info["correct"]`` when it reports one, else reward >= 1.
+``info["correct"]`` when it reports one, else reward >= 1. Each row keeps its problems'
+outcomes in order (``outcomes``: ``1`` right, ``0`` wrong), so that two models scored on the
+same problems are compared pair by pair (:mod:`marlaas.metrics.proportions`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import asyncio
 from collections.abc import Sequence
 
 import pandas as pd
-from scipy.stats import binomtest
 from tqdm import tqdm
 
 from marlaas.core.job_spec import JobSpec
@@ -23,18 +24,12 @@ from marlaas.datasets import Problem, load_prompt_set
 from marlaas.envs import make_env
 from marlaas.executors.adapter_store import AdapterStore
 from marlaas.executors.episodes import ChatFormat, add_completions, start_group, step_envs
+from marlaas.metrics.proportions import wilson_interval
 
 HELD_OUT_SEED = 2**32
 DEFAULT_PROMPTS = 50
 """Held-out episodes per job and model when not given, for a job without a dataset (a job with
 one is scored on its whole held-out split)."""
-CONFIDENCE = 0.95
-
-
-def wilson_interval(correct: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """The Wilson score interval of a proportion ``correct`` / ``n`` (scipy's)."""
-    ci = binomtest(correct, n).proportion_ci(confidence_level=confidence, method="wilson")
-    return float(ci.low), float(ci.high)
 
 
 def pick_versions(available: Sequence[int], asked: str) -> list[int]:
@@ -120,7 +115,8 @@ async def evaluate(
 ) -> pd.DataFrame:
     """One row per job (of ``jobs``, default the workload's) and model (``base``, ``trained``
     at each version of ``versions``, see :func:`pick_versions`): accuracy with its Wilson
-    interval and mean reward on the job's held-out problems (``prompts``: the first so many).
+    interval, mean reward and each problem's outcome on the job's held-out problems
+    (``prompts``: the first so many).
     ``trained_at``: (job, version) -> the run's time that version was made [s] (the report
     plots accuracy against it).
     ``progress``: a bar per job on stderr (episodes done)."""
@@ -150,6 +146,7 @@ async def evaluate(
                 "accuracy": correct / len(items), "ci_low": low, "ci_high": high,
                 "mean_reward": sum(r for _, r in episodes) / len(items),
                 "time_s": 0.0 if adapter is None else trained_at.get((spec.name, version)),
+                "outcomes": "".join("1" if c else "0" for c, _ in episodes),
             })  # fmt: skip
             if adapter is not None:
                 await generator.retire(spec.name, version)
