@@ -33,10 +33,12 @@ TRUE = CostModel(
 """A CPU-like cost model the fake real runs are made with."""
 
 
-def fake_real_run(tmp_path: Path, name: str, overrides: dict, policy: str) -> Path:
-    """A simulation with TRUE written as a real run folder (kind real, workload.json)."""
+def fake_real_run(
+    tmp_path: Path, name: str, overrides: dict, policy: str, cost: CostModel = TRUE
+) -> Path:
+    """A simulation with ``cost`` written as a real run folder (kind real, workload.json)."""
     workload = load_workload(TINY, {"jobs.*.rl.steps": 6, **overrides})
-    true = workload.model_copy(update={"cost": TRUE})
+    true = workload.model_copy(update={"cost": cost})
     events, summary = simulate_run(true, policy, kind="real", backend="sim")
     engines = {d.name for d in Scheduler.for_workload(workload).cluster.engines}
     summary["engine_warmup_s"] = dict.fromkeys(engines, TRUE.engine_warmup_s)  # as measured
@@ -79,6 +81,32 @@ def test_calibrate_recovers_the_cost_model(runs):
     assert fitted.train_overhead_s + 512 / fitted.train_tokens_per_s == pytest.approx(
         TRUE.train_overhead_s + 512 / TRUE.train_tokens_per_s, rel=0.05
     )  # a step of 512 tokens takes what it took
+
+
+def test_a_trainer_that_reads_each_prompt_once_is_fitted_on_what_it_read(runs, tmp_path):
+    """Steps of a trainer that reads a group's prompt once (the prefix tree) record the
+    repeats it did not read, are charged for the rest, and calibrate tells them apart."""
+    shares = TRUE.model_copy(update={"train_shares_prompts": True, "train_overhead_s": 0.0})
+    varied = {
+        "jobs.*.prompt_tokens": {"dist": "uniform", "low": 10, "high": 60},
+        "jobs.emit-a.rl.group_size": 8,
+        "jobs.emit-z.rl.prompts_per_step": 2,
+    }
+    run = fake_real_run(tmp_path, "shares", varied, "fair", cost=shares)
+    workload = load_workload(run / "workload.json")
+    train = pd.read_parquet(run / "events.parquet").query("kind == 'train'")
+    sizes = {j.name: j.rl.group_size for j in workload.jobs}
+    assert (train["prompt_tokens"] > 0).all()
+    assert (train["prompt_tokens"] % train["job"].map(lambda j: sizes[j] - 1) == 0).all()
+    read = train["tokens"] - train["prompt_tokens"]
+    per_token = (1 + 8 / shares.train_rank_scale) / shares.train_tokens_per_s
+    assert (train["end_s"] - train["start_s"]).to_numpy() == pytest.approx(
+        (read * per_token).to_numpy(), rel=1e-9
+    )  # what the trainer read, not the step's tokens
+    fitted = calibrate([run]).cost
+    assert fitted.train_shares_prompts
+    assert fitted.train_tokens_per_s == pytest.approx(shares.train_tokens_per_s, rel=0.02)
+    assert not calibrate([runs["fair"]]).cost.train_shares_prompts  # a padded trainer's rows
 
 
 def test_steps_of_one_size_are_charged_per_step_and_the_table_says_so(runs):

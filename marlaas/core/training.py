@@ -96,11 +96,12 @@ class Training:
         if staleness > job.max_staleness:
             raise CapacityError(f"{job.name}: step {step} would train {staleness} versions stale")
         tokens = sum(g.context_tokens for g in groups)
+        shared = (job.group_size - 1) * sum(job.lengths.prompt(g.index) for g in groups)
         ledger = self.ledger
         decision = Train(
             ledger.new_id(), job.name, step, trainer.name, tuple(d.name for d in trainer.devices),
-            tuple(g.index for g in groups), job.spec.rl.group_size * len(groups), tokens,
-            staleness, step + 1, tuple(job.dropped.get(step, ())),
+            tuple(g.index for g in groups), job.group_size * len(groups), tokens,
+            staleness, step + 1, tuple(job.dropped.get(step, ())), shared,
         )  # fmt: skip
         self._set_activity(trainer, "train")
         trainer.touch(job.name)
@@ -144,6 +145,7 @@ class Training:
         ledger.record(
             "train", job, trainer.devices, running.start_s, now, event, step=d.step,
             seqs=d.seqs, tokens=d.tokens, version=d.version_out, staleness=d.staleness,
+            prompt_tokens=event.prompt_tokens,
         )  # fmt: skip
         if not event.ok or job.cancelled:
             self._set_activity(trainer, None)

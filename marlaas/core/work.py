@@ -148,6 +148,10 @@ class Train:
     dropped: tuple[int, ...] = ()
     """The step's groups dropped as all alike (rl.resample_alike): not trained; their
     episodes end with the step."""
+    shared_tokens: int = 0
+    """Of ``tokens``, the repeats of each group's prompt in its other samples, (samples - 1)
+    x prompt per group: a trainer that reads a shared beginning once does not read them
+    again (marlaas.executors.token_layout) [tokens]."""
 
 
 @dataclass(slots=True)
@@ -195,6 +199,8 @@ class WorkDone:
     """Why the work failed (``ok=False``), one line."""
     prompt_tokens: int = -1
     """Generate: the measured context tokens per sequence the turn started from (-1: the
-    scheduler's own count, the decision's context_tokens / seqs)."""
+    scheduler's own count, the decision's context_tokens / seqs). Train: of the decision's
+    tokens, those the trainer did not read again, its samples' shared beginnings (the
+    decision's tokens less these are what its forward pass read; -1: not said)."""
     longest_tokens: int = -1
     """Generate: tokens of the group's longest sample (-1: unknown)."""

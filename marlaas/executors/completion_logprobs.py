@@ -1,7 +1,8 @@
 """Log-probs of a micro-batch's completion tokens under a causal LM: through the decoder's
 hidden states and a plain output layer, a chunk of positions at a time
-(:mod:`marlaas.executors.logprobs`), or from the full [B, L, vocab] logits (the reference,
-and the way for heads that are not a plain Linear)."""
+(:mod:`marlaas.executors.logprobs`), or from the full logits (the reference, and the way for
+heads that are not a plain Linear); the tokens laid out padded or as a prefix tree
+(:mod:`marlaas.executors.token_layout`)."""
 
 from __future__ import annotations
 
@@ -11,69 +12,51 @@ import torch
 
 from marlaas.executors.logprobs import token_logprobs
 from marlaas.executors.rollout import TrainSample
-
-
-def batch_ids(chunk: Sequence[TrainSample], pad_id: int, device: torch.device):
-    """(input ids [B, L], attention mask [B, L]): prompt + completion, right-padded."""
-    seqs = [list(s.prompt_ids) + list(s.completion_ids) for s in chunk]
-    length = max(map(len, seqs))
-    ids = torch.full((len(seqs), length), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(seqs), length), dtype=torch.long)
-    for i, seq in enumerate(seqs):
-        ids[i, : len(seq)] = torch.tensor(seq)
-        attn[i, : len(seq)] = 1
-    return ids.to(device), attn.to(device)
+from marlaas.executors.token_layout import Layout
 
 
 def chunked_logprobs(
-    causal_lm, head: torch.nn.Linear, chunk: Sequence[TrainSample], pad_id: int, device
+    causal_lm, head: torch.nn.Linear, chunk: Sequence[TrainSample], place: Layout, device
 ):
-    """(log-probs [B, Cmax], mask [B, Cmax]) of the completion tokens of a micro-batch.
+    """(log-probs [B, Cmax], mask [B, Cmax]) of the completion tokens of a micro-batch laid
+    out as ``place`` (:func:`marlaas.executors.token_layout.layout`).
 
     The decoder's hidden states, then lm_head -> logsumexp -> gather on the completion
     positions only, a chunk of positions at a time (marlaas.executors.logprobs): the
     [B, L, vocab] logits of the whole micro-batch never exist. ``head``: the model's output
     layer, which :func:`plain_head` found plain.
     """
-    ids, attn = batch_ids(chunk, pad_id, device)
-    decoder = causal_lm.get_decoder()
-    hidden = decoder(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
-    rows, cols, targets, slots = [], [], [], []
-    for i, s in enumerate(chunk):
-        p, c = len(s.prompt_ids), len(s.completion_ids)
-        # Token t of the completion (position P+t) is predicted by the state at P+t-1.
-        rows += [i] * c
-        cols += range(p - 1, p - 1 + c)
-        targets += s.completion_ids
-        slots += range(c)
-    as_long = lambda v: torch.tensor(v, dtype=torch.long, device=device)  # noqa: E731
-    rows, cols, slots = as_long(rows), as_long(cols), as_long(slots)
-    flat = token_logprobs(hidden[rows, cols], head.weight, as_long(targets), head.bias)
-    cmax = max(len(s.completion_ids) for s in chunk)
-    logp = torch.zeros((len(chunk), cmax), device=device).index_put((rows, slots), flat)
-    mask = torch.zeros((len(chunk), cmax), device=device)
+    hidden = causal_lm.get_decoder()(
+        input_ids=place.ids, attention_mask=place.attention_mask,
+        position_ids=place.position_ids, use_cache=False,
+    ).last_hidden_state  # fmt: skip
+    targets = torch.tensor([t for s in chunk for t in s.completion_ids], device=device)
+    flat = token_logprobs(hidden[place.rows, place.cols], head.weight, targets, head.bias)
+    return _per_sample(flat, chunk, device)
+
+
+def full_logits_logprobs(model, chunk: Sequence[TrainSample], place: Layout, device):
+    """The same as :func:`chunked_logprobs` from the model's full logits."""
+    logits = model(
+        input_ids=place.ids, attention_mask=place.attention_mask,
+        position_ids=place.position_ids, use_cache=False,
+    ).logits.float()  # fmt: skip
+    picked = logits[place.rows, place.cols]  # [completion tokens, vocab]
+    targets = torch.tensor([t for s in chunk for t in s.completion_ids], device=device)
+    flat = picked.gather(1, targets[:, None]).squeeze(1) - picked.logsumexp(dim=1)
+    return _per_sample(flat, chunk, device)
+
+
+def _per_sample(flat: torch.Tensor, chunk: Sequence[TrainSample], device):
+    """(log-probs [B, Cmax], mask [B, Cmax]) from the completion tokens' log-probs in order."""
+    lengths = [len(s.completion_ids) for s in chunk]
+    rows = torch.repeat_interleave(torch.arange(len(chunk)), torch.tensor(lengths)).to(device)
+    slots = torch.tensor([t for c in lengths for t in range(c)], dtype=torch.long, device=device)
+    shape = (len(chunk), max(lengths))
+    logp = torch.zeros(shape, device=device).index_put((rows, slots), flat)
+    mask = torch.zeros(shape, device=device)
     mask[rows, slots] = 1.0
     return logp, mask
-
-
-def full_logits_logprobs(model, chunk: Sequence[TrainSample], pad_id: int, device):
-    """The same as :func:`chunked_logprobs` from the model's full [B, L, vocab] logits."""
-    ids, attn = batch_ids(chunk, pad_id, device)
-    logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits.float()
-    cmax = max(len(s.completion_ids) for s in chunk)
-    # Token t of the completion (position P+t) is predicted by the logits at P+t-1.
-    index = torch.zeros((len(chunk), cmax), dtype=torch.long, device=device)
-    mask = torch.zeros((len(chunk), cmax), device=device)
-    for i, s in enumerate(chunk):
-        p, c = len(s.prompt_ids), len(s.completion_ids)
-        index[i, :c] = torch.arange(p - 1, p - 1 + c)
-        mask[i, :c] = 1.0
-    picked = logits.gather(1, index[:, :, None].expand(-1, -1, logits.shape[-1]))
-    targets = torch.zeros_like(index)
-    for i, s in enumerate(chunk):
-        targets[i, : len(s.completion_ids)] = torch.tensor(s.completion_ids)
-    logp = picked.gather(2, targets[:, :, None]).squeeze(2) - picked.logsumexp(dim=2)
-    return logp * mask, mask
 
 
 @torch.no_grad()
@@ -94,6 +77,28 @@ def plain_head(causal_lm, pad_id: int) -> torch.nn.Linear | None:
     finally:
         causal_lm.train(was_training)
     return head if torch.allclose(logits, mine, rtol=1e-4, atol=1e-4) else None
+
+
+@torch.no_grad()
+def tree_matches(model, logprobs) -> bool:
+    """Whether ``logprobs(chunk, tree)`` (a trainer's completion log-probs of a micro-batch,
+    ``tree``: the prefix-tree layout allowed) gives the padded layout's log-probs with the tree
+    on a few tokens whose samples share beginnings, ``model`` in eval mode (checked once: a
+    model whose attention does not take a custom mask, or masks more, as a sliding window
+    does, gives others)."""
+    probe = [
+        TrainSample((1, 2, 3, 4, 5, 6), (7, 8), (0.0, 0.0), 0.0, 0, 0),
+        TrainSample((1, 2, 3, 4, 5, 6), (9, 10, 11), (0.0, 0.0, 0.0), 0.0, 0, 0),
+        TrainSample((1, 2, 3), (12,), (0.0,), 0.0, 1, 0),
+    ]
+    was_training = model.training
+    model.eval()
+    try:
+        padded, mask = logprobs(probe, False)
+        tree, _ = logprobs(probe, True)
+    finally:
+        model.train(was_training)
+    return torch.allclose(padded * mask, tree * mask, rtol=1e-4, atol=1e-4)
 
 
 def pad_rows(rows: Sequence[Sequence[float]], width: int, device) -> torch.Tensor:

@@ -72,12 +72,15 @@ class BackwardPass:
     trust_clipped: int = 0
     """Completion tokens whose ratio u = pi / pi_prox was clipped (no gradient): only ever in
     a step's later minibatches."""
+    read_tokens: int = 0
+    """Tokens the forward passes read (each shared beginning once where the prefix tree was
+    used: marlaas.executors.token_layout)."""
 
     def __add__(self, other: BackwardPass) -> BackwardPass:
         return BackwardPass(
             self.loss + other.loss, self.weight_sum + other.weight_sum,
             max(self.largest_weight, other.largest_weight), self.truncated + other.truncated,
-            self.trust_clipped + other.trust_clipped,
+            self.trust_clipped + other.trust_clipped, self.read_tokens + other.read_tokens,
         )  # fmt: skip
 
     def scaled(self, tokens: int, total_tokens: int) -> BackwardPass:
@@ -200,5 +203,6 @@ def step_stats(
         clip_fraction=done.truncated / max(total_tokens, 1),
         grad_norm=grad_norm,
         max_staleness=max(version - 1 - s.version for s in samples),
+        read_tokens=done.read_tokens,
         extra={"trust_clip_fraction": done.trust_clipped / max(total_tokens, 1)},
     )

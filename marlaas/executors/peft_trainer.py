@@ -19,7 +19,7 @@ import re
 import threading
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -31,6 +31,7 @@ from marlaas.executors.completion_logprobs import (
     full_logits_logprobs,
     pad_rows,
     plain_head,
+    tree_matches,
 )
 from marlaas.executors.grpo import (
     BackwardPass,
@@ -42,6 +43,7 @@ from marlaas.executors.grpo import (
 from marlaas.executors.lora_weights import load_weights, seeded_init, write_adapter
 from marlaas.executors.rollout import TrainSample, TrainStats
 from marlaas.executors.shared_weights import share_weights
+from marlaas.executors.token_layout import layout, padded_layout
 
 _JOB_NAME = re.compile(r"[A-Za-z0-9_-]+")
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -146,6 +148,9 @@ class PeftTrainer:
         self.pad_id = _pad_id(self.tokenizer, base.config)
         self._jobs: dict[str, _Job] = {}
         self._head = _UNCHECKED  # lm_head when the logits are exactly lm_head(hidden states)
+        self._tree = _UNCHECKED  # whether the prefix-tree layout gives the padded one's log-probs
+        self.tokens_read = 0
+        """Tokens the forward passes of completion log-probs have read (a counter)."""
         # One model: steps of different jobs must not interleave (a driver may call from threads).
         self._lock = threading.RLock()
         self._interrupts = 0  # PeftTrainer.interrupt calls so far
@@ -332,7 +337,7 @@ class PeftTrainer:
             self._activate(job)
             self.model.train()
             self._jobs[job].optimizer.zero_grad(set_to_none=True)
-            done = BackwardPass()
+            done, read = BackwardPass(), self.tokens_read
             for start in range(0, len(samples), self.micro_batch_size):
                 if stopped():
                     raise TrainingInterrupted(f"{job}: training step interrupted")
@@ -350,7 +355,7 @@ class PeftTrainer:
                 )  # fmt: skip
                 loss.backward()
                 done += measured
-            return done
+            return replace(done, read_tokens=self.tokens_read - read)
 
     def proximal(
         self, job: str, samples: Sequence[TrainSample], indices: Sequence[int]
@@ -422,19 +427,33 @@ class PeftTrainer:
     def _completion_logprobs(self, chunk: Sequence[TrainSample]):
         """(log-probs [B, Cmax], mask [B, Cmax]) of the completion tokens of a micro-batch,
         chunked through the output layer when it is a plain one (checked once), else from
-        the full logits (see :mod:`marlaas.executors.completion_logprobs`)."""
+        the full logits (see :mod:`marlaas.executors.completion_logprobs`); the samples'
+        shared beginnings read once where the model gives the same log-probs that way
+        (checked once, :mod:`marlaas.executors.token_layout`). Adds the tokens the forward
+        pass read to ``tokens_read``."""
+        if self._tree is _UNCHECKED:
+            self._tree = False
+            self._tree = tree_matches(self.model, lambda c, t: self._layout_logprobs(c, t)[:2])
+        logp, mask, read = self._layout_logprobs(chunk, self._tree)
+        self.tokens_read += read
+        return logp, mask
+
+    def _layout_logprobs(self, chunk: Sequence[TrainSample], tree: bool):
+        """(log-probs, mask, tokens read) of a micro-batch, the prefix tree allowed or not."""
         causal_lm = self._causal_lm()
         if self._head is _UNCHECKED:
             self._head = plain_head(causal_lm, self.pad_id)
         head = self._head
+        place = layout(chunk, self.pad_id, self.device, self.model.dtype, tree)
         if head is None:  # a head with extra steps (softcapping, scaling): the full logits
-            return self._full_logits_logprobs(chunk)
-        return chunked_logprobs(causal_lm, head, chunk, self.pad_id, self.device)
+            return (*full_logits_logprobs(self.model, chunk, place, self.device), place.tokens)
+        return (*chunked_logprobs(causal_lm, head, chunk, place, self.device), place.tokens)
 
     def _full_logits_logprobs(self, chunk: Sequence[TrainSample]):
         """The same as _completion_logprobs from the model's full [B, L, vocab] logits (the
-        reference it is tested against)."""
-        return full_logits_logprobs(self.model, chunk, self.pad_id, self.device)
+        reference it is tested against), padded."""
+        place = padded_layout(chunk, self.pad_id, self.device)
+        return full_logits_logprobs(self.model, chunk, place, self.device)
 
     def _causal_lm(self):
         """The transformers model under the PEFT wrapper (its LoRA layers injected in place)."""

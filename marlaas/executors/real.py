@@ -360,7 +360,10 @@ class RealExecutor:
             )
         )  # fmt: skip
         self.episodes.release(d)
-        return {"tokens": stats.tokens}
+        # What the trainer did not read again of the step's tokens (its forward passes read
+        # each shared beginning once); -1 when it does not count what it read.
+        unread = max(d.tokens - stats.read_tokens, 0) if stats.read_tokens else -1
+        return {"tokens": stats.tokens, "prompt_tokens": unread}
 
     async def _sync(self, d: Sync) -> dict:
         await self._restored_trainer(d.trainer)

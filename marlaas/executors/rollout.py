@@ -92,6 +92,10 @@ class TrainStats:
     """Global L2 gradient norm of the job's adapter, before clipping."""
     max_staleness: int = 0
     """Largest (trainer version - sample version) in the batch."""
+    read_tokens: int = 0
+    """Tokens its backward passes' forward passes read over its samples, prompts and
+    completions, each shared beginning once where the prefix tree was used
+    (marlaas.executors.token_layout); 0: not counted."""
     extra: dict = field(default_factory=dict)
 
 

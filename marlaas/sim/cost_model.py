@@ -66,6 +66,12 @@ class CostModel(BaseModel):
     train_tokens_per_s: Rate = 12_500.0
     """LoRA forward + backward on the frozen base, per device [tokens/s] [S1][S2], checked
     against published LoRA throughput [S5][S6][S7]."""
+    train_shares_prompts: bool = False
+    """Whether the trainer reads a group's prompt once for all its samples (MARLaaS's PEFT
+    trainer: marlaas.executors.token_layout): a step's work is then its tokens less the
+    prompt's repeats (Train.shared_tokens). False: each sample read whole, as a right-padded
+    trainer does; the published profiles keep False, the arithmetic they were derived with.
+    ``calibrate`` sets it from the runs' train rows."""
     train_overhead_s: Seconds = 0.2
     """Fixed per training step [s] (optimizer step, launches, host syncs); assumption."""
     train_rank_scale: Annotated[float, Field(ge=1, le=1e6)] = 1800.0

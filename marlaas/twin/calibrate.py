@@ -5,8 +5,10 @@ Per stage, from the successful work of every run given:
 - decode and prefill: see :mod:`marlaas.twin.decode_fit` (non-negative least squares over
   generate rows), then refined by replaying the
   runs (:mod:`marlaas.twin.refine`) so that each group turn takes what it took;
-- training: ``duration = train_overhead_s + tokens * (1 + rank / train_rank_scale) /
-  (train_tokens_per_s * devices)`` (times the forward pass of a job's later minibatches:
+- training: ``duration = train_overhead_s + read * (1 + rank / train_rank_scale) /
+  (train_tokens_per_s * devices)``, ``read`` the tokens the trainer read (a step's tokens less
+  the shared beginnings it read once, its row's ``prompt_tokens``; ``train_shares_prompts``
+  is set when any step read fewer) (times the forward pass of a job's later minibatches:
   :func:`marlaas.sim.cost_model.train_work`), non-negative least squares over training steps
   (:mod:`marlaas.twin.train_fit`; ``train_rank_scale`` and ``train_forward_share`` keep their
   values: one rank cannot tell the first apart, nor one minibatch count the second);
@@ -143,6 +145,11 @@ def calibrate(
 
     train = _fit_train(runs, base)
     values["train_overhead_s"], values["train_tokens_per_s"] = train.overhead_s, train.tokens_per_s
+    shorter = sum(int((operations(r.events, "train")["prompt_tokens"] > 0).sum()) for r in runs)
+    values["train_shares_prompts"] = shorter > 0
+    note = f"{shorter} steps read fewer tokens than they hold"
+    fitted.append(Fitted("train_shares_prompts", float(shorter > 0), "1: yes, 0: no",
+                         train.rows, note))  # fmt: skip
     fitted.append(Fitted("train_overhead_s", train.overhead_s, "s per step", train.rows,
                          train.quality))  # fmt: skip
     fitted.append(Fitted("train_tokens_per_s", train.tokens_per_s, "tokens/s per device",
@@ -260,13 +267,16 @@ def _require_stages(runs: list[RealRun]) -> None:
 
 
 def _fit_train(runs: list[RealRun], base: CostModel) -> TrainFit:
+    """Training steps' duration against the tokens their trainer read (a step's tokens less
+    those it did not read again, its row's prompt_tokens: shared beginnings read once)."""
     xs, ys = [], []
     for run in runs:
         per_token = {j.name: train_work(base, 1.0, j.lora_rank, j.rl.minibatches)
                      for j in run.workload.jobs}  # fmt: skip
         ops = operations(run.events, "train")
         devices = 1 if run.workload.cluster.shared_compute else ops["devices"]  # one processor
-        work = ops["tokens"] * ops["job"].map(per_token) / devices
+        read = ops["tokens"] - ops["prompt_tokens"].clip(lower=0)
+        work = read * ops["job"].map(per_token) / devices
         xs.append(work.to_numpy(float))
         ys.append(ops["duration_s"].to_numpy(float))
     return fit_train(np.concatenate(xs), np.concatenate(ys), base.train_tokens_per_s)

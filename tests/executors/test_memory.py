@@ -77,8 +77,9 @@ def test_token_logprobs_refuses_bad_shapes():
 
 @pytest.mark.parametrize("checkpointing", [True, False])
 def test_trainer_selected_token_logprobs_match_the_full_logits(tiny_model_dir, checkpointing):
-    """The trainer's chunked log-probs (and their gradients in the LoRA weights) equal the
-    ones from the model's full [B, L, vocab] logits, with and without checkpointing."""
+    """The trainer's chunked log-probs (and their gradients in the LoRA weights), the
+    samples' shared beginnings read once, equal the ones from the model's full [B, L, vocab]
+    logits of right-padded rows, with and without checkpointing."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("peft")
     from marlaas.executors.peft_trainer import PeftTrainer
@@ -108,11 +109,14 @@ def test_trainer_selected_token_logprobs_match_the_full_logits(tiny_model_dir, c
         trainer.model.eval()
     (logp, mask, grads), (ref_logp, ref_mask, ref_grads) = results
     assert trainer._head is not None  # the tiny Llama's head is a plain Linear: chunked path
+    assert trainer._tree is True  # the samples begin alike: the prefix tree was used
     torch.testing.assert_close(mask, ref_mask)
     torch.testing.assert_close(logp * mask, ref_logp * ref_mask, rtol=1e-5, atol=1e-5)
     assert mask.sum() == 9
-    for g, r in zip(grads, ref_grads, strict=True):
-        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-6)
+    for g, r in zip(grads, ref_grads, strict=True):  # the tree sums the shared prefix's
+        # gradients in another order than the padded reference: float32 rounding, relative
+        # to the largest gradient
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-5 * float(r.abs().max()))
 
 
 # ------------------------------------------------------------------ engine budgets

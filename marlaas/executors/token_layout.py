@@ -1,0 +1,153 @@
+"""Where a micro-batch's tokens go in the trainer's forward pass: one right-padded row per
+sample, or every sample in one row as a prefix tree, each shared beginning computed once.
+
+A GRPO group's samples share their prompt, and a multi-turn episode's later turns begin with
+its earlier ones, so most of a micro-batch's tokens are repeats: the quality workload's steps
+read 8 x 54 prompt tokens for 8 x 12 completion tokens. The tree layout puts each distinct
+prefix's tokens once in a single row, in the order they were first met (a parent before its
+children); a token sees itself and its ancestors only (an attention mask of the tree) at its
+depth as its position, so its hidden state is exactly the one the padded layout computes for
+it, and gradients from every sample that shares it add up in it. This is the shared-prefix
+forward of "Prefix Grouper" (Liu et al., 2025, arXiv:2506.05433), generalised from one prompt
+per group to any common beginnings (a chat template's system prompt, earlier turns).
+
+The tree is used when it saves at least :data:`MIN_SAVED` of the padded layout's tokens and
+has at most :data:`MAX_TREE_TOKENS` tokens (its mask is [tokens x tokens]); the trainer checks
+once that the model computes the same log-probs both ways (a model whose attention ignores a
+custom mask, or adds a sliding window, is given the padded layout).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from marlaas.executors.rollout import TrainSample
+
+MIN_SAVED = 0.1
+"""Least share of the padded layout's real tokens the tree must save to be used."""
+MAX_TREE_TOKENS = 4096
+"""Most tokens a tree layout holds: its attention mask is this squared, in the model's dtype
+(64 MiB at float32)."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A micro-batch's forward-pass inputs and where each completion token is predicted."""
+
+    ids: torch.Tensor
+    """Input ids [rows, length]."""
+    attention_mask: torch.Tensor
+    """[rows, length] padding mask, or the tree's [1, 1, length, length] additive mask."""
+    position_ids: torch.Tensor | None
+    """[1, length] token depths for the tree; None for the padded layout."""
+    rows: torch.Tensor
+    cols: torch.Tensor
+    """The hidden state (row, column) that predicts each completion token, samples in order,
+    each sample's tokens in order ([completion tokens] each)."""
+    tokens: int
+    """Tokens the forward pass reads (the padded layout's without its padding)."""
+
+
+def sequences(chunk: Sequence[TrainSample]) -> list[list[int]]:
+    """Each sample's prompt + completion."""
+    return [list(s.prompt_ids) + list(s.completion_ids) for s in chunk]
+
+
+def padded_layout(chunk: Sequence[TrainSample], pad_id: int, device) -> Layout:
+    """One right-padded row per sample."""
+    seqs = sequences(chunk)
+    length = max(map(len, seqs))
+    ids = torch.full((len(seqs), length), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(seqs), length), dtype=torch.long)
+    rows, cols = [], []
+    for i, (seq, s) in enumerate(zip(seqs, chunk, strict=True)):
+        ids[i, : len(seq)] = torch.tensor(seq)
+        attn[i, : len(seq)] = 1
+        p, c = len(s.prompt_ids), len(s.completion_ids)
+        rows += [i] * c
+        cols += range(p - 1, p - 1 + c)  # token t of the completion: predicted at P + t - 1
+    return Layout(ids.to(device), attn.to(device), None, _long(rows, device), _long(cols, device),
+                  sum(map(len, seqs)))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PrefixTree:
+    """The distinct prefixes of some token sequences: node ``n`` is token ``tokens[n]`` after
+    the prefix of node ``parent[n]`` (-1: the first token), ``depth[n]`` tokens in; nodes in
+    the order they were first met, so a parent comes before its children."""
+
+    tokens: list[int]
+    parent: list[int]
+    depth: list[int]
+    paths: list[list[int]]
+    """Each sequence's nodes, token by token."""
+
+    @classmethod
+    def of(cls, seqs: Sequence[Sequence[int]]) -> PrefixTree:
+        """The tree of ``seqs``."""
+        tokens: list[int] = []
+        parent: list[int] = []
+        depth: list[int] = []
+        children: dict[tuple[int, int], int] = {}
+        paths = []
+        for seq in seqs:
+            node, path = -1, []
+            for token in seq:
+                child = children.get((node, token))
+                if child is None:
+                    child = len(tokens)
+                    children[(node, token)] = child
+                    tokens.append(token)
+                    parent.append(node)
+                    depth.append(len(path))
+                node = child
+                path.append(node)
+            paths.append(path)
+        return cls(tokens, parent, depth, paths)
+
+    def ancestry(self) -> np.ndarray:
+        """[nodes, nodes] bool: row n is true at n and at each of its ancestors."""
+        n = len(self.tokens)
+        seen = np.zeros((n, n), dtype=bool)
+        for node, up in enumerate(self.parent):
+            if up >= 0:
+                seen[node] = seen[up]
+            seen[node, node] = True
+        return seen
+
+
+def tree_layout(
+    chunk: Sequence[TrainSample], device, dtype: torch.dtype, tree: PrefixTree | None = None
+) -> Layout:
+    """Every sample in one row as its prefix tree (see the module's docstring)."""
+    tree = tree or PrefixTree.of(sequences(chunk))
+    seen = torch.from_numpy(tree.ancestry())
+    mask = torch.zeros(seen.shape, dtype=dtype).masked_fill_(~seen, torch.finfo(dtype).min)
+    cols = []
+    for s, path in zip(chunk, tree.paths, strict=True):
+        p, c = len(s.prompt_ids), len(s.completion_ids)
+        cols += path[p - 1 : p - 1 + c]
+    return Layout(
+        _long([tree.tokens], device), mask[None, None].to(device), _long([tree.depth], device),
+        torch.zeros(len(cols), dtype=torch.long, device=device), _long(cols, device),
+        len(tree.tokens),
+    )  # fmt: skip
+
+
+def layout(chunk: Sequence[TrainSample], pad_id: int, device, dtype, allow_tree: bool) -> Layout:
+    """The tree layout where it is allowed and worth it (module docstring), else the padded."""
+    if allow_tree:
+        seqs = sequences(chunk)
+        total = sum(map(len, seqs))
+        tree = PrefixTree.of(seqs)
+        if len(tree.tokens) <= min(MAX_TREE_TOKENS, (1 - MIN_SAVED) * total):
+            return tree_layout(chunk, device, dtype, tree)
+    return padded_layout(chunk, pad_id, device)
+
+
+def _long(values, device) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.long, device=device)
