@@ -35,10 +35,11 @@ prompt_tokens int  generate: context tokens per sequence the turn started from: 
                    the first turn the group's own prompt (every sample of a group
                    shares it; in simulation drawn per group, marlaas.core.prompts;
                    in real runs the tokenized prompt), later the prompt, the earlier
-                   turns and observations; train: of its tokens, those the
-                   trainer did not read again (its samples' shared beginnings,
-                   read once: tokens - prompt_tokens is what it read); -1 for other
-                   kinds and in logs written before it existed
+                   turns and observations; train: the repeats of its groups'
+                   prompts the trainer did not read (it read each shared
+                   beginning once): at most (group size - 1) x each group's
+                   prompt, 0 when it read every sample whole; -1 for other kinds,
+                   a trainer that does not say, and logs written before it existed
 longest_tokens int generate: tokens of the group's longest sample; -1 otherwise
 ========== ======= ==================================================================
 """

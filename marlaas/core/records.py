@@ -39,8 +39,8 @@ class WorkRecord(NamedTuple):
     reward: float = math.nan
     prompt_tokens: int = -1
     """Generate: context tokens per sequence the turn started from (the prompt on the first
-    turn; prompt, earlier turns and observations later). Train: of its tokens, those the
-    trainer did not read again (shared beginnings read once). -1 for other kinds."""
+    turn; prompt, earlier turns and observations later). Train: the repeats of its groups'
+    prompts the trainer did not read (0: every sample read whole). -1 for other kinds."""
     longest_tokens: int = -1
     """Generate: tokens of the group's longest sample (it decides when the group ends); -1
     for other kinds."""

@@ -91,7 +91,9 @@ class Training:
             job.training = False
             return
         step = job.trained
-        groups = job.finished[step]
+        # in group order, not the order they finished in: a step's samples, and so its
+        # trained weights to the last bit, do not depend on the schedule
+        groups = sorted(job.finished[step], key=lambda g: g.index)
         staleness = step - min(g.version for g in groups)
         if staleness > job.max_staleness:
             raise CapacityError(f"{job.name}: step {step} would train {staleness} versions stale")

@@ -200,7 +200,7 @@ class WorkDone:
     prompt_tokens: int = -1
     """Generate: the measured context tokens per sequence the turn started from (-1: the
     scheduler's own count, the decision's context_tokens / seqs). Train: of the decision's
-    tokens, those the trainer did not read again, its samples' shared beginnings (the
-    decision's tokens less these are what its forward pass read; -1: not said)."""
+    shared_tokens, those the trainer did not read (it read each shared beginning once; 0: it
+    read every sample whole; -1: not said)."""
     longest_tokens: int = -1
     """Generate: tokens of the group's longest sample (-1: unknown)."""

@@ -204,5 +204,6 @@ def step_stats(
         grad_norm=grad_norm,
         max_staleness=max(version - 1 - s.version for s in samples),
         read_tokens=done.read_tokens,
+        sample_tokens=sum(len(s.prompt_ids) + len(s.completion_ids) for s in samples),
         extra={"trust_clip_fraction": done.trust_clipped / max(total_tokens, 1)},
     )

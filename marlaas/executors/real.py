@@ -360,9 +360,11 @@ class RealExecutor:
             )
         )  # fmt: skip
         self.episodes.release(d)
-        # What the trainer did not read again of the step's tokens (its forward passes read
-        # each shared beginning once); -1 when it does not count what it read.
-        unread = max(d.tokens - stats.read_tokens, 0) if stats.read_tokens else -1
+        # The groups' prompt repeats the trainer did not read (it read each shared beginning
+        # once): the core's count, at most what it read less than its samples hold (0: it
+        # read them whole); -1 when it does not count what it read.
+        saved = stats.sample_tokens - stats.read_tokens
+        unread = min(d.shared_tokens, saved) if stats.read_tokens else -1
         return {"tokens": stats.tokens, "prompt_tokens": unread}
 
     async def _sync(self, d: Sync) -> dict:

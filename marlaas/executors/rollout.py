@@ -96,6 +96,8 @@ class TrainStats:
     """Tokens its backward passes' forward passes read over its samples, prompts and
     completions, each shared beginning once where the prefix tree was used
     (marlaas.executors.token_layout); 0: not counted."""
+    sample_tokens: int = 0
+    """Tokens its samples hold, prompts and completions (what reading each whole would read)."""
     extra: dict = field(default_factory=dict)
 
 

@@ -11,10 +11,13 @@ it, and gradients from every sample that shares it add up in it. This is the sha
 forward of "Prefix Grouper" (Liu et al., 2025, arXiv:2506.05433), generalised from one prompt
 per group to any common beginnings (a chat template's system prompt, earlier turns).
 
-The tree is used when it saves at least :data:`MIN_SAVED` of the padded layout's tokens and
-has at most :data:`MAX_TREE_TOKENS` tokens (its mask is [tokens x tokens]); the trainer checks
-once that the model computes the same log-probs both ways (a model whose attention ignores a
-custom mask, or adds a sliding window, is given the padded layout).
+The tree is used when it saves at least :data:`MIN_SAVED` of the padded layout's tokens, has
+at most :data:`MAX_TREE_TOKENS` tokens (its mask is [tokens x tokens]) and costs no more than
+the padded rows counting attention (:func:`cost`: a short prompt shared by long answers is
+cheaper padded, its one row's attention scores outnumbering the padded rows'). A model whose
+attention sees a window of the tokens before (:func:`windowed`: the tree's mask would widen
+it) is given the padded layout, and the trainer checks once that the model computes the same
+log-probs both ways (one whose attention ignores a custom mask does not).
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ from marlaas.executors.rollout import TrainSample
 
 MIN_SAVED = 0.1
 """Least share of the padded layout's real tokens the tree must save to be used."""
+ATTENTION_TOKENS = 1024
+"""Tokens seen at which a token's attention scores weigh about as much as the rest of its
+work in a layer: SmolLM2-135M keeps about 9k floats a token per layer besides them (hidden 576,
+MLP 1,536) and 9 scores per token seen; a 7B Llama about 66k and 32."""
 MAX_TREE_TOKENS = 4096
 """Most tokens a tree layout holds: its attention mask is this squared, in the model's dtype
 (64 MiB at float32)."""
@@ -142,11 +149,36 @@ def layout(chunk: Sequence[TrainSample], pad_id: int, device, dtype, allow_tree:
     """The tree layout where it is allowed and worth it (module docstring), else the padded."""
     if allow_tree:
         seqs = sequences(chunk)
-        total = sum(map(len, seqs))
+        total, longest = sum(map(len, seqs)), max(map(len, seqs))
         tree = PrefixTree.of(seqs)
-        if len(tree.tokens) <= min(MAX_TREE_TOKENS, (1 - MIN_SAVED) * total):
+        n = len(tree.tokens)
+        cheaper = cost(1, n) <= cost(len(seqs), longest)
+        if n <= min(MAX_TREE_TOKENS, (1 - MIN_SAVED) * total) and cheaper:
             return tree_layout(chunk, device, dtype, tree)
     return padded_layout(chunk, pad_id, device)
+
+
+def cost(rows: int, length: int) -> float:
+    """A forward pass's work over ``rows`` rows of ``length`` tokens, in tokens: each token's
+    layers, plus its attention scores (one per token it may see) in units of
+    :data:`ATTENTION_TOKENS`."""
+    return rows * (length + length * length / ATTENTION_TOKENS)
+
+
+def windowed(config) -> bool:
+    """Whether a model's attention sees only a window of the tokens before each (a sliding
+    window on any layer, or chunked attention), by its config or its text model's: transformers
+    takes a custom mask as it is, so the tree's would widen the window."""
+    for part in (config, getattr(config, "text_config", None)):
+        if part is None:
+            continue
+        if getattr(part, "attention_chunk_size", None):
+            return True
+        if getattr(part, "sliding_window", None) and getattr(part, "use_sliding_window", True):
+            return True
+        if "sliding_attention" in (getattr(part, "layer_types", None) or ()):
+            return True
+    return False
 
 
 def _long(values, device) -> torch.Tensor:

@@ -6,9 +6,9 @@ Per stage, from the successful work of every run given:
   generate rows), then refined by replaying the
   runs (:mod:`marlaas.twin.refine`) so that each group turn takes what it took;
 - training: ``duration = train_overhead_s + read * (1 + rank / train_rank_scale) /
-  (train_tokens_per_s * devices)``, ``read`` the tokens the trainer read (a step's tokens less
-  the shared beginnings it read once, its row's ``prompt_tokens``; ``train_shares_prompts``
-  is set when any step read fewer) (times the forward pass of a job's later minibatches:
+  (train_tokens_per_s * devices)``, ``read`` a step's tokens less its groups' prompt repeats
+  the trainer did not read (its row's ``prompt_tokens``; ``train_shares_prompts`` is set when
+  any step did so) (times the forward pass of a job's later minibatches:
   :func:`marlaas.sim.cost_model.train_work`), non-negative least squares over training steps
   (:mod:`marlaas.twin.train_fit`; ``train_rank_scale`` and ``train_forward_share`` keep their
   values: one rank cannot tell the first apart, nor one minibatch count the second);
@@ -267,8 +267,9 @@ def _require_stages(runs: list[RealRun]) -> None:
 
 
 def _fit_train(runs: list[RealRun], base: CostModel) -> TrainFit:
-    """Training steps' duration against the tokens their trainer read (a step's tokens less
-    those it did not read again, its row's prompt_tokens: shared beginnings read once)."""
+    """Training steps' duration against the tokens their trainer read: a step's tokens less
+    its groups' prompt repeats it did not read (its row's prompt_tokens), as the simulator
+    charges a step."""
     xs, ys = [], []
     for run in runs:
         per_token = {j.name: train_work(base, 1.0, j.lora_rank, j.rl.minibatches)

@@ -100,6 +100,15 @@ def test_real_event_log_partitions_and_reports(hf_run, tmp_path):
     gen = events[events["kind"] == "generate"]
     for _, step in events[events["kind"] == "train"].iterrows():
         assert not ((gen.start_s < step.end_s) & (step.start_s < gen.end_s)).any()
+    # each step's groups' prompt repeats were read once (their micro-batches' prefix trees),
+    # at most the core's count of them: (group size - 1) x each group's prompt
+    train = events[(events["kind"] == "train") & (events["outcome"] == "ok")]
+    specs = {j.name: j for j in load_workload(out / "workload.json").jobs}
+    most = train["job"].map(
+        lambda j: (specs[j].rl.group_size - 1) * specs[j].rl.prompts_per_step
+        * specs[j].prompt_tokens.value
+    )  # fmt: skip
+    assert ((train["prompt_tokens"] > 0) & (train["prompt_tokens"] <= most)).all()
     # the declared 0.5 s verifier latency of emit-e-slow is waited for real
     slow = events[(events["kind"] == "env") & (events["job"] == "emit-e-slow")]
     assert (slow.end_s - slow.start_s).min() >= 0.5

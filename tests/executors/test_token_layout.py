@@ -78,8 +78,24 @@ def test_tree_layout_reads_the_shared_prompt_once_and_predicts_where_padding_doe
 def test_padded_where_the_tree_does_not_pay_or_would_be_too_large(monkeypatch):
     assert layout(APART, 0, "cpu", torch.float32, allow_tree=True).position_ids is None
     assert layout(GROUP, 0, "cpu", torch.float32, allow_tree=False).position_ids is None
+    # a short prompt shared by long answers: the tree saves 15% of the tokens (820 of 960)
+    # but its attention scores (820^2) outnumber the padded rows' (8 x 120^2)
+    long_answers = [_sample(range(3, 23), range(100 * k + 30, 100 * k + 130)) for k in range(8)]
+    assert layout(long_answers, 0, "cpu", torch.float32, allow_tree=True).position_ids is None
+    many = [_sample(range(3, 23), [30 + k]) for k in range(64)]  # the same prompt, 64 answers
+    assert layout(many, 0, "cpu", torch.float32, allow_tree=True).position_ids is not None
     monkeypatch.setattr(token_layout, "MAX_TREE_TOKENS", 10)  # the group's tree has 15
     assert layout(GROUP, 0, "cpu", torch.float32, allow_tree=True).position_ids is None
+
+
+def test_windowed_attention_is_told_apart():
+    transformers = pytest.importorskip("transformers")
+    windowed = token_layout.windowed
+    assert not windowed(transformers.LlamaConfig())
+    assert windowed(transformers.MistralConfig(sliding_window=12))
+    assert not windowed(transformers.MistralConfig(sliding_window=None))
+    assert not windowed(transformers.Qwen2Config(use_sliding_window=False))
+    assert windowed(transformers.Qwen2Config(use_sliding_window=True, sliding_window=64))
 
 
 # ------------------------------------------------------------------ in the trainer
@@ -124,7 +140,12 @@ def test_a_step_counts_the_tokens_its_forward_passes_read(trainer):
     assert trainer._tree is True
     unique = len(PrefixTree.of([s.prompt_ids + s.completion_ids for s in chunk]).tokens)
     assert stats.read_tokens == unique  # one micro-batch of 8: one tree
+    assert stats.sample_tokens == sum(len(s.prompt_ids) + len(s.completion_ids) for s in chunk)
     assert trainer.tokens_read - before >= unique
+
+
+def transformers_config(**fields):
+    return pytest.importorskip("transformers").MistralConfig(**fields)
 
 
 def test_a_model_that_computes_the_tree_otherwise_gets_the_padded_layout(tiny_model_dir):
@@ -143,6 +164,16 @@ def test_a_model_that_computes_the_tree_otherwise_gets_the_padded_layout(tiny_mo
         return logp + (0.1 if tree else 0.0), mask
 
     assert not tree_matches(trainer.model, off_in_the_tree)
+
+    def refused_in_the_tree(chunk, tree):  # an attention that takes no [1, 1, N, N] mask
+        if tree:
+            raise ValueError("this attention takes a 2D mask only")
+        return trainer._layout_logprobs(chunk, tree)[:2]
+
+    assert not tree_matches(trainer.model, refused_in_the_tree)
+    windowed = type("Windowed", (), {"config": transformers_config(sliding_window=16)})()
+    assert not tree_matches(windowed, None)  # not even tried
     trainer._tree = False  # what the check found: every micro-batch padded
     stats = trainer.train_step("A", GROUP)
-    assert stats.read_tokens == sum(len(s.prompt_ids) + len(s.completion_ids) for s in GROUP)
+    assert stats.read_tokens == stats.sample_tokens
+    assert stats.sample_tokens == sum(len(s.prompt_ids) + len(s.completion_ids) for s in GROUP)
