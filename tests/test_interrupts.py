@@ -19,9 +19,13 @@ from marlaas.interrupts import Interrupted
 
 @pytest.fixture
 def taken():
+    """The interrupts taken, from SIGINT's usual handler: a runner started in the background
+    of a non-interactive shell inherits SIGINT ignored, which take() keeps ignored."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
     assert interrupts.take()
     yield
     interrupts.give_back()
+    signal.signal(signal.SIGINT, before)
 
 
 def write_module(folder, name: str, number: int) -> None:
