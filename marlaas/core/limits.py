@@ -34,6 +34,9 @@ MAX_CLIP_EPS = 1.0
 lower bound is 0."""
 MAX_CLIP_EPS_HIGH = 10.0
 """Upper clip of that ratio alone, 1 + eps_high (at 10: an 11-fold rise, no bound in practice)."""
+MAX_LR_STALENESS_DAMPING = 100.0
+"""Learning-rate damping per version of staleness (at 100 a one-version-stale step moves
+1% as far as a fresh one)."""
 MAX_WEIGHT = 1_000_000.0
 """A tenant's share weight (relative, > 0)."""
 MAX_ARRIVAL_S = 100_000_000.0

@@ -177,7 +177,10 @@ class DataParallelTrainer:
                             proximal if n else None,
                         )  # fmt: skip
                         last = n == len(parts) - 1
-                        step = [r.apply_gradients(job, new_version=last) for r in self.replicas]
+                        chosen = [samples[i] for i in parts[n]]
+                        step = [
+                            r.apply_gradients(job, chosen, new_version=last) for r in self.replicas
+                        ]
                         norms.append(step[0])
                         done += measured.scaled(tokens, total_tokens)
             finally:

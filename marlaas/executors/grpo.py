@@ -36,6 +36,8 @@ greedy accuracy fell to its base model's. With one optimizer step per step there
 region at all; docs/quality.md's verdict names the clip around pi_prox as the fix to try.
 
 The loss of a part is averaged over that part's completion tokens (with k = 1: the step's).
+With ``rl.lr_staleness_damping`` each optimizer step's learning rate shrinks with its part's
+staleness (:func:`staleness_lr_scale`).
 """
 
 from __future__ import annotations
@@ -129,6 +131,21 @@ def split_minibatches(samples: Sequence[TrainSample], parts: int) -> list[list[i
     for i, s in enumerate(samples):
         out[part_of[order[s.group_id]]].append(i)
     return out
+
+
+def staleness_lr_scale(samples: Sequence[TrainSample], version: int, damping: float) -> float:
+    """The factor on the learning rate of an optimizer step on ``samples`` taken by weights
+    at ``version``: 1 / (1 + ``damping`` x their staleness), the staleness being the mean over
+    their completion tokens of ``version`` - the sample's version [versions] (what each token
+    counts for in the loss). Staleness-aware SGD (Zhang, Gupta, Lian and Liu, "Staleness-aware
+    Async-SGD for Distributed Deep Learning", IJCAI 2016) divides the step by the gradient's
+    staleness; the truncated weight (above) acts per token on how far the policy moved, this
+    on how many steps the batch missed. 1 with ``damping`` 0 or fresh samples."""
+    tokens = sum(len(s.completion_ids) for s in samples)
+    if not damping or not tokens:
+        return 1.0
+    stale = sum(len(s.completion_ids) * max(version - s.version, 0) for s in samples) / tokens
+    return 1.0 / (1.0 + damping * stale)
 
 
 def truncated_surrogate(

@@ -37,6 +37,7 @@ from marlaas.executors.grpo import (
     BackwardPass,
     group_advantages,
     split_minibatches,
+    staleness_lr_scale,
     step_stats,
     truncated_surrogate,
 )
@@ -62,6 +63,7 @@ class _Job:
     minibatches: int = 1
     clip_eps: float = 0.2
     clip_eps_high: float | None = None
+    lr_staleness_damping: float = 0.0
 
 
 class TrainingInterrupted(RuntimeError):
@@ -70,20 +72,27 @@ class TrainingInterrupted(RuntimeError):
 
 
 def check_step_settings(
-    minibatches: int, clip_eps: float, clip_eps_high: float | None = None
+    minibatches: int,
+    clip_eps: float,
+    clip_eps_high: float | None = None,
+    lr_staleness_damping: float = 0.0,
 ) -> None:
-    """ValueError unless ``minibatches`` is an int >= 1 and ``clip_eps`` and ``clip_eps_high``
-    (None: not given) numbers in (0, their bound in core.limits]."""
+    """ValueError unless ``minibatches`` is an int >= 1, ``clip_eps`` and ``clip_eps_high``
+    (None: not given) numbers in (0, their bound in core.limits] and
+    ``lr_staleness_damping`` one in [0, its bound]."""
     if isinstance(minibatches, bool) or not isinstance(minibatches, int) or minibatches < 1:
         raise ValueError(f"minibatches must be an int >= 1, got {minibatches!r}")
-    checked = [("clip_eps", clip_eps, L.MAX_CLIP_EPS)]
+    checked = [("clip_eps", clip_eps, L.MAX_CLIP_EPS, False)]
     if clip_eps_high is not None:
-        checked.append(("clip_eps_high", clip_eps_high, L.MAX_CLIP_EPS_HIGH))
-    for name, value, high in checked:
+        checked.append(("clip_eps_high", clip_eps_high, L.MAX_CLIP_EPS_HIGH, False))
+    checked.append(("lr_staleness_damping", lr_staleness_damping, L.MAX_LR_STALENESS_DAMPING, True))
+    for name, value, high, zero in checked:
+        span = f"[0, {high:g}]" if zero else f"(0, {high:g}]"
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"{name} must be a number in (0, {high:g}], got {value!r}")
-        if not 0 < value <= high:
-            raise ValueError(f"{name} must be in (0, {high:g}], got {value!r}")
+            raise ValueError(f"{name} must be a number in {span}, got {value!r}")
+        above = value >= 0 if zero else value > 0
+        if not (above and value <= high):
+            raise ValueError(f"{name} must be in {span}, got {value!r}")
 
 
 def _never() -> bool:
@@ -178,6 +187,7 @@ class PeftTrainer:
         minibatches: int = 1,
         clip_eps: float = 0.2,
         clip_eps_high: float | None = None,
+        lr_staleness_damping: float = 0.0,
     ) -> None:
         """Create the LoRA adapter and optimizer of `job`.
 
@@ -187,13 +197,15 @@ class PeftTrainer:
         `seed` makes the adapter initialization reproducible. Each of its steps takes
         `minibatches` optimizer steps, the ratio to the step's starting weights clipped at
         1 +- `clip_eps` (above at 1 + `clip_eps_high`; None: `clip_eps`;
-        :mod:`marlaas.executors.grpo`).
+        :mod:`marlaas.executors.grpo`), each at the learning rate divided by
+        1 + `lr_staleness_damping` x its samples' staleness (``grpo.staleness_lr_scale``).
         """
-        check_step_settings(minibatches, clip_eps, clip_eps_high)
+        check_step_settings(minibatches, clip_eps, clip_eps_high, lr_staleness_damping)
         with self._lock:
             state = self._new_job(job, rank, alpha, lr, init_dir, version, seed)
             state.minibatches, state.clip_eps = minibatches, float(clip_eps)
             state.clip_eps_high = None if clip_eps_high is None else float(clip_eps_high)
+            state.lr_staleness_damping = float(lr_staleness_damping)
             self._jobs[job] = state
 
     def _new_job(self, job, rank, alpha, lr, init_dir, version, seed) -> _Job:
@@ -307,7 +319,8 @@ class PeftTrainer:
                         [proximal[i] for i in part] if n else None,
                     )  # fmt: skip
                     done += measured.scaled(tokens, total_tokens)
-                    norms.append(self.apply_gradients(job, new_version=n == len(parts) - 1))
+                    last = n == len(parts) - 1
+                    norms.append(self.apply_gradients(job, chosen, new_version=last))
             finally:
                 self.end_step(job)
             grad_norm = sum(norms) / len(norms)
@@ -373,14 +386,27 @@ class PeftTrainer:
         :meth:`backward`)."""
         return self._job(job).params
 
-    def apply_gradients(self, job: str, *, new_version: bool = True) -> float:
+    def apply_gradients(
+        self, job: str, samples: Sequence[TrainSample] = (), *, new_version: bool = True
+    ) -> float:
         """Clip `job`'s gradients to ``max_grad_norm`` and take its optimizer step (with
         `new_version`, a step's last: its version + 1); returns the gradient norm before
-        clipping."""
+        clipping. `samples`: those the gradients are of (all the replicas' under data
+        parallelism), whose staleness scales the step's learning rate when the job has an
+        ``lr_staleness_damping``."""
         with self._lock:
             state = self._job(job)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(state.params, self.max_grad_norm))
-            state.optimizer.step()
+            scale = staleness_lr_scale(samples, state.version, state.lr_staleness_damping)
+            groups = state.optimizer.param_groups
+            rates = [group["lr"] for group in groups]
+            for group, lr in zip(groups, rates, strict=True):
+                group["lr"] = lr * scale
+            try:
+                state.optimizer.step()
+            finally:
+                for group, lr in zip(groups, rates, strict=True):
+                    group["lr"] = lr
             state.optimizer.zero_grad(set_to_none=True)
             if new_version:
                 state.version += 1

@@ -55,6 +55,7 @@ class TrainerPool:
             init_dir=self.store.path(job, version), version=version,
             minibatches=spec.rl.minibatches, clip_eps=spec.rl.clip_eps,
             clip_eps_high=spec.rl.clip_eps_high,
+            lr_staleness_damping=spec.rl.lr_staleness_damping,
         )  # fmt: skip
         if target.version(job) != version:
             target.remove_job(job)

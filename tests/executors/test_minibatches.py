@@ -128,11 +128,11 @@ def _recording(trainer, monkeypatch, before=None):
     ``before(n)`` runs just before the n-th optimizer step (1, 2, ...)."""
     grads, apply = [], trainer.apply_gradients
 
-    def recorded(job, **kwargs):
+    def recorded(job, *args, **kwargs):
         grads.append([p.grad.detach().clone() for p in trainer.adapter_parameters(job)])
         if before is not None:
             before(len(grads))
-        return apply(job, **kwargs)
+        return apply(job, *args, **kwargs)
 
     monkeypatch.setattr(trainer, "apply_gradients", recorded)
     return grads
