@@ -107,13 +107,18 @@ def test_a_killed_run_resumes_to_the_same_adapters_and_one_history(tiny_model_di
 
     assert read_manifest(part)["status"] == "finished"
     assert json.loads((part / "eval.json").read_text())[0]["accuracy"] == 0.1
+    import torch
+
     for job in JOBS:  # the optimizer state came back: Adam's moments shape every later step
         ours, theirs = adapter(part, job, STEPS), adapter(full, job, STEPS)
         assert ours.keys() == theirs.keys()
-        for key, value in ours.items():  # Adam moves a weight ~lr = 0.02 a step: a lost
-            # optimizer state differs by ~1e-2; batches composed otherwise after the kill
-            # give float noise (about 1e-4 seen once)
-            assert (value - theirs[key]).abs().max() < 1e-3, (job, key)
+        # Adam moves every weight ~lr = 0.02 a step: with the optimizer state never loaded
+        # the weights are 2.6e-2 apart on average (seen). Batches composed otherwise after
+        # the kill give float noise, which Adam scales up where a gradient is near 0 (it
+        # divides by the gradient's own size): a few weights of 32,768 up to 1.4e-3 apart,
+        # their mean 5e-7 (seen). Hence the mean.
+        moved = torch.cat([(value - theirs[key]).abs().flatten() for key, value in ours.items()])
+        assert float(moved.mean()) < 1e-5, (job, float(moved.mean()), float(moved.max()))
     events = pd.read_parquet(part / "events.parquet")
     check_partition(events)
     train = events[(events["kind"] == "train") & (events["outcome"] == "ok")]
