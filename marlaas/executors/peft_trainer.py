@@ -18,13 +18,13 @@ from __future__ import annotations
 import re
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
-from marlaas.core import limits as L
 from marlaas.executors.adapter_store import OPTIMIZER_FILE
 from marlaas.executors.completion_logprobs import (
     chunked_logprobs,
@@ -44,6 +44,7 @@ from marlaas.executors.grpo import (
 from marlaas.executors.lora_weights import load_weights, seeded_init, write_adapter
 from marlaas.executors.rollout import TrainSample, TrainStats
 from marlaas.executors.shared_weights import share_weights
+from marlaas.executors.step_settings import check_step_settings
 from marlaas.executors.token_layout import layout, padded_layout
 
 _JOB_NAME = re.compile(r"[A-Za-z0-9_-]+")
@@ -71,28 +72,17 @@ class TrainingInterrupted(RuntimeError):
     step."""
 
 
-def check_step_settings(
-    minibatches: int,
-    clip_eps: float,
-    clip_eps_high: float | None = None,
-    lr_staleness_damping: float = 0.0,
-) -> None:
-    """ValueError unless ``minibatches`` is an int >= 1, ``clip_eps`` and ``clip_eps_high``
-    (None: not given) numbers in (0, their bound in core.limits] and
-    ``lr_staleness_damping`` one in [0, its bound]."""
-    if isinstance(minibatches, bool) or not isinstance(minibatches, int) or minibatches < 1:
-        raise ValueError(f"minibatches must be an int >= 1, got {minibatches!r}")
-    checked = [("clip_eps", clip_eps, L.MAX_CLIP_EPS, False)]
-    if clip_eps_high is not None:
-        checked.append(("clip_eps_high", clip_eps_high, L.MAX_CLIP_EPS_HIGH, False))
-    checked.append(("lr_staleness_damping", lr_staleness_damping, L.MAX_LR_STALENESS_DAMPING, True))
-    for name, value, high, zero in checked:
-        span = f"[0, {high:g}]" if zero else f"(0, {high:g}]"
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"{name} must be a number in {span}, got {value!r}")
-        above = value >= 0 if zero else value > 0
-        if not (above and value <= high):
-            raise ValueError(f"{name} must be in {span}, got {value!r}")
+@contextmanager
+def _learning_rate_scaled(optimizer: torch.optim.Optimizer, scale: float) -> Iterator[None]:
+    """``optimizer``'s learning rates times ``scale`` inside the block, as they were after."""
+    rates = [group["lr"] for group in optimizer.param_groups]
+    for group, lr in zip(optimizer.param_groups, rates, strict=True):
+        group["lr"] = lr * scale
+    try:
+        yield
+    finally:
+        for group, lr in zip(optimizer.param_groups, rates, strict=True):
+            group["lr"] = lr
 
 
 def _never() -> bool:
@@ -398,15 +388,8 @@ class PeftTrainer:
             state = self._job(job)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(state.params, self.max_grad_norm))
             scale = staleness_lr_scale(samples, state.version, state.lr_staleness_damping)
-            groups = state.optimizer.param_groups
-            rates = [group["lr"] for group in groups]
-            for group, lr in zip(groups, rates, strict=True):
-                group["lr"] = lr * scale
-            try:
+            with _learning_rate_scaled(state.optimizer, scale):
                 state.optimizer.step()
-            finally:
-                for group, lr in zip(groups, rates, strict=True):
-                    group["lr"] = lr
             state.optimizer.zero_grad(set_to_none=True)
             if new_version:
                 state.version += 1

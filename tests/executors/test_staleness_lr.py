@@ -15,7 +15,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 from marlaas.executors.grpo import staleness_lr_scale  # noqa: E402
-from marlaas.executors.peft_trainer import PeftTrainer, check_step_settings  # noqa: E402
+from marlaas.executors.peft_trainer import PeftTrainer  # noqa: E402
+from marlaas.executors.step_settings import check_step_settings  # noqa: E402
 from tests.executors.conftest import randomize_adapter  # noqa: E402
 
 PROMPT = (10, 11, 12)
@@ -67,9 +68,7 @@ def test_a_stale_step_moves_as_far_as_a_fresh_one_at_the_damped_rate(tiny_model_
     assert any(bool(m.abs().max() > 1e-4) for m in moved)  # the step did move
     for a, b in zip(_weights(damped), _weights(halved), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
-    assert [g["lr"] for g in damped._jobs["A"].optimizer.param_groups] == [1e-2] * len(
-        damped._jobs["A"].optimizer.param_groups
-    )
+    assert all(group["lr"] == 1e-2 for group in damped._jobs["A"].optimizer.param_groups)
     # without damping the same stale step is the full-rate one: the weights differ
     undamped = _trainer(tiny_model_dir, 1e-2, 0.0)
     undamped.train_step("A", _step_samples(undamped, version=-1))
