@@ -13,6 +13,7 @@ import pytest
 
 from marlaas.cli import USER_ERRORS, build_parser, command_parsers, main
 from marlaas.eventlog import read_event_log
+from tests.child_env import python_path_first
 
 
 def test_simulate_writes_a_run_folder_and_prints_a_summary(tmp_path, capsys):
@@ -134,7 +135,7 @@ HEAVY = ("pandas", "matplotlib", "plotly", "simpy", "torch", "vllm", "pyarrow")
 
 
 def _python(code: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = python_path_first(REPO)
     return subprocess.run(
         [sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=REPO, env=env,
         check=False, **kwargs,
@@ -209,7 +210,7 @@ def test_a_closed_pipe_ends_quietly_after_the_run_is_written(tmp_path):
         done = subprocess.run(
             [sys.executable, "-m", "marlaas", *args, "--out", str(out)], stdout=write,
             stderr=subprocess.PIPE, text=True, cwd=REPO, check=False,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
+            env=python_path_first(REPO),
         )  # fmt: skip
     finally:
         os.close(write)
@@ -220,7 +221,7 @@ def test_a_closed_pipe_ends_quietly_after_the_run_is_written(tmp_path):
 def test_output_piped_into_head_has_no_traceback():
     done = subprocess.run(
         f"{sys.executable} -m marlaas policies | head -1", shell=True, capture_output=True,
-        text=True, cwd=REPO, check=False, env={**os.environ, "PYTHONPATH": str(REPO)},
+        text=True, cwd=REPO, check=False, env=python_path_first(REPO),
     )  # fmt: skip
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 1
     assert "Error" not in done.stderr and "Traceback" not in done.stderr

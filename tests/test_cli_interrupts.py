@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.child_env import python_path_first
+
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = str(ROOT / "traces" / "small.yaml")
 
@@ -56,7 +58,7 @@ def launcher(folder: Path, before: str) -> Path:
 
 
 def run_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT)}
+    return python_path_first(ROOT)
 
 
 def as_a_terminal_starts_it() -> None:

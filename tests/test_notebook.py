@@ -3,11 +3,12 @@ so that it cannot rot, and checks the message it gives when those runs are missi
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import pytest
+
+from tests.child_env import python_path_first
 
 nbclient = pytest.importorskip("nbclient")
 nbformat = pytest.importorskip("nbformat")
@@ -21,8 +22,7 @@ def _execute(workdir: Path, monkeypatch) -> nbformat.NotebookNode:
     """Run the notebook with ``workdir/notebooks`` as its folder and no MARLAAS_RUN_* set."""
     monkeypatch.delenv("MARLAAS_RUN_A", raising=False)
     monkeypatch.delenv("MARLAAS_RUN_B", raising=False)
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    monkeypatch.setenv("PYTHONPATH", path)
+    monkeypatch.setenv("PYTHONPATH", python_path_first(ROOT)["PYTHONPATH"])
     (workdir / "notebooks").mkdir(parents=True, exist_ok=True)
     nb = nbformat.read(NOTEBOOK, as_version=4)
     client = nbclient.NotebookClient(

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from marlaas import compiled
+from tests.child_env import python_path_first
 
 ROOT = Path(__file__).resolve().parents[1]
 SUFFIX = compiled.importlib.machinery.EXTENSION_SUFFIXES[0]
@@ -35,7 +36,7 @@ print(json.dumps({
 def python(code: str, root: Path, **env: str | None) -> subprocess.CompletedProcess:
     """Run ``code`` in a new interpreter that imports marlaas from ``root``; ``env``
     overrides the environment (None: unset)."""
-    environment = {**os.environ, "PYTHONPATH": str(root)}
+    environment = python_path_first(root)
     for key, value in env.items():
         if value is None:
             environment.pop(key, None)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.child_env import python_path_first
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = "## Python API"
@@ -23,8 +24,7 @@ def readme_snippet(readme: Path = ROOT / "README.md") -> str:
 
 def test_the_readme_snippet_runs(tmp_path):
     (tmp_path / "traces").symlink_to(ROOT / "traces")  # the snippet's paths, in a fresh folder
-    paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    env = python_path_first(ROOT)
     run = subprocess.run([sys.executable, "-c", readme_snippet()], capture_output=True,
                          text=True, cwd=tmp_path, env=env, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]

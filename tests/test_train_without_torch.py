@@ -9,12 +9,13 @@ check, a virtual environment without torch (``make setup-sim``), is .ci/check-si
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.child_env import python_path_first
 
 ROOT = Path(__file__).resolve().parents[1]
 WITHOUT_STACK = ROOT / "tests" / "without_training_stack"
@@ -26,7 +27,7 @@ NEEDS_STACK = (
 
 def python_without_stack(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     """Run ``python ARGS`` in an interpreter that does not find the training stack."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(WITHOUT_STACK), str(ROOT)])}
+    env = python_path_first(WITHOUT_STACK, ROOT)
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=cwd,
                           env=env, timeout=300)  # fmt: skip
 

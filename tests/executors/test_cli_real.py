@@ -18,6 +18,7 @@ pytest.importorskip("peft")
 
 from marlaas.cli import main
 from marlaas.executors.quiet import ALWAYS_ENV, QUIET_ENV
+from tests.child_env import python_path_first
 
 REPO = Path(__file__).resolve().parents[2]
 TRACE = REPO / "traces" / "real-tiny.yaml"
@@ -27,8 +28,8 @@ NOISE = ("INFO", "WARNING", "Warning", "Loading weights", "Loading safetensors")
 
 def marlaas(*args: str) -> subprocess.CompletedProcess:
     """``python -m marlaas ARGS`` with the environment a user has (no quieting variables)."""
-    env = {k: v for k, v in os.environ.items() if k not in {*QUIET_ENV, *ALWAYS_ENV}}
-    env["PYTHONPATH"] = str(REPO)
+    user = {k: v for k, v in os.environ.items() if k not in {*QUIET_ENV, *ALWAYS_ENV}}
+    env = python_path_first(REPO, base=user)
     return subprocess.run(
         [sys.executable, "-m", "marlaas", *args], capture_output=True, text=True, env=env,
         cwd=REPO, check=False, timeout=300,

@@ -12,7 +12,6 @@ batch with the other's, which moves log-probs by ~1e-7, hence a tolerance, not e
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -29,8 +28,10 @@ from marlaas.cli import main
 from marlaas.executors.journal import JOURNAL_FILE, read_journal
 from marlaas.metrics.idle import check_partition
 from marlaas.output.manifest import read_manifest
+from tests.child_env import python_path_first
 from tests.tiny_cluster import tiny_cluster_yaml
 
+REPO = Path(__file__).resolve().parents[2]
 STEPS = 6
 JOBS = ("emit-a", "emit-z")
 
@@ -90,7 +91,7 @@ def test_a_killed_run_resumes_to_the_same_adapters_and_one_history(tiny_model_di
     full, part = tmp_path / "full", tmp_path / "part"
     assert main(train_args(workload, full)) == 0
 
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = python_path_first(REPO)
     command = [sys.executable, "-m", "marlaas.cli", *train_args(workload, part)]
     proc = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + KILL_TIMEOUT_S
@@ -160,7 +161,7 @@ def test_ctrl_c_or_sigterm_stops_training_with_one_line_and_resume_finishes(
     workload = tmp_path / "w.yaml"
     workload.write_text(workload_text(tiny_model_dir))
     out = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = python_path_first(REPO)
     command = [sys.executable, "-m", "marlaas.cli", *train_args(workload, out)]
     proc = subprocess.Popen(
         command, env=env, stderr=subprocess.PIPE, text=True, preexec_fn=_signals_as_a_shell_sets

@@ -6,7 +6,6 @@ backend, CPU): seconds each."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
@@ -22,6 +21,7 @@ pytest.importorskip("peft")
 from marlaas.cli import main
 from marlaas.executors.journal import JOURNAL_FILE, Journal, read_journal
 from marlaas.output.manifest import read_manifest
+from tests.child_env import python_path_first
 from tests.tiny_cluster import tiny_cluster_yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -158,7 +158,7 @@ def test_kill_9_before_the_first_durable_step_and_the_next_command_puts_the_old_
     old_run, capsys, point
 ):
     workload, out, before = old_run
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = python_path_first(REPO)
     proc = subprocess.Popen(
         [sys.executable, "-m", "marlaas", *train_args(workload, out)], env=env,
         stderr=subprocess.DEVNULL, preexec_fn=_signals_as_a_shell_sets,

@@ -28,6 +28,7 @@ pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 from marlaas.client import Client
+from tests.child_env import python_path_first
 from tests.service.conftest import free_port
 from tests.tiny_cluster import tiny_cluster_yaml
 
@@ -58,7 +59,7 @@ def job(target: str) -> dict:
 
 
 def marlaas(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, **(env or {}), "PYTHONPATH": str(REPO)}
+    env = python_path_first(REPO, base={**os.environ, **(env or {})})
     return subprocess.run([sys.executable, "-m", "marlaas.cli", *args], env=env,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
 
@@ -72,7 +73,7 @@ class Service:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> Service:
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        env = python_path_first(REPO)
         command = [sys.executable, "-m", "marlaas.cli", "serve", str(self.cluster), "--data",
                    str(self.data), "--port", str(self.port), "--backend", "hf",
                    "--log-level", "warning"]  # fmt: skip
