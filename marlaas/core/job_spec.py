@@ -54,10 +54,11 @@ class RLSettings(StrictSpec):
     the task rewards may rise further in one step; at 10, no upper side in practice). Acts
     only with minibatches > 1, as clip_eps. None: clip_eps."""
     lr_staleness_damping: Amount(L.MAX_LR_STALENESS_DAMPING) = 0.0
-    """A stale step moves less: each optimizer step's learning rate is divided by
-    1 + lr_staleness_damping x the mean staleness of its samples' tokens [versions]
-    (staleness-aware SGD, Zhang et al., IJCAI 2016, divide by the staleness: 1 here). 0: the
-    learning rate whatever the staleness."""
+    """A late step moves less: each optimizer step's learning rate is divided by
+    1 + lr_staleness_damping x the mean over its samples' tokens of their staleness beyond one
+    version [versions] (one version behind is the pipeline's normal state; staleness-aware SGD,
+    Zhang et al., IJCAI 2016, divides by max(1, staleness): 1 here). 0: the learning rate
+    whatever the staleness."""
     resample_alike: Count(L.MAX_PROMPTS_PER_STEP, low=0) = 0
     """DAPO's dynamic sampling (Yu et al. 2025): up to this many prompt groups per training
     step are sampled in place of groups whose samples all earned the same reward (every GRPO

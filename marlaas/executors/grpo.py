@@ -37,7 +37,7 @@ region at all; docs/quality.md's verdict names the clip around pi_prox as the fi
 
 The loss of a part is averaged over that part's completion tokens (with k = 1: the step's).
 With ``rl.lr_staleness_damping`` each optimizer step's learning rate shrinks with its part's
-staleness (:func:`staleness_lr_scale`).
+staleness beyond one version (:func:`staleness_lr_scale`).
 """
 
 from __future__ import annotations
@@ -133,19 +133,28 @@ def split_minibatches(samples: Sequence[TrainSample], parts: int) -> list[list[i
     return out
 
 
+UNDAMPED_STALENESS = 1
+"""Staleness [versions] that :func:`staleness_lr_scale` does not count: a batch sampled while
+the step before it trained is one version behind, the pipeline's normal state, not a late one."""
+
+
 def staleness_lr_scale(samples: Sequence[TrainSample], version: int, damping: float) -> float:
     """The factor on the learning rate of an optimizer step on ``samples`` taken by weights
-    at ``version``: 1 / (1 + ``damping`` x their staleness), the staleness being the mean over
-    their completion tokens of ``version`` - the sample's version [versions] (what each token
-    counts for in the loss). Staleness-aware SGD (Zhang, Gupta, Lian and Liu, "Staleness-aware
-    Async-SGD for Distributed Deep Learning", IJCAI 2016) divides the step by the gradient's
-    staleness; the truncated weight (above) acts per token on how far the policy moved, this
-    on how many steps the batch missed. 1 with ``damping`` 0 or fresh samples."""
+    at ``version``: 1 / (1 + ``damping`` x their excess staleness), the mean over their
+    completion tokens (what each token counts for in the loss) of how many versions the
+    sample's is behind ``version`` beyond :data:`UNDAMPED_STALENESS`. Staleness-aware SGD
+    (Zhang, Gupta, Lian and Liu, "Staleness-aware Async-SGD for Distributed Deep Learning",
+    IJCAI 2016) divides the rate by the gradient's staleness tau >= 1; with ``damping`` 1 this
+    is that rate, tau = max(1, staleness), for a batch of one staleness. The truncated weight
+    (above) acts per token on how far the policy moved, this on how many steps the batch
+    missed. 1 with ``damping`` 0 or samples at most one version behind."""
     tokens = sum(len(s.completion_ids) for s in samples)
     if not damping or not tokens:
         return 1.0
-    stale = sum(len(s.completion_ids) * max(version - s.version, 0) for s in samples) / tokens
-    return 1.0 / (1.0 + damping * stale)
+    late = sum(
+        len(s.completion_ids) * max(version - s.version - UNDAMPED_STALENESS, 0) for s in samples
+    )
+    return 1.0 / (1.0 + damping * late / tokens)
 
 
 def truncated_surrogate(

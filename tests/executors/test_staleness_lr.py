@@ -1,5 +1,6 @@
-"""A stale step moves less (rl.lr_staleness_damping): the learning rate of each optimizer step
-divided by 1 + damping x its samples' staleness (marlaas.executors.grpo.staleness_lr_scale)."""
+"""A late step moves less (rl.lr_staleness_damping): the learning rate of each optimizer step
+divided by 1 + damping x its samples' staleness beyond one version
+(marlaas.executors.grpo.staleness_lr_scale)."""
 
 from __future__ import annotations
 
@@ -27,12 +28,14 @@ def _sample(tokens: int, version: int, reward: float = 1.0, group: int = 0) -> T
     return TrainSample(PROMPT, completion, (-1.0,) * tokens, reward, group, version)
 
 
-def test_the_scale_is_one_over_one_plus_damping_times_the_token_weighted_staleness():
-    fresh, stale = _sample(3, 5), _sample(1, 3)  # staleness 0 (3 tokens) and 2 (1 token)
-    assert staleness_lr_scale([fresh, stale], 5, 0.0) == 1.0  # no damping
-    assert staleness_lr_scale([fresh], 5, 4.0) == 1.0  # fresh samples
-    assert staleness_lr_scale([fresh, stale], 5, 1.0) == pytest.approx(1 / (1 + 2 / 4))
-    assert staleness_lr_scale([stale], 5, 0.5) == pytest.approx(1 / 2)
+def test_the_scale_is_one_over_one_plus_damping_times_the_staleness_beyond_one_version():
+    fresh, behind, late = _sample(3, 5), _sample(2, 4), _sample(1, 2)  # staleness 0, 1 and 3
+    assert staleness_lr_scale([fresh, late], 5, 0.0) == 1.0  # no damping
+    assert staleness_lr_scale([fresh, behind], 5, 4.0) == 1.0  # at most one version behind
+    # tokens: 3 at 0, 2 at 1, 1 at 3 -> (0 + 0 + 1 x 2) / 6 beyond one version
+    assert staleness_lr_scale([fresh, behind, late], 5, 1.0) == pytest.approx(1 / (1 + 2 / 6))
+    assert staleness_lr_scale([late], 5, 0.5) == pytest.approx(1 / 2)
+    assert staleness_lr_scale([late], 5, 1.0) == pytest.approx(1 / 3)  # Zhang's 1 / tau
     assert staleness_lr_scale([_sample(2, 7)], 5, 1.0) == 1.0  # newer than the weights: 0
     assert staleness_lr_scale([], 5, 1.0) == 1.0
 
@@ -58,11 +61,12 @@ def _step_samples(trainer, version: int) -> list[TrainSample]:
 
 
 def test_a_stale_step_moves_as_far_as_a_fresh_one_at_the_damped_rate(tiny_model_dir):
-    """AdamW's first step is linear in the learning rate: one version stale at damping 1 is the
-    step of the same samples, fresh, at half the rate. The rate is the job's again after it."""
+    """AdamW's first step is linear in the learning rate: two versions stale at damping 1 is
+    the step of the same samples, fresh, at half the rate. The rate is the job's again after
+    it."""
     damped, halved = _trainer(tiny_model_dir, 1e-2, 1.0), _trainer(tiny_model_dir, 5e-3, 0.0)
     start = _weights(damped)
-    damped.train_step("A", _step_samples(damped, version=-1))  # the weights are at version 0
+    damped.train_step("A", _step_samples(damped, version=-2))  # the weights are at version 0
     halved.train_step("A", _step_samples(halved, version=0))
     moved = [a - b for a, b in zip(_weights(damped), start, strict=True)]
     assert any(bool(m.abs().max() > 1e-4) for m in moved)  # the step did move
@@ -71,7 +75,7 @@ def test_a_stale_step_moves_as_far_as_a_fresh_one_at_the_damped_rate(tiny_model_
     assert all(group["lr"] == 1e-2 for group in damped._jobs["A"].optimizer.param_groups)
     # without damping the same stale step is the full-rate one: the weights differ
     undamped = _trainer(tiny_model_dir, 1e-2, 0.0)
-    undamped.train_step("A", _step_samples(undamped, version=-1))
+    undamped.train_step("A", _step_samples(undamped, version=-2))
     assert not all(
         torch.allclose(a, b) for a, b in zip(_weights(undamped), _weights(halved), strict=True)
     )
