@@ -28,6 +28,9 @@ from marlaas.metrics.proportions import paired_difference
 
 def newest(run: Path) -> pd.DataFrame:
     """eval.json's base rows and each job's newest evaluated version, indexed by (job, model)."""
+    if not (run / "eval.json").is_file():
+        raise SystemExit(f"{run}: no eval.json; score the run first: marlaas evaluate WORKLOAD "
+                         f"--run {run} --prompts 200")  # fmt: skip
     rows = pd.DataFrame(json.loads((run / "eval.json").read_text()))
     if "outcomes" not in rows:
         rows["outcomes"] = None

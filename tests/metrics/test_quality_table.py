@@ -70,3 +70,10 @@ def test_pooled_refuses_a_pair_without_its_colon_or_outcomes(tmp_path):
         pooled([str(tmp_path / "a")])
     with pytest.raises(SystemExit, match="without outcomes"):
         pooled([f"{tmp_path / 'a'}:{tmp_path / 't'}"])
+
+
+def test_a_run_not_yet_evaluated_is_named_with_the_command_that_scores_it(tmp_path):
+    write_run(tmp_path / "alone", "1111111000", 100.0)
+    (tmp_path / "together").mkdir()  # trained, not evaluated
+    with pytest.raises(SystemExit, match=r"together: no eval\.json; .*marlaas evaluate"):
+        table(tmp_path / "alone", [tmp_path / "together"])
