@@ -5,10 +5,10 @@ A reference service trains both tenants' jobs undisturbed: both learn, each fetc
 adapter and loads it with PEFT, and neither reaches the other's job. A second service gets
 the same submissions, is killed once some steps are durable, and is started again on the
 same data: every job finishes; the event log and the reward history have every step exactly
-once; the rewards and final adapters are the reference's (the optimizer state came back:
-Adam's moments shape every later step); an SSE client reconnects with Last-Event-ID and
-misses nothing. The jobs are on-policy, so that each step's samples come from the same
-adapter version whatever the asynchronous schedule did.
+once; the rewards (up to a token flipped by float noise) and final adapters are the
+reference's (the optimizer state came back: Adam's moments shape every later step); an SSE
+client reconnects with Last-Event-ID and misses nothing. The jobs are on-policy, so that each
+step's samples come from the same adapter version whatever the asynchronous schedule did.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ from tests.tiny_cluster import tiny_cluster_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 12
+SAMPLES_PER_STEP = 16
+"""prompts_per_step x group_size of :func:`job`."""
 START_TIMEOUT_S = 300
 RUN_TIMEOUT_S = 600
 
@@ -140,6 +142,16 @@ def adapter_drift(mine: Path, reference: Path, start: Path) -> float:
     apart = sum(float((ours[k] - theirs[k]).pow(2).sum()) for k in theirs) ** 0.5
     moved = sum(float((theirs[k] - first[k]).pow(2).sum()) for k in theirs) ** 0.5
     return apart / moved
+
+
+def rewards_agree(ours: list[float], theirs: list[float]) -> bool:
+    """Whether a restarted job's mean rewards per step are the reference's up to float noise.
+    Batches composed otherwise after a kill move log-probs by float noise, which now and then
+    flips a sampled token: one sample's reward, 1/16 of a step's mean here (CI saw one step
+    1/128 apart, 2026-12-04). A step within 2/16, and 1/64 on average over the steps: a job
+    that lost its adapter or trained a step twice falls behind by far more."""
+    apart = [abs(x - y) for x, y in zip(ours, theirs, strict=True)]
+    return max(apart) <= 2 / SAMPLES_PER_STEP and sum(apart) / len(apart) <= 1 / 64
 
 
 def durable_steps(data: Path) -> int:
@@ -269,7 +281,7 @@ def test_kill_9_and_a_restart_continue_every_job_with_nothing_lost_or_twice(refe
                          and r["job"] == f"j{job_id}" and r["outcome"] == "ok")  # fmt: skip
         assert trained == list(range(STEPS))  # every step's row once
         ours, theirs = jobs[job_id]["rewards"], ref_jobs[job_id]["rewards"]
-        assert max(abs(x - y) for x, y in zip(ours, theirs, strict=True)) < 1e-4, (ours, theirs)
+        assert rewards_agree(ours, theirs), (ours, theirs)
         final = data / "adapters" / f"j{job_id}" / f"v{STEPS}"
         adam = torch.load(final / "optimizer.pt", weights_only=True)["state"]
         # Adam's step count went on through the kill: the saved state was taken up again
