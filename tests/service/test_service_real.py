@@ -34,8 +34,8 @@ from tests.tiny_cluster import tiny_cluster_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 12
-SAMPLES_PER_STEP = 16
-"""prompts_per_step x group_size of :func:`job`."""
+PROMPTS_PER_STEP, GROUP_SIZE = 4, 4
+SAMPLES_PER_STEP = PROMPTS_PER_STEP * GROUP_SIZE
 START_TIMEOUT_S = 300
 RUN_TIMEOUT_S = 600
 
@@ -51,8 +51,8 @@ def job(target: str) -> dict:
     0.2 s, so that a kill sent after some durable steps lands while the jobs still train."""
     return {
         "name": f"emit-{target}", "lora_rank": 8,
-        "rl": {"steps": STEPS, "prompts_per_step": 4, "group_size": 4, "max_new_tokens": 8,
-               "max_staleness": 0, "learning_rate": 0.05},
+        "rl": {"steps": STEPS, "prompts_per_step": PROMPTS_PER_STEP, "group_size": GROUP_SIZE,
+               "max_new_tokens": 8, "max_staleness": 0, "learning_rate": 0.05},
         "prompt_tokens": {"dist": "constant", "value": 24},
         "response_tokens": {"dist": "constant", "value": 8},
         "env": {"name": "target_char", "args": {"target": target},
