@@ -22,6 +22,10 @@ weight shape keeps :data:`KERNELS_PER_SHAPE` row counts, and the process-wide ca
 :mod:`marlaas.executors.vllm_generator` sets before vLLM loads): a kernel compiled again for a
 row count is the same kernel (about 0.4 ms to compile).
 
+**Linear layers whole.** The LoRA of a linear layer, every slice and adapter at once, in two
+matrix products: :mod:`marlaas.executors.vllm_cpu_lora_linear`. The kernels above still serve
+vLLM's other LoRA calls (the logits, and a linear layer whose shapes that module leaves).
+
 :func:`install` swaps them in vLLM's namespaces, where vLLM looks them up on every call;
 GPU builds use other kernels and are unaffected. tests/executors/test_vllm_cpu_kernels.py and
 test_vllm_onednn_cache.py check them.
@@ -30,6 +34,8 @@ test_vllm_onednn_cache.py check them.
 from __future__ import annotations
 
 from collections.abc import Callable
+
+from marlaas.executors import vllm_cpu_lora_linear
 
 CHUNK_TOKENS = 256
 """Tokens per LoRA kernel call [tokens]: 4 adapters' products of SmolLM2's widest LoRA output
@@ -64,6 +70,9 @@ def install() -> None:
             chunked = by_token_chunks(per_adapter(getattr(punica_cpu, name)))
             setattr(punica_cpu, name, chunked)
             setattr(punica_cpu, "s" + name[1:], per_sequence(chunked, torch.repeat_interleave))
+    wrapper = getattr(punica_cpu, "PunicaWrapperCPU", None)
+    if wrapper is not None and hasattr(wrapper, "add_lora_linear"):
+        wrapper.add_lora_linear = vllm_cpu_lora_linear.fused(wrapper.add_lora_linear)
     if hasattr(ops, "create_onednn_mm"):
         ops.create_onednn_mm = fewer_kernels(ops.create_onednn_mm)
 
