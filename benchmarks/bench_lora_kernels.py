@@ -1,11 +1,21 @@
-"""vllm-cpu's LoRA kernels: MARLaaS's per-adapter products against vLLM's per-token gather.
+"""vllm-cpu's LoRA on SmolLM2-135M's shapes: MARLaaS's kernels against vLLM's.
 
 Run: ``python -m pytest benchmarks/bench_lora_kernels.py --benchmark-enable -s`` (seconds), or
-``python benchmarks/bench_lora_kernels.py`` for the table alone. Each case is one kernel call
-on SmolLM2-135M's LoRA shapes (rank 8; hidden 576, MLP 1,536), tokens from 1 to 4 adapters of
-an engine's 5 slots: a decode batch (16 or 64 tokens) or a prefill (640 tokens). Printed per
-case: milliseconds a call [ms] and minor page faults a call, each way, and the ratio
-vLLM / per-adapter. Ratios, not limits: the machines that run this are shared.
+``python benchmarks/bench_lora_kernels.py`` for the tables alone. Ratios, not limits: the
+machines that run this are shared.
+
+Kernels: each case is one kernel call (rank 8; hidden 576, MLP 1,536), tokens from 1 to 4
+adapters of an engine's 5 slots: a decode batch (16 or 64 tokens) or a prefill (640 tokens).
+Printed per case: milliseconds a call [ms] and minor page faults a call, each way, and the
+ratio vLLM / per-adapter.
+
+Linear layers: each case is one call of the punica wrapper's ``add_lora_linear`` on a layer's
+LoRA shapes (an engine's 4 slots): q/k/v merged (576 -> 576, 192, 192), gate/up merged
+(576 -> 1,536 x 2), down (1,536 -> 576); a decode batch of 16 or 48 tokens of 1 or 3
+adapters, or a prefill of 640 tokens of 3, each adapter's tokens together, the wrapper set
+as vLLM sets it for an engine step. "slices" is vLLM's method, slice by slice, on the
+per-adapter kernels (what ran before), "fused" :mod:`marlaas.executors.vllm_cpu_lora_linear`.
+Printed per case: microseconds a call [us] each way and the ratio slices / fused.
 """
 
 from __future__ import annotations
@@ -19,7 +29,11 @@ import pytest
 torch = pytest.importorskip("torch")
 lora_ops = pytest.importorskip("vllm.lora.ops.torch_ops")
 
+punica_cpu = pytest.importorskip("vllm.lora.punica_wrapper.punica_cpu")
+
+from marlaas.executors import vllm_cpu_kernels  # noqa: E402
 from marlaas.executors.vllm_cpu_kernels import per_adapter  # noqa: E402
+from marlaas.executors.vllm_cpu_lora_linear import add_lora_linear  # noqa: E402
 
 CASES = [  # (kernel, tokens, adapters, inputs, outputs)
     ("bgmv_shrink", 16, 1, 1536, 8),
@@ -29,6 +43,11 @@ CASES = [  # (kernel, tokens, adapters, inputs, outputs)
     ("bgmv_shrink", 640, 1, 1536, 8),
     ("bgmv_expand", 640, 3, 8, 1536),
 ]
+
+LAYERS = {"qkv": (576, (576, 192, 192)), "gate_up": (576, (1536, 1536)), "down": (1536, (576,))}
+LINEAR_CASES = [  # (layer, tokens, adapters)
+    ("qkv", 16, 1), ("qkv", 48, 3), ("gate_up", 48, 3), ("down", 48, 3), ("qkv", 640, 3),
+]  # fmt: skip
 
 
 def _per_call(kernel, args, calls: int = 200) -> tuple[float, float]:
@@ -60,9 +79,34 @@ def _case(name: str, tokens: int, adapters: int, d_in: int, d_out: int) -> dict:
                 ratio=vllm_ms / ours_ms)  # fmt: skip
 
 
+def _linear_case(layer: str, tokens: int, adapters: int) -> dict:
+    vllm_cpu_kernels.install()  # the per-adapter kernels under vLLM's method
+    method = punica_cpu.PunicaWrapperCPU.add_lora_linear
+    slices_method = getattr(method, "__wrapped__", method)
+    d_in, slices = LAYERS[layer]
+    gen = torch.Generator().manual_seed(tokens * 7 + adapters)
+    a = tuple(torch.randn(4, 1, 8, d_in, generator=gen) for _ in slices)
+    b = tuple(torch.randn(4, 1, width, 8, generator=gen) for width in slices)
+    wrapper = punica_cpu.PunicaWrapperCPU(tokens, tokens, "cpu")
+    wrapper._token_lora_indices[:tokens].copy_(torch.arange(tokens) * adapters // tokens)
+    wrapper.indices_len = [tokens] * 4
+    wrapper._update_prefill_metadata(wrapper.token_lora_indices)
+    wrapper.is_prefill = True  # as vLLM's engine marks every step
+    x, y = torch.randn(tokens, d_in, generator=gen), torch.zeros(tokens, sum(slices))
+    before, _ = _per_call(slices_method, (wrapper, y, x, a, b, 1.0, slices))
+    fused, _ = _per_call(add_lora_linear, (wrapper, y, x, a, b, 1.0, slices))
+    return dict(layer=layer, tokens=tokens, adapters=adapters, slices_us=before * 1e3,
+                fused_us=fused * 1e3, ratio=before / fused)  # fmt: skip
+
+
 def table() -> list[dict]:
     """Every case of :data:`CASES`, measured."""
     return [_case(*case) for case in CASES]
+
+
+def linear_table() -> list[dict]:
+    """Every case of :data:`LINEAR_CASES`, measured."""
+    return [_linear_case(*case) for case in LINEAR_CASES]
 
 
 def _print(rows: list[dict]) -> None:
@@ -74,12 +118,23 @@ def _print(rows: list[dict]) -> None:
               f"{r['ratio']:9.2f}")  # fmt: skip
 
 
-def test_per_adapter_vs_vllm_kernels(benchmark):
-    rows = benchmark.pedantic(table, rounds=1, iterations=1)
+def _print_linear(rows: list[dict]) -> None:
+    print(f"\n{'layer':8s} {'tokens':>6s} {'adapters':>8s} {'slices us':>10s} {'fused us':>9s} "
+          f"{'slices/fused':>12s}")  # fmt: skip
+    for r in rows:
+        print(f"{r['layer']:8s} {r['tokens']:6d} {r['adapters']:8d} {r['slices_us']:10.1f} "
+              f"{r['fused_us']:9.1f} {r['ratio']:12.2f}")  # fmt: skip
+
+
+@pytest.mark.parametrize("which", ["kernels", "linear layers"])
+def test_ours_vs_vllms(benchmark, which):
+    measure, show = (table, _print) if which == "kernels" else (linear_table, _print_linear)
+    rows = benchmark.pedantic(measure, rounds=1, iterations=1)
     benchmark.extra_info["cases"] = rows
-    _print(rows)
-    assert len(rows) == len(CASES)
+    show(rows)
+    assert len(rows) == len(CASES if which == "kernels" else LINEAR_CASES)
 
 
 if __name__ == "__main__":
     _print(table())
+    _print_linear(linear_table())
