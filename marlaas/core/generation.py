@@ -219,7 +219,7 @@ class Generation:
         else:
             new = job.new_group_index
             context, version = job.prompt_reserve_of(new), job.published
-            shared = job.lengths.prompt(new) if job.shares_prompt else 0
+            shared = job.shared_prompt_of(new)
         reserve = context - (job.group_size - 1) * shared + job.answer_reserve
         need = (job.group_size, reserve, (job.name, version))
         if key is None:
@@ -414,7 +414,7 @@ def next_need(job: JobState) -> Need:
     else:
         new = job.new_group_index
         context, version = job.prompt_reserve_of(new), job.published
-        shared = job.lengths.prompt(new) if job.shares_prompt else 0
+        shared = job.shared_prompt_of(new)
     reserve = context - (job.group_size - 1) * shared + job.answer_reserve
     return job.group_size, reserve, (job.name, version)
 

@@ -22,6 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from marlaas.core.backlog import Backlog
+from marlaas.core.cluster_spec import shared_prefix
 from marlaas.core.estimates import WorkEstimate, upper_tokens
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.limits import MAX_PROMPTS_PER_STEP, MAX_STEPS
@@ -44,7 +45,7 @@ class Group:
     """Tokens in the group's context over all samples (prompt, responses, observations)."""
     shared_tokens: int = 0
     """Prompt tokens per sample that the samples share on an engine with prefix caching
-    (held once, not once per sample); 0 without it."""
+    (held once, not once per sample: the prompt's whole KV blocks); 0 without it."""
 
     def kv_reserve(self, seqs: int, max_new_tokens: int) -> int:
         """KV tokens a turn of the group reserves on its engine: its context (the shared
@@ -154,8 +155,13 @@ class JobState:
     def new_group(self, group: int) -> Group:
         """Group ``group``'s first turn: its own prompt for each sample, shared with prefix
         caching."""
-        shared = self.lengths.prompt(group) if self.shares_prompt else 0
-        return Group(group, self.published, 0, self.prompt_reserve_of(group), shared)
+        return Group(group, self.published, 0, self.prompt_reserve_of(group),
+                     self.shared_prompt_of(group))  # fmt: skip
+
+    def shared_prompt_of(self, group: int) -> int:
+        """Prompt tokens per sample that group ``group``'s samples share on an engine with
+        prefix caching (its prompt's whole KV blocks); 0 without it."""
+        return shared_prefix(self.lengths.prompt(group)) if self.shares_prompt else 0
 
     def prompt_reserve_of(self, group: int) -> int:
         """KV tokens group ``group`` reserves for its prompts: its own prompt length for each

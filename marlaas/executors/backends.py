@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from marlaas.core.cluster_spec import EngineSpec
+from marlaas.core.cluster_spec import PREFIX_BLOCK_TOKENS, EngineSpec
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.workload import Workload
 
@@ -258,6 +258,7 @@ def make_generator(
                 "lora_target_modules": list(DEFAULT_TARGETS),
                 # the scheduler reserves a group's prompt once exactly when it is shared
                 "enable_prefix_caching": engine.prefix_caching,
+                **({"block_size": PREFIX_BLOCK_TOKENS} if engine.prefix_caching else {}),
                 "use_tqdm_on_load": library_progress_bars(),
             },
         )  # fmt: skip

@@ -31,6 +31,8 @@ class Completion:
     """Adapter (tenant/job) name the completion was sampled with; None for the base model."""
     version: int = -1
     """Adapter version the completion was sampled with (-1 for the base model)."""
+    cached_tokens: int = 0
+    """Prompt tokens the engine took from its prefix cache instead of computing them."""
 
     @property
     def num_tokens(self) -> int:

@@ -249,6 +249,7 @@ class VLLMGenerator:
             finish_reason="length" if seq.finish_reason == "length" else "stop",
             adapter=adapter,
             version=version if adapter is not None else -1,
+            cached_tokens=final.num_cached_tokens or 0,
         )
 
     async def _submit(self, request_id, prompt, params, lora):

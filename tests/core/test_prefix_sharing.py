@@ -1,12 +1,14 @@
 """Prefix sharing within a group (cluster.engine.prefix_caching): a group's samples share
-one prompt, which an engine with prefix caching (vLLM's) holds and prefills once. The
-scheduler reserves it once, the simulator prefills it once, and the real engines are built
-with prefix caching exactly when the workload declares it."""
+one prompt, whose whole KV blocks an engine with prefix caching (vLLM's) holds and prefills
+once. The scheduler reserves them once, the simulator prefills them once, and the real
+engines are built with prefix caching, in blocks of that size, exactly when the workload
+declares it (tests/executors/test_prefix_blocks.py: what vLLM then takes from its cache)."""
 
 from __future__ import annotations
 
 import pytest
 
+from marlaas.core.cluster_spec import PREFIX_BLOCK_TOKENS, shared_prefix
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.work import Generate, LoadAdapter, WorkDone
 from marlaas.core.workload import parse_workload
@@ -45,9 +47,17 @@ def test_a_long_prompt_shared_by_a_group_fits_where_eight_copies_do_not():
             assert state == ("queued" if sharing or alone else "refused"), (prompt, sharing)
 
 
+def test_a_prompt_shares_its_whole_blocks_short_of_its_last_token():
+    """vLLM caches whole blocks and computes a prompt's last token for every request."""
+    block = PREFIX_BLOCK_TOKENS
+    assert [shared_prefix(n) for n in (0, 1, block, block + 1, 2 * block, 2 * block + 5)] == [
+        0, 0, 0, block, block, 2 * block]  # fmt: skip
+
+
 def test_the_reservation_counts_a_shared_prompt_once():
-    """Every group the job may run at once (2 steps of 2) fits with sharing, 16,098 tokens
-    each (14,050 + 8 x 256); without it one group (114,448) leaves no room for a second."""
+    """Every group the job may run at once (2 steps of 2) fits with sharing, 16,112 tokens
+    each (14,050 + 7 x 2 tokens past the last whole block + 8 x 256); without it one group
+    (114,448) leaves no room for a second."""
     placed = {}
     for sharing in (True, False):
         workload = parse_workload(azure_like(sharing))
@@ -57,8 +67,10 @@ def test_the_reservation_counts_a_shared_prompt_once():
         scheduler.on_event(WorkDone(load.work_id), 1.0)
         groups = [d for d in scheduler.decide(1.0) if isinstance(d, Generate)]
         placed[sharing] = (len(groups), scheduler.cluster.engines[0].tokens)
-        assert {g.shared_tokens for g in groups} == {AZURE_PROMPT if sharing else 0}
-    assert placed == {True: (4, 4 * (AZURE_PROMPT + 8 * 256)), False: (1, 8 * (AZURE_PROMPT + 256))}
+        assert {g.shared_tokens for g in groups} == {shared_prefix(AZURE_PROMPT) if sharing else 0}
+    tail = AZURE_PROMPT - shared_prefix(AZURE_PROMPT)  # each sample's own part of the prompt
+    assert placed == {True: (4, 4 * (AZURE_PROMPT + 7 * tail + 8 * 256)),
+                      False: (1, 8 * (AZURE_PROMPT + 256))}  # fmt: skip
 
 
 def test_the_simulator_prefills_a_shared_prompt_once():
@@ -71,7 +83,7 @@ def test_the_simulator_prefills_a_shared_prompt_once():
         records = simulate(parse_workload(data)).records
         gen = [r.end_s - r.start_s for r in records if r.kind == "generate"]
         durations[sharing] = min(gen)
-    prefill_s = 4_000 * 7 / CostModel().prefill_tokens_per_s  # seven prompts fewer [s]
+    prefill_s = 7 * shared_prefix(4_000) / CostModel().prefill_tokens_per_s  # seven fewer [s]
     assert durations[False] - durations[True] > 0.9 * prefill_s
 
 
@@ -98,3 +110,4 @@ def test_the_real_engines_cache_prefixes_exactly_when_declared(monkeypatch, tmp_
         sizing = backends.EngineSizing.of_workload(workload)
         backends.make_generator("vllm", tmp_path, sizing, 512)
         assert built["enable_prefix_caching"] is sharing
+        assert built.get("block_size") == (PREFIX_BLOCK_TOKENS if sharing else None)
