@@ -212,9 +212,10 @@ class VLLMGenerator:
         self._waiting.clear()
         if self.in_process and self._thread is not None:
             engine, thread, self._thread = self.engine, self._thread, None
+            last = _EngineThread.users() == 1
             try:
                 await asyncio.get_running_loop().run_in_executor(
-                    thread, lambda: engine.engine_core.shutdown()
+                    thread, lambda: _shut_down(engine, last)
                 )
             finally:
                 _EngineThread.release()
@@ -301,6 +302,27 @@ class VLLMGenerator:
         return [int(t) for t in prompt]
 
 
+def _shut_down(engine, last: bool) -> None:
+    """Shut an in-process engine down. vLLM's ``EngineCore.shutdown`` also tears down the
+    process's distributed state (``cleanup_dist_env_and_memory``), which every other
+    in-process engine still steps with ("pipeline model parallel group is not initialized"):
+    only the ``last`` engine of the process does that."""
+    if last:
+        engine.engine_core.shutdown()
+        return
+    import vllm.v1.engine.core as core
+
+    cleanup, core.cleanup_dist_env_and_memory = core.cleanup_dist_env_and_memory, _keep
+    try:
+        engine.engine_core.shutdown()
+    finally:
+        core.cleanup_dist_env_and_memory = cleanup
+
+
+def _keep(*args, **kwargs) -> None:
+    """In place of vLLM's distributed-state teardown while other engines use it."""
+
+
 class _EngineThread:
     """The one worker thread that runs every in-process vLLM engine call of this process."""
 
@@ -314,6 +336,11 @@ class _EngineThread:
             cls._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-engines")
         cls._users += 1
         return cls._pool
+
+    @classmethod
+    def users(cls) -> int:
+        """In-process engines of this process (not yet closed)."""
+        return cls._users
 
     @classmethod
     def release(cls) -> None:

@@ -31,8 +31,10 @@ def _caching_engine(model_dir):
 
 @pytest.mark.slow
 def test_a_groups_later_samples_take_the_prompts_whole_blocks_from_the_cache(
-    tiny_model_dir, two_adapters
+    tiny_model_dir, two_adapters, vllm_generator
 ):
+    """Also: closing this engine leaves the session's other in-process engine working (vLLM's
+    shutdown tears down the process's distributed state unless it is the last engine)."""
     _, dirs = two_adapters
     lengths = (PREFIX_BLOCK_TOKENS - 7, PREFIX_BLOCK_TOKENS + 1, 2 * PREFIX_BLOCK_TOKENS + 22)
 
@@ -51,6 +53,8 @@ def test_a_groups_later_samples_take_the_prompts_whole_blocks_from_the_cache(
             await engine.close()
 
     a, b, again = asyncio.run(go())
+    [[after]] = asyncio.run(vllm_generator.generate(None, -1, ["abc"], 1, 4, 1.0, seed=0))
+    assert after.num_tokens >= 1
     for n, group_a, group_b, group_again in zip(lengths, a, b, again, strict=True):
         for group in (group_a, group_b):  # one sample computes it, the others share it
             assert sorted(c.cached_tokens for c in group) == [0] + [shared_prefix(n)] * 3, n
