@@ -256,7 +256,7 @@ def make_generator(
                 # gathers each token's slice of the logits' LoRA weights (zeros here): [64
                 # sequences, 49,152, rank 8] floats, 96 MiB, for SmolLM2 (measured).
                 "lora_target_modules": list(DEFAULT_TARGETS),
-                # the scheduler reserves a group's prompt once exactly when it is shared
+                # the scheduler reserves a group's shared prompt blocks once exactly then
                 "enable_prefix_caching": engine.prefix_caching,
                 **({"block_size": PREFIX_BLOCK_TOKENS} if engine.prefix_caching else {}),
                 "use_tqdm_on_load": library_progress_bars(),
