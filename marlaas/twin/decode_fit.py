@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
 
-from marlaas.core.cluster_spec import shared_prefix
+from marlaas.core.cluster_spec import ClusterSpec, shared_prefix
 from marlaas.twin.operations import operations, overlap_mean
 
 Z95 = 1.96
@@ -67,25 +67,23 @@ class DecodeFit:
         }
 
 
-def features(
-    events: pd.DataFrame, shared_compute: bool, warmed: bool = True, prefix_caching: bool = False
-) -> pd.DataFrame:
-    """One row per successful generate operation: ``duration_s`` and the design columns;
-    ``warmed``: the engines were warmed up before the run (else an engine's first batch is
-    marked ``warm``: it carries the warm-up); ``prefix_caching``: the run's engines shared a
-    group's prompt blocks (cluster.engine.prefix_caching)."""
+def features(events: pd.DataFrame, cluster: ClusterSpec, warmed: bool = True) -> pd.DataFrame:
+    """One row per successful generate operation: ``duration_s`` and the design columns, for a
+    run on ``cluster`` (its shared processor and its engines' prefix caching); ``warmed``: the
+    engines were warmed up before the run (else an engine's first batch is marked ``warm``: it
+    carries the warm-up)."""
     gen = operations(events, "generate")
     if gen.empty:
         return gen
     prompt = gen["prompt_tokens"].clip(lower=0).to_numpy(float)
-    shared = _shared_prompts(gen) if prefix_caching else np.zeros(len(gen))
+    shared = _shared_prompts(gen) if cluster.engine.prefix_caching else np.zeros(len(gen))
     mean = (gen["tokens"] / gen["seqs"].clip(lower=1)).to_numpy(float)
     longest = gen["longest_tokens"].to_numpy(float)
     k = np.where(longest >= 0, longest, mean)
     seqs = gen["seqs"].to_numpy(float)
     starts, ends = gen["start_s"].to_numpy(float), gen["end_s"].to_numpy(float)
     context = seqs * (prompt + mean / 2)  # the mean context a group holds over its span
-    busy_engine = _busy_engines(gen) if shared_compute else None
+    busy_engine = _busy_engines(gen) if cluster.shared_compute else None
     rows = []
     for device, idx in gen.groupby("device", sort=False).indices.items():
         s_, e_ = starts[idx], ends[idx]
