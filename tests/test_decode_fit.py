@@ -65,3 +65,26 @@ def test_collinear_columns_leave_both_terms_undetermined():
     se = _standard_errors(x, residual, beta)
     assert np.isinf(se["decode_base_ms"]) and np.isinf(se["decode_per_adapter_ms"])
     assert se["decode_per_seq_ms"] < PER_SEQ_S / 10
+
+
+def test_an_engine_counts_the_adapters_it_holds_at_once_not_all_that_passed():
+    """A long group of adapter a beside b's group, then c's: at every instant the engine holds
+    two adapters, as the simulator counts them (it charged three before: every adapter that
+    passed through the span)."""
+    from marlaas.core.cluster_spec import ClusterSpec
+    from marlaas.twin.decode_fit import features
+    from marlaas.twin.operations import distinct_mean
+
+    spans = [("a", 0.0, 10.0), ("b", 0.0, 5.0), ("c", 5.0, 10.0)]
+    events = pd.DataFrame([
+        {"kind": "generate", "tenant": job, "job": job, "step": 0, "group": 0, "turn": 0,
+         "device": "r/0", "pool": "r", "start_s": s, "end_s": e, "seqs": 4, "tokens": 40,
+         "version": 0, "staleness": 0, "outcome": "ok", "reward": 0.0, "prompt_tokens": 8,
+         "longest_tokens": 10}
+        for job, s, e in spans
+    ])  # fmt: skip
+    rows = features(events, ClusterSpec()).set_index("row")
+    assert rows.loc[0, "x_adapter"] == pytest.approx(10 * 2.0)  # k = 10 iterations, 2 at once
+    assert rows.loc[1, "x_adapter"] == pytest.approx(10 * 2.0)
+    labels = np.array(["a", "b", "a"])  # two groups of one adapter count once
+    assert distinct_mean(np.array([0.0, 0, 2]), np.array([4.0, 2, 4]), labels, 0.0, 4.0) == 1.5

@@ -6,7 +6,8 @@ The simulator's engine (marlaas.sim.engine_model) spends, on a group of k decode
                 + A * prefill_base + P / prefill_rate)
 
 where, while the group runs on its engine, n is the number of running sequences, C the context
-tokens they hold, L the distinct adapters, P the prompt tokens prefilled on that engine (its
+tokens they hold, L the distinct adapters it holds at once (as the simulator counts them, not
+every adapter that passed through the span), P the prompt tokens prefilled on that engine (its
 own and those of groups admitted beside it: decode pauses for them; with prefix caching a
 group's shared prompt blocks once, as the simulator counts them) and slowdown the number of
 engines decoding at once on one shared processor, and A the groups admitted (prefills). For
@@ -27,7 +28,7 @@ import pandas as pd
 from scipy.optimize import nnls
 
 from marlaas.core.cluster_spec import ClusterSpec, shared_prefix
-from marlaas.twin.operations import operations, overlap_mean
+from marlaas.twin.operations import distinct_mean, operations, overlap_mean
 
 Z95 = 1.96
 """Standard errors either side of a coefficient that make its 95% interval (normal)."""
@@ -94,7 +95,7 @@ def features(events: pd.DataFrame, cluster: ClusterSpec, warmed: bool = True) ->
             live = (s_ < e) & (e_ > s)
             n = overlap_mean(s_[live], e_[live], seqs[idx][live], s, e)
             c = overlap_mean(s_[live], e_[live], context[idx][live], s, e)
-            distinct = len(set(adapters[live]))
+            distinct = distinct_mean(s_[live], e_[live], adapters[live], s, e)
             admitted = (s_ >= s) & (s_ < e)
             held = seqs[idx][admitted]
             p = float((held * prompt[idx][admitted] - (held - 1) * shared[idx][admitted]).sum())

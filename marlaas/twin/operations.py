@@ -3,6 +3,8 @@ or a trainer swap spans several device rows), with what the cost model needs to 
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pandas as pd
 
@@ -43,3 +45,20 @@ def overlap_mean(
         return float(values[(starts <= s) & (ends > s)].sum())
     covered = np.clip(np.minimum(ends, e) - np.maximum(starts, s), 0.0, None)
     return float((covered * values).sum() / (e - s))
+
+
+def distinct_mean(
+    starts: np.ndarray, ends: np.ndarray, labels: np.ndarray, s: float, e: float
+) -> float:
+    """Time-weighted mean over [s, e] of how many distinct ``labels`` the intervals covering
+    each instant carry (an engine's distinct adapters at each iteration, as the simulator
+    counts them; not all those that passed through the span)."""
+    live = (starts < e) & (ends > s) if e > s else (starts <= s) & (ends > s)
+    if e <= s or not live.any():
+        return float(len(set(labels[live])))
+    lo, hi, names = np.maximum(starts[live], s), np.minimum(ends[live], e), labels[live]
+    edges = np.unique(np.concatenate([lo, hi]))
+    total = 0.0
+    for a, b in pairwise(edges):
+        total += (b - a) * len(set(names[(lo < b) & (hi > a)]))
+    return total / (e - s)
