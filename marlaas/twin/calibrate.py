@@ -272,12 +272,13 @@ def _fit_train(runs: list[RealRun], base: CostModel) -> TrainFit:
     charges a step."""
     xs, ys = [], []
     for run in runs:
-        per_token = {j.name: train_work(base, 1.0, j.lora_rank, j.rl.minibatches)
-                     for j in run.workload.jobs}  # fmt: skip
+        per_token = {(j.name, stale): train_work(base, 1.0, j.lora_rank, j.rl.minibatches, stale)
+                     for j in run.workload.jobs for stale in (False, True)}  # fmt: skip
         ops = operations(run.events, "train")
         devices = 1 if run.workload.cluster.shared_compute else ops["devices"]  # one processor
         read = ops["tokens"] - ops["prompt_tokens"].clip(lower=0)
-        work = read * ops["job"].map(per_token) / devices
+        keys = zip(ops["job"], ops["staleness"] > 0, strict=True)
+        work = read * np.array([per_token[key] for key in keys]) / devices
         xs.append(work.to_numpy(float))
         ys.append(ops["duration_s"].to_numpy(float))
     return fit_train(np.concatenate(xs), np.concatenate(ys), base.train_tokens_per_s)

@@ -213,20 +213,40 @@ def test_an_interrupt_stops_a_step_only_before_its_first_optimizer_step(
 ):
     trainer = _trainer(tiny_model_dir, minibatches=2)
     samples = _groups(trainer, "A", 2)
-    before = _weights(trainer)
+    trainer.train_step("A", _groups(trainer, "A", 2))
+    before = _weights(trainer)  # samples one version stale: the step's log-probs come first
     forward = trainer._completion_logprobs
 
-    def interrupted(chunk):  # the first minibatch's forward pass: the step stops
+    def interrupted(chunk):  # the step's first forward pass: the step stops
         trainer.interrupt()
         return forward(chunk)
 
     monkeypatch.setattr(trainer, "_completion_logprobs", interrupted)
     with pytest.raises(TrainingInterrupted):
         trainer.train_step("A", samples)
-    assert trainer.version("A") == 0
+    assert trainer.version("A") == 1
     assert all(torch.equal(a, b) for a, b in zip(before, _weights(trainer), strict=True))
     monkeypatch.undo()
     # interrupted between its minibatches (at its first optimizer step): it runs to its end
     grads = _recording(trainer, monkeypatch, lambda n: trainer.interrupt() if n == 1 else None)
-    assert trainer.train_step("A", samples).version == 1 and len(grads) == 2
+    assert trainer.train_step("A", samples).version == 2 and len(grads) == 2
     assert any(g.abs().sum() > 0 for g in grads[1])  # the second minibatch was trained
+
+
+def test_an_on_policy_step_takes_its_starting_log_probs_from_sampling(tiny_model_dir):
+    """Samples of the version being trained: the step's starting log-probs are their sampling
+    log-probs, so it makes no forward pass for them (the simulator charges none); one version
+    stale, it makes one, which gives them to within 1e-5 nat."""
+    ours, theirs = _trainer(tiny_model_dir, minibatches=2), _trainer(tiny_model_dir, minibatches=2)
+    samples = _groups(ours, "A", 2)  # version 0, the trainer's log-probs: what sampling gives
+    read = ours.tokens_read
+    ours.train_step("A", samples)
+    assert ours.tokens_read - read == 2 * (3 + 3 * 5)  # the two minibatches' passes only
+    taken = theirs.proximal("A", samples, [3, 4, 5])  # fresh: the sampling log-probs
+    assert taken == {i: list(samples[i].logprobs) for i in (3, 4, 5)}
+    theirs._jobs["A"].version = 1  # the same samples a version stale: a forward pass
+    read = theirs.tokens_read
+    computed = theirs.proximal("A", samples, [3, 4, 5])
+    assert theirs.tokens_read - read == 3 + 3 * 5  # the prompt once, three completions
+    for i in (3, 4, 5):
+        assert computed[i] == pytest.approx(taken[i], abs=1e-5)

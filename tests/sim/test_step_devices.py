@@ -59,18 +59,20 @@ def test_a_step_is_divided_by_the_real_trainers_replicas(per_trainer, shared, di
 def test_a_step_of_several_minibatches_pays_the_forward_pass_of_the_later_ones():
     """A job of ``rl.minibatches`` = 4 computes its step's starting log-probs for 3/4 of its
     samples first (marlaas.executors.peft_trainer): train_forward_share x 3/4 more compute per
-    token than one minibatch; the same tokens, the same fixed overhead."""
+    token than one minibatch where the step is stale; a step of staleness 0 has them from
+    sampling and pays nothing more. The same tokens, the same fixed overhead."""
     cost = CostModel()
 
     def per_token(minibatches: int):
-        rl = {"steps": 2, "minibatches": minibatches}
+        rl = {"steps": 6, "minibatches": minibatches, "max_staleness": 2}
         w = parse_workload({"jobs": [{"name": "a", "tenant": "t", "rl": rl}]})
         events = records_to_frame(simulate(w, cost=cost).records)
         steps = events[events["kind"] == "train"].drop_duplicates("step")
         compute = steps["end_s"] - steps["start_s"] - cost.train_overhead_s
-        return steps["tokens"].tolist(), (compute / steps["tokens"]).tolist()
+        return steps["tokens"].tolist(), (compute / steps["tokens"]).tolist(), steps["staleness"]
 
-    (tokens, one), (same_tokens, four) = per_token(1), per_token(4)
+    (tokens, one, _), (same_tokens, four, staleness) = per_token(1), per_token(4)
     assert tokens == same_tokens
-    for a, b in zip(one, four, strict=True):
-        assert b / a == pytest.approx(1 + cost.train_forward_share * 3 / 4)
+    assert set(staleness) >= {0, 1}  # both kinds of step
+    for a, b, stale in zip(one, four, staleness > 0, strict=True):
+        assert b / a == pytest.approx(1 + cost.train_forward_share * 3 / 4 if stale else 1.0)
