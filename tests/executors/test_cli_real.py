@@ -131,6 +131,17 @@ def test_train_records_peak_memory_per_process(quiet_run):
         assert peak.value == pytest.approx(memory["peak_rss_mb"], rel=1e-5)
 
 
+def test_the_train_command_runs_under_jemalloc_where_it_is_installed(quiet_run):
+    """Ray's wheel ships jemalloc: `marlaas train` starts again with it preloaded
+    (marlaas.executors.memory.jemalloc_exec), and the summary says which allocator ran."""
+    from marlaas.executors.memory import bundled_jemalloc
+
+    out, done = quiet_run
+    assert done.returncode == 0, done.stderr
+    memory = json.loads((out / "summary.json").read_text())["memory"]
+    assert memory["allocator"] == ("jemalloc" if bundled_jemalloc() else "glibc")
+
+
 def test_train_verbose_shows_the_libraries_output(tiny_model_dir, tmp_path):
     args = ["train", *tiny_args(tiny_model_dir, 1), "--backend", "hf", "--verbose"]
     done = marlaas(*args, "--out", str(tmp_path / "run"), "--quiet")

@@ -4,6 +4,7 @@ and the monitor sees this process and its children."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -245,3 +246,30 @@ def test_a_trainer_uses_shared_weights_that_match_and_keeps_its_own_otherwise(ti
     assert torch.equal(tensors[embed], before)  # frozen: the shared tensor is left as it was
     lp = [t.logprobs("A", [(5, 6, 7)], [(20, 21, 22)]) for t in (own, shared)]
     assert lp[0][0] == pytest.approx(lp[1][0], rel=1e-6)
+
+
+def test_a_model_command_runs_again_under_jemalloc_where_it_is_installed(tmp_path):
+    from marlaas.executors.memory import ALLOCATOR_ENV, jemalloc_exec
+
+    library = tmp_path / "libjemalloc.so"
+    library.write_bytes(b"")
+    env = {"PATH": "/bin", "LD_PRELOAD": "libother.so"}
+    command, new_env = jemalloc_exec(["train", "w.yaml", "--out", "r"], env, library)
+    assert command == [sys.executable, "-m", "marlaas", "train", "w.yaml", "--out", "r"]
+    assert new_env == {"PATH": "/bin", "LD_PRELOAD": f"{library} libother.so"}
+    assert env["LD_PRELOAD"] == "libother.so"  # the caller's left as it was
+    assert jemalloc_exec(["evaluate"], {}, library)[1]["LD_PRELOAD"] == str(library)
+    for args in (["simulate", "w.yaml"], ["--help"], []):  # no model: nothing to gain
+        assert jemalloc_exec(args, {}, library) is None
+    assert jemalloc_exec(["train"], {"LD_PRELOAD": str(library)}, library) is None  # again
+    assert jemalloc_exec(["train"], {ALLOCATOR_ENV: "glibc"}, library) is None
+    assert jemalloc_exec(["serve"], {ALLOCATOR_ENV: " JEMALLOC "}, library) is not None
+    with pytest.raises(ValueError, match=r"MARLAAS_ALLOCATOR='tcmalloc': use jemalloc or glibc"):
+        jemalloc_exec(["train"], {ALLOCATOR_ENV: "tcmalloc"}, library)
+
+
+def test_the_allocator_of_this_process_is_named():
+    from marlaas.executors.memory import allocator_in_use
+
+    expected = "jemalloc" if "libjemalloc" in os.environ.get("LD_PRELOAD", "") else "glibc"
+    assert allocator_in_use() == expected
