@@ -6,20 +6,15 @@ The Python API (docs/python-api.md, marlaas.api): :func:`load_workload`, :func:`
 simulator's hot path runs is decided when it is first imported (marlaas.compiled).
 
 Started as the ``marlaas`` command (its console script, ``python -m marlaas``), the package's
-first lines also block SIGINT and SIGTERM until the command's handler is in place, so that a
-Ctrl-C in the start-up's imports is reported as any other (marlaas.interrupts); any other
-import of it leaves the signal mask as it was.
+first lines start a command that loads models again under jemalloc where it is installed
+(marlaas.allocator), then block SIGINT and SIGTERM until the command's handler is in place, so
+that a Ctrl-C in the start-up's imports is reported as any other (marlaas.interrupts); any
+other import of it leaves the signal mask as it was.
 """
 
 import _signal  # signal's C part, loaded by the interpreter: importing it loads nothing
 import sys
 from importlib import import_module as _import_module
-
-_mask = (
-    _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
-    if hasattr(_signal, "pthread_sigmask")
-    else None
-)  # first: a Ctrl-C from here on waits (in the kernel) until it is unblocked
 
 
 def _module_argument(argv: list[str]) -> str | None:
@@ -49,6 +44,17 @@ def _started_as_command() -> bool:
         return False
 
 
+if _started_as_command():  # a command that loads models starts again under jemalloc first
+    from marlaas.allocator import run_under_jemalloc
+
+    run_under_jemalloc(sys.argv[1:])
+    del run_under_jemalloc
+
+_mask = (
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
+    if hasattr(_signal, "pthread_sigmask")
+    else None
+)  # a Ctrl-C from here on waits (in the kernel) until it is unblocked
 _start_up_mask = _mask if _mask is not None and _started_as_command() else None
 """The signal mask from before the block, while the command holds SIGINT and SIGTERM
 (marlaas.interrupts.release restores it); None otherwise."""

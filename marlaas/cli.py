@@ -270,28 +270,6 @@ def command_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.Argum
 # ------------------------------------------------------------------ entry point
 
 
-def _run_under_jemalloc(args: list[str]) -> None:
-    """Replace this process by ``marlaas ARGS`` with jemalloc preloaded, when that applies
-    (else return): the signal mask as it was before the command's start-up blocked SIGINT
-    and SIGTERM (the new process blocks them again), stdout flushed."""
-    from marlaas.executors.memory import jemalloc_exec
-
-    try:
-        command = jemalloc_exec(args, dict(os.environ))
-    except ValueError as err:
-        print(f"marlaas: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
-    if command is None:
-        return
-    import marlaas
-
-    mask = getattr(marlaas, "_start_up_mask", None)
-    if mask is not None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    sys.stdout.flush()
-    os.execve(command[0][0], command[0], command[1])
-
-
 def _silence_stdout() -> None:
     """Point stdout at /dev/null, so the flush at exit does not fail on a closed pipe."""
     try:
@@ -302,11 +280,7 @@ def _silence_stdout() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``marlaas`` console script. Started as the command (no ``argv``),
-    a command that loads models runs again under jemalloc where it is installed
-    (marlaas.executors.memory.jemalloc_exec)."""
-    if argv is None:
-        _run_under_jemalloc(sys.argv[1:])
+    """Entry point of the ``marlaas`` console script."""
     args = None
     with on_signals():
         try:

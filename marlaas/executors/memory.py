@@ -25,15 +25,9 @@ exec, such as a ``fork`` multiprocessing worker, is therefore not counted).
 
 Processes, their resident sizes and command lines come from psutil.
 
-jemalloc, where it is installed (the one Ray's wheel ships, ``ray/core/libjemalloc.so``: part of
-``make setup``), serves a real run's allocations instead of glibc: the ``marlaas`` command
-starts ``train``, ``evaluate`` and ``serve`` again under it (:func:`jemalloc_exec`; the
-summary's ``memory.allocator`` says which ran; ``MARLAAS_ALLOCATOR=glibc`` keeps glibc). It
-keeps freed memory in size classes for reuse and returns it to the system after a few
-seconds, so it has neither glibc's retention nor the page faults of the fixed threshold: the
-quality workload's sequential run took 4.9 M minor page faults and 41 s of system time under
-it against 23.8 M and 78 s, 213 s against 238 s, at the same peak (4.0 GB; docs/quality.md,
-"jemalloc").
+Where jemalloc is installed the ``marlaas`` command runs ``train``, ``evaluate`` and ``serve``
+under it instead (marlaas.allocator); these glibc settings then change nothing and are not
+made. The summary's ``memory.allocator`` says which ran.
 
 Sizes are in MiB (2^20 bytes), written ``_mb`` as elsewhere in the project (ru_maxrss / 1024).
 """
@@ -43,7 +37,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-import importlib.util
 import os
 import resource
 import sys
@@ -52,6 +45,8 @@ import time
 from pathlib import Path
 
 import psutil
+
+from marlaas.allocator import allocator_in_use
 
 MMAP_THRESHOLD_BYTES = 256 * 1024
 """Blocks at least this big are mmap'ed and returned to the system when freed [bytes]."""
@@ -62,59 +57,6 @@ _M_MMAP_THRESHOLD = -3  # mallopt parameter numbers from glibc's malloc.h
 _M_ARENA_MAX = -8
 _MB = 1024 * 1024
 _PROC = Path("/proc")
-
-
-ALLOCATOR_ENV = "MARLAAS_ALLOCATOR"
-"""``glibc``: a real run stays on glibc's malloc; unset or ``jemalloc``: jemalloc where it is
-installed."""
-JEMALLOC_COMMANDS = ("train", "evaluate", "serve")
-"""The commands that load models, which :func:`jemalloc_exec` starts again under jemalloc."""
-
-
-def bundled_jemalloc() -> Path | None:
-    """The jemalloc library Ray's wheel ships (``ray/core/libjemalloc.so``), found without
-    importing Ray; None where Ray (or its library) is not installed."""
-    try:
-        spec = importlib.util.find_spec("ray")
-    except (ImportError, ValueError):
-        return None
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        path = Path(folder) / "core" / "libjemalloc.so"
-        if path.is_file():
-            return path
-    return None
-
-
-def allocator_in_use() -> str:
-    """``jemalloc`` when it is loaded in this process, ``glibc`` on another Linux process,
-    ``system`` where /proc cannot tell."""
-    try:
-        maps = (_PROC / "self" / "maps").read_text()
-    except OSError:
-        return "system"
-    return "jemalloc" if "libjemalloc" in maps else "glibc"
-
-
-def jemalloc_exec(
-    args: list[str], env: dict[str, str], library: Path | None = None
-) -> tuple[list[str], dict[str, str]] | None:
-    """The command line and environment that run ``marlaas ARGS`` again with jemalloc
-    preloaded (``library``, else :func:`bundled_jemalloc`); None where nothing changes: not
-    Linux, not a command of :data:`JEMALLOC_COMMANDS`, ``MARLAAS_ALLOCATOR=glibc``,
-    jemalloc already preloaded, or none installed."""
-    if not sys.platform.startswith("linux") or not args or args[0] not in JEMALLOC_COMMANDS:
-        return None
-    choice = env.get(ALLOCATOR_ENV, "jemalloc").strip().lower()
-    if choice not in ("jemalloc", "glibc"):
-        raise ValueError(f"{ALLOCATOR_ENV}={env[ALLOCATOR_ENV]!r}: use jemalloc or glibc")
-    preloaded = env.get("LD_PRELOAD", "")
-    if choice == "glibc" or "libjemalloc" in preloaded:
-        return None
-    library = library or bundled_jemalloc()
-    if library is None:
-        return None
-    preload = f"{library} {preloaded}".strip()
-    return [sys.executable, "-m", "marlaas", *args], {**env, "LD_PRELOAD": preload}
 
 
 def release_large_blocks(threshold: int = MMAP_THRESHOLD_BYTES, arenas: int = ARENAS) -> bool:

@@ -133,8 +133,8 @@ def test_train_records_peak_memory_per_process(quiet_run):
 
 def test_the_train_command_runs_under_jemalloc_where_it_is_installed(quiet_run):
     """Ray's wheel ships jemalloc: `marlaas train` starts again with it preloaded
-    (marlaas.executors.memory.jemalloc_exec), and the summary says which allocator ran."""
-    from marlaas.executors.memory import bundled_jemalloc
+    (marlaas.allocator), and the summary says which allocator ran."""
+    from marlaas.allocator import bundled_jemalloc
 
     out, done = quiet_run
     assert done.returncode == 0, done.stderr

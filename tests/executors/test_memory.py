@@ -249,7 +249,7 @@ def test_a_trainer_uses_shared_weights_that_match_and_keeps_its_own_otherwise(ti
 
 
 def test_a_model_command_runs_again_under_jemalloc_where_it_is_installed(tmp_path):
-    from marlaas.executors.memory import ALLOCATOR_ENV, jemalloc_exec
+    from marlaas.allocator import ALLOCATOR_ENV, jemalloc_exec
 
     library = tmp_path / "libjemalloc.so"
     library.write_bytes(b"")
@@ -269,7 +269,7 @@ def test_a_model_command_runs_again_under_jemalloc_where_it_is_installed(tmp_pat
 
 
 def test_the_allocator_of_this_process_is_named():
-    from marlaas.executors.memory import allocator_in_use
+    from marlaas.allocator import allocator_in_use
 
     expected = "jemalloc" if "libjemalloc" in os.environ.get("LD_PRELOAD", "") else "glibc"
     assert allocator_in_use() == expected
