@@ -5,7 +5,8 @@ and returned when freed, so that a run does not keep what its largest step touch
 page fault for every page of every such block, every time: activations, logits, the engine's
 buffers. jemalloc keeps freed memory in size classes for reuse and returns what stays unused
 to the system after a few seconds, so it has neither glibc's retention nor those faults. On
-the quality workload's sequential run (docs/quality.md, "jemalloc"): 4.9 M minor page faults
+the quality workload's sequential run (docs/quality.md, "One forward pass less, and jemalloc"):
+4.9 M minor page faults
 and 41 s of system time against 23.8 M and 78 s, 213 s against 238 s, at the same peak
 resident memory (4.0 GB).
 
@@ -66,7 +67,23 @@ def jemalloc_exec(
     if library is None:
         return None
     preload = f"{library} {preloaded}".strip()
-    return [sys.executable, "-m", "marlaas", *args], {**env, "LD_PRELOAD": preload}
+    command = [sys.executable, *interpreter_options(sys.orig_argv), "-m", "marlaas", *args]
+    return command, {**env, "LD_PRELOAD": preload}
+
+
+def interpreter_options(argv: list[str]) -> list[str]:
+    """The interpreter's own options in ``argv`` (sys.orig_argv: ``python -X dev -u -m
+    marlaas ...`` -> ``-X dev -u``), kept when the command starts again; none after a
+    script's path (the console script)."""
+    options, i = [], 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "-m" or arg.startswith("-m") or not arg.startswith("-"):
+            break
+        takes_value = arg in ("-X", "-W", "-Q", "--check-hash-based-pycs")
+        options += argv[i : i + 2] if takes_value else [arg]
+        i += 2 if takes_value else 1
+    return options
 
 
 def allocator_in_use() -> str:

@@ -249,13 +249,14 @@ def test_a_trainer_uses_shared_weights_that_match_and_keeps_its_own_otherwise(ti
 
 
 def test_a_model_command_runs_again_under_jemalloc_where_it_is_installed(tmp_path):
-    from marlaas.allocator import ALLOCATOR_ENV, jemalloc_exec
+    from marlaas.allocator import ALLOCATOR_ENV, interpreter_options, jemalloc_exec
 
     library = tmp_path / "libjemalloc.so"
     library.write_bytes(b"")
     env = {"PATH": "/bin", "LD_PRELOAD": "libother.so"}
     command, new_env = jemalloc_exec(["train", "w.yaml", "--out", "r"], env, library)
-    assert command == [sys.executable, "-m", "marlaas", "train", "w.yaml", "--out", "r"]
+    options = interpreter_options(sys.orig_argv)
+    assert command == [sys.executable, *options, "-m", "marlaas", "train", "w.yaml", "--out", "r"]
     assert new_env == {"PATH": "/bin", "LD_PRELOAD": f"{library} libother.so"}
     assert env["LD_PRELOAD"] == "libother.so"  # the caller's left as it was
     assert jemalloc_exec(["evaluate"], {}, library)[1]["LD_PRELOAD"] == str(library)
@@ -266,6 +267,16 @@ def test_a_model_command_runs_again_under_jemalloc_where_it_is_installed(tmp_pat
     assert jemalloc_exec(["serve"], {ALLOCATOR_ENV: " JEMALLOC "}, library) is not None
     with pytest.raises(ValueError, match=r"MARLAAS_ALLOCATOR='tcmalloc': use jemalloc or glibc"):
         jemalloc_exec(["train"], {ALLOCATOR_ENV: "tcmalloc"}, library)
+
+
+def test_the_interpreters_options_are_kept_when_the_command_starts_again():
+    from marlaas.allocator import interpreter_options
+
+    argv = ["python", "-X", "dev", "-u", "-W", "error", "-m", "marlaas", "train", "-X"]
+    assert interpreter_options(argv) == ["-X", "dev", "-u", "-W", "error"]
+    assert interpreter_options(["python", "-mmarlaas", "train"]) == []
+    assert interpreter_options(["/venv/bin/python", "/venv/bin/marlaas", "train", "-u"]) == []
+    assert interpreter_options(["python"]) == []
 
 
 def test_the_allocator_of_this_process_is_named():
