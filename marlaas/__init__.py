@@ -6,15 +6,21 @@ The Python API (docs/python-api.md, marlaas.api): :func:`load_workload`, :func:`
 simulator's hot path runs is decided when it is first imported (marlaas.compiled).
 
 Started as the ``marlaas`` command (its console script, ``python -m marlaas``), the package's
-first lines start a command that loads models again under jemalloc where it is installed
-(marlaas.allocator), then block SIGINT and SIGTERM until the command's handler is in place, so
-that a Ctrl-C in the start-up's imports is reported as any other (marlaas.interrupts); any
-other import of it leaves the signal mask as it was.
+first lines also block SIGINT and SIGTERM until the command's handler is in place, so that a
+Ctrl-C in the start-up's imports is reported as any other (marlaas.interrupts), and start a
+command that loads models again under jemalloc where it is installed, the signals still
+blocked (marlaas.allocator); any other import of it leaves the signal mask as it was.
 """
 
 import _signal  # signal's C part, loaded by the interpreter: importing it loads nothing
 import sys
 from importlib import import_module as _import_module
+
+_mask = (
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
+    if hasattr(_signal, "pthread_sigmask")
+    else None
+)  # first: a Ctrl-C from here on waits (in the kernel) until it is unblocked
 
 
 def _module_argument(argv: list[str]) -> str | None:
@@ -44,23 +50,22 @@ def _started_as_command() -> bool:
         return False
 
 
-if _started_as_command():  # a command that loads models starts again under jemalloc first
-    from marlaas.allocator import run_under_jemalloc
+_started = _started_as_command()
+if _started:  # a command that loads models starts again under jemalloc (marlaas.allocator)
+    from marlaas.allocator import first_mask, run_under_jemalloc
 
-    run_under_jemalloc(sys.argv[1:])
-    del run_under_jemalloc
-
-_mask = (
-    _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
-    if hasattr(_signal, "pthread_sigmask")
-    else None
-)  # a Ctrl-C from here on waits (in the kernel) until it is unblocked
-_start_up_mask = _mask if _mask is not None and _started_as_command() else None
+    _first = first_mask()  # started again: the mask from before the first process's block
+    if _first is None:
+        run_under_jemalloc(sys.argv[1:], _mask)  # returns where it does not start again
+    elif _mask is not None:
+        _mask = _first
+    del run_under_jemalloc, first_mask, _first
+_start_up_mask = _mask if _mask is not None and _started else None
 """The signal mask from before the block, while the command holds SIGINT and SIGTERM
 (marlaas.interrupts.release restores it); None otherwise."""
 if _mask is not None and _start_up_mask is None:
     _signal.pthread_sigmask(_signal.SIG_SETMASK, _mask)  # not the command: as it was
-del _mask
+del _mask, _started
 
 _EXPORTS = {
     "load_workload": "marlaas.api",

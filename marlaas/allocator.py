@@ -12,10 +12,14 @@ resident memory (4.0 GB).
 
 jemalloc comes with Ray's wheel (``ray/core/libjemalloc.so``; ``make setup`` installs Ray). A
 library is preloaded only when a process starts, so the ``marlaas`` command, started for a
-command that loads models (:data:`JEMALLOC_COMMANDS`), starts itself again at once with it
-preloaded (:func:`run_under_jemalloc`, from the package's first lines, before anything else
-is imported or any signal blocked). ``MARLAAS_ALLOCATOR=glibc`` keeps glibc; the Python API
-(marlaas.api.train) runs on the allocator its process has.
+command that loads models (:data:`JEMALLOC_COMMANDS`), starts itself again at once, the same
+command line, with it preloaded (:func:`run_under_jemalloc`, from the package's first lines,
+before anything else is imported). SIGINT and SIGTERM stay blocked through the start (one that
+comes waits in the kernel and is reported by the new process as any other); the new process
+learns the mask from before the block, and that it was started again, from
+:data:`STARTED_AGAIN_ENV`, and never starts again itself. ``MARLAAS_ALLOCATOR=glibc`` keeps
+glibc, as does a user's own preloaded allocator; the Python API (marlaas.api.train) runs on
+the allocator its process has.
 
 Light on purpose: the standard library only (it runs before the command's own imports).
 """
@@ -32,6 +36,9 @@ ALLOCATOR_ENV = "MARLAAS_ALLOCATOR"
 installed."""
 JEMALLOC_COMMANDS = ("train", "evaluate", "serve")
 """The commands that load models, which :func:`jemalloc_exec` starts again under jemalloc."""
+STARTED_AGAIN_ENV = "_MARLAAS_STARTED_AGAIN"
+"""Set for the process started again: the signals blocked before the command blocked SIGINT
+and SIGTERM, as numbers (``"2,15"``; empty: none)."""
 
 
 def bundled_jemalloc() -> Path | None:
@@ -51,39 +58,25 @@ def bundled_jemalloc() -> Path | None:
 def jemalloc_exec(
     args: list[str], env: dict[str, str], library: Path | None = None
 ) -> tuple[list[str], dict[str, str]] | None:
-    """The command line and environment that run ``marlaas ARGS`` again with jemalloc
-    preloaded (``library``, else :func:`bundled_jemalloc`); None where nothing changes: not
-    Linux, not a command of :data:`JEMALLOC_COMMANDS`, ``MARLAAS_ALLOCATOR=glibc``,
-    jemalloc already preloaded, or none installed."""
+    """The command line (``sys.orig_argv`` as it was, run by ``sys.executable``) and the
+    environment that run this command again with jemalloc preloaded (``library``, else
+    :func:`bundled_jemalloc`); ``args``: its arguments after the program. None where nothing
+    changes: not Linux, not a command of :data:`JEMALLOC_COMMANDS`, ``MARLAAS_ALLOCATOR=glibc``,
+    started again already, an allocator already preloaded (jemalloc, tcmalloc, mimalloc...),
+    none installed, or a library path that LD_PRELOAD cannot hold (a space or a colon)."""
     if not sys.platform.startswith("linux") or not args or args[0] not in JEMALLOC_COMMANDS:
         return None
-    choice = env.get(ALLOCATOR_ENV, "jemalloc").strip().lower()
+    choice = env.get(ALLOCATOR_ENV, "").strip().lower() or "jemalloc"
     if choice not in ("jemalloc", "glibc"):
         raise ValueError(f"{ALLOCATOR_ENV}={env[ALLOCATOR_ENV]!r}: use jemalloc or glibc")
     preloaded = env.get("LD_PRELOAD", "")
-    if choice == "glibc" or "libjemalloc" in preloaded:
+    if choice == "glibc" or STARTED_AGAIN_ENV in env or "malloc" in preloaded:
         return None
     library = library or bundled_jemalloc()
-    if library is None:
+    if library is None or any(c in str(library) for c in " :"):
         return None
     preload = f"{library} {preloaded}".strip()
-    command = [sys.executable, *interpreter_options(sys.orig_argv), "-m", "marlaas", *args]
-    return command, {**env, "LD_PRELOAD": preload}
-
-
-def interpreter_options(argv: list[str]) -> list[str]:
-    """The interpreter's own options in ``argv`` (sys.orig_argv: ``python -X dev -u -m
-    marlaas ...`` -> ``-X dev -u``), kept when the command starts again; none after a
-    script's path (the console script)."""
-    options, i = [], 1
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "-m" or arg.startswith("-m") or not arg.startswith("-"):
-            break
-        takes_value = arg in ("-X", "-W", "-Q", "--check-hash-based-pycs")
-        options += argv[i : i + 2] if takes_value else [arg]
-        i += 2 if takes_value else 1
-    return options
+    return [sys.executable, *sys.orig_argv[1:]], {**env, "LD_PRELOAD": preload}
 
 
 def allocator_in_use() -> str:
@@ -96,14 +89,31 @@ def allocator_in_use() -> str:
     return "jemalloc" if "libjemalloc" in maps else "glibc"
 
 
-def run_under_jemalloc(args: list[str]) -> None:
-    """Replace this process by ``marlaas ARGS`` with jemalloc preloaded where that applies
-    (:func:`jemalloc_exec`), else return; a bad ``MARLAAS_ALLOCATOR`` exits with status 2 and
-    one line saying so."""
+def first_mask() -> set[int] | None:
+    """In a process this module started again, the signals its first process had blocked
+    before the command's block (from :data:`STARTED_AGAIN_ENV`, taken out of the environment
+    so that no child inherits it); None in a process that was not started again."""
+    blocked = os.environ.pop(STARTED_AGAIN_ENV, None)
+    if blocked is None:
+        return None
+    return {int(number) for number in blocked.split(",") if number.strip().isdigit()}
+
+
+def run_under_jemalloc(args: list[str], mask) -> None:
+    """Replace this process by the same command with jemalloc preloaded where that applies
+    (:func:`jemalloc_exec`), ``mask`` (the signals blocked before the command's block, or
+    None) handed to it; else return (also where the start fails: glibc, as before). A bad
+    ``MARLAAS_ALLOCATOR`` exits with status 2 and one line saying so."""
     try:
         command = jemalloc_exec(args, dict(os.environ))
     except ValueError as err:
         print(f"marlaas: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-    if command is not None:
-        os.execve(command[0][0], command[0], command[1])
+    if command is None:
+        return
+    argv, env = command
+    env[STARTED_AGAIN_ENV] = ",".join(str(int(n)) for n in sorted(mask or ()))
+    try:
+        os.execve(argv[0], argv, env)
+    except OSError:
+        return

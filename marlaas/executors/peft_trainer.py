@@ -364,16 +364,18 @@ class PeftTrainer:
         self, job: str, samples: Sequence[TrainSample], indices: Sequence[int]
     ) -> dict[int, list[float]]:
         """Index -> log-probs of ``samples[index]``'s completion under `job`'s current weights
-        (no gradient), for ``indices`` (none: no forward pass). A step whose ``samples`` were
-        all sampled by the version being trained (staleness 0: every step of an on-policy
-        job) has them already: those weights' sampling log-probs (within about 1e-5 nat of
-        the trainer's, marlaas.executors.grpo), so no forward pass either (the simulator
-        charges none: marlaas.sim.cost_model.train_work)."""
+        (no gradient), for ``indices`` (none: no forward pass). On a CPU, a step whose
+        ``samples`` were all sampled by the version being trained (staleness 0: every step
+        of an on-policy job) has them already: those weights' sampling log-probs, float32 as
+        the trainer's and within about 1e-5 nat of them (marlaas.executors.grpo), so no
+        forward pass either (the simulator charges none: marlaas.sim.cost_model.train_work).
+        A GPU's engines sample in bfloat16, about 1e-2 nat away: there the pass is made."""
         if not indices:
             return {}
         version = self._job(job).version
-        if all(s.version == version and len(s.logprobs) == len(s.completion_ids)
-               for s in samples):  # fmt: skip
+        if self.device.type == "cpu" and all(
+            s.version == version and len(s.logprobs) == len(s.completion_ids) for s in samples
+        ):
             return {i: list(samples[i].logprobs) for i in indices}
         prompts = [samples[i].prompt_ids for i in indices]
         logps = self.logprobs(job, prompts, [samples[i].completion_ids for i in indices])

@@ -248,35 +248,46 @@ def test_a_trainer_uses_shared_weights_that_match_and_keeps_its_own_otherwise(ti
     assert lp[0][0] == pytest.approx(lp[1][0], rel=1e-6)
 
 
-def test_a_model_command_runs_again_under_jemalloc_where_it_is_installed(tmp_path):
-    from marlaas.allocator import ALLOCATOR_ENV, interpreter_options, jemalloc_exec
+def test_a_model_command_runs_again_under_jemalloc_where_it_is_installed(tmp_path, monkeypatch):
+    from marlaas.allocator import ALLOCATOR_ENV, STARTED_AGAIN_ENV, jemalloc_exec
 
     library = tmp_path / "libjemalloc.so"
     library.write_bytes(b"")
+    orig = ["python", "-X", "dev", "/venv/bin/marlaas", "train", "w.yaml", "--out", "r"]
+    monkeypatch.setattr(sys, "orig_argv", orig)
     env = {"PATH": "/bin", "LD_PRELOAD": "libother.so"}
     command, new_env = jemalloc_exec(["train", "w.yaml", "--out", "r"], env, library)
-    options = interpreter_options(sys.orig_argv)
-    assert command == [sys.executable, *options, "-m", "marlaas", "train", "w.yaml", "--out", "r"]
+    assert command == [sys.executable, *orig[1:]]  # the same command line, options and all
     assert new_env == {"PATH": "/bin", "LD_PRELOAD": f"{library} libother.so"}
     assert env["LD_PRELOAD"] == "libother.so"  # the caller's left as it was
     assert jemalloc_exec(["evaluate"], {}, library)[1]["LD_PRELOAD"] == str(library)
+    assert jemalloc_exec(["serve"], {ALLOCATOR_ENV: " JEMALLOC "}, library) is not None
+    assert jemalloc_exec(["serve"], {ALLOCATOR_ENV: ""}, library) is not None  # the default
     for args in (["simulate", "w.yaml"], ["--help"], []):  # no model: nothing to gain
         assert jemalloc_exec(args, {}, library) is None
-    assert jemalloc_exec(["train"], {"LD_PRELOAD": str(library)}, library) is None  # again
-    assert jemalloc_exec(["train"], {ALLOCATOR_ENV: "glibc"}, library) is None
-    assert jemalloc_exec(["serve"], {ALLOCATOR_ENV: " JEMALLOC "}, library) is not None
+    for env in (
+        {"LD_PRELOAD": str(library)},  # preloaded
+        {"LD_PRELOAD": "/usr/lib/libtcmalloc_minimal.so.4"},  # the user's own allocator
+        {STARTED_AGAIN_ENV: "2"},  # started again, even where the loader dropped LD_PRELOAD
+        {ALLOCATOR_ENV: "glibc"},
+    ):
+        assert jemalloc_exec(["train"], env, library) is None, env
+    spaced = tmp_path / "a b" / "libjemalloc.so"
+    assert jemalloc_exec(["train"], {}, spaced) is None  # LD_PRELOAD splits on spaces
     with pytest.raises(ValueError, match=r"MARLAAS_ALLOCATOR='tcmalloc': use jemalloc or glibc"):
         jemalloc_exec(["train"], {ALLOCATOR_ENV: "tcmalloc"}, library)
 
 
-def test_the_interpreters_options_are_kept_when_the_command_starts_again():
-    from marlaas.allocator import interpreter_options
+def test_the_process_started_again_learns_the_first_ones_signal_mask(monkeypatch):
+    from marlaas.allocator import STARTED_AGAIN_ENV, first_mask
 
-    argv = ["python", "-X", "dev", "-u", "-W", "error", "-m", "marlaas", "train", "-X"]
-    assert interpreter_options(argv) == ["-X", "dev", "-u", "-W", "error"]
-    assert interpreter_options(["python", "-mmarlaas", "train"]) == []
-    assert interpreter_options(["/venv/bin/python", "/venv/bin/marlaas", "train", "-u"]) == []
-    assert interpreter_options(["python"]) == []
+    monkeypatch.delenv(STARTED_AGAIN_ENV, raising=False)
+    assert first_mask() is None
+    monkeypatch.setenv(STARTED_AGAIN_ENV, "2,15")
+    assert first_mask() == {2, 15}
+    assert STARTED_AGAIN_ENV not in os.environ  # no child inherits it
+    monkeypatch.setenv(STARTED_AGAIN_ENV, "")
+    assert first_mask() == set()
 
 
 def test_the_allocator_of_this_process_is_named():
