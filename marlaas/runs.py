@@ -110,7 +110,7 @@ def run_summary(
             weights,
             unfinished,
             deadlines=deadlines,
-            shared_processor=workload.cluster.shared_compute,
+            shared_processor=workload.cluster.shared_processor,
             alone_s=alone_s,
         ),
     }

@@ -20,6 +20,7 @@ from marlaas.sim.cost_model import CostModel
 from marlaas.sim.cost_profiles import bundled_profiles, load_profile
 from marlaas.sim.run import simulate_run
 from marlaas.twin.calibrate import CalibrationError, calibrate
+from marlaas.twin.real_run import load_real_run
 from marlaas.twin.replay import replay
 from marlaas.workload_file import load_workload
 
@@ -81,6 +82,45 @@ def test_calibrate_recovers_the_cost_model(runs):
     assert fitted.train_overhead_s + 512 / fitted.train_tokens_per_s == pytest.approx(
         TRUE.train_overhead_s + 512 / TRUE.train_tokens_per_s, rel=0.05
     )  # a step of 512 tokens takes what it took
+
+
+def test_calibrate_recovers_how_much_overlapped_generation_and_training_slow_each_other(
+    runs, tmp_path
+):
+    """A run on a processor where training overlaps generation (shared_compute: overlap) and
+    one that took turns, made with known slowdowns, give them back; the regressions take each
+    row as if alone, and a replay with the profile gives the run's makespan back."""
+    slowed = TRUE.model_copy(update={"overlap_decode_slowdown": 1.3, "train_tokens_per_s": 4000,
+                                     "overlap_train_slowdown": 1.7})  # fmt: skip
+    varied = {
+        "jobs.*.response_tokens": {"dist": "uniform", "low": 2, "high": 8},
+        "jobs.emit-a.rl.group_size": 8,
+    }
+    overlapped = fake_real_run(tmp_path, "overlap", {**varied, "cluster.shared_compute": "overlap"},
+                               "fair", cost=slowed)  # fmt: skip
+    turns = fake_real_run(tmp_path, "turns", varied, "fair", cost=slowed)
+    events = pd.read_parquet(overlapped / "events.parquet")
+    gen, train = events[events.kind == "generate"], events[events.kind == "train"]
+    assert any(((gen.start_s < t.end_s) & (gen.end_s > t.start_s)).any()
+               for t in train.itertuples())  # fmt: skip
+    result = calibrate([overlapped, turns], refine_evaluations=0)
+    fitted = result.cost
+    assert fitted.overlap_train_slowdown == pytest.approx(1.7, abs=0.05)
+    assert fitted.overlap_decode_slowdown == pytest.approx(1.3, abs=0.1)
+    assert fitted.train_tokens_per_s == pytest.approx(4000, rel=0.05)
+    assert "overlap_train_slowdown" in result.table()
+    _events, summary, _table = replay(load_real_run(overlapped), _profile(fitted))
+    real = json.loads((overlapped / "summary.json").read_text())["metrics"]["makespan_s"]
+    assert summary["metrics"]["makespan_s"] == pytest.approx(real, rel=0.05)
+    plain = calibrate([runs["fair"]], refine_evaluations=0)  # took turns: nothing to fit
+    assert "overlap_train_slowdown" not in plain.table()
+    assert plain.cost.overlap_train_slowdown == CostModel().overlap_train_slowdown
+
+
+def _profile(cost: CostModel):
+    from marlaas.sim.cost_profiles import CostProfile
+
+    return CostProfile("fitted", cost, "(in memory)", "-")
 
 
 def test_a_trainer_that_reads_each_prompt_once_is_fitted_on_what_it_read(runs, tmp_path):

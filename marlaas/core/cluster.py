@@ -219,11 +219,14 @@ class Cluster:
     """Every device both generates and trains (one trainer spans them all)."""
     shared_compute: bool = False
     """Every device is one processor (cluster.shared_compute)."""
+    overlap: bool = False
+    """On that processor training steps run while engines decode (shared_compute: overlap)."""
 
     @property
     def exclusive(self) -> bool:
-        """Generation and training never run at once: they share devices or a processor."""
-        return self.colocated or self.shared_compute
+        """Generation and training never run at once: they share devices, or a processor on
+        which they take turns."""
+        return self.colocated or (self.shared_compute and not self.overlap)
 
     def engine(self, name: str) -> Engine:
         """An engine by name."""
@@ -242,11 +245,12 @@ class Cluster:
     @classmethod
     def build(cls, spec: ClusterSpec, mechanism: Mechanism) -> Cluster:
         """Lay out devices by placement: pools keep their roles, or all are colocated."""
-        engine_spec, slots, shared = spec.engine, spec.trainer.adapter_slots, spec.shared_compute
+        engine_spec, slots, shared = spec.engine, spec.trainer.adapter_slots, spec.shared_processor
         if mechanism.placement == "colocated":
             devices = [Device(f"colocated/{i}", "colocated") for i in range(spec.total_devices)]
             trainers = [Trainer("colocated/trainer", tuple(devices), slots)]
-            return cls(devices, _engines(devices, engine_spec), trainers, True, shared)
+            return cls(devices, _engines(devices, engine_spec), trainers, True, shared,
+                       spec.overlapped)
         devices, engine_devices, trainers = [], [], []
         for pool in spec.pools:
             pool_devices = [Device(f"{pool.name}/{i}", pool.name) for i in range(pool.devices)]
@@ -258,7 +262,8 @@ class Cluster:
             for t in range(0, pool.devices, per):
                 group = tuple(pool_devices[t : t + per])
                 trainers.append(Trainer(f"{pool.name}/trainer{t // per}", group, slots))
-        return cls(devices, _engines(engine_devices, engine_spec), trainers, False, shared)
+        return cls(devices, _engines(engine_devices, engine_spec), trainers, False, shared,
+                   spec.overlapped)
 
 
 def _engines(devices: list[Device], spec: EngineSpec) -> list[Engine]:

@@ -82,10 +82,13 @@ class ClusterSpec(StrictSpec):
     trainer: TrainerSpec = Field(default_factory=TrainerSpec)
     env_workers: Count(L.MAX_ENV_WORKERS) = 512
     """Concurrent environment calls (one per sample)."""
-    shared_compute: bool = False
-    """Every pool runs on one processor (one CPU, or one GPU holding an engine and a trainer):
-    generation and training take turns, and engines share the processor's speed. Both worlds
-    model it: the scheduler never overlaps them, the simulator slows engines that run at once."""
+    shared_compute: bool | Literal["overlap"] = False
+    """Every pool runs on one processor (one CPU, or one GPU holding an engine and a trainer),
+    and engines decoding at once share its speed. ``true``: generation and training take
+    turns (the scheduler never overlaps them). ``overlap``: a training step runs while the
+    engines decode, each slower for the other (the cost profile's ``overlap_decode_slowdown``
+    and ``overlap_train_slowdown``, which ``calibrate`` fits from such runs). Both worlds model
+    it."""
 
     @model_validator(mode="after")
     def _has_both_roles(self) -> ClusterSpec:
@@ -98,6 +101,16 @@ class ClusterSpec(StrictSpec):
         if self.total_devices > L.MAX_DEVICES:
             raise ValueError(f"{self.total_devices} devices in all; at most {L.MAX_DEVICES:,}")
         return self
+
+    @property
+    def shared_processor(self) -> bool:
+        """Whether every pool runs on one processor (``shared_compute`` true or overlap)."""
+        return self.shared_compute is not False
+
+    @property
+    def overlapped(self) -> bool:
+        """Whether training steps run while engines decode on the shared processor."""
+        return self.shared_compute == "overlap"
 
     @property
     def total_devices(self) -> int:

@@ -25,8 +25,9 @@ def physical_devices(cluster: Cluster, gpus: int) -> dict[str, str]:
         if not cluster.shared_compute and len(names) > 1:
             log.warning(
                 "the cluster's %d devices all run on this CPU: declare cluster.shared_compute: "
-                "true so that the scheduler and the simulator model the sharing (a trainer "
-                "of several devices trains on one here)",
+                "true (generation and training take turns) or overlap (they run at once) so "
+                "that the scheduler and the simulator model the sharing (a trainer of several "
+                "devices trains on one here)",
                 len(names),
             )
         return dict.fromkeys(names, "cpu")

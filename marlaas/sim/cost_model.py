@@ -95,6 +95,14 @@ class CostModel(BaseModel):
     """Decode iterations an adapter load waits for when engines on its processor are
     decoding (vLLM adds a LoRA between two engine steps) [iterations]; 0 for the published
     profiles, where the load itself dominates; calibrated on CPUs, where it does not."""
+    overlap_decode_slowdown: Annotated[float, Field(ge=1, le=100)] = 2.0
+    """On a processor where training overlaps generation (cluster.shared_compute: overlap):
+    how many times slower engines decode while a training step runs; 2 (with
+    ``overlap_train_slowdown`` 2) is a processor with nothing to spare, on which running them
+    at once gains nothing over taking turns; ``calibrate`` fits both from such runs."""
+    overlap_train_slowdown: Annotated[float, Field(ge=1, le=100)] = 2.0
+    """On such a processor: how many times slower a training step runs while engines
+    decode."""
     engine_warmup_s: Seconds = 0.0
     """An engine's warm-up [s]: its first generation, done when the engine is built, before
     the run's clock starts (in both worlds: marlaas.executors.warmup); a real run's summary

@@ -47,6 +47,18 @@ from marlaas.sim.recording import Recording
 from marlaas.sim.turn_draws import TurnDraws
 
 
+class _Step:
+    """A training step on an overlapped processor: its work left at ``since_s`` in seconds of
+    the step alone, the rate it progresses at since then (1 alone, 1 / overlap_train_slowdown
+    while engines decode), and its pending end."""
+
+    __slots__ = ("done", "due", "left_s", "rate", "since_s")
+
+    def __init__(self, left_s: float, since_s: float, done: WorkDone) -> None:
+        self.left_s, self.since_s, self.rate, self.done = left_s, since_s, 1.0, done
+        self.due: Due | None = None
+
+
 class Due:
     """A timeout on SimPy's event heap: the callbacks to run when it is due (None once run;
     emptied when superseded) and its value."""
@@ -74,6 +86,12 @@ class SimPyExecutor:
         self.engines = {e.name: EngineModel(self.cost) for e in cluster.engines}
         self.colocated = cluster.colocated
         self.shared_compute = cluster.shared_compute
+        self.overlap = cluster.overlap
+        """Training steps run while engines decode on the shared processor, each slowed."""
+        self._stepping: dict[int, _Step] = {}
+        """Training steps in progress on an overlapped processor, by work id."""
+        self._decoding = False
+        """Whether an engine decodes (on an overlapped processor, as of the last change)."""
         self.step_devices = {t.name: cluster.step_devices(t) for t in cluster.trainers}
         """Each trainer's devices a step is divided over (one on a shared processor)."""
         self.steps = 0
@@ -262,16 +280,26 @@ class SimPyExecutor:
 
     def _share_processor(self, now: float) -> None:
         """On one shared processor, each decoding engine runs as many times slower as there
-        are engines decoding (processor sharing)."""
+        are engines decoding (processor sharing); overlapped, ``overlap_decode_slowdown`` times
+        slower again while a training step runs, and a step ``overlap_train_slowdown`` times
+        slower while any engine decodes."""
         if not self.shared_compute:
             return
         busy = [name for name, e in self.engines.items() if e.running]
         factor = float(max(1, len(busy)))
+        if self._stepping:
+            factor *= self.cost.overlap_decode_slowdown
         for name in busy:
             engine = self.engines[name]
             if engine.slowdown != factor:
                 engine.set_slowdown(now, factor)
                 self._wake(name)
+        decoding = bool(busy)
+        if decoding != self._decoding:
+            self._decoding = decoding
+            rate = 1.0 / self.cost.overlap_train_slowdown if decoding else 1.0
+            for step in self._stepping.values():
+                self._retime(step, now, rate)
 
     def _start_env(self, d: EnvStep, now: float) -> None:
         spec = self._jobs[d.job].env
@@ -295,4 +323,27 @@ class SimPyExecutor:
         devices = self.step_devices[d.trainer]  # data-parallel; one processor: no speed-up
         duration = cost.train_overhead_s + compute / (cost.train_tokens_per_s * devices)
         unread = shared if cost.train_shares_prompts else -1  # -1: the record as before it
-        self._after(duration, WorkDone(d.work_id, tokens=d.tokens, prompt_tokens=unread))
+        done = WorkDone(d.work_id, tokens=d.tokens, prompt_tokens=unread)
+        if not self.overlap:
+            self._after(duration, done)
+            return
+        step = self._stepping[d.work_id] = _Step(duration, now, done)
+        self._retime(step, now, 1.0 / cost.overlap_train_slowdown if self._decoding else 1.0)
+        self._share_processor(now)  # the engines decode slower from now
+
+    def _retime(self, step: _Step, now: float, rate: float) -> None:
+        """Move an overlapped step's end for its new rate (its work done so far kept)."""
+        step.left_s -= (now - step.since_s) * step.rate
+        step.since_s, step.rate = now, rate
+        pending = step.due
+        if pending is not None and pending.callbacks:
+            pending.callbacks.clear()  # superseded
+            self._superseded += 1
+        step.due = self._schedule(max(step.left_s, 0.0) / rate, self._end_step, step)
+
+    def _end_step(self, event: Due) -> None:
+        """An overlapped step's work is done: the engines decode at their own pace again."""
+        step = event.value
+        del self._stepping[step.done.work_id]
+        self._done.append(step.done)
+        self._share_processor(self.env.now)

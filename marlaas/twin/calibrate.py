@@ -21,7 +21,11 @@ Per stage, from the successful work of every run given:
   each engine's first batch;
 - sync, trainer swap: the mean duration of their operations;
 - colocated switch: what a sync under colocated placement takes beyond a disaggregated one
-  (0 when the runs have no colocated placement, or only colocated).
+  (0 when the runs have no colocated placement, or only colocated);
+- overlap slowdowns (``cluster.shared_compute: overlap`` runs only): how many times slower
+  engines decode while a step trains and a step trains while engines decode
+  (:mod:`marlaas.twin.overlap_fit`); the decode and training fits above then take each row as
+  if alone.
 
 A stage missing from every run is an error that names it. A parameter the rows cannot
 identify, or a fit with a low R², is a warning (``Calibration.warnings``): ``calibrate``
@@ -45,8 +49,15 @@ from scipy.optimize import nnls
 from marlaas.executors.host_share import busy_host_note
 from marlaas.sim.cost_model import CostModel, train_work
 from marlaas.table import text_table
-from marlaas.twin.decode_fit import features, fit_decode
+from marlaas.twin.decode_fit import features, fit_decode, predict
 from marlaas.twin.operations import operations, split_loads
+from marlaas.twin.overlap_fit import (
+    OverlapFit,
+    covered_fraction,
+    fit_slowdown,
+    spans,
+    stretch,
+)
 from marlaas.twin.real_run import CalibrationError, RealRun, load_real_run
 from marlaas.twin.refine import ENGINE_TERMS, refine
 from marlaas.twin.train_fit import POOR_R2, TrainFit, fit_train
@@ -109,7 +120,12 @@ def calibrate(
         [features(r.events, r.workload.cluster, _warmed(r)) for r in runs],
         ignore_index=True,
     )
+    decode_overlap = None
     try:
+        if (rows["training"] > 0).any():  # overlapped runs: their rows as if alone
+            decode_overlap = _fit_decode_overlap(rows)
+            factor = stretch(decode_overlap.slowdown, rows["training"])
+            rows = rows.assign(duration_s=rows["duration_s"] / factor)
         decode = fit_decode(rows)
         alternatives = [fit_decode(rows, ridge) for ridge in RIDGES]
     except ValueError as err:
@@ -143,7 +159,14 @@ def calibrate(
         fitted.append(Fitted("engine_warmup_s", decode.warmup_s, "s", decode.warmup_rows,
                              "first batches' residual"))  # fmt: skip
 
-    train = _fit_train(runs, base)
+    train, train_overlap = _fit_train(runs, base)
+    for name, overlap in (("overlap_decode_slowdown", decode_overlap),
+                          ("overlap_train_slowdown", train_overlap)):  # fmt: skip
+        if overlap is not None:
+            values[name] = overlap.slowdown
+            fitted.append(Fitted(name, overlap.slowdown, "x its alone time", overlap.rows,
+                                 overlap.quality))  # fmt: skip
+            warnings += [w for w in [overlap.warning(name)] if w]
     values["train_overhead_s"], values["train_tokens_per_s"] = train.overhead_s, train.tokens_per_s
     shorter = sum(int((operations(r.events, "train")["prompt_tokens"] > 0).sum()) for r in runs)
     values["train_shares_prompts"] = shorter > 0
@@ -266,22 +289,72 @@ def _require_stages(runs: list[RealRun]) -> None:
         )
 
 
-def _fit_train(runs: list[RealRun], base: CostModel) -> TrainFit:
+def _fit_decode_overlap(rows: pd.DataFrame) -> OverlapFit:
+    """overlap_decode_slowdown from the steady generate rows and the share of each that a
+    training step covered: against the regression of the rows no step covered where they are
+    enough to fit it (they pin the engine's own speed), else refitted for each candidate."""
+    steady = rows[~rows["warm"]]
+    alone_rows = steady[steady["training"] == 0]
+    if len(alone_rows) >= MIN_ALONE_ROWS:
+        fixed = predict(steady, fit_decode(alone_rows))
+
+        def alone(durations: np.ndarray) -> np.ndarray:
+            return fixed
+    else:
+
+        def alone(durations: np.ndarray) -> np.ndarray:
+            return predict(steady, fit_decode(steady.assign(duration_s=durations)))
+
+    return fit_slowdown(steady["duration_s"].to_numpy(float),
+                        steady["training"].to_numpy(float), alone)  # fmt: skip
+
+
+MIN_ALONE_ROWS = 30
+"""Rows of work the other stage never covered that pin a stage's own speed before its overlap
+slowdown is fitted (fewer: both are fitted together)."""
+
+
+def _fit_train(runs: list[RealRun], base: CostModel) -> tuple[TrainFit, OverlapFit | None]:
     """Training steps' duration against the tokens their trainer read: a step's tokens less
     its groups' prompt repeats it did not read (its row's prompt_tokens), as the simulator
-    charges a step."""
-    xs, ys = [], []
+    charges a step; on an overlapped processor each step as if alone, its share covered by
+    generation slowed by the fitted overlap_train_slowdown (None: no run overlapped)."""
+    xs, ys, covered = [], [], []
     for run in runs:
         per_token = {(j.name, stale): train_work(base, 1.0, j.lora_rank, j.rl.minibatches, stale)
                      for j in run.workload.jobs for stale in (False, True)}  # fmt: skip
         ops = operations(run.events, "train")
-        devices = 1 if run.workload.cluster.shared_compute else ops["devices"]  # one processor
+        devices = 1 if run.workload.cluster.shared_processor else ops["devices"]  # one processor
         read = ops["tokens"] - ops["prompt_tokens"].clip(lower=0)
         keys = zip(ops["job"], ops["staleness"] > 0, strict=True)
         work = read * np.array([per_token[key] for key in keys]) / devices
         xs.append(work.to_numpy(float))
         ys.append(ops["duration_s"].to_numpy(float))
-    return fit_train(np.concatenate(xs), np.concatenate(ys), base.train_tokens_per_s)
+        starts, ends = ops["start_s"].to_numpy(float), ops["end_s"].to_numpy(float)
+        covered.append(
+            covered_fraction(starts, ends, *spans(run.events, "generate"))
+            if run.workload.cluster.overlapped else np.zeros(len(ops))
+        )  # fmt: skip
+    work, durations, covered_ = np.concatenate(xs), np.concatenate(ys), np.concatenate(covered)
+    rate = base.train_tokens_per_s
+    if not (covered_ > 0).any():
+        return fit_train(work, durations, rate), None
+
+    apart = covered_ == 0
+    if apart.sum() >= MIN_ALONE_ROWS:  # steps that took turns pin the trainer's own speed
+        own = fit_train(work[apart], durations[apart], rate)
+        fixed = own.overhead_s + work / own.tokens_per_s
+
+        def alone(durations_alone: np.ndarray) -> np.ndarray:
+            return fixed
+    else:
+
+        def alone(durations_alone: np.ndarray) -> np.ndarray:
+            fit = fit_train(work, durations_alone, rate)
+            return fit.overhead_s + work / fit.tokens_per_s
+
+    overlap = fit_slowdown(durations, covered_, alone)
+    return fit_train(work, durations / stretch(overlap.slowdown, covered_), rate), overlap
 
 
 def _fit_loads(runs: list[RealRun]) -> tuple[float, float | None, int, str]:
@@ -294,7 +367,7 @@ def _fit_loads(runs: list[RealRun]) -> tuple[float, float | None, int, str]:
         loads, _ = split_loads(run.events)
         gen = operations(run.events, "generate")
         per_iteration = gen["duration_s"] / gen["longest_tokens"].clip(lower=1)
-        shared = run.workload.cluster.shared_compute
+        shared = run.workload.cluster.shared_processor
         for load in loads.itertuples():
             covering = (gen["start_s"] < load.start_s) & (gen["end_s"] > load.start_s)
             if not shared:

@@ -10,13 +10,16 @@ tokens they hold, L the distinct adapters it holds at once (as the simulator cou
 every adapter that passed through the span), P the prompt tokens prefilled on that engine (its
 own and those of groups admitted beside it: decode pauses for them; with prefix caching a
 group's shared prompt blocks once, as the simulator counts them) and slowdown the number of
-engines decoding at once on one shared processor, and A the groups admitted (prefills). For
-each real generate row those quantities are the time-weighted means over its span, read from
-the event log (k = its longest sample's tokens, which decide when the group ends), and the
-six coefficients are fitted by non-negative least squares on the rows' durations. A run that
-warmed its engines up before its clock started (marlaas.executors.warmup: its summary's
-``engine_warmup_s``) has no warm-up in any row; in an older run the rows of an engine's first
-batch carry it: they are left out of the fit, and the warm-up is their mean residual.
+engines decoding at once on one shared processor (on an overlapped one, times
+overlap_decode_slowdown while a training step runs: the rows' ``training`` column, the share
+of their span a step covered, :mod:`marlaas.twin.overlap_fit`), and A the groups admitted
+(prefills). For each real generate row those quantities are the time-weighted means over its
+span, read from the event log (k = its longest sample's tokens, which decide when the group
+ends), and the six coefficients are fitted by non-negative least squares on the rows'
+durations. A run that warmed its engines up before its clock started
+(marlaas.executors.warmup: its summary's ``engine_warmup_s``) has no warm-up in any row; in an
+older run the rows of an engine's first batch carry it: they are left out of the fit, and the
+warm-up is their mean residual.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from scipy.optimize import nnls
 
 from marlaas.core.cluster_spec import ClusterSpec, shared_prefix
 from marlaas.twin.operations import distinct_mean, operations, overlap_mean
+from marlaas.twin.overlap_fit import covered_fraction, spans
 
 Z95 = 1.96
 """Standard errors either side of a coefficient that make its 95% interval (normal)."""
@@ -84,7 +88,11 @@ def features(events: pd.DataFrame, cluster: ClusterSpec, warmed: bool = True) ->
     seqs = gen["seqs"].to_numpy(float)
     starts, ends = gen["start_s"].to_numpy(float), gen["end_s"].to_numpy(float)
     context = seqs * (prompt + mean / 2)  # the mean context a group holds over its span
-    busy_engine = _busy_engines(gen) if cluster.shared_compute else None
+    busy_engine = _busy_engines(gen) if cluster.shared_processor else None
+    training = (
+        covered_fraction(starts, ends, *spans(events, "train")) if cluster.overlapped
+        else np.zeros(len(gen))
+    )  # fmt: skip
     rows = []
     for device, idx in gen.groupby("device", sort=False).indices.items():
         s_, e_ = starts[idx], ends[idx]
@@ -104,7 +112,7 @@ def features(events: pd.DataFrame, cluster: ClusterSpec, warmed: bool = True) ->
                 "row": i, "device": device, "duration_s": e - s, "warm": s < first_end,
                 "x_base": slow * k[i], "x_seq": slow * k[i] * n, "x_kv": slow * k[i] * c,
                 "x_adapter": slow * k[i] * distinct, "x_prefill": slow * p,
-                "x_prefills": slow * float(admitted.sum()),
+                "x_prefills": slow * float(admitted.sum()), "training": training[i],
             })  # fmt: skip
     return pd.DataFrame(rows)
 
@@ -189,6 +197,11 @@ def fit_decode(rows: pd.DataFrame, ridge: float = 0.0) -> DecodeFit:
     low, high = np.percentile(running, [10, 90]) if len(running) else (0.0, 0.0)
     return DecodeFit(dict(zip(TERMS, beta.tolist(), strict=True)), warmup, len(steady),
                      len(warm), r2, mape, stderr, (float(low), float(high)))  # fmt: skip
+
+
+def predict(rows: pd.DataFrame, fit: DecodeFit) -> np.ndarray:
+    """The durations ``fit`` gives ``rows`` (their design columns) [s]."""
+    return rows[list(COLUMNS)].to_numpy(float) @ np.array([fit.coef[t] for t in TERMS])
 
 
 def _standard_errors(x: np.ndarray, residual: np.ndarray, beta: np.ndarray) -> dict[str, float]:

@@ -37,5 +37,5 @@ def replay(
         recording=Recording.from_events(run.events), kind="replay", replay_of=str(run.path),
     )  # fmt: skip
     arrivals = {j.name: j.arrival_s for j in run.workload.jobs}
-    table = fidelity_table(run.events, events, arrivals, run.workload.cluster.shared_compute)
+    table = fidelity_table(run.events, events, arrivals, run.workload.cluster.shared_processor)
     return events, replayed, table

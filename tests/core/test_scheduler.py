@@ -156,6 +156,29 @@ def test_shared_compute_keeps_generation_and_training_apart():
             assert not any(s < r.end_s and r.start_s < e for s, e in gen), r
 
 
+def test_an_overlapped_processor_trains_while_it_generates():
+    data = workload(jobs=3).model_dump()
+    data["cluster"]["shared_compute"] = "overlap"
+    run = run_fixed(parse_workload(data), "fair")
+    cluster = run.scheduler.cluster
+    assert cluster.shared_compute and cluster.overlap and not cluster.exclusive
+    gen = [(r.start_s, r.end_s) for r in run.records if r.kind == "generate"]
+    train = [(r.start_s, r.end_s) for r in run.records if r.kind == "train"]
+    assert any(s < te and ts < e for s, e in gen for ts, te in train)
+
+
+def test_shared_compute_takes_true_false_or_overlap_only():
+    data = workload().model_dump()
+    data["cluster"]["shared_compute"] = "turns"
+    with pytest.raises(ValueError, match="shared_compute"):
+        parse_workload(data)
+    for value, processor, overlapped in ((True, True, False), (False, False, False),
+                                         ("overlap", True, True)):  # fmt: skip
+        data["cluster"]["shared_compute"] = value
+        spec = parse_workload(data).cluster
+        assert (spec.shared_processor, spec.overlapped) == (processor, overlapped)
+
+
 def test_train_batches_hold_exactly_one_steps_groups():
     def check(decision, now, scheduler):
         if isinstance(decision, Train):

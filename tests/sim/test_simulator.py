@@ -10,7 +10,7 @@ import pytest
 
 from marlaas.core.policies import policy_names
 from marlaas.core.scheduler import Scheduler
-from marlaas.core.work import AdmitJob, Generate, SwapIn
+from marlaas.core.work import AdmitJob, Generate, SwapIn, Train
 from marlaas.drive import InvariantError, check_invariants, drive
 from marlaas.drive.inbox import workload_inbox
 from marlaas.eventlog import records_to_frame
@@ -117,6 +117,48 @@ def test_shared_compute_engines_share_the_processor_speed():
     alone, together = spans[False], spans[True]
     assert alone[0] == pytest.approx(alone[1])  # the same group on two separate devices
     assert together[0] == pytest.approx(2 * alone[0], rel=0.02)
+
+
+def overlapped(decode: float, train: float):
+    """(a generation's end, a training step's end) started together on an overlapped
+    processor of cost factors ``decode`` and ``train``, and each alone."""
+    workload = load_workload(SMALL).with_overrides({
+        "cluster.pools": [{"name": "r", "role": "inference", "devices": 1},
+                          {"name": "t", "role": "training", "devices": 1}],
+        "cluster.shared_compute": "overlap",
+        "jobs.*.response_tokens": {"dist": "constant", "value": 100},
+        "cost.overlap_decode_slowdown": decode, "cost.overlap_train_slowdown": train,
+    })  # fmt: skip
+    scheduler = Scheduler.for_workload(workload, "fifo")
+    ends = {}
+    for together in (True, False):
+        for work in ("generate", "train") if not together else ("both",):
+            executor = admitted(SimPyExecutor(scheduler.cluster, workload.cost), workload)
+            if work in ("both", "generate"):
+                executor.start(Generate(1, "math-a", 0, 0, 0, "r/0", 0, 8, 0, 1024), 0.0)
+            if work in ("both", "train"):
+                executor.start(Train(2, "math-b", 0, "t/trainer0", ("t/0",), (0,), 8, 4000,
+                                     0, 1), 0.0)  # fmt: skip
+            while (done := executor.wait(None)) is not None:
+                for event in done[1]:
+                    ends[(together, event.work_id)] = done[0]
+    return ends
+
+
+def test_an_overlapped_step_and_generation_slow_each_other_by_the_profiles_factors():
+    """Within 1%: a prefill already under way when the step starts keeps its pace."""
+    ends = overlapped(1.5, 2.0)
+    gen_alone, train_alone = ends[(False, 1)], ends[(False, 2)]
+    gen, train = ends[(True, 1)], ends[(True, 2)]
+    if train_alone * 2.0 < gen_alone * 1.5:  # the step ends first, at twice its own time
+        assert train == pytest.approx(2.0 * train_alone, rel=1e-6)
+        assert gen == pytest.approx(gen_alone + train_alone * 2.0 * (1 - 1 / 1.5), rel=0.01)
+    else:  # generation ends first; the step runs alone for the rest
+        assert gen == pytest.approx(1.5 * gen_alone, rel=0.01)
+        assert train == pytest.approx(train_alone + gen * (1 - 1 / 2.0), rel=1e-6)
+    free = overlapped(1.0, 1.0)  # nothing lost: each as fast as alone
+    assert free[(True, 1)] == pytest.approx(gen_alone)
+    assert free[(True, 2)] == pytest.approx(train_alone)
 
 
 def test_async_multi_tenant_beats_sequential_on_the_bundled_workload():
