@@ -249,8 +249,9 @@ class Cluster:
         if mechanism.placement == "colocated":
             devices = [Device(f"colocated/{i}", "colocated") for i in range(spec.total_devices)]
             trainers = [Trainer("colocated/trainer", tuple(devices), slots)]
-            return cls(devices, _engines(devices, engine_spec), trainers, True, shared,
-                       spec.overlapped)
+            return cls(
+                devices, _engines(devices, engine_spec), trainers, True, shared, spec.overlapped
+            )
         devices, engine_devices, trainers = [], [], []
         for pool in spec.pools:
             pool_devices = [Device(f"{pool.name}/{i}", pool.name) for i in range(pool.devices)]
@@ -262,8 +263,9 @@ class Cluster:
             for t in range(0, pool.devices, per):
                 group = tuple(pool_devices[t : t + per])
                 trainers.append(Trainer(f"{pool.name}/trainer{t // per}", group, slots))
-        return cls(devices, _engines(engine_devices, engine_spec), trainers, False, shared,
-                   spec.overlapped)
+        return cls(
+            devices, _engines(engine_devices, engine_spec), trainers, False, shared, spec.overlapped
+        )
 
 
 def _engines(devices: list[Device], spec: EngineSpec) -> list[Engine]:
