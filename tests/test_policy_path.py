@@ -135,6 +135,20 @@ def test_a_workload_file_may_name_a_policy_by_import_path(package, tmp_path):
                  "--set", "jobs.*.rl.steps=2"]) == 0  # fmt: skip
 
 
+def test_set_may_name_a_policy_by_import_path(package, tmp_path, capsys):
+    path = f"{package}.policies:LongestFirst"
+    out = tmp_path / "run"
+    assert main(["simulate", "traces/small.yaml", "--set", f"policy={path}", "--out", str(out),
+                 "--quiet", "--set", "jobs.*.rl.steps=2"]) == 0  # fmt: skip
+    assert json.loads((out / "summary.json").read_text())["policy"] == path
+    bad = f"{package}.broken:X"
+    assert main(["simulate", "traces/small.yaml", "--set", f"policy={bad}", "--out",
+                 str(tmp_path / "o"), "--quiet"]) == 2  # fmt: skip
+    err_lines = capsys.readouterr().err.strip().splitlines()
+    assert len(err_lines) == 1 and "importing module 'userpol.broken' failed" in err_lines[0]
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize(
     ("attr", "says"),
     [
