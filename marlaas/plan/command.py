@@ -17,6 +17,7 @@ import contextlib
 import functools
 import itertools
 import json
+import math
 import time
 from pathlib import Path
 
@@ -92,7 +93,9 @@ def build_space(args: argparse.Namespace, workload: Workload, profile_name: str 
     combos = list(itertools.product(*(values[d] for d in VALUE_OPTIONS)))
     if len(combos) > MAX_VARIANTS:
         raise PlanError(f"{len(combos):,} variants to search; at most {MAX_VARIANTS:,}")
-    max_devices = args.max_devices or min(2 * workload.cluster.total_devices, MAX_DEVICES)
+    max_devices = args.max_devices
+    if max_devices is None:
+        max_devices = min(2 * workload.cluster.total_devices, MAX_DEVICES)
     if not 2 <= max_devices <= MAX_DEVICES:
         raise PlanError(f"--max-devices {max_devices}: give 2..{MAX_DEVICES:,} (one device per "
                         "pool at least)")  # fmt: skip
@@ -118,8 +121,8 @@ def check_inputs(args: argparse.Namespace, workload: Workload) -> list[int]:
             f"{workload.name}: no job has a deadline; give jobs deadline_s (or tenants "
             "job_deadline_s), e.g. --set 'jobs.*.deadline_s=3600', or plan with --budget"
         )
-    if args.budget is not None and args.budget <= 0:
-        raise PlanError(f"--budget {args.budget}: a price per hour must be > 0")
+    if args.budget is not None and not (math.isfinite(args.budget) and args.budget > 0):
+        raise PlanError(f"--budget {args.budget}: a price per hour must be a finite number > 0")
     for spec in workload.jobs:
         reason = why_infeasible(spec, workload.cluster)
         if reason is not None:  # the pool sizes do not change an engine's or the env workers'

@@ -132,3 +132,19 @@ def test_plan_replaces_a_plan_and_refuses_other_folders(tmp_path, capsys):
     assert plan(tmp_path, *args[:-1], str(mine)) == 2
     assert (mine / "notes.txt").read_text() == "keep"
     assert "marlaas: error:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("option", "says"),
+    [
+        (["--max-devices", "0"], "--max-devices 0: give 2..65,536"),
+        (["--budget", "nan"], "--budget nan: a price per hour must be a finite number > 0"),
+        (["--budget", "inf"], "--budget inf: a price per hour must be a finite number > 0"),
+    ],
+)
+def test_a_bad_number_is_one_line_before_any_work(tmp_path, capsys, option, says):
+    out = tmp_path / "p"
+    assert plan(tmp_path, f"--set={DEADLINE}", "--seeds", "1", *option, "--out", str(out)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"marlaas: error: {says}") and "\n" not in err, err
+    assert not out.exists()
