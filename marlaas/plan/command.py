@@ -43,6 +43,7 @@ from marlaas.plan.space import (
     current,
     pool_names,
 )
+from marlaas.policy_path import load_policy
 from marlaas.runs import json_default
 from marlaas.sweep import MAX_WORKERS, execute, parse_list
 from marlaas.workload_file import load_with_overrides
@@ -82,7 +83,7 @@ def build_space(args: argparse.Namespace, workload: Workload, profile_name: str 
         elif dim in dims:
             values[dim] = list(DEFAULT_VALUES.get(dim) or policy_names())
     for name in values["policy"]:
-        get_policy(name)
+        get_policy(load_policy(name))  # an import path: imported and checked, or one line
     for name in values["preset"]:
         if name != NO_PRESET and name not in PRESETS:
             raise PlanError(f"--presets: unknown preset {name!r}; choose from "
