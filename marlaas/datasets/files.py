@@ -25,6 +25,10 @@ SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".csv": 
 JSON lines or one array of row objects)."""
 
 
+_EXTRA = object()
+"""The key csv.DictReader files a row's cells beyond the header under."""
+
+
 class DatasetError(ValueError):
     """A dataset file that is missing, unreadable or malformed (one line: file, row, column)."""
 
@@ -148,10 +152,27 @@ def _read_parquet(path: Path) -> list[dict[str, Any]]:
 
 def _read_csv(path: Path) -> list[dict[str, Any]]:
     """Every cell as text (an answer "007" or "1/2" stays as written); a row shorter than
-    the header has None in its missing columns."""
+    the header has None in its missing columns. A header with a name twice, or a row with
+    more cells than the header (an unquoted comma in a prompt), is refused: either would
+    drop cells without a word."""
     try:
         with path.open(encoding="utf-8", newline="") as f:
-            return list(csv.DictReader(f))
+            reader = csv.DictReader(f, restkey=_EXTRA)
+            header = reader.fieldnames or []
+            repeated = sorted({name for name in header if header.count(name) > 1})
+            if repeated:
+                raise DatasetError(f"{path}: the header names column {repeated[0][:80]!r} "
+                                   "more than once")  # fmt: skip
+            rows = []
+            for number, row in enumerate(reader, start=1):
+                if _EXTRA in row:
+                    cells = len(header) + len(row[_EXTRA])
+                    raise DatasetError(
+                        f"{path}: row {number}: {cells} cells, the header has {len(header)} "
+                        "(quote a cell that holds a comma)"
+                    )
+                rows.append(row)
+            return rows
     except UnicodeDecodeError as err:
         raise DatasetError(f"{path}: not UTF-8 text ({err.reason})") from None
     except csv.Error as err:
