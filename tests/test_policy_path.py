@@ -99,6 +99,7 @@ def package(tmp_path, monkeypatch):
     (root / "userpol" / "__init__.py").write_text("")
     (root / "userpol" / "policies.py").write_text(textwrap.dedent(MODULE))
     (root / "userpol" / "broken.py").write_text("raise RuntimeError('no GPU here')\n")
+    (root / "userpol" / "script.py").write_text("import sys\n\nsys.exit('usage: script.py')\n")
     monkeypatch.syspath_prepend(str(root))
     yield "userpol"
     for name in [m for m in sys.modules if m.startswith("userpol")]:
@@ -154,6 +155,7 @@ def test_set_may_name_a_policy_by_import_path(package, tmp_path, capsys):
     [
         ("nomodule.x:Y", "cannot import module 'nomodule.x'"),
         ("{pkg}.broken:X", "importing module 'userpol.broken' failed (RuntimeError: no GPU"),
+        ("{pkg}.script:X", "importing module 'userpol.script' failed (SystemExit: usage"),
         ("{pkg}.policies:Missing", "has no 'Missing'"),
         ("{pkg}.policies:NOT_A_CLASS", "is not a subclass of marlaas.core.policies.Policy"),
         ("{pkg}.policies:NoKey", "NoKey does not define key(self, job)"),
