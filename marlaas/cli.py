@@ -49,6 +49,7 @@ USER_ERRORS = (
     ("marlaas.executors.ray_backends", "PlacementError"),
     ("marlaas.ray_cluster", "RayUnavailableError"),
     ("marlaas.output.errors", "OutputError"),
+    ("marlaas.service.db", "DatabaseError"),
     ("marlaas.terminal", "UsageError"),
 )
 """(module, class) of the errors printed as one line: an error whose module was never

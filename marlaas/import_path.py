@@ -12,13 +12,14 @@ def import_subclass(
     """The class ``path`` names, which must subclass ``base`` (``base_name``: where users
     import it from); else ``error``, one line that starts with ``what`` (e.g. "policy
     'pkg.mod:Cls'") and says what is wrong: the module does not import (or fails as it
-    imports), has no such attribute, or it is not such a class."""
+    imports, a script's ``sys.exit`` included), has no such attribute, or it is not such a
+    class."""
     module_name, _, attr = path.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise error(f"{what}: cannot import module {module_name!r} ({exc})") from exc
-    except Exception as exc:  # a user's module that fails as it is imported
+    except (Exception, SystemExit) as exc:  # a user's module that fails (or exits) on import
         raise error(f"{what}: importing module {module_name!r} failed ({one_line(exc)})") from exc
     cls = getattr(module, attr, None)
     if cls is None:

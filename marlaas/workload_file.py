@@ -120,13 +120,19 @@ def load_workload(path: str | Path, overrides: dict[str, Any] | None = None) -> 
     path = Path(path)
     data = resolve_files(read_yaml(path), path.parent, str(path))
     check_size(data, f"{path} (with its traces)")
-    if isinstance(data, dict) and isinstance(data.get("policy"), str):
-        load_policy(data["policy"])  # an import path: registered before it is validated
+    _load_named_policy(data)
     workload = parse_workload(data, source=str(path), schema=WorkloadFile)
     if overrides:  # the environments are checked once, as overridden
         return apply_overrides(workload, overrides)
     check_environments(workload, str(path))
     return workload
+
+
+def _load_named_policy(data: Any) -> None:
+    """Register the policy that raw workload ``data`` names, if it is an import path, before
+    the schema checks the name (PolicyLoadError naming what is wrong with the path)."""
+    if isinstance(data, dict) and isinstance(data.get("policy"), str):
+        load_policy(data["policy"])
 
 
 def load_run_workload(run_dir: str | Path) -> WorkloadFile:
@@ -162,6 +168,7 @@ def apply_overrides(workload: Workload, overrides: dict[str, Any]) -> Workload:
     data = workload.overridden(copy.deepcopy(overrides))  # fresh: resolved in place
     check_size(data, "overrides")
     data = resolve_files(data, Path.cwd(), "overrides")
+    _load_named_policy(data)  # --set policy=pkg.module:Class
     changed = parse_workload(data, source="overrides", schema=type(workload))
     check_environments(changed, "overrides")
     return changed

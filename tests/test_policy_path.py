@@ -99,6 +99,7 @@ def package(tmp_path, monkeypatch):
     (root / "userpol" / "__init__.py").write_text("")
     (root / "userpol" / "policies.py").write_text(textwrap.dedent(MODULE))
     (root / "userpol" / "broken.py").write_text("raise RuntimeError('no GPU here')\n")
+    (root / "userpol" / "script.py").write_text("import sys\n\nsys.exit('usage: script.py')\n")
     monkeypatch.syspath_prepend(str(root))
     yield "userpol"
     for name in [m for m in sys.modules if m.startswith("userpol")]:
@@ -135,11 +136,26 @@ def test_a_workload_file_may_name_a_policy_by_import_path(package, tmp_path):
                  "--set", "jobs.*.rl.steps=2"]) == 0  # fmt: skip
 
 
+def test_set_may_name_a_policy_by_import_path(package, tmp_path, capsys):
+    path = f"{package}.policies:LongestFirst"
+    out = tmp_path / "run"
+    assert main(["simulate", "traces/small.yaml", "--set", f"policy={path}", "--out", str(out),
+                 "--quiet", "--set", "jobs.*.rl.steps=2"]) == 0  # fmt: skip
+    assert json.loads((out / "summary.json").read_text())["policy"] == path
+    bad = f"{package}.broken:X"
+    assert main(["simulate", "traces/small.yaml", "--set", f"policy={bad}", "--out",
+                 str(tmp_path / "o"), "--quiet"]) == 2  # fmt: skip
+    err_lines = capsys.readouterr().err.strip().splitlines()
+    assert len(err_lines) == 1 and "importing module 'userpol.broken' failed" in err_lines[0]
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize(
     ("attr", "says"),
     [
         ("nomodule.x:Y", "cannot import module 'nomodule.x'"),
         ("{pkg}.broken:X", "importing module 'userpol.broken' failed (RuntimeError: no GPU"),
+        ("{pkg}.script:X", "importing module 'userpol.script' failed (SystemExit: usage"),
         ("{pkg}.policies:Missing", "has no 'Missing'"),
         ("{pkg}.policies:NOT_A_CLASS", "is not a subclass of marlaas.core.policies.Policy"),
         ("{pkg}.policies:NoKey", "NoKey does not define key(self, job)"),

@@ -25,6 +25,10 @@ SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".csv": 
 JSON lines or one array of row objects)."""
 
 
+_EXTRA = object()
+"""The key csv.DictReader files a row's cells beyond the header under."""
+
+
 class DatasetError(ValueError):
     """A dataset file that is missing, unreadable or malformed (one line: file, row, column)."""
 
@@ -100,9 +104,11 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = json.loads(line, object_pairs_hook=_unique_keys)
         except ValueError as err:
             raise DatasetError(f"{path}: line {number}: not valid JSON ({err})") from None
+        except RecursionError:
+            raise DatasetError(f"{path}: line {number}: nested too deeply") from None
         if not isinstance(row, dict):
             raise DatasetError(f"{path}: line {number}: a JSON {type(row).__name__}, "
                                "expected an object of columns")  # fmt: skip
@@ -112,14 +118,26 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def _read_json_array(path: Path, text: str) -> list[dict[str, Any]]:
     try:
-        rows = json.loads(text)
+        rows = json.loads(text, object_pairs_hook=_unique_keys)
     except ValueError as err:
         raise DatasetError(f"{path}: not valid JSON ({err})") from None
+    except RecursionError:
+        raise DatasetError(f"{path}: nested too deeply") from None
     for number, row in enumerate(rows, start=1):
         if not isinstance(row, dict):
             raise DatasetError(f"{path}: row {number}: a JSON {type(row).__name__}, "
                                "expected an object of columns")  # fmt: skip
     return rows
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, ValueError for a key it has twice (which would keep the last)."""
+    row = {}
+    for key, value in pairs:
+        if key in row:
+            raise ValueError(f"key {key[:80]!r} twice in one object")
+        row[key] = value
+    return row
 
 
 def _read_parquet(path: Path) -> list[dict[str, Any]]:
@@ -134,10 +152,27 @@ def _read_parquet(path: Path) -> list[dict[str, Any]]:
 
 def _read_csv(path: Path) -> list[dict[str, Any]]:
     """Every cell as text (an answer "007" or "1/2" stays as written); a row shorter than
-    the header has None in its missing columns."""
+    the header has None in its missing columns. A header with a name twice, or a row with
+    more cells than the header (an unquoted comma in a prompt), is refused: either would
+    drop cells without a word."""
     try:
         with path.open(encoding="utf-8", newline="") as f:
-            return list(csv.DictReader(f))
+            reader = csv.DictReader(f, restkey=_EXTRA)
+            header = reader.fieldnames or []
+            repeated = sorted({name for name in header if header.count(name) > 1})
+            if repeated:
+                raise DatasetError(f"{path}: the header names column {repeated[0][:80]!r} "
+                                   "more than once")  # fmt: skip
+            rows = []
+            for number, row in enumerate(reader, start=1):
+                if _EXTRA in row:
+                    cells = len(header) + len(row[_EXTRA])
+                    raise DatasetError(
+                        f"{path}: row {number}: {cells} cells, the header has {len(header)} "
+                        "(quote a cell that holds a comma)"
+                    )
+                rows.append(row)
+            return rows
     except UnicodeDecodeError as err:
         raise DatasetError(f"{path}: not UTF-8 text ({err.reason})") from None
     except csv.Error as err:

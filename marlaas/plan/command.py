@@ -17,6 +17,7 @@ import contextlib
 import functools
 import itertools
 import json
+import math
 import time
 from pathlib import Path
 
@@ -42,6 +43,7 @@ from marlaas.plan.space import (
     current,
     pool_names,
 )
+from marlaas.policy_path import load_policy
 from marlaas.runs import json_default
 from marlaas.sweep import MAX_WORKERS, execute, parse_list
 from marlaas.workload_file import load_with_overrides
@@ -81,7 +83,7 @@ def build_space(args: argparse.Namespace, workload: Workload, profile_name: str 
         elif dim in dims:
             values[dim] = list(DEFAULT_VALUES.get(dim) or policy_names())
     for name in values["policy"]:
-        get_policy(name)
+        get_policy(load_policy(name))  # an import path: imported and checked, or one line
     for name in values["preset"]:
         if name != NO_PRESET and name not in PRESETS:
             raise PlanError(f"--presets: unknown preset {name!r}; choose from "
@@ -92,7 +94,9 @@ def build_space(args: argparse.Namespace, workload: Workload, profile_name: str 
     combos = list(itertools.product(*(values[d] for d in VALUE_OPTIONS)))
     if len(combos) > MAX_VARIANTS:
         raise PlanError(f"{len(combos):,} variants to search; at most {MAX_VARIANTS:,}")
-    max_devices = args.max_devices or min(2 * workload.cluster.total_devices, MAX_DEVICES)
+    max_devices = args.max_devices
+    if max_devices is None:
+        max_devices = min(2 * workload.cluster.total_devices, MAX_DEVICES)
     if not 2 <= max_devices <= MAX_DEVICES:
         raise PlanError(f"--max-devices {max_devices}: give 2..{MAX_DEVICES:,} (one device per "
                         "pool at least)")  # fmt: skip
@@ -118,8 +122,8 @@ def check_inputs(args: argparse.Namespace, workload: Workload) -> list[int]:
             f"{workload.name}: no job has a deadline; give jobs deadline_s (or tenants "
             "job_deadline_s), e.g. --set 'jobs.*.deadline_s=3600', or plan with --budget"
         )
-    if args.budget is not None and args.budget <= 0:
-        raise PlanError(f"--budget {args.budget}: a price per hour must be > 0")
+    if args.budget is not None and not (math.isfinite(args.budget) and args.budget > 0):
+        raise PlanError(f"--budget {args.budget}: a price per hour must be a finite number > 0")
     for spec in workload.jobs:
         reason = why_infeasible(spec, workload.cluster)
         if reason is not None:  # the pool sizes do not change an engine's or the env workers'

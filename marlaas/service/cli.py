@@ -12,7 +12,7 @@ import importlib.util
 import json
 import os
 import sys
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from pathlib import Path
 
 from marlaas.run_options import bounded_int, path_arg
@@ -60,10 +60,10 @@ def _serve(args: argparse.Namespace) -> int:
     quiet_libraries(verbose=args.log_level == "debug")
     import uvicorn
 
-    from marlaas.output.lock import lock_folder
+    from marlaas.output.lock import lock_folder, unlock
     from marlaas.service.app import OPERATOR_KEY_FILE, create_app
     from marlaas.service.config import load_config
-    from marlaas.service.db import database_url
+    from marlaas.service.db import DatabaseError, database_url
     from marlaas.service.keys import new_key
     from marlaas.service.runner import ServiceRunner
     from marlaas.service.store import JobStore
@@ -85,14 +85,21 @@ def _serve(args: argparse.Namespace) -> int:
     data = _data_folder(args.data, create=False)  # every check before anything is written
     if not args.simulate:
         _check_base_model(data, config, base_dir)
+    created = not data.exists()
     data.mkdir(parents=True, exist_ok=True)
     lock = lock_folder(data)
     stack = ExitStack()  # the Ray session of --ray
     try:
+        try:  # the database first: one it cannot open leaves nothing written
+            store = JobStore(database_url(data, args.db), data)
+        except DatabaseError:
+            if created:
+                with suppress(OSError):
+                    data.rmdir()
+            raise
         _write_once(data / OPERATOR_KEY_FILE, new_key())
         if not args.simulate:
             _record_base_model(data, config, base_dir)
-        store = JobStore(database_url(data, args.db), data)
         _save_config(data, config, base_dir)
         logging.basicConfig(level=getattr(logging, args.log_level.upper()),
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
@@ -130,7 +137,7 @@ def _serve(args: argparse.Namespace) -> int:
         return 0
     finally:
         stack.close()
-        os.close(lock)
+        unlock(data, lock)
 
 
 def _data_folder(path: str, create: bool = True) -> Path:
@@ -245,11 +252,18 @@ def _data_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _open_store(args: argparse.Namespace):
     require_service_stack(("sqlalchemy", "alembic"))
-    from marlaas.service.db import database_url
+    from marlaas.service.db import DatabaseError, database_url
     from marlaas.service.store import JobStore
 
+    created = not Path(args.data).exists()
     data = _data_folder(args.data)
-    return JobStore(database_url(data, args.db), data)
+    try:
+        return JobStore(database_url(data, args.db), data)
+    except DatabaseError:
+        if created:  # a database it cannot open leaves nothing behind
+            with suppress(OSError):
+                data.rmdir()
+        raise
 
 
 def _tenants(args: argparse.Namespace) -> int:
@@ -264,6 +278,9 @@ def _tenants(args: argparse.Namespace) -> int:
             check_name(args.name)
         except ValueError as err:
             raise UsageError(f"tenants {args.action}: tenant name {args.name!r}: {err}") from None
+    if args.action != "add" and not Path(args.data).exists():  # they make nothing
+        raise UsageError(f"tenants {args.action}: {args.data}: no such data folder "
+                         "(`marlaas tenants add` or `marlaas serve` makes one)")  # fmt: skip
     store = _open_store(args)
     try:
         if args.action == "list":
@@ -320,11 +337,11 @@ def _traffic(args: argparse.Namespace) -> int:
     from marlaas.service.config import ServiceConfig
     from marlaas.service.traffic import is_traffic_file, traffic_workload, traffic_yaml
 
+    saved = _data_folder(args.data, create=False) / CONFIG_FILE  # read only: nothing made
+    if not saved.is_file():
+        raise UsageError(f"traffic: {args.data} has no {CONFIG_FILE}; has it been served?")
     store = _open_store(args)
     try:
-        saved = Path(args.data) / CONFIG_FILE
-        if not saved.is_file():
-            raise UsageError(f"traffic: {args.data} has no {CONFIG_FILE}; has it been served?")
         config = ServiceConfig.model_validate_json(saved.read_text())
         workload = traffic_workload(store, config)
     finally:

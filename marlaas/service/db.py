@@ -19,7 +19,8 @@ from sqlalchemy import (
     create_engine,
     event,
 )
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 DB_FILE = "service.db"
@@ -118,17 +119,45 @@ def database_url(data_dir: Path, url: str | None) -> str:
 
 
 def open_database(url: str) -> tuple[Engine, sessionmaker]:
-    """An engine on ``url``, migrated to the newest schema, and its session factory."""
+    """An engine on ``url``, migrated to the newest schema, and its session factory;
+    DatabaseError, one line, for a URL SQLAlchemy cannot read, a driver it lacks or a
+    database it cannot reach or open."""
     sqlite = url.startswith("sqlite")
-    engine = create_engine(
-        url,
-        connect_args={"check_same_thread": False, "timeout": 30} if sqlite else {},
-        pool_pre_ping=not sqlite,
-    )
+    try:
+        engine = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": 30} if sqlite else {},
+            pool_pre_ping=not sqlite,
+        )
+    except (SQLAlchemyError, ImportError) as err:
+        raise DatabaseError(f"database {_shown(url)}: not a usable database URL "
+                            f"({_reason(err)})") from None  # fmt: skip
     if sqlite:
         event.listen(engine, "connect", _sqlite_pragmas)
-    migrate(engine)
+    try:
+        migrate(engine)
+    except SQLAlchemyError as err:
+        engine.dispose()
+        raise DatabaseError(f"database {_shown(url)}: cannot open it ({_reason(err)})") from None
     return engine, sessionmaker(engine, expire_on_commit=False)
+
+
+class DatabaseError(RuntimeError):
+    """A database the service cannot open (its URL, driver or server), in one line."""
+
+
+def _shown(url: str) -> str:
+    """``url`` without its password (or a placeholder, when it is not a URL at all)."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (SQLAlchemyError, ValueError):
+        return "(the --db URL)"
+
+
+def _reason(err: BaseException) -> str:
+    """The driver's own message where there is one, without SQLAlchemy's links."""
+    cause = getattr(err, "orig", None) or err
+    return " ".join(str(cause).split("(Background on this error")[0].split())[:300]
 
 
 def _sqlite_pragmas(connection, _record) -> None:

@@ -179,6 +179,8 @@ def test_bad_import_path_errors(spec, match):
     [
         ("1 / 0\n", r"importing module 'broken_env_\w+' failed \(ZeroDivisionError"),
         ("def f(:\n", r"importing module 'broken_env_\w+' failed \(SyntaxError"),
+        ("import sys\nsys.exit('usage: x')\n",
+         r"importing module 'broken_env_\w+' failed \(SystemExit: usage: x\)"),
         ("from marlaas.envs import Environment\nclass Env(Environment):\n"
          "    reset = step = None\n"
          "    def __init__(self, args=None):\n        raise RuntimeError('no GPU')\n",

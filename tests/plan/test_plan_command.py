@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 
 import pandas as pd
 import pytest
 
 from marlaas.cli import main
+from marlaas.core.policies import base
 from marlaas.plan.evaluate import Evaluator
 from marlaas.plan.search import cheapest, exhaustive
 from marlaas.plan.space import Space, Variant
@@ -132,3 +134,41 @@ def test_plan_replaces_a_plan_and_refuses_other_folders(tmp_path, capsys):
     assert plan(tmp_path, *args[:-1], str(mine)) == 2
     assert (mine / "notes.txt").read_text() == "keep"
     assert "marlaas: error:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("option", "says"),
+    [
+        (["--max-devices", "0"], "--max-devices 0: give 2..65,536"),
+        (["--budget", "nan"], "--budget nan: a price per hour must be a finite number > 0"),
+        (["--budget", "inf"], "--budget inf: a price per hour must be a finite number > 0"),
+    ],
+)
+def test_a_bad_number_is_one_line_before_any_work(tmp_path, capsys, option, says):
+    out = tmp_path / "p"
+    assert plan(tmp_path, f"--set={DEADLINE}", "--seeds", "1", *option, "--out", str(out)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"marlaas: error: {says}") and "\n" not in err, err
+    assert not out.exists()
+
+
+def test_searching_a_policy_of_ones_own_by_import_path(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))  # registered for this test
+    (tmp_path / "planpol.py").write_text(
+        "from marlaas.core.policies import Policy\n\n\n"
+        "class ByName(Policy):\n    def key(self, job):\n        return (job.spec.name,)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "planpol", raising=False)
+    out = tmp_path / "p"
+    assert plan(tmp_path, f"--set={DEADLINE}", "--search", "pools,policy", "--policies",
+                "fifo,planpol:ByName", "--max-devices", "3", "--seeds", "1",
+                "--out", str(out)) == 0  # fmt: skip
+    report = json.loads((out / "plan.json").read_text())
+    assert len(report["space"]["variants"]) == 2
+    capsys.readouterr()
+    assert plan(tmp_path, f"--set={DEADLINE}", "--search", "policy", "--policies",
+                "planpol:Missing", "--out", str(tmp_path / "q")) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert "policy 'planpol:Missing'" in err and "has no 'Missing'" in err and "\n" not in err
+    assert not (tmp_path / "q").exists()

@@ -93,6 +93,8 @@ BAD_SPECS = [
     (json.dumps({**JOB, "rl": {**JOB["rl"], "max_new_tokens": 4000}}).encode(), 422, "tokens"),
     (json.dumps({**JOB, "name": "bad name!"}).encode(), 422, "name"),
     (b"{" + b'"name": "x", ' * 2 + b"}", 422, "not JSON"),
+    (b"[" * 100_000 + b"]" * 100_000, 422, "nested too deeply"),
+    (b'{"name": "x", ' + json.dumps(JOB)[1:].encode(), 422, "duplicate key 'name'"),
     (b" " * (1024 * 1024 + 1), 413, "over"),
 ]  # fmt: skip
 

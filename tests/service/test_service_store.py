@@ -90,6 +90,53 @@ def test_a_data_folder_that_is_not_a_services_is_refused(tmp_path, capsys):
     assert (tmp_path / "mine" / "thesis.tex").read_text() == "keep me"
 
 
+BAD_DATABASES = [
+    ("bogus://x", "database bogus://x: not a usable database URL (Can't load plugin"),
+    ("not a url", "database (the --db URL): not a usable database URL (Could not parse"),
+    ("sqlite:////nonexistent/x.db", "cannot open it (unable to open database file)"),
+    ("postgresql+psycopg://u:hunter2@127.0.0.1:1/db",
+     "database postgresql+psycopg://u:***@127.0.0.1:1/db: cannot open it (connection"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("url", "says"), BAD_DATABASES)
+def test_a_database_that_cannot_be_opened_is_one_line_and_writes_nothing(
+    tmp_path, capsys, url, says
+):
+    """It was SQLAlchemy's traceback (and serve left an operator key and its lock behind)."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("service: {max_sequence_tokens: 64}\n")
+    data = str(tmp_path / "data")
+    for args in (["tenants", "add", "alice", "--data", data], ["tenants", "list", "--data", data],
+                 ["serve", str(cluster), "--simulate", "--data", data]):  # fmt: skip
+        if args[1] == "list":
+            (tmp_path / "data").mkdir()
+        assert main([*args, "--db", url]) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("marlaas: error: ") and says in err and "\n" not in err, err
+        assert "hunter2" not in err and "Traceback" not in err
+        expected = ["cluster.yaml", "data"] if args[1] == "list" else ["cluster.yaml"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == expected, args
+        if args[1] == "list":
+            assert list((tmp_path / "data").iterdir()) == []
+            (tmp_path / "data").rmdir()
+
+
+def test_traffic_and_tenants_list_on_a_folder_never_served_make_nothing(tmp_path, capsys):
+    """They made the folder, its database and its secret before saying so."""
+    missing, empty = tmp_path / "missing", tmp_path / "empty"
+    empty.mkdir()
+    out = str(tmp_path / "w.yaml")
+    for data in (missing, empty):
+        assert main(["traffic", "--data", str(data), "--out", out]) == 2
+        assert "has no config.json; has it been served?" in capsys.readouterr().err
+    for action in (["list"], ["revoke", "alice"]):
+        assert main(["tenants", *action, "--data", str(missing)]) == 2
+        assert "no such data folder" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
+    assert list(empty.iterdir()) == []
+
+
 def test_serve_refuses_another_base_model_for_a_data_folders_adapters(tmp_path, capsys):
     def model(name, hidden):
         folder = tmp_path / name
