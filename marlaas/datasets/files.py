@@ -9,11 +9,11 @@ named by its line).
 from __future__ import annotations
 
 import csv
-import json
 import math
 from pathlib import Path
 from typing import Any
 
+from marlaas import strict_json
 from marlaas.datasets.problems import Problem
 
 MAX_ROWS = 1_000_000
@@ -104,11 +104,9 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            row = json.loads(line, object_pairs_hook=_unique_keys)
+            row = strict_json.loads(line)
         except ValueError as err:
             raise DatasetError(f"{path}: line {number}: not valid JSON ({err})") from None
-        except RecursionError:
-            raise DatasetError(f"{path}: line {number}: nested too deeply") from None
         if not isinstance(row, dict):
             raise DatasetError(f"{path}: line {number}: a JSON {type(row).__name__}, "
                                "expected an object of columns")  # fmt: skip
@@ -118,26 +116,14 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def _read_json_array(path: Path, text: str) -> list[dict[str, Any]]:
     try:
-        rows = json.loads(text, object_pairs_hook=_unique_keys)
+        rows = strict_json.loads(text)
     except ValueError as err:
         raise DatasetError(f"{path}: not valid JSON ({err})") from None
-    except RecursionError:
-        raise DatasetError(f"{path}: nested too deeply") from None
     for number, row in enumerate(rows, start=1):
         if not isinstance(row, dict):
             raise DatasetError(f"{path}: row {number}: a JSON {type(row).__name__}, "
                                "expected an object of columns")  # fmt: skip
     return rows
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object, ValueError for a key it has twice (which would keep the last)."""
-    row = {}
-    for key, value in pairs:
-        if key in row:
-            raise ValueError(f"key {key[:80]!r} twice in one object")
-        row[key] = value
-    return row
 
 
 def _read_parquet(path: Path) -> list[dict[str, Any]]:

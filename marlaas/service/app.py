@@ -33,6 +33,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from marlaas import strict_json
 from marlaas.service import store as S
 from marlaas.service.requests import JobRequestError, job_from_request
 from marlaas.service.runner import ServiceRunner
@@ -256,20 +257,9 @@ def _json(body: bytes):
     """The body as JSON, or JobRequestError: not JSON, nested deeper than the decoder's
     recursion allows, or an object with a key twice (as workload files refuse them)."""
     try:
-        return json.loads(body, object_pairs_hook=_unique_keys)
+        return strict_json.loads(body)
     except (ValueError, UnicodeDecodeError) as err:
         raise JobRequestError(f"the body is not JSON ({err})") from None
-    except RecursionError:
-        raise JobRequestError("the body is not JSON (nested too deeply)") from None
-
-
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
-    obj = {}
-    for key, value in pairs:
-        if key in obj:
-            raise ValueError(f"duplicate key {key[:80]!r}")
-        obj[key] = value
-    return obj
 
 
 def _last_event_id(request: Request) -> int:

@@ -1,0 +1,27 @@
+"""JSON as a user's file or request gives it, read strictly: an object with a key twice, or
+nesting past the decoder's depth, is a ValueError (not the last value kept, nor a
+RecursionError traceback)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads`` that refuses an object with a key twice and nesting too deep for the
+    decoder (ValueError, one line)."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object; ValueError for a key it has twice."""
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise ValueError(f"duplicate key {key[:80]!r}")
+        obj[key] = value
+    return obj
