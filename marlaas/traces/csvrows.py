@@ -4,7 +4,8 @@ Blank lines and lines starting with ``#`` (provenance notes in our sample files)
 records are skipped. Fields are read by the csv module, so a quoted field may hold commas,
 quotes (doubled) and line breaks; a quote left open is an error, as is a field over the csv
 module's limit (131,072 characters). Column names are matched exactly after stripping spaces;
-the first record is the header.
+the first record is the header, and a header that names a column twice is refused (one of
+the two would be dropped without a word).
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ MAX_TRACE_BYTES = 256 * 1024 * 1024
 def read_rows(path: str | Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
     """Yield ``(line number, {column: text})`` for each data row of a CSV file.
 
-    Raises :class:`TraceError` when the file is missing, has no header, lacks one of the
-    ``required`` columns, or a row has a different number of fields than the header.
+    Raises :class:`TraceError` when the file is missing, has no header, names a column
+    twice, lacks one of the ``required`` columns, or a row has a different number of fields
+    than the header.
     """
     path = checked_file(path)
     try:
@@ -62,6 +64,7 @@ def _rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str
             number = lines.first
             if header is None:
                 header = [f.strip() for f in fields]
+                check_unique(path, number, header)
                 check_required(path, number, "column", required, header)
             elif len(fields) != len(header):
                 raise TraceError(
@@ -112,6 +115,16 @@ class _RecordLines:
             if text.strip() and not text.lstrip().startswith("#"):
                 self.between, self.first = False, self.number
                 return text
+
+
+def check_unique(path: Path, line: int, header: list[str]) -> None:
+    """Raise a TraceError naming a column the ``header`` (names stripped) holds twice: a
+    row's dict would keep only the last of its cells."""
+    seen: set[str] = set()
+    for name in header:
+        if name in seen:
+            raise TraceError(path, f"the header names column {name[:80]!r} more than once", line)
+        seen.add(name)
 
 
 def check_required(
