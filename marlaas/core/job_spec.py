@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field, field_validator, model_validator
@@ -134,6 +135,21 @@ class DatasetSpec(StrictSpec):
     @classmethod
     def _column(cls, value: str) -> str:
         return check_name(value)
+
+    @model_validator(mode="after")
+    def _heldout_apart(self) -> DatasetSpec:
+        """A held-out file is not the training file (paths compared resolved: a workload
+        file's loader made them absolute, other callers' are from the working folder)."""
+        if (
+            isinstance(self.heldout, str)
+            and Path(self.heldout).resolve() == Path(self.path).resolve()
+        ):
+            raise ValueError(
+                f"heldout ({self.heldout}) is the file of path ({self.path}): held-out "
+                "accuracy would be measured on the training prompts; give another file or "
+                "a fraction of the rows"
+            )
+        return self
 
 
 class JobSpec(StrictSpec):
