@@ -137,6 +137,16 @@ class DatasetSpec(StrictSpec):
         return check_name(value)
 
     @model_validator(mode="after")
+    def _columns_apart(self) -> DatasetSpec:
+        """The prompt and the answer are two columns (one would be the other's answer)."""
+        if self.prompt_column == self.answer_column:
+            raise ValueError(
+                f"prompt_column and answer_column are both {self.prompt_column[:80]!r}; the "
+                "answer must be a column of its own"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _heldout_apart(self) -> DatasetSpec:
         """A held-out file is not the training file (paths compared resolved: a workload
         file's loader made them absolute, other callers' are from the working folder)."""
