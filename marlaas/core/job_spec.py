@@ -110,6 +110,10 @@ class EnvSpec(StrictSpec):
         return at_most(dist, L.MAX_LATENCY_S, "s")
 
 
+MAX_HELDOUT = 0.9
+"""Largest held-out fraction of a dataset's rows (the rest train)."""
+
+
 class DatasetSpec(StrictSpec):
     """A job's prompts from a local file (a real run's; the simulator draws lengths only).
 
@@ -122,9 +126,24 @@ class DatasetSpec(StrictSpec):
     """The file or folder, relative to the workload file."""
     prompt_column: str = "prompt"
     answer_column: str = "answer"
-    heldout: Amount(0.9, positive=True) | str = 0.1
+    heldout: Amount(MAX_HELDOUT, positive=True) | str = 0.1
     """The held-out split ``marlaas evaluate`` scores and training never sees: a fraction of
     the rows (taken in the seed's order), or a second file of the same columns."""
+
+    @field_validator("heldout", mode="before")
+    @classmethod
+    def _heldout(cls, value):
+        """A fraction or a path, else one problem saying so (the union's two halves would
+        each say why the value is not theirs: "...heldout.str: Input should be a valid
+        string" for a fraction out of range)."""
+        if isinstance(value, str):
+            return value
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if number and 0 < value <= MAX_HELDOUT:  # NaN and the infinities fail it
+            return value
+        raise ValueError(
+            f"a fraction of the rows (above 0, at most {MAX_HELDOUT:g}) or a file path"
+        )
 
     @field_validator("path", "heldout")
     @classmethod

@@ -7,6 +7,7 @@ import json
 
 import pandas as pd
 import pytest
+from pydantic import ValidationError
 
 from marlaas.core.job_spec import DatasetSpec
 from marlaas.datasets import DatasetError, Problem, load_prompt_set, read_problems
@@ -109,6 +110,17 @@ def test_heldout_file(files, tmp_path):
     split = load_prompt_set(DatasetSpec(path=str(files["csv"]), heldout=str(held)))
     assert len(split.train) == 20
     assert [(p.prompt, p.answer) for p in split.heldout] == [("x", "1")]
+
+
+@pytest.mark.parametrize("value", [1, 0, -0.5, 1.5, 0.95, True, float("nan"), [0.1], None])
+def test_a_bad_heldout_is_one_problem_saying_what_is_allowed(value):
+    with pytest.raises(ValidationError) as err:
+        DatasetSpec(path="p.jsonl", heldout=value)
+    [problem] = err.value.errors()
+    assert problem["loc"] == ("heldout",)
+    assert problem["msg"] == (
+        "Value error, a fraction of the rows (above 0, at most 0.9) or a file path"
+    )
 
 
 def test_a_heldout_fraction_that_leaves_nothing_to_train_on(tmp_path):
