@@ -56,6 +56,18 @@ def check_name(value: str) -> str:
     return value
 
 
+SHOWN_NAME_CHARS = 40
+"""Characters of a refused name an error echoes (a longer one is cut, with "...")."""
+
+
+def shown_name(value: str) -> str:
+    """``value`` quoted for an error line, cut to its first SHOWN_NAME_CHARS characters and
+    "..." when longer (a refused name may be thousands of characters)."""
+    if len(value) <= SHOWN_NAME_CHARS:
+        return repr(value)
+    return f"{value[:SHOWN_NAME_CHARS]!r}..."
+
+
 def at_most(dist, bound: float, unit: str):
     """``dist`` when its values stay within ``bound`` (a lognormal: its median)."""
     if largest(dist) > bound:

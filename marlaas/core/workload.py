@@ -25,7 +25,7 @@ from marlaas.core.cluster_spec import ClusterSpec
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.prices_spec import PricesSpec
 from marlaas.core.scheduling import SchedulingSpec
-from marlaas.core.spec_fields import Count, StrictSpec, check_name, check_policy
+from marlaas.core.spec_fields import Count, StrictSpec, check_name, check_policy, shown_name
 from marlaas.core.tenant_spec import TenantSpec
 from marlaas.core.validation_message import format_validation_error
 
@@ -84,7 +84,7 @@ class Workload(StrictSpec):
             try:
                 check_name(name)
             except ValueError as err:
-                raise ValueError(f"tenant name {name!r}: {err}") from None
+                raise ValueError(f"tenant name {shown_name(name)}: {err}") from None
         return tenants
 
     def deadline_of(self, job: JobSpec) -> float | None:

@@ -267,7 +267,7 @@ def _open_store(args: argparse.Namespace):
 
 
 def _tenants(args: argparse.Namespace) -> int:
-    from marlaas.core.spec_fields import check_name
+    from marlaas.core.spec_fields import check_name, shown_name
     from marlaas.core.tenant_spec import TenantSpec
     from marlaas.service.store import TenantError
 
@@ -277,7 +277,9 @@ def _tenants(args: argparse.Namespace) -> int:
         try:
             check_name(args.name)
         except ValueError as err:
-            raise UsageError(f"tenants {args.action}: tenant name {args.name!r}: {err}") from None
+            raise UsageError(
+                f"tenants {args.action}: tenant name {shown_name(args.name)}: {err}"
+            ) from None
     if args.action != "add" and not Path(args.data).exists():  # they make nothing
         raise UsageError(f"tenants {args.action}: {args.data}: no such data folder "
                          "(`marlaas tenants add` or `marlaas serve` makes one)")  # fmt: skip

@@ -72,12 +72,12 @@ class JobStore:
     # ----------------------------------------------------------------------------- tenants
     def add_tenant(self, name: str, quota: TenantSpec | None = None) -> str:
         """Add tenant ``name``; returns its API key (not kept: only its keyed hash is)."""
-        from marlaas.core.spec_fields import check_name
+        from marlaas.core.spec_fields import check_name, shown_name
 
         try:
             check_name(name)
         except ValueError as err:
-            raise TenantError(f"tenant name {name!r}: {err}") from None
+            raise TenantError(f"tenant name {shown_name(name)}: {err}") from None
         quota = quota or TenantSpec()
         key = keys.new_key()
         with self._session.begin() as session:

@@ -47,6 +47,9 @@ def test_tenants_are_added_once_listed_and_revoked(store):
         store.add_tenant("alice")
     with pytest.raises(TenantError, match="tenant name"):
         store.add_tenant("bad\nname")
+    with pytest.raises(TenantError) as err:  # a long name is echoed cut short
+        store.add_tenant("x" * 5000)
+    assert str(err.value) == f"tenant name {'x' * 40!r}...: at most 128 characters (got 5000)"
     store.add_tenant("bob", TenantSpec(max_queued_jobs=0))
     assert [(t.name, t.quota.max_queued_jobs) for t in store.tenants()] == [
         ("alice", None), ("bob", 0)]  # fmt: skip
