@@ -251,7 +251,7 @@ def _resolve_dataset(job: dict, base_dir: Path) -> None:
         return  # none, or the schema names the problem
     for key in ("path", "heldout"):
         value = dataset.get(key)
-        if isinstance(value, str) and value:
+        if isinstance(value, str) and value.strip():  # a blank one: the schema refuses it
             dataset[key] = str((base_dir / value).resolve())
 
 

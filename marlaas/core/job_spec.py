@@ -148,7 +148,13 @@ class DatasetSpec(StrictSpec):
     @field_validator("path", "heldout")
     @classmethod
     def _path(cls, value):
-        return printable(value, 4096) if isinstance(value, str) else value
+        """A path of printable characters, not blank (an empty one would name the workload
+        file's own folder)."""
+        if not isinstance(value, str):
+            return value
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return printable(value, 4096)
 
     @field_validator("prompt_column", "answer_column")
     @classmethod
