@@ -8,6 +8,10 @@ import json
 from typing import Any
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object names a key twice."""
+
+
 def loads(text: str | bytes) -> Any:
     """``json.loads`` that refuses an object with a key twice and nesting too deep for the
     decoder (ValueError, one line)."""
@@ -18,10 +22,10 @@ def loads(text: str | bytes) -> Any:
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object; ValueError for a key it has twice."""
+    """A JSON object; DuplicateKeyError for a key it has twice."""
     obj: dict[str, Any] = {}
     for key, value in pairs:
         if key in obj:
-            raise ValueError(f"duplicate key {key[:80]!r}")
+            raise DuplicateKeyError(f"duplicate key {key[:80]!r}")
         obj[key] = value
     return obj

@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from marlaas import strict_json
 from marlaas.traces.csvrows import check_required, checked_file, counted
 from marlaas.traces.errors import TraceError
 
@@ -38,8 +39,10 @@ def _rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str
             if not text.strip():
                 continue
             try:
-                row = json.loads(text)
-            except (ValueError, RecursionError):
+                row = strict_json.loads(text)
+            except strict_json.DuplicateKeyError as err:
+                raise TraceError(path, f"a JSON object with a {err}", number) from None
+            except ValueError:
                 row = None
             if not isinstance(row, dict):
                 raise TraceError(
