@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field, field_validator, model_validator
@@ -168,21 +167,6 @@ class DatasetSpec(StrictSpec):
             raise ValueError(
                 f"prompt_column and answer_column are both {self.prompt_column[:80]!r}; the "
                 "answer must be a column of its own"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _heldout_apart(self) -> DatasetSpec:
-        """A held-out file is not the training file (paths compared resolved: a workload
-        file's loader made them absolute, other callers' are from the working folder)."""
-        if (
-            isinstance(self.heldout, str)
-            and Path(self.heldout).resolve() == Path(self.path).resolve()
-        ):
-            raise ValueError(
-                f"heldout ({self.heldout}) is the file of path ({self.path}): held-out "
-                "accuracy would be measured on the training prompts; give another file or "
-                "a fraction of the rows"
             )
         return self
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,6 +48,12 @@ def load_prompt_set(spec: DatasetSpec) -> PromptSet:
     """Read ``spec``'s file(s) (paths as given: the workload file's loader made them
     absolute) and split them, or raise a DatasetError naming the file, row and column; a
     dataset is read once per process."""
+    if isinstance(spec.heldout, str) and _same_file(spec.path, spec.heldout):
+        raise DatasetError(
+            f"{spec.heldout}: heldout is the file of path ({spec.path}): held-out accuracy "
+            "would be measured on the training prompts; give another file or a fraction of "
+            "the rows"
+        )
     rows = read_problems(spec.path, spec.prompt_column, spec.answer_column)
     if isinstance(spec.heldout, str):
         heldout = read_problems(spec.heldout, spec.prompt_column, spec.answer_column)
@@ -59,3 +66,12 @@ def load_prompt_set(spec: DatasetSpec) -> PromptSet:
     heldout = tuple(rows[i] for i in sorted(shuffled[:held]))
     train = tuple(rows[i] for i in sorted(shuffled[held:]))
     return PromptSet(train, heldout)
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file (``./``, ``..``, a link); False when either is not
+    there (reading it names the problem)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
