@@ -15,7 +15,11 @@ the ``marlaas`` console script imports for tens of milliseconds before
 - while the command runs (:func:`take` ... :func:`give_back`), one handler raises
   KeyboardInterrupt (SIGINT) or :class:`Interrupted` (SIGTERM) in the main thread, as Python's
   own would, except while the main thread imports a module: then the signal waits for the
-  import to end (the handler is called again every :data:`RETRY_S` until then).
+  import to end (the handler is called again every :data:`RETRY_S` until then);
+- an exception raised where Python cannot let it through (an at-fork callback such as
+  logging's, a ``__del__``: "Exception ignored in ...") would be lost, and the command would
+  go on as if no signal had come: ``sys.unraisablehook`` catches it while the handler is in
+  place and has the signal delivered again :data:`RETRY_S` later.
 
 Before ``marlaas/__init__.py`` runs, the interpreter's own start-up handles a signal as Python
 does: before its handler exists SIGINT kills the process (status -2, 130 in a shell); in
@@ -59,6 +63,7 @@ class _State:
         self.retrying = False  # a thread will signal the main one again
         self.retried = False  # it has: the next call of the handler may be that
         self.previous: dict[int, object] = {}  # the handlers before the first take()
+        self.previous_unraisable = sys.unraisablehook
         self.main_thread = 0
 
 
@@ -91,6 +96,18 @@ def _on_signal(number: int, frame) -> None:
     raise _exception(number)
 
 
+def _on_unraisable(unraisable) -> None:
+    """``sys.unraisablehook`` while the handler is in place: a signal's exception that Python
+    could not raise through is delivered again; anything else goes to the hook before."""
+    error = unraisable.exc_value
+    if isinstance(error, KeyboardInterrupt | Interrupted) and _state.depth:
+        number = error.signal if isinstance(error, Interrupted) else signal.SIGINT
+        _state.pending = _state.pending or number
+        _retry_later()
+        return
+    _state.previous_unraisable(unraisable)
+
+
 def _retry_later() -> None:
     """Have the handler called again in :data:`RETRY_S` (a thread signals the main one)."""
     if not _state.retrying:
@@ -119,6 +136,7 @@ def take() -> bool:
         # give_back, to the handler then) must not swallow this span's first signal
         _state.previous, _state.main_thread = previous, _thread.get_ident()
         _state.pending, _state.retried = None, False
+        _state.previous_unraisable, sys.unraisablehook = sys.unraisablehook, _on_unraisable
     _state.depth += 1
     return True
 
@@ -133,6 +151,7 @@ def give_back() -> None:
     _state.depth -= 1
     if not _state.depth:
         _state.pending = None
+        sys.unraisablehook = _state.previous_unraisable
         for number, handler in _state.previous.items():
             signal.signal(number, handler)
 

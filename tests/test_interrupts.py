@@ -70,6 +70,34 @@ def test_a_retry_left_from_before_does_not_swallow_the_next_signal(tmp_path, mon
         interrupts.give_back()
 
 
+@pytest.mark.parametrize(("number", "error"), [(signal.SIGINT, KeyboardInterrupt),
+                                               (signal.SIGTERM, Interrupted)])  # fmt: skip
+def test_a_signal_raised_where_python_ignores_exceptions_is_delivered_again(taken, number, error):
+    """The handler's exception raised inside a finalizer (or an at-fork callback, as logging's
+    _releaseLock once in a sweep's fork) is "Exception ignored" by Python: it comes again."""
+
+    class Finalized:
+        def __del__(self):
+            signal.raise_signal(number)  # the handler raises here, where nothing can catch
+
+    with pytest.raises(error):
+        Finalized()  # collected at once: its __del__ runs, and swallows the exception
+        for _ in range(200):  # delivered again within RETRY_S
+            time.sleep(0.01)
+
+
+def test_an_unraisable_exception_of_another_kind_goes_to_the_hook_before(taken, monkeypatch):
+    seen = []
+    monkeypatch.setattr(interrupts._state, "previous_unraisable", seen.append)
+
+    class Finalized:
+        def __del__(self):
+            raise ValueError("not a signal")
+
+    Finalized()
+    assert [type(u.exc_value) for u in seen] == [ValueError]
+
+
 def test_a_signal_outside_an_import_is_raised_at_once(taken):
     with pytest.raises(Interrupted) as raised:
         signal.raise_signal(signal.SIGTERM)
