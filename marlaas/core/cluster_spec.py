@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from marlaas.core import limits as L
 from marlaas.core.spec_fields import Count, StrictSpec
@@ -89,6 +89,18 @@ class ClusterSpec(StrictSpec):
     engines decode, each slower for the other (the cost profile's ``overlap_decode_slowdown``
     and ``overlap_train_slowdown``, which ``calibrate`` fits from such runs). Both worlds model
     it."""
+
+    @field_validator("shared_compute", mode="before")
+    @classmethod
+    def _sharing(cls, value):
+        """true, false or overlap, else one problem naming the three (the union's two halves
+        would each say why the value is not theirs)."""
+        if isinstance(value, bool) or value == "overlap":
+            return value
+        raise ValueError(
+            "true (one processor: generation and training take turns), false, or overlap "
+            "(one processor, running at once)"
+        )
 
     @model_validator(mode="after")
     def _has_both_roles(self) -> ClusterSpec:

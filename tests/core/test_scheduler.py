@@ -170,8 +170,12 @@ def test_an_overlapped_processor_trains_while_it_generates():
 def test_shared_compute_takes_true_false_or_overlap_only():
     data = workload().model_dump()
     data["cluster"]["shared_compute"] = "turns"
-    with pytest.raises(ValueError, match="shared_compute"):
+    with pytest.raises(ValueError, match="shared_compute") as refused:
         parse_workload(data)
+    assert str(refused.value).count("shared_compute") == 1  # one problem, not the union's two
+    assert "true (one processor: generation and training take turns), false, or overlap" in str(
+        refused.value
+    )
     for value, processor, overlapped in ((True, True, False), (False, False, False),
                                          ("overlap", True, True)):  # fmt: skip
         data["cluster"]["shared_compute"] = value
