@@ -15,6 +15,7 @@ from typing import Any
 
 from marlaas import strict_json
 from marlaas.datasets.problems import Problem
+from marlaas.traces.csvrows import first_repeated
 
 MAX_ROWS = 1_000_000
 """Most rows one dataset may have."""
@@ -145,9 +146,9 @@ def _read_csv(path: Path) -> list[dict[str, Any]]:
         with path.open(encoding="utf-8", newline="") as f:
             reader = csv.DictReader(f, restkey=_EXTRA)
             header = reader.fieldnames or []
-            repeated = sorted({name for name in header if header.count(name) > 1})
-            if repeated:
-                raise DatasetError(f"{path}: the header names column {repeated[0][:80]!r} "
+            repeated = first_repeated(header)
+            if repeated is not None:
+                raise DatasetError(f"{path}: the header names column {repeated[:80]!r} "
                                    "more than once")  # fmt: skip
             rows = []
             for number, row in enumerate(reader, start=1):

@@ -117,14 +117,22 @@ class _RecordLines:
                 return text
 
 
-def check_unique(path: Path, line: int, header: list[str]) -> None:
-    """Raise a TraceError naming a column the ``header`` (names stripped) holds twice: a
-    row's dict would keep only the last of its cells."""
+def first_repeated(names: list[str]) -> str | None:
+    """The first of ``names`` that appears again (a CSV header naming a column twice: a
+    row's dict would keep only the last of its cells); None when each appears once."""
     seen: set[str] = set()
-    for name in header:
+    for name in names:
         if name in seen:
-            raise TraceError(path, f"the header names column {name[:80]!r} more than once", line)
+            return name
         seen.add(name)
+    return None
+
+
+def check_unique(path: Path, line: int, header: list[str]) -> None:
+    """Raise a TraceError naming a column the ``header`` (names stripped) holds twice."""
+    name = first_repeated(header)
+    if name is not None:
+        raise TraceError(path, f"the header names column {name[:80]!r} more than once", line)
 
 
 def check_required(

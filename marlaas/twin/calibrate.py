@@ -291,27 +291,15 @@ def _require_stages(runs: list[RealRun]) -> None:
 
 def _fit_decode_overlap(rows: pd.DataFrame) -> OverlapFit:
     """overlap_decode_slowdown from the steady generate rows and the share of each that a
-    training step covered: against the regression of the rows no step covered where they are
-    enough to fit it (they pin the engine's own speed), else refitted for each candidate."""
+    training step covered (the engine's own terms: the decode regression)."""
     steady = rows[~rows["warm"]]
-    alone_rows = steady[steady["training"] == 0]
-    if len(alone_rows) >= MIN_ALONE_ROWS:
-        fixed = predict(steady, fit_decode(alone_rows))
 
-        def alone(durations: np.ndarray) -> np.ndarray:
-            return fixed
-    else:
-
-        def alone(durations: np.ndarray) -> np.ndarray:
-            return predict(steady, fit_decode(steady.assign(duration_s=durations)))
+    def alone(durations: np.ndarray, fitted_on: np.ndarray) -> np.ndarray:
+        own = steady[fitted_on].assign(duration_s=durations[fitted_on])
+        return predict(steady, fit_decode(own))
 
     return fit_slowdown(steady["duration_s"].to_numpy(float),
                         steady["training"].to_numpy(float), alone)  # fmt: skip
-
-
-MIN_ALONE_ROWS = 30
-"""Rows of work the other stage never covered that pin a stage's own speed before its overlap
-slowdown is fitted (fewer: both are fitted together)."""
 
 
 def _fit_train(runs: list[RealRun], base: CostModel) -> tuple[TrainFit, OverlapFit | None]:
@@ -340,18 +328,9 @@ def _fit_train(runs: list[RealRun], base: CostModel) -> tuple[TrainFit, OverlapF
     if not (covered_ > 0).any():
         return fit_train(work, durations, rate), None
 
-    apart = covered_ == 0
-    if apart.sum() >= MIN_ALONE_ROWS:  # steps that took turns pin the trainer's own speed
-        own = fit_train(work[apart], durations[apart], rate)
-        fixed = own.overhead_s + work / own.tokens_per_s
-
-        def alone(durations_alone: np.ndarray) -> np.ndarray:
-            return fixed
-    else:
-
-        def alone(durations_alone: np.ndarray) -> np.ndarray:
-            fit = fit_train(work, durations_alone, rate)
-            return fit.overhead_s + work / fit.tokens_per_s
+    def alone(durations_alone: np.ndarray, fitted_on: np.ndarray) -> np.ndarray:
+        fit = fit_train(work[fitted_on], durations_alone[fitted_on], rate)
+        return fit.overhead_s + work / fit.tokens_per_s
 
     overlap = fit_slowdown(durations, covered_, alone)
     return fit_train(work, durations / stretch(overlap.slowdown, covered_), rate), overlap

@@ -23,6 +23,9 @@ from marlaas.metrics.intervals import merge_intervals
 
 GRID = np.round(np.arange(1.0, 4.0 + 1e-9, 0.02), 2)
 """The slowdowns tried (1: no cost to overlapping, 4: each a quarter of its speed)."""
+MIN_ALONE_ROWS = 30
+"""Rows of work the other stage never covered that pin a stage's own speed before its overlap
+slowdown is fitted (fewer: both are fitted together)."""
 MIN_COVER_SPREAD = 0.1
 """Standard deviation of the covered fractions below which a factor is confounded with the
 stage's rate (every piece of work overlapped about as much): a warning."""
@@ -77,16 +80,32 @@ def covered_fraction(
 
 
 def fit_slowdown(
-    durations: np.ndarray, covered: np.ndarray, fit_alone: Callable[[np.ndarray], np.ndarray]
+    durations: np.ndarray,
+    covered: np.ndarray,
+    fit_alone: Callable[[np.ndarray, np.ndarray], np.ndarray],
 ) -> OverlapFit:
     """The grid's slowdown that best explains ``durations`` given each one's ``covered``
-    fraction; ``fit_alone(durations_alone)`` fits the stage's own terms to durations as if
-    alone and returns its predictions of them."""
+    fraction. ``fit_alone(durations, rows)`` fits the stage's own terms to those ``rows``
+    (a boolean mask) of ``durations`` taken as alone and predicts every row: fitted once on
+    the rows the other stage never covered when there are :data:`MIN_ALONE_ROWS` of them
+    (they pin the stage's own speed), else on every row again for each candidate."""
     y, f = np.asarray(durations, float), np.asarray(covered, float)
+    apart = f == 0
+    if apart.sum() >= MIN_ALONE_ROWS:
+        pinned = fit_alone(y, apart)
+
+        def alone(_durations: np.ndarray) -> np.ndarray:
+            return pinned
+    else:
+        every = np.ones(len(y), dtype=bool)
+
+        def alone(durations_alone: np.ndarray) -> np.ndarray:
+            return fit_alone(durations_alone, every)
+
     best, best_error = 1.0, np.inf
     for slowdown in GRID:
         factor = stretch(slowdown, f)
-        error = float(((fit_alone(y / factor) * factor - y) ** 2).sum())
+        error = float(((alone(y / factor) * factor - y) ** 2).sum())
         if error < best_error - 1e-15:
             best, best_error = float(slowdown), error
     touched = f > 0
