@@ -63,10 +63,8 @@ def _serve(args: argparse.Namespace) -> int:
     from marlaas.output.lock import lock_folder, unlock
     from marlaas.service.app import OPERATOR_KEY_FILE, create_app
     from marlaas.service.config import load_config
-    from marlaas.service.db import DatabaseError, database_url
     from marlaas.service.keys import new_key
     from marlaas.service.runner import ServiceRunner
-    from marlaas.service.store import JobStore
 
     config, base_dir = load_config(args.cluster)
     cost = None
@@ -90,13 +88,7 @@ def _serve(args: argparse.Namespace) -> int:
     lock = lock_folder(data)
     stack = ExitStack()  # the Ray session of --ray
     try:
-        try:  # the database first: one it cannot open leaves nothing written
-            store = JobStore(database_url(data, args.db), data)
-        except DatabaseError:
-            if created:
-                with suppress(OSError):
-                    data.rmdir()
-            raise
+        store = _store_in(data, args.db, created)  # first: if it fails, nothing is written
         _write_once(data / OPERATOR_KEY_FILE, new_key())
         if not args.simulate:
             _record_base_model(data, config, base_dir)
@@ -252,15 +244,20 @@ def _data_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _open_store(args: argparse.Namespace):
     require_service_stack(("sqlalchemy", "alembic"))
+    created = not Path(args.data).exists()
+    return _store_in(_data_folder(args.data), args.db, created)
+
+
+def _store_in(data: Path, db: str | None, created: bool):
+    """The job store of ``data`` on ``db``; a database it cannot open removes ``data`` again
+    when this command ``created`` it (empty: nothing was written yet), and is raised."""
     from marlaas.service.db import DatabaseError, database_url
     from marlaas.service.store import JobStore
 
-    created = not Path(args.data).exists()
-    data = _data_folder(args.data)
     try:
-        return JobStore(database_url(data, args.db), data)
+        return JobStore(database_url(data, db), data)
     except DatabaseError:
-        if created:  # a database it cannot open leaves nothing behind
+        if created:
             with suppress(OSError):
                 data.rmdir()
         raise
