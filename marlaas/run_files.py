@@ -11,7 +11,6 @@ never a traceback further on. Fields a reader does not use are kept unchecked.
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -19,6 +18,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from marlaas import strict_json
 from marlaas.core.limits import MAX_SEED
 from marlaas.core.validation_message import format_validation_error
 from marlaas.eventlog import MAX_EVENT_TIME_S, MAX_NAME_CHARS, EventLogError
@@ -170,11 +170,12 @@ def read_text(path: Path, what: str, limit: int = MAX_JSON_BYTES) -> str:
 
 
 def read_json(path: Path, what: str) -> Any:
-    """The file's JSON value (RunFileError when it is not JSON)."""
+    """The file's JSON value (RunFileError when it is not JSON, names a key twice or nests
+    too deeply)."""
     text = read_text(path, what)
     try:
-        return json.loads(text)
-    except (ValueError, RecursionError) as err:
+        return strict_json.loads(text)
+    except ValueError as err:
         raise RunFileError(f"{path}: not a readable {what} (not JSON: {err})") from None
 
 

@@ -12,13 +12,17 @@ class DuplicateKeyError(ValueError):
     """A JSON object names a key twice."""
 
 
+class TooDeepError(ValueError):
+    """JSON nested past the decoder's depth."""
+
+
 def loads(text: str | bytes) -> Any:
     """``json.loads`` that refuses an object with a key twice and nesting too deep for the
     decoder (ValueError, one line)."""
     try:
         return json.loads(text, object_pairs_hook=_unique_keys)
     except RecursionError:
-        raise ValueError("nested too deeply") from None
+        raise TooDeepError("nested too deeply") from None
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

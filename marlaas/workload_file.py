@@ -11,13 +11,13 @@ problem is one :class:`WorkloadError` line naming the file and the field.
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import Field
 
+from marlaas import strict_json
 from marlaas.core.workload import Workload, WorkloadError, parse_workload
 from marlaas.policy_path import load_policy
 from marlaas.sim.cost_model import CostModel
@@ -147,11 +147,11 @@ def load_run_workload(run_dir: str | Path) -> WorkloadFile:
         raise WorkloadError(f"{path}: {size:,} bytes; a workload may have at most "
                             f"{MAX_FILE_BYTES:,}")  # fmt: skip
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = strict_json.loads(path.read_text(encoding="utf-8"))
+    except strict_json.TooDeepError:
+        raise WorkloadError(f"{path}: nested too deeply (at most {MAX_DEPTH} levels)") from None
     except (OSError, ValueError) as err:
         raise WorkloadError(f"{path}: not readable JSON ({_one_line(err)})") from None
-    except RecursionError:
-        raise WorkloadError(f"{path}: nested too deeply (at most {MAX_DEPTH} levels)") from None
     check_size(data, str(path))
     return parse_workload(data, source=str(path), schema=WorkloadFile)
 
