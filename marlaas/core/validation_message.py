@@ -26,7 +26,7 @@ def format_validation_error(err: ValidationError, source: str) -> str:
         if problem["type"] == "extra_forbidden":
             message = "unknown field"
         got = problem.get("input")
-        shown = "" if isinstance(got, dict | list) else f" (got {_short_repr(got)})"
+        shown = "" if isinstance(got, dict | list) else f" (got {short_repr(got)})"
         problems.setdefault((shape, message + shown), []).append(path)
     lines = []
     for (_, message), paths in problems.items():
@@ -37,6 +37,7 @@ def format_validation_error(err: ValidationError, source: str) -> str:
     return f"{source}: {text}"
 
 
-def _short_repr(value: Any, limit: int = 80) -> str:
+def short_repr(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters with the length said when longer."""
     text = repr(value)
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"

@@ -5,7 +5,7 @@ A profile is YAML::
     name: cpu-tiny
     description: ...
     origin: calibrated | published
-    hardware: ..., model: ...              (free text)
+    hardware: ..., model: ...              (free text: one line of printable characters)
     sources: {...}                         (published: citations; calibrated: runs, fit quality)
     cost: {decode_base_ms: ..., ...}       (CostModel fields; missing ones keep their defaults)
 
@@ -24,13 +24,23 @@ import yaml
 from pydantic import ValidationError
 
 from marlaas.atomic import write_durably
-from marlaas.core.validation_message import format_validation_error
+from marlaas.core import limits as L
+from marlaas.core.validation_message import format_validation_error, short_repr
 from marlaas.core.workload import WorkloadError
 from marlaas.sim.cost_model import CostModel
 from marlaas.workload_file import read_yaml
 
 BUNDLED = Path(__file__).parent / "profiles"
 """Folder of the profiles that ship with marlaas."""
+
+
+MAX_TEXT_CHARS = 16_384
+"""Longest free-text field of a profile (``description``, ``hardware``, ...) [characters]."""
+TEXT_FIELDS = {"name": L.MAX_NAME_CHARS, "description": MAX_TEXT_CHARS,
+               "origin": MAX_TEXT_CHARS, "hardware": MAX_TEXT_CHARS, "model": MAX_TEXT_CHARS,
+               "calibrated_at": MAX_TEXT_CHARS}  # fmt: skip
+"""The profile's text fields (their longest): a run's summary records them and the commands
+print its name, so each is one line of printable characters (or absent, or null)."""
 
 
 class ProfileError(WorkloadError):
@@ -89,8 +99,22 @@ def load_profile(name_or_path: str | Path, base: CostModel | None = None) -> Cos
     except ValidationError as err:
         raise ProfileError(format_validation_error(err, f"{path}: cost")) from None
     meta = {k: v for k, v in data.items() if k != "cost"}
+    _check_text_fields(meta, path)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
     return CostProfile(str(data.get("name") or path.stem), cost, str(path), digest, meta)
+
+
+def _check_text_fields(meta: dict[str, Any], path: Path) -> None:
+    """Each of TEXT_FIELDS in ``meta`` is null or one line of printable text within its
+    length (ProfileError naming the field otherwise: a YAML date or a list is not text)."""
+    for key, limit in TEXT_FIELDS.items():
+        value = meta.get(key)
+        if value is None or (isinstance(value, str) and len(value) <= limit
+                             and value.isprintable()):  # fmt: skip
+            continue
+        raise ProfileError(f"{path}: {key}: must be text of at most {limit:,} printable "
+                           f"characters on one line (quote a date or a number) "
+                           f"(got {short_repr(value)})")  # fmt: skip
 
 
 def is_calibrated_profile(path: Path) -> bool:

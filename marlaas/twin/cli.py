@@ -14,9 +14,9 @@ def _calibrate(args: argparse.Namespace) -> int:
     from marlaas.sim.cost_profiles import is_calibrated_profile, write_profile
     from marlaas.twin.calibrate import calibrate, provenance
 
+    name = _profile_name(args.name or Path(args.out).stem, args.name is None)
     with claim_file(args.out, "cost profile", is_calibrated_profile) as out:  # before any work
         result = calibrate(args.runs)
-        name = args.name or out.stem
         meta = provenance(result, name)
         notes = {f.name: f"{f.unit}; {f.rows} rows; {f.quality}" for f in result.fitted}
         write_profile(out, result.cost, meta, notes)
@@ -30,6 +30,19 @@ def _calibrate(args: argparse.Namespace) -> int:
     )
     print(f"wrote {args.out} (profile {name!r}, from {len(args.runs)} run(s))")
     return 0
+
+
+def _profile_name(name: str, from_out: bool) -> str:
+    """The name a calibrated profile gets, if a profile may have it (one that load_profile
+    reads back); a UsageError naming where it came from otherwise."""
+    from marlaas.core.spec_fields import check_name
+    from marlaas.terminal import UsageError
+
+    try:
+        return check_name(name)
+    except ValueError as err:
+        where = "--out's file name (give --name)" if from_out else "--name"
+        raise UsageError(f"calibrate {where} {name[:40]!r}: a profile name {err}") from None
 
 
 def _replay(args: argparse.Namespace) -> int:
