@@ -135,7 +135,8 @@ def _same(value: Any) -> str:
 def first_jobs(workload: Workload, n: int) -> Workload:
     """The workload with only its first ``n`` jobs (arrivals already applied stay)."""
     if not 1 <= n <= len(workload.jobs):
-        raise SweepError(f"--jobs {n}: the workload has {len(workload.jobs)} jobs (use 1..)")
+        count = len(workload.jobs)
+        raise SweepError(f"--jobs {n}: the workload has {count} jobs (use 1..{count})")
     if n == len(workload.jobs):
         return workload
     data = workload.model_dump()

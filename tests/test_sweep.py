@@ -140,7 +140,7 @@ def test_cli_variants_from_repeated_set(tmp_path):
         (["--policies", "fifo,fifo"], "repeated fifo"),
         (["--policies", "fifo", "--jobs", "1,x"], "--jobs '1,x': expected integers"),
         (["--policies", "fifo", "--jobs", "0"], "--jobs 0: the workload has 4 jobs"),
-        (["--policies", "fifo", "--jobs", "9"], "--jobs 9: the workload has 4 jobs"),
+        (["--policies", "fifo", "--jobs", "9"], "--jobs 9: the workload has 4 jobs (use 1..4)"),
         (["--policies", "fifo", "--set", "nope=1"], "nope: unknown field 'nope'"),
         (["--policies", "fifo", "--set", "rl"], "--set 'rl': expected key=value"),
         (["--policies", "fifo", "--set", "jobs.*.rl.steps=-1"], "rl.steps: Input should be"),
