@@ -188,7 +188,8 @@ def _is_text(kind: pa.DataType) -> bool:
 def check_event_log(table: pa.Table, source: str | Path) -> pa.Table:
     """``table`` with every column in its schema type, after checking that it is a usable
     event log: the column types, no missing values (but rewards), names of at most
-    MAX_NAME_CHARS, known kinds and outcomes, finite times in 0..MAX_EVENT_TIME_S that end
+    MAX_NAME_CHARS, known kinds and outcomes, work naming its job and tenant (one tenant per
+    job) and idle rows neither, finite times in 0..MAX_EVENT_TIME_S that end
     no earlier than they start, integers within bounds, rewards finite or missing.
     Raises :class:`EventLogError` naming ``source`` and the column."""
     columns = []
@@ -212,6 +213,7 @@ def check_event_log(table: pa.Table, source: str | Path) -> pa.Table:
         raise EventLogError(f"{source}: column 'outcome': unknown values {bad[:5]} (work is "
                             f"{OUTCOMES}, idle rows name a cause of {IDLE_CAUSES})")  # fmt: skip
     _check_times(table, source)
+    _check_owners(table, source)
     for name, least in NOT_BELOW.items():
         low = pc.min(table.column(name)).as_py()
         if low is not None and low < least:
@@ -249,6 +251,27 @@ def _typed(column: pa.ChunkedArray, kind: pa.DataType, name: str, source) -> pa.
     except pa.ArrowInvalid as err:
         raise EventLogError(f"{source}: column {name!r}: values do not fit {kind} "
                             f"({err})") from None  # fmt: skip
+
+
+def _check_owners(table: pa.Table, source) -> None:
+    """Work names its job and tenant, an idle row neither, and a job has one tenant."""
+    kind, tenant, job = (table.column(c) for c in ("kind", "tenant", "job"))
+    idle = pc.equal(kind, "idle")
+    named = pc.and_(pc.not_equal(job, ""), pc.not_equal(tenant, ""))
+    unnamed = pc.and_(pc.equal(job, ""), pc.equal(tenant, ""))
+    bad = np.flatnonzero(pc.if_else(idle, pc.invert(unnamed), pc.invert(named)).to_numpy())
+    if len(bad):
+        row = bad[0]
+        raise EventLogError(f"{source}: row {row}: kind {kind[row].as_py()!r} with job "
+                            f"{job[row].as_py()!r}, tenant {tenant[row].as_py()!r} (work "
+                            "names its job and tenant, an idle row neither)")  # fmt: skip
+    owners = table.filter(pc.invert(idle)).group_by("job").aggregate([("tenant", "count_distinct")])
+    shared = pc.greater(owners.column("tenant_count_distinct"), 1)
+    if pc.any(shared, min_count=0).as_py():
+        name = pc.filter(owners.column("job"), shared)[0].as_py()
+        tenants = sorted(set(pc.filter(tenant, pc.equal(job, name)).to_pylist()))
+        raise EventLogError(f"{source}: job {name!r} has rows of tenants {tenants[:3]}; a "
+                            "job has one tenant")  # fmt: skip
 
 
 def _check_times(table: pa.Table, source) -> None:
