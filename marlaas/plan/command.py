@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from marlaas.core.feasibility import why_infeasible
-from marlaas.core.limits import MAX_DEVICES
+from marlaas.core.limits import MAX_ADAPTER_SLOTS, MAX_DEVICES
 from marlaas.core.policies import get_policy, policy_names
 from marlaas.core.scheduling import PRESETS
 from marlaas.core.workload import Workload
@@ -88,9 +88,10 @@ def build_space(args: argparse.Namespace, workload: Workload, profile_name: str 
         if name != NO_PRESET and name not in PRESETS:
             raise PlanError(f"--presets: unknown preset {name!r}; choose from "
                             f"{', '.join([NO_PRESET, *PRESETS])}")  # fmt: skip
-    for dim in ("trainer_width", "adapter_slots"):
-        if min(values[dim]) < 1:
-            raise PlanError(f"--{VALUE_OPTIONS[dim].replace('_', '-')}: values must be >= 1")
+    for dim, most in (("trainer_width", MAX_DEVICES), ("adapter_slots", MAX_ADAPTER_SLOTS)):
+        if not 1 <= min(values[dim]) <= max(values[dim]) <= most:
+            raise PlanError(f"--{VALUE_OPTIONS[dim].replace('_', '-')}: values must be "
+                            f"1..{most:,}")  # fmt: skip
     combos = list(itertools.product(*(values[d] for d in VALUE_OPTIONS)))
     if len(combos) > MAX_VARIANTS:
         raise PlanError(f"{len(combos):,} variants to search; at most {MAX_VARIANTS:,}")

@@ -142,6 +142,9 @@ def test_plan_replaces_a_plan_and_refuses_other_folders(tmp_path, capsys):
         (["--max-devices", "0"], "--max-devices 0: give 2..65,536"),
         (["--budget", "nan"], "--budget nan: a price per hour must be a finite number > 0"),
         (["--budget", "inf"], "--budget inf: a price per hour must be a finite number > 0"),
+        (["--adapter-slots", "4,100000"], "--adapter-slots: values must be 1..4,096"),
+        (["--adapter-slots", "0"], "--adapter-slots: values must be 1..4,096"),
+        (["--trainer-widths", "70000"], "--trainer-widths: values must be 1..65,536"),
     ],
 )
 def test_a_bad_number_is_one_line_before_any_work(tmp_path, capsys, option, says):
