@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+import difflib
+import types
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 MAX_PROBLEMS_SHOWN = 5
 """Problems named in one error line; the rest are counted."""
 
 
-def format_validation_error(err: ValidationError, source: str) -> str:
+def format_validation_error(
+    err: ValidationError, source: str, schema: type[BaseModel] | None = None
+) -> str:
     """One line naming each problem (the first few): ``source: jobs[2].rl.steps: Input should
-    be greater than 0 (got -3); ...``."""
+    be greater than 0 (got -3); ...``. With the ``schema`` validated against, an unknown field
+    names the field it is closest to (``did you mean 'steps'?``), else the fields allowed
+    there."""
     problems: dict[tuple[str, str], list[str]] = {}
     for problem in err.errors():
         path = shape = ""  # shape: the path with every list index as [*]
@@ -24,7 +30,7 @@ def format_validation_error(err: ValidationError, source: str) -> str:
                 shape += f".{part}" if shape else str(part)
         message = problem["msg"].removeprefix("Value error, ")
         if problem["type"] == "extra_forbidden":
-            message = "unknown field"
+            message = "unknown field" + _known_fields_hint(schema, problem["loc"])
         got = problem.get("input")
         shown = "" if isinstance(got, dict | list) else f" (got {short_repr(got)})"
         problems.setdefault((shape, message + shown), []).append(path)
@@ -41,3 +47,72 @@ def short_repr(value: Any, limit: int = 80) -> str:
     """``repr(value)``, cut to ``limit`` characters with the length said when longer."""
     text = repr(value)
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+MAX_FIELDS_LISTED = 12
+"""Fields an unknown field's message lists when none is close to it (the rest counted)."""
+
+
+def _known_fields_hint(schema: type[BaseModel] | None, loc: tuple) -> str:
+    """`` (did you mean 'x'?)`` for the unknown field at ``loc``, or `` (known fields: ...)``;
+    empty when the fields there are not known."""
+    known = sorted(_fields_at(schema, loc[:-1])) if schema is not None else []
+    if not known:
+        return ""
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+    if close:
+        return f" (did you mean {close[0]!r}?)"
+    more = len(known) - MAX_FIELDS_LISTED
+    listed = ", ".join(known[:MAX_FIELDS_LISTED]) + (f", and {more} more" if more > 0 else "")
+    return f" (known fields: {listed})"
+
+
+def _fields_at(schema: type[BaseModel], loc: tuple) -> set[str]:
+    """Names of the fields of the model(s) that ``loc`` (a pydantic error location, less
+    its last part) leads to in ``schema``; empty when it leads to none."""
+    at: list[Any] = [schema]
+    for part in loc:
+        if isinstance(part, str) and part.startswith(("function-", "tagged-union")):
+            continue
+        at = [inner for kind in at for inner in _step(kind, part)]
+    return {name for kind in at for leaf in _leaves(kind) if _is_model(leaf)
+            for name in leaf.model_fields}  # fmt: skip
+
+
+def _step(kind: Any, part: str | int) -> list[Any]:
+    """The types one location part leads to from ``kind``: a model's field, a list's item, a
+    mapping's value, or a union's member picked by its tag (``lognormal``) or its name."""
+    found = []
+    for leaf in _leaves(kind):
+        origin, args = get_origin(leaf), get_args(leaf)
+        if _is_model(leaf) and isinstance(part, str):
+            if part in leaf.model_fields:
+                found.append(leaf.model_fields[part].annotation)
+            elif part == leaf.__name__ or any(_is_tag(f.annotation, part)
+                                              for f in leaf.model_fields.values()):  # fmt: skip
+                found.append(leaf)
+        elif origin in (list, tuple, set, frozenset) and isinstance(part, int) and args:
+            found.append(args[0])
+        elif origin is dict and len(args) == 2:
+            found.append(args[1])
+    return found
+
+
+def _leaves(kind: Any) -> list[Any]:
+    """``kind`` without its Annotated metadata, a union as its members."""
+    origin = get_origin(kind)
+    if origin is Annotated:
+        return _leaves(get_args(kind)[0])
+    if origin is Union or origin is types.UnionType:
+        return [leaf for member in get_args(kind) for leaf in _leaves(member)]
+    return [kind]
+
+
+def _is_model(kind: Any) -> bool:
+    return isinstance(kind, type) and issubclass(kind, BaseModel)
+
+
+def _is_tag(annotation: Any, part: str) -> bool:
+    """Whether ``annotation`` is a Literal holding ``part`` (a tagged union's tag)."""
+    return any(get_origin(leaf) is Literal and part in get_args(leaf)
+               for leaf in _leaves(annotation))  # fmt: skip

@@ -185,4 +185,4 @@ def parse_workload(
     try:
         return schema.model_validate(data)
     except ValidationError as err:
-        raise WorkloadError(format_validation_error(err, source)) from None
+        raise WorkloadError(format_validation_error(err, source, schema)) from None

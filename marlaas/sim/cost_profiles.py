@@ -97,7 +97,7 @@ def load_profile(name_or_path: str | Path, base: CostModel | None = None) -> Cos
     try:
         cost = CostModel.model_validate(merged)
     except ValidationError as err:
-        raise ProfileError(format_validation_error(err, f"{path}: cost")) from None
+        raise ProfileError(format_validation_error(err, f"{path}: cost", CostModel)) from None
     meta = {k: v for k, v in data.items() if k != "cost"}
     _check_text_fields(meta, path)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]

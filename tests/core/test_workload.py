@@ -52,6 +52,43 @@ def test_bad_fields_are_named(mutate, expected):
 
 
 @pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (lambda d: d.update(sede=1), "sede: unknown field (did you mean 'seed'?)"),
+        (lambda d: d["jobs"][0].update(tenat="t"), "jobs[0].tenat: unknown field (did you mean"),
+        (
+            lambda d: d["jobs"][0].update(rl={"step": 2}),
+            "rl.step: unknown field (did you mean 'steps'?)",
+        ),
+        (
+            lambda d: d["jobs"][0].update(
+                response_tokens={"dist": "lognormal", "median": 9, "sigmaa": 1}
+            ),
+            "response_tokens.lognormal.sigmaa: unknown field (did you mean 'sigma'?)",
+        ),
+        (
+            lambda d: d.update(cluster={"pool": []}),
+            "cluster.pool: unknown field (did you mean 'pools'?)",
+        ),
+        (
+            lambda d: d.update(tenants={"t": {"wieght": 1}}),
+            "tenants.t.wieght: unknown field (known fields: ",
+        ),
+        (
+            lambda d: d.update(qqqq=1),
+            "qqqq: unknown field (known fields: arrivals, base_model, cluster",
+        ),
+    ],
+)
+def test_an_unknown_field_names_the_field_meant_or_the_fields_allowed(mutate, expected):
+    data = minimal()
+    mutate(data)
+    with pytest.raises(WorkloadError) as err:
+        parse_workload(data, source="w.yaml")
+    assert expected in str(err.value)
+
+
+@pytest.mark.parametrize(
     ("rl", "expected"),
     [
         ({"minibatches": 0}, "jobs[0].rl.minibatches: Input should be greater than or equal to 1"),
