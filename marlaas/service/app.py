@@ -24,6 +24,7 @@ from typing import Annotated
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -77,6 +78,18 @@ class Metrics:
                                  ["method", "route", "status"], registry=self.registry)  # fmt: skip
 
 
+def parameter_errors(errors) -> str:
+    """FastAPI's validation errors as one line: ``job_id in the path: Input should be greater
+    than or equal to 1 (got '0')``, several joined by '; '."""
+    parts = []
+    for error in errors:
+        where, *names = error.get("loc", ()) or ("request",)
+        name = ".".join(str(n) for n in names) or str(where)
+        given = str(error.get("input", ""))[:40]
+        parts.append(f"{name} in the {where}: {error.get('msg', 'invalid')} (got {given!r})")
+    return "; ".join(parts)
+
+
 def create_app(runner: ServiceRunner, data_dir: Path) -> FastAPI:
     """The API over ``runner`` (its store holds the jobs)."""
     store = runner.store
@@ -84,6 +97,13 @@ def create_app(runner: ServiceRunner, data_dir: Path) -> FastAPI:
     metrics = Metrics()
     app = FastAPI(title="MARLaaS", version="1", summary="Multi-tenant RL fine-tuning")
     app.state.store, app.state.operator_key = store, operator_key
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_parameter(request: Request, exc: RequestValidationError) -> JSONResponse:
+        """A path or query parameter a route refuses: 422 with one line naming it, the shape
+        of every other refusal (FastAPI's own is a list of objects)."""
+        del request
+        return JSONResponse({"detail": parameter_errors(exc.errors())}, 422)
 
     @app.middleware("http")
     async def timed(request: Request, call_next):

@@ -126,19 +126,22 @@ def test_a_huge_body_without_a_length_is_413(service):
 
 
 @pytest.mark.parametrize(
-    "path",
+    ("path", "says"),
     [
-        "/v1/jobs/0",
-        "/v1/jobs/-1",
-        "/v1/jobs/abc",
-        "/v1/jobs/99999999999999999999999",
-        "/v1/jobs/1/adapters/-1",
+        ("/v1/jobs/0", "job_id in the path: Input should be greater than or equal to 1"),
+        ("/v1/jobs/-1", "job_id in the path: Input should be greater than or equal to 1"),
+        ("/v1/jobs/abc", "job_id in the path: Input should be a valid integer"),
+        ("/v1/jobs/99999999999999999999999", "job_id in the path: Input should be less than"),
+        ("/v1/jobs/1/adapters/-1", "version in the path: Input should be greater than"),
+        ("/v1/jobs/7/adapters/x", "version in the path: Input should be a valid integer"),
     ],
 )
-def test_bad_ids_are_4xx(service, path):
+def test_a_bad_id_is_422_with_one_line_naming_it(service, path, says):
     key = service.key("alice")
     response = httpx.get(service.url + path, headers={"Authorization": f"Bearer {key}"})
-    assert response.status_code in (404, 422)
+    assert response.status_code == 422
+    detail = response.json()["detail"]
+    assert isinstance(detail, str) and detail.startswith(says) and "\n" not in detail, detail
 
 
 def test_quotas_are_the_schedulers_admission_429_with_the_reason(service):
