@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
-import types
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
@@ -59,9 +57,9 @@ def _known_fields_hint(schema: type[BaseModel] | None, loc: tuple) -> str:
     known = sorted(_fields_at(schema, loc[:-1])) if schema is not None else []
     if not known:
         return ""
-    close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
-    if close:
-        return f" (did you mean {close[0]!r}?)"
+    close = closest(str(loc[-1]), known)
+    if close is not None:
+        return f" (did you mean {close!r}?)"
     more = len(known) - MAX_FIELDS_LISTED
     listed = ", ".join(known[:MAX_FIELDS_LISTED]) + (f", and {more} more" if more > 0 else "")
     return f" (known fields: {listed})"
@@ -103,9 +101,40 @@ def _leaves(kind: Any) -> list[Any]:
     origin = get_origin(kind)
     if origin is Annotated:
         return _leaves(get_args(kind)[0])
-    if origin is Union or origin is types.UnionType:
+    if origin is Union or origin is _UNION_TYPE:
         return [leaf for member in get_args(kind) for leaf in _leaves(member)]
     return [kind]
+
+
+_UNION_TYPE = type(int | str)
+"""``X | Y``'s type (types.UnionType, named without importing types)."""
+
+
+def closest(name: str, known: list[str]) -> str | None:
+    """The one of ``known`` that ``name`` is a likely misspelling of: within an edit distance
+    of a third of its length (at least 1), the nearest (the first of equals); None if none."""
+    best, best_distance = None, max(1, len(name) // 3) + 1
+    for candidate in known:
+        distance = _edit_distance(name.lower(), candidate.lower())
+        if distance < best_distance:
+            best, best_distance = candidate, distance
+    return best
+
+
+def _edit_distance(a: str, b: str) -> int:
+    """Edits turning ``a`` into ``b``: insertions, deletions, substitutions and swaps of two
+    neighbours (the optimal-string-alignment distance)."""
+    if len(a) > 256 or len(b) > 256:
+        return max(len(a), len(b))  # a misspelt field is short: no quadratic work on a long one
+    rows = [list(range(len(b) + 1))]
+    for i in range(1, len(a) + 1):
+        row = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            row[j] = min(rows[-1][j] + 1, row[j - 1] + 1, rows[-1][j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], rows[-2][j - 2] + 1)
+        rows.append(row)
+    return rows[-1][-1]
 
 
 def _is_model(kind: Any) -> bool:
