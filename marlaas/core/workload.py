@@ -27,7 +27,7 @@ from marlaas.core.prices_spec import PricesSpec
 from marlaas.core.scheduling import SchedulingSpec
 from marlaas.core.spec_fields import Count, StrictSpec, check_name, check_policy, shown_name
 from marlaas.core.tenant_spec import TenantSpec
-from marlaas.core.validation_message import format_validation_error
+from marlaas.core.validation_message import closest, format_validation_error, short_repr
 
 
 class WorkloadError(ValueError):
@@ -148,20 +148,32 @@ class Workload(StrictSpec):
         return data
 
 
-def _set_path(node: Any, parts: list[str], value: Any, full: str) -> None:
+def _set_path(node: Any, parts: list[str], value: Any, full: str, done: str = "") -> None:
     head, rest = parts[0], parts[1:]
     if isinstance(node, list):
         targets = node if head == "*" else [_list_item(node, head, full)]
         for item in targets:
             if rest:
-                _set_path(item, rest, value, full)
+                _set_path(item, rest, value, full, f"{done}.{head}")
             else:
                 raise WorkloadError(f"{full}: cannot replace a whole list item")
         return
-    if not isinstance(node, dict) or head not in node:
-        raise WorkloadError(f"{full}: unknown field {head!r}")
+    where = done.lstrip(".") or "the workload"
+    if node is None or node == {}:  # an optional part left out, an empty mapping
+        raise WorkloadError(f"{full}: {where} is {'not set' if node is None else 'empty'}; "
+                            f"set it whole, e.g. {where}={{{head}: ...}}")  # fmt: skip
+    if not isinstance(node, dict):
+        raise WorkloadError(f"{full}: {where} is a value ({short_repr(node)}), not a mapping "
+                            "of fields")  # fmt: skip
+    if head == "*":
+        raise WorkloadError(f"{full}: '*' stands for every item of a list, and {where} is a "
+                            f"mapping (its fields: {', '.join(node) or 'none'})")  # fmt: skip
+    if head not in node:
+        close = closest(head, list(node))
+        hint = f"did you mean {close!r}?" if close else f"known: {', '.join(node)}"
+        raise WorkloadError(f"{full}: unknown field {head!r} ({hint})")
     if rest:
-        _set_path(node[head], rest, value, full)
+        _set_path(node[head], rest, value, full, f"{done}.{head}")
     else:
         node[head] = value
 

@@ -217,7 +217,12 @@ def test_overrides_apply_by_path_name_and_wildcard(tmp_path):
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
-        ("jobs.*.rl.stepz", 3, "unknown field 'stepz'"),
+        ("jobs.*.rl.stepz", 3, "jobs.*.rl.stepz: unknown field 'stepz' (did you mean 'steps'?)"),
+        ("polcy", "fair", "polcy: unknown field 'polcy' (did you mean 'policy'?)"),
+        ("nope", 1, "nope: unknown field 'nope' (known: name, seed, policy, "),
+        ("cluster.*.devices", 1, "'*' stands for every item of a list, and cluster is a mapping"),
+        ("arrivals.path", "a.csv", "arrivals is not set; set it whole, e.g. arrivals={path: ...}"),
+        ("seed.x", 1, "seed.x: seed is a value (0), not a mapping of fields"),
         ("jobs.c.weight", 1, "no list item 'c'"),
         ("jobs.*.rl.steps", -1, "jobs[0].rl.steps"),
     ],
