@@ -15,8 +15,9 @@ dangling one is refused), never replaced.
 still training (or killed: ``marlaas train --resume`` continues it); ``files`` are the
 entries the command wrote. A command claims its ``--out`` with :func:`claim` before any work:
 
-1. ``out`` must not be a file, the root, the working folder or a folder holding it, and its
-   parent must be writable: the lock file is created there;
+1. ``out`` must not be a file, the root, the working folder or a folder holding it, nor lie
+   inside another marlaas output (it would be an entry that output's manifest does not
+   list), and its parent must be writable: the lock file is created there;
 2. the lock (``fcntl.flock`` on ``.NAME.lock`` beside ``out``) is held for the whole command,
    so a second command writing the same ``out`` is refused at once;
 3. an existing ``out`` must be empty, or a finished output of the same kind (a real run may
@@ -83,6 +84,7 @@ def claim(
     out = output_path(out, in_place=allow_partial)
     if out.exists() and not out.is_dir():
         raise OutputError(f"{out}: exists and is not a folder; not writing there")
+    _refuse_inside_output(out)
     lock = lock_beside(out)
     try:
         restore_old(out, kind)
@@ -110,11 +112,7 @@ def claim_file(out: str | Path, what: str, recognise: Callable[[Path], bool]) ->
         raise OutputError(f"{out}: is a folder; --out names the {what} file to write")
     if path.exists() and not path.is_file():
         raise OutputError(f"{out}: exists and is not a regular file; not writing there")
-    owner = inside_output(path)
-    if owner is not None:
-        kind = NAMES[folder_kind(owner)[0] or "simulation"]
-        raise OutputError(f"{out}: is inside {owner}, a {kind}; marlaas writes none of its "
-                          "files there (choose a path outside it)")  # fmt: skip
+    _refuse_inside_output(path)
     lock = lock_beside(path)
     try:
         if path.exists() and not recognise(path):
@@ -124,6 +122,17 @@ def claim_file(out: str | Path, what: str, recognise: Callable[[Path], bool]) ->
         yield path
     finally:
         unlock(path, lock)
+
+
+def _refuse_inside_output(path: Path) -> None:
+    """OutputError when ``path`` lies inside a marlaas output folder: an output written there
+    would be a file that output's manifest does not list (and its own folder's lock and
+    staging beside it, too)."""
+    owner = inside_output(path)
+    if owner is not None:
+        kind = NAMES[folder_kind(owner)[0] or "simulation"]
+        raise OutputError(f"{path}: is inside {owner}, a {kind}; marlaas writes none of its "
+                          "files there (choose a path outside it)")  # fmt: skip
 
 
 def _check_owner(out: Path, kind: str, existing: tuple[str | None, str], partial: bool) -> None:
