@@ -11,6 +11,8 @@ never a traceback further on. Fields a reader does not use are kept unchecked.
 from __future__ import annotations
 
 import io
+import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -21,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from marlaas import strict_json
 from marlaas.core.limits import MAX_SEED
 from marlaas.core.validation_message import format_validation_error
-from marlaas.eventlog import MAX_EVENT_TIME_S, MAX_NAME_CHARS, EventLogError
+from marlaas.eventlog import EVENT_LOG_FILE, MAX_EVENT_TIME_S, MAX_NAME_CHARS, EventLogError
 
 SUMMARY_FILE = "summary.json"
 EVAL_FILE = "eval.json"
@@ -167,6 +169,20 @@ def read_text(path: Path, what: str, limit: int = MAX_JSON_BYTES) -> str:
                            f"{err.reason})") from None  # fmt: skip
     except OSError as err:
         raise RunFileError(f"{path}: not a readable {what} ({err.strerror or err})") from None
+
+
+def check_distinct(runs: Iterable[str | Path]) -> None:
+    """RunFileError when two of ``runs`` (run folders, or event-log files) are one run: the
+    same folder by another spelling or through a link, or a folder and its event log."""
+    seen: dict[str, str | Path] = {}
+    for run in runs:
+        key = os.path.realpath(run)  # never raises: a link loop stays a path
+        if os.path.isdir(key):
+            key = os.path.join(key, EVENT_LOG_FILE)
+        if key in seen:
+            raise RunFileError(f"{run}: the same run as {seen[key]}, given twice; give each "
+                               "run once")  # fmt: skip
+        seen[key] = run
 
 
 def read_json(path: Path, what: str) -> Any:

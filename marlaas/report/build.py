@@ -22,6 +22,7 @@ from marlaas.report.load import Run, load_runs
 from marlaas.report.sections import FIGURES, compared_sections, run_sections
 from marlaas.report.sweep_page import is_sweep_folder, write_sweep_report
 from marlaas.report.trace import write_trace
+from marlaas.run_files import check_distinct
 
 REPORT_FILE = "report.html"
 TRACE_FILE = "trace.json"
@@ -46,6 +47,7 @@ def run_report(run_dirs: Sequence[str | Path], out_dir: str | Path, static: bool
     sweep = any(is_sweep_folder(p) for p in run_dirs)
     if sweep and len(run_dirs) > 1:
         raise EventLogError("a sweep folder is reported on its own: marlaas report SWEEP_DIR")
+    check_distinct(run_dirs)
     with claim(out_dir, "report") as out:  # checked and locked before any work
         if sweep:
             with out.staged() as staging:

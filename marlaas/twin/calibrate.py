@@ -47,6 +47,7 @@ import pandas as pd
 from scipy.optimize import nnls
 
 from marlaas.executors.host_share import busy_host_note
+from marlaas.run_files import check_distinct
 from marlaas.sim.cost_model import CostModel, train_work
 from marlaas.table import text_table
 from marlaas.twin.decode_fit import features, fit_decode, predict
@@ -109,6 +110,7 @@ def calibrate(
     """Fit a cost model to the real runs at ``paths`` (``base`` supplies what no run can
     tell, e.g. train_rank_scale); ``refine_evaluations``: replays of the runs that refine the
     engine terms (0: the regression alone)."""
+    check_distinct(paths)  # a run given twice would count twice
     runs = [load_real_run(p) for p in paths]
     base = base or CostModel()
     _require_stages(runs)
