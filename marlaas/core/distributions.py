@@ -18,12 +18,13 @@ Sampling takes a numpy Generator so that all randomness comes from the run's see
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from marlaas.core.limits import MAX_DIST_VALUE, MAX_SIGMA, MAX_VALUES
+from marlaas.core.plain_numbers import refuse_bool
 
 Value = Annotated[float, Field(ge=0, le=MAX_DIST_VALUE)]
 """A finite, non-negative parameter (tokens or seconds), bounded (marlaas.core.limits)."""
@@ -32,6 +33,11 @@ Values = Annotated[list[Value], Field(max_length=MAX_VALUES)]
 
 class _Dist(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("value", "median", "sigma", "low", "high", mode="before", check_fields=False)
+    @classmethod
+    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        return refuse_bool(cls, value, info)
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """Draw ``n`` values as float64."""

@@ -22,9 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from marlaas.core.limits import MAX_JOBS, MAX_STALENESS
+from marlaas.core.plain_numbers import refuse_bool
 
 PRESETS: dict[str, dict[str, Any]] = {
     "sequential": {"placement": "colocated", "max_active_jobs": 1, "staleness_cap": 0},
@@ -87,6 +88,11 @@ class SchedulingSpec(BaseModel):
     default (disaggregated, every arrived job admitted, no barrier, each job's own bound)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        return refuse_bool(cls, value, info)
 
     preset: str | None = None
     """A named preset of the settings below: sequential or sync (see the module docstring)."""

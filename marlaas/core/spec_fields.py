@@ -3,12 +3,13 @@ and amounts (the bounds from :mod:`marlaas.core.limits`), and the checks of name
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from marlaas.core import limits as L
 from marlaas.core.distributions import largest
+from marlaas.core.plain_numbers import refuse_bool
 
 
 class StrictSpec(BaseModel):
@@ -18,6 +19,11 @@ class StrictSpec(BaseModel):
     model_config = ConfigDict(
         extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False
     )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        return refuse_bool(cls, value, info)
 
 
 def Count(high: int, low: int = 1):

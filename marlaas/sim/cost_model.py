@@ -6,9 +6,11 @@ never sees a cost: it decides what runs where, the cost model decides how long i
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from marlaas.core.plain_numbers import refuse_bool
 
 MAX_ITERATION_MS = 60_000.0
 """Largest per-iteration cost of decoding [ms] (a minute)."""
@@ -42,6 +44,11 @@ class CostModel(BaseModel):
     model_config = ConfigDict(
         extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False
     )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        return refuse_bool(cls, value, info)
 
     decode_base_ms: PositiveMs = 6.0
     """Per decode iteration [ms]: 32 layers' weight reads at batch 1 [S1][S2] (fit intercept)."""

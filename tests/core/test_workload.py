@@ -96,7 +96,7 @@ def test_an_unknown_field_names_the_field_meant_or_the_fields_allowed(mutate, ex
         ({"minibatches": 2.5}, "jobs[0].rl.minibatches: Input should be a valid integer"),
         ({"minibatches": 2.0}, "jobs[0].rl.minibatches: Input should be a valid integer"),
         ({"minibatches": "2"}, "jobs[0].rl.minibatches: Input should be a valid integer"),
-        ({"minibatches": True}, "jobs[0].rl.minibatches: Input should be a valid integer"),
+        ({"minibatches": True}, "jobs[0].rl.minibatches: a number, not true or false"),
         ({"minibatches": 9}, "minibatches (9) must be at most prompts_per_step (8)"),
         ({"clip_eps": 0}, "jobs[0].rl.clip_eps: Input should be greater than 0"),
         ({"clip_eps": 1.5}, "jobs[0].rl.clip_eps: Input should be less than or equal to 1"),
