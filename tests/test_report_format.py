@@ -134,6 +134,12 @@ def test_job_colors_are_shades_of_their_tenant():
         assert names[nearest] == tenant, job
 
 
+def test_jobs_of_no_tenant_get_a_colour_of_their_own():
+    colors = job_colors({"a": "alice", "x": "", "y": ""})  # rewards.csv without tenants
+    assert len(set(colors.values())) == 3
+    assert job_colors({"x": ""}).keys() == {"x"}
+
+
 def test_locate_runs_finds_demo_runs_from_a_subfolder(two_runs, tmp_path, monkeypatch):
     import shutil
 

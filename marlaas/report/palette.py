@@ -76,6 +76,7 @@ def job_colors(job_tenant: Mapping[str, str]) -> dict[str, str]:
     """``{job: '#rrggbb'}``: shades of the job's tenant colour (jobs in natural order)."""
     tenants = ordered(job_tenant.values())
     index = {t: i for i, t in enumerate(tenants)}
+    index.setdefault("", len(tenants))  # jobs of no tenant (a rewards.csv without one)
     jobs_of: dict[str, list[str]] = {}
     for job in ordered(job_tenant):
         jobs_of.setdefault(str(job_tenant[job]), []).append(job)
