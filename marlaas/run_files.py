@@ -10,6 +10,7 @@ never a traceback further on. Fields a reader does not use are kept unchecked.
 
 from __future__ import annotations
 
+import csv
 import io
 import os
 from collections.abc import Iterable
@@ -24,6 +25,7 @@ from marlaas import strict_json
 from marlaas.core.limits import MAX_SEED
 from marlaas.core.validation_message import format_validation_error
 from marlaas.eventlog import EVENT_LOG_FILE, MAX_EVENT_TIME_S, MAX_NAME_CHARS, EventLogError
+from marlaas.traces.csvrows import first_repeated
 
 SUMMARY_FILE = "summary.json"
 EVAL_FILE = "eval.json"
@@ -285,6 +287,12 @@ def _read_csv(path: Path, what: str, required: set[str]) -> pd.DataFrame:
     except (ValueError, pd.errors.ParserError) as err:
         reason = " ".join(str(err).split())
         raise RunFileError(f"{path}: not a readable {what} ({reason})") from None
+    try:
+        repeated = first_repeated(next(csv.reader(io.StringIO(text)), []))
+    except csv.Error as err:  # a header cell past the csv module's field size
+        raise RunFileError(f"{path}: not a readable {what} (header: {err})") from None
+    if repeated is not None:  # pandas would read it as two columns, the second renamed
+        raise RunFileError(f"{path}: the header names column {_short(repeated)} more than once")
     missing = required - set(frame.columns)
     if missing:
         raise RunFileError(f"{path}: missing columns {sorted(missing)}")
