@@ -70,7 +70,7 @@ def read_yaml(path: str | Path, what: str = "workload", error: type = WorkloadEr
     ``error`` raised."""
     path = Path(path)
     if not path.is_file():
-        raise error(f"{path}: no such {what} file")
+        raise error(f"{path}: {not_a_file(path, what)}")
     size = path.stat().st_size
     if size > MAX_FILE_BYTES:
         raise error(f"{path}: {size:,} bytes; a {what} file may have at most "
@@ -82,6 +82,15 @@ def read_yaml(path: str | Path, what: str = "workload", error: type = WorkloadEr
     except OSError as err:
         raise error(f"{path}: cannot read it ({err.strerror})") from None
     return parse_yaml(text, str(path), error)
+
+
+def not_a_file(path: Path, what: str) -> str:
+    """Why ``path``, which is not a regular file, cannot be read as a ``what`` file."""
+    if path.is_dir():
+        return f"is a folder, not a {what} file"
+    if path.exists():  # a device, a named pipe, a socket: reading may never end
+        return f"not a regular file (a device or a pipe?); give a {what} file"
+    return f"no such {what} file"
 
 
 def parse_yaml(text: str, source: str, error: type = WorkloadError) -> Any:

@@ -28,7 +28,7 @@ from marlaas.core import limits as L
 from marlaas.core.validation_message import format_validation_error, short_repr
 from marlaas.core.workload import WorkloadError
 from marlaas.sim.cost_model import CostModel
-from marlaas.workload_file import read_yaml
+from marlaas.workload_file import not_a_file, read_yaml
 
 BUNDLED = Path(__file__).parent / "profiles"
 """Folder of the profiles that ship with marlaas."""
@@ -79,6 +79,8 @@ def resolve_profile(name_or_path: str | Path) -> Path:
     bundled = BUNDLED / f"{name_or_path}.yaml"
     if bundled.is_file():
         return bundled
+    if path.exists():  # a folder, a device or a pipe that is not a bundled name either
+        raise ProfileError(f"--cost {str(name_or_path)!r}: {not_a_file(path, 'cost profile')}")
     raise ProfileError(
         f"--cost {str(name_or_path)!r}: no such file and no bundled profile of that name "
         f"(bundled: {', '.join(bundled_profiles()) or 'none'})"
