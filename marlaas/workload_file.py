@@ -127,7 +127,12 @@ def check_size(data: Any, source: str, error: type = WorkloadError) -> None:
 def load_workload(path: str | Path, overrides: dict[str, Any] | None = None) -> WorkloadFile:
     """Read, resolve and validate a workload file, then apply dotted-path ``overrides``."""
     path = Path(path)
-    data = resolve_files(read_yaml(path), path.parent, str(path))
+    data = read_yaml(path)
+    if data is None:  # an empty file, or comments only
+        raise WorkloadError(f"{path}: holds no workload (empty, or comments only); a "
+                            "workload is a mapping with at least jobs: [...] (see "
+                            "traces/small.yaml)")  # fmt: skip
+    data = resolve_files(data, path.parent, str(path))
     check_size(data, f"{path} (with its traces)")
     _load_named_policy(data)
     workload = parse_workload(data, source=str(path), schema=WorkloadFile)
