@@ -39,7 +39,20 @@ class WorkloadFile(Workload):
 
 
 class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """The C-accelerated safe loader, refusing a mapping that repeats a key."""
+    """The C-accelerated safe loader, refusing a mapping that repeats a key, and a scalar
+    that its type cannot hold (an int of more digits than Python converts, a 30th of
+    February) as a YAML error at its line instead of a ValueError."""
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except ValueError as err:
+            shown = node.value if isinstance(node.value, str) else node.tag
+            reason = " ".join(str(err).split(";")[0].split())
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read {shown[:40]!r}{'...' if len(shown) > 40 else ''} "
+                f"as {node.tag.rsplit(':', 1)[-1]}: {reason}", node.start_mark,
+            ) from None  # fmt: skip
 
 
 def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False):

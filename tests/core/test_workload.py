@@ -233,6 +233,13 @@ def test_bad_overrides(key, value, message):
     assert message in str(err.value)
 
 
+def test_a_set_value_python_cannot_convert_is_a_workload_error():
+    from marlaas.workload_file import parse_overrides
+
+    with pytest.raises(WorkloadError, match=r"not a YAML value \(cannot read '9999.* as int"):
+        parse_overrides(["seed=" + "9" * 5000])  # over int()'s 4,300 digits: was a ValueError
+
+
 def test_bundled_workloads_load():
     from pathlib import Path
 
