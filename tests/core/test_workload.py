@@ -240,6 +240,18 @@ def test_a_set_value_python_cannot_convert_is_a_workload_error():
         parse_overrides(["seed=" + "9" * 5000])  # over int()'s 4,300 digits: was a ValueError
 
 
+def test_a_yaml_text_of_too_many_values_is_refused_before_its_document_is_built(monkeypatch):
+    from marlaas import workload_file
+
+    def built(*_args, **_kwargs):
+        raise AssertionError("the document was built (memory grows with the file)")
+
+    monkeypatch.setattr(workload_file, "MAX_NODES", 1_000)
+    monkeypatch.setattr(workload_file._UniqueKeyLoader, "construct_document", built)
+    with pytest.raises(WorkloadError, match=r"w.yaml: more than 1,000 values \(mappings, lists"):
+        workload_file.parse_yaml("x: [" + "0, " * 2_000 + "0]", "w.yaml")
+
+
 def test_bundled_workloads_load():
     from pathlib import Path
 
