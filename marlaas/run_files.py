@@ -22,7 +22,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from marlaas import strict_json
-from marlaas.core.limits import MAX_SEED
+from marlaas.core.limits import MAX_JOBS, MAX_SEED, MAX_STEPS
 from marlaas.core.validation_message import format_validation_error
 from marlaas.eventlog import EVENT_LOG_FILE, MAX_EVENT_TIME_S, MAX_NAME_CHARS, EventLogError
 from marlaas.traces.csvrows import first_repeated
@@ -44,7 +44,11 @@ Name = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-Count = Annotated[int, Field(ge=0)]
+MAX_COUNT = 2**53
+"""Largest count a run file may hold (exact as a float; a larger integer cannot be plotted)."""
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+Step = Annotated[int, Field(ge=0, le=MAX_STEPS)]
+"""A training step's index, or an adapter version."""
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
 Clock = Annotated[float, Field(ge=-MAX_EVENT_TIME_S, le=MAX_EVENT_TIME_S, allow_inf_nan=False)]
 """A time on a run's clock [s] (negative: before the run's start, e.g. while models load)."""
@@ -86,7 +90,7 @@ class RunSummary(_Checked):
     arrivals: dict[Name, NonNegative] | None = None
     weights: dict[Name, Positive] | None = None
     tenants: dict[Name, Name] | None = None
-    resumed_from: dict[Name, Count] | None = None
+    resumed_from: dict[Name, Step] | None = None
     host: HostShareRecord | None = None
     metrics: SummaryMetrics | None = None
 
@@ -96,7 +100,7 @@ class RewardRow(BaseModel):
 
     job: Name
     tenant: Name = ""
-    step: Count
+    step: Step
     mean_reward: Finite
     time_s: Clock | None = None
 
@@ -118,8 +122,9 @@ class EvalRow(_Checked):
     mean_reward: Finite | None = None
     tenant: Name | None = None
     env: Name | None = None
-    version: int | None = None
-    prompts: Annotated[int, Field(ge=1)] | None = None
+    version: Annotated[int, Field(ge=-1, le=MAX_STEPS)] | None = None
+    """The adapter version scored (-1: the base model)."""
+    prompts: Annotated[int, Field(ge=1, le=MAX_COUNT)] | None = None
     correct: Count | None = None
     ci_low: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
     ci_high: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
@@ -146,7 +151,7 @@ class SweepRow(_Checked):
     other columns are numbers, see :func:`read_sweep_table`)."""
 
     workload: Name
-    jobs: Annotated[int, Field(ge=1)]
+    jobs: Annotated[int, Field(ge=1, le=MAX_JOBS)]
     variant: Name
     schedule: Name
     policy: Name
