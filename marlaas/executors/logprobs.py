@@ -68,7 +68,7 @@ class _ChunkedLogprobs(torch.autograd.Function):
             rows = slice(start, start + ctx.chunk)
             h = hidden[rows]
             # d logp / d logits = onehot(target) - softmax, times the incoming gradient
-            grad_z = torch.exp_(_logits(h, weight, bias) - lse[rows, None])  # softmax [n, V]
+            grad_z = _logits(h, weight, bias).sub_(lse[rows, None]).exp_()  # softmax [n, V]
             grad_z.neg_().scatter_add_(1, targets[rows, None], torch.ones_like(lse[rows, None]))
             grad_z.mul_(grad_out[rows, None].float())
             if need_h:
