@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from marlaas.executors.rollout import Completion
+from marlaas.executors.thread_split import cpu_share, working
 
 BASE = "__base__"  # PEFT's adapter name for "no adapter" in mixed batches
 
@@ -57,6 +58,9 @@ class HFGenerator:
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device)
         self.model.eval()
         self.device = torch.device(device)
+        self.processor = cpu_share(self.device.type == "cpu")
+        """The processor's threads shared with a trainer computing beside it (on a CPU):
+        :mod:`marlaas.executors.thread_split`."""
         self.max_batch_size = max_batch_size
         self.eos_id = self.tokenizer.eos_token_id
         self.pad_id = (
@@ -203,7 +207,7 @@ class HFGenerator:
 
     def _sample(self, rows: list[_Row]) -> list[Completion]:
         """Sample all rows in one left-padded batch (runs in a worker thread)."""
-        with self._model_lock, torch.no_grad():
+        with self._model_lock, torch.no_grad(), working(self.processor):
             return self._sample_locked(rows)
 
     def _sample_locked(self, rows: list[_Row]) -> list[Completion]:
@@ -230,6 +234,8 @@ class HFGenerator:
         cache = DynamicCache()
         step_in, pos = ids, (attn.cumsum(1) - 1).clamp(min=0)
         for t in range(max(r.max_new_tokens for r in rows)):
+            if self.processor is not None:  # each step with its share of the threads
+                self.processor.apply()
             logits = (
                 self.model(
                     input_ids=step_in,

@@ -45,6 +45,7 @@ from marlaas.executors.lora_weights import load_weights, seeded_init, write_adap
 from marlaas.executors.rollout import TrainSample, TrainStats
 from marlaas.executors.shared_weights import share_weights
 from marlaas.executors.step_settings import check_step_settings
+from marlaas.executors.thread_split import cpu_share, working
 from marlaas.executors.token_layout import layout, padded_layout
 
 _JOB_NAME = re.compile(r"[A-Za-z0-9_-]+")
@@ -135,6 +136,9 @@ class PeftTrainer:
         self.max_grad_norm, self.weight_decay = max_grad_norm, weight_decay
         self.target_modules = list(target_modules)
         self.device = torch.device(device)
+        self.processor = cpu_share(self.device.type == "cpu")
+        """The processor's threads this trainer shares with an engine computing beside it (on
+        a CPU; None elsewhere): :mod:`marlaas.executors.thread_split`."""
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         base = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=dtype).to(self.device)
         base.requires_grad_(False)
@@ -335,7 +339,7 @@ class PeftTrainer:
         step started from (None: the current weights, as in a step's first minibatch).
         Raises :class:`TrainingInterrupted` when `stopped()` before a micro-batch.
         Follow it with :meth:`apply_gradients`, and :meth:`end_step` in any case."""
-        with self._lock:
+        with self._lock, working(self.processor):
             state = self._job(job)
             self._activate(job)
             self.model.train()
@@ -344,6 +348,7 @@ class PeftTrainer:
             for start in range(0, len(samples), self.micro_batch_size):
                 if stopped():
                     raise TrainingInterrupted(f"{job}: training step interrupted")
+                self._share_threads()
                 chunk = samples[start : start + self.micro_batch_size]
                 logp, mask = self._completion_logprobs(chunk)
                 old = pad_rows([s.logprobs for s in chunk], mask.shape[1], self.device)
@@ -421,7 +426,7 @@ class PeftTrainer:
         completion_ids: Sequence[Sequence[int]],
     ) -> list[list[float]]:
         """Log-probs [nats] of each completion token under `job`'s adapter (None: base model)."""
-        with self._lock:
+        with self._lock, working(self.processor):
             return self._logprobs(job, prompt_ids, completion_ids)
 
     def _logprobs(self, job, prompt_ids, completion_ids) -> list[list[float]]:
@@ -432,6 +437,7 @@ class PeftTrainer:
         out: list[list[float]] = []
         for start in range(0, len(chunk), self.micro_batch_size):
             part = chunk[start : start + self.micro_batch_size]
+            self._share_threads()
             if job is None:
                 with self._no_adapter():
                     logp, _ = self._completion_logprobs(part)
@@ -527,6 +533,11 @@ class PeftTrainer:
         for p in self._jobs[job].params:
             p.requires_grad_(False)
             p.grad = None
+
+    def _share_threads(self) -> None:
+        """Before a micro-batch: this thread's share of the processor's threads."""
+        if self.processor is not None:
+            self.processor.apply()
 
     def _no_adapter(self):
         return self.model.disable_adapter()

@@ -33,6 +33,7 @@ from pathlib import Path
 from marlaas.executors import vllm_cpu_kernels
 from marlaas.executors.hf_generator import _mix
 from marlaas.executors.rollout import Completion
+from marlaas.executors.thread_split import cpu_share, working
 
 # Set before vLLM is imported; explicit values from the user's environment win.
 _CPU_ENV = {
@@ -97,14 +98,17 @@ class VLLMGenerator:
             **{"kv_cache_memory_bytes": int(kv_cache_bytes), **(engine_kwargs or {})},
         )
         self.in_process = in_process
+        self._processor = None  # in process on a CPU: its share of the threads, set below
         if in_process:
             import vllm.envs
 
             if vllm.envs.VLLM_ENABLE_V1_MULTIPROCESSING:
                 raise RuntimeError("in_process=True needs VLLM_ENABLE_V1_MULTIPROCESSING=0")
+            from vllm.platforms import current_platform
             from vllm.v1.engine.llm_engine import LLMEngine
 
             vllm_cpu_kernels.install()  # LoRA per adapter, kernel caches of a few MiB
+            self._processor = cpu_share(current_platform.is_cpu())
             # Every engine call runs on the one shared engine thread (see the module docstring).
             self._thread = _EngineThread.acquire()
             try:
@@ -268,19 +272,28 @@ class VLLMGenerator:
 
     async def _pump(self) -> None:
         """Step the engine while requests are waiting; hand finished outputs to their callers."""
+        loop = asyncio.get_running_loop()
         try:
-            while self._waiting:
-                outputs = await self._engine_call("step")
-                for out in outputs:
-                    if out.finished:
-                        fut = self._waiting.pop(out.request_id, None)
-                        if fut is not None and not fut.done():
-                            fut.set_result(out)
+            with working(self._processor):
+                while self._waiting:
+                    outputs = await loop.run_in_executor(self._thread, self._step)
+                    for out in outputs:
+                        if out.finished:
+                            fut = self._waiting.pop(out.request_id, None)
+                            if fut is not None and not fut.done():
+                                fut.set_result(out)
         except Exception as exc:  # the engine failed: fail every waiting caller
             for fut in self._waiting.values():
                 if not fut.done():
                     fut.set_exception(exc)
             self._waiting.clear()
+
+    def _step(self):
+        """One step of the in-process engine (on its thread), with its share of the processor's
+        threads beside a trainer computing on it (:mod:`marlaas.executors.thread_split`)."""
+        if self._processor is not None:
+            self._processor.apply()
+        return self.engine.step()
 
     def _params(self, max_new_tokens: int, temperature: float, seed: int):
         from vllm import SamplingParams
