@@ -19,6 +19,7 @@ from pydantic import Field
 
 from marlaas import strict_json
 from marlaas.core.workload import Workload, WorkloadError, parse_workload
+from marlaas.file_kind import not_a_file
 from marlaas.policy_path import load_policy
 from marlaas.sim.cost_model import CostModel
 
@@ -95,15 +96,6 @@ def read_yaml(path: str | Path, what: str = "workload", error: type = WorkloadEr
     except OSError as err:
         raise error(f"{path}: cannot read it ({err.strerror})") from None
     return parse_yaml(text, str(path), error)
-
-
-def not_a_file(path: Path, what: str) -> str:
-    """Why ``path``, which is not a regular file, cannot be read as a ``what`` file."""
-    if path.is_dir():
-        return f"is a folder, not a {what} file"
-    if path.exists():  # a device, a named pipe, a socket: reading may never end
-        return f"not a regular file (a device or a pipe?); give a {what} file"
-    return f"no such {what} file"
 
 
 def parse_yaml(text: str, source: str, error: type = WorkloadError) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -109,6 +110,11 @@ def test_missing_column_and_file_and_format(tmp_path):
         load_length_trace(path, "azure")
     with pytest.raises(TraceError, match="no such trace file"):
         load_length_trace(tmp_path / "nope.csv", "csv")
+    with pytest.raises(TraceError, match="is a folder, not a trace file"):
+        load_length_trace(tmp_path, "csv")
+    os.mkfifo(tmp_path / "pipe.csv")  # reading it would wait for a writer forever
+    with pytest.raises(TraceError, match=r"not a regular file \(a device or a pipe\?\)"):
+        load_length_trace(tmp_path / "pipe.csv", "csv")
     with pytest.raises(TraceError, match="unknown trace format 'parquet'"):
         load_length_trace(path, "parquet")
     empty = write(tmp_path, "e.csv", "prompt_tokens,response_tokens\n")

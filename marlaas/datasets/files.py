@@ -15,6 +15,7 @@ from typing import Any
 
 from marlaas import strict_json
 from marlaas.datasets.problems import Problem
+from marlaas.file_kind import not_a_file
 from marlaas.traces.csvrows import first_repeated
 
 MAX_ROWS = 1_000_000
@@ -80,8 +81,10 @@ def _text(value: Any, path: Path, row: int, column: str) -> str:
 def _read_rows(path: Path) -> list[dict[str, Any]]:
     if path.is_dir():
         return _read_saved(path)
-    if not path.is_file():
+    if not path.exists():
         raise DatasetError(f"{path}: no such dataset file or folder")
+    if not path.is_file():  # a device or a pipe: reading may never end
+        raise DatasetError(f"{path}: {not_a_file(path, 'dataset')}, or a save_to_disk folder")
     kind = SUFFIXES.get(path.suffix.lower())
     if kind is None:
         raise DatasetError(f"{path}: unknown dataset format {path.suffix!r}; use "

@@ -27,8 +27,9 @@ from marlaas.atomic import write_durably
 from marlaas.core import limits as L
 from marlaas.core.validation_message import format_validation_error, short_repr
 from marlaas.core.workload import WorkloadError
+from marlaas.file_kind import not_a_file
 from marlaas.sim.cost_model import CostModel
-from marlaas.workload_file import not_a_file, read_yaml
+from marlaas.workload_file import read_yaml
 
 BUNDLED = Path(__file__).parent / "profiles"
 """Folder of the profiles that ship with marlaas."""

@@ -4,6 +4,7 @@ naming the file, row and column, the held-out split and the training order."""
 from __future__ import annotations
 
 import json
+import os
 
 import pandas as pd
 import pytest
@@ -88,6 +89,9 @@ def test_malformed_files_get_one_line_naming_file_row_and_column(tmp_path, name,
 def test_a_missing_file_or_a_folder_that_is_not_a_dataset(tmp_path):
     with pytest.raises(DatasetError, match="no such dataset file or folder"):
         read_problems(tmp_path / "gone.jsonl", "prompt", "answer")
+    os.mkfifo(tmp_path / "pipe.jsonl")  # reading it would wait for a writer forever
+    with pytest.raises(DatasetError, match=r"not a regular file \(a device or a pipe\?\)"):
+        read_problems(tmp_path / "pipe.jsonl", "prompt", "answer")
     pytest.importorskip("datasets")
     (tmp_path / "folder").mkdir()
     with pytest.raises(DatasetError, match="not a folder that datasets' save_to_disk wrote"):

@@ -93,9 +93,7 @@ def _samples(version: int = 0):
     ]
 
 
-def test_a_training_step_beside_an_engine_takes_half_the_threads(
-    tiny_model_dir, restore_threads
-):
+def test_a_training_step_beside_an_engine_takes_half_the_threads(tiny_model_dir, restore_threads):
     pytest.importorskip("peft")
     from marlaas.executors.peft_trainer import PeftTrainer
 
