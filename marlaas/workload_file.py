@@ -11,6 +11,7 @@ problem is one :class:`WorkloadError` line naming the file and the field.
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,33 @@ def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool 
 
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+# Numbers as YAML 1.2 reads them. PyYAML follows YAML 1.1, where 0123 is octal 83, 1:20 is
+# sexagesimal 80 and 1_000 is 1000 (each silently another number than written), and 1e3 is a
+# string; here 0123 is 123, 1e3 is 1000.0, and the others are text a number field refuses.
+_INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_INT_12 = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
+_FLOAT_12 = re.compile(
+    r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+)
+_UniqueKeyLoader.yaml_implicit_resolvers = {
+    first: [(tag, pattern) for tag, pattern in resolvers if tag not in (_INT, _FLOAT)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_UniqueKeyLoader.add_implicit_resolver(_INT, _INT_12, list("-+0123456789"))
+_UniqueKeyLoader.add_implicit_resolver(_FLOAT, _FLOAT_12, list("-+0123456789."))
+
+
+def _int_12(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    """A YAML 1.2 integer: decimal (leading zeros are not octal), 0o octal or 0x hex."""
+    text = loader.construct_scalar(node)
+    if text.startswith(("0o", "0x")):
+        return int(text[2:], 8 if text[1] == "o" else 16)
+    return int(text, 10)
+
+
+_UniqueKeyLoader.add_constructor(_INT, _int_12)
 
 
 def read_yaml(path: str | Path, what: str = "workload", error: type = WorkloadError) -> Any:

@@ -274,3 +274,21 @@ def test_a_tenant_has_one_weight_and_trainers_are_whole():
     ]
     with pytest.raises(WorkloadError, match=r"cluster.pools\[1\].*multiple of devices_per_trainer"):
         parse_workload(minimal(cluster={"pools": pools}))
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("seed: 0123", 123), ("seed: 1e3", 1000), ("seed: 0x10", 16), ("seed: 007", 7)],
+)
+def test_numbers_are_read_as_yaml_1_2_reads_them(tmp_path, text, value):
+    path = tmp_path / "w.yaml"
+    path.write_text(f"{text}\njobs: [{{name: j, tenant: t}}]\n")
+    assert load_workload(path).seed == value  # YAML 1.1: 0123 was octal 83, 1e3 a string
+
+
+@pytest.mark.parametrize("given", ["1:20", "0b101"])
+def test_yaml_1_1_number_forms_are_text_a_number_field_refuses(tmp_path, given):
+    path = tmp_path / "w.yaml"
+    path.write_text(f"seed: {given}\njobs: [{{name: j, tenant: t}}]\n")
+    with pytest.raises(WorkloadError, match=f"seed: .*{given}"):  # YAML 1.1: 80 and 5
+        load_workload(path)
