@@ -6,12 +6,11 @@ device and ``seed: true`` seed 1. Every model of the workload and the cost model
 from __future__ import annotations
 
 from functools import cache
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Any
 
 from pydantic import BaseModel, ValidationInfo
 
-_UNION_TYPE = type(int | str)
-"""``X | Y``'s type (types.UnionType)."""
+from marlaas.core.validation_message import type_leaves
 
 
 def refuse_bool(model: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
@@ -26,15 +25,5 @@ def refuse_bool(model: type[BaseModel], value: Any, info: ValidationInfo) -> Any
 def _numeric(model: type[BaseModel], name: str) -> bool:
     """Whether field ``name`` of ``model`` takes an int or a float and not a bool."""
     field = model.model_fields.get(name)
-    kinds = set(_leaves(field.annotation)) if field is not None else set()
+    kinds = set(type_leaves(field.annotation)) if field is not None else set()
     return bool(kinds & {int, float}) and bool not in kinds
-
-
-def _leaves(kind: Any) -> list[Any]:
-    """``kind`` without its Annotated metadata, a union as its members."""
-    origin = get_origin(kind)
-    if origin is Annotated:
-        return _leaves(get_args(kind)[0])
-    if origin is Union or origin is _UNION_TYPE:
-        return [leaf for member in get_args(kind) for leaf in _leaves(member)]
-    return [kind]

@@ -73,7 +73,7 @@ def _fields_at(schema: type[BaseModel], loc: tuple) -> set[str]:
         if isinstance(part, str) and part.startswith(("function-", "tagged-union")):
             continue
         at = [inner for kind in at for inner in _step(kind, part)]
-    return {name for kind in at for leaf in _leaves(kind) if _is_model(leaf)
+    return {name for kind in at for leaf in type_leaves(kind) if _is_model(leaf)
             for name in leaf.model_fields}  # fmt: skip
 
 
@@ -81,7 +81,7 @@ def _step(kind: Any, part: str | int) -> list[Any]:
     """The types one location part leads to from ``kind``: a model's field, a list's item, a
     mapping's value, or a union's member picked by its tag (``lognormal``) or its name."""
     found = []
-    for leaf in _leaves(kind):
+    for leaf in type_leaves(kind):
         origin, args = get_origin(leaf), get_args(leaf)
         if _is_model(leaf) and isinstance(part, str):
             if part in leaf.model_fields:
@@ -96,13 +96,13 @@ def _step(kind: Any, part: str | int) -> list[Any]:
     return found
 
 
-def _leaves(kind: Any) -> list[Any]:
-    """``kind`` without its Annotated metadata, a union as its members."""
+def type_leaves(kind: Any) -> list[Any]:
+    """``kind`` without its Annotated metadata, a union as its members (recursively)."""
     origin = get_origin(kind)
     if origin is Annotated:
-        return _leaves(get_args(kind)[0])
+        return type_leaves(get_args(kind)[0])
     if origin is Union or origin is _UNION_TYPE:
-        return [leaf for member in get_args(kind) for leaf in _leaves(member)]
+        return [leaf for member in get_args(kind) for leaf in type_leaves(member)]
     return [kind]
 
 
@@ -144,4 +144,4 @@ def _is_model(kind: Any) -> bool:
 def _is_tag(annotation: Any, part: str) -> bool:
     """Whether ``annotation`` is a Literal holding ``part`` (a tagged union's tag)."""
     return any(get_origin(leaf) is Literal and part in get_args(leaf)
-               for leaf in _leaves(annotation))  # fmt: skip
+               for leaf in type_leaves(annotation))  # fmt: skip
