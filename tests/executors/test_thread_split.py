@@ -110,37 +110,39 @@ def test_a_training_step_beside_an_engine_takes_half_the_threads(tiny_model_dir,
     assert split.share() == 2  # its steps ended: nothing left counted
 
 
+def _shares_beside_a_trainer_and_alone(split: RecordingSplit, generator) -> tuple[set, set]:
+    """The thread shares ``generator`` applied sampling beside a training step, then alone."""
+    import asyncio
+
+    def sample() -> set[int]:
+        split.applied.clear()
+        asyncio.run(generator.generate(None, -1, ["abc"], 2, 4, 1.0, seed=1))
+        return set(split.applied)
+
+    with split.working():  # a training step beside it
+        beside = sample()
+    return beside, sample()
+
+
 def test_a_generator_on_the_cpu_shares_the_threads_while_a_trainer_works(
     tiny_model_dir, restore_threads
 ):
-    import asyncio
 
     from marlaas.executors.hf_generator import HFGenerator
 
     gen = HFGenerator(tiny_model_dir)
     split = gen.processor = RecordingSplit(threads=2)
-    with split.working():  # a training step beside it
-        asyncio.run(gen.generate(None, -1, ["abc"], 2, 4, 1.0, seed=1))
-    assert split.applied and set(split.applied) == {1}
-    split.applied.clear()
-    asyncio.run(gen.generate(None, -1, ["abc"], 2, 4, 1.0, seed=1))
-    assert split.applied and set(split.applied) == {2}
+    assert _shares_beside_a_trainer_and_alone(split, gen) == ({1}, {2})
 
 
 @pytest.mark.slow
 def test_a_vllm_engine_step_takes_its_share(vllm_generator, restore_threads):
-    import asyncio
 
     assert vllm_generator._processor is not None  # in process on the CPU: it takes part
     kept, split = vllm_generator._processor, RecordingSplit(threads=2)
     vllm_generator._processor = split
     try:
-        with split.working():  # a training step beside it
-            asyncio.run(vllm_generator.generate(None, -1, ["abc"], 2, 4, 1.0, seed=1))
-        assert split.applied and set(split.applied) == {1}
-        split.applied.clear()
-        asyncio.run(vllm_generator.generate(None, -1, ["abc"], 2, 4, 1.0, seed=1))
-        assert split.applied and set(split.applied) == {2}
+        assert _shares_beside_a_trainer_and_alone(split, vllm_generator) == ({1}, {2})
         assert split.share() == 2  # the engine stopped working with its last request
     finally:
         vllm_generator._processor = kept
