@@ -127,7 +127,6 @@ def _shares_beside_a_trainer_and_alone(split: RecordingSplit, generator) -> tupl
 def test_a_generator_on_the_cpu_shares_the_threads_while_a_trainer_works(
     tiny_model_dir, restore_threads
 ):
-
     from marlaas.executors.hf_generator import HFGenerator
 
     gen = HFGenerator(tiny_model_dir)
