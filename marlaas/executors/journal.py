@@ -25,12 +25,22 @@ import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Annotated
 
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from marlaas import strict_json
+from marlaas.core.limits import MAX_STEPS
 from marlaas.core.records import WorkRecord
+from marlaas.core.validation_message import format_validation_error
+from marlaas.eventlog import MAX_EVENT_TIME_S, EventLogError, check_event_log, records_to_frame
 from marlaas.executors.episode_runner import RewardPoint
 from marlaas.output.errors import OutputError
 
 JOURNAL_FILE = "journal.jsonl"
+MAX_PARTS = 100_000
+"""Most parts a journal may name (the first run, then one per --resume)."""
 
 
 class JournalError(OutputError):
@@ -133,30 +143,74 @@ def _drop_cut_line(path: Path) -> None:
             handle.truncate(data.rfind(b"\n") + 1)
 
 
+class _Line(BaseModel):
+    """A journal line's part (its other keys are checked where they are read)."""
+
+    model_config = ConfigDict(extra="allow")
+    part: Annotated[int, Field(ge=0, le=MAX_PARTS)]
+
+
+class _Step(BaseModel):
+    """A step line's reward point: RewardPoint's fields, typed (null: NaN)."""
+
+    model_config = ConfigDict(extra="allow")
+    job: str
+    tenant: str
+    step: Annotated[int, Field(ge=0, le=MAX_STEPS)]
+    mean_reward: float | None
+    time_s: Annotated[float, Field(ge=0, le=MAX_EVENT_TIME_S)]
+    staleness: int
+    max_staleness: int
+    mean_ratio: float | None
+    clip_fraction: float | None
+    loss: float | None
+    samples: Annotated[int, Field(ge=0)]
+    rss_mb: float | None = None
+    trust_clip_fraction: float | None = None
+    dropped_groups: Annotated[int, Field(ge=0)] = 0
+
+
 def read_journal(path: Path) -> Journaled:
-    """Read a journal back (an empty one when there is no file)."""
+    """Read a journal back (an empty one when there is no file), every line checked: its
+    part, a step's reward point, and the records as an event log
+    (:func:`marlaas.eventlog.check_event_log`); JournalError naming the line otherwise."""
     out = Journaled()
     if not Path(path).exists():
         return out
-    lines = Path(path).read_text(encoding="utf-8").split("\n")
+    try:
+        lines = Path(path).read_text(encoding="utf-8").split("\n")
+    except (OSError, UnicodeDecodeError) as err:
+        raise JournalError(f"{path}: not a readable journal ({err}); cannot resume") from None
     for number, text in enumerate(lines, start=1):
         if not text.strip():
             continue
         try:
-            line = json.loads(text)
+            line = strict_json.loads(text)
+        except strict_json.DuplicateKeyError as err:
+            raise JournalError(f"{path}: line {number}: {err}; cannot resume") from None
         except ValueError:
             if number >= len(lines) - 1:
                 break  # the last line, cut short by a kill
             raise JournalError(f"{path}: line {number} is damaged; cannot resume") from None
         try:
             _add(out, line)
+        except ValidationError as err:
+            raise JournalError(format_validation_error(err, f"{path}: line {number}")) from None
         except (KeyError, TypeError, ValueError) as err:
             raise JournalError(f"{path}: line {number} is not a journal line ({err})") from None
+    try:  # the records as the event log they become
+        frame = records_to_frame([record for _, record in out.records])
+        check_event_log(pa.Table.from_pandas(frame, preserve_index=False), f"{path}: records")
+    except (EventLogError, pa.ArrowException, TypeError, ValueError) as err:
+        raise JournalError(f"{err}; cannot resume" if isinstance(err, EventLogError)
+                           else f"{path}: records: {err}; cannot resume") from None  # fmt: skip
     return out
 
 
 def _add(out: Journaled, line: dict) -> None:
-    part = int(line["part"])
+    if not isinstance(line, dict):
+        raise TypeError(f"a JSON object, not {type(line).__name__}")
+    part = _Line.model_validate(line, strict=True).part
     out.parts = max(out.parts, part + 1)
     start = line.get("start")
     if isinstance(start, dict) and out.workload is None and isinstance(start.get("workload"), dict):
@@ -164,6 +218,7 @@ def _add(out: Journaled, line: dict) -> None:
     if "record" in line:
         out.records.append((part, WorkRecord(**_floats(line["record"]))))
     elif "step" in line:
+        _Step.model_validate(line["step"], strict=True)
         step = {"trust_clip_fraction": None, **line["step"]}  # not recorded before 2026-12-03
         out.steps.append((part, RewardPoint(**_floats(step))))
         out.counters[part] = line.get("counters", {})

@@ -122,3 +122,28 @@ def test_a_step_journaled_before_the_trust_clip_was_recorded_reads_back_unmeasur
     path.write_text(json.dumps(line) + "\n")
     (_part, step), *_ = read_journal(path).steps
     assert math.isnan(step.trust_clip_fraction)  # not measured: not "nothing clipped"
+
+
+RECORD = '"kind": "train", "tenant": "t", "job": "j", "device": "d/0", "pool": "d"'
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        ('{"part": 100000000000000000000}', "line 1: part: Input should be less than or equal"),
+        ('{"part": -3}', "line 1: part: Input should be greater than or equal to 0"),
+        ('{"part": true}', "line 1: part: Input should be a valid integer"),
+        ('{"part": 0, "part": 1}', "line 1: duplicate key 'part'"),
+        ('{"part": 0, "step": {"job": "j", "step": "zz"}}', "line 1: tenant: Field required"),
+        ('{"part": 0, "record": {' + RECORD + ', "start_s": "abc", "end_s": 1}}', "records: "),
+        ('{"part": 0, "record": {' + RECORD + ', "start_s": 5, "end_s": 1}}', "end before"),
+        ('{"part": 0, "record": {' + RECORD.replace('"j"', '""') + ', "start_s": 0, "end_s": 1}}',
+         "records: row 0: kind 'train' with job ''"),
+        ("\udcff", "not a readable journal"),
+    ],
+)  # fmt: skip
+def test_a_journal_line_of_the_wrong_shape_is_refused(tmp_path, line, error):
+    path = tmp_path / "journal.jsonl"
+    path.write_bytes(line.encode("utf-8", "surrogateescape") + b'\n{"part": 0}\n')
+    with pytest.raises(JournalError, match=error.replace("(", r"\(")):
+        read_journal(path)
