@@ -220,6 +220,21 @@ def test_a_missing_stage_is_named(runs, tmp_path):
         calibrate([broken])
 
 
+def test_a_fit_out_of_a_cost_profiles_bounds_is_one_error(runs, tmp_path):
+    from marlaas.eventlog import read_event_log, write_event_log
+
+    broken = tmp_path / "slow-train"
+    broken.mkdir()
+    for f in ("summary.json", "workload.json"):
+        (broken / f).write_text((runs["fair"] / f).read_text())
+    events = read_event_log(runs["fair"])
+    train = events["kind"] == "train"
+    events.loc[train, "end_s"] = events.loc[train, "start_s"] + 9e11  # 28,000 years a step
+    write_event_log(events, broken / "events.parquet")
+    with pytest.raises(CalibrationError, match="the fitted cost model: train_overhead_s: "):
+        calibrate([broken], refine_evaluations=0)
+
+
 def test_replay_and_calibrate_refuse_a_simulation(tmp_path, capsys):
     sim = tmp_path / "sim"
     args = ["simulate", str(TINY), "--quiet", "--set", "jobs.*.rl.steps=1", "--out", str(sim)]

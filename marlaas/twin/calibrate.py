@@ -44,8 +44,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pydantic import ValidationError
 from scipy.optimize import nnls
 
+from marlaas.core.validation_message import format_validation_error
 from marlaas.executors.host_share import busy_host_note
 from marlaas.run_files import check_distinct
 from marlaas.sim.cost_model import CostModel, train_work
@@ -200,7 +202,13 @@ def calibrate(
     values["sync_s"], values["colocated_switch_s"] = sync_s, switch_s
     fitted.append(Fitted("sync_s", sync_s, "s", sync_rows, "mean of the syncs"))
     fitted.append(Fitted("colocated_switch_s", switch_s, "s", sync_rows, switch_note))
-    cost = CostModel.model_validate(base.model_copy(update=values).model_dump())
+    try:
+        cost = CostModel.model_validate(base.model_copy(update=values).model_dump())
+    except ValidationError as err:  # durations no run of this machine could have
+        names = ", ".join(str(r.path) for r in runs)
+        problem = format_validation_error(err, "the fitted cost model")
+        raise CalibrationError(f"{names}: {problem}; the runs' event logs hold durations "
+                               "out of any cost profile's bounds") from None  # fmt: skip
     if refine_evaluations > 0:
         starts = [cost, *(_with_decode(cost, fit) for fit in alternatives)]
         refined = refine(runs, starts, refine_evaluations)
