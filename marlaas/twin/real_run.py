@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from marlaas.core.scheduler import Scheduler
 from marlaas.core.workload import Workload, WorkloadError
 from marlaas.eventlog import EVENT_LOG_FILE, read_event_log
 from marlaas.run_files import SUMMARY_FILE, check_summary, read_summary
@@ -61,7 +62,8 @@ def load_real_run(path: str | Path, command: str = "calibrate") -> RealRun:
 
 def check_belongs(path: Path, events: pd.DataFrame, workload: Workload, summary: dict) -> None:
     """The event log, the workload and the summary are of one run: the log has rows, its
-    jobs are the workload's with the same tenants, the summary's jobs too."""
+    jobs are the workload's with the same tenants, its devices the workload's cluster's, the
+    summary's jobs the workload's too."""
     log = path / EVENT_LOG_FILE
     if len(events) == 0:
         raise CalibrationError(f"{log}: the event log has no rows")
@@ -79,6 +81,13 @@ def check_belongs(path: Path, events: pd.DataFrame, workload: Workload, summary:
         raise CalibrationError(f"{log}: job {job!r} belongs to tenant {logged[job]!r}, but to "
                                f"{tenants[job]!r} in {WORKLOAD_FILE}; the folder mixes two "
                                "runs")  # fmt: skip
+    devices = {d.name for d in Scheduler.for_workload(workload).cluster.devices}  # placed
+    placed = events.loc[events["kind"] != "env", "device"]  # environment work runs elsewhere
+    strange = sorted(set(placed.unique()) - devices - {""})
+    if strange:
+        raise CalibrationError(f"{log}: devices {_names(strange)} are not of the cluster in "
+                               f"{WORKLOAD_FILE} ({_names(sorted(devices))}); the folder mixes "
+                               "two runs")  # fmt: skip
     arrivals = summary.get("arrivals")
     if arrivals is not None and set(arrivals) != set(tenants):
         raise CalibrationError(f"{path / SUMMARY_FILE}: arrivals: jobs "
