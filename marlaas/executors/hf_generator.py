@@ -207,7 +207,7 @@ class HFGenerator:
 
     def _sample(self, rows: list[_Row]) -> list[Completion]:
         """Sample all rows in one left-padded batch (runs in a worker thread)."""
-        with self._model_lock, torch.no_grad(), working(self.processor):
+        with self._model_lock, torch.no_grad(), working(self.processor, self):
             return self._sample_locked(rows)
 
     def _sample_locked(self, rows: list[_Row]) -> list[Completion]:

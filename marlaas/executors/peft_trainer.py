@@ -339,7 +339,7 @@ class PeftTrainer:
         step started from (None: the current weights, as in a step's first minibatch).
         Raises :class:`TrainingInterrupted` when `stopped()` before a micro-batch.
         Follow it with :meth:`apply_gradients`, and :meth:`end_step` in any case."""
-        with self._lock, working(self.processor):
+        with self._lock, working(self.processor, self):
             state = self._job(job)
             self._activate(job)
             self.model.train()
@@ -426,7 +426,7 @@ class PeftTrainer:
         completion_ids: Sequence[Sequence[int]],
     ) -> list[list[float]]:
         """Log-probs [nats] of each completion token under `job`'s adapter (None: base model)."""
-        with self._lock, working(self.processor):
+        with self._lock, working(self.processor, self):
             return self._logprobs(job, prompt_ids, completion_ids)
 
     def _logprobs(self, job, prompt_ids, completion_ids) -> list[list[float]]:

