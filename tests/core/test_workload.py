@@ -40,20 +40,7 @@ def test_minimal_workload_gets_documented_defaults():
             lambda d: d["jobs"][0].update(response_tokens={"dist": "uniform", "low": 5, "high": 1}),
             "must be >= low",
         ),
-    ],
-)
-def test_bad_fields_are_named(mutate, expected):
-    data = minimal()
-    mutate(data)
-    with pytest.raises(WorkloadError) as err:
-        parse_workload(data, source="w.yaml")
-    assert expected in str(err.value)
-    assert str(err.value).startswith("w.yaml: ")
-
-
-@pytest.mark.parametrize(
-    ("mutate", "expected"),
-    [
+        # an unknown field names the field meant, or the fields allowed there
         (lambda d: d.update(sede=1), "sede: unknown field (did you mean 'seed'?)"),
         (lambda d: d["jobs"][0].update(tenat="t"), "jobs[0].tenat: unknown field (did you mean"),
         (
@@ -80,12 +67,13 @@ def test_bad_fields_are_named(mutate, expected):
         ),
     ],
 )
-def test_an_unknown_field_names_the_field_meant_or_the_fields_allowed(mutate, expected):
+def test_bad_fields_are_named(mutate, expected):
     data = minimal()
     mutate(data)
     with pytest.raises(WorkloadError) as err:
         parse_workload(data, source="w.yaml")
     assert expected in str(err.value)
+    assert str(err.value).startswith("w.yaml: ")
 
 
 @pytest.mark.parametrize(
