@@ -235,6 +235,11 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise WorkloadError(f"--set {item!r}: expected key=value, e.g. scheduling.barrier=true")
+        if key.strip() in overrides:  # which one was meant? (a sweep takes several: one run each)
+            raise WorkloadError(
+                f"--set {key.strip()[:80]!r} given twice; give each key once "
+                "(marlaas sweep runs one simulation per value of a key)"
+            )
         try:
             overrides[key.strip()] = parse_yaml(value, f"--set {item[:80]!r}")
         except WorkloadError as err:

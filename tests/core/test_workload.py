@@ -280,3 +280,11 @@ def test_yaml_1_1_number_forms_are_text_a_number_field_refuses(tmp_path, given):
     path.write_text(f"seed: {given}\njobs: [{{name: j, tenant: t}}]\n")
     with pytest.raises(WorkloadError, match=f"seed: .*{given}"):  # YAML 1.1: 80 and 5
         load_workload(path)
+
+
+def test_a_set_key_given_twice_is_refused():
+    from marlaas.workload_file import parse_overrides
+
+    assert parse_overrides(["seed=1", "policy=fair"]) == {"seed": 1, "policy": "fair"}
+    with pytest.raises(WorkloadError, match=r"--set 'seed' given twice; give each key once"):
+        parse_overrides(["seed=1", " seed =2"])  # the last one silently won
