@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from marlaas.executors.rollout import Completion
-from marlaas.executors.thread_split import cpu_share, working
+from marlaas.executors.thread_split import cpu_share, share_threads, working
 
 BASE = "__base__"  # PEFT's adapter name for "no adapter" in mixed batches
 
@@ -234,8 +234,7 @@ class HFGenerator:
         cache = DynamicCache()
         step_in, pos = ids, (attn.cumsum(1) - 1).clamp(min=0)
         for t in range(max(r.max_new_tokens for r in rows)):
-            if self.processor is not None:  # each step with its share of the threads
-                self.processor.apply()
+            share_threads(self.processor)  # each step with its share of the threads
             logits = (
                 self.model(
                     input_ids=step_in,

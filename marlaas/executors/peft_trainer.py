@@ -45,7 +45,7 @@ from marlaas.executors.lora_weights import load_weights, seeded_init, write_adap
 from marlaas.executors.rollout import TrainSample, TrainStats
 from marlaas.executors.shared_weights import share_weights
 from marlaas.executors.step_settings import check_step_settings
-from marlaas.executors.thread_split import cpu_share, working
+from marlaas.executors.thread_split import cpu_share, share_threads, working
 from marlaas.executors.token_layout import layout, padded_layout
 
 _JOB_NAME = re.compile(r"[A-Za-z0-9_-]+")
@@ -348,7 +348,7 @@ class PeftTrainer:
             for start in range(0, len(samples), self.micro_batch_size):
                 if stopped():
                     raise TrainingInterrupted(f"{job}: training step interrupted")
-                self._share_threads()
+                share_threads(self.processor)
                 chunk = samples[start : start + self.micro_batch_size]
                 logp, mask = self._completion_logprobs(chunk)
                 old = pad_rows([s.logprobs for s in chunk], mask.shape[1], self.device)
@@ -437,7 +437,7 @@ class PeftTrainer:
         out: list[list[float]] = []
         for start in range(0, len(chunk), self.micro_batch_size):
             part = chunk[start : start + self.micro_batch_size]
-            self._share_threads()
+            share_threads(self.processor)
             if job is None:
                 with self._no_adapter():
                     logp, _ = self._completion_logprobs(part)
@@ -533,11 +533,6 @@ class PeftTrainer:
         for p in self._jobs[job].params:
             p.requires_grad_(False)
             p.grad = None
-
-    def _share_threads(self) -> None:
-        """Before a micro-batch: this thread's share of the processor's threads."""
-        if self.processor is not None:
-            self.processor.apply()
 
     def _no_adapter(self):
         return self.model.disable_adapter()

@@ -90,3 +90,9 @@ def cpu_share(on_cpu: bool) -> ThreadSplit | None:
 def working(split: ThreadSplit | None, stage: Hashable) -> AbstractContextManager[None]:
     """``split.working(stage)``, or nothing for a stage that takes no part."""
     return split.working(stage) if split is not None else nullcontext()
+
+
+def share_threads(split: ThreadSplit | None) -> None:
+    """``split.apply()`` on the calling thread, or nothing for a stage that takes no part."""
+    if split is not None:
+        split.apply()

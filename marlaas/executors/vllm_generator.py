@@ -33,7 +33,7 @@ from pathlib import Path
 from marlaas.executors import vllm_cpu_kernels
 from marlaas.executors.hf_generator import _mix
 from marlaas.executors.rollout import Completion
-from marlaas.executors.thread_split import cpu_share, working
+from marlaas.executors.thread_split import cpu_share, share_threads, working
 
 # Set before vLLM is imported; explicit values from the user's environment win.
 _CPU_ENV = {
@@ -291,8 +291,7 @@ class VLLMGenerator:
     def _step(self):
         """One step of the in-process engine (on its thread), with its share of the processor's
         threads beside a trainer computing on it (:mod:`marlaas.executors.thread_split`)."""
-        if self._processor is not None:
-            self._processor.apply()
+        share_threads(self._processor)
         return self.engine.step()
 
     def _params(self, max_new_tokens: int, temperature: float, seed: int):
