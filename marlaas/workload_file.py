@@ -79,8 +79,9 @@ def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
 
 # Numbers as YAML 1.2 reads them. PyYAML follows YAML 1.1, where 0123 is octal 83, 1:20 is
-# sexagesimal 80 and 1_000 is 1000 (each silently another number than written), and 1e3 is a
-# string; here 0123 is 123, 1e3 is 1000.0, and the others are text a number field refuses.
+# sexagesimal 80 and 0b101 is 5 (each silently another number than written), and 1e3 is a
+# string; here 0123 is 123, 1e3 is 1000.0, and 1:20 and 0b101 are text a number field refuses
+# (1_000 is text too, which the schema reads as 1000, as Python does).
 _INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
 _INT_12 = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
 _FLOAT_12 = re.compile(
