@@ -60,6 +60,14 @@ class EngineSpec(StrictSpec):
     :data:`PREFIX_BLOCK_TOKENS`): the scheduler reserves the prompt's shared blocks once
     instead of once per sample, and the simulator prefills them once (:func:`shared_prefix`).
     Off: every sample holds and prefills its own copy (and the real engines cache nothing)."""
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """What the real engines compute in (vLLM's and HF's ``dtype``; vLLM's KV cache holds the
+    same). auto: bfloat16 for vLLM on a GPU, else float32, where on a CPU the engines'
+    sampling log-probs are the float32 trainer's to about 1e-5 nat. bfloat16 on a CPU with
+    AMX (``amx_bf16`` in /proc/cpuinfo) samples large batches faster (docs/real-runs.md),
+    with log-probs about 1e-2 nat from the trainer's, as on a GPU (the trainer then computes
+    a fresh step's proximal log-probs itself). The simulator reads speeds from the cost
+    profile, not from this."""
 
 
 class TrainerSpec(StrictSpec):

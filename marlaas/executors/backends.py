@@ -237,7 +237,7 @@ def make_generator(
                 f"an in-process vLLM engine runs on cuda:0 only, not {device}; give the "
                 "inference pool the first GPU or use --backend hf"
             )
-        dtype = "float32" if device == "cpu" else "bfloat16"
+        dtype = engine_dtype(backend, engine.dtype, device)
         tokens = engine_kv_tokens(sizing, max_model_len)
         kv_bytes = tokens * kv_bytes_per_token(model_dir, 4 if dtype == "float32" else 2)
         rank = sizing.max_lora_rank
@@ -262,9 +262,29 @@ def make_generator(
                 "use_tqdm_on_load": library_progress_bars(),
             },
         )  # fmt: skip
+    import torch
+
     from marlaas.executors.hf_generator import HFGenerator
 
-    return HFGenerator(model_dir, max_batch_size=engine.max_seqs, device=device)
+    dtype = getattr(torch, engine_dtype(backend, engine.dtype, device))
+    return HFGenerator(model_dir, max_batch_size=engine.max_seqs, device=device, dtype=dtype)
+
+
+def engine_dtype(backend: str, setting: str, device: str) -> str:
+    """What an engine of ``backend`` (vllm or hf) on ``device`` computes in, for the
+    workload's ``cluster.engine.dtype`` ``setting``: auto is bfloat16 for vLLM on a GPU,
+    else float32."""
+    if setting != "auto":
+        return setting
+    return "bfloat16" if backend == "vllm" and device != "cpu" else "float32"
+
+
+def sampling_dtype(backend: str, setting: str, devices: Iterable[str]) -> str:
+    """What the sampling log-probs of engines on ``devices`` are computed in: float32 when
+    every engine computes in it, else the first other (a trainer then computes a fresh
+    step's proximal log-probs itself: PeftTrainer's ``sampled_in``)."""
+    dtypes = [engine_dtype(backend, setting, device) for device in devices]
+    return next((d for d in dtypes if d != "float32"), "float32")
 
 
 def _vllm_rank(rank: int) -> int:

@@ -15,7 +15,7 @@ from pathlib import Path
 from marlaas.core.cluster import Cluster
 from marlaas.envs import make_env
 from marlaas.executors.adapter_store import AdapterStore
-from marlaas.executors.backends import EngineSizing, make_generator
+from marlaas.executors.backends import EngineSizing, make_generator, sampling_dtype
 from marlaas.executors.devices import gpu_count, physical_devices, trainer_devices
 from marlaas.executors.real import RealExecutor
 
@@ -65,12 +65,15 @@ class LocalBackends:
         else:
             from marlaas.executors.data_parallel import build_trainer
 
+            on_engines = [devices[engine.device.name] for engine in cluster.engines]
+            sampled_in = sampling_dtype(self.backend, sizing.engine.dtype, on_engines)
             for trainer in cluster.trainers:
                 on = trainer_devices(trainer, devices)
                 shared = {device: self._plain_weights(cluster, device, devices) for device in on}
                 self.trainers[trainer.name] = await asyncio.to_thread(
                     build_trainer, self.model_dir, on, micro_batch_size=self.micro_batch_size,
                     activation_checkpointing=self.checkpointing, shared_weights=shared,
+                    sampled_in=sampled_in,
                 )  # fmt: skip
         self.tokenizer = next(iter(self.engines.values())).tokenizer
 

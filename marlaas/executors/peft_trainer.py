@@ -127,6 +127,7 @@ class PeftTrainer:
         dtype: torch.dtype = torch.float32,
         activation_checkpointing: bool = True,
         shared_weights: dict[str, torch.Tensor] | None = None,
+        sampled_in: str = "float32",
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -136,6 +137,9 @@ class PeftTrainer:
         self.max_grad_norm, self.weight_decay = max_grad_norm, weight_decay
         self.target_modules = list(target_modules)
         self.device = torch.device(device)
+        self.sampled_in = sampled_in
+        """What the engines computed the samples' log-probs in (cluster.engine.dtype): where
+        that is this trainer's own dtype, on a CPU, a fresh step reuses them (proximal)."""
         self.processor = cpu_share(self.device.type == "cpu")
         """The processor's threads this trainer shares with an engine computing beside it (on
         a CPU; None elsewhere): :mod:`marlaas.executors.thread_split`."""
@@ -374,11 +378,13 @@ class PeftTrainer:
         of an on-policy job) has them already: those weights' sampling log-probs, float32 as
         the trainer's and within about 1e-5 nat of them (marlaas.executors.grpo), so no
         forward pass either (the simulator charges none: marlaas.sim.cost_model.train_work).
-        A GPU's engines sample in bfloat16, about 1e-2 nat away: there the pass is made."""
+        Engines that sample in bfloat16 (a GPU's; a CPU's with ``cluster.engine.dtype:
+        bfloat16``: ``sampled_in``) are about 1e-2 nat away: there the pass is made."""
         if not indices:
             return {}
         version = self._job(job).version
-        if self.device.type == "cpu" and all(
+        exact = self.device.type == "cpu" and self.model.dtype == getattr(torch, self.sampled_in)
+        if exact and all(
             s.version == version and len(s.logprobs) == len(s.completion_ids) for s in samples
         ):
             return {i: list(samples[i].logprobs) for i in indices}

@@ -26,7 +26,7 @@ import math
 from pathlib import Path
 
 from marlaas.core.cluster import Cluster
-from marlaas.executors.backends import BackendError, EngineSizing
+from marlaas.executors.backends import BackendError, EngineSizing, sampling_dtype
 
 log = logging.getLogger("marlaas.real")
 
@@ -113,6 +113,8 @@ class RayBackends:
                 f"{ray.cluster_resources()}): add nodes or use fewer engines"
             ) from err
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        engine_devices = ["cuda:0" if gpus else "cpu"] * len(cluster.engines)
+        sampled_in = sampling_dtype(self.backend, sizing.engine.dtype, engine_devices)
         handles = {}
         for i, (name, bundle) in enumerate(zip(names, bundles, strict=True)):
             options = {
@@ -126,7 +128,7 @@ class RayBackends:
                 args = (self.backend, self.model_dir, sizing, max_model_len, seed, devices[0])
                 handles[name] = EngineActor.options(**options).remote(*args)
             else:
-                kwargs = {**self.trainer_kwargs, "devices": devices}
+                kwargs = {**self.trainer_kwargs, "devices": devices, "sampled_in": sampled_in}
                 handles[name] = TrainerActor.options(**options).remote(self.model_dir, kwargs)
         per_actor = math.ceil(self.env_workers / self.env_actors)
         envs = [EnvActor.options(num_cpus=0, max_concurrency=per_actor).remote()
