@@ -23,6 +23,7 @@ from marlaas.core.workload import Workload, WorkloadError, parse_workload
 from marlaas.file_kind import not_a_file
 from marlaas.policy_path import load_policy
 from marlaas.sim.cost_model import CostModel
+from marlaas.yaml_nodes import check_nodes
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
 """Largest workload file read [bytes]; larger ones are refused before parsing."""
@@ -128,8 +129,8 @@ def read_yaml(path: str | Path, what: str = "workload", error: type = WorkloadEr
 
 
 def parse_yaml(text: str, source: str, error: type = WorkloadError) -> Any:
-    """Parse YAML text (duplicate keys, alias bombs and deep nesting refused, as ``error``).
-    The parser's events are counted first, one at a time: a text of more than MAX_NODES
+    """Parse YAML text (duplicate keys, bytes, alias bombs and deep nesting refused, as
+    ``error``). The parser's events are counted first, one at a time: a text of more than MAX_NODES
     values is refused before its document is built (a 14 MB list of numbers took 30 s and
     2.7 GB to build, then was refused)."""
     try:
@@ -137,7 +138,14 @@ def parse_yaml(text: str, source: str, error: type = WorkloadError) -> Any:
             if count > MAX_NODES:
                 raise error(f"{source}: more than {MAX_NODES:,} values (mappings, lists and "
                             "scalars); not loading it")  # fmt: skip
-        data = yaml.load(text, Loader=_UniqueKeyLoader)
+        loader = _UniqueKeyLoader(text)
+        try:
+            root = loader.get_single_node()
+            if root is not None:
+                check_nodes(root, source, error)
+            data = None if root is None else loader.construct_document(root)
+        finally:
+            loader.dispose()
     except yaml.YAMLError as err:
         raise error(f"{source}: not valid YAML ({_one_line(err)})") from None
     except RecursionError:

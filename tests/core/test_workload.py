@@ -288,3 +288,34 @@ def test_a_set_key_given_twice_is_refused():
     assert parse_overrides(["seed=1", "policy=fair"]) == {"seed": 1, "policy": "fair"}
     with pytest.raises(WorkloadError, match=r"--set 'seed' given twice; give each key once"):
         parse_overrides(["seed=1", " seed =2"])  # the last one silently won
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("name: !!binary aGVsbG8=\njobs: [{name: j, tenant: t}]",
+         "name: a !!binary value (bytes) at line 1, column 7"),
+        ("jobs: [{name: !!binary aGVsbG8=, tenant: t}]", "jobs[0].name: a !!binary value"),
+        ("jobs: [{name: j, tenant: t, env: {name: calculator, args: {x: [1, !!binary aGk=]}}}]",
+         "jobs[0].env.args.x[1]: a !!binary value"),
+        ("jobs: [{name: j, tenant: t, dataset: {path: !!binary ZC5qc29ubA==}, env: {name: math}}]",
+         "jobs[0].dataset.path: a !!binary value"),
+        ("x-t: &t {tenant: !!binary dA==}\njobs: [{<<: *t, name: j}]", "x-t.tenant: a !!binary"),
+    ],
+)  # fmt: skip
+def test_a_binary_value_is_refused_naming_its_field(tmp_path, text, where):
+    # a job name was the bytes' UTF-8 ('hello'), a dataset path was not made relative to the
+    # workload file (only text is), an env arg stayed bytes
+    path = tmp_path / "w.yaml"
+    path.write_text(text + "\n")
+    with pytest.raises(WorkloadError) as err:
+        load_workload(path)
+    assert f"w.yaml: {where}" in str(err.value)
+    assert "write the text itself" in str(err.value)
+
+
+def test_a_binary_set_value_is_refused():
+    from marlaas.workload_file import parse_overrides
+
+    with pytest.raises(WorkloadError, match=r"--set 'name=!!binary aGk=': a !!binary value"):
+        parse_overrides(["name=!!binary aGk="])
