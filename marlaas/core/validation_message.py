@@ -19,18 +19,23 @@ def format_validation_error(
     there."""
     problems: dict[tuple[str, str], list[str]] = {}
     for problem in err.errors():
+        loc, key = _key_of(problem)
         path = shape = ""  # shape: the path with every list index as [*]
-        for part in problem["loc"]:
+        for part in loc:
             if isinstance(part, int):
                 path, shape = path + f"[{part}]", shape + "[*]"
             elif not str(part).startswith(("function-", "tagged-union")):
                 path += f".{part}" if path else str(part)
                 shape += f".{part}" if shape else str(part)
         message = problem["msg"].removeprefix("Value error, ")
+        if problem["type"] == "invalid_key":
+            message = "keys must be field names (text)"
         if problem["type"] == "extra_forbidden":
             message = "unknown field" + _known_fields_hint(schema, problem["loc"])
         got = problem.get("input")
         shown = "" if isinstance(got, dict | list) else f" (got {short_repr(got)})"
+        if key is not None:  # the key is what was got
+            message, shown = f"key {short_repr(key)}: {message}", ""
         problems.setdefault((shape, message + shown), []).append(path)
     lines = []
     for (_, message), paths in problems.items():
@@ -39,6 +44,18 @@ def format_validation_error(
     more = len(lines) - MAX_PROBLEMS_SHOWN
     text = "; ".join(lines[:MAX_PROBLEMS_SHOWN]) + (f"; and {more} more" if more > 0 else "")
     return f"{source}: {text}"
+
+
+def _key_of(problem: dict) -> tuple[tuple, Any]:
+    """A problem's location less the mapping key it is about, and that key (None when it is
+    about a value): pydantic puts a key where a list index goes (``(1,)`` for a model given
+    the key 1, ``('args', 1, '[key]')`` for a mapping's), which would read as ``[1]``."""
+    loc = tuple(problem["loc"])
+    if problem["type"] == "invalid_key" and loc:
+        return loc[:-1], problem.get("input", loc[-1])
+    if len(loc) >= 2 and loc[-1] == "[key]":
+        return loc[:-2], problem.get("input", loc[-2])
+    return loc, None
 
 
 def short_repr(value: Any, limit: int = 80) -> str:

@@ -319,3 +319,37 @@ def test_a_binary_set_value_is_refused():
 
     with pytest.raises(WorkloadError, match=r"--set 'name=!!binary aGk=': a !!binary value"):
         parse_overrides(["name=!!binary aGk="])
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("1: foo", "w.yaml: key 1 at line 1, column 1 is a number; keys must be field names "
+                   "(text); quote it ('1')"),
+        ("[a, b]: x", "w.yaml: key [a, b] at line 1, column 1 is a list; keys must be field "
+                      "names (text)"),
+        ("? [1]\n: x", "w.yaml: key [1] at line 1, column 3 is a list"),
+        ("? {a: [b, 2]}\n: x", "w.yaml: key {a: [b, 2]} at line 1, column 3 is a mapping"),
+        ("on: x", "w.yaml: key on at line 1, column 1 is a boolean"),
+        ("x-b: &b [" + "abcdef, " * 20 + "x]\n? *b\n: 1",
+         "w.yaml: key [abcdef, abcdef, abcdef, abcdef, abcdef,... at"),
+        ("tenants: {t: {weight: 1}, 7: {weight: 2}}",
+         "w.yaml: tenants: key 7 at line 1, column 27 is a number"),
+    ],
+)  # fmt: skip
+def test_a_key_that_is_not_text_is_named_as_written(tmp_path, text, named):
+    path = tmp_path / "w.yaml"
+    path.write_text(f"{text}\njobs: [{{name: j, tenant: t}}]\n")
+    with pytest.raises(WorkloadError) as err:
+        load_workload(path)
+    assert named in str(err.value)  # was "[1]: Keys should be strings", or not a key's text
+
+
+def test_a_mapping_given_a_key_that_is_not_text_names_the_key():
+    with pytest.raises(WorkloadError) as err:
+        parse_workload({1: "foo", **minimal()}, source="w")
+    assert str(err.value) == "w: key 1: keys must be field names (text)"  # was "w: [1]: ..."
+    job = {"name": "a", "tenant": "t", "env": {"name": "calculator", "args": {2: 1}}}
+    with pytest.raises(WorkloadError) as err:
+        parse_workload({"jobs": [job]}, source="w")
+    assert str(err.value) == "w: jobs[0].env.args: key 2: Input should be a valid string"
