@@ -57,6 +57,7 @@ import pyarrow.parquet as pq
 
 from marlaas.atomic import replacing
 from marlaas.core.records import RecordLog, WorkRecord
+from marlaas.output.kinds import other_output
 
 SCHEMA = pa.schema(
     [
@@ -135,6 +136,11 @@ def read_event_log(path: str | Path) -> pd.DataFrame:
     """
     path = Path(path)
     if path.is_dir():
+        other = other_output(path)
+        if other is not None:  # its manifest (or content) says what it is
+            raise EventLogError(f"{path}: is {other}, not a run folder; expected a run folder "
+                                f"with {EVENT_LOG_FILE} (marlaas simulate, train and replay "
+                                "write one)")  # fmt: skip
         path = path / EVENT_LOG_FILE
     if not path.exists():
         raise EventLogError(f"{path}: no such event log")

@@ -251,6 +251,16 @@ def test_bad_runs_raise_event_log_error(case, message, two_runs, tmp_path):
     assert not (out / "report.html").exists()
 
 
+def test_a_report_given_as_a_run_is_named_a_report(report, two_runs, tmp_path):
+    with pytest.raises(EventLogError) as err:
+        run_report([two_runs[0], report.parent], tmp_path / "out")
+    assert str(err.value) == (  # was "REPORT/events.parquet: no such event log"
+        f"{report.parent}: is a report, not a run folder; expected a run folder with "
+        "events.parquet (marlaas simulate, train and replay write one)"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 # ------------------------------------------------------------------ browser
 
 PROBE = """<script>

@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from marlaas.output.manifest import MANIFEST_FILE, peek, read_manifest
+from marlaas.output.manifest import MANIFEST_FILE, NAMES, peek, read_manifest
 
 MODEL_FILES = frozenset(
     {
@@ -41,6 +41,8 @@ LEGACY_ENTRIES: dict[str, frozenset[str]] = {
 }
 """What each kind of folder held before manifests existed (such folders are still ours when
 their content says so, see :func:`folder_kind`)."""
+RUN_KINDS = frozenset({"simulation", "real", "replay"})
+"""The kinds of output folder that are runs (an event log, a summary, a workload)."""
 TEMPORARY = re.compile(r"\.[^/]+\.tmp(\.png|-[^/]+)?")
 """Names of the temporary files marlaas writes beside a file before renaming it into place
 (``.summary.json.x1y2.tmp``, ``.rewards.png.x1y2.tmp.png``, a folder's ``.v2.tmp-x1y2``: see
@@ -61,6 +63,17 @@ def folder_kind(folder: Path) -> tuple[str | None, str]:
         if entries and entries <= allowed and _legacy_kind(folder, entries) == kind:
             return kind, "finished"
     return None, ""
+
+
+def other_output(folder: Path) -> str | None:
+    """What ``folder`` is when it is a marlaas output other than a run, by its manifest (or,
+    before manifests, its content): ``a report``, ``a sweep``, ``a model folder``, ...; None
+    for a run folder, a folder that is not marlaas's, or one that cannot be listed."""
+    try:
+        kind = folder_kind(Path(folder))[0]
+    except OSError:
+        return None
+    return None if kind is None or kind in RUN_KINDS else f"a {NAMES[kind]}"
 
 
 def foreign_entries(folder: Path) -> list[str]:

@@ -17,6 +17,7 @@ import pandas as pd
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.workload import Workload, WorkloadError
 from marlaas.eventlog import EVENT_LOG_FILE, read_event_log
+from marlaas.output.kinds import other_output
 from marlaas.run_files import SUMMARY_FILE, check_summary, read_summary
 from marlaas.workload_file import load_run_workload
 
@@ -44,9 +45,14 @@ def load_real_run(path: str | Path, command: str = "calibrate") -> RealRun:
     """Read and check a run folder written by ``marlaas train`` (``command`` names who asks,
     for the errors)."""
     path = Path(path)
+    other = other_output(path) if path.is_dir() else None
+    if other is not None:  # its manifest (or content) says what it is
+        raise CalibrationError(f"{path}: is {other}, not a real training run; {command} reads "
+                               "the folders `marlaas train` writes")  # fmt: skip
     summary = read_summary(path)
     if summary.get("kind") != "real":
-        kind = summary.get("kind", f"no {SUMMARY_FILE}")
+        read = (path / SUMMARY_FILE).exists()  # one without a kind is a simulation's
+        kind = summary.get("kind", "simulation") if read else f"no {SUMMARY_FILE}"
         raise CalibrationError(f"{path}: not a real training run ({kind}); {command} reads the "
                                "folders `marlaas train` writes")  # fmt: skip
     check_summary(summary, str(path / SUMMARY_FILE), require=("policy", "seed", "metrics"))
