@@ -5,7 +5,9 @@ event log is :mod:`marlaas.eventlog`'s, the workload :mod:`marlaas.workload_file
 Every reader checks what it reads against a schema (pydantic: types, finite numbers, bounds,
 name lengths) after a size cap, so a damaged, foreign or hostile file is one
 :class:`RunFileError` line naming the file, the row where there are rows, and the field,
-never a traceback further on. Fields a reader does not use are kept unchecked.
+never a traceback further on. Fields a reader does not use are kept unchecked. The jobs of
+rewards.csv and eval.json are checked against the run's (:func:`check_run_jobs`): a folder
+that mixes two runs is refused, as the twin refuses one (marlaas.twin.real_run).
 """
 
 from __future__ import annotations
@@ -253,6 +255,33 @@ def read_evaluation(path: Path) -> pd.DataFrame:
     return pd.DataFrame(data)
 
 
+def check_run_jobs(
+    rows: pd.DataFrame, path: Path, jobs: dict[str, str], unit: str, first: int
+) -> pd.DataFrame:
+    """``rows`` of a run's file (rewards.csv, eval.json: row 0 is ``unit`` ``first``) when each
+    names one of the run's ``jobs`` (job -> tenant) and, where a row names a tenant, the job's
+    tenant; else RunFileError naming the file, the row and the jobs: the folder mixes two runs
+    (its rows would be drawn as jobs of this one)."""
+    unknown = ~rows["job"].isin(list(jobs))
+    if unknown.any():
+        at = int(np.flatnonzero(unknown.to_numpy())[0])
+        names = sorted(set(rows.loc[unknown, "job"]))
+        are = "jobs {} are" if len(names) > 1 else "job {} is"
+        raise RunFileError(f"{path}: {unit} {at + first}: {are.format(_listed(names))} not of "
+                           f"this run (its jobs: {_listed(sorted(jobs))}); the folder mixes two "
+                           "runs")  # fmt: skip
+    if "tenant" in rows:
+        named = rows["tenant"].fillna("").astype(str).ne("")
+        moved = named & rows["tenant"].ne(rows["job"].map(jobs))
+        if moved.any():
+            at = int(np.flatnonzero(moved.to_numpy())[0])
+            job, tenant = rows["job"].iloc[at], rows["tenant"].iloc[at]
+            raise RunFileError(f"{path}: {unit} {at + first}: job {_short(job)} of tenant "
+                               f"{_short(tenant)}, but of {_short(jobs[job])} in this run; the "
+                               "folder mixes two runs")  # fmt: skip
+    return rows
+
+
 def is_evaluation(path: Path) -> bool:
     """Whether ``path`` is an evaluation ``marlaas evaluate`` wrote (a checked eval.json)."""
     try:
@@ -343,6 +372,12 @@ def _row_error(err: ValidationError, path: Path, first: int, unit: str) -> str:
     more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
     message = problem["msg"].removeprefix("Value error, ")
     return f"{path}: {unit} {int(index) + first}: {field}: {message}{got}{more}"
+
+
+def _listed(names: list[str], shown: int = 3) -> str:
+    """The first ``shown`` names quoted, then how many more."""
+    text = ", ".join(_short(n) for n in names[:shown])
+    return text + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 def _short(value: Any, limit: int = 60) -> str:

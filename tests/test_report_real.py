@@ -155,3 +155,35 @@ def test_accuracy_over_training_time_with_intervals(real_run, tmp_path):
     assert np.asarray(line.error_y.arrayminus) == pytest.approx([0.05, 0.06, 0.07])
     text = run_report([run], tmp_path / "out").read_text()
     assert 'id="accuracy-time-fifo"' in text and "53.0-66.0%" in text
+
+
+def test_rows_of_jobs_the_run_does_not_have_are_refused(real_run, tmp_path):
+    import shutil
+
+    from marlaas.run_files import RunFileError
+
+    run = shutil.copytree(real_run, tmp_path / "run")
+    rewards = pd.read_csv(run / "rewards.csv")
+    mixed = pd.concat([rewards, rewards.head(2).assign(job="ghost", tenant="t9")])
+    mixed.to_csv(run / "rewards.csv", index=False)
+    with pytest.raises(RunFileError) as err:  # was drawn as a fifth job
+        run_report([run], tmp_path / "out")
+    assert str(err.value) == (
+        f"{run / 'rewards.csv'}: line 22: job 'ghost' is not of this run (its jobs: 'job0', "
+        "'job1', 'job2' and 1 more); the folder mixes two runs"
+    )
+    assert not (tmp_path / "out").exists()
+    rewards.to_csv(run / "rewards.csv", index=False)
+    # a job the summary names that never ran (no event) is the run's: its evaluation is kept
+    summary = json.loads((run / "summary.json").read_text())
+    summary["tenants"] = {**{f"job{j}": f"t{j % 2}" for j in range(4)}, "late": "t1"}
+    (run / "summary.json").write_text(json.dumps(summary))
+    evaluation = json.loads((run / "eval.json").read_text())
+    late = {"job": "late", "tenant": "t1", "model": "base", "version": -1, "accuracy": 0.25}
+    (run / "eval.json").write_text(json.dumps([*evaluation, late]))
+    [loaded] = load_runs([run])
+    assert "late" in set(loaded.evaluation()["job"])
+    (run / "eval.json").write_text(json.dumps([*evaluation, {**late, "tenant": "t0"}]))
+    with pytest.raises(RunFileError, match=r"eval.json: item 8: job 'late' of tenant 't0', but "
+                       "of 't1' in this run"):  # fmt: skip
+        load_runs([run])[0].evaluation()

@@ -14,7 +14,14 @@ from marlaas.eventlog import EVENT_LOG_FILE, EventLogError, read_event_log
 from marlaas.executors.outputs import MEMORY_CSV, REWARDS_CSV
 from marlaas.report.labels import kind_name, run_labels, unique_slugs
 from marlaas.report.labels import slug as _slug
-from marlaas.run_files import EVAL_FILE, read_evaluation, read_memory, read_rewards, read_summary
+from marlaas.run_files import (
+    EVAL_FILE,
+    check_run_jobs,
+    read_evaluation,
+    read_memory,
+    read_rewards,
+    read_summary,
+)
 
 DEMO_RUNS = ("runs/sequential", "runs/fair")
 """The run folders that ``make demo`` writes."""
@@ -76,10 +83,21 @@ class Run:
         """The run folder (the Parquet file's folder when a file was given)."""
         return self.path if self.path.is_dir() else self.path.parent
 
+    @property
+    def jobs(self) -> dict[str, str]:
+        """The run's jobs and their tenants: its event log's, and its summary's (which has
+        the jobs that never ran too)."""
+        pairs = self.events.loc[self.events["job"] != "", ["job", "tenant"]].drop_duplicates()
+        logged = dict(zip(pairs["job"], pairs["tenant"], strict=True))
+        return {**logged, **(self.meta.get("tenants") or {})}
+
     def rewards(self) -> pd.DataFrame | None:
-        """``rewards.csv`` of a real run (job, tenant, step, mean_reward, time_s), else None."""
+        """``rewards.csv`` of a real run (job, tenant, step, mean_reward, time_s), else None;
+        RunFileError when a row names a job this run does not have, or another tenant."""
         path = self.folder / REWARDS_CSV
-        return read_rewards(path) if path.exists() else None
+        if not path.exists():
+            return None
+        return check_run_jobs(read_rewards(path), path, self.jobs, "line", first=2)
 
     def memory(self) -> pd.DataFrame | None:
         """``memory.csv`` of a real run (time_s, rss_mb, peak_rss_mb), else None."""
@@ -88,9 +106,11 @@ class Run:
 
     def evaluation(self) -> pd.DataFrame | None:
         """``eval.json`` of a real run (one row per job and model: accuracy, mean_reward),
-        else None."""
+        else None; RunFileError when a row names a job this run does not have, or another tenant."""
         path = self.folder / EVAL_FILE
-        return read_evaluation(path) if path.exists() else None
+        if not path.exists():
+            return None
+        return check_run_jobs(read_evaluation(path), path, self.jobs, "item", first=0)
 
 
 def validate_events(df: pd.DataFrame, source: str | Path) -> None:
