@@ -69,6 +69,13 @@ class EngineSpec(StrictSpec):
     a fresh step's proximal log-probs itself). The simulator reads speeds from the cost
     profile, not from this."""
 
+    @property
+    def reuses_sampling_logprobs(self) -> bool:
+        """Whether a trainer takes an on-policy step's starting (proximal) log-probs from
+        sampling, with no forward pass: the engines compute in its float32 (auto is read as
+        a CPU's; on a GPU auto samples in bfloat16 and the real trainer makes the pass)."""
+        return self.dtype != "bfloat16"
+
 
 class TrainerSpec(StrictSpec):
     """Capacity of one trainer."""

@@ -125,7 +125,9 @@ def train_work(
     minibatches). The last term is the no-grad forward pass of a ``stale`` step of several
     minibatches (marlaas.executors.peft_trainer): the log-probs of the policy it starts from,
     for the samples past its first minibatch (whose are its own forward pass's); a step of
-    staleness 0 has them from sampling and makes none. Its extra optimizer steps are not
+    staleness 0 has them from sampling and makes none, unless the engines sample in another
+    dtype than the trainer's (``EngineSpec.reuses_sampling_logprobs``: the caller passes
+    ``stale``). Its extra optimizer steps are not
     charged: an AdamW step on a LoRA adapter is under a millisecond (the h100-7b profile's
     train_overhead_s arithmetic), and train_overhead_s stays once per step."""
     prox = cost.train_forward_share * (minibatches - 1) / minibatches if stale else 0.0

@@ -94,6 +94,10 @@ class SimPyExecutor:
         """Whether an engine decodes (on an overlapped processor, as of the last change)."""
         self.step_devices = {t.name: cluster.step_devices(t) for t in cluster.trainers}
         """Each trainer's devices a step is divided over (one on a shared processor)."""
+        self.reuses_sampling_logprobs = all(
+            e.spec.reuses_sampling_logprobs for e in cluster.engines
+        )
+        """An on-policy step makes no forward pass for its starting log-probs (EngineSpec)."""
         self.steps = 0
         """SimPy events processed."""
         self._jobs: dict[str, JobSpec] = {}
@@ -318,8 +322,9 @@ class SimPyExecutor:
     def _start_train(self, d: Train, now: float) -> None:
         spec, cost = self._jobs[d.job], self.cost
         shared = d.shared_tokens if cost.train_shares_prompts else 0
+        fresh = d.staleness == 0 and self.reuses_sampling_logprobs
         compute = train_work(cost, d.tokens - shared, spec.lora_rank, spec.rl.minibatches,
-                             stale=d.staleness > 0)  # fmt: skip
+                             stale=not fresh)  # fmt: skip
         devices = self.step_devices[d.trainer]  # data-parallel; one processor: no speed-up
         duration = cost.train_overhead_s + compute / (cost.train_tokens_per_s * devices)
         unread = shared if cost.train_shares_prompts else -1  # -1: the record as before it

@@ -319,7 +319,9 @@ def _fit_train(runs: list[RealRun], base: CostModel) -> tuple[TrainFit, OverlapF
     generation slowed by the fitted overlap_train_slowdown (None: no run overlapped)."""
     xs, ys, covered = [], [], []
     for run in runs:
-        per_token = {(j.name, stale): train_work(base, 1.0, j.lora_rank, j.rl.minibatches, stale)
+        reuses = run.workload.cluster.engine.reuses_sampling_logprobs  # else every step passes
+        per_token = {(j.name, stale): train_work(base, 1.0, j.lora_rank, j.rl.minibatches,
+                                                 stale or not reuses)
                      for j in run.workload.jobs for stale in (False, True)}  # fmt: skip
         ops = operations(run.events, "train")
         devices = 1 if run.workload.cluster.shared_processor else ops["devices"]  # one processor

@@ -60,12 +60,14 @@ def test_a_step_of_several_minibatches_pays_the_forward_pass_of_the_later_ones()
     """A job of ``rl.minibatches`` = 4 computes its step's starting log-probs for 3/4 of its
     samples first (marlaas.executors.peft_trainer): train_forward_share x 3/4 more compute per
     token than one minibatch where the step is stale; a step of staleness 0 has them from
-    sampling and pays nothing more. The same tokens, the same fixed overhead."""
+    sampling and pays nothing more, unless the engines sample in bfloat16
+    (cluster.engine.dtype). The same tokens, the same fixed overhead."""
     cost = CostModel()
 
-    def per_token(minibatches: int):
+    def per_token(minibatches: int, dtype: str = "auto"):
         rl = {"steps": 6, "minibatches": minibatches, "max_staleness": 2}
-        w = parse_workload({"jobs": [{"name": "a", "tenant": "t", "rl": rl}]})
+        w = parse_workload({"jobs": [{"name": "a", "tenant": "t", "rl": rl}],
+                            "cluster": {"engine": {"dtype": dtype}}})  # fmt: skip
         events = records_to_frame(simulate(w, cost=cost).records)
         steps = events[events["kind"] == "train"].drop_duplicates("step")
         compute = steps["end_s"] - steps["start_s"] - cost.train_overhead_s
@@ -76,3 +78,8 @@ def test_a_step_of_several_minibatches_pays_the_forward_pass_of_the_later_ones()
     assert set(staleness) >= {0, 1}  # both kinds of step
     for a, b, stale in zip(one, four, staleness > 0, strict=True):
         assert b / a == pytest.approx(1 + cost.train_forward_share * 3 / 4 if stale else 1.0)
+    # engines sampling in bfloat16: the trainer makes the pass at staleness 0 too
+    (bf16_tokens, bf16, _) = per_token(4, "bfloat16")
+    assert bf16_tokens == tokens
+    for a, b in zip(one, bf16, strict=True):
+        assert b / a == pytest.approx(1 + cost.train_forward_share * 3 / 4)
