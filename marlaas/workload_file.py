@@ -43,8 +43,8 @@ class WorkloadFile(Workload):
 
 class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """The C-accelerated safe loader, refusing a mapping that repeats a key, and a scalar
-    that its type cannot hold (an int of more digits than Python converts, a 30th of
-    February) as a YAML error at its line instead of a ValueError."""
+    that its type cannot hold (an int of more digits than Python converts, ``!!float x``) as
+    a YAML error at its line instead of a ValueError."""
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         try:
@@ -78,14 +78,18 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 # sexagesimal 80 and 0b101 is 5 (each silently another number than written), and 1e3 is a
 # string; here 0123 is 123, 1e3 is 1000.0, and 1:20 and 0b101 are text a number field refuses
 # (1_000 is text too, which the schema reads as 1000, as Python does).
+# Dates as YAML 1.2 reads them too: its schema has no timestamps, so an unquoted 2024-01-01 or
+# 2024-01-01T10:00:00Z is the text written (YAML 1.1 made it a date, which JSON cannot hold: an
+# env arg got a date object, and workload.json its text in another format).
 _INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_TIMESTAMP = "tag:yaml.org,2002:timestamp"
 _INT_12 = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
 _FLOAT_12 = re.compile(
     r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
     r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
 )
 _UniqueKeyLoader.yaml_implicit_resolvers = {
-    first: [(tag, pattern) for tag, pattern in resolvers if tag not in (_INT, _FLOAT)]
+    first: [(tag, pattern) for tag, pattern in resolvers if tag not in (_INT, _FLOAT, _TIMESTAMP)]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 _UniqueKeyLoader.add_implicit_resolver(_INT, _INT_12, list("-+0123456789"))

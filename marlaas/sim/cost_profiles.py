@@ -109,14 +109,14 @@ def load_profile(name_or_path: str | Path, base: CostModel | None = None) -> Cos
 
 def _check_text_fields(meta: dict[str, Any], path: Path) -> None:
     """Each of TEXT_FIELDS in ``meta`` is null or one line of printable text within its
-    length (ProfileError naming the field otherwise: a YAML date or a list is not text)."""
+    length (ProfileError naming the field otherwise: a YAML number or a list is not text)."""
     for key, limit in TEXT_FIELDS.items():
         value = meta.get(key)
         if value is None or (isinstance(value, str) and len(value) <= limit
                              and value.isprintable()):  # fmt: skip
             continue
         raise ProfileError(f"{path}: {key}: must be text of at most {limit:,} printable "
-                           f"characters on one line (quote a date or a number) "
+                           f"characters on one line (quote a number) "
                            f"(got {short_repr(value)})")  # fmt: skip
 
 

@@ -282,6 +282,23 @@ def test_yaml_1_1_number_forms_are_text_a_number_field_refuses(tmp_path, given):
         load_workload(path)
 
 
+@pytest.mark.parametrize(
+    "written", ["2024-01-01", "2024-01-01T10:00:00Z", "2024-1-1 10:00:00", "2001-02-30"]
+)
+def test_an_unquoted_date_is_the_text_written(tmp_path, written):
+    from marlaas.workload_file import parse_overrides
+
+    # YAML 1.1 made these dates: an env arg got a date object (workload.json then held it in
+    # another format: 2024-01-01T10:00:00, 2024-01-01), a text field refused it, and the 30th
+    # of February was a YAML error; YAML 1.2's schema, like this reader's, has no timestamps
+    env = f"{{name: tests.executors.plugin_env:EchoEnv, args: {{day: {written}, {written}: 1}}}}"
+    path = tmp_path / "w.yaml"
+    path.write_text(f"jobs: [{{name: j, tenant: {written}, env: {env}}}]\n")
+    job = load_workload(path).jobs[0]
+    assert job.env.args == {"day": written, written: 1} and job.tenant == written
+    assert parse_overrides([f"jobs.0.env.args.day={written}"]) == {"jobs.0.env.args.day": written}
+
+
 def test_a_set_key_given_twice_is_refused():
     from marlaas.workload_file import parse_overrides
 
