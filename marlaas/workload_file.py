@@ -23,7 +23,7 @@ from marlaas.core.workload import Workload, WorkloadError, parse_workload
 from marlaas.file_kind import not_a_file
 from marlaas.policy_path import load_policy
 from marlaas.sim.cost_model import CostModel
-from marlaas.yaml_nodes import check_nodes
+from marlaas.yaml_nodes import MERGE_TAG, check_nodes
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
 """Largest workload file read [bytes]; larger ones are refused before parsing."""
@@ -80,16 +80,20 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 # (1_000 is text too, which the schema reads as 1000, as Python does).
 # Dates as YAML 1.2 reads them too: its schema has no timestamps, so an unquoted 2024-01-01 or
 # 2024-01-01T10:00:00Z is the text written (YAML 1.1 made it a date, which JSON cannot hold: an
-# env arg got a date object, and workload.json its text in another format).
+# env arg got a date object, and workload.json its text in another format). A plain = is text
+# as well (YAML 1.1's !!value, which no loader constructs), and so is << where it is a value,
+# not a key (a key << merges the mappings it names).
 _INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
-_TIMESTAMP = "tag:yaml.org,2002:timestamp"
+_TIMESTAMP, _VALUE = "tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:value"
+_NOT_AS_1_1 = (_INT, _FLOAT, _TIMESTAMP, _VALUE)
+"""Tags PyYAML resolves as YAML 1.1 does: numbers are resolved below, the others never."""
 _INT_12 = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
 _FLOAT_12 = re.compile(
     r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
     r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
 )
 _UniqueKeyLoader.yaml_implicit_resolvers = {
-    first: [(tag, pattern) for tag, pattern in resolvers if tag not in (_INT, _FLOAT, _TIMESTAMP)]
+    first: [(tag, pattern) for tag, pattern in resolvers if tag not in _NOT_AS_1_1]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 _UniqueKeyLoader.add_implicit_resolver(_INT, _INT_12, list("-+0123456789"))
@@ -105,6 +109,9 @@ def _int_12(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
 
 
 _UniqueKeyLoader.add_constructor(_INT, _int_12)
+# A key << is merged before it is constructed (SafeConstructor.flatten_mapping): what reaches
+# this constructor is a << elsewhere, the text written.
+_UniqueKeyLoader.add_constructor(MERGE_TAG, yaml.SafeLoader.construct_scalar)
 
 
 def read_yaml(path: str | Path, what: str = "workload", error: type = WorkloadError) -> Any:

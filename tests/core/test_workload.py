@@ -299,6 +299,20 @@ def test_an_unquoted_date_is_the_text_written(tmp_path, written):
     assert parse_overrides([f"jobs.0.env.args.day={written}"]) == {"jobs.0.env.args.day": written}
 
 
+def test_a_plain_equals_sign_or_merge_sign_value_is_text(tmp_path):
+    from marlaas.workload_file import parse_overrides
+
+    # YAML 1.1 resolved them to !!value and !!merge, which no loader constructs: "not valid
+    # YAML (could not determine a constructor for the tag 'tag:yaml.org,2002:value')"
+    env = "{name: tests.executors.plugin_env:EchoEnv, args: {op: =, shift: <<, ops: [=, <<]}}"
+    path = tmp_path / "w.yaml"
+    path.write_text(f"jobs: [{{<<: {{tenant: t}}, name: j, env: {env}}}]\n")
+    job = load_workload(path).jobs[0]
+    assert job.env.args == {"op": "=", "shift": "<<", "ops": ["=", "<<"]}
+    assert job.tenant == "t"  # a key << still merges
+    assert parse_overrides(["a==", "b=<<"]) == {"a": "=", "b": "<<"}
+
+
 def test_a_set_key_given_twice_is_refused():
     from marlaas.workload_file import parse_overrides
 
