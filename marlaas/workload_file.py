@@ -135,7 +135,8 @@ def read_yaml(path: str | Path, what: str = "workload", error: type = WorkloadEr
 
 
 def parse_yaml(text: str, source: str, error: type = WorkloadError) -> Any:
-    """Parse YAML text (duplicate keys, keys that are not text, bytes, alias bombs and deep
+    """Parse YAML text (duplicate keys, keys that are not text, values JSON cannot hold: bytes,
+    sets, dates tagged !!timestamp and other tags (marlaas.yaml_nodes), alias bombs and deep
     nesting refused, as ``error``). The parser's events are counted first, one at a time: a
     text of more than MAX_NODES values is refused before its document is built (a 14 MB list
     of numbers took 30 s and 2.7 GB to build, then was refused)."""

@@ -352,6 +352,54 @@ def test_a_binary_set_value_is_refused():
         parse_overrides(["name=!!binary aGk="])
 
 
+JSON_ONLY = (
+    "this file holds text, numbers, true and false, null, lists and mappings, and no other "
+    "YAML tags"
+)
+
+
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        ("!!set {a, b}", ": a !!set value at line 7, column 12; this file holds lists, not sets: "
+                         "write the list [a, b]"),
+        ("!!set\n          ? a\n          ? b", ": a !!set value at line 7, column 12; this "
+                                               "file holds lists, not sets: write the list [a, b]"),
+        ("!!omap [{a: 1}, {b: 2}]", ": a !!omap value (an ordered mapping) at line 7, column 12; "
+                                    "this file's mappings keep their keys' order: write the "
+                                    "mapping {a: 1, b: 2}"),
+        ("!!pairs [{a: 1}, {a: 2}]", ": a !!pairs value at line 7, column 12; write a list of "
+                                     "mappings without the tag: [{a: 1}, {a: 2}]"),
+        ("!!timestamp 2024-01-01", ": a !!timestamp value (a date) at line 7, column 12; this "
+                                   "file holds no dates: write the date as text, without the "
+                                   "tag (2024-01-01)"),
+        ("[1, !!python/tuple [1, 2]]",
+         f"[1]: a value tagged !!python/tuple at line 7, column 16; {JSON_ONLY}"),
+        ("{y: !point {x: 1}}", f".y: a value tagged !point at line 7, column 16; {JSON_ONLY}"),
+        ("!!merge a", ": a value tagged !!merge at line 7, column 12"),
+    ],
+)  # fmt: skip
+def test_a_value_json_cannot_hold_is_refused_naming_its_field(tmp_path, value, named):
+    # was a Python set (workload.json wrote it in hash order), a list of tuples, a date, or
+    # "not valid YAML (could not determine a constructor for the tag ...)" naming no field
+    path = tmp_path / "w.yaml"
+    env = "name: tests.executors.plugin_env:EchoEnv"
+    path.write_text(f"jobs:\n  - name: j\n    tenant: t\n    env:\n      {env}\n      args:\n"
+                    f"        x: {value}\n")  # fmt: skip
+    with pytest.raises(WorkloadError) as err:
+        load_workload(path)
+    assert f"w.yaml: jobs[0].env.args.x{named}" in str(err.value)
+
+
+def test_json_tags_are_read_and_a_set_value_of_another_tag_is_refused():
+    from marlaas.workload_file import parse_overrides, parse_yaml
+
+    text = "{a: !!str 1, b: !!float 1, c: !!bool true, d: !!null ~, e: !!seq [1], f: !!map {}}"
+    assert parse_yaml(text, "w") == {"a": "1", "b": 1.0, "c": True, "d": None, "e": [1], "f": {}}
+    with pytest.raises(WorkloadError, match=r"^--set 'x=!!set \{a\}': a !!set value at line 1"):
+        parse_overrides(["x=!!set {a}"])
+
+
 @pytest.mark.parametrize(
     ("text", "named"),
     [
