@@ -117,18 +117,22 @@ class CostModel(BaseModel):
 
 
 def train_work(
-    cost: CostModel, tokens: float, lora_rank: int, minibatches: int = 1, stale: bool = True
+    cost: CostModel,
+    tokens: float,
+    lora_rank: int,
+    minibatches: int = 1,
+    proximal_pass: bool = True,
 ) -> float:
     """A training step's compute in the tokens of ``train_tokens_per_s`` (a LoRA forward +
     backward pass each): its ``tokens`` (prompt + completion: what a forward pass reads) x
     (1 + lora_rank / train_rank_scale) x (1 + train_forward_share x (minibatches - 1) /
-    minibatches). The last term is the no-grad forward pass of a ``stale`` step of several
-    minibatches (marlaas.executors.peft_trainer): the log-probs of the policy it starts from,
-    for the samples past its first minibatch (whose are its own forward pass's); a step of
-    staleness 0 has them from sampling and makes none, unless the engines sample in another
-    dtype than the trainer's (``EngineSpec.reuses_sampling_logprobs``: the caller passes
-    ``stale``). Its extra optimizer steps are not
-    charged: an AdamW step on a LoRA adapter is under a millisecond (the h100-7b profile's
+    minibatches). The last term, with ``proximal_pass``, is the no-grad forward pass of a step
+    of several minibatches (marlaas.executors.peft_trainer): the log-probs of the policy it
+    starts from, for the samples past its first minibatch (whose are its own forward pass's).
+    A stale step makes it; a step of staleness 0 has them from sampling and makes none, unless
+    the engines sample in another dtype than the trainer's
+    (``EngineSpec.reuses_sampling_logprobs``). Its extra optimizer steps are not charged: an
+    AdamW step on a LoRA adapter is under a millisecond (the h100-7b profile's
     train_overhead_s arithmetic), and train_overhead_s stays once per step."""
-    prox = cost.train_forward_share * (minibatches - 1) / minibatches if stale else 0.0
+    prox = cost.train_forward_share * (minibatches - 1) / minibatches if proximal_pass else 0.0
     return tokens * (1 + lora_rank / cost.train_rank_scale) * (1 + prox)

@@ -322,9 +322,9 @@ class SimPyExecutor:
     def _start_train(self, d: Train, now: float) -> None:
         spec, cost = self._jobs[d.job], self.cost
         shared = d.shared_tokens if cost.train_shares_prompts else 0
-        fresh = d.staleness == 0 and self.reuses_sampling_logprobs
+        reused = d.staleness == 0 and self.reuses_sampling_logprobs  # no proximal pass
         compute = train_work(cost, d.tokens - shared, spec.lora_rank, spec.rl.minibatches,
-                             stale=not fresh)  # fmt: skip
+                             proximal_pass=not reused)  # fmt: skip
         devices = self.step_devices[d.trainer]  # data-parallel; one processor: no speed-up
         duration = cost.train_overhead_s + compute / (cost.train_tokens_per_s * devices)
         unread = shared if cost.train_shares_prompts else -1  # -1: the record as before it
