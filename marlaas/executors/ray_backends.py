@@ -113,7 +113,9 @@ class RayBackends:
                 f"{ray.cluster_resources()}): add nodes or use fewer engines"
             ) from err
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
-        engine_devices = ["cuda:0" if gpus else "cpu"] * len(cluster.engines)
+        # Ray shows an actor its own GPUs as cuda:0, cuda:1, ...
+        actor_devices = [[f"cuda:{g}" for g in range(w)] if gpus else ["cpu"] for w in widths]
+        engine_devices = [devices[0] for devices in actor_devices[: len(cluster.engines)]]
         sampled_in = sampling_dtype(self.backend, sizing.engine.dtype, engine_devices)
         handles = {}
         for i, (name, bundle) in enumerate(zip(names, bundles, strict=True)):
@@ -122,8 +124,7 @@ class RayBackends:
                 "scheduling_strategy": PlacementGroupSchedulingStrategy(
                     placement_group=self._group, placement_group_bundle_index=i),
             }  # fmt: skip
-            # Ray shows an actor its own GPUs as cuda:0, cuda:1, ...
-            devices = [f"cuda:{g}" for g in range(widths[i])] if gpus else ["cpu"]
+            devices = actor_devices[i]
             if i < len(cluster.engines):
                 args = (self.backend, self.model_dir, sizing, max_model_len, seed, devices[0])
                 handles[name] = EngineActor.options(**options).remote(*args)
