@@ -1,0 +1,93 @@
+"""Write the workloads that split-progress was checked on beyond the ones in traces/
+(docs/policies.md, "Two kinds of job: split-progress"), all made from traces/paper-32.yaml::
+
+    python -m benchmarks.unseen_workloads --out runs
+
+- ``new1.yaml``: the jobs with an odd index (16 jobs, all size M, weights 1 and 2), rollout
+  pool 16 devices, training pool 8;
+- ``new2.yaml``: the first 20 jobs that are not tool jobs, rl.steps x 0.7 rounded (at least
+  4), the math jobs' prompts_per_step doubled, every weight 1; rollout 36, training 12;
+- ``steps2.yaml``: paper-32 with every job's rl.steps doubled (every job twice as long, in
+  tokens and in time; its critical paths twice paper-32's);
+- ``steps-half.yaml``: paper-32 with every job's rl.steps halved (rounded up): short jobs
+  only, the longest critical path (code-L, 10 steps) 729 s estimated, below split-progress's
+  fixed bound for a big job (1,200 s) before it was made relative.
+
+paper-32 under the a100-7b profile needs no file: ``marlaas sweep traces/paper-32.yaml
+--cost a100-7b``. The files are written with ``yaml.safe_dump(..., sort_keys=False)`` from
+``yaml.safe_load`` of paper-32 (its ``prices:`` block, read by ``marlaas plan`` only, kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import sys
+from pathlib import Path
+
+import yaml
+
+PAPER_32 = Path(__file__).resolve().parent.parent / "traces" / "paper-32.yaml"
+
+
+def _pools(workload: dict, rollout: int, train: int) -> None:
+    for pool in workload["cluster"]["pools"]:
+        pool["devices"] = rollout if pool["role"] == "inference" else train
+
+
+def new1(base: dict) -> dict:
+    """The odd-indexed jobs of paper-32 (all size M) on 16 + 8 devices."""
+    w = copy.deepcopy(base)
+    w["jobs"] = [job for i, job in enumerate(w["jobs"]) if i % 2 == 1]
+    _pools(w, 16, 8)
+    return w
+
+
+def new2(base: dict) -> dict:
+    """The first 20 math and code jobs, shorter, the math jobs twice as wide, weight 1."""
+    w = copy.deepcopy(base)
+    jobs = [job for job in w["jobs"] if not job["name"].startswith("tool")][:20]
+    for job in jobs:
+        job["rl"] = dict(job["rl"])
+        job["rl"]["steps"] = max(4, round(job["rl"]["steps"] * 0.7))
+        if job["name"].startswith("math"):
+            job["rl"]["prompts_per_step"] *= 2
+        job["weight"] = 1
+    w["jobs"] = jobs
+    _pools(w, 36, 12)
+    return w
+
+
+def scaled_steps(base: dict, factor: float) -> dict:
+    """paper-32 with every job's rl.steps times ``factor`` (rounded up)."""
+    w = copy.deepcopy(base)
+    for job in w["jobs"]:
+        job["rl"] = dict(job["rl"])
+        job["rl"]["steps"] = max(1, math.ceil(job["rl"]["steps"] * factor))
+    return w
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="runs", help="folder to write the files into")
+    args = parser.parse_args(argv)
+    base = yaml.safe_load(PAPER_32.read_text())
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    made = {
+        "new1": new1(base),
+        "new2": new2(base),
+        "steps2": scaled_steps(base, 2.0),
+        "steps-half": scaled_steps(base, 0.5),
+    }
+    for name, workload in made.items():
+        workload["name"] = name
+        header = f"# {name}: made from traces/paper-32.yaml by benchmarks/unseen_workloads.py\n"
+        (out / f"{name}.yaml").write_text(header + yaml.safe_dump(workload, sort_keys=False))
+        print(f"wrote {out / name}.yaml ({len(workload['jobs'])} jobs)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
