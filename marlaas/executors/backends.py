@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,8 @@ from pathlib import Path
 from marlaas.core.cluster_spec import PREFIX_BLOCK_TOKENS, EngineSpec
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.workload import Workload
+
+log = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "vllm", "hf")
 _NO_CHUNKING = {"enable_chunked_prefill": False}
@@ -282,9 +285,19 @@ def engine_dtype(backend: str, setting: str, device: str) -> str:
 def sampling_dtype(backend: str, setting: str, devices: Iterable[str]) -> str:
     """What the sampling log-probs of engines on ``devices`` are computed in: float32 when
     every engine computes in it, else the first other (a trainer then computes a fresh
-    step's proximal log-probs itself: PeftTrainer's ``sampled_in``)."""
+    step's proximal log-probs itself: PeftTrainer's ``sampled_in``). Where that is not
+    float32 it warns, once per call (a run calls it once), that the run's samples are not
+    reproducible from its seed."""
     dtypes = [engine_dtype(backend, setting, device) for device in devices]
-    return next((d for d in dtypes if d != "float32"), "float32")
+    dtype = next((d for d in dtypes if d != "float32"), "float32")
+    if dtype != "float32":
+        log.warning(
+            "the engines compute in %s: a sequence's tokens depend on the sequences decoded "
+            "beside it, which depend on when requests arrive, so this run's samples and rewards "
+            "are not reproducible from its seed (cluster.engine.dtype: float32 is, on a CPU)",
+            dtype,
+        )
+    return dtype
 
 
 def _vllm_rank(rank: int) -> int:

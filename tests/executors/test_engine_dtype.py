@@ -69,6 +69,17 @@ def test_the_trainer_is_told_what_the_engines_sample_in():
     assert sampling_dtype("hf", "bfloat16", ["cpu"]) == "bfloat16"
 
 
+def test_a_run_sampling_in_bfloat16_is_told_its_samples_are_not_reproducible(caplog):
+    from marlaas.executors.backends import sampling_dtype
+
+    with caplog.at_level("WARNING", logger="marlaas.executors.backends"):
+        sampling_dtype("vllm", "auto", ["cpu"])
+        assert not caplog.records
+        sampling_dtype("vllm", "bfloat16", ["cpu"])
+    assert len(caplog.records) == 1
+    assert "bfloat16" in caplog.text and "not reproducible from its seed" in caplog.text
+
+
 def test_an_unknown_dtype_is_refused_naming_the_field():
     with pytest.raises(WorkloadError, match=r"cluster\.engine\.dtype.*'float16'|float16.*dtype"):
         parse_workload(_workload({"dtype": "float16"}))
