@@ -6,16 +6,19 @@ import path, with this folder on the path, as the measurements did::
     PYTHONPATH=benchmarks marlaas sweep traces/paper-32.yaml --policies sp_rel:A100x \
       --seeds 0,1,2,3,4 --workers 1 --no-events --out runs/p32-A100x
 
-The key is split-progress's (marlaas/core/policies/split_progress.py) with three switches:
-which jobs are big (``BIG``: today's fixed bound; ``alone``: alone_s >= BIG_SHARE x
+The key is split-progress's (marlaas/core/policies/split_progress.py) with four switches:
+which jobs are big (``BIG``: ``abs``, today's fixed bound; ``alone``: alone_s >= BIG_SHARE x
 longest_alone_s; ``longest``: remaining_alone_s >= BIG_SHARE x longest_alone_s;
-``horizon``: remaining_alone_s >= BIG_SHARE x max(backlog_s, longest_alone_s); ``backlog``,
-``alone+backlog``, ``alone+rbacklog``: ``alone`` and alone_s, or remaining_alone_s, >=
-BIG_SHARE x backlog_s), the progress term (``abs``: 3 M tokens; ``rel``: PROGRESS_SHARE x
+``horizon``: remaining_alone_s >= BIG_SHARE x max(backlog_s, longest_alone_s); ``backlog``:
+remaining_alone_s >= BIG_SHARE x backlog_s; ``alone+backlog``, ``alone+rbacklog``: alone_s
+>= longest_alone_s, and alone_s, or remaining_alone_s, >= BIG_SHARE x backlog_s, or
+backlog_s still infinite), the progress term (``abs``: 3 M tokens; ``rel``: PROGRESS_SHARE x
 the job's own expected tokens, inside the service before the alone-time weight) and the
 slack term (``abs``: 1,000 tokens per second; ``rel``: SLACK_SHARE x the job's own expected
-tokens per alone time of slack). A job's expected tokens are read from the scheduler's
-JobState (turn_tokens, total_groups), which a policy's JobView does not offer.
+tokens per alone time of slack), and how much a big job's attained tokens weigh
+(``BIG_ATTAINED``: 1 as cp-srpt, or 0.5 as the other jobs'). A job's expected tokens are
+read from the scheduler's JobState (turn_tokens, total_groups), which a policy's JobView
+does not offer.
 """
 
 import math
@@ -49,6 +52,7 @@ class Base(Policy):
     PROGRESS_SHARE = 1.25
     SLACK = "abs"  # abs | rel
     SLACK_SHARE = 0.4
+    BIG_ATTAINED = 1.0
 
     def big(self, job) -> bool:
         if self.BIG == "abs":
@@ -81,7 +85,9 @@ class Base(Policy):
             return (-math.inf, -left, job.arrival_s, job.index)
         alone = max(job.alone_s, 1.0)
         if self.big(job):
-            service = job.attained_tokens + REMAINING_WEIGHT * job.remaining_tokens
+            service = (
+                self.BIG_ATTAINED * job.attained_tokens + REMAINING_WEIGHT * job.remaining_tokens
+            )
             done = 1.0 - job.remaining_alone_s / alone
             scale = alone**CRITICAL_PATH_EXPONENT
             if self.PROGRESS == "abs":
@@ -252,3 +258,11 @@ class AB85(PX):
 
 class AB100(PX):
     BIG, BIG_SHARE = "alone+backlog", 1.0
+
+
+class A100xS(A100x):
+    BIG_ATTAINED = 0.5
+
+
+class AB70S(AB70):
+    BIG_ATTAINED = 0.5
