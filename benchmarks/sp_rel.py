@@ -32,6 +32,7 @@ from marlaas.core.policies.split_progress import (
     SLACK_TOKENS_PER_S,
     SMALL_EXPONENT,
     WEIGHT_EXPONENT,
+    holds_the_horizon_alone,
 )
 from marlaas.core.policies.themis import RHO
 
@@ -75,14 +76,8 @@ class Base(Policy):
         return job.remaining_alone_s >= self.BIG_SHARE * horizon
 
     def key(self, job: JobView) -> tuple:
-        left = job.remaining_alone_s
-        if (
-            job.remaining_tokens > 0
-            and left >= max(job.backlog_s, job.longest_alone_s)
-            and job.longest_alone_jobs == 1
-            and left != job.runner_up_late_s
-        ):
-            return (-math.inf, -left, job.arrival_s, job.index)
+        if holds_the_horizon_alone(job):
+            return (-math.inf, -job.remaining_alone_s, job.arrival_s, job.index)
         alone = max(job.alone_s, 1.0)
         if self.big(job):
             service = (

@@ -82,6 +82,20 @@ WEIGHT_EXPONENT = 0.5
 """The tenant weight divides the key as weight ** 0.5."""
 
 
+def holds_the_horizon_alone(job: JobView) -> bool:
+    """Whether ``job`` alone sets the backlog's horizon: it has tokens to generate, its
+    remaining alone time is at least the backlog's and every live job's, no other job's is as
+    long, and the runner-up's one of its steps later is not equal to it (a job one step behind
+    another of its spec ties)."""
+    left = job.remaining_alone_s
+    return (
+        job.remaining_tokens > 0
+        and left >= max(job.backlog_s, job.longest_alone_s)
+        and job.longest_alone_jobs == 1
+        and left != job.runner_up_late_s
+    )
+
+
 @register
 class SplitProgress(Policy):
     """The job that alone holds the backlog's horizon first; then big jobs (alone_s >=
@@ -104,14 +118,8 @@ class SplitProgress(Policy):
     reads_backlog = True
 
     def key(self, job: JobView) -> tuple:
-        left = job.remaining_alone_s
-        if (
-            job.remaining_tokens > 0
-            and left >= max(job.backlog_s, job.longest_alone_s)
-            and job.longest_alone_jobs == 1
-            and left != job.runner_up_late_s
-        ):
-            return (-math.inf, -left, job.arrival_s, job.index)  # it alone sets the horizon
+        if holds_the_horizon_alone(job):
+            return (-math.inf, -job.remaining_alone_s, job.arrival_s, job.index)
         alone = max(job.alone_s, 1.0)
         if job.alone_s >= BIG_ALONE_S:
             service = job.attained_tokens + REMAINING_WEIGHT * job.remaining_tokens
