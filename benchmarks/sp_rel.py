@@ -47,7 +47,7 @@ def tokens_of(job) -> float:
 class Base(Policy):
     name = "sp-scratch"
     reads_backlog = True
-    BIG = "abs"  # abs | longest | backlog
+    BIG = "abs"  # abs | alone | longest | horizon | backlog | alone+backlog | alone+rbacklog
     BIG_SHARE = 0.0
     PROGRESS = "abs"  # abs | rel
     PROGRESS_SHARE = 1.25
@@ -100,164 +100,55 @@ class Base(Policy):
         return (value / job.weight**WEIGHT_EXPONENT, job.arrival_s, job.index)
 
 
-class Today(Base):
-    pass
-
-
-class ProgRel(Base):
-    PROGRESS = "rel"
-
-
-class L80(Base):
-    BIG, BIG_SHARE, PROGRESS = "longest", 0.8, "rel"
-
-
-class B50(Base):
-    BIG, BIG_SHARE, PROGRESS = "backlog", 0.5, "rel"
-
-
-class B40(Base):
-    BIG, BIG_SHARE, PROGRESS = "backlog", 0.4, "rel"
-
-
-class B60(Base):
-    BIG, BIG_SHARE, PROGRESS = "backlog", 0.6, "rel"
-
-
-class L80S(L80):
-    SLACK = "rel"
-
-
-class B50S(B50):
-    SLACK = "rel"
-
-
-class H50(Base):
-    BIG, BIG_SHARE, PROGRESS = "horizon", 0.5, "rel"
-
-
-class H40(Base):
-    BIG, BIG_SHARE, PROGRESS = "horizon", 0.4, "rel"
-
-
-class H60(Base):
-    BIG, BIG_SHARE, PROGRESS = "horizon", 0.6, "rel"
-
-
-class H50S(H50):
-    SLACK = "rel"
-
-
-class H40S(H40):
-    SLACK = "rel"
-
-
-class H60S(H60):
-    SLACK = "rel"
-
-
-class H70S(Base):
-    BIG, BIG_SHARE, PROGRESS, SLACK = "horizon", 0.7, "rel", "rel"
-
-
-class H50S3(H50S):
-    SLACK_SHARE = 0.3
-
-
-class H50S6(H50S):
-    SLACK_SHARE = 0.6
-
-
-class L70(Base):
-    BIG, BIG_SHARE, PROGRESS = "longest", 0.7, "rel"
-
-
-class L90(Base):
-    BIG, BIG_SHARE, PROGRESS = "longest", 0.9, "rel"
-
-
-class P127(Base):
-    PROGRESS, PROGRESS_SHARE = "rel", 1.27
-
-
-class A100p(P127):
-    BIG, BIG_SHARE = "alone", 1.0
-
-
-class A90p(P127):
-    BIG, BIG_SHARE = "alone", 0.9
-
-
-class H50p(P127):
-    BIG, BIG_SHARE = "horizon", 0.5
-
-
-class L80p(P127):
-    BIG, BIG_SHARE = "longest", 0.8
-
-
+REL = {"PROGRESS": "rel"}
+P127 = {**REL, "PROGRESS_SHARE": 1.27}
 EXACT = 1.2713395758597803
+"""The progress share that gives code-L exactly today's 3 M tokens."""
+PX = {**REL, "PROGRESS_SHARE": EXACT}
+SLACK_REL = {"SLACK": "rel"}
 
+VARIANTS = {
+    "Today": {},
+    "ProgRel": REL,
+    "L70": {"BIG": "longest", "BIG_SHARE": 0.7, **REL},
+    "L80": {"BIG": "longest", "BIG_SHARE": 0.8, **REL},
+    "L90": {"BIG": "longest", "BIG_SHARE": 0.9, **REL},
+    "L80S": {"BIG": "longest", "BIG_SHARE": 0.8, **REL, **SLACK_REL},
+    "B40": {"BIG": "backlog", "BIG_SHARE": 0.4, **REL},
+    "B50": {"BIG": "backlog", "BIG_SHARE": 0.5, **REL},
+    "B60": {"BIG": "backlog", "BIG_SHARE": 0.6, **REL},
+    "B50S": {"BIG": "backlog", "BIG_SHARE": 0.5, **REL, **SLACK_REL},
+    "H40": {"BIG": "horizon", "BIG_SHARE": 0.4, **REL},
+    "H50": {"BIG": "horizon", "BIG_SHARE": 0.5, **REL},
+    "H60": {"BIG": "horizon", "BIG_SHARE": 0.6, **REL},
+    "H40S": {"BIG": "horizon", "BIG_SHARE": 0.4, **REL, **SLACK_REL},
+    "H50S": {"BIG": "horizon", "BIG_SHARE": 0.5, **REL, **SLACK_REL},
+    "H60S": {"BIG": "horizon", "BIG_SHARE": 0.6, **REL, **SLACK_REL},
+    "H70S": {"BIG": "horizon", "BIG_SHARE": 0.7, **REL, **SLACK_REL},
+    "H50S3": {"BIG": "horizon", "BIG_SHARE": 0.5, **REL, **SLACK_REL, "SLACK_SHARE": 0.3},
+    "H50S6": {"BIG": "horizon", "BIG_SHARE": 0.5, **REL, **SLACK_REL, "SLACK_SHARE": 0.6},
+    "P127": P127,
+    "A100p": {"BIG": "alone", "BIG_SHARE": 1.0, **P127},
+    "A90p": {"BIG": "alone", "BIG_SHARE": 0.9, **P127},
+    "H50p": {"BIG": "horizon", "BIG_SHARE": 0.5, **P127},
+    "L80p": {"BIG": "longest", "BIG_SHARE": 0.8, **P127},
+    "PX": PX,
+    "A100x": {"BIG": "alone", "BIG_SHARE": 1.0, **PX},
+    "A90x": {"BIG": "alone", "BIG_SHARE": 0.9, **PX},
+    "A80x": {"BIG": "alone", "BIG_SHARE": 0.8, **PX},
+    "H50x": {"BIG": "horizon", "BIG_SHARE": 0.5, **PX},
+    "L80x": {"BIG": "longest", "BIG_SHARE": 0.8, **PX},
+    "AB40": {"BIG": "alone+backlog", "BIG_SHARE": 0.4, **PX},
+    "AB45": {"BIG": "alone+backlog", "BIG_SHARE": 0.45, **PX},
+    "AB50": {"BIG": "alone+backlog", "BIG_SHARE": 0.5, **PX},
+    "AB70": {"BIG": "alone+backlog", "BIG_SHARE": 0.7, **PX},
+    "AB85": {"BIG": "alone+backlog", "BIG_SHARE": 0.85, **PX},
+    "AB100": {"BIG": "alone+backlog", "BIG_SHARE": 1.0, **PX},
+    "RB50": {"BIG": "alone+rbacklog", "BIG_SHARE": 0.5, **PX},
+    "RB70": {"BIG": "alone+rbacklog", "BIG_SHARE": 0.7, **PX},
+    "A100xS": {"BIG": "alone", "BIG_SHARE": 1.0, **PX, "BIG_ATTAINED": 0.5},
+    "AB70S": {"BIG": "alone+backlog", "BIG_SHARE": 0.7, **PX, "BIG_ATTAINED": 0.5},
+}
+"""Each variant measured: the Base settings it changes (a class of that name below)."""
 
-class PX(Base):
-    PROGRESS, PROGRESS_SHARE = "rel", EXACT
-
-
-class A100x(PX):
-    BIG, BIG_SHARE = "alone", 1.0
-
-
-class A90x(PX):
-    BIG, BIG_SHARE = "alone", 0.9
-
-
-class A80x(PX):
-    BIG, BIG_SHARE = "alone", 0.8
-
-
-class H50x(PX):
-    BIG, BIG_SHARE = "horizon", 0.5
-
-
-class L80x(PX):
-    BIG, BIG_SHARE = "longest", 0.8
-
-
-class AB40(PX):
-    BIG, BIG_SHARE = "alone+backlog", 0.4
-
-
-class AB45(PX):
-    BIG, BIG_SHARE = "alone+backlog", 0.45
-
-
-class AB50(PX):
-    BIG, BIG_SHARE = "alone+backlog", 0.5
-
-
-class AB70(PX):
-    BIG, BIG_SHARE = "alone+backlog", 0.7
-
-
-class RB50(PX):
-    BIG, BIG_SHARE = "alone+rbacklog", 0.5
-
-
-class RB70(PX):
-    BIG, BIG_SHARE = "alone+rbacklog", 0.7
-
-
-class AB85(PX):
-    BIG, BIG_SHARE = "alone+backlog", 0.85
-
-
-class AB100(PX):
-    BIG, BIG_SHARE = "alone+backlog", 1.0
-
-
-class A100xS(A100x):
-    BIG_ATTAINED = 0.5
-
-
-class AB70S(AB70):
-    BIG_ATTAINED = 0.5
+globals().update({name: type(name, (Base,), dict(settings)) for name, settings in VARIANTS.items()})

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import yaml
 
+from marlaas.atomic import write_durably
+
 PAPER_32 = Path(__file__).resolve().parent.parent / "traces" / "paper-32.yaml"
 
 
@@ -81,10 +83,16 @@ def main(argv: list[str] | None = None) -> int:
         "steps2": scaled_steps(base, 2.0),
         "steps-half": scaled_steps(base, 0.5),
     }
+    header = "# {}: made from traces/paper-32.yaml by benchmarks/unseen_workloads.py\n"
+    for name in made:  # before writing any: a file of the same name is replaced only if ours
+        path = out / f"{name}.yaml"
+        if path.exists() and not path.read_text(errors="replace").startswith(header.format(name)):
+            raise SystemExit(f"{path}: exists and is not a file this script wrote; not "
+                             "replacing it (choose another --out)")  # fmt: skip
     for name, workload in made.items():
         workload["name"] = name
-        header = f"# {name}: made from traces/paper-32.yaml by benchmarks/unseen_workloads.py\n"
-        (out / f"{name}.yaml").write_text(header + yaml.safe_dump(workload, sort_keys=False))
+        text = header.format(name) + yaml.safe_dump(workload, sort_keys=False)
+        write_durably(out / f"{name}.yaml", text)
         print(f"wrote {out / name}.yaml ({len(workload['jobs'])} jobs)")
     return 0
 
