@@ -22,6 +22,10 @@ weight shape keeps :data:`KERNELS_PER_SHAPE` row counts, and the process-wide ca
 :mod:`marlaas.executors.vllm_generator` sets before vLLM loads): a kernel compiled again for a
 row count is the same kernel (about 0.4 ms to compile).
 
+**bfloat16 rows computed alike.** A bfloat16 engine's linear layers and LoRA through one
+kernel whose rows do not depend on the rows beside them:
+:mod:`marlaas.executors.vllm_cpu_invariant`.
+
 **Linear layers whole.** The LoRA of a linear layer, every slice and adapter at once, in two
 matrix products: :mod:`marlaas.executors.vllm_cpu_lora_linear`. The kernels above still serve
 vLLM's other LoRA calls (the logits, and a linear layer whose shapes that module leaves).
@@ -35,7 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from marlaas.executors import vllm_cpu_lora_linear
+from marlaas.executors import vllm_cpu_invariant, vllm_cpu_lora_linear
 
 CHUNK_TOKENS = 256
 """Tokens per LoRA kernel call [tokens]: 4 adapters' products of SmolLM2's widest LoRA output
@@ -51,10 +55,11 @@ _KERNELS = ("bgmv_shrink", "bgmv_expand", "bgmv_expand_slice")
 
 
 def install() -> None:
-    """Swap ``punica_cpu``'s LoRA kernels for per-adapter ones over token chunks and bound
-    vLLM's oneDNN kernel caches for the engines created after the call (idempotent). Written
-    against vllm-cpu 0.32: a vLLM without these functions (another version, a GPU build's) is
-    left as it is."""
+    """Swap ``punica_cpu``'s LoRA kernels for per-adapter ones over token chunks, bound
+    vLLM's oneDNN kernel caches and compute bfloat16 linear layers batch-invariantly
+    (:func:`vllm_cpu_invariant.install`) for the engines created after the call
+    (idempotent). Written against vllm-cpu 0.32: a vLLM without these functions (another
+    version, a GPU build's) is left as it is."""
     import torch
     import vllm._custom_ops as ops
 
@@ -62,6 +67,7 @@ def install() -> None:
         from vllm.lora.punica_wrapper import punica_cpu
     except ImportError:
         return
+    vllm_cpu_invariant.install()
     if getattr(punica_cpu, "_marlaas_chunked", False):
         return
     punica_cpu._marlaas_chunked = True

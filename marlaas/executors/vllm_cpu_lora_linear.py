@@ -13,6 +13,11 @@ does the whole layer, every slice and every adapter of the step, in two products
     y[:, :out] += h @ B_all   B_all [(slices * adapters * rank) x out]: each slice's B in its
                               rows and its own output columns (block-diagonal over slices)
 
+An engine in bfloat16 on a CPU with AMX computes both products with
+:mod:`marlaas.executors.vllm_cpu_invariant`'s kernel, whose rows and columns do not depend on
+what else is in the product: a token's LoRA output is then the same whichever adapters are
+beside it and whichever slot its adapter sits in (the layouts padded to the kernel's tile).
+
 The layouts (per layer, set of adapters and scale) and the mask (per step) are built once and
 reused while vLLM's tensors are unchanged (:class:`~marlaas.executors.tensor_memo.TensorMemo`:
 an adapter loaded into a slot is an in-place write, a new version). A token whose index is -1
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from marlaas.executors import vllm_cpu_invariant
 from marlaas.executors.tensor_memo import TensorMemo
 
 LAYOUT_BYTES = 64 << 20
@@ -76,17 +82,48 @@ def add_lora_linear(wrapper, y, x, lora_a_stacked: Sequence, lora_b_stacked: Seq
     adapters, mask = _MASKS.get((indices,), lambda: token_mask(indices))
     if not adapters:
         return True
+    invariant = _computes_invariantly(out)
+    layout = packed_side_by_side if invariant else side_by_side
     a_all, b_all = _LAYOUTS.get(
         (*lora_a_stacked, *lora_b_stacked),
-        lambda: side_by_side(lora_a_stacked, lora_b_stacked, adapters, scale, output_slices),
-        (adapters, float(scale), tuple(output_slices)),
+        lambda: layout(lora_a_stacked, lora_b_stacked, adapters, scale, output_slices),
+        (adapters, float(scale), tuple(output_slices), invariant),
     )
-    h = x.to(a_all.dtype) @ a_all
+    width = sum(output_slices)
+    h = vllm_cpu_invariant.linear(x, *a_all) if invariant else x.to(a_all.dtype) @ a_all
     if mask is not None:
         slices, rank = len(lora_a_stacked), lora_a_stacked[0].shape[-2]
-        h = (h.view(-1, slices, len(adapters), rank) * mask[:, None, :, None]).view(h.shape)
-    out[:, : b_all.shape[1]] += (h @ b_all).to(out.dtype)
+        used = slices * len(adapters) * rank  # the invariant layout pads past these columns
+        h[:, :used] = (h[:, :used].view(-1, slices, len(adapters), rank)
+                       * mask[:, None, :, None]).view(-1, used)  # fmt: skip
+    if invariant:
+        out[:, :width] += vllm_cpu_invariant.linear(h, *b_all)[:, :width]
+    else:
+        out[:, :width] += (h @ b_all).to(out.dtype)
     return True
+
+
+def _computes_invariantly(out) -> bool:
+    """Whether the LoRA products into ``out`` go through vllm_cpu_invariant: a bfloat16
+    engine's, where the kernel is there."""
+    import torch
+
+    return out.dtype == torch.bfloat16 and vllm_cpu_invariant.available()
+
+
+def packed_side_by_side(lora_a_stacked: Sequence, lora_b_stacked: Sequence,
+                        adapters: Sequence[int], scale: float,
+                        output_slices: Sequence[int]):  # fmt: skip
+    """:func:`side_by_side`'s layouts packed for vllm_cpu_invariant, their inner dimension
+    (slices * adapters * rank) zero-padded to the kernel's tile: ``((A, columns), (B,
+    out_padded))``, each the arguments of :func:`vllm_cpu_invariant.linear` after its input."""
+    import torch
+
+    a_all, b_all = side_by_side(lora_a_stacked, lora_b_stacked, adapters, scale, output_slices)
+    inner = vllm_cpu_invariant.padded(a_all.shape[1], vllm_cpu_invariant.IN_MULTIPLE)
+    a_all = torch.nn.functional.pad(a_all, (0, inner - a_all.shape[1]))
+    b_all = torch.nn.functional.pad(b_all, (0, 0, 0, inner - b_all.shape[0]))
+    return vllm_cpu_invariant.pack(a_all.T), vllm_cpu_invariant.pack(b_all.T)
 
 
 def token_mask(indices):

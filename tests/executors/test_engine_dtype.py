@@ -69,14 +69,23 @@ def test_the_trainer_is_told_what_the_engines_sample_in():
     assert sampling_dtype("hf", "bfloat16", ["cpu"]) == "bfloat16"
 
 
-def test_a_run_sampling_in_bfloat16_is_told_its_samples_are_not_reproducible(caplog):
+@pytest.mark.parametrize("invariant_kernels", [False, True])
+def test_a_run_sampling_in_bfloat16_is_told_when_its_samples_are_not_reproducible(
+    caplog, monkeypatch, invariant_kernels
+):
+    from marlaas.executors import vllm_cpu_invariant
     from marlaas.executors.backends import sampling_dtype
 
+    monkeypatch.setattr(vllm_cpu_invariant, "available", lambda: invariant_kernels)
     with caplog.at_level("WARNING", logger="marlaas.executors.backends"):
-        sampling_dtype("vllm", "auto", ["cpu"])
+        assert sampling_dtype("vllm", "auto", ["cpu"]) == "float32"
         assert not caplog.records
-        sampling_dtype("vllm", "bfloat16", ["cpu"])
-    assert len(caplog.records) == 1
+        assert sampling_dtype("vllm", "bfloat16", ["cpu"]) == "bfloat16"
+        # without vllm_cpu_invariant's kernels (no AMX) a CPU's bfloat16 rows vary with the batch
+        assert len(caplog.records) == (0 if invariant_kernels else 1)
+        sampling_dtype("vllm", "auto", ["cuda:0"])  # a GPU's bfloat16: never made invariant
+        sampling_dtype("hf", "bfloat16", ["cpu"])  # torch's own kernels
+    assert len(caplog.records) == (2 if invariant_kernels else 3)
     assert "bfloat16" in caplog.text and "not reproducible from its seed" in caplog.text
 
 
