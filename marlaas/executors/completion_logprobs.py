@@ -13,7 +13,7 @@ import torch
 
 from marlaas.executors.logprobs import token_logprobs
 from marlaas.executors.rollout import TrainSample
-from marlaas.executors.token_layout import Layout, windowed
+from marlaas.executors.token_layout import Layout, predicting, windowed
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ def chunked_logprobs(
         position_ids=place.position_ids, use_cache=False,
     ).last_hidden_state  # fmt: skip
     targets = _long([t for s in chunk for t in s.completion_ids], device)
-    flat = token_logprobs(hidden[place.rows, place.cols], head.weight, targets, head.bias)
+    flat = token_logprobs(predicting(hidden, place), head.weight, targets, head.bias)
     return _per_sample(flat, chunk, device)
 
 
@@ -44,7 +44,7 @@ def full_logits_logprobs(model, chunk: Sequence[TrainSample], place: Layout, dev
         input_ids=place.ids, attention_mask=place.attention_mask,
         position_ids=place.position_ids, use_cache=False,
     ).logits.float()  # fmt: skip
-    picked = logits[place.rows, place.cols]  # [completion tokens, vocab]
+    picked = predicting(logits, place)  # [completion tokens, vocab]
     targets = _long([t for s in chunk for t in s.completion_ids], device)
     flat = picked.gather(1, targets[:, None]).squeeze(1) - picked.logsumexp(dim=1)
     return _per_sample(flat, chunk, device)
