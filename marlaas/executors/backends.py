@@ -309,7 +309,9 @@ def batch_invariant(backend: str, dtype: str, device: str) -> bool:
     sequence's tokens whatever sequences decode beside it: in float32 (a row's products differ
     with its batch by about 1e-7 at most, which changed no token in the runs measured), and in
     bfloat16 with vLLM on a CPU whose kernels :mod:`marlaas.executors.vllm_cpu_invariant`
-    makes so (AMX; the driver's CPU is taken for the engines')."""
+    makes so: AMX, asked of the driver's CPU for the engines' (a Ray engine on another kind of
+    node is not asked), and an in-process engine, the only kind make_generator builds (an
+    engine core in a child process gets vLLM's own kernels)."""
     if dtype == "float32":
         return True
     if device != "cpu" or backend != "vllm" or dtype != "bfloat16":

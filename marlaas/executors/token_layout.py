@@ -63,11 +63,14 @@ def predicting(states: torch.Tensor, place: Layout) -> torch.Tensor:
     """The rows of ``states`` [rows, length, ...] (hidden states, logits) that predict each
     completion token, in ``place``'s order: [completion tokens, ...].
 
-    Through ``index_select`` on the flattened positions: in a tree a prompt's last token
-    predicts the first completion token of every sample of its group, and advanced indexing's
-    backward pass adds those gradients in an order that depends on the thread count (a float32
-    step then differs in the last bits between a trainer on one thread and on two), where
-    ``index_select``'s adds them in index order."""
+    On a CPU through ``index_select`` on the flattened positions: in a tree a prompt's last
+    token predicts the first completion token of every sample of its group, and advanced
+    indexing's backward pass adds those gradients in an order that depends on the thread count
+    there (a float32 step then differs in the last bits between a trainer on one thread and on
+    two), where ``index_select``'s adds them in index order. On a GPU ``index_select``'s
+    backward adds them with atomics in no fixed order, and advanced indexing's is kept."""
+    if states.device.type != "cpu":
+        return states[place.rows, place.cols]
     flat = place.rows * states.shape[1] + place.cols
     return torch.index_select(states.reshape(-1, *states.shape[2:]), 0, flat)
 

@@ -44,8 +44,9 @@ def available() -> bool:
         import torch
         import vllm._custom_ops  # noqa: F401  (loads vLLM's kernels into torch.ops._C)
 
-        return bool(torch.cpu._is_amx_tile_supported()) and hasattr(
-            torch.ops._C, "convert_weight_packed"
+        kernels = ("convert_weight_packed", "weight_packed_linear")
+        return bool(torch.cpu._is_amx_tile_supported()) and all(
+            hasattr(torch.ops._C, name) for name in kernels
         )
     except Exception:  # no vLLM, a GPU build's, a broken install: not here
         return False
@@ -106,15 +107,14 @@ def install() -> None:
             return dispatch(layer, remove_weight)
         out = weight.shape[0]
         packed, out_padded = pack(weight)
-        if getattr(layer, "bias", None) is not None:
-            layer.bias.data = layer.bias.data.float()  # as vLLM's own packed-kernel path
+        bias = getattr(layer, "bias", None)  # the kernel adds a float32 one, padded alike
+        padded_bias = None
+        if bias is not None:
+            padded_bias = torch.nn.functional.pad(bias.detach().float(), (0, out_padded - out))
 
-        def product(x, _weight, bias):
-            if out_padded == out:
-                return linear(x, packed, out, bias)
-            if bias is not None:
-                bias = torch.nn.functional.pad(bias, (0, out_padded - out))
-            return linear(x, packed, out_padded, bias)[..., :out]
+        def product(x, _weight, bias):  # bias None: the layer adds its own (skip_bias_add)
+            y = linear(x, packed, out_padded, None if bias is None else padded_bias)
+            return y if out_padded == out else y[..., :out].contiguous()
 
         layer.cpu_linear = product
         if remove_weight:

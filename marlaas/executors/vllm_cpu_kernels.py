@@ -160,7 +160,9 @@ def fewer_kernels(create_onednn_mm: Callable, keep: int = KERNELS_PER_SHAPE) -> 
 
 
 def by_token_chunks(kernel: Callable, chunk: int = CHUNK_TOKENS) -> Callable:
-    """``kernel(inputs, weights, output, token_indices, ...)`` over ``chunk`` rows at a time.
+    """``kernel(inputs, weights, output, token_indices, ...)`` over at most ``chunk`` rows at
+    a time, in chunks of equal size (to a row): never a chunk of one row, which MKL's strict
+    reproducible mode (marlaas.executors) computes another way than the same row among others.
 
     Calls whose inputs, output and indices do not share one row count (vLLM broadcasts a
     single input row) go to ``kernel`` whole.
@@ -170,8 +172,9 @@ def by_token_chunks(kernel: Callable, chunk: int = CHUNK_TOKENS) -> Callable:
         rows = inputs.shape[0]
         if rows <= chunk or output.shape[0] != rows or token_indices.shape[0] != rows:
             return kernel(inputs, weights, output, token_indices, *rest, **options)
-        for start in range(0, rows, chunk):
-            end = start + chunk
+        size = -(-rows // -(-rows // chunk))  # the fewest chunks, as even as rows allow
+        for start in range(0, rows, size):
+            end = start + size
             part = inputs[start:end], weights, output[start:end], token_indices[start:end]
             kernel(*part, *rest, **options)
         return None

@@ -23,7 +23,9 @@ reused while vLLM's tensors are unchanged (:class:`~marlaas.executors.tensor_mem
 an adapter loaded into a slot is an in-place write, a new version). A token whose index is -1
 (the base model, no adapter) gets nothing added, as vLLM's own metadata documents; vLLM's
 torch kernels would index the last slot with it. The results are vLLM's up to float32
-rounding (tests/executors/test_vllm_cpu_lora_linear.py).
+rounding (tests/executors/test_vllm_cpu_lora_linear.py); in a bfloat16 engine, up to bfloat16's
+(``h`` and the scaled A in bfloat16, where vLLM keeps float32: an extra rounding of the scale
+where it is not a power of two).
 """
 
 from __future__ import annotations

@@ -28,6 +28,9 @@ def test_chunks_cover_every_row_once_and_never_exceed_the_chunk():
     assert [rows for rows, _, _ in calls] == [4, 4, 3]
     assert all(a == b == c for a, b, c in calls)
     assert torch.equal(output, 2.0 * inputs + torch.arange(11.0)[:, None])
+    calls.clear()  # 9 rows: three of 3, not 4 + 4 + a lone row
+    kernel(torch.ones(9, 2), None, torch.zeros(9, 2), torch.arange(9), 1.0)
+    assert [rows for rows, _, _ in calls] == [3, 3, 3]
 
 
 def test_keyword_arguments_reach_every_chunk():
