@@ -18,8 +18,11 @@ checks of tests/executors/test_vllm_cpu_invariant.py, bit for bit. :func:`instal
 compute every bfloat16 linear layer of the engines made after it, and
 :mod:`marlaas.executors.vllm_cpu_lora_linear` computes a bfloat16 engine's LoRA with it: a
 sequence's tokens are then the same alone, beside other sequences of any adapters, arriving
-late, with the engine on one thread or two. It is as fast as oneDNN on these shapes (a decode
-batch of 16-48 rows: 0.9-1.1x its time per product).
+late, with the engine on one thread or two. A product alone is up to a third slower than
+oneDNN's at decode sizes (SmolLM2's q/k/v at 16 rows: 27.7 against 19.1 us;
+benchmarks/bench_bf16_products.py), but an engine step is faster, the LoRA products now in
+bfloat16 too: one engine's 48-sequence batch took 2.47-2.60 s against 2.86-2.89 s without this
+module, in one sitting (docs/real-runs.md, "An engine in bfloat16 on a CPU").
 
 Without AMX (or on a GPU build) nothing changes: :func:`available` says which.
 """
