@@ -72,9 +72,12 @@ from marlaas.executors.memory import tree_rss_mb
 from marlaas.executors.placement import BackendRestarted, Backends
 from marlaas.executors.rollout import Generator, TrainSample
 from marlaas.executors.trainers import TrainerPool
-from marlaas.executors.warmup import warm_up
+from marlaas.executors.warmup import warm_up, warm_up_trainer
 
 log = logging.getLogger("marlaas.real")
+
+WARMUP_FOLDER = ".engine-warmup"
+"""The warm-up adapter's folder in the adapter store (no job's: job names have no dot)."""
 
 
 def read_interrupt(task: asyncio.Task) -> None:
@@ -179,12 +182,23 @@ class RealExecutor:
     async def _setup(self) -> None:
         backends = self.backends
         await backends.open(self.sizing, self.cluster, self._max_model_len, self.seed)
-        self.warmup_s = await warm_up(backends.engines)
+        self.warmup_s = await self._warm_up(backends)
         self.trainers = TrainerPool(backends.trainers, self.store, self._specs)
         self.episodes = EpisodeRunner(
             self._specs, ChatFormat(backends.tokenizer, self._chat_template),
             self._max_model_len, self.seed, make_env=backends.make_env,
         )  # fmt: skip
+
+    async def _warm_up(self, backends) -> dict[str, float]:
+        """Warm the first trainer up (a throwaway adapter of the largest rank the engines
+        hold, in the store, never a job's folder: job names have no dot), then the engines
+        (marlaas.executors.warmup); return the engines' warm-up times."""
+        trainer = next(iter(backends.trainers.values()), None)
+        if trainer is not None:
+            folder = self.store.root / WARMUP_FOLDER
+            spent = warm_up_trainer(trainer, folder, self.sizing.max_lora_rank, self.seed)
+            log.info("trainer warm-up: %.3f s", spent)
+        return await warm_up(backends.engines)
 
     @property
     def kind(self) -> str:

@@ -73,3 +73,43 @@ def test_engines_warm_up_before_the_clock_starts(tiny_model_dir, tmp_path):
         assert [adapter for adapter, _ in engine.calls] == [None]
         assert engine.calls[0][1] <= executor.clock_zero
         assert executor.warmup_s["rollout/0"] >= 0.3
+
+
+class NotedTrainer:
+    """A trainer that only notes its write_initial_adapter calls (when, rank, folder) and
+    writes a file where the adapter would be."""
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[str, int, Path, float]] = []
+        self.jobs: list[str] = []
+
+    def write_initial_adapter(self, job, rank, alpha, seed, out_dir) -> Path:
+        out = Path(out_dir)
+        out.mkdir(parents=True)
+        (out / "adapter_model.safetensors").write_bytes(b"")
+        self.writes.append((job, rank, out, time.monotonic()))
+        return out
+
+
+def test_the_first_trainer_writes_a_throwaway_adapter_before_the_clock_starts(
+    tiny_model_dir, tmp_path
+):
+    """A trainer's first new adapter pays one-off costs (PEFT wraps the model), which a job's
+    first load waited for: the executor has the first trainer write one of the engines'
+    largest rank before the clock starts, and removes it; the store lists no job for it."""
+    workload = load_workload(TRACE, {"base_model.path": str(tiny_model_dir)})
+    cluster = Scheduler.for_workload(workload).cluster
+    sizing = EngineSizing.of_workload(workload)
+    store = AdapterStore(tmp_path / "a")
+    trainer = NotedTrainer()
+    executor = LocalExecutor(
+        sizing, cluster, store=store, model_dir=tiny_model_dir, backend="hf",
+        generators={"rollout/0": HFGenerator(tiny_model_dir, max_batch_size=64)},
+        trainers={"train/0": trainer},
+    )  # fmt: skip
+    with executor:
+        [(_job, rank, folder, when)] = trainer.writes
+        assert when <= executor.clock_zero
+        assert rank == sizing.max_lora_rank
+        assert folder.parent == store.root and not folder.exists()
+        assert store.jobs() == []
