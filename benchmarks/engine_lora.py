@@ -1,8 +1,9 @@
 """One vLLM engine generating for one adapter or for three at once: seconds per batch.
 
 Run: ``python benchmarks/engine_lora.py [--model models/smollm2] [--rounds 2]`` (about a
-minute a round on 2 cores). Three rank-8 adapters are made with the trainer (seeded, their B
-matrices random so that LoRA changes the output), published to one in-process vLLM engine
+minute a round on 2 cores). Three rank-8 adapters (``--rank``) are made with the trainer
+(seeded, their B matrices random so that LoRA changes the output), published to one
+in-process vLLM engine
 (4 LoRA slots), and each round times three batches of the same prompts, 16 new tokens per
 sequence with the end-of-sequence token ignored (so every batch does the same work):
 
@@ -63,12 +64,12 @@ class _FixedLength(VLLMGenerator):
         return params
 
 
-def _adapters(model: Path, folder: Path) -> dict[str, Path]:
-    """Three seeded rank-8 adapters whose B matrices are random (PEFT starts them at 0)."""
+def _adapters(model: Path, folder: Path, rank: int) -> dict[str, Path]:
+    """Three seeded adapters of ``rank`` whose B matrices are random (PEFT starts them at 0)."""
     trainer = PeftTrainer(model)
     out = {}
     for seed, name in enumerate(ADAPTERS):
-        trainer.add_job(name, rank=8, seed=seed)
+        trainer.add_job(name, rank=rank, seed=seed)
         with torch.no_grad():
             for p in trainer.adapter_parameters(name):
                 p.normal_(0.0, 0.02, generator=torch.Generator().manual_seed(seed))
@@ -78,10 +79,11 @@ def _adapters(model: Path, folder: Path) -> dict[str, Path]:
 
 
 async def _rounds(model: Path, folders: dict[str, Path], rounds: int, prompts: list[str],
-                  prefix_block: int | None, dtype: str) -> dict[str, list[float]]:  # fmt: skip
+                  prefix_block: int | None, dtype: str,
+                  rank: int) -> dict[str, list[float]]:  # fmt: skip
     caching = {} if prefix_block is None else {"enable_prefix_caching": True,
                                                "block_size": prefix_block}  # fmt: skip
-    engine = _FixedLength(model, max_loras=4, max_lora_rank=8, max_model_len=512,
+    engine = _FixedLength(model, max_loras=4, max_lora_rank=rank, max_model_len=512,
                           max_num_seqs=64, dtype=dtype,
                           engine_kwargs=_NO_CHUNKING | caching)  # fmt: skip
     for name, folder in folders.items():
@@ -132,11 +134,13 @@ def main() -> None:
     )
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                         help="what the engine computes in (cluster.engine.dtype)")  # fmt: skip
+    parser.add_argument("--rank", type=int, choices=(8, 16, 32), default=8,
+                        help="the adapters' LoRA rank (the engine's max_lora_rank)")  # fmt: skip
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        folders = _adapters(args.model, Path(tmp))
+        folders = _adapters(args.model, Path(tmp), args.rank)
         times = asyncio.run(_rounds(args.model, folders, args.rounds, _prompts(args.preamble),
-                                    args.prefix_block, args.dtype))  # fmt: skip
+                                    args.prefix_block, args.dtype, args.rank))  # fmt: skip
     medians = {name: statistics.median(t) for name, t in times.items()}
     for name, t in times.items():
         print(f"{name:10s} {' '.join(f'{x:6.2f}' for x in t)}   median {medians[name]:.2f} s")
