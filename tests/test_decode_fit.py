@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from marlaas.twin.calibrate import _decode_warnings
-from marlaas.twin.decode_fit import COLUMNS, _standard_errors, fit_decode, predict
+from marlaas.twin.decode_fit import COLUMNS, _standard_errors, fit_decode
 
 BASE_S, PER_SEQ_S = 0.010, 0.0005
 """The true cost of a decode iteration: 10 ms plus 0.5 ms per running sequence."""
@@ -48,31 +48,6 @@ def test_batches_of_one_size_cannot_and_calibrate_says_so():
     assert "calibrate from runs of more schedules" in warned[0]
 
 
-def test_a_cost_per_sequence_and_adapter_is_told_from_both_and_carries_to_one_adapter():
-    """Every token multiplied by every adapter of its batch (the CPU LoRA path) costs
-    per_seq_adapter x n x L an iteration. Fitted on batches of 2-3 adapters, the term comes
-    back, and batches of one adapter (a sequential schedule's) are predicted within 5%; the
-    per-sequence and per-adapter terms alone, fitted on the same rows, charge them 12% more."""
-    rng = np.random.default_rng(3)
-    n, k = rng.uniform(8, 48, 300), rng.integers(20, 40, 300).astype(float)
-    adapters = rng.integers(2, 4, 300).astype(float)
-    per_seq_adapter = 0.0002  # [s]
-    frame = pd.DataFrame({c: 0.0 for c in COLUMNS}, index=range(len(k)))
-    frame["x_base"], frame["x_seq"], frame["x_adapter"] = k, k * n, k * adapters
-    frame["x_seq_adapter"] = k * n * adapters
-    frame["duration_s"] = (BASE_S * k + per_seq_adapter * k * n * adapters) * rng.normal(
-        1, 0.02, len(k)
-    )
-    frame["warm"] = False
-    one = frame.assign(x_adapter=k, x_seq_adapter=k * n)
-    truth = BASE_S * k + per_seq_adapter * k * n
-    fit = fit_decode(frame)
-    assert fit.coef["decode_per_seq_adapter_ms"] == pytest.approx(per_seq_adapter, rel=0.1)
-    assert abs(predict(one, fit).sum() / truth.sum() - 1) < 0.05
-    without = fit_decode(frame.assign(x_seq_adapter=0.0))
-    assert predict(one, without).sum() / truth.sum() - 1 > 0.10
-
-
 def test_a_ridge_fit_reports_no_standard_errors():
     fit = fit_decode(rows(np.random.default_rng(1).uniform(1, 48, 100)), ridge=0.1)
     assert fit.stderr == {} and fit.unidentified() == {}
@@ -85,8 +60,7 @@ def test_collinear_columns_leave_both_terms_undetermined():
     frame = rows(np.random.default_rng(1).uniform(1, 48, 200))
     x = frame[list(COLUMNS)].to_numpy(float)
     x[:, COLUMNS.index("x_adapter")] = x[:, COLUMNS.index("x_base")]
-    beta = np.zeros(len(COLUMNS))  # base and adapter share 10 ms
-    beta[[0, 1, 3]] = 0.006, PER_SEQ_S, 0.004
+    beta = np.array([0.006, PER_SEQ_S, 0.0, 0.004, 0.0, 0.0])  # base and adapter share 10 ms
     residual = frame["duration_s"].to_numpy(float) - x @ beta
     se = _standard_errors(x, residual, beta)
     assert np.isinf(se["decode_base_ms"]) and np.isinf(se["decode_per_adapter_ms"])

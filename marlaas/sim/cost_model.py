@@ -35,8 +35,7 @@ class CostModel(BaseModel):
     Prefill of P prompt tokens = prefill_base_ms + P / prefill_tokens_per_s. Decode iteration
     time = decode_base_ms + decode_per_seq_ms * running sequences
     + decode_per_kv_token_ms * context tokens in the batch + decode_per_adapter_ms * distinct
-    adapters in the batch + decode_per_seq_adapter_ms * running sequences * distinct adapters.
-    Training step = train_overhead_s + :func:`train_work` /
+    adapters in the batch. Training step = train_overhead_s + :func:`train_work` /
     (train_tokens_per_s * devices), with devices = 1 when the cluster declares shared compute
     (one processor). Profiles for other hardware are in
     marlaas/sim/profiles/ (``--cost NAME``); ``marlaas calibrate`` fits one from real runs.
@@ -60,12 +59,6 @@ class CostModel(BaseModel):
     decode_per_adapter_ms: Ms = 0.035
     """Per distinct LoRA adapter in the batch, per iteration [ms]: reading its ~80 MB of
     weights, as Punica's SGMV measurements scale [S3][S4]."""
-    decode_per_seq_adapter_ms: Ms = 0.0
-    """Per running sequence and distinct adapter, per iteration [ms]: a LoRA path that
-    multiplies every token by every adapter of the batch and masks what is not its own (this
-    project's CPU path, marlaas/executors/vllm_cpu_lora_linear.py, does: two products per
-    layer over all the batch's adapters side by side). vLLM's GPU kernels (Punica's BGMV and
-    SGMV) compute each token with its own adapter only: 0 in the published profiles."""
     prefill_base_ms: Ms = 4.46
     """Fixed cost of a prefill [ms]: one engine step reading the weights however short the
     prompts (a group's prompts are prefilled together). Fitted with the rate below to the

@@ -2,8 +2,7 @@
 
 Every running sequence gains one token per decode iteration. One iteration takes
 
-    dt(n, C, L) = base + (per_seq + per_seq_adapter * L) * n + per_kv_token * C
-                  + per_adapter * L     [s]
+    dt(n, C, L) = base + per_seq * n + per_kv_token * C + per_adapter * L     [s]
 
 for n running sequences holding C context tokens in all, with L distinct adapters (a prompt
 shared by a group's samples counts once per sample: each sample's attention reads it). Between two
@@ -58,7 +57,6 @@ class EngineModel:
         self.per_seq_s = cost.decode_per_seq_ms / 1e3
         self.per_kv_s = cost.decode_per_kv_token_ms / 1e3
         self.per_adapter_s = cost.decode_per_adapter_ms / 1e3
-        self.per_seq_adapter_s = cost.decode_per_seq_adapter_ms / 1e3
         self.prefill_s_per_token = 1.0 / cost.prefill_tokens_per_s
         self.prefill_base_s = cost.prefill_base_ms / 1e3
         self.progress = 0.0
@@ -88,10 +86,8 @@ class EngineModel:
         if not self.running:
             return 0.0
         context = self.context_offset + self.running * self.progress
-        distinct = len(self.adapters)
-        per_seq = self.per_seq_s + self.per_seq_adapter_s * distinct
-        alpha = self.base_s + per_seq * self.running + self.per_kv_s * context
-        return (alpha + self.per_adapter_s * distinct) * self.slowdown
+        alpha = self.base_s + self.per_seq_s * self.running + self.per_kv_s * context
+        return (alpha + self.per_adapter_s * len(self.adapters)) * self.slowdown
 
     def set_slowdown(self, now: float, factor: float) -> None:
         """From ``now`` [s] on, every iteration takes ``factor`` times as long."""
@@ -115,7 +111,6 @@ class EngineModel:
         if self.running and now > start:
             base, per_seq, per_kv = self.base_s, self.per_seq_s, self.per_kv_s
             per_adapter, slowdown, seqs = self.per_adapter_s, self.slowdown, self._seqs
-            per_seq_adapter = self.per_seq_adapter_s
             progress, offset, adapters = self.progress, self.context_offset, self.adapters
             # the counts as floats: the same values (exact), and float-only arithmetic is
             # the interpreter's fast path (an int operand takes its generic one)
@@ -123,7 +118,7 @@ class EngineModel:
             while running and now > start:
                 # dt(n, C, L) of the module docstring now (alpha), and its growth per iteration
                 context = offset + running * progress
-                alpha = base + (per_seq + per_seq_adapter * distinct) * running + per_kv * context
+                alpha = base + per_seq * running + per_kv * context
                 alpha = (alpha + per_adapter * distinct) * slowdown
                 slope = per_kv * running * slowdown
                 end = seqs[0][0]

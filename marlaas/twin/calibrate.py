@@ -229,7 +229,6 @@ ENGINE_UNITS = {
     "decode_per_seq_ms": ("ms per sequence and iteration", 1e3),
     "decode_per_kv_token_ms": ("ms per context token and iteration", 1e3),
     "decode_per_adapter_ms": ("ms per adapter and iteration", 1e3),
-    "decode_per_seq_adapter_ms": ("ms per sequence and adapter, per iteration", 1e3),
     "prefill_base_ms": ("ms per prefill", 1e3),
     "prefill_s_per_token": ("s per prompt token", 1.0),
 }

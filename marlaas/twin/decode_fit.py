@@ -2,13 +2,12 @@
 
 The simulator's engine (marlaas.sim.engine_model) spends, on a group of k decode iterations,
 
-    slowdown * (k * (base + per_seq * n + per_kv * C + per_adapter * L + per_seq_adapter * nL)
+    slowdown * (k * (base + per_seq * n + per_kv * C + per_adapter * L)
                 + A * prefill_base + P / prefill_rate)
 
 where, while the group runs on its engine, n is the number of running sequences, C the context
 tokens they hold, L the distinct adapters it holds at once (as the simulator counts them, not
-every adapter that passed through the span), nL the running sequences times the distinct
-adapters at each instant, P the prompt tokens prefilled on that engine (its
+every adapter that passed through the span), P the prompt tokens prefilled on that engine (its
 own and those of groups admitted beside it: decode pauses for them; with prefix caching a
 group's shared prompt blocks once, as the simulator counts them) and slowdown the number of
 engines decoding at once on one shared processor (on an overlapped one, times
@@ -16,7 +15,7 @@ overlap_decode_slowdown while a training step runs: the rows' ``training`` colum
 of their span a step covered, :mod:`marlaas.twin.overlap_fit`), and A the groups admitted
 (prefills). For each real generate row those quantities are the time-weighted means over its
 span, read from the event log (k = its longest sample's tokens, which decide when the group
-ends), and the seven coefficients are fitted by non-negative least squares on the rows'
+ends), and the six coefficients are fitted by non-negative least squares on the rows'
 durations. A run that warmed its engines up before its clock started
 (marlaas.executors.warmup: its summary's ``engine_warmup_s``) has no warm-up in any row; in an
 older run the rows of an engine's first batch carry it: they are left out of the fit, and the
@@ -39,8 +38,7 @@ Z95 = 1.96
 """Standard errors either side of a coefficient that make its 95% interval (normal)."""
 
 TERMS = ("decode_base_ms", "decode_per_seq_ms", "decode_per_kv_token_ms",
-         "decode_per_adapter_ms", "prefill_s_per_token", "prefill_base_ms",
-         "decode_per_seq_adapter_ms")  # fmt: skip
+         "decode_per_adapter_ms", "prefill_s_per_token", "prefill_base_ms")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -106,7 +104,6 @@ def features(events: pd.DataFrame, cluster: ClusterSpec, warmed: bool = True) ->
             n = overlap_mean(s_[live], e_[live], seqs[idx][live], s, e)
             c = overlap_mean(s_[live], e_[live], context[idx][live], s, e)
             distinct = distinct_mean(s_[live], e_[live], adapters[live], s, e)
-            both = distinct_mean(s_[live], e_[live], adapters[live], s, e, seqs[idx][live])
             admitted = (s_ >= s) & (s_ < e)
             held = seqs[idx][admitted]
             p = float((held * prompt[idx][admitted] - (held - 1) * shared[idx][admitted]).sum())
@@ -115,8 +112,7 @@ def features(events: pd.DataFrame, cluster: ClusterSpec, warmed: bool = True) ->
                 "row": i, "device": device, "duration_s": e - s, "warm": s < first_end,
                 "x_base": slow * k[i], "x_seq": slow * k[i] * n, "x_kv": slow * k[i] * c,
                 "x_adapter": slow * k[i] * distinct, "x_prefill": slow * p,
-                "x_prefills": slow * float(admitted.sum()), "x_seq_adapter": slow * k[i] * both,
-                "training": training[i],
+                "x_prefills": slow * float(admitted.sum()), "training": training[i],
             })  # fmt: skip
     return pd.DataFrame(rows)
 
@@ -166,7 +162,7 @@ def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
     return total + cur_e - cur_s
 
 
-COLUMNS = ("x_base", "x_seq", "x_kv", "x_adapter", "x_prefill", "x_prefills", "x_seq_adapter")
+COLUMNS = ("x_base", "x_seq", "x_kv", "x_adapter", "x_prefill", "x_prefills")
 
 
 def fit_decode(rows: pd.DataFrame, ridge: float = 0.0) -> DecodeFit:

@@ -48,29 +48,17 @@ def overlap_mean(
 
 
 def distinct_mean(
-    starts: np.ndarray,
-    ends: np.ndarray,
-    labels: np.ndarray,
-    s: float,
-    e: float,
-    values: np.ndarray | None = None,
+    starts: np.ndarray, ends: np.ndarray, labels: np.ndarray, s: float, e: float
 ) -> float:
     """Time-weighted mean over [s, e] of how many distinct ``labels`` the intervals covering
     each instant carry (an engine's distinct adapters at each iteration, as the simulator
-    counts them; not all those that passed through the span); with ``values``, of that count
-    times the sum of the covering intervals' values (distinct adapters x running sequences)."""
+    counts them; not all those that passed through the span)."""
     live = (starts < e) & (ends > s) if e > s else (starts <= s) & (ends > s)
-    held = None if values is None else np.asarray(values, dtype=float)
-
-    def weight(covering: np.ndarray) -> float:
-        return 1.0 if held is None else float(held[covering].sum())
-
     if e <= s or not live.any():
-        return len(set(labels[live])) * weight(live)
-    lo, hi = np.maximum(starts, s), np.minimum(ends, e)
-    edges = np.unique(np.concatenate([lo[live], hi[live]]))
+        return float(len(set(labels[live])))
+    lo, hi, names = np.maximum(starts[live], s), np.minimum(ends[live], e), labels[live]
+    edges = np.unique(np.concatenate([lo, hi]))
     total = 0.0
     for a, b in pairwise(edges):
-        covering = live & (lo < b) & (hi > a)
-        total += (b - a) * len(set(labels[covering])) * weight(covering)
+        total += (b - a) * len(set(names[(lo < b) & (hi > a)]))
     return total / (e - s)

@@ -24,8 +24,7 @@ from marlaas.sim.run import simulate
 from marlaas.twin.operations import operations
 
 ENGINE_TERMS = ("decode_base_ms", "decode_per_seq_ms", "decode_per_kv_token_ms",
-                "decode_per_adapter_ms", "prefill_tokens_per_s", "prefill_base_ms",
-                "decode_per_seq_adapter_ms")  # fmt: skip
+                "decode_per_adapter_ms", "prefill_tokens_per_s", "prefill_base_ms")  # fmt: skip
 KEY = ["job", "group", "turn"]
 FLOOR_S = 1e-3
 """Durations below this [s] count as this in the log ratios."""
@@ -112,7 +111,7 @@ def _cost(base: CostModel, v: np.ndarray) -> CostModel:
 def _floor(cost: CostModel) -> np.ndarray:
     """Scales for terms the regression left at zero, relative to the per-iteration base."""
     base = cost.decode_base_ms
-    return np.array([base, base * 0.1, base * 1e-4, base * 0.1, 1e-4, base, base * 0.01])
+    return np.array([base, base * 0.1, base * 1e-4, base * 0.1, 1e-4, base])
 
 
 def _simplex(y0: np.ndarray) -> np.ndarray:
