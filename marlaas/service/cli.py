@@ -1,5 +1,5 @@
-"""``marlaas serve``, ``tenants`` and ``traffic`` (the operator's), and ``submit``, ``status``,
-``watch``, ``cancel`` and ``fetch`` (a tenant's, over :mod:`marlaas.client`).
+"""``marlaas serve``, ``tenants`` and ``traffic`` (the operator's); a tenant's ``submit``,
+``status``, ``watch``, ``cancel`` and ``fetch`` are in :mod:`marlaas.service.tenant_cli`.
 
 marlaas.cli registers them. The service's libraries (FastAPI, uvicorn, SQLAlchemy, httpx)
 are imported inside the commands; without them a command says what to install, in one line.
@@ -16,16 +16,12 @@ from contextlib import ExitStack, suppress
 from pathlib import Path
 
 from marlaas.run_options import bounded_int, path_arg
+from marlaas.service import tenant_cli
 from marlaas.terminal import UsageError
 
 SERVE_HELP = "run MARLaaS as a service: tenants submit jobs over HTTP"
 TENANTS_HELP = "add, list or revoke a service's tenants (API keys)"
 TRAFFIC_HELP = "write a service's submissions as a workload file (for marlaas simulate)"
-SUBMIT_HELP = "submit a job spec (YAML or JSON) to a service"
-STATUS_HELP = "your jobs on a service, or one job"
-WATCH_HELP = "follow a job's steps live"
-CANCEL_HELP = "cancel a job on a service"
-FETCH_HELP = "download a job's adapter (a PEFT folder)"
 
 SERVICE_STACK = ("fastapi", "uvicorn", "sqlalchemy", "alembic", "httpx", "sse_starlette",
                  "prometheus_client")  # fmt: skip
@@ -358,153 +354,10 @@ def _traffic_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=_traffic)
 
 
-# ------------------------------------------------------------------ tenant commands
-
-
-def _client(args: argparse.Namespace):
-    require_service_stack(("httpx",))
-    from marlaas.client import Client
-
-    try:
-        return Client(args.url, args.key)
-    except ValueError as err:
-        raise UsageError(f"--url / $MARLAAS_URL: {err}") from None
-
-
-def _client_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", help="the service (default: $MARLAAS_URL, else "
-                        "http://127.0.0.1:8000)")  # fmt: skip
-    parser.add_argument("--key", help="API key (default: $MARLAAS_API_KEY)")
-
-
-def _calling(command):
-    """A tenant command, its service refusals as one line (exit 2; unreachable: 1)."""
-
-    def run(args: argparse.Namespace) -> int:
-        from marlaas.client import ServiceError
-
-        try:
-            with _client(args) as client:
-                return command(client, args)
-        except ServiceError as err:
-            print(f"marlaas: error: {err}", file=sys.stderr)
-            return 1 if err.status in (0, 503) or err.status >= 500 else 2
-
-    return run
-
-
-def _submit(client, args: argparse.Namespace) -> int:
-    from marlaas.workload_file import read_yaml
-
-    spec = read_yaml(args.job, what="job spec")
-    answer = client.submit(spec)
-    print(f"job {answer['id']} {answer['state']}")
-    return 0
-
-
-def _status(client, args: argparse.Namespace) -> int:
-    if args.id is not None:
-        job = client.job(args.id)
-        for key in ("id", "tenant", "name", "state", "step", "steps", "staleness_max",
-                    "versions", "reason"):  # fmt: skip
-            print(f"{key:<14s} {job[key]}")
-        rewards = ", ".join("-" if r is None else f"{r:.3f}" for r in job["rewards"])
-        print(f"{'rewards':<14s} {rewards or '-'}")
-        return 0
-    jobs = client.jobs()
-    print(f"{'id':>6s}  {'tenant':<12s} {'name':<20s} {'state':<10s} {'step':>9s}  reward")
-    for job in jobs:
-        rewards = [r for r in job["rewards"] if r is not None]
-        reward = f"{rewards[-1]:.3f}" if rewards else "-"
-        print(f"{job['id']:>6d}  {job['tenant'][:12]:<12s} {job['name'][:20]:<20s} "
-              f"{job['state']:<10s} {job['step']:>4d}/{job['steps']:<4d}  {reward}")  # fmt: skip
-    return 0
-
-
-def _watch(client, args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    job = client.job(args.id)
-    with tqdm(total=job["steps"], desc=f"job {args.id}",
-              unit="step", dynamic_ncols=True) as bar:  # fmt: skip
-        for event in client.events(args.id):
-            if event.kind == "step":
-                bar.update(max(0, event.data["version"] - bar.n))
-                reward = event.data.get("reward")
-                if reward is not None:
-                    bar.set_postfix(reward=f"{reward:.3f}")
-            elif event.kind == "state":
-                bar.set_description(f"job {args.id} {event.data['state']}")
-    job = client.job(args.id)
-    print(f"job {args.id} {job['state']} at step {job['step']}/{job['steps']}"
-          + (f": {job['reason']}" if job["reason"] else ""))  # fmt: skip
-    return 0 if job["state"] == "done" else 1
-
-
-def _cancel(client, args: argparse.Namespace) -> int:
-    answer = client.cancel(args.id)
-    print(f"job {answer['id']} {answer['state']}")
-    return 0
-
-
-def _fetch(client, args: argparse.Namespace) -> int:
-    from marlaas.out_folder import claim
-
-    with claim(args.out, "adapter") as target, target.staged() as staging:
-        client.fetch(args.id, staging, args.version)
-    print(f"wrote {args.out}/ (job {args.id}; PeftModel.from_pretrained(base, '{args.out}'))")
-    return 0
-
-
-def _id_argument(parser: argparse.ArgumentParser, required: bool = True) -> None:
-    kind = bounded_int(1, 2**62)
-    if required:
-        parser.add_argument("id", type=kind, help="the job's id")
-    else:
-        parser.add_argument("id", type=kind, nargs="?", help="one job's id (default: all)")
-
-
-def _submit_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("job", help="job spec file (YAML or JSON), in the workload schema")
-    _client_arguments(parser)
-    parser.set_defaults(func=_calling(_submit))
-
-
-def _status_arguments(parser: argparse.ArgumentParser) -> None:
-    _id_argument(parser, required=False)
-    _client_arguments(parser)
-    parser.set_defaults(func=_calling(_status))
-
-
-def _watch_arguments(parser: argparse.ArgumentParser) -> None:
-    _id_argument(parser)
-    _client_arguments(parser)
-    parser.set_defaults(func=_calling(_watch))
-
-
-def _cancel_arguments(parser: argparse.ArgumentParser) -> None:
-    _id_argument(parser)
-    _client_arguments(parser)
-    parser.set_defaults(func=_calling(_cancel))
-
-
-def _fetch_arguments(parser: argparse.ArgumentParser) -> None:
-    _id_argument(parser)
-    parser.add_argument("--version", type=bounded_int(0, 10**6),
-                        help="the adapter version (default: the newest)")  # fmt: skip
-    parser.add_argument("--out", required=True, type=path_arg, help="folder to write")
-    _client_arguments(parser)
-    parser.set_defaults(func=_calling(_fetch))
-
-
 COMMANDS = (
     ("serve", SERVE_HELP, _serve_arguments),
     ("tenants", TENANTS_HELP, _tenants_arguments),
     ("traffic", TRAFFIC_HELP, _traffic_arguments),
-    ("submit", SUBMIT_HELP, _submit_arguments),
-    ("status", STATUS_HELP, _status_arguments),
-    ("watch", WATCH_HELP, _watch_arguments),
-    ("cancel", CANCEL_HELP, _cancel_arguments),
-    ("fetch", FETCH_HELP, _fetch_arguments),
+    *tenant_cli.COMMANDS,
 )
 """(name, help line, function adding the command's arguments and ``func``)."""
