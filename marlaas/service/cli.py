@@ -8,7 +8,6 @@ are imported inside the commands; without them a command says what to install, i
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
@@ -17,14 +16,13 @@ from pathlib import Path
 
 from marlaas.run_options import bounded_int, path_arg
 from marlaas.service import tenant_cli
+from marlaas.service.stack import require_service_stack
 from marlaas.terminal import UsageError
 
 SERVE_HELP = "run MARLaaS as a service: tenants submit jobs over HTTP"
 TENANTS_HELP = "add, list or revoke a service's tenants (API keys)"
 TRAFFIC_HELP = "write a service's submissions as a workload file (for marlaas simulate)"
 
-SERVICE_STACK = ("fastapi", "uvicorn", "sqlalchemy", "alembic", "httpx", "sse_starlette",
-                 "prometheus_client")  # fmt: skip
 KEEP_ALIVE_S = 30
 """How long the server keeps an idle connection [s]: well above a client's own expiry (httpx:
 5 s), so that a client never reuses a connection the server is closing."""
@@ -35,13 +33,6 @@ BASE_MODEL_FILE = "base_model.json"
 OURS = {"service.db", "service.db-wal", "service.db-shm", "secret.key", "operator.key",
         "adapters", CONFIG_FILE, BASE_MODEL_FILE}  # fmt: skip
 """What a data folder of ours may hold; a folder with anything else is not taken."""
-
-
-def require_service_stack(names=SERVICE_STACK) -> None:
-    """A UsageError with the install command when the service's libraries are missing."""
-    missing = [name for name in names if importlib.util.find_spec(name) is None]
-    if missing:
-        raise UsageError(f"the service needs {', '.join(missing)}: pip install -e '.[service]'")
 
 
 # ------------------------------------------------------------------ operator commands

@@ -8,6 +8,7 @@ import argparse
 import sys
 
 from marlaas.run_options import bounded_int, path_arg
+from marlaas.service.stack import require_service_stack
 from marlaas.terminal import UsageError
 
 SUBMIT_HELP = "submit a job spec (YAML or JSON) to a service"
@@ -18,8 +19,6 @@ FETCH_HELP = "download a job's adapter (a PEFT folder)"
 
 
 def _client(args: argparse.Namespace):
-    from marlaas.service.cli import require_service_stack  # it registers this module
-
     require_service_stack(("httpx",))
     from marlaas.client import Client
 
