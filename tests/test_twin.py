@@ -74,8 +74,12 @@ def test_calibrate_recovers_the_cost_model(runs):
     fitted = result.cost
     for name in ("adapter_load_s", "trainer_swap_s", "sync_s"):
         assert getattr(fitted, name) == pytest.approx(getattr(TRUE, name), rel=1e-6), name
-    assert fitted.decode_base_ms == pytest.approx(TRUE.decode_base_ms, rel=0.15)
-    assert fitted.decode_per_adapter_ms == pytest.approx(TRUE.decode_per_adapter_ms, rel=0.25)
+    # an iteration of one adapter; apart, base and per-adapter are told apart only as far as
+    # the runs' adapters per engine vary (two engines taking turns each hold one or two)
+    assert fitted.decode_base_ms + fitted.decode_per_adapter_ms == pytest.approx(
+        TRUE.decode_base_ms + TRUE.decode_per_adapter_ms, rel=0.15
+    )
+    assert fitted.decode_per_seq_ms == pytest.approx(TRUE.decode_per_seq_ms, rel=0.3)
     assert fitted.engine_warmup_s == pytest.approx(TRUE.engine_warmup_s, rel=0.1)
     table = result.table()
     assert "decode_base_ms" in table and "replayed:" in table
@@ -368,8 +372,10 @@ def test_the_holdout_benchmark_calibrates_per_schedule_and_replays_the_others(ru
         ("fair", "seq"), ("fifo+sequential", "fair"), ("fifo+sequential", "fair-2")
     ]  # fmt: skip
     assert table["others"].tolist() == ["25.0%", "-", "-"]
-    # one true cost model, fitted by the regression alone (refine 0: not within 10%, above)
-    assert (table["makespan error"].abs() < 0.25).all()
+    # one true cost model, fitted by the regression alone (refine 0: not within 10%, above);
+    # the sequential run's groups are all of one length: its rows cannot tell the terms apart
+    # (calibrate warns), so only the profile fitted on the fair runs is held to it
+    assert abs(table["makespan error"].iloc[0]) < 0.25
     with pytest.raises(ValueError, match=r"runs of one schedule only \(fair\)"):
         holdout_table(loaded[:2], refine=0)
 

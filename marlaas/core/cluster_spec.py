@@ -99,7 +99,8 @@ class ClusterSpec(StrictSpec):
     """Concurrent environment calls (one per sample)."""
     shared_compute: bool | Literal["overlap"] = False
     """Every pool runs on one processor (one CPU, or one GPU holding an engine and a trainer),
-    and engines decoding at once share its speed. ``true``: generation and training take
+    and engines decoding at once take turns, a step each (the real executor's in-process
+    engines share one thread). ``true``: generation and training take
     turns (the scheduler never overlaps them). ``overlap``: a training step runs while the
     engines decode, each slower for the other (the cost profile's ``overlap_decode_slowdown``
     and ``overlap_train_slowdown``, which ``calibrate`` fits from such runs). Both worlds model

@@ -9,7 +9,8 @@ shared by a group's samples counts once per sample: each sample's attention read
 changes of the batch (an admission, or a sequence finishing) n and L are fixed and C grows by n
 per iteration, so the time for k iterations is a quadratic in k, solved in closed form.
 Engines that share one processor (cluster.shared_compute) run ``slowdown`` times slower while
-others decode beside them (processor sharing); the simulator sets it as they start and stop.
+others decode beside them (they take turns: the simulator sets it as they start and stop) and
+pause while another prefills.
 
 Sequences finishing inside the batch are folded in piecewise without simulation events; the
 engine only wakes the simulator when a whole group (its slowest sample) is done. The cost of
@@ -72,7 +73,9 @@ class EngineModel:
         self.adapters: dict[object, _Users] = {}
         """Each distinct adapter of the running sequences, with how many of them use it."""
         self.slowdown = 1.0
-        """Factor on every iteration and prefill time (processor sharing; 1 = alone)."""
+        """Factor on every iteration time (engines taking turns on one processor; 1 = alone)."""
+        self.prefill_slowdown = 1.0
+        """Factor on every prefill time (1 = alone)."""
         self._seqs: list[tuple[float, int, _Group]] = []
         """Running sequences sorted by (progress at which they end, seq id), with their group
         (one object per group: what a sequence's end changes is read without a lookup)."""
@@ -89,10 +92,19 @@ class EngineModel:
         alpha = self.base_s + self.per_seq_s * self.running + self.per_kv_s * context
         return (alpha + self.per_adapter_s * len(self.adapters)) * self.slowdown
 
-    def set_slowdown(self, now: float, factor: float) -> None:
-        """From ``now`` [s] on, every iteration takes ``factor`` times as long."""
+    def set_slowdown(self, now: float, factor: float, prefill_factor: float = -1.0) -> None:
+        """From ``now`` [s] on, every iteration takes ``factor`` times as long, and every
+        prefill ``prefill_factor`` times (negative: ``factor``)."""
         self.advance(now)
         self.slowdown = factor
+        self.prefill_slowdown = factor if prefill_factor < 0 else prefill_factor
+
+    def pause(self, now: float, seconds: float) -> None:
+        """Decode waits ``seconds`` more from ``now`` (or from the end of a pause already
+        under way): another engine's prefill on the thread they take turns on."""
+        self.advance(now)
+        resume = self.resume_s
+        self.resume_s = (now if now > resume else resume) + seconds
 
     def _end_sequence(self) -> None:
         group = self._seqs.pop(0)[2]
@@ -147,16 +159,18 @@ class EngineModel:
 
     def admit(
         self, now: float, work_id: int, lengths, prompt: float, adapter, shared: float = 0.0
-    ) -> None:
+    ) -> float:
         """Start a group: ``lengths`` [tokens] per sample (a sequence or an array),
         ``prompt`` context per sample, of which ``shared`` tokens are the same for every
-        sample and prefilled once (prefix caching)."""
+        sample and prefilled once (prefix caching); return its prefill's time [s]."""
         self.advance(now)
         if isinstance(lengths, np.ndarray):
             lengths = lengths.tolist()
         n = len(lengths)
         tokens = prompt * n - shared * (n - 1)
-        prefill_s = (self.prefill_base_s + tokens * self.prefill_s_per_token) * self.slowdown
+        prefill_s = (
+            self.prefill_base_s + tokens * self.prefill_s_per_token
+        ) * self.prefill_slowdown
         resume = self.resume_s
         self.resume_s = (now if now > resume else resume) + prefill_s
         progress, first = self.progress, self._seq_ids + 1
@@ -172,6 +186,7 @@ class EngineModel:
         heapq.heappush(self._groups, (progress + float(max(lengths)), work_id, group))
         self.running += n
         self.context_offset += offset * n
+        return prefill_s
 
     def next_group_done_s(self) -> float | None:
         """When the next group finishes [s], if nothing is admitted before."""

@@ -226,10 +226,14 @@ class SimPyExecutor:
             return
         engine = self.engines[d.engine]
         shared = min(d.shared_tokens, prompt)  # a recorded prompt may be shorter
-        engine.admit(now, d.work_id, lengths, prompt, (d.job, d.version), shared)
+        prefill_s = engine.admit(now, d.work_id, lengths, prompt, (d.job, d.version), shared)
         self._tokens[d.work_id] = (sum(lengths), max(lengths))
         self._wake(d.engine)
         if self.shared_compute:
+            for name, other in self.engines.items():  # they wait for its prefill step
+                if name != d.engine and other.running:
+                    other.pause(now, prefill_s)
+                    self._wake(name)
             self._share_processor(now)
 
     def _busiest_iteration_s(self, d: LoadAdapter, now: float) -> float:
@@ -283,20 +287,24 @@ class SimPyExecutor:
         return fire
 
     def _share_processor(self, now: float) -> None:
-        """On one shared processor, each decoding engine runs as many times slower as there
-        are engines decoding (processor sharing); overlapped, ``overlap_decode_slowdown`` times
-        slower again while a training step runs, and a step ``overlap_train_slowdown`` times
-        slower while any engine decodes."""
+        """On one shared processor the engines take turns, step by step (the real executor
+        runs every in-process engine on one thread): while several decode, an iteration of
+        each takes all of theirs (each engine's own iteration time, summed), and a prefill
+        pauses the others (:meth:`_start_generate`); overlapped, decode and prefill take
+        ``overlap_decode_slowdown`` times as long again while a training step runs, and a
+        step ``overlap_train_slowdown`` times as long while any engine decodes."""
         if not self.shared_compute:
             return
         busy = [name for name, e in self.engines.items() if e.running]
-        factor = float(max(1, len(busy)))
-        if self._stepping:
-            factor *= self.cost.overlap_decode_slowdown
+        alone = {name: self.engines[name].iteration_s(now) / self.engines[name].slowdown
+                 for name in busy}  # fmt: skip
+        together = sum(alone.values())
+        overlap = self.cost.overlap_decode_slowdown if self._stepping else 1.0
         for name in busy:
             engine = self.engines[name]
-            if engine.slowdown != factor:
-                engine.set_slowdown(now, factor)
+            factor = (together / alone[name] if len(busy) > 1 else 1.0) * overlap
+            if engine.slowdown != factor or engine.prefill_slowdown != overlap:
+                engine.set_slowdown(now, factor, overlap)
                 self._wake(name)
         decoding = bool(busy)
         if decoding != self._decoding:

@@ -2,24 +2,25 @@
 
 The simulator's engine (marlaas.sim.engine_model) spends, on a group of k decode iterations,
 
-    slowdown * (k * (base + per_seq * n + per_kv * C + per_adapter * L)
-                + A * prefill_base + P / prefill_rate)
+    k * (base + per_seq * n + per_kv * C + per_adapter * L) + A * prefill_base + P / prefill_rate
 
 where, while the group runs on its engine, n is the number of running sequences, C the context
 tokens they hold, L the distinct adapters it holds at once (as the simulator counts them, not
 every adapter that passed through the span), P the prompt tokens prefilled on that engine (its
 own and those of groups admitted beside it: decode pauses for them; with prefix caching a
-group's shared prompt blocks once, as the simulator counts them) and slowdown the number of
-engines decoding at once on one shared processor (on an overlapped one, times
-overlap_decode_slowdown while a training step runs: the rows' ``training`` column, the share
-of their span a step covered, :mod:`marlaas.twin.overlap_fit`), and A the groups admitted
-(prefills). For each real generate row those quantities are the time-weighted means over its
-span, read from the event log (k = its longest sample's tokens, which decide when the group
-ends), and the six coefficients are fitted by non-negative least squares on the rows'
-durations. A run that warmed its engines up before its clock started
-(marlaas.executors.warmup: its summary's ``engine_warmup_s``) has no warm-up in any row; in an
-older run the rows of an engine's first batch carry it: they are left out of the fit, and the
-warm-up is their mean residual.
+group's shared prompt blocks once, as the simulator counts them) and A the groups admitted
+(prefills). Engines on one shared processor take turns, step by step (the real executor runs
+every in-process engine on one thread): each iteration of one takes every busy engine's own,
+and each waits for the others' prefills, so there n, C, L, P and A are summed over the
+engines and base counts the busy engines (on an overlapped processor all of it is
+overlap_decode_slowdown times slower while a training step runs: the rows' ``training``
+column, the share of their span a step covered, :mod:`marlaas.twin.overlap_fit`). For each
+real generate row those quantities are the time-weighted means over its span, read from the
+event log (k = its longest sample's tokens, which decide when the group ends), and the six
+coefficients are fitted by non-negative least squares on the rows' durations. A run that
+warmed its engines up before its clock started (marlaas.executors.warmup: its summary's
+``engine_warmup_s``) has no warm-up in any row; in an older run the rows of an engine's first
+batch carry it: they are left out of the fit, and the warm-up is their mean residual.
 """
 
 from __future__ import annotations
@@ -88,16 +89,18 @@ def features(events: pd.DataFrame, cluster: ClusterSpec, warmed: bool = True) ->
     seqs = gen["seqs"].to_numpy(float)
     starts, ends = gen["start_s"].to_numpy(float), gen["end_s"].to_numpy(float)
     context = seqs * (prompt + mean / 2)  # the mean context a group holds over its span
-    busy_engine = _busy_engines(gen) if cluster.shared_processor else None
     training = (
         covered_fraction(starts, ends, *spans(events, "train")) if cluster.overlapped
         else np.zeros(len(gen))
     )  # fmt: skip
+    if cluster.shared_processor:
+        return _turn_features(gen, k, seqs, context, prompt, shared, training, warmed)
+    first_ends = _first_batch_ends(starts, ends, gen["device"].to_numpy(), warmed)
     rows = []
     for device, idx in gen.groupby("device", sort=False).indices.items():
         s_, e_ = starts[idx], ends[idx]
         adapters = gen.iloc[idx][["job", "version"]].astype(str).agg("@".join, axis=1).to_numpy()
-        first_end = e_[s_ == s_.min()].max() if not warmed else -np.inf
+        first_end = first_ends[device]
         for i in idx:
             s, e = starts[i], ends[i]
             live = (s_ < e) & (e_ > s)
@@ -107,14 +110,57 @@ def features(events: pd.DataFrame, cluster: ClusterSpec, warmed: bool = True) ->
             admitted = (s_ >= s) & (s_ < e)
             held = seqs[idx][admitted]
             p = float((held * prompt[idx][admitted] - (held - 1) * shared[idx][admitted]).sum())
-            slow = 1.0 if busy_engine is None else max(busy_engine(s, e), 1.0)
             rows.append({
                 "row": i, "device": device, "duration_s": e - s, "warm": s < first_end,
-                "x_base": slow * k[i], "x_seq": slow * k[i] * n, "x_kv": slow * k[i] * c,
-                "x_adapter": slow * k[i] * distinct, "x_prefill": slow * p,
-                "x_prefills": slow * float(admitted.sum()), "training": training[i],
+                "x_base": k[i], "x_seq": k[i] * n, "x_kv": k[i] * c,
+                "x_adapter": k[i] * distinct, "x_prefill": p,
+                "x_prefills": float(admitted.sum()), "training": training[i],
             })  # fmt: skip
     return pd.DataFrame(rows)
+
+
+def _turn_features(gen, k, seqs, context, prompt, shared, training, warmed):
+    """Engines on one processor take turns, step by step (one thread runs every in-process
+    engine): an engine's iteration is the sum of every busy engine's own, and every engine
+    waits for each one's prefill. So a row's columns sum over all engines: its iterations
+    times (busy engines, their running sequences, context tokens, distinct adapters), and the
+    prompt tokens and prefills of every engine in its span."""
+    starts, ends = gen["start_s"].to_numpy(float), gen["end_s"].to_numpy(float)
+    adapters = gen[["job", "version"]].astype(str).agg("@".join, axis=1).to_numpy()
+    devices = gen["device"].to_numpy()
+    busy = _busy_engines(gen)
+    first_end = _first_batch_ends(starts, ends, devices, warmed)
+    rows = []
+    for i in range(len(gen)):
+        s, e = starts[i], ends[i]
+        live = (starts < e) & (ends > s)
+        n = overlap_mean(starts[live], ends[live], seqs[live], s, e)
+        c = overlap_mean(starts[live], ends[live], context[live], s, e)
+        distinct = sum(
+            distinct_mean(starts[on], ends[on], adapters[on], s, e)
+            for on in (live & (devices == d) for d in set(devices[live]))
+        )
+        admitted = (starts >= s) & (starts < e)
+        held = seqs[admitted]
+        p = float((held * prompt[admitted] - (held - 1) * shared[admitted]).sum())
+        rows.append({
+            "row": i, "device": devices[i], "duration_s": e - s, "warm": s < first_end[devices[i]],
+            "x_base": k[i] * max(busy(s, e), 1.0), "x_seq": k[i] * n, "x_kv": k[i] * c,
+            "x_adapter": k[i] * distinct, "x_prefill": p, "x_prefills": float(admitted.sum()),
+            "training": training[i],
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _first_batch_ends(starts, ends, devices, warmed: bool) -> dict:
+    """Each engine -> when its first batch ended (the rows that started before carry the
+    warm-up in a run that did not warm its engines up before its clock); -inf if it did."""
+    out = {}
+    for device in set(devices):
+        on = devices == device
+        first = on & (starts == starts[on].min())
+        out[device] = -np.inf if warmed else float(ends[first].max())
+    return out
 
 
 def _shared_prompts(gen: pd.DataFrame) -> np.ndarray:
