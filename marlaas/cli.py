@@ -22,6 +22,7 @@ import argparse
 import os
 import signal
 import sys
+import warnings
 
 from marlaas import interrupts, run_options, sweep_cli
 from marlaas.executors import cli as real_cli
@@ -294,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
             _silence_stdout()  # the reader has what it wanted: exit quietly, as SIGPIPE would
             return 141
         except (KeyboardInterrupt, Interrupted) as err:
+            # a coroutine the signal caught made but not yet started is dropped on purpose:
+            # no "was never awaited" warning at exit after the one line
+            warnings.filterwarnings("ignore", r"coroutine .* was never awaited", RuntimeWarning)
             number = err.signal if isinstance(err, Interrupted) else signal.SIGINT
             out = getattr(args, "out", None)
             left = f"{out} was left as it was" if out else "nothing was written"

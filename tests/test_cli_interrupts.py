@@ -122,3 +122,39 @@ def test_ctrl_c_at_any_instant_of_start_up_is_one_line(tmp_path, delay_ms):
     assert code == 130, err
     assert "Traceback" not in err
     assert err.splitlines()[-1].startswith(interrupted_line(signal.SIGINT, "")), err
+
+
+def test_a_coroutine_the_signal_left_unstarted_adds_nothing_after_the_line():
+    """The signal may land while work is being set up: a coroutine made but never started
+    (an environment's reset, inside asyncio.gather) would add a "was never awaited" warning
+    after the ``marlaas: interrupted`` line at exit; the interrupt drops it on purpose."""
+    before = """\
+import marlaas.cli
+
+
+async def reset():
+    return 0
+
+
+def interrupted(args):
+    pending = reset()  # made, never awaited
+    raise KeyboardInterrupt
+
+
+def build_parser():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.set_defaults(func=interrupted)
+    return parser
+
+
+marlaas.cli.build_parser = build_parser
+"""
+    script = LAUNCHER.format(before=before)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=python_path_first(ROOT), timeout=120)  # fmt: skip
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "marlaas: interrupted (SIGINT); nothing was written"
+    ], done.stderr
