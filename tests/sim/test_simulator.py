@@ -97,25 +97,32 @@ def test_invariants_catch_an_overfull_engine(small):
         check_invariants(dataclasses.replace(result, records=records), scheduler)
 
 
-def test_shared_compute_engines_share_the_processor_speed():
-    """Two engines on one processor: a group takes twice as long while the other decodes the
-    same batch."""
+def two_engines(batches: tuple[tuple[int, int], ...], overrides: dict | None = None) -> dict:
+    """{shared_compute: the two groups' ends [s], in order} for a group of each ``(sequences,
+    context tokens)`` of ``batches`` started at once on engines r/0 and r/1, 100 tokens per
+    sample, the engines on devices of their own (False) and on one processor (True)."""
     base = load_workload(SMALL).with_overrides(
         {"cluster.pools": [{"name": "r", "role": "inference", "devices": 2},
                            {"name": "t", "role": "training", "devices": 1}],
-         "jobs.*.response_tokens": {"dist": "constant", "value": 100}}
+         "jobs.*.response_tokens": {"dist": "constant", "value": 100}, **(overrides or {})}
     )  # fmt: skip
-    spans = {}
+    ends = {}
     for shared in (False, True):
         workload = base.with_overrides({"cluster.shared_compute": shared})
         scheduler = Scheduler.for_workload(workload, "fifo")
         executor = admitted(SimPyExecutor(scheduler.cluster, workload.cost), workload)
-        for i, engine in enumerate(("r/0", "r/1")):
-            executor.start(Generate(i + 1, "math-a", 0, i, 0, engine, 0, 8, 0, 1024), 0.0)
-        first = executor.wait(None)
-        second = executor.wait(None)
-        spans[shared] = (first[0], second[0])
-    alone, together = spans[False], spans[True]
+        for i, (engine, (seqs, context)) in enumerate(zip(("r/0", "r/1"), batches, strict=True)):
+            executor.start(Generate(i + 1, "math-a", 0, i, 0, engine, 0, seqs, context, 1024),
+                           0.0)  # fmt: skip
+        ends[shared] = sorted(executor.wait(None)[0] for _ in batches)
+    return ends
+
+
+def test_shared_compute_engines_share_the_processor_speed():
+    """Two engines on one processor: a group takes twice as long while the other decodes the
+    same batch."""
+    ends = two_engines(((8, 0), (8, 0)))
+    alone, together = ends[False], ends[True]
     assert alone[0] == pytest.approx(alone[1])  # the same group on two separate devices
     assert together[0] == pytest.approx(2 * alone[0], rel=0.02)
 
@@ -125,22 +132,10 @@ def test_engines_on_one_processor_take_turns_step_by_step():
     decode, each iteration of either takes both engines' own iterations. A batch of 8 beside
     one of 32 therefore ends when the 32 would alone plus what the 8 took alone (not at twice
     its own time, as shares of the processor would give), and so does the 32."""
-    base = load_workload(SMALL).with_overrides(
-        {"cluster.pools": [{"name": "r", "role": "inference", "devices": 2},
-                           {"name": "t", "role": "training", "devices": 1}],
-         "jobs.*.response_tokens": {"dist": "constant", "value": 100},
-         "cost.decode_per_seq_ms": 1.0, "cost.decode_per_kv_token_ms": 0.0,
-         "cost.prefill_base_ms": 0.0}
-    )  # fmt: skip
-    ends = {}
-    for shared in (False, True):
-        workload = base.with_overrides({"cluster.shared_compute": shared})
-        scheduler = Scheduler.for_workload(workload, "fifo")
-        executor = admitted(SimPyExecutor(scheduler.cluster, workload.cost), workload)
-        for i, (engine, seqs) in enumerate((("r/0", 8), ("r/1", 32))):
-            executor.start(Generate(i + 1, "math-a", 0, i, 0, engine, 0, seqs, 16 * seqs,
-                                    1024), 0.0)  # fmt: skip
-        ends[shared] = sorted(executor.wait(None)[0] for _ in range(2))
+    ends = two_engines(((8, 128), (32, 512)), {
+        "cost.decode_per_seq_ms": 1.0, "cost.decode_per_kv_token_ms": 0.0,
+        "cost.prefill_base_ms": 0.0,
+    })  # fmt: skip
     small, big = ends[False]
     assert big > 2 * small  # 38 ms against 14 ms an iteration alone
     assert ends[True] == pytest.approx([small + big, small + big], rel=0.02)
