@@ -380,6 +380,16 @@ def test_the_holdout_benchmark_calibrates_per_schedule_and_replays_the_others(ru
         holdout_table(loaded[:2], refine=0)
 
 
+def test_runs_of_one_adapter_per_engine_are_said_to_hide_the_adapters_cost(runs):
+    """A sequential run's engines hold one adapter whenever they decode: its per-adapter cost
+    cannot be told from the per-iteration one, which calibrate says (a fair run's do not)."""
+    said = [w for w in calibrate([runs["sequential"]], refine_evaluations=0).warnings
+            if "held one adapter whenever it decoded" in w]  # fmt: skip
+    assert len(said) == 1 and said[0].startswith("decode_per_adapter_ms: ")
+    fair = calibrate([runs["fair"]], refine_evaluations=0).warnings
+    assert not any("held one adapter" in w for w in fair)
+
+
 def test_a_load_wait_no_run_shows_is_assumed_and_said(runs, tmp_path):
     """Under `sequential` no engine load starts while a batch decodes: the wait cannot be fitted
     (the regression leaves it at 0, and a replay of a concurrent schedule would load adapters

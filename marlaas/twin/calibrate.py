@@ -137,7 +137,7 @@ def calibrate(
         raise CalibrationError(f"{names}: too little generation to fit the engines ({err}); "
                                "calibrate from longer real runs") from None  # fmt: skip
     quality = f"R² {decode.r2:.3f}; error {decode.mape:.1%}"
-    warnings += _decode_warnings(decode)
+    warnings += _decode_warnings(decode) + _one_adapter_warning(rows)
     for run in runs:  # its durations are not its work's alone: nor the profile's
         note = busy_host_note(run.summary.get("host"))
         if note:
@@ -233,6 +233,19 @@ ENGINE_UNITS = {
     "prefill_s_per_token": ("s per prompt token", 1.0),
 }
 """The decode regression's terms: (unit, scale from the regression's seconds)."""
+
+
+def _one_adapter_warning(rows: pd.DataFrame) -> list[str]:
+    """A warning when every engine held one adapter whenever it decoded (a sequential
+    schedule's runs): the per-adapter cost is then inside the per-iteration one."""
+    decoding = rows[rows["x_base"] > 0]
+    if len(decoding) and np.allclose(decoding["x_adapter"], decoding["x_base"]):
+        return ["decode_per_adapter_ms: every engine of these runs held one adapter whenever "
+                "it decoded (a sequential schedule): what an adapter costs is in "
+                "decode_base_ms here, and a replay of batches of several adapters (fair, "
+                "fifo) charges nothing for the others; calibrate from runs where engines "
+                "batch several adapters"]  # fmt: skip
+    return []
 
 
 def _decode_warnings(decode) -> list[str]:
