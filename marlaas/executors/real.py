@@ -76,9 +76,6 @@ from marlaas.executors.warmup import warm_up, warm_up_trainer
 
 log = logging.getLogger("marlaas.real")
 
-WARMUP_FOLDER = ".engine-warmup"
-"""The warm-up adapter's folder in the adapter store (no job's: job names have no dot)."""
-
 
 def read_interrupt(task: asyncio.Task) -> None:
     """Done callback of a work task: read the exception it ended with. ``_work`` turns every
@@ -191,12 +188,12 @@ class RealExecutor:
 
     async def _warm_up(self, backends) -> dict[str, float]:
         """Warm the first trainer up (a throwaway adapter of the largest rank the engines
-        hold, in the store, never a job's folder: job names have no dot), then the engines
-        (marlaas.executors.warmup); return the engines' warm-up times."""
+        hold, in the store), then the engines (marlaas.executors.warmup); return the engines'
+        warm-up times."""
         trainer = next(iter(backends.trainers.values()), None)
         if trainer is not None:
-            folder = self.store.root / WARMUP_FOLDER
-            spent = warm_up_trainer(trainer, folder, self.sizing.max_lora_rank, self.seed)
+            root, rank = self.store.root, self.sizing.max_lora_rank
+            spent = warm_up_trainer(trainer, root, rank, self.seed)
             log.info("trainer warm-up: %.3f s", spent)
         return await warm_up(backends.engines)
 

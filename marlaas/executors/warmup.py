@@ -33,6 +33,8 @@ WARMUP_NEW_TOKENS = 2
 
 WARMUP_ADAPTER = "trainer-warmup"
 """The name of the trainer's warm-up adapter (it never becomes a job)."""
+WARMUP_FOLDER = ".trainer-warmup"
+"""Its folder in the adapter store, removed once written (no job's: job names have no dot)."""
 
 
 async def warm_up(engines: dict) -> dict[str, float]:
@@ -48,9 +50,11 @@ async def warm_up(engines: dict) -> dict[str, float]:
     return spent
 
 
-def warm_up_trainer(trainer, folder: Path, rank: int, seed: int) -> float:
-    """Have ``trainer`` write a new adapter of ``rank`` into ``folder`` (its first, with the
-    one-off costs) and remove it again; return the time it took [s]."""
+def warm_up_trainer(trainer, store_root: Path, rank: int, seed: int) -> float:
+    """Have ``trainer`` write a new adapter of ``rank`` into :data:`WARMUP_FOLDER` of the
+    adapter store at ``store_root`` (its first, with the one-off costs) and remove it again;
+    return the time it took [s]."""
+    folder = store_root / WARMUP_FOLDER
     started = time.monotonic()
     try:
         trainer.write_initial_adapter(WARMUP_ADAPTER, rank, 2 * rank, seed, folder)

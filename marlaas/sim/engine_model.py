@@ -92,12 +92,12 @@ class EngineModel:
         alpha = self.base_s + self.per_seq_s * self.running + self.per_kv_s * context
         return (alpha + self.per_adapter_s * len(self.adapters)) * self.slowdown
 
-    def set_slowdown(self, now: float, factor: float, prefill_factor: float = -1.0) -> None:
+    def set_slowdown(self, now: float, factor: float, prefill_factor: float) -> None:
         """From ``now`` [s] on, every iteration takes ``factor`` times as long, and every
-        prefill ``prefill_factor`` times (negative: ``factor``)."""
+        prefill ``prefill_factor`` times."""
         self.advance(now)
         self.slowdown = factor
-        self.prefill_slowdown = factor if prefill_factor < 0 else prefill_factor
+        self.prefill_slowdown = prefill_factor
 
     def pause(self, now: float, seconds: float) -> None:
         """Decode waits ``seconds`` more from ``now`` (or from the end of a pause already

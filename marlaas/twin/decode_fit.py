@@ -93,62 +93,44 @@ def features(events: pd.DataFrame, cluster: ClusterSpec, warmed: bool = True) ->
         covered_fraction(starts, ends, *spans(events, "train")) if cluster.overlapped
         else np.zeros(len(gen))
     )  # fmt: skip
-    if cluster.shared_processor:
-        return _turn_features(gen, k, seqs, context, prompt, shared, training, warmed)
-    first_ends = _first_batch_ends(starts, ends, gen["device"].to_numpy(), warmed)
-    rows = []
-    for device, idx in gen.groupby("device", sort=False).indices.items():
-        s_, e_ = starts[idx], ends[idx]
-        adapters = gen.iloc[idx][["job", "version"]].astype(str).agg("@".join, axis=1).to_numpy()
-        first_end = first_ends[device]
-        for i in idx:
-            s, e = starts[i], ends[i]
-            live = (s_ < e) & (e_ > s)
-            n = overlap_mean(s_[live], e_[live], seqs[idx][live], s, e)
-            c = overlap_mean(s_[live], e_[live], context[idx][live], s, e)
-            distinct = distinct_mean(s_[live], e_[live], adapters[live], s, e)
-            admitted = (s_ >= s) & (s_ < e)
-            held = seqs[idx][admitted]
-            p = float((held * prompt[idx][admitted] - (held - 1) * shared[idx][admitted]).sum())
-            rows.append({
-                "row": i, "device": device, "duration_s": e - s, "warm": s < first_end,
-                "x_base": k[i], "x_seq": k[i] * n, "x_kv": k[i] * c,
-                "x_adapter": k[i] * distinct, "x_prefill": p,
-                "x_prefills": float(admitted.sum()), "training": training[i],
-            })  # fmt: skip
-    return pd.DataFrame(rows)
+    return _rows(gen, k, seqs, context, prompt, shared, training, warmed,
+                 pooled=cluster.shared_processor)  # fmt: skip
 
 
-def _turn_features(gen, k, seqs, context, prompt, shared, training, warmed):
-    """Engines on one processor take turns, step by step (one thread runs every in-process
-    engine): an engine's iteration is the sum of every busy engine's own, and every engine
-    waits for each one's prefill. So a row's columns sum over all engines: its iterations
-    times (busy engines, their running sequences, context tokens, distinct adapters), and the
-    prompt tokens and prefills of every engine in its span."""
+def _rows(gen, k, seqs, context, prompt, shared, training, warmed, pooled: bool):
+    """The design rows. Each row's quantities come from the rows beside it on its engine;
+    with ``pooled`` (engines on one processor, which take turns step by step: one thread runs
+    every in-process engine), from every engine's, summed: an engine's iteration is the sum
+    of every busy engine's own, and every engine waits for each one's prefill, so the
+    iterations count the busy engines, and the running sequences, context tokens, distinct
+    adapters (per engine, summed) and the prompt tokens and prefills are all the engines'."""
     starts, ends = gen["start_s"].to_numpy(float), gen["end_s"].to_numpy(float)
     adapters = gen[["job", "version"]].astype(str).agg("@".join, axis=1).to_numpy()
     devices = gen["device"].to_numpy()
-    busy = _busy_engines(gen)
+    busy = _busy_engines(gen) if pooled else None
     first_end = _first_batch_ends(starts, ends, devices, warmed)
     rows = []
-    for i in range(len(gen)):
-        s, e = starts[i], ends[i]
-        live = (starts < e) & (ends > s)
-        n = overlap_mean(starts[live], ends[live], seqs[live], s, e)
-        c = overlap_mean(starts[live], ends[live], context[live], s, e)
-        distinct = sum(
-            distinct_mean(starts[on], ends[on], adapters[on], s, e)
-            for on in (live & (devices == d) for d in set(devices[live]))
-        )
-        admitted = (starts >= s) & (starts < e)
-        held = seqs[admitted]
-        p = float((held * prompt[admitted] - (held - 1) * shared[admitted]).sum())
-        rows.append({
-            "row": i, "device": devices[i], "duration_s": e - s, "warm": s < first_end[devices[i]],
-            "x_base": k[i] * max(busy(s, e), 1.0), "x_seq": k[i] * n, "x_kv": k[i] * c,
-            "x_adapter": k[i] * distinct, "x_prefill": p, "x_prefills": float(admitted.sum()),
-            "training": training[i],
-        })  # fmt: skip
+    for idx in gen.groupby("device", sort=False).indices.values():
+        for i in idx:
+            s, e = starts[i], ends[i]
+            scope = np.ones(len(gen), dtype=bool) if pooled else devices == devices[i]
+            live = scope & (starts < e) & (ends > s)
+            n = overlap_mean(starts[live], ends[live], seqs[live], s, e)
+            c = overlap_mean(starts[live], ends[live], context[live], s, e)
+            distinct = sum(
+                distinct_mean(starts[on], ends[on], adapters[on], s, e)
+                for on in (live & (devices == d) for d in set(devices[live]))
+            )
+            admitted = scope & (starts >= s) & (starts < e)
+            held = seqs[admitted]
+            p = float((held * prompt[admitted] - (held - 1) * shared[admitted]).sum())
+            engines = max(busy(s, e), 1.0) if busy is not None else 1.0
+            rows.append({
+                "row": i, "device": devices[i], "duration_s": e - s,
+                "warm": s < first_end[devices[i]], "x_base": k[i] * engines,
+                "x_seq": k[i] * n, "x_kv": k[i] * c, "x_adapter": k[i] * distinct,
+                "x_prefill": p, "x_prefills": float(admitted.sum()), "training": training[i],
+            })  # fmt: skip
     return pd.DataFrame(rows)
 
 
