@@ -27,8 +27,8 @@ from marlaas.envs.sandbox_runtime import (
     Runtime,
     SandboxUnavailable,
     bwrap_argv,
-    drop_privileges,
     require_sandbox,
+    unprivileged,
 )
 
 __all__ = ["SandboxLimits", "SandboxResult", "SandboxUnavailable", "require_sandbox", "run_python"]
@@ -133,6 +133,7 @@ async def _spawn(
     )
     launcher = _LAUNCHER.format(limits=limits.rlimits())
     argv += [runtime.python, "-I", "-S", "-B", "-c", launcher, f"{INPUT_DIR}/main.py"]
+    argv, start_as = unprivileged(argv)
     return await asyncio.create_subprocess_exec(
         *argv,
         stdin=asyncio.subprocess.DEVNULL,
@@ -142,7 +143,7 @@ async def _spawn(
         env={},
         start_new_session=True,
         limit=READ_CHUNK_BYTES,
-        **drop_privileges(),
+        **start_as,
     )
 
 

@@ -86,15 +86,26 @@ def bwrap_argv(
     return argv
 
 
-def drop_privileges() -> dict:
-    """Popen arguments that start bwrap as SANDBOX_UID when the trainer is root, else nothing.
+def unprivileged(argv: list[str]) -> tuple[list[str], dict]:
+    """``argv`` started as SANDBOX_UID when the trainer is root (else unchanged): the command
+    line and the Popen arguments to start it with.
 
     As root, bwrap's user namespace would map the sandbox to host root, which the kernel exempts
     from the process-count limit; started as nobody, the sandbox is nobody to the host too.
+    Where util-linux's ``setpriv`` is installed it changes the user on the way (``setpriv
+    --reuid --regid --clear-groups argv``), so that Popen changes none itself: CPython starts a
+    child with vfork only then, and a fork copies the trainer's address space (gigabytes of
+    vLLM and torch mappings) while every thread of it waits. Measured on a real run (show-c,
+    fair, 2 cores, 2026-12-05): a code group's four sandboxed runs took 0.242 s forked against
+    0.139 s, and the engine steps running beside them 4.8x against 1.9x their usual time.
     """
     if os.geteuid() != 0:
-        return {}
-    return {"user": SANDBOX_UID, "group": SANDBOX_UID, "extra_groups": []}
+        return argv, {}
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return argv, {"user": SANDBOX_UID, "group": SANDBOX_UID, "extra_groups": []}
+    ids = [f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups"]
+    return [setpriv, *ids, *argv], {}
 
 
 @functools.cache
@@ -108,6 +119,7 @@ def _probe() -> Runtime | str:
         runtime = Runtime(bwrap, python, binds)
         argv = bwrap_argv(runtime, workspace_bytes=1 << 20, data_fds={}, info_fd=None)
         argv += [python, "-I", "-S", "-c", "import os; print(os.getuid())"]
+        argv, start_as = unprivileged(argv)
         try:
             done = subprocess.run(
                 argv,
@@ -115,7 +127,7 @@ def _probe() -> Runtime | str:
                 capture_output=True,
                 timeout=PROBE_TIMEOUT_S,
                 env={},
-                **drop_privileges(),
+                **start_as,
             )
         except (OSError, subprocess.SubprocessError) as exc:
             errors.append(f"{python}: {exc}")

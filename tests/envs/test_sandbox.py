@@ -215,7 +215,8 @@ def test_big_file_stays_inside_and_goes_with_the_step(open_dir):
 
 @needs_bwrap
 def test_cannot_kill_the_trainer_or_other_processes():
-    sentinel = subprocess.Popen(["sleep", "60"], **runtime.drop_privileges())  # same host uid
+    argv, start_as = runtime.unprivileged(["sleep", "60"])
+    sentinel = subprocess.Popen(argv, **start_as)  # same host uid
     try:
         code = f"""
         import os, signal
@@ -452,6 +453,25 @@ def test_refuses_without_bwrap(monkeypatch, fresh_probe, bwrap, why):
     assert "\n" not in str(caught.value) and isinstance(caught.value, RuntimeError)
     with pytest.raises(SandboxUnavailable):
         run(env.step("def add(a, b):\n    return a + b"))
+
+
+@pytest.mark.parametrize("setpriv", ["/usr/bin/setpriv", None])
+def test_root_starts_the_sandbox_as_nobody_and_lets_python_vfork(monkeypatch, setpriv):
+    """As root the sandbox starts as SANDBOX_UID; through setpriv, Popen changes no ids itself
+    (CPython forks the whole trainer, gigabytes of mappings, where it does)."""
+    monkeypatch.setattr(runtime.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(runtime.shutil, "which", lambda name: setpriv if name == "setpriv" else None)
+    argv, start_as = runtime.unprivileged(["bwrap", "python"])
+    uid = runtime.SANDBOX_UID
+    if setpriv:
+        assert argv == [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "bwrap",
+                        "python"]  # fmt: skip
+        assert not {"user", "group", "extra_groups", "preexec_fn"} & set(start_as)
+    else:
+        assert argv == ["bwrap", "python"]
+        assert start_as == {"user": uid, "group": uid, "extra_groups": []}
+    monkeypatch.setattr(runtime.os, "geteuid", lambda: 1000)
+    assert runtime.unprivileged(["bwrap"]) == (["bwrap"], {})
 
 
 @pytest.mark.parametrize(
