@@ -460,7 +460,7 @@ def test_root_starts_the_sandbox_as_nobody_and_lets_python_vfork(monkeypatch, se
     """As root the sandbox starts as SANDBOX_UID; through setpriv, Popen changes no ids itself
     (CPython forks the whole trainer, gigabytes of mappings, where it does)."""
     monkeypatch.setattr(runtime.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(runtime.shutil, "which", lambda name: setpriv if name == "setpriv" else None)
+    monkeypatch.setattr(runtime.shutil, "which", {"setpriv": setpriv}.get)
     argv, start_as = runtime.unprivileged(["bwrap", "python"])
     uid = runtime.SANDBOX_UID
     if setpriv:
