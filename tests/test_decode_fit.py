@@ -32,7 +32,7 @@ def test_batches_of_many_sizes_identify_the_per_sequence_cost():
     assert fit.coef["decode_per_seq_ms"] == pytest.approx(PER_SEQ_S, rel=0.1)
     assert "decode_per_seq_ms" not in fit.unidentified()
     assert fit.stderr["decode_per_seq_ms"] < PER_SEQ_S / 10
-    assert not any("cannot tell it from 0" in w for w in _decode_warnings(fit))
+    assert not any("cannot tell it from 0" in w for w in _decode_warnings(fit, "generate rows"))
 
 
 def test_batches_of_one_size_cannot_and_calibrate_says_so():
@@ -40,7 +40,7 @@ def test_batches_of_one_size_cannot_and_calibrate_says_so():
     split: neither term's interval excludes 0."""
     fit = fit_decode(rows(np.random.default_rng(1).uniform(24.5, 25.5, 100)))
     assert set(fit.unidentified()) == {"decode_base_ms", "decode_per_seq_ms"}, fit.stderr
-    warned = [w for w in _decode_warnings(fit) if "cannot tell it from 0" in w]
+    warned = [w for w in _decode_warnings(fit, "generate rows") if "cannot tell it from 0" in w]
     assert len(warned) == 2
     assert warned[1].startswith("decode_per_seq_ms: ")
     assert " ms per sequence and iteration (95% interval, 100 generate rows)" in warned[1]

@@ -8,8 +8,10 @@ their own numbers back (the same workload, policy, seed, lengths and environment
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -422,3 +424,68 @@ def test_a_shared_prompt_is_fitted_as_prefilled_once(tmp_path):
             for name, extra in (("one", {}), ("two", TWO_ENGINES))]  # fmt: skip
     fitted = calibrate(runs).cost
     assert fitted.prefill_tokens_per_s == pytest.approx(TRUE.prefill_tokens_per_s, rel=0.25)
+
+
+def _with_steps(run: Path, out: Path, seed: int, cost: CostModel = TRUE, steps: int = 300):
+    """A copy of ``run`` with an engine_steps.csv of ``steps`` random steps of its engines,
+    each as long as ``cost``'s engine model says (a decode iteration where it decodes, a
+    prefill's groups and tokens)."""
+    shutil.copytree(run, out)
+    rng = np.random.default_rng(seed)
+    decoding = rng.integers(0, 40, steps) * (rng.random(steps) < 0.9)
+    prefill = rng.choice([0, 0, 0, 64, 300], steps) + 8 * (decoding == 0)  # each computes
+    prefills = (prefill > 0) * rng.integers(1, 3, steps)
+    context = decoding * rng.integers(20, 200, steps)
+    adapters = (decoding > 0) * rng.integers(1, 4, steps)
+    decode_ms = (
+        cost.decode_base_ms * (decoding > 0)
+        + cost.decode_per_seq_ms * decoding
+        + cost.decode_per_kv_token_ms * context
+        + cost.decode_per_adapter_ms * adapters
+    )
+    duration = (decode_ms + cost.prefill_base_ms * prefills) / 1e3
+    duration = duration + prefill / cost.prefill_tokens_per_s
+    engines = sorted(d.name for d in Scheduler.for_workload(load_real_run(run).workload)
+                     .cluster.engines)  # fmt: skip
+    pd.DataFrame({
+        "engine": [engines[i % len(engines)] for i in range(steps)],
+        "start_s": np.linspace(0.0, 10.0, steps), "duration_s": duration, "decoding": decoding,
+        "context_tokens": context, "adapters": adapters, "prefill_tokens": prefill,
+        "prefills": prefills,
+    }).to_csv(out / "engine_steps.csv", index=False)  # fmt: skip
+    return out
+
+
+def test_calibrate_fits_the_engine_on_its_measured_steps_where_every_run_has_them(runs, tmp_path):
+    """Steps say each engine term directly: fitted on them, the terms come back exactly (a
+    group's row mixes many iterations, other groups' prefills and the other engines' turns);
+    a run without them sends the fit back to the generate rows of all."""
+    made = [_with_steps(runs[k], tmp_path / k, seed) for seed, k in enumerate(("fair", "fair-2"))]
+    result = calibrate(made, refine_evaluations=0)
+    for name in ("decode_base_ms", "decode_per_seq_ms", "decode_per_kv_token_ms",
+                 "decode_per_adapter_ms", "prefill_tokens_per_s"):  # fmt: skip
+        assert getattr(result.cost, name) == pytest.approx(getattr(TRUE, name), rel=1e-6), name
+    assert "over 600 engine steps" in result.table()
+    mixed = calibrate([made[0], runs["fair-2"]], refine_evaluations=0)
+    assert "engine steps" not in mixed.table() and "generate rows" in mixed.table()
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [({"duration_s": -0.1}, "row 2, duration_s: -0.1 is not a number >= 0"),
+     ({"decoding": "many"}, "row 2, decoding: 'many' is not a number >= 0"),
+     ({"engine": "gpu/7"}, "engine 'gpu/7' is not one of the run's engines ('rollout/0')"),
+     ({"prefills": None}, "no column prefills")],
+)  # fmt: skip
+def test_a_bad_engine_steps_file_is_one_error_naming_it(runs, tmp_path, change, said):
+    run = _with_steps(runs["fair"], tmp_path / "run", seed=0)
+    steps = pd.read_csv(run / "engine_steps.csv").astype({k: object for k in change})
+    for column, value in change.items():
+        if value is None:
+            steps = steps.drop(columns=column)
+        else:
+            steps.loc[0, column] = value
+    steps.to_csv(run / "engine_steps.csv", index=False)
+    with pytest.raises(CalibrationError, match=r"engine_steps\.csv: ") as caught:
+        calibrate([run], refine_evaluations=0)
+    assert said in str(caught.value)

@@ -5,10 +5,11 @@ The folder is written in place while the run trains (``adapters/``: the adapter 
 version of every job; ``journal.jsonl``: see marlaas.executors.journal), with a ``partial``
 manifest (see marlaas.out_folder). At the end ``events.parquet``, ``summary.json`` (kind
 ``real``, the simulator's keys plus ``reward_curves``), ``rewards.csv`` and ``rewards.png``
-(the mean reward per job and training step) and ``memory.csv`` (the resident memory over the
-run's last part, sampled) are written one by one, each atomically, and the manifest becomes
-``finished``. Other files (``eval.json`` from ``marlaas evaluate``)
-are kept.
+(the mean reward per job and training step), ``memory.csv`` (the resident memory over the
+run's last part, sampled) and ``engine_steps.csv`` (every step of the in-process engines in the
+last part that trained, marlaas.executors.engine_steps) are written one by one, each
+atomically, and the manifest becomes ``finished``. Other files (``eval.json`` from ``marlaas
+evaluate``) are kept.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pandas as pd
 from marlaas.atomic import replacing, write_durably
 from marlaas.core.workload import Workload
 from marlaas.eventlog import EVENT_LOG_FILE, write_event_log
+from marlaas.executors.engine_steps import ENGINE_STEPS_CSV
 from marlaas.output.errors import WriteError
 from marlaas.runs import SUMMARY_FILE, WORKLOAD_FILE, run_summary, summary_json
 
@@ -74,11 +76,12 @@ def write_real_files(
     rewards: pd.DataFrame,
     workload=None,
     memory: list[tuple[float, float, float]] | None = None,
+    engine_steps: pd.DataFrame | None = None,
 ):
-    """Write the run's event log, summary, workload, reward curves and ``memory`` (the
-    samples of MemoryMonitor.timeline: time_s, rss_mb, peak_rss_mb) into ``out``, each
-    atomically; a failed write (disk full) is one WriteError line (exit status 1), the
-    journal and adapters kept."""
+    """Write the run's event log, summary, workload, reward curves, ``memory`` (the
+    samples of MemoryMonitor.timeline: time_s, rss_mb, peak_rss_mb) and ``engine_steps`` (the
+    engines' measured steps, when there are any) into ``out``, each atomically; a failed write
+    (disk full) is one WriteError line (exit status 1), the journal and adapters kept."""
     try:
         write_event_log(events, out / EVENT_LOG_FILE)
         write_durably(out / SUMMARY_FILE, summary_json(summary))
@@ -89,6 +92,8 @@ def write_real_files(
             columns = ["time_s", "rss_mb", "peak_rss_mb"]
             frame = pd.DataFrame(memory, columns=columns).round({c: 2 for c in columns})
             _write_csv(frame, out / MEMORY_CSV)
+        if engine_steps is not None and len(engine_steps):
+            _write_csv(engine_steps.round({"start_s": 6, "duration_s": 6}), out / ENGINE_STEPS_CSV)
         with replacing(out / REWARDS_PNG, suffix=".tmp.png") as png:  # matplotlib: by extension
             plot_rewards(rewards, png, title=f"{summary['workload']} · {summary['policy']}")
     except OSError as err:

@@ -47,6 +47,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pandas as pd
+
 from marlaas.core.cluster import Cluster
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.work import (
@@ -66,6 +68,7 @@ from marlaas.core.work import (
 from marlaas.drive.executor import Completions
 from marlaas.executors.adapter_store import AdapterStore
 from marlaas.executors.backends import EngineSizing, max_positions
+from marlaas.executors.engine_steps import StepMeter, steps_frame
 from marlaas.executors.episode_runner import EpisodeRunner, RewardPoint
 from marlaas.executors.episodes import ChatFormat
 from marlaas.executors.memory import tree_rss_mb
@@ -211,6 +214,17 @@ class RealExecutor:
     def clock_zero(self) -> float:
         """The monotonic time [s] this executor's clock (``now``) counts from."""
         return self._t0
+
+    def engine_steps(self, offset_s: float = 0.0) -> pd.DataFrame:
+        """Every step the in-process engines took since the clock started, measured
+        (marlaas.executors.engine_steps), ``start_s`` on this clock plus ``offset_s``; no rows
+        for engines out of this process."""
+        meters = {}
+        for name, engine in self.backends.engines.items():
+            meter = getattr(engine, "meter", None)
+            if isinstance(meter, StepMeter):
+                meters[name] = meter.steps
+        return steps_frame(meters, self._t0, offset_s)
 
     def start(self, decision: Decision, now: float) -> None:
         """Start the decision's work (instant decisions are done when this returns)."""

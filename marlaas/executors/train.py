@@ -128,6 +128,7 @@ def train_run(
             try:
                 with MemoryMonitor() as memory, HostShare() as host:
                     warmup: dict[str, float] = {}
+                    engine_steps = None
                     if not left:  # every step was durable: only the outputs were missing
                         result = _no_work(workload, policy, seed)
                     else:
@@ -136,7 +137,7 @@ def train_run(
                                           on_durable=keep)  # fmt: skip
                         memory.offset_s = journaled.end_s
                         try:
-                            result, warmup = _train_part(
+                            result, warmup, engine_steps = _train_part(
                                 workload, journal, store, model_dir, backend, policy, seed,
                                 progress, observers, on_ended, offsets, journaled.end_s,
                                 options, track, memory, ray,
@@ -159,7 +160,8 @@ def train_run(
                 if track is not None:
                     track.close()
             keep()
-            write_real_files(out, events, summary, rewards, workload, memory.timeline())
+            write_real_files(out, events, summary, rewards, workload, memory.timeline(),
+                             engine_steps)  # fmt: skip
             write_manifest(out, REAL, "finished")
     return events, summary, rewards, result
 
@@ -174,12 +176,13 @@ def _check_runnable(workload: Workload) -> None:
 
 def _train_part(workload, journal, store, model_dir, backend, policy, seed, progress,
                 observers, on_ended, versions, start_s, options, track,
-                memory, ray) -> tuple[RunResult, dict[str, float]]:  # fmt: skip
+                memory, ray) -> tuple[RunResult, dict[str, float], pd.DataFrame]:  # fmt: skip
     """Drive one part of the run (the first, or a resumed one: each job submitted at its
     last durable version, the arrivals ``start_s`` earlier), journaling it (and feeding
     ``track``, a tracker, each training step's statistics); ``memory``'s timeline counts on
-    the run's clock from the end of the setup. Returns the result and each engine's warm-up
-    [s], done before the clock started."""
+    the run's clock from the end of the setup. Returns the result, each engine's warm-up [s],
+    done before the clock started, and the engines' steps (marlaas.executors.engine_steps) on
+    the run's clock."""
     scheduler = Scheduler.for_workload(workload, policy, seed)
     total = sum(max(0, j.rl.steps - versions.get(j.name, 0)) for j in workload.jobs)
     sizing = EngineSizing.of_workload(workload)
@@ -197,7 +200,8 @@ def _train_part(workload, journal, store, model_dir, backend, policy, seed, prog
             observers=[keeper, bar, *feeds, *observers], on_ended=on_ended,
         )  # fmt: skip
         keeper.finish(result.records)
-    return result, executor.warmup_s
+        steps = executor.engine_steps(start_s)
+    return result, executor.warmup_s, steps
 
 
 def _no_work(workload: Workload, policy, seed: int | None) -> RunResult:

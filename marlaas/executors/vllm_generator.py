@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from marlaas.executors import vllm_cpu_kernels
+from marlaas.executors.engine_steps import StepMeter
 from marlaas.executors.hf_generator import _mix
 from marlaas.executors.rollout import Completion
 from marlaas.executors.thread_split import cpu_share, share_threads, working
@@ -116,6 +117,8 @@ class VLLMGenerator:
             except BaseException:
                 _EngineThread.release()
                 raise
+            self.meter = StepMeter(self.engine)
+            """Every step of the engine, measured (marlaas.executors.engine_steps)."""
         else:
             from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -195,12 +198,13 @@ class VLLMGenerator:
             if lora is None:
                 raise KeyError(f"adapter {adapter!r} version {version} is not published")
         base_seed = 0 if seed is None else seed
+        call = f"marlaas-{uuid.uuid4().hex[:12]}"  # its requests' ids: one group to the meter
         jobs = []
         for i, prompt in enumerate(prompts):
             ids = self._encode(prompt)
             for k in range(n):
                 params = self._params(max_new_tokens, temperature, _mix(base_seed, i, k))
-                jobs.append(self._one(ids, params, lora, adapter, version))
+                jobs.append(self._one(call, ids, params, lora, adapter, version))
         gate = self._gate.enter(lora is not None) if self._gate else contextlib.nullcontext()
         async with gate:
             flat = await asyncio.gather(*jobs)
@@ -233,9 +237,9 @@ class VLLMGenerator:
             return await fn(*args)
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
-    async def _one(self, ids, params, lora, adapter, version) -> Completion:
+    async def _one(self, call, ids, params, lora, adapter, version) -> Completion:
         prompt = {"prompt_token_ids": ids}
-        request_id = f"marlaas-{uuid.uuid4().hex}"
+        request_id = f"{call}-{uuid.uuid4().hex}"
         if self.in_process:
             final = await self._submit(request_id, prompt, params, lora)
         else:
@@ -292,7 +296,7 @@ class VLLMGenerator:
         """One step of the in-process engine (on its thread), with its share of the processor's
         threads beside a trainer computing on it (:mod:`marlaas.executors.thread_split`)."""
         share_threads(self._processor)
-        return self.engine.step()
+        return self.meter.step(self.engine.step)
 
     def _params(self, max_new_tokens: int, temperature: float, seed: int):
         from vllm import SamplingParams

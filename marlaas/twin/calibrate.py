@@ -52,7 +52,7 @@ from marlaas.executors.host_share import busy_host_note
 from marlaas.run_files import check_distinct
 from marlaas.sim.cost_model import CostModel, train_work
 from marlaas.table import text_table
-from marlaas.twin.decode_fit import features, fit_decode, predict
+from marlaas.twin.decode_fit import features, fit_decode, predict, step_features
 from marlaas.twin.operations import operations, split_loads
 from marlaas.twin.overlap_fit import (
     OverlapFit,
@@ -120,10 +120,12 @@ def calibrate(
     values: dict[str, float] = {}
     warnings: list[str] = []
 
+    measured = all(r.steps is not None and len(r.steps) for r in runs)
     rows = pd.concat(
-        [features(r.events, r.workload.cluster, _warmed(r)) for r in runs],
+        [step_features(r.steps, r.events, r.workload.cluster) if measured
+         else features(r.events, r.workload.cluster, _warmed(r)) for r in runs],
         ignore_index=True,
-    )
+    )  # fmt: skip
     decode_overlap = None
     try:
         if (rows["training"] > 0).any():  # overlapped runs: their rows as if alone
@@ -136,8 +138,9 @@ def calibrate(
         names = ", ".join(str(r.path) for r in runs)
         raise CalibrationError(f"{names}: too little generation to fit the engines ({err}); "
                                "calibrate from longer real runs") from None  # fmt: skip
-    quality = f"R² {decode.r2:.3f}; error {decode.mape:.1%}"
-    warnings += _decode_warnings(decode) + _one_adapter_warning(rows)
+    source = "engine steps" if measured else "generate rows"
+    quality = f"R² {decode.r2:.3f} over {decode.rows} {source}; error {decode.mape:.1%}"
+    warnings += _decode_warnings(decode, source) + _one_adapter_warning(rows)
     for run in runs:  # its durations are not its work's alone: nor the profile's
         note = busy_host_note(run.summary.get("host"))
         if note:
@@ -248,14 +251,15 @@ def _one_adapter_warning(rows: pd.DataFrame) -> list[str]:
     return []
 
 
-def _decode_warnings(decode) -> list[str]:
+def _decode_warnings(decode, source: str) -> list[str]:
     """A poor regression, the engine terms whose 95% interval includes 0 (the rows' batch
     sizes, contexts and adapters move together: the profile may not carry over to other
-    schedules), and those its non-negative fit left at 0 (the refinement starts them at 0)."""
+    schedules), and those its non-negative fit left at 0 (the refinement starts them at 0);
+    ``source``: what the regression's rows are (generate rows, engine steps)."""
     out = []
     if decode.r2 < POOR_R2:
         out.append(f"decode and prefill terms: R² {decode.r2:.3f} (under {POOR_R2}) over "
-                   f"{decode.rows} generate rows: the regression explains little of their "
+                   f"{decode.rows} {source}: the regression explains little of their "
                    "durations (the replay refinement adjusts them)")  # fmt: skip
     low, high = decode.batch_range
     for name, (value, half) in decode.unidentified().items():
@@ -264,11 +268,11 @@ def _decode_warnings(decode) -> list[str]:
                  "may not carry over to other batch sizes" if name.startswith("decode")
                  else "prefills alike: it may not carry over to other prompt lengths")  # fmt: skip
         out.append(f"{name}: {value * scale:.3g} +- {half * scale:.2g} {unit} (95% interval, "
-                   f"{decode.rows} generate rows): the rows cannot tell it from 0 ({where}); "
+                   f"{decode.rows} {source}): the rows cannot tell it from 0 ({where}); "
                    "calibrate from runs of more schedules")  # fmt: skip
     zero = [name for name, value in decode.coef.items() if value <= 0]
     if zero:
-        out.append(f"{', '.join(zero)}: at the bound 0 in the regression (the generate rows "
+        out.append(f"{', '.join(zero)}: at the bound 0 in the regression (the {source} "
                    "cannot tell them apart from 0)")  # fmt: skip
     return out
 

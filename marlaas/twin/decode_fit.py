@@ -97,6 +97,31 @@ def features(events: pd.DataFrame, cluster: ClusterSpec, warmed: bool = True) ->
                  pooled=cluster.shared_processor)  # fmt: skip
 
 
+def step_features(steps: pd.DataFrame, events: pd.DataFrame, cluster: ClusterSpec) -> pd.DataFrame:
+    """The design rows of a run's measured engine steps (marlaas.executors.engine_steps), one
+    per step, in :func:`features`' columns: each step is one iteration (``x_base`` 1 where it
+    decodes; a prefill alone pays no iteration, as in the engine model) of its own engine
+    (on a shared processor the simulator adds the other engines' steps itself: the turns), with
+    its decoding sequences, their context tokens, its distinct adapters (where it decodes), the
+    prompt tokens it prefilled and their groups."""
+    decodes = (steps["decoding"] > 0).to_numpy(float)
+    starts = steps["start_s"].to_numpy(float)
+    ends = starts + steps["duration_s"].to_numpy(float)
+    training = (
+        covered_fraction(starts, ends, *spans(events, "train")) if cluster.overlapped
+        else np.zeros(len(steps))
+    )  # fmt: skip
+    return pd.DataFrame({
+        "row": np.arange(len(steps)), "device": steps["engine"].to_numpy(),
+        "duration_s": steps["duration_s"].to_numpy(float), "warm": False, "x_base": decodes,
+        "x_seq": steps["decoding"].to_numpy(float),
+        "x_kv": steps["context_tokens"].to_numpy(float),
+        "x_adapter": steps["adapters"].to_numpy(float) * decodes,
+        "x_prefill": steps["prefill_tokens"].to_numpy(float),
+        "x_prefills": steps["prefills"].to_numpy(float), "training": training,
+    })  # fmt: skip
+
+
 def _rows(gen, k, seqs, context, prompt, shared, training, warmed, pooled: bool):
     """The design rows. Each row's quantities come from the rows beside it on its engine;
     with ``pooled`` (engines on one processor, which take turns step by step: one thread runs

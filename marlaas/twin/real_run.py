@@ -12,11 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.workload import Workload, WorkloadError
 from marlaas.eventlog import EVENT_LOG_FILE, read_event_log
+from marlaas.executors.engine_steps import COLUMNS as STEP_COLUMNS
+from marlaas.executors.engine_steps import ENGINE_STEPS_CSV
 from marlaas.output.kinds import other_output
 from marlaas.run_files import SUMMARY_FILE, check_summary, read_summary
 from marlaas.workload_file import load_run_workload
@@ -33,12 +36,15 @@ class CalibrationError(WorkloadError):
 
 @dataclass(frozen=True)
 class RealRun:
-    """A real run folder's event log, workload and summary."""
+    """A real run folder's event log, workload and summary, and its engines' measured steps
+    (``engine_steps.csv``; None where the run has none: engines out of its process, a run
+    from before they were measured)."""
 
     path: Path
     events: pd.DataFrame
     workload: Workload
     summary: dict
+    steps: pd.DataFrame | None = None
 
 
 def load_real_run(path: str | Path, command: str = "calibrate") -> RealRun:
@@ -63,7 +69,38 @@ def load_real_run(path: str | Path, command: str = "calibrate") -> RealRun:
     events = read_event_log(path)
     workload = load_run_workload(path)
     check_belongs(path, events, workload, summary)
-    return RealRun(path, events, workload, summary)
+    return RealRun(path, events, workload, summary, read_engine_steps(path, workload))
+
+
+def read_engine_steps(path: Path, workload: Workload) -> pd.DataFrame | None:
+    """The run's ``engine_steps.csv`` (marlaas.executors.engine_steps), checked: every column,
+    numbers that a step can have, engines of the workload's cluster; None without the file."""
+    file = path / ENGINE_STEPS_CSV
+    if not file.exists():
+        return None
+    try:
+        steps = pd.read_csv(file)
+    except (OSError, ValueError) as err:
+        raise CalibrationError(f"{file}: not a CSV table ({err})") from None
+    missing = [c for c in STEP_COLUMNS if c not in steps.columns]
+    if missing:
+        raise CalibrationError(f"{file}: no column {', '.join(missing)} (the file `marlaas "
+                               "train` writes has them all)")  # fmt: skip
+    for column in STEP_COLUMNS[1:]:
+        values = pd.to_numeric(steps[column], errors="coerce")
+        if values.isna().any() or not np.isfinite(values).all() or (values < 0).any():
+            row = int(np.flatnonzero(values.isna() | ~np.isfinite(values) | (values < 0))[0])
+            value = steps[column].iloc[row]
+            shown = repr(value) if isinstance(value, str) else str(value)
+            raise CalibrationError(f"{file}: row {row + 2}, {column}: {shown} is not a number "
+                                   ">= 0")  # fmt: skip
+        steps[column] = values
+    engines = {e.name for e in Scheduler.for_workload(workload).cluster.engines}
+    unknown = sorted(set(steps["engine"].astype(str)) - engines)
+    if unknown:
+        raise CalibrationError(f"{file}: engine {_names(unknown)} is not one of the run's "
+                               f"engines ({_names(sorted(engines))})")  # fmt: skip
+    return steps
 
 
 def check_belongs(path: Path, events: pd.DataFrame, workload: Workload, summary: dict) -> None:

@@ -298,6 +298,7 @@ def test_vllm_two_engines_enact_placement_evictions_and_swaps(tiny_model_dir, tm
         watch = ResidencyWatch(scheduler, executor)
         result = drive(scheduler, executor, workload_inbox(workload), observers=[watch])
         [trainer] = executor.trainers.trainers.values()
+        steps = executor.engine_steps()
     # the engine's embedding (vocabulary padded to 320 rows) and norms: one copy, not two
     assert {"model.embed_tokens.weight", "model.norm.weight"} <= set(trainer.shared)
     assert watch.evictions > 0 and watch.checks > 100
@@ -307,6 +308,14 @@ def test_vllm_two_engines_enact_placement_evictions_and_swaps(tiny_model_dir, tm
     assert gen.groupby("device").size().min() > 10
     swaps = events[(events["kind"] == "adapter_load") & (events["pool"] == "train")]
     assert len(swaps) > len(JOBS)  # 3 jobs, 2 slots: states moved on and off the trainer
+    # both engines' steps, measured on the run's clock: a sample's every token but its first
+    # was a decoding step of it
+    assert set(steps["engine"]) == {"rollout/0", "rollout/1"}
+    ends = steps["start_s"] + steps["duration_s"]
+    assert steps["start_s"].min() >= 0 and ends.max() <= result.makespan_s
+    ok = gen[gen["outcome"] == "ok"]
+    assert steps["decoding"].sum() == (ok["tokens"] - ok["seqs"]).sum()
+    assert steps["adapters"].between(1, 2).all() and steps["prefills"].sum() >= len(ok)
     assert_learned(rewards_frame(executor.rewards))
 
 

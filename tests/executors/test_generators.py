@@ -133,9 +133,18 @@ def test_vllm_two_adapters_in_one_batch_and_logprobs_match_hf(vllm_generator, tw
             for job in dirs:
                 await vllm_generator.retire(job, 0)
 
+    seen = len(vllm_generator.meter.steps)
     a, b, base = asyncio.run(go())
     _check_groups(a, "A", 0)
     _check_groups(b, "B", 0)
+    # the engine's steps, measured: every token after a request's first was one decoding step
+    # of it; its prompt was prefilled once at most (prefix caching); A and B shared steps
+    steps = vllm_generator.meter.steps[seen:]
+    completions = [c for groups in (a, b, base) for g in groups for c in g]
+    assert sum(s.decoding for s in steps) == sum(len(c.completion_ids) - 1 for c in completions)
+    assert 0 < sum(s.prefill_tokens for s in steps) <= sum(len(c.prompt_ids) for c in completions)
+    assert sum(s.prefills for s in steps) >= 3  # three generate calls, each a group
+    assert max(s.adapters for s in steps) == 2 and all(s.duration_s > 0 for s in steps)
     assert [c.completion_ids for c in a[0]] != [c.completion_ids for c in b[0]]
     # vLLM's sampled-token log-probs equal HF+PEFT's on the same tokens (fp32; measured ~1e-6).
     _check_logprobs(trainer, a, "A", atol=1e-3)
