@@ -138,7 +138,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from marlaas.output.errors import OutputError
     from marlaas.output.manifest import write_manifest
     from marlaas.report.interactive.real import accuracy_rows
-    from marlaas.run_files import EVAL_FILE, is_evaluation, read_rewards
+    from marlaas.run_files import EVAL_FILE, check_run_jobs, is_evaluation, read_rewards
     from marlaas.workload_file import load_with_overrides
 
     workload = load_with_overrides(args.workload, args.set)
@@ -161,8 +161,11 @@ def _evaluate(args: argparse.Namespace) -> int:
                 store.check(job.name, version, job.lora_rank)
         except ValueError as err:
             raise OutputError(f"{job.name}: {err}") from None
-    rewards = run / REWARDS_CSV
-    trained_at = versions_trained_at(read_rewards(rewards)) if rewards.is_file() else {}
+    rewards, trained_at = run / REWARDS_CSV, {}
+    if rewards.is_file():  # another run's rows (the folder mixes two): one error, before work
+        tenants = {j.name: j.tenant for j in workload.jobs}
+        steps = check_run_jobs(read_rewards(rewards), rewards, tenants, "line", first=2)
+        trained_at = versions_trained_at(steps)
     default = args.out is None or _same_path(args.out, run / EVAL_FILE)
     into_run = nullcontext(None) if default else claim_file(args.out, "evaluation", is_evaluation)
 

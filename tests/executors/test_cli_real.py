@@ -211,6 +211,15 @@ def test_evaluate_scores_only_the_jobs_asked_for_and_keeps_the_others_rows(
     finally:
         own.write_text(json.dumps(after))
     assert json.loads(own.read_text()) == after
+    rewards = out / "rewards.csv"
+    kept = rewards.read_text()
+    rewards.write_text(kept.replace("emit-a,", "other-a,"))  # another run's reward rows
+    try:
+        assert main(["evaluate", *args, "--prompts", "1"]) == 2
+        assert "rewards.csv: line 2: job 'other-a' is not of this run" in capsys.readouterr().err
+        assert json.loads(own.read_text()) == after  # nothing evaluated, nothing written
+    finally:
+        rewards.write_text(kept)
 
 
 @pytest.mark.slow
