@@ -451,7 +451,7 @@ def _with_steps(run: Path, out: Path, seed: int, cost: CostModel = TRUE, steps: 
         "engine": [engines[i % len(engines)] for i in range(steps)],
         "start_s": np.linspace(0.0, 10.0, steps), "duration_s": duration, "decoding": decoding,
         "context_tokens": context, "adapters": adapters, "prefill_tokens": prefill,
-        "prefills": prefills,
+        "prefills": prefills, "waiting": 0,
     }).to_csv(out / "engine_steps.csv", index=False)  # fmt: skip
     return out
 

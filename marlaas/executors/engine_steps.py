@@ -26,7 +26,7 @@ import pandas as pd
 
 ENGINE_STEPS_CSV = "engine_steps.csv"
 COLUMNS = ("engine", "start_s", "duration_s", "decoding", "context_tokens", "adapters",
-           "prefill_tokens", "prefills")  # fmt: skip
+           "prefill_tokens", "prefills", "waiting")  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +41,9 @@ class EngineStep:
     adapters: int
     prefill_tokens: int
     prefills: int
+    waiting: int = 0
+    """Requests the engine held but did not compute in the step (vLLM's own queue: its
+    token budget, KV cache or LoRA slots full)."""
 
 
 class StepMeter:
@@ -51,7 +54,7 @@ class StepMeter:
     def __init__(self, engine) -> None:
         self.steps: list[EngineStep] = []
         self._scheduler = scheduler = engine.engine_core.engine_core.scheduler
-        self._scheduled: tuple[int, int, int, int, int] | None = None
+        self._scheduled: tuple[int, ...] | None = None
         schedule = scheduler.schedule
 
         def measured(*args, **kwargs):
@@ -76,7 +79,8 @@ class StepMeter:
             else:
                 prefill += tokens
                 groups.add(group_of(rid))
-        return decoding, context, len(adapters), prefill, len(groups)
+        waiting = len(self._scheduler.requests) - len(scheduled)
+        return decoding, context, len(adapters), prefill, len(groups), waiting
 
     def step(self, run_step):
         """``run_step()`` (the engine's step), measured; returns what it returns."""

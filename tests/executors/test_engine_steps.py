@@ -42,7 +42,8 @@ def test_a_step_is_measured_as_its_decoding_prefills_adapters_and_groups():
     for rid, prompt, adapter in [("marlaas-g1-a-x", 10, 1), ("marlaas-g1-b-x", 10, 1),
                                  ("marlaas-g2-a-x", 7, 2)]:  # fmt: skip
         scheduler.add(rid, prompt, adapter)
-    scheduler.plan = {"marlaas-g1-a-x": 10, "marlaas-g1-b-x": 4}  # b: 6 of 10 from the cache
+    scheduler.plan = {"marlaas-g1-a-x": 10, "marlaas-g1-b-x": 4}  # b: 6 of 10 from the cache;
+    # g2 waits (vLLM's own queue)
     scheduler.cached = {"marlaas-g1-b-x": 6}
     meter.step(lambda: scheduler.schedule() and "out")
     scheduler.plan = {"marlaas-g1-a-x": 1, "marlaas-g1-b-x": 1, "marlaas-g2-a-x": 7}
@@ -52,6 +53,7 @@ def test_a_step_is_measured_as_its_decoding_prefills_adapters_and_groups():
     first, second = meter.steps
     assert (first.decoding, first.context_tokens, first.adapters) == (0, 0, 1)
     assert (first.prefill_tokens, first.prefills) == (14, 1)  # one group; cache hits not work
+    assert (first.waiting, second.waiting) == (1, 0)
     assert (second.decoding, second.context_tokens) == (2, 20)
     assert (second.adapters, second.prefill_tokens, second.prefills) == (2, 7, 1)
     assert second.start >= first.start + first.duration_s >= first.start
@@ -68,5 +70,5 @@ def test_the_frame_counts_on_the_runs_clock_and_leaves_the_warm_up_out():
     frame = steps_frame(steps, zero=100.0, offset_s=30.0)
     assert frame.to_dict("records") == [{
         "engine": "rollout/0", "start_s": 31.0, "duration_s": 0.01, "decoding": 4,
-        "context_tokens": 44, "adapters": 1, "prefill_tokens": 8, "prefills": 1,
+        "context_tokens": 44, "adapters": 1, "prefill_tokens": 8, "prefills": 1, "waiting": 0,
     }]  # fmt: skip
