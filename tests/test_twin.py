@@ -16,7 +16,9 @@ import pandas as pd
 import pytest
 
 from marlaas.cli import main
+from marlaas.core.prompts import prompt_cap
 from marlaas.core.scheduler import Scheduler
+from marlaas.eventlog import read_event_log, write_event_log
 from marlaas.runs import write_run
 from marlaas.sim.cost_model import CostModel
 from marlaas.sim.cost_profiles import bundled_profiles, load_profile
@@ -489,3 +491,26 @@ def test_a_bad_engine_steps_file_is_one_error_naming_it(runs, tmp_path, change, 
     with pytest.raises(CalibrationError, match=r"engine_steps\.csv: ") as caught:
         calibrate([run], refine_evaluations=0)
     assert said in str(caught.value)
+
+
+def test_prompts_longer_than_the_workload_declares_are_named_once_per_job(runs, tmp_path):
+    """Real prompts longer than the workload declares (an environment's own prompt text): the
+    scheduler reserved for the declared lengths and the engines' caches were sized from them,
+    so the engines may have queued what the simulator runs at once: calibrate says so, once
+    per job; runs within their declared lengths say nothing."""
+    assert not any("prompts reached" in w for w in calibrate([runs["fair"]], 0).warnings)
+    run = Path(shutil.copytree(runs["fair"], tmp_path / "run"))
+    events = read_event_log(run)
+    longer = (events["job"] == "emit-a") & (events["kind"] == "generate") & (events["turn"] == 0)
+    events.loc[longer, "prompt_tokens"] = events.loc[longer, "prompt_tokens"] + 50
+    write_event_log(events, run / "events.parquet")
+    [job] = [j for j in load_real_run(run).workload.jobs if j.name == "emit-a"]
+    declared = prompt_cap(job)
+    said = [w for w in calibrate([run, runs["fair-2"]], 0).warnings if "prompts reached" in w]
+    assert said == [
+        f"job emit-a: its prompts reached {int(events.loc[longer, 'prompt_tokens'].max())} "
+        f"tokens where the workload declares at most {declared} (prompt_tokens): the scheduler "
+        "reserved, and the engines' KV caches were sized, for the declared lengths, and an "
+        "engine may have queued requests that the simulator runs at once; declare the lengths "
+        "its environment produces"
+    ]

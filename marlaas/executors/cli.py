@@ -52,6 +52,7 @@ def _train(args: argparse.Namespace) -> int:
         from marlaas.ray_cluster import require_ray
 
         require_ray("train --ray", args.ray)
+    from marlaas.executors.declared_lengths import longer_prompts
     from marlaas.executors.host_share import busy_host_note
     from marlaas.executors.train import train_run
     from marlaas.run_options import load_run_workload, run_title
@@ -79,6 +80,8 @@ def _train(args: argparse.Namespace) -> int:
     note = busy_host_note(host)
     if note:
         print(f"note: {note}")
+    for line in longer_prompts(events, workload.jobs):
+        print(f"note: {line}")
     print(
         f"wrote {args.out}/ ({len(events)} events, makespan {result.makespan_s:.1f} s, "
         f"wall {result.wall_s:.1f} s)"

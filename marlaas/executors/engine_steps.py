@@ -27,6 +27,9 @@ import pandas as pd
 ENGINE_STEPS_CSV = "engine_steps.csv"
 COLUMNS = ("engine", "start_s", "duration_s", "decoding", "context_tokens", "adapters",
            "prefill_tokens", "prefills", "waiting")  # fmt: skip
+READ = COLUMNS[:-1]
+"""The columns ``marlaas calibrate`` reads (``waiting`` is not fitted; files of the first
+measured runs lack it)."""
 
 
 @dataclass(frozen=True, slots=True)

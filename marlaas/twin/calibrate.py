@@ -48,6 +48,7 @@ from pydantic import ValidationError
 from scipy.optimize import nnls
 
 from marlaas.core.validation_message import format_validation_error
+from marlaas.executors.declared_lengths import longer_prompts
 from marlaas.executors.host_share import busy_host_note
 from marlaas.run_files import check_distinct
 from marlaas.sim.cost_model import CostModel, train_work
@@ -145,6 +146,7 @@ def calibrate(
         note = busy_host_note(run.summary.get("host"))
         if note:
             warnings.append(f"{run.path}: {note}; calibrate from runs on a quiet machine")
+    warnings += longer_prompts(pd.concat([r.events for r in runs]), runs[0].workload.jobs)
     for name, (unit, scale) in ENGINE_UNITS.items():
         if name == "prefill_s_per_token":
             continue  # fitted as a rate, below

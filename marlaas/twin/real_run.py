@@ -18,8 +18,8 @@ import pandas as pd
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.workload import Workload, WorkloadError
 from marlaas.eventlog import EVENT_LOG_FILE, read_event_log
-from marlaas.executors.engine_steps import COLUMNS as STEP_COLUMNS
 from marlaas.executors.engine_steps import ENGINE_STEPS_CSV
+from marlaas.executors.engine_steps import READ as STEP_COLUMNS
 from marlaas.output.kinds import other_output
 from marlaas.run_files import SUMMARY_FILE, check_summary, read_summary
 from marlaas.workload_file import load_run_workload
