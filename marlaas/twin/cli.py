@@ -24,7 +24,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print(
-        "fit: R² of the regression over generate rows; replayed: the refinement's objective "
+        "fit: R² of the regression (over the engines' measured steps, or the generate rows of "
+        "runs without them: the engine terms say which); replayed: the refinement's objective "
         "(RMS log ratio of replayed to real generate durations, plus the log ratios of their "
         "sums and of the makespans), regression -> refined"
     )
