@@ -9,6 +9,7 @@ one :class:`CalibrationError` line naming the file, not a fit of nonsense.
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +22,13 @@ from marlaas.eventlog import EVENT_LOG_FILE, read_event_log
 from marlaas.executors.engine_steps import ENGINE_STEPS_CSV
 from marlaas.executors.engine_steps import READ as STEP_COLUMNS
 from marlaas.output.kinds import other_output
-from marlaas.run_files import SUMMARY_FILE, check_summary, read_summary
+from marlaas.run_files import (
+    MAX_TABLE_BYTES,
+    SUMMARY_FILE,
+    check_summary,
+    read_summary,
+    read_text,
+)
 from marlaas.workload_file import load_run_workload
 
 WORKLOAD_FILE = "workload.json"
@@ -78,10 +85,11 @@ def read_engine_steps(path: Path, workload: Workload) -> pd.DataFrame | None:
     file = path / ENGINE_STEPS_CSV
     if not file.exists():
         return None
+    text = read_text(file, "table of engine steps", MAX_TABLE_BYTES)  # size-capped, UTF-8
     try:
-        steps = pd.read_csv(file)
-    except (OSError, ValueError) as err:
-        raise CalibrationError(f"{file}: not a CSV table ({err})") from None
+        steps = pd.read_csv(io.StringIO(text))
+    except ValueError as err:
+        raise CalibrationError(f"{file}: not a CSV table ({' '.join(str(err).split())})") from None
     missing = [c for c in STEP_COLUMNS if c not in steps.columns]
     if missing:
         raise CalibrationError(f"{file}: no column {', '.join(missing)} (the file `marlaas "
