@@ -11,7 +11,9 @@ processor and the pools, in points), and the replayed run's host share (``summar
 ``host``: the share of the machine's processor time that other processes and the hypervisor
 took while it ran; "-" for a run from before it was recorded). A first table lists every run:
 makespan, its own CPU seconds, the host share, and generation's total time from its event log.
-Nothing is written but the output; profiles and replays stay in memory.
+Last, per calibration schedule, how many of its replays are within the Show's bounds (10% of
+makespan, 5 points of every busy fraction). Nothing is written but the output; profiles and
+replays stay in memory.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from marlaas.twin.replay import replay
 
 WITHIN = 0.10
 """The Show's bound on a held-out replay's makespan error (relative)."""
+BUSY_WITHIN = 5.0
+"""The Show's bound on a held-out replay's busy-fraction error [percentage points]."""
 
 
 def schedule_of(summary: dict) -> str:
@@ -93,6 +97,22 @@ def holdout_table(runs: list, refine: int) -> tuple[pd.DataFrame, list[str]]:
     return pd.DataFrame(rows), warnings
 
 
+def per_schedule(table: pd.DataFrame) -> list[str]:
+    """One line per calibration schedule: of its held-out replays, how many are within the
+    Show's bounds on makespan and on busy fractions (the issue's check is one schedule
+    calibrated, the others replayed)."""
+    lines = []
+    for schedule, rows in table.groupby("calibrated on", sort=True):
+        makespan = int((rows["makespan error"].abs() <= WITHIN).sum())
+        busy = int((rows["busy error pt"] <= BUSY_WITHIN).sum())
+        both = int(((rows["makespan error"].abs() <= WITHIN)
+                    & (rows["busy error pt"] <= BUSY_WITHIN)).sum())  # fmt: skip
+        lines.append(f"calibrated on {schedule}: makespan within {WITHIN:.0%} on {makespan} of "
+                     f"{len(rows)}, busy within {BUSY_WITHIN:g} points on {busy}, both on "
+                     f"{both}")  # fmt: skip
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="real run folders of one workload")
@@ -114,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     within = (table["makespan error"].abs() <= WITHIN).sum()
     print(f"\nmakespan within {WITHIN:.0%}: {within} of {len(table)} held-out replays; busy "
           f"error at most {table['busy error pt'].max():.1f} points")  # fmt: skip
+    for line in per_schedule(table):
+        print(line)
     for warning in warnings:
         print(f"warning: {warning}")
     return 0

@@ -362,7 +362,7 @@ def test_a_run_on_a_busy_host_is_named_by_calibrate_and_replay(runs, tmp_path, c
 
 
 def test_the_holdout_benchmark_calibrates_per_schedule_and_replays_the_others(runs):
-    from benchmarks.twin_holdout import holdout_table, run_table
+    from benchmarks.twin_holdout import holdout_table, per_schedule, run_table
     from marlaas.twin.real_run import load_real_run
 
     loaded = [load_real_run(runs[name]) for name in ("fair", "fair-2", "sequential")]
@@ -380,6 +380,12 @@ def test_the_holdout_benchmark_calibrates_per_schedule_and_replays_the_others(ru
     # the sequential run's groups are all of one length: its rows cannot tell the terms apart
     # (calibrate warns), so only the profile fitted on the fair runs is held to it
     assert abs(table["makespan error"].iloc[0]) < 0.25
+    made = table.assign(**{"makespan error": [0.05, -0.12, 0.02], "busy error pt": [1.0, 2.0, 6.5]})
+    assert per_schedule(made) == [
+        "calibrated on fair: makespan within 10% on 1 of 1, busy within 5 points on 1, both on 1",
+        "calibrated on fifo+sequential: makespan within 10% on 1 of 2, busy within 5 points on "
+        "1, both on 0",
+    ]  # fmt: skip
     with pytest.raises(ValueError, match=r"runs of one schedule only \(fair\)"):
         holdout_table(loaded[:2], refine=0)
 
@@ -392,6 +398,30 @@ def test_runs_of_one_adapter_per_engine_are_said_to_hide_the_adapters_cost(runs)
     assert len(said) == 1 and said[0].startswith("decode_per_adapter_ms: ")
     fair = calibrate([runs["fair"]], refine_evaluations=0).warnings
     assert not any("held one adapter" in w for w in fair)
+
+
+def test_runs_of_one_job_at_a_time_are_said_to_hide_what_work_costs_beside_others(runs):
+    """A sequential schedule's runs never have two jobs' work in flight: what work costs
+    beside other jobs' is in none of them, which calibrate says (a fair run's do not)."""
+    from marlaas.twin.operations import most_jobs_at_once
+
+    def said(paths):
+        found = calibrate(paths, refine_evaluations=0).warnings
+        return [w for w in found if w.startswith("every run of these had one job's work")]
+
+    assert len(said([runs["sequential"]])) == 1
+    assert said([runs["fair"]]) == [] and said([runs["sequential"], runs["fair"]]) == []
+    # one job's generation, its environment step and its training back to back count once; a
+    # job starting as another ends is not beside it; an overlap of two is two
+    work = pd.DataFrame({
+        "kind": ["generate", "env", "train", "generate", "idle", "train"],
+        "job": ["a", "a", "a", "b", "c", "b"],
+        "start_s": [0.0, 1.0, 1.5, 2.0, 0.0, 3.0],
+        "end_s": [1.0, 1.5, 2.0, 2.5, 9.0, 4.0],
+    })  # fmt: skip
+    assert most_jobs_at_once(work) == 1
+    assert most_jobs_at_once(work.assign(end_s=[1.0, 1.5, 2.1, 2.5, 9.0, 4.0])) == 2
+    assert most_jobs_at_once(work.iloc[4:5]) == 0
 
 
 def test_a_load_wait_no_run_shows_is_assumed_and_said(runs, tmp_path):

@@ -54,7 +54,7 @@ from marlaas.run_files import check_distinct
 from marlaas.sim.cost_model import CostModel, train_work
 from marlaas.table import text_table
 from marlaas.twin.decode_fit import features, fit_decode, predict, step_features
-from marlaas.twin.operations import operations, split_loads
+from marlaas.twin.operations import most_jobs_at_once, operations, split_loads
 from marlaas.twin.overlap_fit import (
     OverlapFit,
     covered_fraction,
@@ -142,6 +142,7 @@ def calibrate(
     source = "engine steps" if measured else "generate rows"
     quality = f"R² {decode.r2:.3f} over {decode.rows} {source}; error {decode.mape:.1%}"
     warnings += _decode_warnings(decode, source) + _one_adapter_warning(rows)
+    warnings += _one_job_warning(runs)
     for run in runs:  # its durations are not its work's alone: nor the profile's
         note = busy_host_note(run.summary.get("host"))
         if note:
@@ -251,6 +252,20 @@ def _one_adapter_warning(rows: pd.DataFrame) -> list[str]:
                 "fifo) charges nothing for the others; calibrate from runs where engines "
                 "batch several adapters"]  # fmt: skip
     return []
+
+
+def _one_job_warning(runs: list[RealRun]) -> list[str]:
+    """A warning when every run had one job's work in flight at a time (a sequential
+    schedule): what work costs beside other jobs' is in none of them (docs/twin.md, "What a
+    concurrent schedule costs")."""
+    if any(most_jobs_at_once(run.events) > 1 for run in runs):
+        return []
+    return ["every run of these had one job's work in flight at a time (a sequential "
+            "schedule): on a shared processor the same work took longer beside other jobs' "
+            "in every concurrent run measured (batch changes, several adapters, training "
+            "between other jobs' steps: docs/twin.md), which no term of this profile holds, "
+            "so its replays of concurrent schedules run short; calibrate from runs of the "
+            "schedule you will simulate"]  # fmt: skip
 
 
 def _decode_warnings(decode, source: str) -> list[str]:

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from marlaas.eventlog import DONE_OUTCOMES
+from marlaas.metrics.intervals import merge_intervals
 
 
 def operations(events: pd.DataFrame, kind: str) -> pd.DataFrame:
@@ -19,6 +20,21 @@ def operations(events: pd.DataFrame, kind: str) -> pd.DataFrame:
     devices = rows.groupby(key, sort=False).size().rename("devices").reset_index()
     ops = rows.drop_duplicates(key).merge(devices, on=key)
     return ops.assign(duration_s=ops["end_s"] - ops["start_s"]).reset_index(drop=True)
+
+
+def most_jobs_at_once(events: pd.DataFrame) -> int:
+    """The most jobs whose work (generation, environment steps, training) was in flight at
+    one instant of a run's event log."""
+    work = events[events["kind"].isin(("generate", "env", "train"))]
+    if work.empty:
+        return 0
+    _jobs, starts, ends = merge_intervals(pd.factorize(work["job"])[0],
+                                          work["start_s"].to_numpy(float),
+                                          work["end_s"].to_numpy(float))  # fmt: skip
+    times = np.concatenate([starts, ends])
+    changes = np.concatenate([np.ones(len(starts)), -np.ones(len(ends))])
+    order = np.lexsort((changes, times))  # at one instant, a job's end before another's start
+    return int(np.cumsum(changes[order]).max())
 
 
 def engine_devices(events: pd.DataFrame) -> set[str]:
