@@ -407,7 +407,7 @@ def test_runs_of_one_job_at_a_time_are_said_to_hide_what_work_costs_beside_other
 
     def said(paths):
         found = calibrate(paths, refine_evaluations=0).warnings
-        return [w for w in found if w.startswith("every run of these had one job's work")]
+        return [w for w in found if w.startswith("work beside other jobs': every run")]
 
     assert len(said([runs["sequential"]])) == 1
     assert said([runs["fair"]]) == [] and said([runs["sequential"], runs["fair"]]) == []
@@ -420,6 +420,9 @@ def test_runs_of_one_job_at_a_time_are_said_to_hide_what_work_costs_beside_other
         "end_s": [1.0, 1.5, 2.0, 2.5, 9.0, 4.0],
     })  # fmt: skip
     assert most_jobs_at_once(work) == 1
+    two_envs = pd.DataFrame({"kind": ["env", "env"], "job": ["a", "a"], "start_s": [0.0, 0.5],
+                             "end_s": [1.0, 1.5]})  # fmt: skip
+    assert most_jobs_at_once(two_envs) == 1  # jobs, not rows: one job's two turns at once
     assert most_jobs_at_once(work.assign(end_s=[1.0, 1.5, 2.1, 2.5, 9.0, 4.0])) == 2
     assert most_jobs_at_once(work.iloc[4:5]) == 0
 

@@ -260,12 +260,12 @@ def _one_job_warning(runs: list[RealRun]) -> list[str]:
     concurrent schedule costs")."""
     if any(most_jobs_at_once(run.events) > 1 for run in runs):
         return []
-    return ["every run of these had one job's work in flight at a time (a sequential "
-            "schedule): on a shared processor the same work took longer beside other jobs' "
-            "in every concurrent run measured (batch changes, several adapters, training "
-            "between other jobs' steps: docs/twin.md), which no term of this profile holds, "
-            "so its replays of concurrent schedules run short; calibrate from runs of the "
-            "schedule you will simulate"]  # fmt: skip
+    return ["work beside other jobs': every run of these had one job's work in flight at a "
+            "time (a sequential schedule); on a shared processor the same work took longer "
+            "beside other jobs' in the concurrent runs measured (batch changes, several "
+            "adapters, training between other jobs' steps: docs/twin.md), which no term of "
+            "this profile holds, so its replays of concurrent schedules may run short; "
+            "calibrate from runs of the schedule you will simulate"]  # fmt: skip
 
 
 def _decode_warnings(decode, source: str) -> list[str]:
