@@ -10,7 +10,8 @@ one row per replay with the makespan error, the largest busy-fraction error (the
 processor and the pools, in points), and the replayed run's host share (``summary.json``'s
 ``host``: the share of the machine's processor time that other processes and the hypervisor
 took while it ran; "-" for a run from before it was recorded). A first table lists every run:
-makespan, its own CPU seconds, the host share, and generation's total time from its event log.
+makespan, its own CPU seconds, the host share, and generation's total time from its event log,
+then how far apart the repeats of each schedule are.
 Last, per calibration schedule, how many of its replays are within the Show's bounds (10% of
 makespan, 5 points of every busy fraction). Nothing is written but the output; profiles and
 replays stay in memory.
@@ -61,6 +62,21 @@ def run_table(runs: list) -> pd.DataFrame:
             "generate_s": float((gen["end_s"] - gen["start_s"]).sum()),
         })  # fmt: skip
     return pd.DataFrame(rows)
+
+
+def repeat_spread(listed: pd.DataFrame) -> list[str]:
+    """One line per schedule of several runs: their makespans and how far apart they are (the
+    largest less the smallest, over their mean): no replay can be nearer a run than its
+    repeats are to each other."""
+    lines = []
+    for schedule, rows in listed.groupby("schedule", sort=True):
+        if len(rows) < 2:
+            continue
+        makespans = rows["makespan_s"]
+        apart = (makespans.max() - makespans.min()) / makespans.mean()
+        shown = ", ".join(f"{m:.1f}" for m in makespans)
+        lines.append(f"repeats of {schedule}: makespans {shown} s, {apart:.1%} apart")
+    return lines
 
 
 def holdout_table(runs: list, refine: int) -> tuple[pd.DataFrame, list[str]]:
@@ -120,7 +136,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="replays refining a calibration (0: none)")  # fmt: skip
     args = parser.parse_args(argv)
     runs = [load_real_run(path) for path in args.runs]
-    print(run_table(runs).to_string(index=False))
+    listed = run_table(runs)
+    print(listed.to_string(index=False))
+    for line in repeat_spread(listed):
+        print(line)
     try:
         table, warnings = holdout_table(runs, args.refine)
     except ValueError as err:

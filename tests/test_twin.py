@@ -362,7 +362,7 @@ def test_a_run_on_a_busy_host_is_named_by_calibrate_and_replay(runs, tmp_path, c
 
 
 def test_the_holdout_benchmark_calibrates_per_schedule_and_replays_the_others(runs):
-    from benchmarks.twin_holdout import holdout_table, per_schedule, run_table
+    from benchmarks.twin_holdout import holdout_table, per_schedule, repeat_spread, run_table
     from marlaas.twin.real_run import load_real_run
 
     loaded = [load_real_run(runs[name]) for name in ("fair", "fair-2", "sequential")]
@@ -371,6 +371,8 @@ def test_the_holdout_benchmark_calibrates_per_schedule_and_replays_the_others(ru
     assert list(listed["schedule"]) == ["fair", "fair", "fifo+sequential"]
     assert list(listed["others"]) == ["-", "-", "25.0%"]
     assert (listed["generate_s"] > 0).all()
+    spread = listed.assign(makespan_s=[10.0, 11.0, 30.0])
+    assert repeat_spread(spread) == ["repeats of fair: makespans 10.0, 11.0 s, 9.5% apart"]
     table, _warnings = holdout_table(loaded, refine=0)
     assert [(r["calibrated on"], r["replayed"]) for _, r in table.iterrows()] == [
         ("fair", "seq"), ("fifo+sequential", "fair"), ("fifo+sequential", "fair-2")
