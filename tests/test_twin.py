@@ -7,6 +7,7 @@ their own numbers back (the same workload, policy, seed, lengths and environment
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -405,6 +406,7 @@ def test_runs_of_one_adapter_per_engine_are_said_to_hide_the_adapters_cost(runs)
 def test_runs_of_one_job_at_a_time_are_said_to_hide_what_work_costs_beside_others(runs):
     """A sequential schedule's runs never have two jobs' work in flight: what work costs
     beside other jobs' is in none of them, which calibrate says (a fair run's do not)."""
+    from marlaas.twin.calibrate import _one_job_warning
     from marlaas.twin.operations import most_jobs_at_once
 
     def said(paths):
@@ -413,6 +415,10 @@ def test_runs_of_one_job_at_a_time_are_said_to_hide_what_work_costs_beside_other
 
     assert len(said([runs["sequential"]])) == 1
     assert said([runs["fair"]]) == [] and said([runs["sequential"], runs["fair"]]) == []
+    sequential = load_real_run(runs["sequential"])  # a workload of one job: no other schedule
+    alone = sequential.workload.model_copy(update={"jobs": sequential.workload.jobs[:1]})
+    assert _one_job_warning([dataclasses.replace(sequential, workload=alone)]) == []
+    assert len(_one_job_warning([sequential])) == 1
     # one job's generation, its environment step and its training back to back count once; a
     # job starting as another ends is not beside it; an overlap of two is two
     work = pd.DataFrame({

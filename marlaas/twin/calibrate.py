@@ -255,10 +255,11 @@ def _one_adapter_warning(rows: pd.DataFrame) -> list[str]:
 
 
 def _one_job_warning(runs: list[RealRun]) -> list[str]:
-    """A warning when every run had one job's work in flight at a time (a sequential
-    schedule): what work costs beside other jobs' is in none of them (docs/twin.md, "What a
-    concurrent schedule costs")."""
-    if any(most_jobs_at_once(run.events) > 1 for run in runs):
+    """A warning when every run of a workload of several jobs had one job's work in flight at
+    a time (a sequential schedule): what work costs beside other jobs' is in none of them
+    (docs/twin.md, "What a concurrent schedule costs"). A workload of one job has no other
+    schedule to replay."""
+    if any(len(run.workload.jobs) < 2 or most_jobs_at_once(run.events) > 1 for run in runs):
         return []
     return ["work beside other jobs': every run of these had one job's work in flight at a "
             "time (a sequential schedule); on a shared processor the same work took longer "
