@@ -119,13 +119,11 @@ def per_schedule(table: pd.DataFrame) -> list[str]:
     calibrated, the others replayed)."""
     lines = []
     for schedule, rows in table.groupby("calibrated on", sort=True):
-        makespan = int((rows["makespan error"].abs() <= WITHIN).sum())
-        busy = int((rows["busy error pt"] <= BUSY_WITHIN).sum())
-        both = int(((rows["makespan error"].abs() <= WITHIN)
-                    & (rows["busy error pt"] <= BUSY_WITHIN)).sum())  # fmt: skip
-        lines.append(f"calibrated on {schedule}: makespan within {WITHIN:.0%} on {makespan} of "
-                     f"{len(rows)}, busy within {BUSY_WITHIN:g} points on {busy}, both on "
-                     f"{both}")  # fmt: skip
+        makespan = rows["makespan error"].abs() <= WITHIN
+        busy = rows["busy error pt"] <= BUSY_WITHIN
+        lines.append(f"calibrated on {schedule}: makespan within {WITHIN:.0%} on "
+                     f"{makespan.sum()} of {len(rows)}, busy within {BUSY_WITHIN:g} points on "
+                     f"{busy.sum()}, both on {(makespan & busy).sum()}")  # fmt: skip
     return lines
 
 

@@ -96,8 +96,9 @@ def read_engine_steps(path: Path, workload: Workload) -> pd.DataFrame | None:
                                "train` writes has them all)")  # fmt: skip
     for column in STEP_COLUMNS[1:]:
         values = pd.to_numeric(steps[column], errors="coerce")
-        if values.isna().any() or not np.isfinite(values).all() or (values < 0).any():
-            row = int(np.flatnonzero(values.isna() | ~np.isfinite(values) | (values < 0))[0])
+        bad = ~np.isfinite(values) | (values < 0)  # NaN (not a number) is not finite
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
             value = steps[column].iloc[row]
             shown = repr(value) if isinstance(value, str) else str(value)
             raise CalibrationError(f"{file}: row {row + 2}, {column}: {shown} is not a number "
