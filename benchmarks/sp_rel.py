@@ -6,18 +6,18 @@ import path, with this folder on the path, as the measurements did::
     PYTHONPATH=benchmarks marlaas sweep traces/paper-32.yaml --policies sp_rel:A100x \
       --seeds 0,1,2,3,4 --workers 1 --no-events --out runs/p32-A100x
 
-The key is split-progress's (marlaas/core/policies/split_progress.py) with four switches:
-which jobs are big (``BIG``: ``abs``, today's fixed bound; ``alone``: alone_s >= BIG_SHARE x
-longest_alone_s; ``longest``: remaining_alone_s >= BIG_SHARE x longest_alone_s;
-``horizon``: remaining_alone_s >= BIG_SHARE x max(backlog_s, longest_alone_s); ``backlog``:
-remaining_alone_s >= BIG_SHARE x backlog_s; ``alone+backlog``, ``alone+rbacklog``: alone_s
->= longest_alone_s, and alone_s, or remaining_alone_s, >= BIG_SHARE x backlog_s, or
-backlog_s still infinite), the progress term (``abs``: 3 M tokens; ``rel``: PROGRESS_SHARE x
-the job's own expected tokens, inside the service before the alone-time weight) and the
-slack term (``abs``: 1,000 tokens per second; ``rel``: SLACK_SHARE x the job's own expected
-tokens per alone time of slack), and how much a big job's attained tokens weigh
-(``BIG_ATTAINED``: 1 as cp-srpt, or 0.5 as the other jobs'). A job's expected tokens are
-read from the scheduler's JobState (turn_tokens, total_groups), which a policy's JobView
+The key is split-progress's (marlaas/core/policies/split_progress.py) with four switches: which
+jobs are big (``BIG``: ``abs``, the fixed bound split-progress had then, ``BIG_ALONE_S``;
+``alone``: alone_s >= BIG_SHARE x longest_alone_s; ``longest``: remaining_alone_s >= BIG_SHARE x
+longest_alone_s; ``horizon``: remaining_alone_s >= BIG_SHARE x max(backlog_s, longest_alone_s);
+``backlog``: remaining_alone_s >= BIG_SHARE x backlog_s; ``alone+backlog``, ``alone+rbacklog``:
+alone_s >= longest_alone_s, and alone_s, or remaining_alone_s, >= BIG_SHARE x backlog_s, or
+backlog_s still infinite), the progress term (``abs``: 3 M tokens; ``rel``: PROGRESS_SHARE x the
+job's own expected tokens, inside the service before the alone-time weight) and the slack term
+(``abs``: 1,000 tokens per second; ``rel``: SLACK_SHARE x the job's own expected tokens per alone
+time of slack), and how much a big job's attained tokens weigh (``BIG_ATTAINED``: 1 as cp-srpt, or
+0.5 as the other jobs'). A job's expected tokens are read from the scheduler's JobState
+(turn_tokens, total_groups), which a policy's JobView
 does not offer.
 """
 
@@ -27,7 +27,6 @@ from marlaas.core.policies.base import JobView, Policy
 from marlaas.core.policies.cp_srpt import CRITICAL_PATH_EXPONENT, REMAINING_WEIGHT
 from marlaas.core.policies.split_progress import (
     ATTAINED_SHARE,
-    BIG_ALONE_S,
     PROGRESS_TOKENS,
     SLACK_TOKENS_PER_S,
     SMALL_EXPONENT,
@@ -35,6 +34,10 @@ from marlaas.core.policies.split_progress import (
     holds_the_horizon_alone,
 )
 from marlaas.core.policies.themis import RHO
+
+BIG_ALONE_S = 1200.0
+"""split-progress's big bound when these were measured [s] (a share of the run's span since
+2026-12-06: ``split_progress.is_big``)."""
 
 
 def tokens_of(job) -> float:

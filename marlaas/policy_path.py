@@ -3,12 +3,12 @@ are (marlaas.envs.registry): the class is imported, checked and registered under
 so that everything that takes a policy name (workload files, ``simulate``, ``sweep``,
 ``train``, :func:`marlaas.simulate`) takes the path too.
 
-Checked on load, each failure one line naming the path: the module imports, the attribute
-is a subclass of :class:`~marlaas.core.policies.Policy` that overrides ``key``, it can be
-made with no arguments, and its ``key`` (and ``engine_key`` when overridden) of a probe job
-returns a tuple; a key that reads the backlog's figures (``backlog_s``, ``longest_alone_s``,
-``longest_alone_jobs``, ``runner_up_late_s``) without ``reads_backlog = True`` is refused,
-since its keys would go stale as the backlog moves (seen only where the probe job's key reads
+Checked on load, each failure one line naming the path: the module imports, the attribute is a
+subclass of :class:`~marlaas.core.policies.Policy` that overrides ``key``, it can be made with no
+arguments, and its ``key`` (and ``engine_key`` when overridden) of a probe job returns a tuple; a
+key that reads the backlog's figures (``backlog_s``, ``backlog_end_s``, ``longest_alone_s``,
+``longest_alone_jobs``, ``runner_up_late_s``) without ``reads_backlog = True`` is refused, since
+its keys would go stale as the backlog moves (seen only where the probe job's key reads
 them). The core itself never imports anything by path (it stays pure).
 """
 
@@ -29,7 +29,13 @@ IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 """What a policy import path looks like ("pkg.module:Class"); anything else is a name."""
 
 
-BACKLOG_FIELDS = ("backlog_s", "longest_alone_s", "longest_alone_jobs", "runner_up_late_s")
+BACKLOG_FIELDS = (
+    "backlog_s",
+    "backlog_end_s",
+    "longest_alone_s",
+    "longest_alone_jobs",
+    "runner_up_late_s",
+)
 """The JobView figures the scheduler re-keys on only for a policy with ``reads_backlog``."""
 
 

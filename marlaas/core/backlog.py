@@ -11,7 +11,9 @@ backlog must run at its own pace from now on, or it ends alone after the others)
   some job was live (no cost model in the core: it is what the engines did, under this
   workload and schedule, and it is known from the first finished group turn on);
 - ``seconds`` = tokens / rate [s] as of the last :meth:`Backlog.advance` (the start of a
-  decision round, or a submission), infinite before any token was generated;
+  decision round, or a submission), infinite before any token was generated; and ``end_s``,
+  the time it would end at that rate (the time of that advance plus ``seconds``) [s since the
+  run's start];
 - the longest estimated remaining alone time among the live jobs (``longest_alone_s``, each
   job's ``remaining_alone_s``: its remaining critical path, core.estimates) [s]. The backlog
   cannot end before it, nor before ``seconds``: their maximum is the backlog's horizon, and the
@@ -62,6 +64,9 @@ class Backlog:
         (cancelled, failed) takes its tokens out, and every key computed in that round
         still reads the figure the round started with (a property would move it mid-round
         and change decisions)."""
+        self.end_s = math.inf
+        """When the backlog would end at the measured rate: the time of the last
+        :meth:`advance` plus ``seconds`` [s since the run's start]; inf with ``seconds``."""
         self._at = 0.0
         self._live = False
         self._keyed_s = math.inf
@@ -159,6 +164,7 @@ class Backlog:
         self._live = live
         rate = self.rate
         self.seconds = max(self.tokens, 0.0) / rate if rate > 0 else math.inf
+        self.end_s = now + self.seconds
 
     def rekey_due(self) -> bool:
         """Whether ``seconds`` moved far enough since the last re-key that keys reading it

@@ -208,6 +208,14 @@ class JobState:
         return backlog.seconds if backlog is not None else math.inf
 
     @property
+    def backlog_end_s(self) -> float:
+        """When the live jobs' expected remaining tokens would be generated at the cluster's
+        measured token rate [s since the run's start] (core.backlog; infinite before any
+        token was generated, and outside a scheduler)."""
+        backlog = self.backlog
+        return backlog.end_s if backlog is not None else math.inf
+
+    @property
     def longest_alone_s(self) -> float:
         """The longest remaining_alone_s among the live jobs [s] (core.backlog; this job's
         own outside a scheduler)."""

@@ -40,10 +40,13 @@ def test_the_backlog_seconds_are_recomputed_only_by_advance():
     backlog.advance(0.0, True)
     backlog.advance(10.0, True)  # 100 tokens in 10 s: 10 tokens/s
     assert backlog.seconds == pytest.approx(100.0)
+    assert backlog.end_s == pytest.approx(110.0)  # at 10 s, 100 s of work: it ends at 110 s
     backlog.tokens -= 500.0  # a job ended mid-round: keys keyed in the round read the same
-    assert backlog.seconds == pytest.approx(100.0)
+    assert backlog.seconds == pytest.approx(100.0) and backlog.end_s == pytest.approx(110.0)
     backlog.advance(10.0, True)
-    assert backlog.seconds == pytest.approx(50.0)
+    assert backlog.seconds == pytest.approx(50.0) and backlog.end_s == pytest.approx(60.0)
+    backlog.advance(20.0, True)  # 100 tokens in 20 s: 5 tokens/s, 100 s of work from 20 s
+    assert backlog.end_s == pytest.approx(120.0)
 
 
 def test_the_backlog_counts_the_live_jobs_remaining_tokens_and_the_measured_rate():
@@ -56,10 +59,12 @@ def test_the_backlog_counts_the_live_jobs_remaining_tokens_and_the_measured_rate
     live = {name: scheduler.job(name).remaining_tokens for name in "abc"}
     assert backlog.tokens == pytest.approx(sum(live.values())) and backlog.tokens > 0
     assert scheduler.job("a").backlog_s == math.inf  # no token generated yet: no rate
+    assert scheduler.job("a").backlog_end_s == math.inf
     assert scheduler.cancel("c", 1.0) == "cancelled"  # a queued job leaves at once
     assert backlog.tokens == pytest.approx(live["a"] + live["b"])
     # a job outside a scheduler has no backlog
     assert JobState(specs["a"], 0, 1).backlog_s == math.inf
+    assert JobState(specs["a"], 0, 1).backlog_end_s == math.inf
 
 
 def test_the_backlog_shrinks_as_turns_finish_and_is_empty_at_the_end():

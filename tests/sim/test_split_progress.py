@@ -8,8 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from benchmarks.unseen_workloads import main as write_unseen_workloads
 from marlaas.core.policies import get_policy
-from marlaas.core.policies.split_progress import BIG_ALONE_S
+from marlaas.core.policies.split_progress import BIG_SHARE, is_big
 from marlaas.sim.alone import alone_times
 from marlaas.sim.run import simulate_run
 from marlaas.workload_file import load_workload
@@ -17,12 +18,29 @@ from marlaas.workload_file import load_workload
 PAPER_32 = Path(__file__).resolve().parents[2] / "traces" / "paper-32.yaml"
 
 
+BIG = 1400.0
+"""A big job's alone time [s]: over BIG_SHARE of the time until the backlog ends (2,000 s)."""
+
+
 def _view(index: int, **fields) -> SimpleNamespace:
     base = {"index": index, "weight": 1.0, "arrival_s": 0.0, "attained_tokens": 0.0,
-            "remaining_tokens": 9.0e6, "alone_s": BIG_ALONE_S + 200, "remaining_alone_s":
-            BIG_ALONE_S + 200, "backlog_s": math.inf, "longest_alone_s": BIG_ALONE_S + 200,
+            "remaining_tokens": 9.0e6, "alone_s": BIG, "remaining_alone_s": BIG,
+            "backlog_s": math.inf, "backlog_end_s": 2000.0, "longest_alone_s": BIG,
             "longest_alone_jobs": 2, "runner_up_late_s": 0.0}  # fmt: skip
     return SimpleNamespace(**(base | fields))
+
+
+def test_a_job_is_big_by_its_share_of_the_time_until_the_backlog_ends():
+    job = _view(0, alone_s=700.0, backlog_end_s=1300.0)
+    assert is_big(job)  # 700 s of the 1,300 s left of the run: it would end alone
+    job.backlog_end_s = 1500.0
+    assert not is_big(job)  # 700 of 1,500 s: below BIG_SHARE (0.5)
+    job.arrival_s = 200.0
+    assert is_big(job)  # it came at 200 s: 700 of its 1,300 s
+    job.backlog_end_s = math.inf
+    assert not is_big(job)  # no rate measured yet: no job is big
+    scaled = _view(1, alone_s=7.0, backlog_end_s=13.0)
+    assert is_big(scaled) and BIG_SHARE == 0.5  # a ratio: the same at any scale
 
 
 def test_big_jobs_advance_together_along_their_critical_paths():
@@ -82,3 +100,15 @@ def test_split_progress_meets_the_paper_32_goal(seed):
     assert split["makespan_s"] <= 0.90 * fifo["makespan_s"]
     assert split["jct_mean_s"] <= 0.80 * fifo["jct_mean_s"]
     assert split["fairness"]["jain_slowdown"] >= 0.85
+
+
+def test_at_half_paper_32s_steps_its_longest_jobs_are_big_and_the_makespan_beats_fifos(tmp_path):
+    # every job's steps halved: code-L's 729 s estimated critical path is below the fixed
+    # 1,200 s bound split-progress had until 2026-12-06, which made no job big and gave a
+    # makespan of 1.017x fifo's (seed 0); as a share of the run's span it is big again
+    assert write_unseen_workloads(["--out", str(tmp_path)]) == 0
+    workload = load_workload(tmp_path / "steps-half.yaml")
+    _, fifo = simulate_run(workload, "fifo", seed=0)
+    _, split = simulate_run(workload, "split-progress", seed=0)
+    assert split["metrics"]["makespan_s"] < 0.97 * fifo["metrics"]["makespan_s"]
+    assert split["metrics"]["jct_mean_s"] < fifo["metrics"]["jct_mean_s"]

@@ -90,6 +90,13 @@ class JobView(Protocol):
         the job changes and when this figure moved by 5% (the policy's ``reads_backlog``)."""
 
     @property
+    def backlog_end_s(self) -> float:
+        """When the backlog would end at the cluster's measured token rate [s since the run's
+        start]: the start of the current decision round plus ``backlog_s`` (infinite with
+        it). Re-keyed as ``backlog_s`` is; with ``arrival_s``, the time a job has from its
+        arrival until the backlog ends."""
+
+    @property
     def longest_alone_s(self) -> float:
         """The longest ``remaining_alone_s`` among the live jobs [s] (this one's included):
         with ``backlog_s``, the earliest the backlog can end. A key that reads it is

@@ -1,0 +1,149 @@
+"""Issue 28's goal on workloads a policy was not tuned on, per (workload, seed) pair: no worse
+than fifo on makespan, mean completion time and Jain's index of slowdowns, and a mean
+completion time below fair's (simulated, the workload's own cost profile unless named)::
+
+    python -m benchmarks.unseen_goal --policies split-progress --out runs/unseen
+
+writes the workloads of benchmarks/unseen_workloads.py into OUT, sweeps each workload below
+with fifo, fair and the policies (``marlaas sweep ... --no-events --out OUT/NAME``; a folder
+whose sweep.csv already has every run is kept, so a stopped measurement goes on where it
+stopped), then prints one line per workload and policy, each seed's makespan / fifo's, mean
+JCT / fifo's, mean JCT / fair's and Jain - fifo's (a ``*`` where the pair misses), and the
+pairs met, and writes the figures to OUT/verdicts.csv. About 2-6 min per policy on two cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from benchmarks.unseen_workloads import main as write_unseen_workloads
+from marlaas import cli
+from marlaas.atomic import write_durably
+
+TRACES = Path(__file__).resolve().parent.parent / "traces"
+AZURE = "arrivals={{path: {}, format: azure, time_scale: 100}}"
+CONV = AZURE.format(TRACES / "azure" / "AzureLLMInferenceTrace_conv.csv")
+CODE = AZURE.format(TRACES / "azure" / "AzureLLMInferenceTrace_code.csv")
+
+WORKLOADS: dict[str, tuple[str, ...]] = {
+    "paper-32": (f"{TRACES}/paper-32.yaml",),
+    "paper-8": (f"{TRACES}/paper-8.yaml",),
+    "paper-16": (f"{TRACES}/paper-16.yaml",),
+    "paper-16-azure-conv": (f"{TRACES}/paper-16.yaml", "--set", CONV),
+    "small": (f"{TRACES}/small.yaml",),
+    "paper-32-staggered": (f"{TRACES}/paper-32-staggered.yaml",),
+    "paper-16-azure-code": (f"{TRACES}/paper-16.yaml", "--set", CODE),
+    "paper-32-azure-conv": (f"{TRACES}/paper-32.yaml", "--set", CONV),
+    "new1": ("{out}/new1.yaml",),
+    "new2": ("{out}/new2.yaml",),
+    "steps-half": ("{out}/steps-half.yaml",),
+    "steps2": ("{out}/steps2.yaml",),
+    "paper-32-a100": (f"{TRACES}/paper-32.yaml", "--cost", "a100-7b"),
+}
+"""Each workload's ``marlaas sweep`` arguments ({out}: where the unseen workloads are)."""
+
+BASELINES = ("fifo", "fair")
+
+
+def verdicts(table: pd.DataFrame, policy: str) -> pd.DataFrame:
+    """Per seed, ``policy``'s ratios to fifo's and fair's runs of the same seed in ``table``
+    (a sweep.csv) and whether the pair meets the goal. Raises ValueError naming a missing
+    run."""
+    runs = table.set_index(["policy", "seed"])
+    rows = []
+    for seed in sorted(table.loc[table.policy == policy, "seed"]):
+        for schedule in BASELINES:
+            if (schedule, seed) not in runs.index:
+                raise ValueError(f"no {schedule} run of seed {seed} beside {policy}'s")
+        mine, fifo, fair = (runs.loc[(name, seed)] for name in (policy, *BASELINES))
+        row = {
+            "seed": seed,
+            "makespan_vs_fifo": mine.makespan_s / fifo.makespan_s,
+            "jct_vs_fifo": mine.jct_mean_s / fifo.jct_mean_s,
+            "jct_vs_fair": mine.jct_mean_s / fair.jct_mean_s,
+            "jain_minus_fifo": mine.jain_slowdown - fifo.jain_slowdown,
+        }
+        row["met"] = bool(
+            row["makespan_vs_fifo"] <= 1
+            and row["jct_vs_fifo"] <= 1
+            and row["jain_minus_fifo"] >= 0
+            and row["jct_vs_fair"] < 1
+        )
+        rows.append(row)
+    if not rows:
+        raise ValueError(f"no {policy} run in the table")
+    return pd.DataFrame(rows)
+
+
+def describe(name: str, policy: str, found: pd.DataFrame) -> str:
+    """One line: the workload, the pairs met, and each seed's four figures."""
+    cells = "  ".join(
+        f"{r.makespan_vs_fifo:.3f}/{r.jct_vs_fifo:.3f}/{r.jct_vs_fair:.3f}/"
+        f"{r.jain_minus_fifo:+.3f}{'' if r.met else '*'}"
+        for r in found.itertuples()
+    )
+    return f"{name:20s} {policy:16s} {int(found.met.sum())}/{len(found)}  {cells}"
+
+
+def _complete(folder: Path, schedules: list[str], seeds: list[int]) -> bool:
+    csv = folder / "sweep.csv"
+    if not csv.exists():
+        return False
+    table = pd.read_csv(csv)
+    have = set(zip(table.policy, table.seed, strict=True))
+    return all((schedule, seed) in have for schedule in schedules for seed in seeds)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--policies", required=True, help="comma-separated policy names or paths")
+    parser.add_argument("--out", required=True, help="folder for the workloads and sweeps")
+    parser.add_argument("--seeds", default="0,1,2,3,4", help="seeds (default 0-4)")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS),
+                        help="comma-separated, of: " + ", ".join(WORKLOADS))  # fmt: skip
+    parser.add_argument("--workers", default="2", help="sweep processes (default 2)")
+    args = parser.parse_args(argv)
+    policies = [p for p in args.policies.split(",") if p]
+    names = [w for w in args.workloads.split(",") if w]
+    unknown = [w for w in names if w not in WORKLOADS]
+    if unknown:
+        parser.error(f"--workloads: unknown {', '.join(unknown)} (known: {', '.join(WORKLOADS)})")
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        parser.error(f"--seeds {args.seeds!r}: comma-separated integers, e.g. 0,1,2")
+    out = Path(args.out)
+    if write_unseen_workloads(["--out", str(out)]) != 0:
+        return 1
+    schedules = [*BASELINES, *[p for p in policies if p not in BASELINES]]
+    lines, frames = [], []
+    for name in names:
+        folder = out / name
+        if not _complete(folder, schedules, seeds):
+            sweep_args = [a.format(out=out) for a in WORKLOADS[name]]
+            code = cli.main(["sweep", *sweep_args, "--policies", ",".join(schedules), "--seeds",
+                             args.seeds, "--workers", args.workers, "--no-events", "--quiet",
+                             "--out", str(folder)])  # fmt: skip
+            if code != 0:
+                return code
+        table = pd.read_csv(folder / "sweep.csv")
+        for policy in policies:
+            found = verdicts(table[table.seed.isin(seeds)], policy)
+            lines.append(describe(name, policy, found))
+            frames.append(found.assign(workload=name, policy=policy))
+    every = pd.concat(frames)
+    print("workload             policy           met  per seed: makespan/fifo, JCT/fifo, "
+          "JCT/fair, Jain - fifo (* missed)")  # fmt: skip
+    print("\n".join(lines))
+    for policy, rows in every.groupby("policy", sort=False):
+        print(f"{policy}: the goal met on {int(rows.met.sum())} of {len(rows)} pairs")
+    write_durably(out / "verdicts.csv", every.to_csv(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""benchmarks/unseen_goal.py: issue 28's unseen goal per (workload, seed) pair."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from benchmarks.unseen_goal import main, verdicts
+
+
+def _table(**mine) -> pd.DataFrame:
+    """fifo, fair and "mine" on seed 3: makespan [s], mean JCT [s], Jain of slowdowns."""
+    figures = (mine.get("makespan", 90.0), mine.get("jct", 40.0), mine.get("jain", 0.85))
+    runs = {"fifo": (100.0, 50.0, 0.80), "fair": (95.0, 52.0, 0.90), "mine": figures}
+    columns = ("makespan_s", "jct_mean_s", "jain_slowdown")
+    return pd.DataFrame(
+        [{"policy": p, "seed": 3, **dict(zip(columns, f, strict=True))} for p, f in runs.items()]
+    )
+
+
+def test_a_pair_is_met_only_when_no_worse_than_fifo_on_all_three_and_below_fairs_jct():
+    assert verdicts(_table(), "mine").met.tolist() == [True]
+    assert verdicts(_table(makespan=100.0), "mine").met.tolist() == [True]  # a tie is no worse
+    assert not verdicts(_table(makespan=100.1), "mine").met.iloc[0]
+    assert not verdicts(_table(jct=50.1), "mine").met.iloc[0]  # worse than fifo's JCT
+    assert not verdicts(_table(jain=0.799), "mine").met.iloc[0]
+    found = verdicts(_table(jct=52.0), "mine")  # fifo's JCT is 50 s: worse, and equal to fair's
+    assert not found.met.iloc[0] and found.jct_vs_fair.iloc[0] == pytest.approx(1.0)
+    assert found.jain_minus_fifo.iloc[0] == pytest.approx(0.05)
+
+
+def test_a_missing_baseline_run_is_named():
+    table = _table()
+    with pytest.raises(ValueError, match="no fair run of seed 3 beside mine's"):
+        verdicts(table[table.policy != "fair"], "mine")
+    with pytest.raises(ValueError, match="no other run in the table"):
+        verdicts(table, "other")
+
+
+def test_it_sweeps_a_workload_once_and_writes_the_verdicts(tmp_path, capsys):
+    argv = ["--policies", "srtf", "--out", str(tmp_path), "--workloads", "small", "--seeds", "1"]
+    assert main(argv) == 0
+    swept = tmp_path / "small" / "sweep.csv"
+    assert set(pd.read_csv(swept).policy) == {"fifo", "fair", "srtf"}
+    found = pd.read_csv(tmp_path / "verdicts.csv")
+    assert found[["workload", "policy", "seed"]].values.tolist() == [["small", "srtf", 1]]
+    assert "srtf: the goal met on" in capsys.readouterr().out
+    before = swept.stat().st_mtime_ns
+    assert main(argv) == 0  # every run is there: nothing swept again
+    assert swept.stat().st_mtime_ns == before
+    with pytest.raises(SystemExit):
+        main(["--policies", "srtf", "--out", str(tmp_path), "--workloads", "nope"])
+    assert "unknown nope" in capsys.readouterr().err
