@@ -4,12 +4,14 @@ completion time below fair's (simulated, the workload's own cost profile unless 
 
     python -m benchmarks.unseen_goal --policies split-progress --out runs/unseen
 
-writes the workloads of benchmarks/unseen_workloads.py into OUT, sweeps each workload below
-with fifo, fair and the policies (``marlaas sweep ... --no-events --out OUT/NAME``; a folder
-whose sweep.csv already has every run is kept, so a stopped measurement goes on where it
-stopped), then prints one line per workload and policy, each seed's makespan / fifo's, mean
-JCT / fifo's, mean JCT / fair's and Jain - fifo's (a ``*`` where the pair misses), and the
-pairs met, and writes the figures to OUT/verdicts.csv. About 2-6 min per policy on two cores.
+writes the workloads of benchmarks/unseen_workloads.py into OUT (and paper-32's jobs cycled to
+128 with 20 steps each, benchmarks/cycled_workload.py), sweeps each
+workload below with fifo, fair and the policies (``marlaas sweep ... --no-events --out
+OUT/NAME``; a folder whose sweep.csv already has every run is kept, so a stopped measurement
+goes on where it stopped), then prints one line per workload and policy, each seed's makespan /
+fifo's, mean JCT / fifo's, mean JCT / fair's and Jain - fifo's (a ``*`` where the pair
+misses), and the pairs met, and writes the figures to OUT/verdicts.csv. About 6 min for fifo,
+fair and one policy on two cores, and 4 min more for cycled-128.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from benchmarks.cycled_workload import main as write_cycled
 from benchmarks.unseen_workloads import main as write_unseen_workloads
 from marlaas import cli
 from marlaas.atomic import write_durably
@@ -43,10 +46,16 @@ WORKLOADS: dict[str, tuple[str, ...]] = {
     "steps-half": ("{out}/steps-half.yaml",),
     "steps2": ("{out}/steps2.yaml",),
     "paper-32-a100": (f"{TRACES}/paper-32.yaml", "--cost", "a100-7b"),
+    "cycled-128": ("{out}/paper-cycled-128.yaml",),
 }
 """Each workload's ``marlaas sweep`` arguments ({out}: where the unseen workloads are)."""
 
 BASELINES = ("fifo", "fair")
+
+
+def sweep_arguments(name: str, out: Path) -> list[str]:
+    """``marlaas sweep``'s arguments for workload ``name``, its files written under ``out``."""
+    return [arg.replace("{out}", str(out)) for arg in WORKLOADS[name]]
 
 
 def verdicts(table: pd.DataFrame, policy: str) -> pd.DataFrame:
@@ -119,15 +128,17 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     if write_unseen_workloads(["--out", str(out)]) != 0:
         return 1
+    cycled = out / "paper-cycled-128.yaml"
+    if not cycled.exists():
+        write_cycled(["--jobs", "128", "--steps", "20", "--out", str(cycled)])
     schedules = [*BASELINES, *[p for p in policies if p not in BASELINES]]
     lines, frames = [], []
     for name in names:
         folder = out / name
         if not _complete(folder, schedules, seeds):
-            sweep_args = [a.format(out=out) for a in WORKLOADS[name]]
-            code = cli.main(["sweep", *sweep_args, "--policies", ",".join(schedules), "--seeds",
-                             args.seeds, "--workers", args.workers, "--no-events", "--quiet",
-                             "--out", str(folder)])  # fmt: skip
+            options = ["--policies", ",".join(schedules), "--seeds", args.seeds, "--workers",
+                       args.workers, "--no-events", "--quiet", "--out", str(folder)]  # fmt: skip
+            code = cli.main(["sweep", *sweep_arguments(name, out), *options])
             if code != 0:
                 return code
         table = pd.read_csv(folder / "sweep.csv")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from benchmarks.unseen_goal import main, verdicts
+from benchmarks.unseen_goal import WORKLOADS, main, sweep_arguments, verdicts
+from marlaas.workload_file import load_with_overrides
 
 
 def _table(**mine) -> pd.DataFrame:
@@ -51,3 +52,14 @@ def test_it_sweeps_a_workload_once_and_writes_the_verdicts(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--policies", "srtf", "--out", str(tmp_path), "--workloads", "nope"])
     assert "unknown nope" in capsys.readouterr().err
+
+
+def test_every_workload_loads_with_its_sweep_arguments(tmp_path):
+    main(["--policies", "fifo", "--out", str(tmp_path), "--workloads", "small", "--seeds", "0"])
+    for name in WORKLOADS:  # the files the tool wrote, the bundled traces and the overrides
+        args = sweep_arguments(name, tmp_path)
+        sets = [args[i + 1] for i, arg in enumerate(args) if arg == "--set"]
+        workload = load_with_overrides(args[0], sets)
+        assert workload.jobs, name
+        if sets:
+            assert workload.arrivals is not None, name
