@@ -4,8 +4,9 @@ completion time below fair's (simulated, the workload's own cost profile unless 
 
     python -m benchmarks.unseen_goal --policies split-progress --out runs/unseen
 
-writes the workloads of benchmarks/unseen_workloads.py into OUT (and paper-32's jobs cycled to
-128 with 20 steps each, benchmarks/cycled_workload.py), sweeps each
+writes the workloads of benchmarks/unseen_workloads.py into OUT (its ten random ones, rand-0 to
+rand-9, among them; and paper-32's jobs cycled to 128 with 20 steps each,
+benchmarks/cycled_workload.py), sweeps each
 workload below with fifo, fair and the policies (``marlaas sweep ... --no-events --out
 OUT/NAME``; a folder whose sweep.csv already has every run is kept, so a stopped measurement
 goes on where it stopped), then prints one line per workload and policy, each seed's makespan /
@@ -32,6 +33,9 @@ AZURE = "arrivals={{path: {}, format: azure, time_scale: 100}}"
 CONV = AZURE.format(TRACES / "azure" / "AzureLLMInferenceTrace_conv.csv")
 CODE = AZURE.format(TRACES / "azure" / "AzureLLMInferenceTrace_code.csv")
 
+RANDOM = 10
+"""Random workloads of paper-32's job kinds (benchmarks/unseen_workloads.py, rand-K)."""
+
 WORKLOADS: dict[str, tuple[str, ...]] = {
     "paper-32": (f"{TRACES}/paper-32.yaml",),
     "paper-8": (f"{TRACES}/paper-8.yaml",),
@@ -47,6 +51,7 @@ WORKLOADS: dict[str, tuple[str, ...]] = {
     "steps2": ("{out}/steps2.yaml",),
     "paper-32-a100": (f"{TRACES}/paper-32.yaml", "--cost", "a100-7b"),
     "cycled-128": ("{out}/paper-cycled-128.yaml",),
+    **{f"rand-{k}": (f"{{out}}/rand-{k}.yaml",) for k in range(RANDOM)},
 }
 """Each workload's ``marlaas sweep`` arguments ({out}: where the unseen workloads are)."""
 
@@ -126,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         parser.error(f"--seeds {args.seeds!r}: comma-separated integers, e.g. 0,1,2")
     out = Path(args.out)
-    if write_unseen_workloads(["--out", str(out)]) != 0:
+    if write_unseen_workloads(["--out", str(out), "--random", str(RANDOM)]) != 0:
         return 1
     cycled = out / "paper-cycled-128.yaml"
     if not cycled.exists():

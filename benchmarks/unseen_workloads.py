@@ -13,6 +13,13 @@
   only, the longest critical path (code-L, 10 steps) 729 s estimated, below split-progress's
   fixed bound for a big job (1,200 s) before it was made relative.
 
+- ``rand-0.yaml`` ... ``rand-9.yaml`` (``--random 10``): random workloads of paper-32's job
+  kinds, each seeded by its number (:func:`random_workload`): 6-32 jobs drawn from paper-32's,
+  each with its steps x 0.4-1.6, its prompts per step x 0.5, 1 or 2 and its response median
+  x 0.5-2, weight 2 for one in four; half of them with every job at t = 0, half with arrivals
+  spread uniformly over 300-2,000 s; 1.5 rollout devices a job x 0.5-1.5 and training
+  devices in fours, half a device a job x 0.5-1.5.
+
 paper-32 under the a100-7b profile needs no file: ``marlaas sweep traces/paper-32.yaml
 --cost a100-7b``. The files are written with ``yaml.safe_dump(..., sort_keys=False)`` from
 ``yaml.safe_load`` of paper-32 (its ``prices:`` block, read by ``marlaas plan`` only, kept).
@@ -26,6 +33,7 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 from marlaas.atomic import write_durably
@@ -70,10 +78,44 @@ def scaled_steps(base: dict, factor: float) -> dict:
     return w
 
 
+def random_workload(base: dict, number: int) -> dict:
+    """A random workload of paper-32's job kinds, the same for the same ``number``."""
+    rng = np.random.default_rng(1000 + number)
+    w = copy.deepcopy(base)
+    count = int(rng.integers(6, 33))
+    picks = rng.integers(0, len(base["jobs"]), count)
+    spread = rng.random() < 0.5
+    horizon_s = float(rng.uniform(300, 2000))
+    jobs = []
+    for i, pick in enumerate(picks):
+        job = copy.deepcopy(base["jobs"][int(pick)])
+        job["name"] = f"{job['name'].split('-')[0]}-{i:02d}"
+        job["tenant"] = f"r{i:02d}"
+        job["weight"] = int(rng.choice([1, 1, 1, 2]))
+        job["rl"] = dict(job["rl"])
+        job["rl"]["steps"] = max(2, round(job["rl"]["steps"] * rng.uniform(0.4, 1.6)))
+        prompts = job["rl"]["prompts_per_step"] * rng.choice([0.5, 1, 1, 2])
+        job["rl"]["prompts_per_step"] = max(4, int(prompts))
+        lengths = dict(job["response_tokens"])
+        lengths["median"] = round(lengths["median"] * rng.uniform(0.5, 2.0))
+        job["response_tokens"] = lengths
+        if spread:
+            job["arrival_s"] = round(float(rng.uniform(0, horizon_s)), 1)
+        jobs.append(job)
+    w["jobs"] = jobs
+    rollout = max(2, round(1.5 * count * rng.uniform(0.5, 1.5)))
+    _pools(w, rollout, 4 * max(1, round(0.5 * count * rng.uniform(0.5, 1.5) / 4)))
+    return w
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs", help="folder to write the files into")
+    parser.add_argument("--random", type=int, default=0, metavar="N",
+                        help="also write rand-0 ... rand-(N-1) (default 0)")  # fmt: skip
     args = parser.parse_args(argv)
+    if not 0 <= args.random <= 1000:
+        parser.error(f"--random {args.random}: must be 0-1000")
     base = yaml.safe_load(PAPER_32.read_text())
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -82,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         "new2": new2(base),
         "steps2": scaled_steps(base, 2.0),
         "steps-half": scaled_steps(base, 0.5),
+        **{f"rand-{k}": random_workload(base, k) for k in range(args.random)},
     }
     header = "# {}: made from traces/paper-32.yaml by benchmarks/unseen_workloads.py\n"
     for name in made:  # before writing any: a file of the same name is replaced only if ours

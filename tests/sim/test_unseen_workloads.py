@@ -28,3 +28,20 @@ def test_the_unseen_workloads_are_paper_32_rescaled(tmp_path):
     # split-progress had for a big job until 2026-12-06 (a share of the run's span since)
     longest = max(JobState(job, i, 1).alone_s for i, job in enumerate(made["steps-half"].jobs))
     assert 700 < longest < 1200
+
+
+def test_the_random_workloads_are_seeded_by_their_number_and_within_their_ranges(tmp_path):
+    assert main(["--out", str(tmp_path), "--random", "4"]) == 0
+    first = (tmp_path / "rand-2.yaml").read_text()
+    assert main(["--out", str(tmp_path / "again"), "--random", "3"]) == 0
+    assert (tmp_path / "again" / "rand-2.yaml").read_text() == first  # the same number: the same
+    made = [load_workload(tmp_path / f"rand-{k}.yaml") for k in range(4)]
+    assert len({tuple(job.name for job in w.jobs) for w in made}) == 4  # each its own draw
+    kinds = {job.name.split("-")[0] for job in load_workload(PAPER_32).jobs}
+    for workload in made:
+        assert 6 <= len(workload.jobs) <= 32
+        assert {job.name.split("-")[0] for job in workload.jobs} <= kinds
+        assert len({job.tenant for job in workload.jobs}) == len(workload.jobs)
+        train = next(p.devices for p in workload.cluster.pools if p.role == "training")
+        assert train % 4 == 0
+    assert not (tmp_path / "rand-4.yaml").exists()
