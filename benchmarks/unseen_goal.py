@@ -18,6 +18,7 @@ fair and one policy on two cores (cycled-128 4 of them, the ten random ones 3).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -34,7 +35,10 @@ CONV = AZURE.format(TRACES / "azure" / "AzureLLMInferenceTrace_conv.csv")
 CODE = AZURE.format(TRACES / "azure" / "AzureLLMInferenceTrace_code.csv")
 
 RANDOM = 10
-"""Random workloads of paper-32's job kinds (benchmarks/unseen_workloads.py, rand-K)."""
+"""Random workloads of paper-32's job kinds swept by default (benchmarks/unseen_workloads.py,
+rand-0 to rand-9); any rand-K may be named with --workloads."""
+
+RANDOM_NAME = re.compile(r"rand-(\d{1,3})")
 
 WORKLOADS: dict[str, tuple[str, ...]] = {
     "paper-32": (f"{TRACES}/paper-32.yaml",),
@@ -51,7 +55,6 @@ WORKLOADS: dict[str, tuple[str, ...]] = {
     "steps2": ("{out}/steps2.yaml",),
     "paper-32-a100": (f"{TRACES}/paper-32.yaml", "--cost", "a100-7b"),
     "cycled-128": ("{out}/paper-cycled-128.yaml",),
-    **{f"rand-{k}": (f"{{out}}/rand-{k}.yaml",) for k in range(RANDOM)},
 }
 """Each workload's ``marlaas sweep`` arguments ({out}: where the unseen workloads are)."""
 
@@ -59,7 +62,10 @@ BASELINES = ("fifo", "fair")
 
 
 def sweep_arguments(name: str, out: Path) -> list[str]:
-    """``marlaas sweep``'s arguments for workload ``name``, its files written under ``out``."""
+    """``marlaas sweep``'s arguments for workload ``name`` (a key of WORKLOADS, or rand-K),
+    its files written under ``out``."""
+    if RANDOM_NAME.fullmatch(name):
+        return [str(out / f"{name}.yaml")]
     return [arg.replace("{out}", str(out)) for arg in WORKLOADS[name]]
 
 
@@ -117,21 +123,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", required=True, help="comma-separated policy names or paths")
     parser.add_argument("--out", required=True, help="folder for the workloads and sweeps")
     parser.add_argument("--seeds", default="0,1,2,3,4", help="seeds (default 0-4)")
-    parser.add_argument("--workloads", default=",".join(WORKLOADS),
-                        help="comma-separated, of: " + ", ".join(WORKLOADS))  # fmt: skip
+    every = [*WORKLOADS, *(f"rand-{k}" for k in range(RANDOM))]
+    parser.add_argument("--workloads", default=",".join(every),
+                        help="comma-separated, of: " + ", ".join(WORKLOADS) + ", rand-K "
+                        "(K 0-999; default: all these and rand-0 to rand-9)")  # fmt: skip
     parser.add_argument("--workers", default="2", help="sweep processes (default 2)")
     args = parser.parse_args(argv)
     policies = [p for p in args.policies.split(",") if p]
     names = [w for w in args.workloads.split(",") if w]
-    unknown = [w for w in names if w not in WORKLOADS]
+    unknown = [w for w in names if w not in WORKLOADS and not RANDOM_NAME.fullmatch(w)]
     if unknown:
-        parser.error(f"--workloads: unknown {', '.join(unknown)} (known: {', '.join(WORKLOADS)})")
+        known = ", ".join(WORKLOADS)
+        parser.error(f"--workloads: unknown {', '.join(unknown)} (known: {known}, rand-K)")
+    randoms = [int(RANDOM_NAME.fullmatch(w).group(1)) for w in names if RANDOM_NAME.fullmatch(w)]
     try:
         seeds = [int(s) for s in args.seeds.split(",")]
     except ValueError:
         parser.error(f"--seeds {args.seeds!r}: comma-separated integers, e.g. 0,1,2")
     out = Path(args.out)
-    if write_unseen_workloads(["--out", str(out), "--random", str(RANDOM)]) != 0:
+    count = max([RANDOM - 1, *randoms]) + 1
+    if write_unseen_workloads(["--out", str(out), "--random", str(count)]) != 0:
         return 1
     cycled = out / "paper-cycled-128.yaml"
     if not cycled.exists():

@@ -50,13 +50,13 @@ def test_it_sweeps_a_workload_once_and_writes_the_verdicts(tmp_path, capsys):
     assert main(argv) == 0  # every run is there: nothing swept again
     assert swept.stat().st_mtime_ns == before
     with pytest.raises(SystemExit):
-        main(["--policies", "srtf", "--out", str(tmp_path), "--workloads", "nope"])
-    assert "unknown nope" in capsys.readouterr().err
+        main(["--policies", "srtf", "--out", str(tmp_path), "--workloads", "nope,rand-1000"])
+    assert "unknown nope, rand-1000" in capsys.readouterr().err
 
 
 def test_every_workload_loads_with_its_sweep_arguments(tmp_path):
     main(["--policies", "fifo", "--out", str(tmp_path), "--workloads", "small", "--seeds", "0"])
-    for name in WORKLOADS:  # the files the tool wrote, the bundled traces and the overrides
+    for name in [*WORKLOADS, "rand-0", "rand-9"]:  # the files written, the traces, the overrides
         args = sweep_arguments(name, tmp_path)
         sets = [args[i + 1] for i, arg in enumerate(args) if arg == "--set"]
         workload = load_with_overrides(args[0], sets)
