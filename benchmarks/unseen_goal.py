@@ -6,13 +6,13 @@ completion time below fair's (simulated, the workload's own cost profile unless 
 
 writes the workloads of benchmarks/unseen_workloads.py into OUT (its ten random ones, rand-0 to
 rand-9, among them; and paper-32's jobs cycled to 128 with 20 steps each,
-benchmarks/cycled_workload.py), sweeps each
-workload below with fifo, fair and the policies (``marlaas sweep ... --no-events --out
-OUT/NAME``; a folder whose sweep.csv already has every run is kept, so a stopped measurement
-goes on where it stopped), then prints one line per workload and policy, each seed's makespan /
-fifo's, mean JCT / fifo's, mean JCT / fair's and Jain - fifo's (a ``*`` where the pair
-misses), and the pairs met, and writes the figures to OUT/verdicts.csv. About 15 min for fifo,
-fair and one policy on two cores (cycled-128 4 of them, the ten random ones 3).
+benchmarks/cycled_workload.py), sweeps each workload below with fifo, fair and the policies
+(``marlaas sweep ... --no-events --out OUT/NAME``; a folder whose sweep.csv already has every
+run is kept, so a stopped measurement goes on where it stopped), then prints one line per
+workload and policy, each seed's makespan / fifo's, mean JCT / fifo's, mean JCT / fair's and
+Jain - fifo's (a ``*`` where the pair misses), and the pairs met, and writes the figures to
+OUT/verdicts.csv. About 15 min for fifo, fair and one policy on two cores (cycled-128 4 of them,
+the ten random ones 3).
 """
 
 from __future__ import annotations
@@ -162,13 +162,13 @@ def main(argv: list[str] | None = None) -> int:
             found = verdicts(table[table.seed.isin(seeds)], policy)
             lines.append(describe(name, policy, found))
             frames.append(found.assign(workload=name, policy=policy))
-    every = pd.concat(frames)
+    judged = pd.concat(frames)
     print("workload             policy           met  per seed: makespan/fifo, JCT/fifo, "
           "JCT/fair, Jain - fifo (* missed)")  # fmt: skip
     print("\n".join(lines))
-    for policy, rows in every.groupby("policy", sort=False):
+    for policy, rows in judged.groupby("policy", sort=False):
         print(f"{policy}: the goal met on {int(rows.met.sum())} of {len(rows)} pairs")
-    write_durably(out / "verdicts.csv", every.to_csv(index=False))
+    write_durably(out / "verdicts.csv", judged.to_csv(index=False))
     return 0
 
 
