@@ -4,20 +4,22 @@ completion time below fair's (simulated, the workload's own cost profile unless 
 
     python -m benchmarks.unseen_goal --policies split-progress --out runs/unseen
 
-writes the workloads of benchmarks/unseen_workloads.py into OUT (its ten random ones, rand-0 to
-rand-9, among them; and paper-32's jobs cycled to 128 with 20 steps each,
+writes the workloads of benchmarks/unseen_workloads.py into OUT (and its random ones up to the
+highest rand-K named, and paper-32's jobs cycled to 128 with 20 steps each,
 benchmarks/cycled_workload.py), sweeps each workload below with fifo, fair and the policies
-(``marlaas sweep ... --no-events --out OUT/NAME``; a folder whose sweep.csv already has every
-run is kept, so a stopped measurement goes on where it stopped), then prints one line per
-workload and policy, each seed's makespan / fifo's, mean JCT / fifo's, mean JCT / fair's and
-Jain - fifo's (a ``*`` where the pair misses), and the pairs met, and writes the figures to
-OUT/verdicts.csv. About 15 min for fifo, fair and one policy on two cores (cycled-128 4 of them,
-the ten random ones 3).
+(``marlaas sweep ... --no-events --out OUT/NAME``; with ``--resume`` a folder whose sweep.csv
+already has every run is kept, so a stopped measurement goes on where it stopped), then prints
+one line per workload and policy, each seed's makespan / fifo's, mean JCT / fifo's, mean JCT /
+fair's and Jain - fifo's (a ``*`` where the pair misses), and the pairs met, and writes this
+call's figures to OUT/verdicts.csv. About 10 min for fifo, fair and one policy on two cores
+(cycled-128 4 of them); ten random workloads, about 3 min more.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -31,14 +33,12 @@ from marlaas.atomic import write_durably
 
 TRACES = Path(__file__).resolve().parent.parent / "traces"
 AZURE = "arrivals={{path: {}, format: azure, time_scale: 100}}"
-CONV = AZURE.format(TRACES / "azure" / "AzureLLMInferenceTrace_conv.csv")
-CODE = AZURE.format(TRACES / "azure" / "AzureLLMInferenceTrace_code.csv")
+CONV = AZURE.format(json.dumps(str(TRACES / "azure" / "AzureLLMInferenceTrace_conv.csv")))
+CODE = AZURE.format(json.dumps(str(TRACES / "azure" / "AzureLLMInferenceTrace_code.csv")))
 
-RANDOM = 10
-"""Random workloads of paper-32's job kinds swept by default (benchmarks/unseen_workloads.py,
-rand-0 to rand-9); any rand-K may be named with --workloads."""
-
-RANDOM_NAME = re.compile(r"rand-(\d{1,3})")
+RANDOM_NAME = re.compile(r"rand-(0|[1-9]\d{0,2})")
+"""A random workload of paper-32's job kinds, rand-0 to rand-999 (benchmarks/unseen_workloads.py
+--random): not swept unless named with --workloads."""
 
 WORKLOADS: dict[str, tuple[str, ...]] = {
     "paper-32": (f"{TRACES}/paper-32.yaml",),
@@ -80,6 +80,10 @@ def verdicts(table: pd.DataFrame, policy: str) -> pd.DataFrame:
             if (schedule, seed) not in runs.index:
                 raise ValueError(f"no {schedule} run of seed {seed} beside {policy}'s")
         mine, fifo, fair = (runs.loc[(name, seed)] for name in (policy, *BASELINES))
+        for name, run in (("fifo", fifo), ("fair", fair), (policy, mine)):
+            figures = (run.makespan_s, run.jct_mean_s, run.jain_slowdown)
+            if not all(math.isfinite(figure) for figure in figures):
+                raise ValueError(f"{name}'s run of seed {seed} has no makespan, JCT or Jain")
         row = {
             "seed": seed,
             "makespan_vs_fifo": mine.makespan_s / fifo.makespan_s,
@@ -123,14 +127,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", required=True, help="comma-separated policy names or paths")
     parser.add_argument("--out", required=True, help="folder for the workloads and sweeps")
     parser.add_argument("--seeds", default="0,1,2,3,4", help="seeds (default 0-4)")
-    every = [*WORKLOADS, *(f"rand-{k}" for k in range(RANDOM))]
-    parser.add_argument("--workloads", default=",".join(every),
+    parser.add_argument("--workloads", default=",".join(WORKLOADS),
                         help="comma-separated, of: " + ", ".join(WORKLOADS) + ", rand-K "
-                        "(K 0-999; default: all these and rand-0 to rand-9)")  # fmt: skip
-    parser.add_argument("--workers", default="2", help="sweep processes (default 2)")
+                        "(K 0-999; default: all but the random ones)")  # fmt: skip
+    parser.add_argument("--workers", type=int, default=2, help="sweep processes (default 2)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep a workload's earlier sweep that has every run asked for "
+                        "(default: sweep again: the code may have changed since)")  # fmt: skip
     args = parser.parse_args(argv)
     policies = [p for p in args.policies.split(",") if p]
     names = [w for w in args.workloads.split(",") if w]
+    if not policies or not names:
+        parser.error("--policies and --workloads each need at least one name")
     unknown = [w for w in names if w not in WORKLOADS and not RANDOM_NAME.fullmatch(w)]
     if unknown:
         known = ", ".join(WORKLOADS)
@@ -141,19 +149,15 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         parser.error(f"--seeds {args.seeds!r}: comma-separated integers, e.g. 0,1,2")
     out = Path(args.out)
-    count = max([RANDOM - 1, *randoms]) + 1
-    if write_unseen_workloads(["--out", str(out), "--random", str(count)]) != 0:
-        return 1
-    cycled = out / "paper-cycled-128.yaml"
-    if not cycled.exists():
-        write_cycled(["--jobs", "128", "--steps", "20", "--out", str(cycled)])
+    write_unseen_workloads(["--out", str(out), "--random", str(max(randoms, default=-1) + 1)])
+    write_cycled(["--jobs", "128", "--steps", "20", "--out", str(out / "paper-cycled-128.yaml")])
     schedules = [*BASELINES, *[p for p in policies if p not in BASELINES]]
     lines, frames = [], []
     for name in names:
         folder = out / name
-        if not _complete(folder, schedules, seeds):
-            options = ["--policies", ",".join(schedules), "--seeds", args.seeds, "--workers",
-                       args.workers, "--no-events", "--quiet", "--out", str(folder)]  # fmt: skip
+        if not (args.resume and _complete(folder, schedules, seeds)):
+            options = ["--policies", ",".join(schedules), "--seeds", args.seeds, "--no-events",
+                       "--workers", str(args.workers), "--quiet", "--out", str(folder)]  # fmt: skip
             code = cli.main(["sweep", *sweep_arguments(name, out), *options])
             if code != 0:
                 return code

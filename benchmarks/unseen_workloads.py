@@ -16,9 +16,11 @@
 - ``rand-0.yaml`` ... ``rand-9.yaml`` (``--random 10``): random workloads of paper-32's job
   kinds, each seeded by its number (:func:`random_workload`): 6-32 jobs drawn from paper-32's,
   each with its steps x 0.4-1.6, its prompts per step x 0.5, 1 or 2 and its response median
-  x 0.5-2, weight 2 for one in four; half of them with every job at t = 0, half with arrivals
-  spread uniformly over 300-2,000 s; 1.5 rollout devices a job x 0.5-1.5 and training
-  devices in fours, half a device a job x 0.5-1.5.
+  x 0.5-2, weight 2 for one in four; by a coin flip per workload, every job at t = 0 or
+  arrivals uniform over 0 to a horizon drawn from 300-2,000 s; 1.5 rollout devices a job x
+  0.5-1.5 and training devices in fours, half a device a job x 0.5-1.5. numpy's
+  ``default_rng`` draws them: numpy does not promise the same draws across its versions
+  (docs/results/random-workloads.txt were made with numpy 2.3.5).
 
 paper-32 under the a100-7b profile needs no file: ``marlaas sweep traces/paper-32.yaml
 --cost a100-7b``. The files are written with ``yaml.safe_dump(..., sort_keys=False)`` from

@@ -77,6 +77,11 @@ class StaleHolders(Policy):
         return (job.longest_alone_jobs, job.index)
 
 
+class StaleEnd(Policy):
+    def key(self, job):
+        return (job.backlog_end_s - job.arrival_s, job.index)
+
+
 class PlacesByBacklog(Policy):
     def key(self, job):
         return (job.index,)
@@ -170,6 +175,10 @@ def test_set_may_name_a_policy_by_import_path(package, tmp_path, capsys):
         (
             "{pkg}.policies:StaleHolders",
             "key reads longest_alone_jobs but StaleHolders does not set reads_backlog = True",
+        ),
+        (
+            "{pkg}.policies:StaleEnd",
+            "key reads backlog_end_s but StaleEnd does not set reads_backlog = True",
         ),
     ],
 )

@@ -38,7 +38,7 @@ def test_a_missing_baseline_run_is_named():
         verdicts(table, "other")
 
 
-def test_it_sweeps_a_workload_once_and_writes_the_verdicts(tmp_path, capsys):
+def test_it_sweeps_a_workload_again_unless_resumed_and_writes_the_verdicts(tmp_path, capsys):
     argv = ["--policies", "srtf", "--out", str(tmp_path), "--workloads", "small", "--seeds", "1"]
     assert main(argv) == 0
     swept = tmp_path / "small" / "sweep.csv"
@@ -47,16 +47,29 @@ def test_it_sweeps_a_workload_once_and_writes_the_verdicts(tmp_path, capsys):
     assert found[["workload", "policy", "seed"]].values.tolist() == [["small", "srtf", 1]]
     assert "srtf: the goal met on" in capsys.readouterr().out
     before = swept.stat().st_mtime_ns
-    assert main(argv) == 0  # every run is there: nothing swept again
+    assert main([*argv, "--resume"]) == 0  # every run is there: nothing swept again
     assert swept.stat().st_mtime_ns == before
-    with pytest.raises(SystemExit):
-        main(["--policies", "srtf", "--out", str(tmp_path), "--workloads", "nope,rand-1000"])
-    assert "unknown nope, rand-1000" in capsys.readouterr().err
+    assert main(argv) == 0  # without --resume: swept again (the code may have changed)
+    assert swept.stat().st_mtime_ns != before
+    refused = {"nope,rand-1000,rand-07": "unknown nope, rand-1000, rand-07", "": "at least one"}
+    for names, says in refused.items():
+        with pytest.raises(SystemExit):
+            main(["--policies", "srtf", "--out", str(tmp_path), "--workloads", names])
+        assert says in capsys.readouterr().err
+
+
+def test_a_run_without_figures_is_named():
+    table = _table()
+    table.loc[table.policy == "fifo", "jain_slowdown"] = float("nan")
+    with pytest.raises(ValueError, match="fifo's run of seed 3 has no makespan, JCT or Jain"):
+        verdicts(table, "mine")
 
 
 def test_every_workload_loads_with_its_sweep_arguments(tmp_path):
-    main(["--policies", "fifo", "--out", str(tmp_path), "--workloads", "small", "--seeds", "0"])
-    for name in [*WORKLOADS, "rand-0", "rand-9"]:  # the files written, the traces, the overrides
+    argv = ["--policies", "fifo", "--out", str(tmp_path), "--workloads", "small,rand-12"]
+    main([*argv, "--seeds", "0"])
+    assert (tmp_path / "rand-12.yaml").exists() and not (tmp_path / "rand-13.yaml").exists()
+    for name in [*WORKLOADS, "rand-0", "rand-12"]:  # the files written, the traces, the overrides
         args = sweep_arguments(name, tmp_path)
         sets = [args[i + 1] for i, arg in enumerate(args) if arg == "--set"]
         workload = load_with_overrides(args[0], sets)

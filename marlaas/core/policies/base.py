@@ -93,8 +93,9 @@ class JobView(Protocol):
     def backlog_end_s(self) -> float:
         """When the backlog would end at the cluster's measured token rate [s since the run's
         start]: the start of the current decision round plus ``backlog_s`` (infinite with
-        it). Re-keyed as ``backlog_s`` is; with ``arrival_s``, the time a job has from its
-        arrival until the backlog ends."""
+        it); with ``arrival_s``, the time a job has from its arrival until the backlog ends.
+        Re-keyed as ``backlog_s`` is, so a key reads it as of its job's last re-key: while
+        ``backlog_s`` holds level, it moves on with the clock between re-keys."""
 
     @property
     def longest_alone_s(self) -> float:
@@ -160,10 +161,11 @@ class Policy:
     ranks_engines: ClassVar[bool] = False
     """Whether :meth:`engine_key` is overridden (set by the class itself, not by hand)."""
     reads_backlog: ClassVar[bool] = False
-    """Whether :meth:`key` reads ``JobView.backlog_s``, ``longest_alone_s``,
+    """Whether :meth:`key` reads ``JobView.backlog_s``, ``backlog_end_s``, ``longest_alone_s``,
     ``longest_alone_jobs`` or ``runner_up_late_s``: the scheduler then re-keys every active
-    job when the backlog moved by 5%, and the jobs that hold the longest alone time when it,
-    its holders or the runner-up's change (core.backlog), not only the jobs that changed."""
+    job when ``backlog_s`` moved by 5%, and the jobs that hold the longest alone time when
+    it, its holders or the runner-up's change (core.backlog), not only the jobs that
+    changed."""
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
