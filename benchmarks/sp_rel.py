@@ -17,8 +17,7 @@ job's own expected tokens, inside the service before the alone-time weight) and 
 (``abs``: 1,000 tokens per second; ``rel``: SLACK_SHARE x the job's own expected tokens per alone
 time of slack), and how much a big job's attained tokens weigh (``BIG_ATTAINED``: 1 as cp-srpt, or
 0.5 as the other jobs'). A job's expected tokens are read from the scheduler's JobState
-(turn_tokens, total_groups), which a policy's JobView
-does not offer.
+(turn_tokens, total_groups), which a policy's JobView does not offer.
 """
 
 import math

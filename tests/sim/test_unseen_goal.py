@@ -76,3 +76,11 @@ def test_every_workload_loads_with_its_sweep_arguments(tmp_path):
         assert workload.jobs, name
         if sets:
             assert workload.arrivals is not None, name
+
+
+def test_a_file_of_the_users_in_out_is_not_replaced(tmp_path, capsys):
+    (tmp_path / "verdicts.csv").write_text("my own notes\n")
+    with pytest.raises(SystemExit, match=r"verdicts\.csv: exists and is not a file this tool"):
+        main(["--policies", "srtf", "--out", str(tmp_path), "--workloads", "small"])
+    assert (tmp_path / "verdicts.csv").read_text() == "my own notes\n"
+    assert not (tmp_path / "small").exists()
