@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from mypy_extensions import mypyc_attr
 
 from marlaas.core.cluster_spec import ClusterSpec, EngineSpec
+from marlaas.core.estimates import AloneCluster
 from marlaas.core.free_engines import FreeEngines
 from marlaas.core.scheduling import Mechanism
 
@@ -241,6 +242,16 @@ class Cluster:
         its devices, or one where every device is one processor (shared_compute). The
         simulator divides a step's compute by it; the real trainer has a replica on each."""
         return 1 if self.shared_compute else len(trainer.devices)
+
+    def alone(self) -> AloneCluster:
+        """What one job running alone has of this cluster (its alone-time estimate): every
+        engine, and the widest trainer's step devices."""
+        widest = max((self.step_devices(t) for t in self.trainers), default=1)
+        if not self.engines:
+            return AloneCluster(trainer_devices=widest)
+        spec = self.engines[0].spec
+        return AloneCluster(len(self.engines), spec.max_seqs, spec.kv_tokens, widest,
+                            spec.prefix_caching)  # fmt: skip
 
     @classmethod
     def build(cls, spec: ClusterSpec, mechanism: Mechanism) -> Cluster:

@@ -9,12 +9,19 @@ cost model. They are computed once, when the job is submitted, and kept on the j
   ``group_size`` responses each truncated at max_new_tokens (from a quantile grid of the
   response distribution), so that the remaining tokens have a quantile as well as a mean
   (many independent turns: the normal approximation);
-- a step's time when the job runs alone [s]: its critical path, which is one turn of the
-  step's slowest group (the longest of all the step's responses, decoded one token after the
-  other at :data:`DECODE_S_PER_TOKEN`, plus the slowest group's environment wait) and the
-  other turns of a typical slowest group (the longest of one group's responses and
-  environment waits). Steps overlap when the staleness bound allows, so this is an upper
-  estimate; policies use it to rank jobs, not to predict a clock.
+- a step's time when the job runs alone on its cluster (:class:`AloneCluster`) [s]: its
+  critical path. Its generation is one turn of the step's slowest group (the longest of all
+  the step's responses, decoded one token after the other at :data:`DECODE_S_PER_TOKEN`,
+  plus the slowest group's environment wait) and the other turns of a typical slowest group
+  (the longest of one group's responses and environment waits), or, where the engines have
+  room for fewer groups than a step has (each reserving max_new_tokens a sample), every
+  turn of a typical group as many times as the groups take turns. Its training reads each
+  sample's whole context (prompt, responses, tool observations) at
+  :data:`TRAIN_TOKENS_PER_DEVICE_S` on each device of the widest trainer. The step takes
+  the longer of the two where the staleness bound lets the next step's generation overlap
+  this one's training (a bound of 1 or more), both one after the other where it does not
+  (0). Generation of consecutive steps can overlap too, so this is an upper estimate;
+  policies use it to rank jobs, not to predict a clock.
 """
 
 from __future__ import annotations
@@ -31,8 +38,46 @@ estimate only (no cost model in the core), about 2/3 of the h100-7b profile's 6 
 step (Vidur's Llama-2-7B fit): the critical paths it gives are within 0.6-1.4x of paper-32's
 jobs simulated alone (docs/policies.md)."""
 
+TRAIN_TOKENS_PER_DEVICE_S = 12_500.0
+"""Context tokens one trainer device runs a LoRA forward and backward pass over per second:
+an assumption for the estimate only, the h100-7b profile's train_tokens_per_s. Without it the
+estimate left training out, and a job whose steps are bound by their training (many long
+multi-turn samples a step) was estimated at 0.72x its simulated alone time (a tool job of 128
+prompts a step, 31 steps: 1,465 s against 2,046 s; 1,912 s with it; docs/policies.md)."""
+
 GRID = 64
 """Points of the quantile grid a truncated response length's mean and variance come from."""
+
+
+@dataclass(frozen=True, slots=True)
+class AloneCluster:
+    """What a job running alone has of its cluster, for its alone-time estimate: the
+    engines its groups spread over and their room, and the devices a training step is
+    divided over. The default has room for any number of groups and a one-device trainer
+    (a job outside a scheduler)."""
+
+    engines: int = 0
+    """Inference engines (0: room for every group of a step at once)."""
+    max_seqs: int = 0
+    """Sequences one engine runs at once."""
+    kv_tokens: int = 0
+    """KV tokens one engine holds [tokens]."""
+    trainer_devices: int = 1
+    """Devices the widest trainer divides a step over (Cluster.step_devices)."""
+    shares_prompt: bool = False
+    """A group's samples share their prompt's KV (cluster.engine.prefix_caching)."""
+
+    def groups_at_once(self, group_size: int, group_reserve: float) -> float:
+        """How many groups of ``group_size`` samples reserving ``group_reserve`` KV tokens
+        the engines run at once (infinite without engines; at least 1)."""
+        if self.engines <= 0:
+            return math.inf
+        per_engine = min(self.kv_tokens // max(group_reserve, 1.0), self.max_seqs // group_size)
+        return max(self.engines * per_engine, 1.0)
+
+
+UNBOUNDED = AloneCluster()
+"""Room for every group at once and a one-device trainer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,21 +90,35 @@ class WorkEstimate:
     """A step's critical path when the job runs alone [s] (see the module's docstring)."""
 
     @classmethod
-    def of(cls, spec: JobSpec) -> WorkEstimate:
-        """The estimates of ``spec``."""
+    def of(
+        cls, spec: JobSpec, cluster: AloneCluster = UNBOUNDED, max_staleness: int = 1
+    ) -> WorkEstimate:
+        """The estimates of ``spec`` alone on ``cluster`` under the enforced staleness bound
+        ``max_staleness``."""
         rl, responses, waits = spec.rl, spec.response_tokens, spec.env.latency_s
         cap = float(rl.max_new_tokens)
         draws = [min(responses.quantile((k + 0.5) / GRID), cap) for k in range(GRID)]
         mean = sum(draws) / GRID
         variance = sum((d - mean) ** 2 for d in draws) / GRID
-        samples, groups = rl.group_size, rl.group_size * rl.prompts_per_step
+        samples, sequences = rl.group_size, rl.group_size * rl.prompts_per_step
         group_turn = _longest(responses, samples, cap) * DECODE_S_PER_TOKEN + waits.quantile(
             1 - 1 / (samples + 1)
         )
-        step_turn = _longest(responses, groups, cap) * DECODE_S_PER_TOKEN + waits.quantile(
-            1 - 1 / (groups + 1)
+        step_turn = _longest(responses, sequences, cap) * DECODE_S_PER_TOKEN + waits.quantile(
+            1 - 1 / (sequences + 1)
         )
-        step = max(step_turn, group_turn) + (rl.turns - 1) * group_turn
+        prompt = spec.prompt_tokens.mean()
+        prompts_reserved = prompt if cluster.shares_prompt else samples * prompt
+        at_once = cluster.groups_at_once(samples, prompts_reserved + samples * cap)
+        waves = rl.prompts_per_step / at_once  # groups that wait for room take turns
+        generation = max(
+            max(step_turn, group_turn) + (rl.turns - 1) * group_turn,
+            waves * rl.turns * group_turn,
+        )
+        context = prompt + rl.turns * mean + (rl.turns - 1) * spec.env.observation_tokens
+        training = sequences * context / (TRAIN_TOKENS_PER_DEVICE_S * cluster.trainer_devices)
+        overlap = max_staleness >= 1
+        step = max(generation, training) if overlap else generation + training
         return cls(samples * variance, step)
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from marlaas.core.backlog import Backlog
 from marlaas.core.cluster_spec import shared_prefix
-from marlaas.core.estimates import WorkEstimate, upper_tokens
+from marlaas.core.estimates import UNBOUNDED, AloneCluster, WorkEstimate, upper_tokens
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.limits import MAX_PROMPTS_PER_STEP, MAX_STEPS
 from marlaas.core.prompts import PromptLengths
@@ -69,6 +69,8 @@ class JobState:
     steps before it are done; its groups are numbered on from them)."""
     shares_prompt: bool = False
     """Its groups' samples share their prompt's KV (cluster.engine.prefix_caching)."""
+    alone_cluster: AloneCluster = UNBOUNDED
+    """What it would have of the cluster alone (its alone-time estimate, core.estimates)."""
     cancelled: bool = False
     """The tenant cancelled it: its work in flight is discarded as it finishes."""
     done: bool = False
@@ -143,7 +145,7 @@ class JobState:
         self.next_group = self.start_version * rl.prompts_per_step
         self.remaining_tokens = (self.total_groups - self.next_group) * rl.turns * self.turn_tokens
         self.lengths = PromptLengths(self.spec, self.seed, self.index)
-        self.estimate = WorkEstimate.of(spec)
+        self.estimate = WorkEstimate.of(spec, self.alone_cluster, self.max_staleness)
         self._reserve = (-1, 0)
 
     @property

@@ -90,6 +90,8 @@ class Scheduler:
         else:
             self.mechanism = (scheduling or SchedulingSpec()).resolve()
         self.cluster = Cluster.build(cluster, self.mechanism)
+        self._alone_cluster = self.cluster.alone()
+        """What a job alone has of the cluster (its alone-time estimate)."""
         self.jobs: dict[int, JobState] = {}
         """The live jobs (queued, active, cancelling) by index (read only)."""
         self._by_name: dict[str, JobState] = {}
@@ -251,7 +253,8 @@ class Scheduler:
             index = self._submitted
         self._submitted = max(self._submitted, index + 1)
         job = JobState(spec, index, bound, self.seed, now, version,
-                       shares_prompt=self.cluster_spec.engine.prefix_caching)  # fmt: skip
+                       shares_prompt=self.cluster_spec.engine.prefix_caching,
+                       alone_cluster=self._alone_cluster)  # fmt: skip
         backlog = job.backlog = self.backlog
         backlog.advance(now, True)
         backlog.tokens += job.remaining_tokens
