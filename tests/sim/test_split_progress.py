@@ -64,6 +64,14 @@ def test_the_job_whose_critical_path_alone_sets_the_horizon_goes_first():
     for view in (small, long):
         view.backlog_s = 800.0  # now the backlog ends before its critical path does
     assert policy.key(long) < policy.key(small)  # it alone sets the horizon: it goes first
+    for view in (small, long):
+        view.backlog_s = 1100.0  # 900 s is 0.82 of it: within the margin for the estimate
+    assert policy.key(long) < policy.key(small)
+    for view in (small, long):
+        view.backlog_s = 1200.0  # 900 s is 0.75 of it: the backlog is longer, it can wait
+    assert policy.key(small) < policy.key(long)
+    for view in (small, long):
+        view.backlog_s = 800.0
     long.longest_alone_jobs = 2  # another job's path is as long: they end together
     assert policy.key(small) < policy.key(long)
     long.longest_alone_jobs, long.remaining_tokens = 1, 0  # nothing left to generate
