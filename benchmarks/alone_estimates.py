@@ -29,18 +29,22 @@ the engines' room were counted (2026-12-06)."""
 
 def ratios(path: str) -> tuple[list[float], list[float], list[str]]:
     """The generation-only and full estimates over the simulated alone time of each job of
-    the workload at ``path``, and a line per job whose two estimates differ."""
+    the workload at ``path``, and a line per job whose two estimates differ. Each job is
+    submitted to the workload's own scheduler, so that its estimate is the one its policy
+    reads (its cluster, the staleness bound the preset enforces)."""
     workload = load_workload(path)
-    cluster = Scheduler.for_workload(workload).cluster.alone()
+    scheduler = Scheduler.for_workload(workload)
     simulated = alone_times(workload, workload.seed, None, progress=False)
     before, now, lines = [], [], []
-    for job in workload.jobs:
-        bound = job.rl.max_staleness
-        old = WorkEstimate.of(job, GENERATION_ONLY, bound).step_alone_s * job.rl.steps
-        new = WorkEstimate.of(job, cluster, bound).step_alone_s * job.rl.steps
+    for spec in workload.jobs:
+        scheduler.submit(spec, 0.0)
+    for job in scheduler.jobs.values():
         alone = simulated[job.name]
         if alone is None or alone <= 0:
             continue  # refused alone: no time to compare with
+        steps = job.steps - job.start_version
+        old = WorkEstimate.of(job.spec, GENERATION_ONLY, job.max_staleness).step_alone_s * steps
+        new = job.alone_s
         before.append(old / alone)
         now.append(new / alone)
         if new != old:

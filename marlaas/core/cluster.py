@@ -248,10 +248,10 @@ class Cluster:
         engine, and the widest trainer's step devices."""
         widest = max((self.step_devices(t) for t in self.trainers), default=1)
         if not self.engines:
-            return AloneCluster(trainer_devices=widest)
+            return AloneCluster(trainer_devices=widest, exclusive=self.exclusive)
         spec = self.engines[0].spec
         return AloneCluster(len(self.engines), spec.max_seqs, spec.kv_tokens, widest,
-                            spec.prefix_caching)  # fmt: skip
+                            spec.prefix_caching, self.exclusive)  # fmt: skip
 
     @classmethod
     def build(cls, spec: ClusterSpec, mechanism: Mechanism) -> Cluster:

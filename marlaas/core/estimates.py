@@ -20,8 +20,10 @@ cost model. They are computed once, when the job is submitted, and kept on the j
   :data:`TRAIN_TOKENS_PER_DEVICE_S` on each device of the widest trainer. The step takes
   the longer of the two where the staleness bound lets the next step's generation overlap
   this one's training (a bound of 1 or more), both one after the other where it does not
-  (0). Generation of consecutive steps can overlap too, so this is an upper estimate;
-  policies use it to rank jobs, not to predict a clock.
+  (0), or where generation and training take turns on the devices (colocated placement,
+  one processor). A ranking figure, not a clock: over 315 jobs of 18 workloads it is 0.41-1.86x
+  each job's simulated alone time (benchmarks/alone_estimates.py); it does not see a decode
+  slowed by long contexts or by a shared processor, nor a training step's fixed costs.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from marlaas.core.job_spec import JobSpec
 DECODE_S_PER_TOKEN = 0.004
 """Seconds to decode one more token of a sequence in a busy engine: an assumption for the
 estimate only (no cost model in the core), about 2/3 of the h100-7b profile's 6 ms decode
-step (Vidur's Llama-2-7B fit): the critical paths it gives are within 0.6-1.4x of paper-32's
+step (Vidur's Llama-2-7B fit): the critical paths it gives are within 0.84-1.51x of paper-32's
 jobs simulated alone (docs/policies.md)."""
 
 TRAIN_TOKENS_PER_DEVICE_S = 12_500.0
@@ -66,6 +68,10 @@ class AloneCluster:
     """Devices the widest trainer divides a step over (Cluster.step_devices)."""
     shares_prompt: bool = False
     """A group's samples share their prompt's KV (cluster.engine.prefix_caching)."""
+    exclusive: bool = False
+    """Generation and training take turns on the devices (Cluster.exclusive: colocated
+    placement, or one processor without overlap): a step's training never overlaps the next
+    step's generation."""
 
     def groups_at_once(self, group_size: int, group_reserve: float) -> float:
         """How many groups of ``group_size`` samples reserving ``group_reserve`` KV tokens
@@ -76,8 +82,9 @@ class AloneCluster:
         return max(self.engines * per_engine, 1.0)
 
 
-UNBOUNDED = AloneCluster()
-"""Room for every group at once and a one-device trainer."""
+OUTSIDE_A_SCHEDULER = AloneCluster()
+"""What a job built outside a scheduler is estimated on: room for every group at once and a
+one-device trainer (the scheduler gives each job its own cluster's, Cluster.alone)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +98,7 @@ class WorkEstimate:
 
     @classmethod
     def of(
-        cls, spec: JobSpec, cluster: AloneCluster = UNBOUNDED, max_staleness: int = 1
+        cls, spec: JobSpec, cluster: AloneCluster = OUTSIDE_A_SCHEDULER, max_staleness: int = 1
     ) -> WorkEstimate:
         """The estimates of ``spec`` alone on ``cluster`` under the enforced staleness bound
         ``max_staleness``."""
@@ -107,17 +114,26 @@ class WorkEstimate:
         step_turn = _longest(responses, sequences, cap) * DECODE_S_PER_TOKEN + waits.quantile(
             1 - 1 / (sequences + 1)
         )
-        prompt = spec.prompt_tokens.mean()
-        prompts_reserved = prompt if cluster.shares_prompt else samples * prompt
-        at_once = cluster.groups_at_once(samples, prompts_reserved + samples * cap)
-        waves = rl.prompts_per_step / at_once  # groups that wait for room take turns
+        prompt, observation = spec.prompt_tokens.mean(), spec.env.observation_tokens
+        # each turn a group reserves its context (its prompt, and the responses and
+        # observations of the turns before) and max_new_tokens a sample; groups that do not
+        # fit at once take turns, each a whole group turn. A group frees its room while its
+        # environment waits, but decode alone at DECODE_S_PER_TOKEN fit worse: a long-context
+        # decode is slower than 4 ms a token (rand-7's code-02, 128 prompts of up to 4,096
+        # tokens on 7 engines: 4,701 s with the waits, 2,476 s without, 4,339 s simulated)
+        held = prompt if cluster.shares_prompt else samples * prompt
+        waves = sum(
+            rl.prompts_per_step
+            / cluster.groups_at_once(samples, held + samples * (t * (mean + observation) + cap))
+            for t in range(rl.turns)
+        )
         generation = max(
             max(step_turn, group_turn) + (rl.turns - 1) * group_turn,
-            waves * rl.turns * group_turn,
+            waves * group_turn,
         )
-        context = prompt + rl.turns * mean + (rl.turns - 1) * spec.env.observation_tokens
+        context = prompt + rl.turns * mean + (rl.turns - 1) * observation
         training = sequences * context / (TRAIN_TOKENS_PER_DEVICE_S * cluster.trainer_devices)
-        overlap = max_staleness >= 1
+        overlap = max_staleness >= 1 and not cluster.exclusive
         step = max(generation, training) if overlap else generation + training
         return cls(samples * variance, step)
 

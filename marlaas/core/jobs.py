@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from marlaas.core.backlog import Backlog
 from marlaas.core.cluster_spec import shared_prefix
-from marlaas.core.estimates import UNBOUNDED, AloneCluster, WorkEstimate, upper_tokens
+from marlaas.core.estimates import OUTSIDE_A_SCHEDULER, AloneCluster, WorkEstimate, upper_tokens
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.limits import MAX_PROMPTS_PER_STEP, MAX_STEPS
 from marlaas.core.prompts import PromptLengths
@@ -69,7 +69,7 @@ class JobState:
     steps before it are done; its groups are numbered on from them)."""
     shares_prompt: bool = False
     """Its groups' samples share their prompt's KV (cluster.engine.prefix_caching)."""
-    alone_cluster: AloneCluster = UNBOUNDED
+    alone_cluster: AloneCluster = OUTSIDE_A_SCHEDULER
     """What it would have of the cluster alone (its alone-time estimate, core.estimates)."""
     cancelled: bool = False
     """The tenant cancelled it: its work in flight is discarded as it finishes."""

@@ -52,6 +52,35 @@ def test_without_staleness_a_step_generates_then_trains():
     assert serial == pytest.approx(overlapped + generation)
 
 
+def test_where_generation_and_training_take_turns_a_step_does_both():
+    """Colocated placement, or one processor without overlap: the devices train or generate,
+    never both, so the next step's generation waits for this one's training whatever the
+    staleness bound."""
+    job = tool_job()
+    shared = AloneCluster(trainer_devices=4)
+    turns = AloneCluster(trainer_devices=4, exclusive=True)
+    generation = 4 * (64 * 0.004 + 0.1)
+    assert WorkEstimate.of(job, shared, 2).step_alone_s == pytest.approx(training_s(job, 4))
+    assert WorkEstimate.of(job, turns, 2).step_alone_s == pytest.approx(
+        training_s(job, 4) + generation
+    )
+    colocated = workload(placement="colocated")
+    assert Scheduler.for_workload(colocated).cluster.alone().exclusive
+    assert not Scheduler.for_workload(workload()).cluster.alone().exclusive
+
+
+def test_later_turns_hold_the_context_of_the_turns_before():
+    """Turn t of a group reserves its prompt, t earlier responses and observations and room
+    for its answers: on engines of 12,000 KV tokens, which hold two groups of a first turn
+    (8 x (600 + 64) tokens), later turns (8 x (600 + 364 + 64) and 8 x (600 + 728 + 64)) fit
+    one, and the groups take more turns of the engines."""
+    job = tool_job(turns=3, max_staleness=2)
+    room = AloneCluster(engines=4, max_seqs=256, kv_tokens=12_000, trainer_devices=10**6)
+    turn = 64 * 0.004 + 0.1
+    expected = (128 / 8 + 128 / 4 + 128 / 4) * turn
+    assert WorkEstimate.of(job, room, 2).step_alone_s == pytest.approx(expected)
+
+
 def test_groups_that_wait_for_room_take_turns():
     """Each group reserves 8 x (600 + 64) KV tokens: an engine of 10,624 holds two of them,
     so 128 groups of one turn on 4 engines take 16 turns of 8 groups."""
@@ -71,7 +100,8 @@ def test_groups_that_wait_for_room_take_turns():
     assert WorkEstimate.of(job, seqs, 2).step_alone_s == pytest.approx(128 / 8 * turn)
 
 
-def workload(shared_compute: str | None = None, devices_per_trainer: int = 4):
+def workload(shared_compute: bool = False, devices_per_trainer: int = 4, placement: str = ""):
+    """One tool job on 3 engines and 8 training devices, ``devices_per_trainer`` a trainer."""
     cluster = {
         "pools": [
             {"name": "rollout", "role": "inference", "devices": 3},
@@ -83,7 +113,10 @@ def workload(shared_compute: str | None = None, devices_per_trainer: int = 4):
     if shared_compute:
         cluster["shared_compute"] = shared_compute
     job = tool_job().model_dump()
-    return parse_workload({"name": "w", "cluster": cluster, "jobs": [job]})
+    data = {"name": "w", "cluster": cluster, "jobs": [job]}
+    if placement:
+        data["scheduling"] = {"placement": placement}
+    return parse_workload(data)
 
 
 def test_a_scheduler_estimates_each_job_on_its_own_cluster():

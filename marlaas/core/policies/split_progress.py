@@ -42,22 +42,23 @@ promoted, takes its step, another falls behind and is promoted in turn, and they
 the end instead of finishing one after another (workload new1, 16 jobs of one size,
 docs/results/horizon.txt: mean JCT 0.997-1.011x fifo's with the one behind promoted,
 0.993-1.004x without; paper-8's code-L job, far ahead of the others, is promoted as before).
-The rule adds no constant: the tie is exact, counted in the jobs' own steps (the remaining
+The tie adds no constant: it is exact, counted in the jobs' own steps (the remaining
 steps times one step's alone time, computed alike for both figures).
 
 The constants were chosen by a search of about 200 variants of this and other keys on paper-32
-(h100-7b profile, seeds 0-4; docs/policies.md, "split-progress"). The big bound is a share of
-the run's own span (2026-12-06; it was a fixed 1,200 s, which at half paper-32's steps made no
-job big): on paper-32 its three code-L jobs (1,458 s estimated, 0.53 of the 2,769 s the backlog
-is expected to take when they are first keyed) are the only big ones, as before; on 16 jobs of
-one size (workload new1) the longest, code-M (986 s), is about a third and stays an other job.
-Two constants still carry units set on paper-32's scale, ``PROGRESS_TOKENS`` (3 M tokens, about
-a third of a code-L job's) and ``SLACK_TOKENS_PER_S``. Every figure comes from the core's
-estimates, never the simulator's draws; the key changes when the job does, and, since the
-horizon rule reads the backlog (``reads_backlog``), when the backlog moved by 5% and when the
-holders of the longest remaining alone time or the runner-up's change. Jobs tie for the longest
-only when their remaining alone times are equal to the last bit, or one step apart so (above); a
-path 0.1% shorter is not a tie.
+(h100-7b profile, seeds 0-4; docs/policies.md, "split-progress"), but ``HORIZON_SHARE``, chosen
+on random workloads (rand-0 to rand-9; paper-32's runs do not move with it). The big bound is a
+share of the run's own span (2026-12-06; it was a fixed 1,200 s, which at half paper-32's steps
+made no job big): on paper-32 its three code-L jobs (1,458 s estimated, 0.53 of the 2,769 s the
+backlog is expected to take when they are first keyed) are the only big ones, as before; on 16
+jobs of one size (workload new1) the longest, code-M (986 s), is about a third and stays an
+other job. Two constants still carry units set on paper-32's scale, ``PROGRESS_TOKENS`` (3 M
+tokens, about a third of a code-L job's) and ``SLACK_TOKENS_PER_S``. Every figure comes from
+the core's estimates, never the simulator's draws; the key changes when the job does, and,
+since the horizon rule reads the backlog (``reads_backlog``), when the backlog moved by 5% and
+when the holders of the longest remaining alone time or the runner-up's change. Jobs tie for
+the longest only when their remaining alone times are equal to the last bit, or one step apart
+so (above); a path 0.1% shorter is not a tie.
 """
 
 import math
