@@ -247,11 +247,9 @@ class Cluster:
         """What one job running alone has of this cluster (its alone-time estimate): every
         engine, and the widest trainer's step devices."""
         widest = max((self.step_devices(t) for t in self.trainers), default=1)
-        if not self.engines:
-            return AloneCluster(trainer_devices=widest, exclusive=self.exclusive)
-        spec = self.engines[0].spec
+        spec = self.engines[0].spec if self.engines else EngineSpec()
         return AloneCluster(len(self.engines), spec.max_seqs, spec.kv_tokens, widest,
-                            spec.prefix_caching, self.exclusive)  # fmt: skip
+                            self.exclusive)  # fmt: skip
 
     @classmethod
     def build(cls, spec: ClusterSpec, mechanism: Mechanism) -> Cluster:

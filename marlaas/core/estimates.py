@@ -14,8 +14,9 @@ cost model. They are computed once, when the job is submitted, and kept on the j
   the step's responses, decoded one token after the other at :data:`DECODE_S_PER_TOKEN`,
   plus the slowest group's environment wait) and the other turns of a typical slowest group
   (the longest of one group's responses and environment waits), or, where the engines have
-  room for fewer groups than a step has (each reserving max_new_tokens a sample), every
-  turn of a typical group as many times as the groups take turns. Its training reads each
+  room for fewer groups than a step has (each turn reserving its context so far and
+  max_new_tokens a sample), a typical group's turn as many times as the groups take turns
+  for the room, turn by turn. Its training reads each
   sample's whole context (prompt, responses, tool observations) at
   :data:`TRAIN_TOKENS_PER_DEVICE_S` on each device of the widest trainer. The step takes
   the longer of the two where the staleness bound lets the next step's generation overlap
@@ -66,8 +67,6 @@ class AloneCluster:
     """KV tokens one engine holds [tokens]."""
     trainer_devices: int = 1
     """Devices the widest trainer divides a step over (Cluster.step_devices)."""
-    shares_prompt: bool = False
-    """A group's samples share their prompt's KV (cluster.engine.prefix_caching)."""
     exclusive: bool = False
     """Generation and training take turns on the devices (Cluster.exclusive: colocated
     placement, or one processor without overlap): a step's training never overlaps the next
@@ -98,10 +97,15 @@ class WorkEstimate:
 
     @classmethod
     def of(
-        cls, spec: JobSpec, cluster: AloneCluster = OUTSIDE_A_SCHEDULER, max_staleness: int = 1
+        cls,
+        spec: JobSpec,
+        cluster: AloneCluster = OUTSIDE_A_SCHEDULER,
+        max_staleness: int = 1,
+        shares_prompt: bool = False,
     ) -> WorkEstimate:
         """The estimates of ``spec`` alone on ``cluster`` under the enforced staleness bound
-        ``max_staleness``."""
+        ``max_staleness``; ``shares_prompt``: a group's samples hold their prompt's KV once
+        (JobState.shares_prompt)."""
         rl, responses, waits = spec.rl, spec.response_tokens, spec.env.latency_s
         cap = float(rl.max_new_tokens)
         draws = [min(responses.quantile((k + 0.5) / GRID), cap) for k in range(GRID)]
@@ -121,7 +125,7 @@ class WorkEstimate:
         # environment waits, but decode alone at DECODE_S_PER_TOKEN fit worse: a long-context
         # decode is slower than 4 ms a token (rand-7's code-02, 128 prompts of up to 4,096
         # tokens on 7 engines: 4,701 s with the waits, 2,476 s without, 4,339 s simulated)
-        held = prompt if cluster.shares_prompt else samples * prompt
+        held = prompt if shares_prompt else samples * prompt
         waves = sum(
             rl.prompts_per_step
             / cluster.groups_at_once(samples, held + samples * (t * (mean + observation) + cap))

@@ -145,7 +145,9 @@ class JobState:
         self.next_group = self.start_version * rl.prompts_per_step
         self.remaining_tokens = (self.total_groups - self.next_group) * rl.turns * self.turn_tokens
         self.lengths = PromptLengths(self.spec, self.seed, self.index)
-        self.estimate = WorkEstimate.of(spec, self.alone_cluster, self.max_staleness)
+        self.estimate = WorkEstimate.of(
+            spec, self.alone_cluster, self.max_staleness, self.shares_prompt
+        )
         self._reserve = (-1, 0)
 
     @property

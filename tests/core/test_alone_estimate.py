@@ -91,10 +91,9 @@ def test_groups_that_wait_for_room_take_turns():
     assert WorkEstimate.of(job, room, 2).step_alone_s == pytest.approx(128 / 8 * turn)
     twice = AloneCluster(engines=8, max_seqs=256, kv_tokens=two_groups, trainer_devices=wide)
     assert WorkEstimate.of(job, twice, 2).step_alone_s == pytest.approx(128 / 16 * turn)
-    shared = AloneCluster(engines=4, max_seqs=256, kv_tokens=two_groups,
-                          trainer_devices=wide, shares_prompt=True)  # fmt: skip
     # a shared prompt reserves 600 + 8 x 64 = 1,112 tokens: nine groups an engine
-    assert WorkEstimate.of(job, shared, 2).step_alone_s == pytest.approx(128 / 36 * turn)
+    shared = WorkEstimate.of(job, room, 2, shares_prompt=True)
+    assert shared.step_alone_s == pytest.approx(128 / 36 * turn)
     # sequences bind too: 16 sequences an engine is two groups
     seqs = AloneCluster(engines=4, max_seqs=16, kv_tokens=10**6, trainer_devices=wide)
     assert WorkEstimate.of(job, seqs, 2).step_alone_s == pytest.approx(128 / 8 * turn)
