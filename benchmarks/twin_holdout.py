@@ -7,9 +7,11 @@ Runs are grouped by schedule: their summary's policy and preset (``fair``, ``fif
 ``fifo+sequential``). For each schedule in turn its runs calibrate a profile (as ``marlaas
 calibrate``), and each run of the other schedules is replayed with it (as ``marlaas replay``):
 one row per replay with the makespan error, the largest busy-fraction error (the shared
-processor and the pools, in points), and the replayed run's host share (``summary.json``'s
+processor and the pools, in points), the replayed run's host share (``summary.json``'s
 ``host``: the share of the machine's processor time that other processes and the hypervisor
-took while it ran; "-" for a run from before it was recorded). A first table lists every run:
+took while it ran; "-" for a run from before it was recorded), and its speed: its engines'
+yardstick over the calibration runs' (marlaas.executors.yardstick; above 1: its host ran the
+same fixed batch slower; "-" where a run has none). A first table lists every run:
 makespan, its own CPU seconds, the host share, and generation's total time from its event log,
 then how far apart the repeats of each schedule are.
 Last, per calibration schedule, how many of its replays are within the Show's bounds (10% of
@@ -26,9 +28,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from marlaas.executors.yardstick import run_yardstick, speed_ratio
 from marlaas.sim.cost_profiles import CostProfile
 from marlaas.twin.calibrate import calibrate
-from marlaas.twin.real_run import load_real_run
+from marlaas.twin.real_run import CalibrationError, load_real_run
 from marlaas.twin.replay import replay
 
 WITHIN = 0.10
@@ -109,6 +112,7 @@ def holdout_table(runs: list, refine: int) -> tuple[pd.DataFrame, list[str]]:
                 "makespan error": float(by_metric.loc["makespan", "error"]),
                 "busy error pt": float(busy["error"].abs().max()),
                 "others": host_share(run.summary),
+                "speed": speed_ratio(run_yardstick(run.summary), fit.yardstick_s_per_token),
             })  # fmt: skip
     return pd.DataFrame(rows), warnings
 
@@ -133,7 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--refine", type=int, default=150,
                         help="replays refining a calibration (0: none)")  # fmt: skip
     args = parser.parse_args(argv)
-    runs = [load_real_run(path) for path in args.runs]
+    try:
+        runs = [load_real_run(path) for path in args.runs]
+    except CalibrationError as err:  # a folder that is not a real run, or a file
+        sys.exit(f"twin_holdout: {err}")
     listed = run_table(runs)
     print(listed.to_string(index=False))
     for line in repeat_spread(listed):
@@ -145,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     shown = table.assign(**{
         "makespan error": table["makespan error"].map("{:+.1%}".format),
         "busy error pt": table["busy error pt"].map("{:.1f}".format),
+        "speed": table["speed"].map(lambda r: "-" if pd.isna(r) else f"{r:.2f}x"),
     })  # fmt: skip
     print()
     print(shown.to_string(index=False))

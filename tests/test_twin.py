@@ -555,3 +555,60 @@ def test_prompts_longer_than_the_workload_declares_are_named_once_per_job(runs, 
         "engine may have queued requests that the simulator runs at once; declare the lengths "
         "its environment produces"
     ]
+
+
+def test_the_holdout_benchmark_names_a_path_that_is_not_a_run(runs, tmp_path):
+    from benchmarks.twin_holdout import main as holdout
+
+    stray = tmp_path / "fair-1.probe"  # a file beside the run folders, caught by a shell glob
+    stray.write_text("{}")
+    with pytest.raises(SystemExit) as exited:
+        holdout([str(runs["fair"]), str(stray)])
+    assert str(exited.value).startswith(f"twin_holdout: {stray}: not a real training run")
+
+
+def copy_run(source: Path, target: Path, **summary_keys) -> Path:
+    """A copy of the run folder ``source`` at ``target`` with ``summary_keys`` set in its
+    summary."""
+    target.mkdir()
+    for f in ("events.parquet", "workload.json"):
+        (target / f).write_bytes((source / f).read_bytes())
+    summary = {**json.loads((source / "summary.json").read_text()), **summary_keys}
+    (target / "summary.json").write_text(json.dumps(summary))
+    return target
+
+
+def test_the_yardstick_goes_from_the_runs_to_the_profile_and_the_replay(runs, tmp_path, capsys):
+    """calibrate keeps its runs' mean yardstick in the profile's sources; replay sets a run's
+    against it (a run slower on the fixed batch: 1.25x); runs without one say nothing."""
+    slow = copy_run(runs["fair"], tmp_path / "slow",
+                    engine_yardstick_s_per_token={"rollout/0": 5e-4})  # fmt: skip
+    calib = [copy_run(runs["fair"], tmp_path / f"c{i}",
+                      engine_yardstick_s_per_token={"rollout/0": v})
+             for i, v in enumerate((3e-4, 5e-4))]  # fmt: skip
+    fit = calibrate(calib, refine_evaluations=0)
+    assert fit.yardstick_s_per_token == pytest.approx(4e-4)
+    assert calibrate([runs["fair"]], refine_evaluations=0).yardstick_s_per_token is None
+    assert main(["calibrate", *map(str, calib), "--out", str(tmp_path / "p.yaml")]) == 0
+    capsys.readouterr()
+    assert main(["replay", str(slow), "--cost", str(tmp_path / "p.yaml"), "--out",
+                 str(tmp_path / "r")]) == 0  # fmt: skip
+    assert (
+        "note: the run's engines took 1.25x the calibration runs' time on the fixed "
+        "yardstick batch (0.500 against 0.400 ms per token)"
+    ) in capsys.readouterr().out
+    assert main(["replay", str(runs["fair"]), "--cost", str(tmp_path / "p.yaml"), "--out",
+                 str(tmp_path / "r2")]) == 0  # fmt: skip
+    assert "note: the run's engines" not in capsys.readouterr().out
+
+
+def test_a_speed_is_set_only_between_two_measured_times():
+    from marlaas.executors.yardstick import run_yardstick, speed_note, speed_ratio
+
+    two = {"engine_yardstick_s_per_token": {"a": 2e-4, "b": 4e-4}}
+    assert run_yardstick(two) == pytest.approx(3e-4)
+    assert run_yardstick({}) is None and run_yardstick({"engine_yardstick_s_per_token": {}}) is None
+    assert speed_ratio(6e-4, 4e-4) == pytest.approx(1.5)
+    for hostile in (None, 0, -1e-4, "3e-4", True, float("nan"), float("inf")):
+        assert speed_ratio(hostile, 4e-4) is None and speed_ratio(4e-4, hostile) is None
+        assert speed_note(hostile, 4e-4) is None and speed_note(4e-4, hostile) is None

@@ -50,14 +50,16 @@ def real_summary(
     offsets: dict[str, int],
     memory: dict | None = None,
     executor: str = "local",
-    warmup: dict[str, float] | None = None,
+    before_clock: dict[str, dict[str, float]] | None = None,
     host: dict | None = None,
 ) -> dict:
     """The summary.json content of a real run: a simulation's keys plus reward curves,
     ``memory`` (the run's process's resident memory, MemoryMonitor.summary), ``executor``
-    (where the backends ran: ``local`` or ``ray``), ``engine_warmup_s`` (each engine's
-    warm-up before the clock started [s], marlaas.executors.warmup) and ``host`` (what the
-    run and everything else used of the machine's processors, HostShare.summary)."""
+    (where the backends ran: ``local`` or ``ray``), ``before_clock``: ``engine_warmup_s``
+    (each engine's warm-up before the clock started [s], marlaas.executors.warmup) and
+    ``engine_yardstick_s_per_token`` (each engine's yardstick after it,
+    marlaas.executors.yardstick), and ``host`` (what the run and everything else used of the
+    machine's processors, HostShare.summary)."""
     curves = {
         job: [round(float(r), 4) for r in group["mean_reward"]]
         for job, group in rewards.groupby("job", sort=True)
@@ -65,7 +67,8 @@ def real_summary(
     return run_summary(
         workload, result, events, "real", backend=backend, resumed_from=offsets,
         reward_curves=curves, memory=memory or {}, executor=executor,
-        engine_warmup_s=warmup or {}, host=host or {},
+        **{"engine_warmup_s": {}, "engine_yardstick_s_per_token": {}, **(before_clock or {})},
+        host=host or {},
     )  # fmt: skip
 
 

@@ -76,6 +76,7 @@ from marlaas.executors.placement import BackendRestarted, Backends
 from marlaas.executors.rollout import Generator, TrainSample
 from marlaas.executors.trainers import TrainerPool
 from marlaas.executors.warmup import warm_up, warm_up_trainer
+from marlaas.executors.yardstick import yardstick
 
 log = logging.getLogger("marlaas.real")
 
@@ -133,6 +134,9 @@ class RealExecutor:
         self.rewards: list[RewardPoint] = []
         self.warmup_s: dict[str, float] = {}
         """Each engine's warm-up before the clock started [s] (marlaas.executors.warmup)."""
+        self.yardstick_s_per_token: dict[str, float] = {}
+        """Each engine's yardstick, timed after its warm-up [s per generated token]
+        (marlaas.executors.yardstick)."""
         self._model_dir = model_dir
         self._max_model_len_asked = max_model_len
         self._max_model_len = 0  # known once open() read the model's config
@@ -183,6 +187,7 @@ class RealExecutor:
         backends = self.backends
         await backends.open(self.sizing, self.cluster, self._max_model_len, self.seed)
         self.warmup_s = await self._warm_up(backends)
+        self.yardstick_s_per_token = await yardstick(backends.engines)
         self.trainers = TrainerPool(backends.trainers, self.store, self._specs)
         self.episodes = EpisodeRunner(
             self._specs, ChatFormat(backends.tokenizer, self._chat_template),

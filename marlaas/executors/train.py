@@ -127,7 +127,7 @@ def train_run(
                 track = open_tracker(tracker, out, run_name=out.name, config=config)
             try:
                 with MemoryMonitor() as memory, HostShare() as host:
-                    warmup: dict[str, float] = {}
+                    before_clock: dict[str, dict[str, float]] = {}
                     engine_steps = None
                     if not left:  # every step was durable: only the outputs were missing
                         result = _no_work(workload, policy, seed)
@@ -137,7 +137,7 @@ def train_run(
                                           on_durable=keep)  # fmt: skip
                         memory.offset_s = journaled.end_s
                         try:
-                            result, warmup, engine_steps = _train_part(
+                            result, before_clock, engine_steps = _train_part(
                                 workload, journal, store, model_dir, backend, policy, seed,
                                 progress, observers, on_ended, offsets, journaled.end_s,
                                 options, track, memory, ray,
@@ -152,7 +152,7 @@ def train_run(
                 summary = real_summary(workload, result, events, rewards, backend, offsets,
                                        memory.summary(model_dir),
                                        executor="local" if ray is None else "ray",
-                                       warmup=warmup, host=host.summary() if ray is None
+                                       before_clock=before_clock, host=host.summary() if ray is None
                                        else {})  # fmt: skip
                 if track is not None:
                     track.log_run(summary)
@@ -180,9 +180,10 @@ def _train_part(workload, journal, store, model_dir, backend, policy, seed, prog
     """Drive one part of the run (the first, or a resumed one: each job submitted at its
     last durable version, the arrivals ``start_s`` earlier), journaling it (and feeding
     ``track``, a tracker, each training step's statistics); ``memory``'s timeline counts on
-    the run's clock from the end of the setup. Returns the result, each engine's warm-up [s],
-    done before the clock started, and the engines' steps (marlaas.executors.engine_steps) on
-    the run's clock."""
+    the run's clock from the end of the setup. Returns the result, what the engines did
+    before the clock started (each one's warm-up [s] and yardstick [s per token], the
+    summary's ``engine_warmup_s`` and ``engine_yardstick_s_per_token``), and the engines'
+    steps (marlaas.executors.engine_steps) on the run's clock."""
     scheduler = Scheduler.for_workload(workload, policy, seed)
     total = sum(max(0, j.rl.steps - versions.get(j.name, 0)) for j in workload.jobs)
     sizing = EngineSizing.of_workload(workload)
@@ -201,7 +202,9 @@ def _train_part(workload, journal, store, model_dir, backend, policy, seed, prog
         )  # fmt: skip
         keeper.finish(result.records)
         steps = executor.engine_steps(start_s)
-    return result, executor.warmup_s, steps
+    before_clock = {"engine_warmup_s": executor.warmup_s,
+                    "engine_yardstick_s_per_token": executor.yardstick_s_per_token}  # fmt: skip
+    return result, before_clock, steps
 
 
 def _no_work(workload: Workload, policy, seed: int | None) -> RunResult:

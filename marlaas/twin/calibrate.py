@@ -50,6 +50,7 @@ from scipy.optimize import nnls
 from marlaas.core.validation_message import format_validation_error
 from marlaas.executors.declared_lengths import longer_prompts
 from marlaas.executors.host_share import busy_host_note
+from marlaas.executors.yardstick import run_yardstick
 from marlaas.run_files import check_distinct
 from marlaas.sim.cost_model import CostModel, train_work
 from marlaas.table import text_table
@@ -99,6 +100,10 @@ class Calibration:
     """The base model the runs trained (its name and folder)."""
     warnings: list[str] = field(default_factory=list)
     """Parameters the runs could not identify or fit well, one line each."""
+    yardstick_s_per_token: float | None = None
+    """The runs' mean engine yardstick (marlaas.executors.yardstick) [s per generated token]:
+    the speed their host gave them, which ``replay`` sets a run's against (None: not
+    measured)."""
 
     def table(self) -> str:
         """The parameters as aligned text (what ``marlaas calibrate`` prints)."""
@@ -227,7 +232,9 @@ def calibrate(
         ]  # fmt: skip
     base_model = runs[0].workload.base_model
     model = f"{base_model.name} ({base_model.path})" if base_model.path else base_model.name
-    return Calibration(cost, fitted, [_describe(r) for r in runs], model, warnings)
+    sticks = [s for s in (run_yardstick(r.summary) for r in runs) if s is not None]
+    stick = sum(sticks) / len(sticks) if sticks else None
+    return Calibration(cost, fitted, [_describe(r) for r in runs], model, warnings, stick)
 
 
 ENGINE_UNITS = {
@@ -469,6 +476,7 @@ def provenance(calibration: Calibration, name: str) -> dict[str, Any]:
             "runs": calibration.runs,
             "fit": {f.name: {"rows": f.rows, "quality": f.quality} for f in calibration.fitted},
             "warnings": calibration.warnings,
+            "yardstick_s_per_token": calibration.yardstick_s_per_token,
         },
     }
 

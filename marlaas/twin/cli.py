@@ -48,6 +48,7 @@ def _profile_name(name: str, from_out: bool) -> str:
 
 def _replay(args: argparse.Namespace) -> int:
     from marlaas.executors.host_share import busy_host_note
+    from marlaas.executors.yardstick import run_yardstick, speed_note
     from marlaas.out_folder import claim
     from marlaas.runs import write_run_files
     from marlaas.sim.cost_profiles import load_profile
@@ -68,6 +69,11 @@ def _replay(args: argparse.Namespace) -> int:
     note = busy_host_note(run.summary.get("host"))
     if note:  # the real run was slowed by what the replay cannot see
         print(f"note: the real run's host was busy: {note}")
+    sources = profile.meta.get("sources") if profile else None
+    reference = sources.get("yardstick_s_per_token") if isinstance(sources, dict) else None
+    speed = speed_note(run_yardstick(run.summary), reference)
+    if speed:
+        print(f"note: {speed}")
     out = args.out
     print(f"wrote {out}/ ({FIDELITY_FILE}; `marlaas report {args.run} {out} --out R` compares)")
     return 0

@@ -20,6 +20,7 @@ from marlaas.executors.backends import EngineSizing
 from marlaas.executors.hf_generator import HFGenerator
 from marlaas.executors.local import LocalExecutor
 from marlaas.executors.train import train_run
+from marlaas.executors.yardstick import YARDSTICK_BATCHES
 from marlaas.workload_file import load_workload
 
 TRACE = Path(__file__).resolve().parents[2] / "traces" / "real-tiny.yaml"
@@ -56,6 +57,8 @@ def test_the_enforced_staleness_bound_and_the_warm_up_are_recorded(tiny_model_di
     engines = {e.name for e in Scheduler.for_workload(workload).cluster.engines}
     assert set(summary["engine_warmup_s"]) == engines  # colocated/0 and /1 (sequential)
     assert all(s > 0 for s in summary["engine_warmup_s"].values())
+    assert set(summary["engine_yardstick_s_per_token"]) == engines  # timed after the warm-up
+    assert all(s > 0 for s in summary["engine_yardstick_s_per_token"].values())
 
 
 def test_engines_warm_up_before_the_clock_starts(tiny_model_dir, tmp_path):
@@ -69,9 +72,9 @@ def test_engines_warm_up_before_the_clock_starts(tiny_model_dir, tmp_path):
         model_dir=tiny_model_dir, backend="hf", generators={"rollout/0": engine},
         trainers={},
     )  # fmt: skip
-    with executor:
-        assert [adapter for adapter, _ in engine.calls] == [None]
-        assert engine.calls[0][1] <= executor.clock_zero
+    with executor:  # the warm-up, then the yardstick's batches (marlaas.executors.yardstick)
+        assert [adapter for adapter, _ in engine.calls] == [None] * (1 + YARDSTICK_BATCHES)
+        assert engine.calls[-1][1] <= executor.clock_zero
         assert executor.warmup_s["rollout/0"] >= 0.3
 
 

@@ -1,0 +1,91 @@
+"""The engines' yardstick: one fixed base-model batch, timed in the run's own process before
+its clock starts, so that a run can be compared with another for the speed its host gave it.
+
+On the 2-core VM of docs/twin.md the same work ran at different speeds in different runs: one
+run's one-adapter decoding steps took 0.72x, another's 1.55x what the sequential runs' fit
+charges, with the machine otherwise idle (others 0.0-0.2% of its processors, no steal). The
+speed is the process's: it holds through a run (the first quarter of a run's steps against its
+other three: correlation 0.75 over 60 runs), and a benchmark timed in a separate process
+before and after the run does not see it (correlation -0.3 to 0.3). A replay charges the
+calibration runs' speed; a run that its host slowed replays short by as much, and no term of
+the cost model can tell.
+
+:func:`yardstick` times :data:`YARDSTICK_BATCHES` batches of :data:`YARDSTICK_PROMPTS` fixed
+prompts on each engine (the base model, the sampling seeded), after the warm-up, and keeps the
+median of the batches after the first, in seconds per generated token. ``marlaas train``
+records it in the summary (``engine_yardstick_s_per_token``); ``calibrate`` keeps the mean of
+its runs' in the profile's sources, and ``replay`` and the held-out benchmark set a run's
+against it. Measured (2026-12-06, 18 runs): correlation 0.74 with the run's decoding speed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+YARDSTICK_PROMPTS = 16
+"""Prompts in a yardstick batch (each sampled once)."""
+YARDSTICK_PROMPT_TOKENS = 24
+"""Length of each yardstick prompt [tokens]."""
+YARDSTICK_NEW_TOKENS = 24
+"""Tokens each yardstick prompt may generate."""
+YARDSTICK_BATCHES = 5
+"""Batches timed per engine; the first is left out (the median of the others is kept)."""
+
+
+def yardstick_prompts() -> list[list[int]]:
+    """The fixed prompts: token ids 1-200, distinct per prompt (no shared prefix to cache)."""
+    return [
+        [(7 * i + j) % 200 + 1 for j in range(YARDSTICK_PROMPT_TOKENS)]
+        for i in range(YARDSTICK_PROMPTS)
+    ]
+
+
+async def yardstick(engines: dict) -> dict[str, float]:
+    """Time the fixed batch :data:`YARDSTICK_BATCHES` times on each engine, one engine after
+    another; return each engine's median over the batches after the first, in seconds per
+    generated token (engine name -> s/token)."""
+    measured = {}
+    for name, engine in engines.items():
+        per_token = []
+        for batch in range(YARDSTICK_BATCHES):
+            started = time.monotonic()
+            groups = await engine.generate(
+                None, 0, yardstick_prompts(), 1, YARDSTICK_NEW_TOKENS, 1.0, batch
+            )  # positional: a Ray engine's forwarder passes them on as they are
+            spent = time.monotonic() - started
+            tokens = sum(len(c.completion_ids) for group in groups for c in group)
+            if batch:  # the first batch may still pay one-off costs
+                per_token.append(spent / max(tokens, 1))
+        measured[name] = round(statistics.median(per_token), 9)
+    return measured
+
+
+def run_yardstick(summary: dict) -> float | None:
+    """A run's yardstick: the mean over its engines of ``engine_yardstick_s_per_token`` in its
+    summary [s per token] (None: a run from before it was measured)."""
+    values = list((summary.get("engine_yardstick_s_per_token") or {}).values())
+    return sum(values) / len(values) if values else None
+
+
+def speed_note(run_s_per_token: float | None, reference_s_per_token: float | None) -> str | None:
+    """One line setting a run's yardstick against the calibration runs' (None when either is
+    unknown): a replay charges the calibration runs' speed."""
+    if not (_positive(run_s_per_token) and _positive(reference_s_per_token)):
+        return None  # unknown, or not a time (a profile file's hand-edited sources)
+    ratio = speed_ratio(run_s_per_token, reference_s_per_token)
+    return (f"the run's engines took {ratio:.2f}x the calibration runs' time on the fixed "
+            f"yardstick batch ({run_s_per_token * 1e3:.3f} against "
+            f"{reference_s_per_token * 1e3:.3f} ms per token): the replay charges the "
+            "calibration runs' speed")  # fmt: skip
+
+
+def speed_ratio(run_s_per_token: float | None, reference_s_per_token: float | None) -> float | None:
+    """A run's yardstick over the calibration runs' (None when either is unknown)."""
+    if not (_positive(run_s_per_token) and _positive(reference_s_per_token)):
+        return None
+    return run_s_per_token / reference_s_per_token
+
+
+def _positive(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < 1e9
