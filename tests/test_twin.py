@@ -607,6 +607,8 @@ def test_a_speed_is_set_only_between_two_measured_times():
 
     two = {"engine_yardstick_s_per_token": {"a": 2e-4, "b": 4e-4}}
     assert run_yardstick(two) == pytest.approx(3e-4)
+    ends = {**two, "engine_yardstick_end_s_per_token": {"a": 6e-4, "b": 8e-4}}
+    assert run_yardstick(ends) == pytest.approx(5e-4)  # both ends, every engine
     assert run_yardstick({}) is None and run_yardstick({"engine_yardstick_s_per_token": {}}) is None
     assert speed_ratio(6e-4, 4e-4) == pytest.approx(1.5)
     for hostile in (None, 0, -1e-4, "3e-4", True, float("nan"), float("inf")):

@@ -50,14 +50,15 @@ def real_summary(
     offsets: dict[str, int],
     memory: dict | None = None,
     executor: str = "local",
-    before_clock: dict[str, dict[str, float]] | None = None,
+    outside_clock: dict[str, dict[str, float]] | None = None,
     host: dict | None = None,
 ) -> dict:
     """The summary.json content of a real run: a simulation's keys plus reward curves,
     ``memory`` (the run's process's resident memory, MemoryMonitor.summary), ``executor``
-    (where the backends ran: ``local`` or ``ray``), ``before_clock``: ``engine_warmup_s``
-    (each engine's warm-up before the clock started [s], marlaas.executors.warmup) and
-    ``engine_yardstick_s_per_token`` (each engine's yardstick after it,
+    (where the backends ran: ``local`` or ``ray``), ``outside_clock``: what the engines did
+    outside the run's clock (``engine_warmup_s``, each engine's warm-up [s],
+    marlaas.executors.warmup; ``engine_yardstick_s_per_token`` and
+    ``engine_yardstick_end_s_per_token``, its yardstick after the warm-up and after the work,
     marlaas.executors.yardstick), and ``host`` (what the run and everything else used of the
     machine's processors, HostShare.summary)."""
     curves = {
@@ -67,7 +68,8 @@ def real_summary(
     return run_summary(
         workload, result, events, "real", backend=backend, resumed_from=offsets,
         reward_curves=curves, memory=memory or {}, executor=executor,
-        **{"engine_warmup_s": {}, "engine_yardstick_s_per_token": {}, **(before_clock or {})},
+        **{"engine_warmup_s": {}, "engine_yardstick_s_per_token": {},
+           "engine_yardstick_end_s_per_token": {}, **(outside_clock or {})},
         host=host or {},
     )  # fmt: skip
 

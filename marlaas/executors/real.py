@@ -231,6 +231,11 @@ class RealExecutor:
                 meters[name] = meter.steps
         return steps_frame(meters, self._t0, offset_s)
 
+    def yardstick_again(self) -> dict[str, float]:
+        """Each engine's yardstick timed now, once the run's work is done (after
+        :meth:`engine_steps` is read: its batches are no run's steps) [s per token]."""
+        return self._opened().run(yardstick(self.backends.engines))
+
     def start(self, decision: Decision, now: float) -> None:
         """Start the decision's work (instant decisions are done when this returns)."""
         runner = self._opened()

@@ -127,7 +127,7 @@ def train_run(
                 track = open_tracker(tracker, out, run_name=out.name, config=config)
             try:
                 with MemoryMonitor() as memory, HostShare() as host:
-                    before_clock: dict[str, dict[str, float]] = {}
+                    outside_clock: dict[str, dict[str, float]] = {}
                     engine_steps = None
                     if not left:  # every step was durable: only the outputs were missing
                         result = _no_work(workload, policy, seed)
@@ -137,7 +137,7 @@ def train_run(
                                           on_durable=keep)  # fmt: skip
                         memory.offset_s = journaled.end_s
                         try:
-                            result, before_clock, engine_steps = _train_part(
+                            result, outside_clock, engine_steps = _train_part(
                                 workload, journal, store, model_dir, backend, policy, seed,
                                 progress, observers, on_ended, offsets, journaled.end_s,
                                 options, track, memory, ray,
@@ -152,8 +152,8 @@ def train_run(
                 summary = real_summary(workload, result, events, rewards, backend, offsets,
                                        memory.summary(model_dir),
                                        executor="local" if ray is None else "ray",
-                                       before_clock=before_clock, host=host.summary() if ray is None
-                                       else {})  # fmt: skip
+                                       outside_clock=outside_clock,
+                                       host=host.summary() if ray is None else {})  # fmt: skip
                 if track is not None:
                     track.log_run(summary)
             finally:
@@ -181,9 +181,10 @@ def _train_part(workload, journal, store, model_dir, backend, policy, seed, prog
     last durable version, the arrivals ``start_s`` earlier), journaling it (and feeding
     ``track``, a tracker, each training step's statistics); ``memory``'s timeline counts on
     the run's clock from the end of the setup. Returns the result, what the engines did
-    before the clock started (each one's warm-up [s] and yardstick [s per token], the
-    summary's ``engine_warmup_s`` and ``engine_yardstick_s_per_token``), and the engines'
-    steps (marlaas.executors.engine_steps) on the run's clock."""
+    outside the clock (each one's warm-up [s] and yardstick [s per token] before it started,
+    and the yardstick again after the work: the summary's ``engine_warmup_s``,
+    ``engine_yardstick_s_per_token`` and ``engine_yardstick_end_s_per_token``), and the
+    engines' steps (marlaas.executors.engine_steps) on the run's clock."""
     scheduler = Scheduler.for_workload(workload, policy, seed)
     total = sum(max(0, j.rl.steps - versions.get(j.name, 0)) for j in workload.jobs)
     sizing = EngineSizing.of_workload(workload)
@@ -202,9 +203,11 @@ def _train_part(workload, journal, store, model_dir, backend, policy, seed, prog
         )  # fmt: skip
         keeper.finish(result.records)
         steps = executor.engine_steps(start_s)
-    before_clock = {"engine_warmup_s": executor.warmup_s,
-                    "engine_yardstick_s_per_token": executor.yardstick_s_per_token}  # fmt: skip
-    return result, before_clock, steps
+        after = executor.yardstick_again()
+    outside_clock = {"engine_warmup_s": executor.warmup_s,
+                     "engine_yardstick_s_per_token": executor.yardstick_s_per_token,
+                     "engine_yardstick_end_s_per_token": after}  # fmt: skip
+    return result, outside_clock, steps
 
 
 def _no_work(workload: Workload, policy, seed: int | None) -> RunResult:

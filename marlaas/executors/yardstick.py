@@ -1,21 +1,22 @@
 """The engines' yardstick: one fixed base-model batch, timed in the run's own process before
-its clock starts, so that a run can be compared with another for the speed its host gave it.
+its clock starts and again once its work is done, so that a run can be compared with another
+for the speed its host gave it.
 
-On the 2-core VM of docs/twin.md the same work ran at different speeds in different runs: one
-run's one-adapter decoding steps took 0.72x, another's 1.55x what the sequential runs' fit
-charges, with the machine otherwise idle (others 0.0-0.2% of its processors, no steal). The
-speed is the process's: it holds through a run (the first quarter of a run's steps against its
-other three: correlation 0.75 over 60 runs), and a benchmark timed in a separate process
-before and after the run does not see it (correlation -0.3 to 0.3). A replay charges the
+On the 2-core VM of docs/twin.md ("A host whose speed moves from run to run") the same work
+ran at different speeds in different runs: a run's one-adapter decoding steps took 0.70x to
+1.38x what the sequential runs' fit charges, with others at 0.0-2.6% of the processors. The
+speed is the process's: it holds through a run (the first quarter of a run's steps against
+its other three: correlation 0.75 over 60 runs), and a benchmark timed in a separate process
+before and after the run does not see it (correlation -0.34 to 0.28). A replay charges the
 calibration runs' speed; a run that its host slowed replays short by as much, and no term of
 the cost model can tell.
 
 :func:`yardstick` times :data:`YARDSTICK_BATCHES` batches of :data:`YARDSTICK_PROMPTS` fixed
-prompts on each engine (the base model, the sampling seeded), after the warm-up, and keeps the
-median of the batches after the first, in seconds per generated token. ``marlaas train``
-records it in the summary (``engine_yardstick_s_per_token``); ``calibrate`` keeps the mean of
-its runs' in the profile's sources, and ``replay`` and the held-out benchmark set a run's
-against it. Measured (2026-12-06, 18 runs): correlation 0.74 with the run's decoding speed.
+prompts on each engine (the base model, the sampling seeded) and keeps the median of the
+batches after the first, in seconds per generated token. ``marlaas train`` times it after the
+warm-up and after the work, and records both in the summary (``YARDSTICK_KEYS``);
+``calibrate`` keeps the mean of its runs' in the profile's sources, and ``replay`` and the
+held-out benchmark set a run's against it (:func:`run_yardstick`: both ends, every engine).
 """
 
 from __future__ import annotations
@@ -62,10 +63,18 @@ async def yardstick(engines: dict) -> dict[str, float]:
 
 
 def run_yardstick(summary: dict) -> float | None:
-    """A run's yardstick: the mean over its engines of ``engine_yardstick_s_per_token`` in its
-    summary [s per token] (None: a run from before it was measured)."""
-    values = list((summary.get("engine_yardstick_s_per_token") or {}).values())
+    """A run's yardstick: the mean over its engines, and over the two times it was timed
+    (``engine_yardstick_s_per_token`` before the clock, ``engine_yardstick_end_s_per_token``
+    after the work, where recorded), in its summary [s per token] (None: a run from before it
+    was measured). Both ends, not the first alone: over the 18 runs of docs/twin.md's fourth
+    sitting the mean of the two correlates 0.65 with the run's decoding speed, the first 0.55,
+    the last 0.42."""
+    values = [v for key in YARDSTICK_KEYS for v in (summary.get(key) or {}).values()]
     return sum(values) / len(values) if values else None
+
+
+YARDSTICK_KEYS = ("engine_yardstick_s_per_token", "engine_yardstick_end_s_per_token")
+"""Where a run's summary records its engines' yardstick: after the warm-up, after the work."""
 
 
 def speed_note(run_s_per_token: float | None, reference_s_per_token: float | None) -> str | None:
