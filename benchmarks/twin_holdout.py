@@ -31,7 +31,7 @@ import pandas as pd
 from marlaas.executors.yardstick import run_yardstick, speed_ratio
 from marlaas.sim.cost_profiles import CostProfile
 from marlaas.twin.calibrate import calibrate
-from marlaas.twin.real_run import CalibrationError, load_real_run
+from marlaas.twin.real_run import load_real_run
 from marlaas.twin.replay import replay
 
 WITHIN = 0.10
@@ -83,8 +83,9 @@ def repeat_spread(listed: pd.DataFrame) -> list[str]:
 
 
 def holdout_table(runs: list, refine: int) -> tuple[pd.DataFrame, list[str]]:
-    """(one row per (calibration schedule, held-out run): makespan error, busy error, host;
-    each calibration's warnings). Runs of more than one workload, or of one schedule only,
+    """(one row per (calibration schedule, held-out run): makespan error, busy error, host,
+    speed (the run's yardstick over its calibration runs'; NaN where either has none); each
+    calibration's warnings). Runs of more than one workload, or of one schedule only,
     are a ValueError."""
     workloads = {run.workload.name for run in runs}
     if len(workloads) > 1:
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         runs = [load_real_run(path) for path in args.runs]
-    except CalibrationError as err:  # a folder that is not a real run, or a file
+    except ValueError as err:  # not a real run, a file, a corrupt summary or event log
         sys.exit(f"twin_holdout: {err}")
     listed = run_table(runs)
     print(listed.to_string(index=False))

@@ -94,6 +94,8 @@ class RunSummary(_Checked):
     tenants: dict[Name, Name] | None = None
     resumed_from: dict[Name, Step] | None = None
     host: HostShareRecord | None = None
+    engine_yardstick_s_per_token: dict[Name, Positive] | None = None
+    engine_yardstick_end_s_per_token: dict[Name, Positive] | None = None
     metrics: SummaryMetrics | None = None
 
 

@@ -379,6 +379,7 @@ def test_the_holdout_benchmark_calibrates_per_schedule_and_replays_the_others(ru
         ("fair", "seq"), ("fifo+sequential", "fair"), ("fifo+sequential", "fair-2")
     ]  # fmt: skip
     assert table["others"].tolist() == ["25.0%", "-", "-"]
+    assert table["speed"].isna().all()  # no run of these timed a yardstick
     # one true cost model, fitted by the regression alone (refine 0: not within 10%, above);
     # the sequential run's groups are all of one length: its rows cannot tell the terms apart
     # (calibrate warns), so only the profile fitted on the fair runs is held to it
@@ -600,6 +601,15 @@ def test_the_yardstick_goes_from_the_runs_to_the_profile_and_the_replay(runs, tm
     assert main(["replay", str(runs["fair"]), "--cost", str(tmp_path / "p.yaml"), "--out",
                  str(tmp_path / "r2")]) == 0  # fmt: skip
     assert "note: the run's engines" not in capsys.readouterr().out
+    other = tmp_path / "other.yaml"  # the same profile, from another model's runs
+    text = (tmp_path / "p.yaml").read_text()
+    other.write_text(text.replace("model: ", "model: another-", 1))
+    assert main(["replay", str(slow), "--cost", str(other), "--out", str(tmp_path / "r3")]) == 0
+    assert "note: the run's engines" not in capsys.readouterr().out
+    hostile = copy_run(runs["fair"], tmp_path / "hostile",
+                       engine_yardstick_s_per_token={"rollout/0": "fast"})  # fmt: skip
+    with pytest.raises(ValueError, match="engine_yardstick_s_per_token"):
+        calibrate([hostile], refine_evaluations=0)
 
 
 def test_a_speed_is_set_only_between_two_measured_times():
@@ -609,6 +619,9 @@ def test_a_speed_is_set_only_between_two_measured_times():
     assert run_yardstick(two) == pytest.approx(3e-4)
     ends = {**two, "engine_yardstick_end_s_per_token": {"a": 6e-4, "b": 8e-4}}
     assert run_yardstick(ends) == pytest.approx(5e-4)  # both ends, every engine
+    odd = {"engine_yardstick_s_per_token": "fast", "engine_yardstick_end_s_per_token":
+           {"a": -1.0, "b": True, "c": "x", "d": 4e-4}}  # fmt: skip
+    assert run_yardstick(odd) == pytest.approx(4e-4)  # only times count
     assert run_yardstick({}) is None and run_yardstick({"engine_yardstick_s_per_token": {}}) is None
     assert speed_ratio(6e-4, 4e-4) == pytest.approx(1.5)
     for hostile in (None, 0, -1e-4, "3e-4", True, float("nan"), float("inf")):

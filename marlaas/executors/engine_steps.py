@@ -106,7 +106,8 @@ def group_of(request_id: str) -> str:
 def steps_frame(steps: dict[str, list[EngineStep]], zero: float, offset_s: float = 0.0):
     """One row per step of every engine (``steps``: engine name -> its steps), ``start_s`` on
     the run's clock (monotonic ``zero``, plus ``offset_s``: a resumed run's earlier parts);
-    steps before the clock (the warm-up) left out."""
+    steps before the clock (the warm-up, the yardstick) left out; the yardstick timed after
+    the work (``RealExecutor.yardstick_again``) is not in a frame read before it."""
     rows = [
         (engine, s.start - zero + offset_s, *astuple(s)[1:])
         for engine, measured in steps.items() for s in measured if s.start >= zero

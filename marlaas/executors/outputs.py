@@ -56,7 +56,7 @@ def real_summary(
     """The summary.json content of a real run: a simulation's keys plus reward curves,
     ``memory`` (the run's process's resident memory, MemoryMonitor.summary), ``executor``
     (where the backends ran: ``local`` or ``ray``), ``outside_clock``: what the engines did
-    outside the run's clock (``engine_warmup_s``, each engine's warm-up [s],
+    outside the run's timed work (``engine_warmup_s``, each engine's warm-up [s],
     marlaas.executors.warmup; ``engine_yardstick_s_per_token`` and
     ``engine_yardstick_end_s_per_token``, its yardstick after the warm-up and after the work,
     marlaas.executors.yardstick), and ``host`` (what the run and everything else used of the

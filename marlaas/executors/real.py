@@ -166,8 +166,8 @@ class RealExecutor:
 
     # ----------------------------------------------------------------------------- setup
     def open(self) -> RealExecutor:
-        """Build the backends (the models load) and warm the engines up; the clock starts
-        when done."""
+        """Build the backends (the models load), warm the engines up and time their yardstick
+        (marlaas.executors.yardstick); the clock starts when done."""
         if self._runner is not None:
             return self
         limit = max_positions(self._model_dir)
@@ -232,9 +232,16 @@ class RealExecutor:
         return steps_frame(meters, self._t0, offset_s)
 
     def yardstick_again(self) -> dict[str, float]:
-        """Each engine's yardstick timed now, once the run's work is done (after
-        :meth:`engine_steps` is read: its batches are no run's steps) [s per token]."""
-        return self._opened().run(yardstick(self.backends.engines))
+        """Each engine's yardstick timed now, once the run's work is done [s per token]; call
+        it after :meth:`engine_steps` is read (its batches are no run's steps, and that frame
+        keeps every step since the clock started). An engine that fails it (restarted, or
+        gone) leaves the run as it is: the yardstick is a measurement, not work, so it logs a
+        warning and gives none."""
+        try:
+            return self._opened().run(yardstick(self.backends.engines))
+        except Exception as err:
+            log.warning("the engines' yardstick after the work failed (%s): none recorded", err)
+            return {}
 
     def start(self, decision: Decision, now: float) -> None:
         """Start the decision's work (instant decisions are done when this returns)."""

@@ -174,9 +174,10 @@ def _check_runnable(workload: Workload) -> None:
     check_some_fit(workload.jobs, workload.cluster)
 
 
-def _train_part(workload, journal, store, model_dir, backend, policy, seed, progress,
-                observers, on_ended, versions, start_s, options, track,
-                memory, ray) -> tuple[RunResult, dict[str, float], pd.DataFrame]:  # fmt: skip
+def _train_part(
+    workload, journal, store, model_dir, backend, policy, seed, progress, observers, on_ended,
+    versions, start_s, options, track, memory, ray,
+) -> tuple[RunResult, dict[str, dict[str, float]], pd.DataFrame]:  # fmt: skip
     """Drive one part of the run (the first, or a resumed one: each job submitted at its
     last durable version, the arrivals ``start_s`` earlier), journaling it (and feeding
     ``track``, a tracker, each training step's statistics); ``memory``'s timeline counts on

@@ -45,7 +45,8 @@ def yardstick_prompts() -> list[list[int]]:
 async def yardstick(engines: dict) -> dict[str, float]:
     """Time the fixed batch :data:`YARDSTICK_BATCHES` times on each engine, one engine after
     another; return each engine's median over the batches after the first, in seconds per
-    generated token (engine name -> s/token)."""
+    generated token (engine name -> s/token; a batch that generated nothing is left out, and
+    an engine with no batch left)."""
     measured = {}
     for name, engine in engines.items():
         per_token = []
@@ -56,9 +57,10 @@ async def yardstick(engines: dict) -> dict[str, float]:
             )  # positional: a Ray engine's forwarder passes them on as they are
             spent = time.monotonic() - started
             tokens = sum(len(c.completion_ids) for group in groups for c in group)
-            if batch:  # the first batch may still pay one-off costs
-                per_token.append(spent / max(tokens, 1))
-        measured[name] = round(statistics.median(per_token), 9)
+            if batch and tokens:  # the first batch may still pay one-off costs
+                per_token.append(spent / tokens)
+        if per_token:  # an engine whose every batch ended at once has no yardstick
+            measured[name] = round(statistics.median(per_token), 9)
     return measured
 
 
@@ -69,7 +71,11 @@ def run_yardstick(summary: dict) -> float | None:
     was measured). Both ends, not the first alone: over the 18 runs of docs/twin.md's fourth
     sitting the mean of the two correlates 0.65 with the run's decoding speed, the first 0.55,
     the last 0.42."""
-    values = [v for key in YARDSTICK_KEYS for v in (summary.get(key) or {}).values()]
+    values = []
+    for key in YARDSTICK_KEYS:
+        measured = summary.get(key)
+        if isinstance(measured, dict):  # a summary read without its schema: times only
+            values += [v for v in measured.values() if _positive(v)]
     return sum(values) / len(values) if values else None
 
 

@@ -230,11 +230,16 @@ def calibrate(
             if f.name in ENGINE_TERMS else f
             for f in fitted
         ]  # fmt: skip
-    base_model = runs[0].workload.base_model
-    model = f"{base_model.name} ({base_model.path})" if base_model.path else base_model.name
+    model = model_label(runs[0].workload)
     sticks = [s for s in (run_yardstick(r.summary) for r in runs) if s is not None]
     stick = sum(sticks) / len(sticks) if sticks else None
     return Calibration(cost, fitted, [_describe(r) for r in runs], model, warnings, stick)
+
+
+def model_label(workload) -> str:
+    """The base model a workload trains, as a profile records it: its name and folder."""
+    base_model = workload.base_model
+    return f"{base_model.name} ({base_model.path})" if base_model.path else base_model.name
 
 
 ENGINE_UNITS = {

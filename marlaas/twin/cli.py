@@ -52,6 +52,7 @@ def _replay(args: argparse.Namespace) -> int:
     from marlaas.out_folder import claim
     from marlaas.runs import write_run_files
     from marlaas.sim.cost_profiles import load_profile
+    from marlaas.twin.calibrate import model_label
     from marlaas.twin.fidelity import format_fidelity
     from marlaas.twin.real_run import load_real_run
     from marlaas.twin.replay import FIDELITY_FILE, replay
@@ -71,6 +72,8 @@ def _replay(args: argparse.Namespace) -> int:
         print(f"note: the real run's host was busy: {note}")
     sources = profile.meta.get("sources") if profile else None
     reference = sources.get("yardstick_s_per_token") if isinstance(sources, dict) else None
+    if profile and profile.meta.get("model") not in (None, model_label(run.workload)):
+        reference = None  # another model's engines: their batch is not this one's
     speed = speed_note(run_yardstick(run.summary), reference)
     if speed:
         print(f"note: {speed}")
