@@ -23,6 +23,7 @@ from marlaas.atomic import replacing, write_durably
 from marlaas.core.workload import Workload
 from marlaas.eventlog import EVENT_LOG_FILE, write_event_log
 from marlaas.executors.engine_steps import ENGINE_STEPS_CSV
+from marlaas.executors.yardstick import YARDSTICK_KEYS
 from marlaas.output.errors import WriteError
 from marlaas.runs import SUMMARY_FILE, WORKLOAD_FILE, run_summary, summary_json
 
@@ -65,11 +66,11 @@ def real_summary(
         job: [round(float(r), 4) for r in group["mean_reward"]]
         for job, group in rewards.groupby("job", sort=True)
     }
+    outside = {key: {} for key in ("engine_warmup_s", *YARDSTICK_KEYS)} | (outside_clock or {})
     return run_summary(
         workload, result, events, "real", backend=backend, resumed_from=offsets,
         reward_curves=curves, memory=memory or {}, executor=executor,
-        **{"engine_warmup_s": {}, "engine_yardstick_s_per_token": {},
-           "engine_yardstick_end_s_per_token": {}, **(outside_clock or {})},
+        **outside,
         host=host or {},
     )  # fmt: skip
 

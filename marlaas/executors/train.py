@@ -51,6 +51,7 @@ from marlaas.executors.resume import (
     identity,
 )
 from marlaas.executors.tracking import RewardFeed, check_tracker, open_tracker
+from marlaas.executors.yardstick import YARDSTICK_KEYS
 from marlaas.out_folder import claim
 from marlaas.output.manifest import write_manifest
 
@@ -205,9 +206,8 @@ def _train_part(
         keeper.finish(result.records)
         steps = executor.engine_steps(start_s)
         after = executor.yardstick_again()
-    outside_clock = {"engine_warmup_s": executor.warmup_s,
-                     "engine_yardstick_s_per_token": executor.yardstick_s_per_token,
-                     "engine_yardstick_end_s_per_token": after}  # fmt: skip
+    yardsticks = dict(zip(YARDSTICK_KEYS, (executor.yardstick_s_per_token, after), strict=True))
+    outside_clock = {"engine_warmup_s": executor.warmup_s, **yardsticks}
     return result, outside_clock, steps
 
 

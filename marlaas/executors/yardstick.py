@@ -86,9 +86,9 @@ YARDSTICK_KEYS = ("engine_yardstick_s_per_token", "engine_yardstick_end_s_per_to
 def speed_note(run_s_per_token: float | None, reference_s_per_token: float | None) -> str | None:
     """One line setting a run's yardstick against the calibration runs' (None when either is
     unknown): a replay charges the calibration runs' speed."""
-    if not (_positive(run_s_per_token) and _positive(reference_s_per_token)):
-        return None  # unknown, or not a time (a profile file's hand-edited sources)
     ratio = speed_ratio(run_s_per_token, reference_s_per_token)
+    if ratio is None:  # unknown, or not a time (a profile file's hand-edited sources)
+        return None
     return (f"the run's engines took {ratio:.2f}x the calibration runs' time on the fixed "
             f"yardstick batch ({run_s_per_token * 1e3:.3f} against "
             f"{reference_s_per_token * 1e3:.3f} ms per token): the replay charges the "
@@ -103,4 +103,5 @@ def speed_ratio(run_s_per_token: float | None, reference_s_per_token: float | No
 
 
 def _positive(value) -> bool:
+    """Whether ``value`` is a time per token: a number (not a bool), above 0, below 1e9 s."""
     return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < 1e9

@@ -34,11 +34,7 @@ prints each and the profile records them under ``sources.warnings``.
 
 from __future__ import annotations
 
-import os
-import platform
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +51,7 @@ from marlaas.run_files import check_distinct
 from marlaas.sim.cost_model import CostModel, train_work
 from marlaas.table import text_table
 from marlaas.twin.decode_fit import features, fit_decode, predict, step_features
+from marlaas.twin.header import model_label
 from marlaas.twin.operations import most_jobs_at_once, operations, split_loads
 from marlaas.twin.overlap_fit import (
     OverlapFit,
@@ -67,7 +64,7 @@ from marlaas.twin.real_run import CalibrationError, RealRun, load_real_run
 from marlaas.twin.refine import ENGINE_TERMS, refine
 from marlaas.twin.train_fit import POOR_R2, TrainFit, fit_train
 
-__all__ = ["Calibration", "CalibrationError", "Fitted", "RealRun", "calibrate", "provenance"]
+__all__ = ["Calibration", "CalibrationError", "Fitted", "RealRun", "calibrate"]
 
 UNSEEN_LOAD_WAIT_ITERATIONS = 1.0
 """The wait of an engine load behind a decoding batch, in decode iterations, when the runs
@@ -234,12 +231,6 @@ def calibrate(
     sticks = [s for s in (run_yardstick(r.summary) for r in runs) if s is not None]
     stick = sum(sticks) / len(sticks) if sticks else None
     return Calibration(cost, fitted, [_describe(r) for r in runs], model, warnings, stick)
-
-
-def model_label(workload) -> str:
-    """The base model a workload trains, as a profile records it: its name and folder."""
-    base_model = workload.base_model
-    return f"{base_model.name} ({base_model.path})" if base_model.path else base_model.name
 
 
 ENGINE_UNITS = {
@@ -460,48 +451,3 @@ def _describe(run: RealRun) -> dict[str, Any]:
         "preset": s.get("preset"), "backend": s.get("backend"),
         "makespan_s": s.get("metrics", {}).get("makespan_s"),
     }  # fmt: skip
-
-
-def provenance(calibration: Calibration, name: str) -> dict[str, Any]:
-    """The profile's header: what was calibrated, from which runs, when, on what machine."""
-    try:
-        ours = version("marlaas")
-    except PackageNotFoundError:
-        ours = "unknown"
-    return {
-        "name": name,
-        "description": f"calibrated from {len(calibration.runs)} real run(s) of "
-        f"{', '.join(sorted({str(r['workload']) for r in calibration.runs}))}",
-        "origin": "calibrated",
-        "model": calibration.model,
-        "hardware": hardware(),
-        "calibrated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "marlaas_version": ours,
-        "sources": {
-            "runs": calibration.runs,
-            "fit": {f.name: {"rows": f.rows, "quality": f.quality} for f in calibration.fitted},
-            "warnings": calibration.warnings,
-            "yardstick_s_per_token": calibration.yardstick_s_per_token,
-        },
-    }
-
-
-def hardware() -> str:
-    """The CPU model and core count (and GPUs, when torch sees any) of this machine."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    text = f"{cpu}, {os.cpu_count()} cores"
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            text += f", {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
-    except ImportError:
-        pass
-    return text

@@ -12,7 +12,8 @@ from marlaas.run_options import path_arg
 def _calibrate(args: argparse.Namespace) -> int:
     from marlaas.out_folder import claim_file
     from marlaas.sim.cost_profiles import is_calibrated_profile, write_profile
-    from marlaas.twin.calibrate import calibrate, provenance
+    from marlaas.twin.calibrate import calibrate
+    from marlaas.twin.header import provenance
 
     name = _profile_name(args.name or Path(args.out).stem, args.name is None)
     with claim_file(args.out, "cost profile", is_calibrated_profile) as out:  # before any work
@@ -52,8 +53,8 @@ def _replay(args: argparse.Namespace) -> int:
     from marlaas.out_folder import claim
     from marlaas.runs import write_run_files
     from marlaas.sim.cost_profiles import load_profile
-    from marlaas.twin.calibrate import model_label
     from marlaas.twin.fidelity import format_fidelity
+    from marlaas.twin.header import profile_yardstick
     from marlaas.twin.real_run import load_real_run
     from marlaas.twin.replay import FIDELITY_FILE, replay
 
@@ -70,11 +71,7 @@ def _replay(args: argparse.Namespace) -> int:
     note = busy_host_note(run.summary.get("host"))
     if note:  # the real run was slowed by what the replay cannot see
         print(f"note: the real run's host was busy: {note}")
-    sources = profile.meta.get("sources") if profile else None
-    reference = sources.get("yardstick_s_per_token") if isinstance(sources, dict) else None
-    if profile and profile.meta.get("model") not in (None, model_label(run.workload)):
-        reference = None  # another model's engines: their batch is not this one's
-    speed = speed_note(run_yardstick(run.summary), reference)
+    speed = speed_note(run_yardstick(run.summary), profile_yardstick(profile, run.workload))
     if speed:
         print(f"note: {speed}")
     out = args.out

@@ -1,0 +1,76 @@
+"""A calibrated profile's header: what was calibrated, from which runs, when, on what machine
+(written by ``marlaas calibrate``), and what ``marlaas replay`` reads back from it."""
+
+from __future__ import annotations
+
+import os
+import platform
+from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from marlaas.sim.cost_profiles import CostProfile
+    from marlaas.twin.calibrate import Calibration
+
+
+def model_label(workload) -> str:
+    """The base model a workload trains, as a profile records it: its name and folder."""
+    base_model = workload.base_model
+    return f"{base_model.name} ({base_model.path})" if base_model.path else base_model.name
+
+
+def profile_yardstick(profile: CostProfile | None, workload) -> object:
+    """The calibration runs' yardstick a profile records (``sources.yardstick_s_per_token``,
+    as written: the caller checks it is a time), or None: no profile, none recorded, or a
+    profile of another model than ``workload``'s (its engines' batch is not this one's)."""
+    if profile is None or profile.meta.get("model") not in (None, model_label(workload)):
+        return None
+    sources = profile.meta.get("sources")
+    return sources.get("yardstick_s_per_token") if isinstance(sources, dict) else None
+
+
+def provenance(calibration: Calibration, name: str) -> dict[str, Any]:
+    """The profile's header: what was calibrated, from which runs, when, on what machine."""
+    try:
+        ours = version("marlaas")
+    except PackageNotFoundError:
+        ours = "unknown"
+    return {
+        "name": name,
+        "description": f"calibrated from {len(calibration.runs)} real run(s) of "
+        f"{', '.join(sorted({str(r['workload']) for r in calibration.runs}))}",
+        "origin": "calibrated",
+        "model": calibration.model,
+        "hardware": hardware(),
+        "calibrated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "marlaas_version": ours,
+        "sources": {
+            "runs": calibration.runs,
+            "fit": {f.name: {"rows": f.rows, "quality": f.quality} for f in calibration.fitted},
+            "warnings": calibration.warnings,
+            "yardstick_s_per_token": calibration.yardstick_s_per_token,
+        },
+    }
+
+
+def hardware() -> str:
+    """The CPU model and core count (and GPUs, when torch sees any) of this machine."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    text = f"{cpu}, {os.cpu_count()} cores"
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            text += f", {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
+    except ImportError:
+        pass
+    return text
