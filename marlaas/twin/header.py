@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from marlaas.sim.cost_profiles import CostProfile
-    from marlaas.twin.calibrate import Calibration
 
 
 def model_label(workload) -> str:
@@ -31,8 +30,9 @@ def profile_yardstick(profile: CostProfile | None, workload) -> object:
     return sources.get("yardstick_s_per_token") if isinstance(sources, dict) else None
 
 
-def provenance(calibration: Calibration, name: str) -> dict[str, Any]:
-    """The profile's header: what was calibrated, from which runs, when, on what machine."""
+def provenance(calibration, name: str) -> dict[str, Any]:
+    """The profile's header of ``calibration`` (a marlaas.twin.calibrate.Calibration): what
+    was calibrated, from which runs, when, on what machine."""
     try:
         ours = version("marlaas")
     except PackageNotFoundError:
