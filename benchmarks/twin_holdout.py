@@ -9,11 +9,12 @@ calibrate``), and each run of the other schedules is replayed with it (as ``marl
 one row per replay with the makespan error, the largest busy-fraction error (the shared
 processor and the pools, in points), the replayed run's host share (``summary.json``'s
 ``host``: the share of the machine's processor time that other processes and the hypervisor
-took while it ran; "-" for a run from before it was recorded), and its speed: its engines'
+took while it ran; "-" for a run from before it was recorded), its speed: its engines'
 yardstick over the calibration runs' (marlaas.executors.yardstick; above 1: its host ran the
-same fixed batch slower; "-" where a run has none). A first table lists every run:
-makespan, its own CPU seconds, the host share, and generation's total time from its event log,
-then how far apart the repeats of each schedule are.
+same fixed batch slower; "-" where a run has none), which the replay charges it at
+(marlaas.twin.replay), and the makespan error of a replay at the profile's own speed. A first
+table lists every run: makespan, its own CPU seconds, the host share, and generation's total
+time from its event log, then how far apart the repeats of each schedule are.
 Last, per calibration schedule, how many of its replays are within the Show's bounds (10% of
 makespan, 5 points of every busy fraction). Nothing is written but the output; profiles and
 replays stay in memory.
@@ -28,9 +29,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from marlaas.executors.yardstick import run_yardstick, speed_ratio
 from marlaas.sim.cost_profiles import CostProfile
 from marlaas.twin.calibrate import calibrate
+from marlaas.twin.header import provenance
 from marlaas.twin.real_run import load_real_run
 from marlaas.twin.replay import replay
 
@@ -84,7 +85,8 @@ def repeat_spread(listed: pd.DataFrame) -> list[str]:
 
 def holdout_table(runs: list, refine: int) -> tuple[pd.DataFrame, list[str]]:
     """(one row per (calibration schedule, held-out run): makespan error, busy error, host,
-    speed (the run's yardstick over its calibration runs'; NaN where either has none); each
+    speed (the run's yardstick over its calibration runs', which the replay charged; NaN where
+    either has none), the makespan error at the profile's own speed; each
     calibration's warnings). Runs of more than one workload, or of one schedule only,
     are a ValueError."""
     workloads = {run.workload.name for run in runs}
@@ -101,21 +103,28 @@ def holdout_table(runs: list, refine: int) -> tuple[pd.DataFrame, list[str]]:
     for schedule, own in sorted(by_schedule.items()):
         fit = calibrate([r.path for r in own], refine_evaluations=refine)
         warnings += [f"calibrated on {schedule}: {w}" for w in fit.warnings]
-        profile = CostProfile(f"calibrated-{schedule}", fit.cost, "(in memory)", "-")
+        name = f"calibrated-{schedule}"
+        profile = CostProfile(name, fit.cost, "(in memory)", "-", provenance(fit, name))
         for run in runs:
             if schedule_of(run.summary) == schedule:
                 continue
-            _events, _summary, table = replay(run, profile)
-            by_metric = table.set_index("metric")
+            _events, replayed, table = replay(run, profile)
+            own_speed = replay(run, profile, at_run_speed=False)[2]
             busy = table[table["metric"].str.match(r"busy fraction, (pool|processor)")]
             rows.append({
                 "calibrated on": schedule, "replayed": run.path.name,
-                "makespan error": float(by_metric.loc["makespan", "error"]),
+                "makespan error": _makespan_error(table),
                 "busy error pt": float(busy["error"].abs().max()),
                 "others": host_share(run.summary),
-                "speed": speed_ratio(run_yardstick(run.summary), fit.yardstick_s_per_token),
+                "speed": replayed["replayed_at_speed"],
+                "at the profile's speed": _makespan_error(own_speed),
             })  # fmt: skip
     return pd.DataFrame(rows), warnings
+
+
+def _makespan_error(table: pd.DataFrame) -> float:
+    """The makespan's relative error in a fidelity table."""
+    return float(table.set_index("metric").loc["makespan", "error"])
 
 
 def per_schedule(table: pd.DataFrame) -> list[str]:
@@ -154,12 +163,16 @@ def main(argv: list[str] | None = None) -> int:
         "makespan error": table["makespan error"].map("{:+.1%}".format),
         "busy error pt": table["busy error pt"].map("{:.1f}".format),
         "speed": table["speed"].map(lambda r: "-" if pd.isna(r) else f"{r:.2f}x"),
+        "at the profile's speed": table["at the profile's speed"].map("{:+.1%}".format),
     })  # fmt: skip
     print()
     print(shown.to_string(index=False))
     within = (table["makespan error"].abs() <= WITHIN).sum()
-    print(f"\nmakespan within {WITHIN:.0%}: {within} of {len(table)} held-out replays; busy "
-          f"error at most {table['busy error pt'].max():.1f} points")  # fmt: skip
+    own_speed = table["at the profile's speed"].abs()
+    print(f"\nmakespan within {WITHIN:.0%}: {within} of {len(table)} held-out replays "
+          f"({(own_speed <= WITHIN).sum()} at the profile's speed); mean error "
+          f"{table['makespan error'].abs().mean():.1%} ({own_speed.mean():.1%}); busy error at "
+          f"most {table['busy error pt'].max():.1f} points")  # fmt: skip
     for line in per_schedule(table):
         print(line)
     for warning in warnings:

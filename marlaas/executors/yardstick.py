@@ -7,16 +7,17 @@ ran at different speeds in different runs: a run's one-adapter decoding steps to
 1.38x what the sequential runs' fit charges, with others at 0.0-2.6% of the processors. The
 speed is the process's: it holds through a run (the first quarter of a run's steps against
 its other three: correlation 0.75 over 60 runs), and a benchmark timed in a separate process
-before and after the run does not see it (correlation -0.34 to 0.28). A replay charges the
-calibration runs' speed; a run that its host slowed replays short by as much, and no term of
+before and after the run does not see it (correlation -0.34 to 0.28). A replay at the
+calibration runs' speed replays a run that its host slowed short by as much, and no term of
 the cost model can tell.
 
 :func:`yardstick` times :data:`YARDSTICK_BATCHES` batches of :data:`YARDSTICK_PROMPTS` fixed
 prompts on each engine (the base model, the sampling seeded) and keeps the median of the
 batches after the first, in seconds per generated token. ``marlaas train`` times it after the
 warm-up and after the work, and records both in the summary (``YARDSTICK_KEYS``);
-``calibrate`` keeps the mean of its runs' in the profile's sources, and ``replay`` and the
-held-out benchmark set a run's against it (:func:`run_yardstick`: both ends, every engine).
+``calibrate`` keeps the mean of its runs' in the profile's sources, and ``replay`` charges a run
+at its speed: the profile's costs scaled by the run's (:func:`run_yardstick`: both ends, every
+engine) over the calibration runs' (marlaas.twin.replay).
 """
 
 from __future__ import annotations
@@ -83,16 +84,20 @@ YARDSTICK_KEYS = ("engine_yardstick_s_per_token", "engine_yardstick_end_s_per_to
 """Where a run's summary records its engines' yardstick: after the warm-up, after the work."""
 
 
-def speed_note(run_s_per_token: float | None, reference_s_per_token: float | None) -> str | None:
+def speed_note(
+    run_s_per_token: float | None, reference_s_per_token: float | None, charged: bool
+) -> str | None:
     """One line setting a run's yardstick against the calibration runs' (None when either is
-    unknown): a replay charges the calibration runs' speed."""
+    unknown), and whether the replay ``charged`` the run that speed."""
     ratio = speed_ratio(run_s_per_token, reference_s_per_token)
     if ratio is None:  # unknown, or not a time (a profile file's hand-edited sources)
         return None
     return (f"the run's engines took {ratio:.2f}x the calibration runs' time on the fixed "
             f"yardstick batch ({run_s_per_token * 1e3:.3f} against "
-            f"{reference_s_per_token * 1e3:.3f} ms per token): the replay charges the "
-            "calibration runs' speed")  # fmt: skip
+            f"{reference_s_per_token * 1e3:.3f} ms per token): "
+            + ("the replay charges the profile's costs at that speed" if charged else
+               "too far apart to be the same hardware; the replay charges the profile's own "
+               "costs"))  # fmt: skip
 
 
 def speed_ratio(run_s_per_token: float | None, reference_s_per_token: float | None) -> float | None:

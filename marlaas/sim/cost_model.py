@@ -115,6 +115,46 @@ class CostModel(BaseModel):
     the run's clock starts (in both worlds: marlaas.executors.warmup); a real run's summary
     records it, no run charges it to its first batch [S8]."""
 
+    def at_speed(self, slower: float) -> CostModel:
+        """These costs on hardware ``slower`` times as slow (2: everything takes twice as long;
+        0.5: half): every time (:data:`SPEED_TIMES`) times it, every throughput
+        (:data:`SPEED_RATES`) over it, each kept within its bounds; the shape of the model (its
+        ratios, counts and slowdowns) unchanged. A replay charges a run at the speed its host
+        gave it (marlaas.twin.replay)."""
+        if not 0 < slower < float("inf"):
+            raise ValueError(f"a speed ratio is a positive number, not {slower!r}")
+        bounds = type(self).model_fields
+        update = {}
+        for name in SPEED_TIMES + SPEED_RATES:
+            value = getattr(self, name)
+            value = value * slower if name in SPEED_TIMES else value / slower
+            low, high = _bounds(bounds[name])
+            update[name] = min(max(value, low), high)
+        return self.model_validate({**self.model_dump(), **update})
+
+
+SPEED_TIMES = ("decode_base_ms", "decode_per_seq_ms", "decode_per_kv_token_ms",
+               "decode_per_adapter_ms", "prefill_base_ms", "adapter_load_s", "train_overhead_s",
+               "trainer_swap_s", "sync_s", "colocated_switch_s", "engine_warmup_s")  # fmt: skip
+"""The cost model's times: what hardware ``slower`` times as slow multiplies
+(:meth:`CostModel.at_speed`)."""
+SPEED_RATES = ("prefill_tokens_per_s", "train_tokens_per_s")
+"""Its throughputs: what such hardware divides."""
+
+
+def _bounds(field) -> tuple[float, float]:
+    """(lowest, highest) value a CostModel field accepts (its ge or gt, just above a gt, and
+    its le)."""
+    low, high = 0.0, float("inf")
+    for rule in field.metadata:
+        if getattr(rule, "ge", None) is not None:
+            low = rule.ge
+        if getattr(rule, "gt", None) is not None:
+            low = rule.gt + 1e-9
+        if getattr(rule, "le", None) is not None:
+            high = rule.le
+    return low, high
+
 
 def train_work(
     cost: CostModel,

@@ -71,7 +71,8 @@ def _replay(args: argparse.Namespace) -> int:
     note = busy_host_note(run.summary.get("host"))
     if note:  # the real run was slowed by what the replay cannot see
         print(f"note: the real run's host was busy: {note}")
-    speed = speed_note(run_yardstick(run.summary), profile_yardstick(profile, run.workload))
+    speed = speed_note(run_yardstick(run.summary), profile_yardstick(profile, run.workload),
+                       charged=summary["replayed_at_speed"] is not None)  # fmt: skip
     if speed:
         print(f"note: {speed}")
     out = args.out
