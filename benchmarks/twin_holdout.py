@@ -9,10 +9,10 @@ calibrate``), and each run of the other schedules is replayed with it (as ``marl
 one row per replay with the makespan error, the largest busy-fraction error (the shared
 processor and the pools, in points), the replayed run's host share (``summary.json``'s
 ``host``: the share of the machine's processor time that other processes and the hypervisor
-took while it ran; "-" for a run from before it was recorded), its speed: its engines'
-yardstick over the calibration runs' (marlaas.executors.yardstick; above 1: its host ran the
-same fixed batch slower; "-" where a run has none), which the replay charges it at
-(marlaas.twin.replay), and the makespan error of a replay at the profile's own speed. A first
+took while it ran; "-" for a run from before it was recorded), the speed the replay charged
+it (marlaas.twin.replay: from its engines' yardstick over the calibration runs',
+marlaas.executors.yardstick; above 1: its host ran the same fixed batch slower; "-" where a
+run has none), and the makespan error of a replay at the profile's own speed. A first
 table lists every run: makespan, its own CPU seconds, the host share, and generation's total
 time from its event log, then how far apart the repeats of each schedule are.
 Last, per calibration schedule, how many of its replays are within the Show's bounds (10% of
@@ -85,8 +85,8 @@ def repeat_spread(listed: pd.DataFrame) -> list[str]:
 
 def holdout_table(runs: list, refine: int) -> tuple[pd.DataFrame, list[str]]:
     """(one row per (calibration schedule, held-out run): makespan error, busy error, host,
-    speed (the run's yardstick over its calibration runs', which the replay charged; NaN where
-    either has none), the makespan error at the profile's own speed; each
+    speed (the speed the replay charged, from the run's yardstick over its calibration runs';
+    NaN where either has none), the makespan error at the profile's own speed; each
     calibration's warnings). Runs of more than one workload, or of one schedule only,
     are a ValueError."""
     workloads = {run.workload.name for run in runs}

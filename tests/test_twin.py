@@ -20,6 +20,7 @@ from marlaas.cli import main
 from marlaas.core.prompts import prompt_cap
 from marlaas.core.scheduler import Scheduler
 from marlaas.eventlog import read_event_log, write_event_log
+from marlaas.executors.yardstick import SPEED_PER_YARDSTICK
 from marlaas.runs import write_run
 from marlaas.sim.cost_model import CostModel
 from marlaas.sim.cost_profiles import CostProfile, bundled_profiles, load_profile
@@ -598,10 +599,10 @@ def test_the_yardstick_goes_from_the_runs_to_the_profile_and_the_replay(runs, tm
     assert (
         "note: the run's engines took 1.25x the calibration runs' time on the fixed "
         "yardstick batch (0.500 against 0.400 ms per token): the replay charges the profile's "
-        "costs at that speed"
+        f"costs at {1.25**SPEED_PER_YARDSTICK:.2f}x"
     ) in capsys.readouterr().out
     replayed = json.loads((tmp_path / "r" / "summary.json").read_text())
-    assert replayed["replayed_at_speed"] == pytest.approx(1.25)
+    assert replayed["replayed_at_speed"] == pytest.approx(1.25**SPEED_PER_YARDSTICK)
     assert main(["replay", str(runs["fair"]), "--cost", str(tmp_path / "p.yaml"), "--out",
                  str(tmp_path / "r2")]) == 0  # fmt: skip
     assert "note: the run's engines" not in capsys.readouterr().out
@@ -618,8 +619,9 @@ def test_the_yardstick_goes_from_the_runs_to_the_profile_and_the_replay(runs, tm
 
 def test_a_replay_charges_the_run_at_its_speed(runs, tmp_path):
     """A run whose engines ran the yardstick 1.5x slower than the calibration runs' replays
-    longer than at the profile's own speed (its compute 1.5x, its environments' recorded
-    times not); a run 10x slower is not the same hardware: the profile's own costs."""
+    longer than at the profile's own speed (its compute at the speed that follows from it,
+    its environments' recorded times as they were); a run 10x slower is not the same
+    hardware: the profile's own costs."""
     calib = [copy_run(runs["fair"], tmp_path / f"c{i}",
                       engine_yardstick_s_per_token={"rollout/0": 4e-4})
              for i in range(2)]  # fmt: skip
@@ -629,10 +631,11 @@ def test_a_replay_charges_the_run_at_its_speed(runs, tmp_path):
                     engine_yardstick_s_per_token={"rollout/0": 6e-4})  # fmt: skip
     _, at_speed, _ = replay(slow, profile)
     _, own, _ = replay(slow, profile, at_run_speed=False)
-    assert at_speed["replayed_at_speed"] == pytest.approx(1.5)
+    charged = 1.5**SPEED_PER_YARDSTICK
+    assert at_speed["replayed_at_speed"] == pytest.approx(charged) and 1.3 < charged < 1.5
     assert own["replayed_at_speed"] is None
     ratio = at_speed["metrics"]["makespan_s"] / own["metrics"]["makespan_s"]
-    assert 1.1 < ratio <= 1.5 + 1e-9
+    assert 1.1 < ratio <= charged + 1e-9
     far = copy_run(runs["fair"], tmp_path / "far",
                    engine_yardstick_s_per_token={"rollout/0": 4e-3})  # fmt: skip
     _, unscaled, _ = replay(far, profile)
@@ -654,8 +657,8 @@ def test_a_speed_is_set_only_between_two_measured_times():
     assert run_yardstick(odd) == pytest.approx(4e-4)  # only times count
     assert run_yardstick({}) is None and run_yardstick({"engine_yardstick_s_per_token": {}}) is None
     assert speed_ratio(6e-4, 4e-4) == pytest.approx(1.5)
-    assert speed_note(4e-3, 4e-4, False).endswith("the replay charges the profile's own costs")
+    assert speed_note(4e-3, 4e-4, None).endswith("the replay charges the profile's own costs")
     for hostile in (None, 0, -1e-4, "3e-4", True, float("nan"), float("inf")):
         assert speed_ratio(hostile, 4e-4) is None and speed_ratio(4e-4, hostile) is None
-        assert speed_note(hostile, 4e-4, True) is None
-        assert speed_note(4e-4, hostile, True) is None
+        assert speed_note(hostile, 4e-4, 1.2) is None
+        assert speed_note(4e-4, hostile, 1.2) is None

@@ -72,7 +72,7 @@ def _replay(args: argparse.Namespace) -> int:
     if note:  # the real run was slowed by what the replay cannot see
         print(f"note: the real run's host was busy: {note}")
     speed = speed_note(run_yardstick(run.summary), profile_yardstick(profile, run.workload),
-                       charged=summary["replayed_at_speed"] is not None)  # fmt: skip
+                       charged=summary["replayed_at_speed"])  # fmt: skip
     if speed:
         print(f"note: {speed}")
     out = args.out

@@ -8,10 +8,10 @@ fidelity table (``fidelity.csv``).
 
 A profile calibrated from runs that timed the engines' yardstick (marlaas.executors.yardstick)
 charges a run at the speed its host gave it: the profile's costs :meth:`at_speed
-<marlaas.sim.cost_model.CostModel.at_speed>` the run's yardstick over the calibration runs'.
-On the 2-core VM of docs/twin.md, where the same run took up to a third longer from one run to
-the next, that brought the held-out replays' mean makespan error from 12.9% to 8.3% (the fourth
-sitting, 36 replays).
+<marlaas.sim.cost_model.CostModel.at_speed>` the speed that follows from the run's yardstick
+over the calibration runs' (``expected_speed``). On the 2-core VM of docs/twin.md, where the
+same run took up to a third longer from one run to the next, that brought 72 held-out replays'
+mean makespan error from 10.2% to 7.7% (sittings 4 and 5).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from marlaas.executors.yardstick import run_yardstick, speed_ratio
+from marlaas.executors.yardstick import expected_speed, run_yardstick, speed_ratio
 from marlaas.sim.cost_profiles import CostProfile
 from marlaas.sim.recording import Recording
 from marlaas.sim.run import simulate_run
@@ -31,8 +31,9 @@ from marlaas.twin.real_run import CalibrationError, RealRun, load_real_run
 
 FIDELITY_FILE = "fidelity.csv"
 SCALED_WITHIN = 4.0
-"""The largest speed ratio a replay charges (either way): past it the run and the calibration
-ran on hardware different in kind, whose costs differ in shape, not only in speed."""
+"""The largest yardstick ratio a replay charges a speed for (either way): past it the run and
+the calibration ran on hardware different in kind, whose costs differ in shape, not only in
+speed."""
 
 
 def replay(
@@ -47,11 +48,11 @@ def replay(
     if any((run.summary.get("resumed_from") or {}).values()):
         raise CalibrationError(f"{run.path}: a resumed run's log starts midway; replay a run "
                                "trained from the start")  # fmt: skip
-    speed = run_speed(run, profile) if at_run_speed else None
-    if speed is not None and 1 / SCALED_WITHIN <= speed <= SCALED_WITHIN:
+    ratio = run_speed(run, profile) if at_run_speed else None
+    speed = None
+    if ratio is not None and 1 / SCALED_WITHIN <= ratio <= SCALED_WITHIN:
+        speed = expected_speed(ratio)
         profile = replace(profile, cost=profile.cost.at_speed(speed))
-    else:
-        speed = None
     events, replayed = simulate_run(
         run.workload, run.summary["policy"], run.summary["seed"], profile=profile,
         recording=Recording.from_events(run.events), kind="replay", replay_of=str(run.path),
@@ -65,5 +66,5 @@ def replay(
 def run_speed(run: RealRun, profile: CostProfile | None) -> float | None:
     """The run's engines' yardstick over the calibration runs' that ``profile`` records: how
     many times as slow its host ran the same fixed batch (None: either is unknown, or the
-    profile is of another model)."""
+    profile is of another model). The replay charges :func:`expected_speed` of it."""
     return speed_ratio(run_yardstick(run.summary), profile_yardstick(profile, run.workload))
