@@ -599,7 +599,7 @@ def test_the_yardstick_goes_from_the_runs_to_the_profile_and_the_replay(runs, tm
     assert (
         "note: the run's engines took 1.25x the calibration runs' time on the fixed "
         "yardstick batch (0.500 against 0.400 ms per token): the replay charges the profile's "
-        f"costs at {1.25**SPEED_PER_YARDSTICK:.2f}x"
+        f"engine costs at {1.25**SPEED_PER_YARDSTICK:.2f}x"
     ) in capsys.readouterr().out
     replayed = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert replayed["replayed_at_speed"] == pytest.approx(1.25**SPEED_PER_YARDSTICK)

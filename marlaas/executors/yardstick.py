@@ -15,9 +15,9 @@ the cost model can tell.
 prompts on each engine (the base model, the sampling seeded) and keeps the median of the
 batches after the first, in seconds per generated token. ``marlaas train`` times it after the
 warm-up and after the work, and records both in the summary (``YARDSTICK_KEYS``);
-``calibrate`` keeps the mean of its runs' in the profile's sources, and ``replay`` charges a run
-at its speed: the profile's costs scaled by :func:`expected_speed` of the run's yardstick
-(:func:`run_yardstick`: both ends, every engine) over the calibration runs'
+``calibrate`` keeps the mean of its runs' in the profile's sources, and ``replay`` charges a
+run's engines their speed: the profile's engine costs scaled by :func:`expected_speed` of the
+run's yardstick (:func:`run_yardstick`: both ends, every engine) over the calibration runs'
 (marlaas.twin.replay).
 """
 
@@ -96,10 +96,10 @@ def speed_note(
     return (f"the run's engines took {ratio:.2f}x the calibration runs' time on the fixed "
             f"yardstick batch ({run_s_per_token * 1e3:.3f} against "
             f"{reference_s_per_token * 1e3:.3f} ms per token): "
-            + (f"the replay charges the profile's costs at {charged:.2f}x (runs' speed follows "
-               f"the yardstick to the power {SPEED_PER_YARDSTICK:g})" if charged is not None else
-               "too far apart to be the same hardware; the replay charges the profile's own "
-               "costs"))  # fmt: skip
+            + (f"the replay charges the profile's engine costs at {charged:.2f}x (runs' speed "
+               f"follows the yardstick to the power {SPEED_PER_YARDSTICK:g})"
+               if charged is not None else "too far apart to be the same hardware; the replay "
+               "charges the profile's own costs"))  # fmt: skip
 
 
 SPEED_PER_YARDSTICK = 0.8
@@ -108,7 +108,8 @@ to this power (:func:`expected_speed`). The yardstick is itself noisy (its two e
 to 70% within one run), so the best guess of a run's speed moves less than it: over the 18
 runs of each of docs/twin.md's sittings 4 and 5, the logarithm of a run's one-adapter
 decoding-step ratio (against its workload's sequential runs' fit) regressed on the logarithm
-of its yardstick, each workload's runs centred, has slope 0.85 and 0.76."""
+of its yardstick, each workload's runs centred, has slope 0.85 and 0.76 (and 0.76 over
+sitting 6's, measured after this was chosen)."""
 
 
 def expected_speed(yardstick_ratio: float) -> float:
