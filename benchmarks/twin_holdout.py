@@ -10,11 +10,12 @@ one row per replay with the makespan error, the largest busy-fraction error (the
 processor and the pools, in points), the replayed run's host share (``summary.json``'s
 ``host``: the share of the machine's processor time that other processes and the hypervisor
 took while it ran; "-" for a run from before it was recorded), the speed the replay charged
-it (marlaas.twin.replay: from its engines' yardstick over the calibration runs',
-marlaas.executors.yardstick; above 1: its host ran the same fixed batch slower; "-" where a
-run has none), and the makespan error of a replay at the profile's own speed. A first
-table lists every run: makespan, its own CPU seconds, the host share, and generation's total
-time from its event log, then how far apart the repeats of each schedule are.
+it (marlaas.twin.speed: from its engines' yardstick over the calibration runs'; above 1: its
+host ran the same fixed batch slower; "-" where a run has none, or one more than 4x the
+calibration runs' either way), and the makespan error of a replay at the profile's own
+speed. A first table lists every run: makespan, its own CPU seconds, the host share, and
+generation's total time from its event log, then how far apart the repeats of each schedule
+are.
 Last, per calibration schedule, how many of its replays are within the Show's bounds (10% of
 makespan, 5 points of every busy fraction). Nothing is written but the output; profiles and
 replays stay in memory.

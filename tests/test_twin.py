@@ -20,7 +20,6 @@ from marlaas.cli import main
 from marlaas.core.prompts import prompt_cap
 from marlaas.core.scheduler import Scheduler
 from marlaas.eventlog import read_event_log, write_event_log
-from marlaas.executors.yardstick import SPEED_PER_YARDSTICK
 from marlaas.runs import write_run
 from marlaas.sim.cost_model import CostModel
 from marlaas.sim.cost_profiles import CostProfile, bundled_profiles, load_profile
@@ -29,6 +28,7 @@ from marlaas.twin.calibrate import CalibrationError, calibrate
 from marlaas.twin.header import provenance
 from marlaas.twin.real_run import load_real_run
 from marlaas.twin.replay import replay
+from marlaas.twin.speed import SPEED_PER_YARDSTICK, charged_speed, speed_note, speed_ratio
 from marlaas.workload_file import load_workload
 
 TINY = Path(__file__).resolve().parents[1] / "traces" / "real-tiny.yaml"
@@ -598,8 +598,8 @@ def test_the_yardstick_goes_from_the_runs_to_the_profile_and_the_replay(runs, tm
                  str(tmp_path / "r")]) == 0  # fmt: skip
     assert (
         "note: the run's engines took 1.25x the calibration runs' time on the fixed "
-        "yardstick batch (0.500 against 0.400 ms per token): the replay charges the profile's "
-        f"engine costs at {1.25**SPEED_PER_YARDSTICK:.2f}x"
+        "yardstick batch (0.5 against 0.4 ms per token): the replay charges the profile's "
+        f"engine costs at {1.25**SPEED_PER_YARDSTICK:.3g}x"
     ) in capsys.readouterr().out
     replayed = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert replayed["replayed_at_speed"] == pytest.approx(1.25**SPEED_PER_YARDSTICK)
@@ -646,7 +646,7 @@ def test_a_replay_charges_the_run_at_its_speed(runs, tmp_path):
 
 
 def test_a_speed_is_set_only_between_two_measured_times():
-    from marlaas.executors.yardstick import run_yardstick, speed_note, speed_ratio
+    from marlaas.executors.yardstick import run_yardstick
 
     two = {"engine_yardstick_s_per_token": {"a": 2e-4, "b": 4e-4}}
     assert run_yardstick(two) == pytest.approx(3e-4)
@@ -657,8 +657,21 @@ def test_a_speed_is_set_only_between_two_measured_times():
     assert run_yardstick(odd) == pytest.approx(4e-4)  # only times count
     assert run_yardstick({}) is None and run_yardstick({"engine_yardstick_s_per_token": {}}) is None
     assert speed_ratio(6e-4, 4e-4) == pytest.approx(1.5)
-    assert speed_note(4e-3, 4e-4, None).endswith("the replay charges the profile's own costs")
     for hostile in (None, 0, -1e-4, "3e-4", True, float("nan"), float("inf")):
         assert speed_ratio(hostile, 4e-4) is None and speed_ratio(4e-4, hostile) is None
-        assert speed_note(hostile, 4e-4, 1.2) is None
-        assert speed_note(4e-4, hostile, 1.2) is None
+        assert speed_note(hostile, 4e-4) is None and speed_note(4e-4, hostile) is None
+    tiny = speed_note(4e-4, 1e-300)  # a hand-edited profile: one short line, not 300 digits
+    assert tiny.endswith("the replay charges the profile's own costs") and len(tiny) < 250
+
+
+def test_the_speed_charged_follows_the_yardstick_within_four_times_either_way():
+    """A faster run is charged below 1, a slower one above, both less than the ratio itself
+    (the yardstick is noisy); at 4x either way still charged, past it the profile's own."""
+    assert charged_speed(None) is None
+    assert charged_speed(1.0) == 1.0
+    assert 0.5 < charged_speed(0.5) < 1.0 and 1.0 < charged_speed(2.0) < 2.0
+    assert charged_speed(4.0) == pytest.approx(4.0**SPEED_PER_YARDSTICK)
+    assert charged_speed(0.25) == pytest.approx(0.25**SPEED_PER_YARDSTICK)
+    assert charged_speed(4.01) is None and charged_speed(0.249) is None
+    assert "charges the profile's engine costs at" in speed_note(4e-4, 1e-4)
+    assert speed_note(4.1e-4, 1e-4).endswith("the replay charges the profile's own costs")

@@ -16,9 +16,8 @@ prompts on each engine (the base model, the sampling seeded) and keeps the media
 batches after the first, in seconds per generated token. ``marlaas train`` times it after the
 warm-up and after the work, and records both in the summary (``YARDSTICK_KEYS``);
 ``calibrate`` keeps the mean of its runs' in the profile's sources, and ``replay`` charges a
-run's engines their speed: the profile's engine costs scaled by :func:`expected_speed` of the
-run's yardstick (:func:`run_yardstick`: both ends, every engine) over the calibration runs'
-(marlaas.twin.replay).
+run's engines the speed that follows from the run's yardstick (:func:`run_yardstick`: both
+ends, every engine) over the calibration runs' (marlaas.twin.speed).
 """
 
 from __future__ import annotations
@@ -77,7 +76,7 @@ def run_yardstick(summary: dict) -> float | None:
     for key in YARDSTICK_KEYS:
         measured = summary.get(key)
         if isinstance(measured, dict):  # a summary read without its schema: times only
-            values += [v for v in measured.values() if _positive(v)]
+            values += [v for v in measured.values() if positive_time(v)]
     return sum(values) / len(values) if values else None
 
 
@@ -85,46 +84,6 @@ YARDSTICK_KEYS = ("engine_yardstick_s_per_token", "engine_yardstick_end_s_per_to
 """Where a run's summary records its engines' yardstick: after the warm-up, after the work."""
 
 
-def speed_note(
-    run_s_per_token: float | None, reference_s_per_token: float | None, charged: float | None
-) -> str | None:
-    """One line setting a run's yardstick against the calibration runs' (None when either is
-    unknown), and the speed the replay ``charged`` the run (None: the profile's own)."""
-    ratio = speed_ratio(run_s_per_token, reference_s_per_token)
-    if ratio is None:  # unknown, or not a time (a profile file's hand-edited sources)
-        return None
-    return (f"the run's engines took {ratio:.2f}x the calibration runs' time on the fixed "
-            f"yardstick batch ({run_s_per_token * 1e3:.3f} against "
-            f"{reference_s_per_token * 1e3:.3f} ms per token): "
-            + (f"the replay charges the profile's engine costs at {charged:.2f}x (runs' speed "
-               f"follows the yardstick to the power {SPEED_PER_YARDSTICK:g})"
-               if charged is not None else "too far apart to be the same hardware; the replay "
-               "charges the profile's own costs"))  # fmt: skip
-
-
-SPEED_PER_YARDSTICK = 0.8
-"""How a run's speed follows its yardstick: the speed a replay charges is the yardstick's ratio
-to this power (:func:`expected_speed`). The yardstick is itself noisy (its two ends differ by up
-to 70% within one run), so the best guess of a run's speed moves less than it: over the 18
-runs of each of docs/twin.md's sittings 4 and 5, the logarithm of a run's one-adapter
-decoding-step ratio (against its workload's sequential runs' fit) regressed on the logarithm
-of its yardstick, each workload's runs centred, has slope 0.85 and 0.76 (and 0.76 over
-sitting 6's, measured after this was chosen)."""
-
-
-def expected_speed(yardstick_ratio: float) -> float:
-    """The speed a run is charged at for a yardstick ``yardstick_ratio`` times the calibration
-    runs' (:data:`SPEED_PER_YARDSTICK`)."""
-    return yardstick_ratio**SPEED_PER_YARDSTICK
-
-
-def speed_ratio(run_s_per_token: float | None, reference_s_per_token: float | None) -> float | None:
-    """A run's yardstick over the calibration runs' (None when either is unknown)."""
-    if not (_positive(run_s_per_token) and _positive(reference_s_per_token)):
-        return None
-    return run_s_per_token / reference_s_per_token
-
-
-def _positive(value) -> bool:
+def positive_time(value) -> bool:
     """Whether ``value`` is a time per token: a number (not a bool), above 0, below 1e9 s."""
     return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < 1e9

@@ -49,7 +49,7 @@ def _profile_name(name: str, from_out: bool) -> str:
 
 def _replay(args: argparse.Namespace) -> int:
     from marlaas.executors.host_share import busy_host_note
-    from marlaas.executors.yardstick import run_yardstick, speed_note
+    from marlaas.executors.yardstick import run_yardstick
     from marlaas.out_folder import claim
     from marlaas.runs import write_run_files
     from marlaas.sim.cost_profiles import load_profile
@@ -57,6 +57,7 @@ def _replay(args: argparse.Namespace) -> int:
     from marlaas.twin.header import profile_yardstick
     from marlaas.twin.real_run import load_real_run
     from marlaas.twin.replay import FIDELITY_FILE, replay
+    from marlaas.twin.speed import speed_note
 
     run = load_real_run(args.run, "replay")
     profile = load_profile(args.cost, base=run.workload.cost) if args.cost else None
@@ -71,8 +72,7 @@ def _replay(args: argparse.Namespace) -> int:
     note = busy_host_note(run.summary.get("host"))
     if note:  # the real run was slowed by what the replay cannot see
         print(f"note: the real run's host was busy: {note}")
-    speed = speed_note(run_yardstick(run.summary), profile_yardstick(profile, run.workload),
-                       charged=summary["replayed_at_speed"])  # fmt: skip
+    speed = speed_note(run_yardstick(run.summary), profile_yardstick(profile, run.workload))
     if speed:
         print(f"note: {speed}")
     out = args.out

@@ -9,7 +9,7 @@ fidelity table (``fidelity.csv``).
 A profile calibrated from runs that timed the engines' yardstick (marlaas.executors.yardstick)
 charges a run's engines the speed its host gave them: the profile's costs :meth:`engines_at_speed
 <marlaas.sim.cost_model.CostModel.engines_at_speed>` the speed that follows from the run's
-yardstick over the calibration runs' (``expected_speed``). On the 2-core VM of docs/twin.md,
+yardstick over the calibration runs' (marlaas.twin.speed). On the 2-core VM of docs/twin.md,
 where the same run took up to a third longer from one run to the next, that brought 108
 held-out replays (sittings 4-6) from 70 within 10% of the makespan to 84, the mean error from
 9.1% to 7.2%.
@@ -22,19 +22,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from marlaas.executors.yardstick import expected_speed, run_yardstick, speed_ratio
+from marlaas.executors.yardstick import run_yardstick
 from marlaas.sim.cost_profiles import CostProfile
 from marlaas.sim.recording import Recording
 from marlaas.sim.run import simulate_run
 from marlaas.twin.fidelity import fidelity_table
 from marlaas.twin.header import profile_yardstick
 from marlaas.twin.real_run import CalibrationError, RealRun, load_real_run
+from marlaas.twin.speed import charged_speed, speed_ratio
 
 FIDELITY_FILE = "fidelity.csv"
-SCALED_WITHIN = 4.0
-"""The largest yardstick ratio a replay charges a speed for (either way): past it the run and
-the calibration ran on hardware different in kind, whose costs differ in shape, not only in
-speed."""
 
 
 def replay(
@@ -42,17 +39,16 @@ def replay(
 ) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
     """(replay events, replay summary, fidelity table) of a real run (its folder, or the
     folder as :func:`marlaas.twin.real_run.load_real_run` read it). With ``at_run_speed``, the
-    profile's costs are charged at the run's speed (:func:`run_speed`); the summary records
-    the ratio charged (``replayed_at_speed``; None: the profile's own costs)."""
+    profile's engine costs are charged at the speed the run's yardstick gives
+    (:func:`run_speed`, marlaas.twin.speed); the summary records the speed charged
+    (``replayed_at_speed``; None: the profile's own costs)."""
     if not isinstance(run, RealRun):
         run = load_real_run(run, "replay")
     if any((run.summary.get("resumed_from") or {}).values()):
         raise CalibrationError(f"{run.path}: a resumed run's log starts midway; replay a run "
                                "trained from the start")  # fmt: skip
-    ratio = run_speed(run, profile) if at_run_speed else None
-    speed = None
-    if ratio is not None and 1 / SCALED_WITHIN <= ratio <= SCALED_WITHIN:
-        speed = expected_speed(ratio)
+    speed = charged_speed(run_speed(run, profile)) if at_run_speed else None
+    if speed is not None:
         profile = replace(profile, cost=profile.cost.engines_at_speed(speed))
     events, replayed = simulate_run(
         run.workload, run.summary["policy"], run.summary["seed"], profile=profile,
@@ -67,5 +63,6 @@ def replay(
 def run_speed(run: RealRun, profile: CostProfile | None) -> float | None:
     """The run's engines' yardstick over the calibration runs' that ``profile`` records: how
     many times as slow its host ran the same fixed batch (None: either is unknown, or the
-    profile is of another model). The replay charges :func:`expected_speed` of it."""
+    profile is of another model). The replay charges
+    :func:`marlaas.twin.speed.charged_speed` of it."""
     return speed_ratio(run_yardstick(run.summary), profile_yardstick(profile, run.workload))
