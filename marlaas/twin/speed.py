@@ -25,8 +25,8 @@ to this power (:func:`charged_speed`). The yardstick is itself noisy (its two en
 to 70% within one run), so the best guess of a run's speed moves less than it: over the 18
 runs of each of docs/twin.md's sittings 4 and 5, the logarithm of a run's one-adapter
 decoding-step ratio (against its workload's sequential runs' fit) regressed on the logarithm
-of its yardstick, each workload's runs centred, has slope 0.85 and 0.76 (0.76 over sitting
-6's and 7's, measured after this was chosen)."""
+of its yardstick, each workload's runs centred, has slope 0.85 and 0.76 (measured after this
+was chosen: 0.76 over sitting 6's, 0.29 over sitting 7's, whose repeats were close)."""
 
 
 def speed_ratio(run_s_per_token: object, reference_s_per_token: object) -> float | None:
