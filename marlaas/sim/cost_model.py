@@ -69,7 +69,8 @@ class CostModel(BaseModel):
     at prompt length [S1][S2]."""
     adapter_load_s: Seconds = 0.08
     """Loading one LoRA adapter version into an engine [s]: host-side setup dominates;
-    assumption."""
+    assumption. On a shared processor (``cluster.shared_compute``) the decoding engines wait
+    for it: the real executor adds a LoRA on the one thread its in-process engines step on."""
     train_tokens_per_s: Rate = 12_500.0
     """LoRA forward + backward on the frozen base, per device [tokens/s] [S1][S2], checked
     against published LoRA throughput [S5][S6][S7]."""

@@ -10,7 +10,7 @@ changes of the batch (an admission, or a sequence finishing) n and L are fixed a
 per iteration, so the time for k iterations is a quadratic in k, solved in closed form.
 Engines that share one processor (cluster.shared_compute) run ``slowdown`` times slower while
 others decode beside them (they take turns: the simulator sets it as they start and stop) and
-pause while another prefills.
+pause while another prefills or an adapter loads.
 
 Sequences finishing inside the batch are folded in piecewise without simulation events; the
 engine only wakes the simulator when a whole group (its slowest sample) is done. The cost of
@@ -101,7 +101,8 @@ class EngineModel:
 
     def pause(self, now: float, seconds: float) -> None:
         """Decode waits ``seconds`` more from ``now`` (or from the end of a pause already
-        under way): another engine's prefill on the thread they take turns on."""
+        under way): another engine's prefill, or an adapter load, on the thread they take
+        turns on."""
         self.advance(now)
         resume = self.resume_s
         self.resume_s = (now if now > resume else resume) + seconds

@@ -3,9 +3,11 @@
 One ``simpy.Environment``, no globals. Engines are :class:`EngineModel` instances that
 schedule a wake-up for their next finishing group; a newer wake-up empties the older one, and
 the emptied ones leave SimPy's heap once as many were emptied as a quarter of the heap holds.
-Environments, adapter loads, swaps, training steps and syncs are plain timeouts. Each timeout
-is a small :class:`Due` put on SimPy's event heap the way SimPy schedules its own (the same
-time, priority and id, so the same order), without a ``simpy.Timeout`` per event: an object
+Environments, adapter loads, swaps, training steps and syncs are plain timeouts (on a
+shared processor an adapter load also pauses the decoding engines:
+:meth:`SimPyExecutor._load_pauses_engines`). Each timeout is a small :class:`Due` put on
+SimPy's event heap the way SimPy schedules its own (the same time, priority and id, so the
+same order), without a ``simpy.Timeout`` per event: an object
 with an attribute dict, built by Python code, and most of the objects a run has in flight. All
 randomness is common random numbers seeded by the run's seed (:mod:`marlaas.sim.turn_draws`:
 a group turn's response lengths and environment waits are the same under every schedule), so
@@ -132,6 +134,22 @@ class SimPyExecutor:
     def _start_load(self, d: LoadAdapter, now: float) -> None:
         wait = self.cost.adapter_load_wait_iterations * self._busiest_iteration_s(d, now)
         self._after(self.cost.adapter_load_s + wait, WorkDone(d.work_id))
+        if self.shared_compute:
+            self._schedule(wait, self._load_pauses_engines, self.cost.adapter_load_s)
+
+    def _load_pauses_engines(self, due: Due) -> None:
+        """An adapter load on a shared processor begins (its wait for a step is over): the
+        real executor makes it on the one thread every in-process engine steps on, between
+        two steps (vLLM adds a LoRA between steps), so the decoding engines wait for it."""
+        self._pause_running(self.env.now, due.value)
+
+    def _pause_running(self, now: float, seconds: float, but: str | None = None) -> None:
+        """Every decoding engine but ``but`` waits ``seconds`` from ``now``: another engine's
+        prefill or an adapter load on the thread they take turns on."""
+        for name, engine in self.engines.items():
+            if name != but and engine.running:
+                engine.pause(now, seconds)
+                self._wake(name)
 
     def _start_swap(self, d: SwapIn, now: float) -> None:
         self._after(self.cost.trainer_swap_s, WorkDone(d.work_id))
@@ -230,10 +248,7 @@ class SimPyExecutor:
         self._tokens[d.work_id] = (sum(lengths), max(lengths))
         self._wake(d.engine)
         if self.shared_compute:
-            for name, other in self.engines.items():  # they wait for its prefill step
-                if name != d.engine and other.running:
-                    other.pause(now, prefill_s)
-                    self._wake(name)
+            self._pause_running(now, prefill_s, but=d.engine)  # they wait for its prefill
             self._share_processor(now)
 
     def _busiest_iteration_s(self, d: LoadAdapter, now: float) -> float:
@@ -290,7 +305,8 @@ class SimPyExecutor:
         """On one shared processor the engines take turns, step by step (the real executor
         runs every in-process engine on one thread): while several decode, an iteration of
         each takes all of theirs (each engine's own iteration time, summed), and a prefill
-        pauses the others (:meth:`_start_generate`); overlapped, decode and prefill take
+        pauses the others (:meth:`_start_generate`), as an adapter load pauses them all
+        (:meth:`_load_pauses_engines`); overlapped, decode and prefill take
         ``overlap_decode_slowdown`` times as long again while a training step runs, and a
         step ``overlap_train_slowdown`` times as long while any engine decodes."""
         if not self.shared_compute:

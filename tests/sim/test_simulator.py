@@ -10,7 +10,7 @@ import pytest
 
 from marlaas.core.policies import policy_names
 from marlaas.core.scheduler import Scheduler
-from marlaas.core.work import AdmitJob, Generate, SwapIn, Train
+from marlaas.core.work import AdmitJob, Generate, LoadAdapter, SwapIn, Train
 from marlaas.drive import InvariantError, check_invariants, drive
 from marlaas.drive.inbox import workload_inbox
 from marlaas.eventlog import records_to_frame
@@ -139,6 +139,32 @@ def test_engines_on_one_processor_take_turns_step_by_step():
     small, big = ends[False]
     assert big > 2 * small  # 38 ms against 14 ms an iteration alone
     assert ends[True] == pytest.approx([small + big, small + big], rel=0.02)
+
+
+def test_an_adapter_load_on_a_shared_processor_pauses_the_decoding_engines():
+    """The real executor adds a LoRA on the one thread its in-process engines step on: on one
+    processor a group decoding while another engine loads an adapter ends adapter_load_s
+    later; on devices of their own it does not wait."""
+    ends = {}
+    for shared in (False, True):
+        workload = load_workload(SMALL).with_overrides({
+            "cluster.pools": [{"name": "r", "role": "inference", "devices": 2},
+                              {"name": "t", "role": "training", "devices": 1}],
+            "cluster.shared_compute": shared,
+            "jobs.*.response_tokens": {"dist": "constant", "value": 100},
+            "cost.adapter_load_s": 0.5, "cost.adapter_load_wait_iterations": 0.0,
+        })  # fmt: skip
+        scheduler = Scheduler.for_workload(workload, "fifo")
+        for load in (False, True):
+            executor = admitted(SimPyExecutor(scheduler.cluster, workload.cost), workload)
+            executor.start(Generate(1, "math-a", 0, 0, 0, "r/0", 0, 8, 0, 1024), 0.0)
+            if load:
+                executor.start(LoadAdapter(2, "math-b", 0, "r/1"), 0.0)
+            while (done := executor.wait(None)) is not None:
+                if any(event.work_id == 1 for event in done[1]):
+                    ends[(shared, load)] = done[0]
+    assert ends[(False, True)] == pytest.approx(ends[(False, False)])
+    assert ends[(True, True)] == pytest.approx(ends[(True, False)] + 0.5)
 
 
 def overlapped(decode: float, train: float):
