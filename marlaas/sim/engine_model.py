@@ -65,7 +65,7 @@ class EngineModel:
         self.clock_s = 0.0
         """Simulation time [s] at which decode reached ``progress``."""
         self.resume_s = 0.0
-        """Decode is paused for prefill until this time [s]."""
+        """Decode is paused for a prefill or an adapter load until this time [s]."""
         self.running = 0
         self.context_offset = 0.0
         """Sum over running sequences of (prompt - progress at admission) [tokens]; the batch
@@ -102,8 +102,11 @@ class EngineModel:
     def pause(self, now: float, seconds: float) -> None:
         """Decode waits ``seconds`` more from ``now`` (or from the end of a pause already
         under way): another engine's prefill, or an adapter load, on the thread they take
-        turns on."""
+        turns on. Nothing waits where nothing decodes once ``now`` is reached (the last
+        sequences may end at ``now`` itself)."""
         self.advance(now)
+        if not self.running:
+            return
         resume = self.resume_s
         self.resume_s = (now if now > resume else resume) + seconds
 

@@ -7,8 +7,8 @@ Environments, adapter loads, swaps, training steps and syncs are plain timeouts 
 shared processor an adapter load also pauses the decoding engines:
 :meth:`SimPyExecutor._load_pauses_engines`). Each timeout is a small :class:`Due` put on
 SimPy's event heap the way SimPy schedules its own (the same time, priority and id, so the
-same order), without a ``simpy.Timeout`` per event: an object
-with an attribute dict, built by Python code, and most of the objects a run has in flight. All
+same order), without a ``simpy.Timeout`` per event: an object with an attribute dict, built
+by Python code, and most of the objects a run has in flight. All
 randomness is common random numbers seeded by the run's seed (:mod:`marlaas.sim.turn_draws`:
 a group turn's response lengths and environment waits are the same under every schedule), so
 a workload and seed give one event log. A replay passes a
@@ -134,18 +134,23 @@ class SimPyExecutor:
     def _start_load(self, d: LoadAdapter, now: float) -> None:
         wait = self.cost.adapter_load_wait_iterations * self._busiest_iteration_s(d, now)
         self._after(self.cost.adapter_load_s + wait, WorkDone(d.work_id))
-        if self.shared_compute:
+        if self.shared_compute and self.cost.adapter_load_s > 0:
             self._schedule(wait, self._load_pauses_engines, self.cost.adapter_load_s)
 
     def _load_pauses_engines(self, due: Due) -> None:
         """An adapter load on a shared processor begins (its wait for a step is over): the
         real executor makes it on the one thread every in-process engine steps on, between
-        two steps (vLLM adds a LoRA between steps), so the decoding engines wait for it."""
+        two steps (vLLM adds a LoRA between steps), so the decoding engines wait for it.
+        Approximations: the load itself does not wait for a pause already under way (two
+        loads at once pause the engines twice as long and end together), an engine that
+        does not decode yet is not held back, and engines in processes of their own (Ray's
+        actors), which the simulator also has take turns, are paused alike."""
         self._pause_running(self.env.now, due.value)
 
     def _pause_running(self, now: float, seconds: float, but: str | None = None) -> None:
-        """Every decoding engine but ``but`` waits ``seconds`` from ``now``: another engine's
-        prefill or an adapter load on the thread they take turns on."""
+        """Every decoding engine but ``but`` waits ``seconds`` more, from ``now`` or from the
+        end of a pause under way: another engine's prefill or an adapter load on the thread
+        they take turns on."""
         for name, engine in self.engines.items():
             if name != but and engine.running:
                 engine.pause(now, seconds)

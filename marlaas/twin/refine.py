@@ -2,12 +2,13 @@
 
 The regression (marlaas.twin.decode_fit) reads batch sizes and adapters as means over each
 group's span; the engine model (marlaas.sim.engine_model) follows them iteration by iteration,
-with sequences leaving the batch as they finish and decode pausing for every prefill. Starting
-from the regression, Nelder-Mead adjusts the engine terms so that replays of the calibration
-runs (their recorded lengths and environment times, marlaas.sim.recording) match them: it
-minimises, over the runs, the root mean squared log ratio of replayed to real generate
-durations (matched by (job, group, turn)) plus the absolute log ratios of the total generate
-time and of the makespan, so that noisy rows do not outweigh what the runs add up to.
+with sequences leaving the batch as they finish and decode pausing for every prefill (and,
+on a shared processor, every adapter load). Starting from the regression, Nelder-Mead adjusts
+the engine terms so that replays of the calibration runs (their recorded lengths and
+environment times, marlaas.sim.recording) match them: it minimises, over the runs, the root
+mean squared log ratio of replayed to real generate durations (matched by (job, group, turn))
+plus the absolute log ratios of the total generate time and of the makespan, so that noisy
+rows do not outweigh what the runs add up to.
 """
 
 from __future__ import annotations

@@ -141,10 +141,12 @@ def test_engines_on_one_processor_take_turns_step_by_step():
     assert ends[True] == pytest.approx([small + big, small + big], rel=0.02)
 
 
-def test_an_adapter_load_on_a_shared_processor_pauses_the_decoding_engines():
+@pytest.mark.parametrize("loading", ["r/0", "r/1"])
+def test_an_adapter_load_on_a_shared_processor_pauses_the_decoding_engines(loading):
     """The real executor adds a LoRA on the one thread its in-process engines step on: on one
-    processor a group decoding while another engine loads an adapter ends adapter_load_s
-    later; on devices of their own it does not wait."""
+    processor a group decoding while its own engine or another loads an adapter ends
+    adapter_load_s later; on devices of their own the load is a timeout beside decoding, and
+    the group ends as it would without it."""
     ends = {}
     for shared in (False, True):
         workload = load_workload(SMALL).with_overrides({
@@ -159,7 +161,7 @@ def test_an_adapter_load_on_a_shared_processor_pauses_the_decoding_engines():
             executor = admitted(SimPyExecutor(scheduler.cluster, workload.cost), workload)
             executor.start(Generate(1, "math-a", 0, 0, 0, "r/0", 0, 8, 0, 1024), 0.0)
             if load:
-                executor.start(LoadAdapter(2, "math-b", 0, "r/1"), 0.0)
+                executor.start(LoadAdapter(2, "math-b", 0, loading), 0.0)
             while (done := executor.wait(None)) is not None:
                 if any(event.work_id == 1 for event in done[1]):
                     ends[(shared, load)] = done[0]
