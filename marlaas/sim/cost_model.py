@@ -124,7 +124,7 @@ class CostModel(BaseModel):
         its engines' yardstick measured (marlaas.twin.replay): the yardstick times the
         engines, not the trainer, and on docs/twin.md's sittings 4-6 charging the trainer the
         same speed moved the replays further from the real runs (77 of 108 within 10%, against
-        84 with the engines alone)."""
+        84 with the engines alone, both before adapter loads paused the engines)."""
         if not 0 < slower < float("inf"):
             raise ValueError(f"a speed ratio is a positive number, not {slower!r}")
         bounds = type(self).model_fields

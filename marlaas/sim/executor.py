@@ -8,13 +8,13 @@ shared processor an adapter load also pauses the decoding engines:
 :meth:`SimPyExecutor._load_pauses_engines`). Each timeout is a small :class:`Due` put on
 SimPy's event heap the way SimPy schedules its own (the same time, priority and id, so the
 same order), without a ``simpy.Timeout`` per event: an object with an attribute dict, built
-by Python code, and most of the objects a run has in flight. All
-randomness is common random numbers seeded by the run's seed (:mod:`marlaas.sim.turn_draws`:
-a group turn's response lengths and environment waits are the same under every schedule), so
-a workload and seed give one event log. A replay passes a
-:class:`~marlaas.sim.recording.Recording` of a real run: each group turn then generates what
-it generated for real, each environment step takes what it took, and the groups the real run
-dropped as all alike (rl.resample_alike) are dropped again.
+by Python code, and most of the objects a run has in flight. All randomness is common random
+numbers seeded by the run's seed (:mod:`marlaas.sim.turn_draws`: a group turn's response
+lengths and environment waits are the same under every schedule), so a workload and seed
+give one event log. A replay passes a :class:`~marlaas.sim.recording.Recording` of a real
+run: each group turn then generates what it generated for real, each environment step takes
+what it took, and the groups the real run dropped as all alike (rl.resample_alike) are
+dropped again.
 """
 
 from __future__ import annotations
