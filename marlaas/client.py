@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import tarfile
 import time
@@ -73,7 +74,11 @@ class Client:
         return self._call("GET", "/v1/health", ok=(200, 503))
 
     def submit(self, spec: dict) -> dict:
-        """Submit a job spec; ``{id, state}``."""
+        """Submit a job spec; ``{id, state}``. A number JSON cannot carry (NaN, infinity) is a
+        ValueError naming its field; nothing is sent."""
+        where = _non_finite(spec)
+        if where is not None:
+            raise ValueError(f"{where}: not a finite number (JSON carries no NaN or infinity)")
         return self._call("POST", "/v1/jobs", json=spec)
 
     def jobs(self) -> list[dict]:
@@ -154,7 +159,10 @@ class Client:
             raise ServiceError(0, f"cannot reach {self.url}: {err}") from None
         if response.status_code not in ok:
             raise _error(response)
-        return response.json()
+        try:
+            return response.json()
+        except ValueError:
+            raise ServiceError(response.status_code, _not_ours(response)) from None
 
 
 def _checked_url(url: str) -> str:
@@ -168,11 +176,38 @@ def _checked_url(url: str) -> str:
     return url
 
 
+def _non_finite(value, where: str = "spec") -> str | None:
+    """The dotted path of the first NaN or infinite number in ``value``, else None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return None
+    for key, inner in items:
+        found = _non_finite(inner, f"{where}.{key}")
+        if found is not None:
+            return found
+    return None
+
+
+def _not_ours(response: httpx.Response) -> str:
+    """What to say of an answer that is not a MARLaaS service's JSON."""
+    origin = f"{response.url.scheme}://{response.url.netloc.decode('ascii')}"
+    kind = response.headers.get("content-type", "no content type").split(";")[0]
+    return (
+        f"{origin} answered {kind}, not a MARLaaS service's JSON: is --url (or ${URL_ENV}) "
+        "a MARLaaS service?"
+    )
+
+
 def _error(response: httpx.Response) -> ServiceError:
     try:
         detail = response.json().get("detail", response.text)
     except (ValueError, AttributeError):
-        detail = response.text
+        return ServiceError(response.status_code, _not_ours(response))
     if isinstance(detail, list):  # FastAPI's own validation errors
         detail = "; ".join(f"{'.'.join(map(str, d.get('loc', [])))}: {d.get('msg')}"
                            for d in detail)  # fmt: skip

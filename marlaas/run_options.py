@@ -32,6 +32,25 @@ def bounded_int(low: int, high: int):
     return parse
 
 
+def positive_float(high: float):
+    """An argparse ``type``: a finite number above 0 and at most ``high``, else a one-line
+    usage error (``float`` alone takes ``inf``, ``nan`` and ``-1``)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number") from None
+        if not 0 < value <= high:
+            raise argparse.ArgumentTypeError(
+                f"{text[:40]} is not a number above 0 and at most {high:g}"
+            )
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
 def path_arg(text: str) -> Path:
     """An argparse ``type`` for a path to write or read: any but the empty one (``''`` would
     be the working folder)."""

@@ -105,6 +105,13 @@ def test_a_folder_written_before_manifests_by_simulate_is_still_replaced(tmp_pat
     assert json.loads((out / "summary.json").read_text())["seed"] == 3
 
 
+def test_an_out_through_a_missing_folder_and_back_makes_no_stray_folder(tmp_path):
+    """``--out runs/a/../b`` wrote runs/b and left an empty runs/a behind."""
+    assert simulate(tmp_path / "runs" / "a" / ".." / "b") == 0
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["b"]
+    assert read_manifest(tmp_path / "runs" / "b")["kind"] == "simulation"
+
+
 def test_an_unwritable_out_is_refused_before_the_simulation(tmp_path, capsys, monkeypatch):
     import marlaas.sim.run
 

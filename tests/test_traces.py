@@ -184,6 +184,7 @@ def test_load_arrivals_seconds_and_timestamps(tmp_path):
         ("tenant,when\nx,1\n", "line 2: needs a submit_s [s] or a submit_time column"),
         ("tenant,submit_time\nx,yesterday\n", "line 2: submit_time: 'yesterday' is not"),
         ("submit_s\n1\n", "line 1: missing column(s) ['tenant']"),
+        ("tenant,submit_s,submit_time\nx,1,2024-01-01T00:00:00\n", "line 2: has both submit_s"),
     ],
 )
 def test_bad_arrivals(tmp_path, text, message):
@@ -223,12 +224,18 @@ def test_arrivals_by_job(tmp_path):
     assert [j.arrival_s for j in load_workload(path).jobs] == [0.0, 30.0, 0.0]
 
 
+def test_arrivals_written_by_excel_with_a_byte_order_mark(tmp_path):
+    path = _workload(tmp_path, {"match": "job"}, "\ufeffjob,tenant,submit_s\nb1,bob,30\n")
+    assert [j.arrival_s for j in load_workload(path).jobs] == [0.0, 30.0, 0.0]
+
+
 @pytest.mark.parametrize(
     ("match", "csv", "message"),
     [
         ("job", "job,tenant,submit_s\nzz,bob,1\n", "line 2: job 'zz' is not in the workload"),
         ("job", "job,tenant,submit_s\nb1,bob,1\nb1,bob,2\n", "line 3: job 'b1' appears twice"),
         ("job", "tenant,submit_s\nbob,1\n", "line 2: match: job needs a 'job' column"),
+        ("job", "job,tenant,submit_s\nb1,alice,1\n", "line 2: job 'b1' is tenant 'bob'"),
         ("tenant", "tenant,submit_s\ncarol,1\n", "line 2: tenant 'carol' has no job"),
         ("tenant", "tenant,submit_s\nbob,1\nbob,2\n", "line 3: tenant 'bob' has 1 job(s)"),
     ],

@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from marlaas.core.feasibility import why_infeasible
-from marlaas.core.limits import MAX_ADAPTER_SLOTS, MAX_DEVICES
+from marlaas.core.limits import MAX_ADAPTER_SLOTS, MAX_DEVICES, MAX_SEED
 from marlaas.core.policies import get_policy, policy_names
 from marlaas.core.scheduling import PRESETS
 from marlaas.core.workload import Workload
@@ -129,6 +129,11 @@ def check_inputs(args: argparse.Namespace, workload: Workload) -> list[int]:
         reason = why_infeasible(spec, workload.cluster)
         if reason is not None:  # the pool sizes do not change an engine's or the env workers'
             raise PlanError(f"job {spec.name!r} fits no engine of any cluster size: {reason}")
+    if workload.seed + args.seeds - 1 > MAX_SEED:
+        raise PlanError(
+            f"--seeds {args.seeds} from the workload's seed {workload.seed} goes past "
+            f"{MAX_SEED}, the largest seed a run takes: give a smaller seed or fewer seeds"
+        )
     return [workload.seed + i for i in range(args.seeds)]
 
 

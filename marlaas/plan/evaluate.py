@@ -182,8 +182,9 @@ def seed_run(seed: int, summary: dict) -> SeedRun:
     """What the plan reads of one simulation's summary (see marlaas.runs.run_summary)."""
     deadlines = summary["deadlines_s"]
     finish, arrivals = summary["job_finish_s"], summary["arrivals"]
-    jct = {
-        name: finish[name] - arrivals[name] if name in finish else math.inf for name in deadlines
+    jct = {  # a job that never finished (cancelled, refused, cut off) misses its deadline
+        name: math.inf if finish.get(name) is None else finish[name] - arrivals[name]
+        for name in deadlines
     }
     missed = tuple(summary["missed_deadlines"])
     metrics = summary["metrics"]

@@ -46,6 +46,8 @@ MAX_BODY_BYTES = 1024 * 1024
 EVENT_POLL_S = 0.5
 """How often an event stream looks for new events [s]."""
 OPERATOR_KEY_FILE = "operator.key"
+MAX_DETAIL_CHARS = 2000
+"""Longest refusal a 422 answers with [characters]: a spec's huge value is not echoed whole."""
 SKIPPED_FILES = ("optimizer.pt",)
 """What an adapter download leaves out: the optimizer state is the trainer's."""
 
@@ -142,8 +144,9 @@ def create_app(runner: ServiceRunner, data_dir: Path) -> FastAPI:
         try:
             spec = job_from_request(_json(body), who.tenant.name, runner.config)
         except JobRequestError as err:
-            _refused(request, 422, str(err))
-            raise HTTPException(422, str(err)) from None
+            detail = _cut(str(err))
+            _refused(request, 422, detail)
+            raise HTTPException(422, detail) from None
         job_id, state, reason = await run_in_threadpool(runner.submit, who.tenant, spec)
         if state == S.REFUSED:
             _refused(request, 429, reason)
@@ -169,7 +172,8 @@ def create_app(runner: ServiceRunner, data_dir: Path) -> FastAPI:
         job_of(who, job_id)
         if not runner.cancel(job_id):
             job = job_of(who, job_id)
-            state = "being cancelled" if job["cancel_requested"] else job["state"]
+            live = job["state"] in ("queued", "running")
+            state = "being cancelled" if live and job["cancel_requested"] else job["state"]
             raise HTTPException(409, f"job {job_id} is {state}; nothing to cancel")
         return {"id": job_id, "state": "cancelling"}
 
@@ -314,3 +318,10 @@ def _tar_gz(folder: Path, root: str) -> bytes:
             if path.is_file() and not path.is_symlink() and path.name not in SKIPPED_FILES:
                 tar.add(path, arcname=f"{root}/{path.name}")
     return buffer.getvalue()
+
+
+def _cut(text: str) -> str:
+    """``text``, cut to :data:`MAX_DETAIL_CHARS` saying how much was cut."""
+    if len(text) <= MAX_DETAIL_CHARS:
+        return text
+    return f"{text[:MAX_DETAIL_CHARS]}... ({len(text) - MAX_DETAIL_CHARS:,} more characters)"

@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 from contextlib import ExitStack, suppress
 from pathlib import Path
 
-from marlaas.run_options import bounded_int, path_arg
+from marlaas.run_options import bounded_int, path_arg, positive_float
 from marlaas.service import tenant_cli
 from marlaas.service.stack import require_service_stack
 from marlaas.terminal import UsageError
@@ -26,6 +27,8 @@ TRAFFIC_HELP = "write a service's submissions as a workload file (for marlaas si
 KEEP_ALIVE_S = 30
 """How long the server keeps an idle connection [s]: well above a client's own expiry (httpx:
 5 s), so that a client never reuses a connection the server is closing."""
+MAX_SPEED = 1e6
+"""The fastest --simulate clock [simulated seconds per wall second]: a year of work in 32 s."""
 CONFIG_FILE = "config.json"
 """The cluster file the service last ran with, in the data folder (for ``traffic``)."""
 BASE_MODEL_FILE = "base_model.json"
@@ -70,6 +73,7 @@ def _serve(args: argparse.Namespace) -> int:
     data = _data_folder(args.data, create=False)  # every check before anything is written
     if not args.simulate:
         _check_base_model(data, config, base_dir)
+    listening = _listening_socket(args.host, args.port)  # a port in use: nothing written
     created = not data.exists()
     data.mkdir(parents=True, exist_ok=True)
     lock = lock_folder(data)
@@ -79,12 +83,21 @@ def _serve(args: argparse.Namespace) -> int:
         _write_once(data / OPERATOR_KEY_FILE, new_key())
         if not args.simulate:
             _record_base_model(data, config, base_dir)
-        _save_config(data, config, base_dir)
         logging.basicConfig(level=getattr(logging, args.log_level.upper()),
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
         options = {} if args.simulate else {"backend": args.backend, "ray": args.ray}
         runner = ServiceRunner(config, base_dir, data, store, simulate=args.simulate,
                                speed=args.speed, cost=cost, **options)  # fmt: skip
+        misfits = runner.misfits()
+        if misfits:
+            raise UsageError(
+                f"serve: {len(misfits)} queued or running job(s) no longer fit the service: "
+                f"block of {args.cluster} ({'; '.join(misfits[:3])}"
+                f"{'; ...' if len(misfits) > 3 else ''}): start with the cluster file they "
+                f"were submitted under ({data / CONFIG_FILE} is the last one) and cancel them, "
+                "or keep its limits"
+            )
+        _save_config(data, config, base_dir)
         where = "simulated, " if args.simulate else ""
         print(f"marlaas: starting {config.name} ({where}policy {config.policy}); data in "
               f"{data}, operator key in {data / OPERATOR_KEY_FILE}", file=sys.stderr,
@@ -104,10 +117,11 @@ def _serve(args: argparse.Namespace) -> int:
             "the service stopped; its jobs continue from their last durable step when it "
             "starts again"
         )
-        print(f"marlaas: serving on http://{args.host}:{args.port} (API docs at /docs)",
+        port = listening.getsockname()[1]  # --port 0: the one the system gave
+        print(f"marlaas: serving on http://{args.host}:{port} (API docs at /docs)",
               file=sys.stderr, flush=True)  # fmt: skip
         try:
-            server.run()
+            server.run(sockets=[listening])
         finally:
             runner.stop()
             store.close()
@@ -115,8 +129,22 @@ def _serve(args: argparse.Namespace) -> int:
             raise runner.error
         return 0
     finally:
+        listening.close()
         stack.close()
         unlock(data, lock)
+
+
+def _listening_socket(host: str, port: int) -> socket.socket:
+    """The service's TCP socket, bound before anything starts (uvicorn would bind it only
+    once the jobs resumed, and exit with its own code): a port in use is one line."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        raise UsageError(f"serve: cannot listen on {host}:{port} ({err.strerror or err})") from None
+    return sock
 
 
 def _data_folder(path: str, create: bool = True) -> Path:
@@ -204,8 +232,9 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help="TCP port to listen on")  # fmt: skip
     parser.add_argument("--simulate", action="store_true", help="the simulator on the wall "
                         "clock instead of a model: try a policy against live traffic")  # fmt: skip
-    parser.add_argument("--speed", type=float, default=1.0, help="--simulate: simulated "
-                        "seconds per wall second")  # fmt: skip
+    parser.add_argument("--speed", type=positive_float(MAX_SPEED), default=1.0,
+                        help="--simulate: simulated seconds per wall second (at most "
+                        f"{MAX_SPEED:g})")  # fmt: skip
     parser.add_argument("--cost", metavar="PROFILE", help="--simulate: cost profile (a "
                         "bundled name or a file from marlaas calibrate)")  # fmt: skip
     parser.add_argument("--backend", choices=("auto", "vllm", "hf"), default="auto",

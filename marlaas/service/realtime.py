@@ -9,6 +9,7 @@ from the simulator's (SimPy's own real-time variant differs in one method too).
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 
@@ -21,8 +22,8 @@ class RealTimeExecutor:
     """``inner``'s simulated events, each when the wall clock reaches its time."""
 
     def __init__(self, inner: SimPyExecutor, speed: float = 1.0) -> None:
-        if not speed > 0:
-            raise ValueError(f"speed must be > 0, got {speed!r}")
+        if not (math.isfinite(speed) and speed > 0):
+            raise ValueError(f"speed must be a finite number > 0, got {speed!r}")
         self.inner, self.speed, self.seed = inner, speed, inner.seed
         self._t0 = time.monotonic()
         self._woken = threading.Event()

@@ -88,6 +88,20 @@ class ServiceRunner:
         if self.error is not None:
             raise self.error
 
+    def misfits(self) -> list[str]:
+        """``job N: reason`` for every queued or running job of the store that this service's
+        envelope (its ``service:`` block) no longer admits: a service started with a smaller
+        envelope would fail them for good (:meth:`_resubmit`)."""
+        found = []
+        for job_id, spec, durable, cancelled in self.store.live_jobs():
+            if cancelled or durable >= spec.rl.steps:
+                continue
+            try:
+                check_envelope(spec, self.config)
+            except JobRequestError as err:
+                found.append(f"job {job_id}: {err}")
+        return found
+
     def stop(self, timeout_s: float | None = None) -> None:
         """Stop the driver: work in flight is left (the jobs resume on the next start)."""
         self.inbox.stop()
@@ -256,6 +270,7 @@ class ServiceRunner:
             try:
                 check_envelope(spec, self.config)
             except JobRequestError as err:
+                log.warning("job %s failed: it no longer fits this service: %s", name, err)
                 self.store.set_state(job_id, S.FAILED, f"it no longer fits this service: {err}")
                 continue
             lost = "" if store is None else drop_undurable(store, name, durable)

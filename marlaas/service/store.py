@@ -71,7 +71,9 @@ class JobStore:
 
     # ----------------------------------------------------------------------------- tenants
     def add_tenant(self, name: str, quota: TenantSpec | None = None) -> str:
-        """Add tenant ``name``; returns its API key (not kept: only its keyed hash is)."""
+        """Add tenant ``name``; returns its API key (not kept: only its keyed hash is). A
+        revoked tenant is given a new key (its old one stays refused) and ``quota``, and keeps
+        its jobs."""
         from marlaas.core.spec_fields import check_name, shown_name
 
         try:
@@ -81,8 +83,15 @@ class JobStore:
         quota = quota or TenantSpec()
         key = keys.new_key()
         with self._session.begin() as session:
-            if session.scalar(select(Tenant.id).where(Tenant.name == name)) is not None:
-                raise TenantError(f"tenant {name!r} exists (revoke it first, or pick a name)")
+            known = session.scalar(select(Tenant).where(Tenant.name == name))
+            if known is not None and known.revoked_at is None:
+                raise TenantError(f"tenant {name!r} exists (revoke it first to give it a new "
+                                  "key, or pick a name)")  # fmt: skip
+            if known is not None:
+                known.key_hash, known.revoked_at = keys.key_hash(self._secret, key), None
+                known.max_active_jobs = quota.max_active_jobs
+                known.max_queued_jobs = quota.max_queued_jobs
+                return key
             session.add(Tenant(
                 name=name, key_hash=keys.key_hash(self._secret, key),
                 max_active_jobs=quota.max_active_jobs, max_queued_jobs=quota.max_queued_jobs,

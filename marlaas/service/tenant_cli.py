@@ -51,10 +51,14 @@ def _calling(command):
 
 
 def _submit(client, args: argparse.Namespace) -> int:
+    from marlaas.core.workload import WorkloadError
     from marlaas.workload_file import read_yaml
 
     spec = read_yaml(args.job, what="job spec")
-    answer = client.submit(spec)
+    try:
+        answer = client.submit(spec)
+    except ValueError as err:  # a number JSON cannot carry: nothing was sent
+        raise WorkloadError(f"{args.job}: {err}") from None
     print(f"job {answer['id']} {answer['state']}")
     return 0
 

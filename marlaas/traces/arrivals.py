@@ -70,6 +70,8 @@ def load_arrivals(path: str | Path) -> list[Arrival]:
     stamps: list[float] = []
     out: list[Arrival] = []
     for line, row in rows:
+        if "submit_s" in row and "submit_time" in row:
+            raise TraceError(path, "has both submit_s and submit_time: keep one", line)
         if "submit_s" in row:
             submit = number(path, line, "submit_s", row["submit_s"])
         elif "submit_time" in row:
@@ -155,6 +157,10 @@ def assign(
                 raise TraceError(path, f"job {row.job!r} is not in the workload", row.line)
             if index[row.job] in out:
                 raise TraceError(path, f"job {row.job!r} appears twice", row.line)
+            owner = jobs[index[row.job]].get("tenant")
+            if row.tenant != owner:
+                raise TraceError(path, f"job {row.job!r} is tenant {owner!r}'s in the workload, "
+                                 f"not {row.tenant!r}'s", row.line)  # fmt: skip
             out[index[row.job]] = row
         return out
     by_tenant: dict[str, list[int]] = {}

@@ -56,7 +56,7 @@ def checked_file(path: str | Path) -> Path:
 
 
 def _rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
-    with path.open(newline="", encoding="utf-8", errors="strict") as handle:
+    with path.open(newline="", encoding="utf-8-sig", errors="strict") as handle:  # Excel: BOM
         lines = _RecordLines(handle)
         reader = csv.reader(lines, strict=True)
         header: list[str] | None = None

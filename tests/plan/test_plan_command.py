@@ -145,6 +145,7 @@ def test_plan_replaces_a_plan_and_refuses_other_folders(tmp_path, capsys):
         (["--adapter-slots", "4,100000"], "--adapter-slots: values must be 1..4,096"),
         (["--adapter-slots", "0"], "--adapter-slots: values must be 1..4,096"),
         (["--trainer-widths", "70000"], "--trainer-widths: values must be 1..65,536"),
+        (["--seeds", "3", "--set=seed=4294967295"], "--seeds 3 from the workload's seed"),
     ],
 )
 def test_a_bad_number_is_one_line_before_any_work(tmp_path, capsys, option, says):
@@ -152,6 +153,17 @@ def test_a_bad_number_is_one_line_before_any_work(tmp_path, capsys, option, says
     assert plan(tmp_path, f"--set={DEADLINE}", "--seeds", "1", *option, "--out", str(out)) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"marlaas: error: {says}") and "\n" not in err, err
+    assert not out.exists()
+
+
+def test_a_cancelled_job_with_a_deadline_misses_it(tmp_path, capsys):
+    """A job that never finishes (cancelled: no finish time) misses its deadline on every
+    configuration, said in one line (it was a TypeError)."""
+    out = tmp_path / "p"
+    assert plan(tmp_path, "--set=jobs.*.deadline_s=1000", "--set=jobs.math-a.cancel_after_s=1",
+                "--max-devices", "3", "--seeds", "1", "--out", str(out)) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert "job 'math-a' (deadline 1,000 s) at best never finished" in err and "\n" not in err
     assert not out.exists()
 
 

@@ -113,6 +113,58 @@ def test_a_bad_job_spec_gets_its_4xx_naming_what_is_wrong_and_changes_nothing(
     assert rows(service.store) == before
 
 
+def test_a_huge_value_in_a_bad_spec_is_not_echoed_whole(service):
+    key = service.key("alice")
+    body = json.dumps({**JOB, "bogus" + "x" * 900_000: 1}).encode()
+    response = httpx.post(f"{service.url}/v1/jobs", content=body,
+                          headers={"Authorization": f"Bearer {key}"})  # fmt: skip
+    assert response.status_code == 422
+    detail = response.json()["detail"]
+    assert len(detail) < 2_100 and detail.endswith("more characters)"), detail[-80:]
+
+
+def test_the_client_names_a_number_json_cannot_carry_and_sends_nothing(service):
+    alice = service.client(service.key("alice"))
+    before = rows(service.store)
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"spec\.rl\.steps: not a finite number"):
+            alice.submit({**JOB, "rl": {**JOB["rl"], "steps": bad}})
+    assert rows(service.store) == before
+
+
+def test_the_client_says_when_the_url_is_not_a_marlaas_service(tmp_path):
+    """A server answering HTML or text (another service on the port) was a JSONDecodeError."""
+    import http.server
+
+    from marlaas.client import Client
+
+    class Other(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            found = self.path == "/v1/jobs"
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Type", "text/plain" if found else "text/html")
+            self.end_headers()
+            self.wfile.write(b"not json" if found else b"<html>" + b"x" * 5000 + b"</html>")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Other)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        with Client(url, "k") as client:
+            for call, status, kind in ((client.jobs, 200, "text/plain"),
+                                       (lambda: client.job(1), 404, "text/html")):  # fmt: skip
+                with pytest.raises(ServiceError) as err:
+                    call()
+                assert err.value.status == status and len(str(err.value)) < 200, str(err.value)
+                assert f"{url} answered {kind}, not a MARLaaS service's JSON" in str(err.value)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_a_huge_body_without_a_length_is_413(service):
     key = service.key("alice")
 
@@ -173,6 +225,7 @@ def test_a_cancelled_job_ends_cancelled_and_a_second_cancel_is_409(service):
     with pytest.raises(ServiceError) as err:
         client.cancel(job["id"])
     assert err.value.status == 409
+    assert f"job {job['id']} is cancelled; nothing to cancel" in str(err.value)  # not "being"
 
 
 def test_events_stream_steps_and_states_and_resume_after_last_event_id(service):

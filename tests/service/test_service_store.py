@@ -7,6 +7,7 @@ import json
 import time
 
 import pytest
+import yaml
 from sqlalchemy import text
 
 from marlaas.cli import main
@@ -57,6 +58,18 @@ def test_tenants_are_added_once_listed_and_revoked(store):
     assert [t.revoked for t in store.tenants()] == [False, True]
     with pytest.raises(TenantError, match="no tenant"):
         store.revoke_tenant("carol")
+
+
+def test_a_revoked_tenant_added_again_gets_a_new_key_and_its_old_one_stays_refused(store):
+    old = store.add_tenant("alice")
+    store.revoke_tenant("alice")
+    new = store.add_tenant("alice", TenantSpec(max_active_jobs=1))
+    assert new != old and store.authenticate(old) is None
+    assert store.authenticate(new).name == "alice"
+    [alice] = store.tenants()
+    assert not alice.revoked and alice.quota.max_active_jobs == 1
+    with pytest.raises(TenantError, match=r"exists \(revoke it first to give it a new key"):
+        store.add_tenant("alice")
 
 
 def test_the_schema_is_alembics_newest_and_migrating_again_changes_nothing(store):
@@ -193,3 +206,72 @@ def test_a_restart_continues_live_jobs_and_fails_one_that_no_longer_fits(tmp_pat
         operator.cancel(small)
     finally:
         served.stop()
+
+
+def test_serve_refuses_a_cluster_file_its_live_jobs_no_longer_fit(tmp_path, capsys):
+    """``marlaas serve`` with a smaller envelope failed every such job for good, silently."""
+    from tests.service.conftest import CLUSTER, JOB, serve
+
+    data = tmp_path / "data"
+    served = serve(data)
+    try:
+        client = served.client(served.key("alice", max_active_jobs=5))
+        wide = client.submit({**JOB, "lora_rank": 16, "rl": {**JOB["rl"], "steps": 5000}})["id"]
+    finally:
+        served.stop()
+    (data / "config.json").write_text("the last one\n")
+    narrower = tmp_path / "narrower.yaml"
+    narrower.write_text(yaml.safe_dump(
+        {**CLUSTER, "service": {**CLUSTER["service"], "max_lora_rank": 8}}))  # fmt: skip
+    assert main(["serve", str(narrower), "--simulate", "--data", str(data)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("marlaas: error: serve: 1 queued or running job(s) no longer fit")
+    assert f"job {wide}: lora_rank: 16 is above" in err and "\n" not in err, err
+    assert (data / "config.json").read_text() == "the last one\n"  # nothing written
+    served = serve(data)
+    try:  # the job was left as it was
+        assert served.client(served.operator_key).job(wide)["state"] in ("queued", "running")
+    finally:
+        served.stop()
+
+
+@pytest.mark.parametrize("speed", ["0", "-1", "nan", "inf", "1e7", "fast"])
+def test_serve_refuses_a_speed_that_is_not_a_finite_positive_number(tmp_path, capsys, speed):
+    """--speed inf hung the service and wrote an infinite clock that no restart could read."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("service: {max_sequence_tokens: 64}\n")
+    assert main(["serve", str(cluster), "--simulate", "--speed", speed,
+                 "--data", str(tmp_path / "data")]) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert "--speed" in err and "is not a number" in err and "\n" not in err, err
+    assert not (tmp_path / "data").exists()
+
+
+def test_submit_names_a_nan_in_the_spec_file_in_one_line(tmp_path, capsys, monkeypatch):
+    """It was a traceback from JSON encoding; nothing is sent (no service listens here)."""
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: x\nrl: {steps: .nan}\n")
+    monkeypatch.setenv("MARLAAS_URL", "http://127.0.0.1:9")
+    assert main(["submit", str(spec)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"marlaas: error: {spec}: spec.rl.steps: not a finite number (JSON "
+                   "carries no NaN or infinity)")  # fmt: skip
+
+
+def test_serve_on_a_port_in_use_is_one_line_and_writes_nothing(tmp_path, capsys):
+    """uvicorn bound the port only after the jobs resumed, printed "serving on" first and
+    exited with its own code 3."""
+    import socket
+
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("service: {max_sequence_tokens: 64}\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", str(cluster), "--simulate", "--port", str(port),
+                     "--data", str(tmp_path / "data")]) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    says = f"serve: cannot listen on 127.0.0.1:{port} (Address already in use)"
+    assert err == f"marlaas: error: {says}"
+    assert not (tmp_path / "data").exists()
