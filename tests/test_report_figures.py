@@ -126,6 +126,25 @@ def test_many_devices_become_heatmaps_that_integrate_to_busy_seconds(wide_log):
     assert ((jobs == "") == (z <= 1e-9)).mean() > 0.99
 
 
+def test_more_devices_than_heatmap_rows_are_grouped_within_their_pools(wide_log, monkeypatch):
+    """One row per device made a 65,000-device report 370 MB: past MAX_DEVICE_ROWS,
+    consecutive devices of a pool share a row, with their mean busy fraction."""
+    from marlaas.report.interactive import timeline
+
+    df, _ = wide_log
+    monkeypatch.setattr(timeline, "MAX_DEVICE_ROWS", 8)
+    devices = [t for t in plot_timeline(df).data if t.type == "heatmap"][-1]
+    u = utilization(df)  # 26 rollout engines, then 4 trainers: groups of 4, none across pools
+    labels = list(devices.y)
+    assert len(labels) == 8 and labels[0] == "rollout/0 .. rollout/3 (4)"
+    assert labels[-2:] == ["rollout/24 .. rollout/25 (2)", "train/0 .. train/3 (4)"]
+    z, width = np.asarray(devices.z), np.diff(np.asarray(devices.x))[0]
+    sizes = np.array([int(label.rsplit("(", 1)[1][:-1]) for label in labels])
+    assert (z.sum(axis=1) * width * sizes).sum() == pytest.approx(u["busy_s"].sum(), rel=1e-9)
+    jobs = np.asarray(devices.customdata)[..., 0]
+    assert ((jobs == "") == (z <= 1e-9)).mean() > 0.99  # the busiest device's job, if any
+
+
 def test_main_job_is_the_only_job_on_a_device():
     df, _ = synthetic_log(n_jobs=1, n_rollout=1, steps=2, seed=1)
     devs, edges, busy = device_busy_fraction(df, bins=50)

@@ -139,3 +139,31 @@ def env_concurrency(df: pd.DataFrame, edges: np.ndarray) -> pd.DataFrame:
         out[tenant] = np.diff(cumulative_overlap(s, e, edges)) / width
     frame = pd.DataFrame(out, index=edges[:-1])
     return frame[sorted(frame.columns, key=natural_key)]
+
+
+def grouped_rows(
+    devices: pd.DataFrame, busy: np.ndarray, jobs: np.ndarray, limit: int
+) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """At most about ``limit`` heatmap rows for many devices: runs of consecutive devices of
+    one pool become one row, ``first .. last (n)``, with their mean busy fraction and, per
+    time bin, the main job of the group's busiest device. Fewer devices are returned as
+    they are. ``devices``, ``busy`` and ``jobs`` are those of :func:`device_busy_fraction`
+    and :func:`main_job`; returns (row labels, busy, jobs)."""
+    names = devices["device"].tolist()
+    if len(names) <= limit:
+        return names, busy, jobs
+    pools = devices["pool"].to_numpy()
+    size = -(-len(names) // limit)
+    labels, rows, mains = [], [], []
+    start = 0
+    while start < len(names):
+        end = min(start + size, len(names))
+        other = np.flatnonzero(pools[start:end] != pools[start])
+        end = start + int(other[0]) if other.size else end  # a group stays in its pool
+        block = busy[start:end]
+        labels.append(names[start] if end - start == 1
+                      else f"{names[start]} .. {names[end - 1]} ({end - start})")  # fmt: skip
+        rows.append(block.mean(axis=0))
+        mains.append(jobs[start:end][block.argmax(axis=0), np.arange(busy.shape[1])])
+        start = end
+    return labels, np.array(rows), np.array(mains, dtype=object)
