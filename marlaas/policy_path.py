@@ -5,12 +5,13 @@ so that everything that takes a policy name (workload files, ``simulate``, ``swe
 
 Checked on load, each failure one line naming the path: the module imports, the attribute is a
 subclass of :class:`~marlaas.core.policies.Policy` that overrides ``key``, it can be made with no
-arguments, and its ``key`` (and ``engine_key`` when overridden) of a probe job returns a tuple; a
+arguments, and its ``key`` (and ``engine_key`` when overridden) of a probe job returns a key; a
 key that reads the backlog's figures (``backlog_s``, ``backlog_end_s``, ``longest_alone_s``,
 ``longest_alone_jobs``, ``runner_up_late_s``) without ``reads_backlog = True`` is refused, since
 its keys would go stale as the backlog moves (seen only where the probe job's key reads
-them). The core itself never imports anything by path (it stays pure).
-"""
+them). While a run goes on, the class registered checks what its methods raise and return
+(:mod:`marlaas.policy_checks`). The core itself never imports anything by path (it stays
+pure)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,11 @@ from marlaas.core.cluster_spec import ClusterSpec
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.jobs import JobState
 from marlaas.core.policies import Policy
-from marlaas.core.policies.base import add_policy, is_registered
+from marlaas.core.policies.base import add_policy, is_registered, policy_names
 from marlaas.core.scheduling import SchedulingSpec
 from marlaas.import_path import import_subclass, one_line
+from marlaas.policy_checks import PolicyError as PolicyError  # where callers look for it
+from marlaas.policy_checks import PolicyLoadError, checked
 
 IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 """What a policy import path looks like ("pkg.module:Class"); anything else is a name."""
@@ -37,10 +40,6 @@ BACKLOG_FIELDS = (
     "runner_up_late_s",
 )
 """The JobView figures the scheduler re-keys on only for a policy with ``reads_backlog``."""
-
-
-class PolicyLoadError(ValueError):
-    """A policy import path that cannot be turned into a working Policy."""
 
 
 class _ReadFields:
@@ -58,53 +57,45 @@ class _ReadFields:
 def load_policy(spec: str) -> str:
     """Make ``spec`` usable as a policy name: a registered name is returned as it is; an
     import path "pkg.module:Class" is imported, checked and registered under that path
-    (once). Raises PolicyLoadError naming what is wrong."""
-    if is_registered(spec) or not IMPORT_PATH.fullmatch(spec):
+    (once), as :func:`checked` wraps it. Raises PolicyLoadError naming what is wrong: an
+    empty name, or a name with ``:`` that is no import path, included."""
+    if is_registered(spec):
+        return spec
+    if not spec.strip():
+        raise PolicyLoadError(f"policy {spec!r}: an empty name; give a name or pkg.module:Class")
+    if not IMPORT_PATH.fullmatch(spec):
+        if ":" in spec:
+            raise PolicyLoadError(
+                f"unknown policy {spec[:200]!r}; choose one of: {', '.join(policy_names())} or "
+                "an import path written pkg.module:Class (dotted module names, ':', a class)"
+            )
         return spec  # a name: get_policy reports an unknown one
     cls = import_subclass(
         spec, Policy, "marlaas.core.policies.Policy", f"policy {spec!r}", PolicyLoadError
     )
     if cls.key is Policy.key:
         raise PolicyLoadError(f"policy {spec!r}: {cls.__name__} does not define key(self, job)")
-    _probe(spec, cls)
-    if not cls.name:
-        cls.name = spec  # what run summaries and tables call it
-    add_policy(spec, cls)
+    wrapped = checked(spec, cls)
+    _probe(spec, wrapped)
+    add_policy(spec, wrapped)
     return spec
 
 
 def _probe(spec: str, cls: type[Policy]) -> None:
-    """Make the policy and ask it for a probe job's key (and an engine's, if it ranks them)."""
+    """Make the policy (``cls``: as :func:`checked` wraps it, which refuses a bad value or a
+    method that raises) and ask it for a probe job's key (and an engine's, if it ranks
+    them); then see whether the key read the backlog's figures without saying so."""
     try:
         policy = cls()
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise PolicyLoadError(f"policy {spec!r}: making it failed ({one_line(exc)})") from exc
     job = JobState(JobSpec(name="probe", tenant="probe"), 0, 1)
     keyed = _ReadFields(job)  # what key reads (placement reads the live job: nothing stale)
+    policy.key(keyed)
     cluster = Cluster.build(ClusterSpec(), SchedulingSpec().resolve())
-    checks = [("key", lambda: policy.key(keyed))]
     if cls.ranks_engines and cluster.engines:
-        engine = cluster.engines[0]
-        checks.append(("engine_key", lambda: policy.engine_key(job, engine, 0)))
-        checks.append(("open_share", lambda: policy.open_share(job, 0)))
-    for what, call in checks:
-        try:
-            value = call()
-        except Exception as exc:
-            raise PolicyLoadError(
-                f"policy {spec!r}: {what} of a probe job failed ({one_line(exc)})"
-            ) from exc
-        if what == "open_share":
-            share = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not share or not 0 <= value <= 1:
-                raise PolicyLoadError(
-                    f"policy {spec!r}: open_share returned {value!r}, not a share from 0 to 1"
-                )
-            continue
-        if not isinstance(value, tuple) and not (what == "engine_key" and value is None):
-            raise PolicyLoadError(
-                f"policy {spec!r}: {what} returned {type(value).__name__}, not a tuple"
-            )
+        policy.engine_key(job, cluster.engines[0], 0)
+        policy.open_share(job, 0)
     unsaid = sorted(keyed.fields_read.intersection(BACKLOG_FIELDS))
     if unsaid and not policy.reads_backlog:
         raise PolicyLoadError(

@@ -72,7 +72,7 @@ def load_run_workload(args: argparse.Namespace):
     overrides = parse_overrides(args.set)
     if args.preset is not None:
         overrides["scheduling.preset"] = args.preset
-    if args.policy:
+    if args.policy is not None:  # '' too: refused, not the file's policy
         load_policy(args.policy)
     workload = load_workload(args.workload, overrides)
     get_policy(args.policy or workload.policy)

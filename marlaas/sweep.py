@@ -9,8 +9,9 @@ runs are the product of the schedules (``--presets`` then ``--policies``) x ``--
 workload's first N jobs) x ``--set`` variants x ``--seeds``. ``--set KEY=VALUE`` applies to
 every run, as in ``simulate``; giving the same KEY several times makes one variant per value
 (several such keys make a grid). Every run is exactly ``simulate_run(workload, policy,
-seed)``, so a row equals ``marlaas simulate`` with the same settings. Runs go to a process
-pool whose workers stop with the command (see :mod:`marlaas.workers`); ``--out`` gets
+seed)``, so a row equals ``marlaas simulate`` with the same settings. Runs go to worker
+processes that stop with the command (see :mod:`marlaas.workers`; one that dies is an error
+naming its run); ``--out`` gets
 ``sweep.csv`` (see :mod:`marlaas.sweep_table`), ``summaries.json`` (every run's summary),
 ``table.txt`` and, unless ``--no-events``, ``runs/<run_folder>/`` with every run's event
 log and summary (``marlaas report --out X SWEEP_DIR`` compares them), all at once or not at
@@ -43,7 +44,7 @@ from marlaas.policy_path import load_policy
 from marlaas.run_options import check_seed
 from marlaas.runs import json_default, write_run_files
 from marlaas.sweep_table import add_ratios, format_table, ordered, summary_row
-from marlaas.workers import start_pool
+from marlaas.workers import WorkerDied, how_it_ended, run_tasks
 from marlaas.workload_file import apply_overrides, load_with_overrides, parse_overrides
 
 if TYPE_CHECKING:
@@ -264,7 +265,8 @@ def with_alone_times(
     times: dict[str, float | None] = {}
     keys = list(tasks)
     with tqdm(total=len(todo), unit="job", desc="alone", disable=not progress) as bar:
-        for i, seconds in _each(simulate_alone, todo, workers, ray, _longest_first(todo)):
+        order = _longest_first(todo)
+        for i, seconds in _each(simulate_alone, todo, workers, ray, order, _about_alone):
             times[keys[i]] = seconds
             bar.update()
     return [replace(run, alone_s=per_job(run.workload, run.seed, times)) for run in runs]
@@ -293,7 +295,7 @@ def execute(
     # Ray's nodes need not share this disk: their runs' folders are written here
     task = simulate_one if ray is not None else partial(run_one, events_dir=events_dir)
     with tqdm(total=len(runs), unit="run", desc="sweep", disable=not progress) as bar:
-        for i, result in _each(task, runs, workers, ray, order):
+        for i, result in _each(task, runs, workers, ray, order, _about_run):
             results[i] = _finish(runs[i], *result, events_dir) if ray is not None else result
             bar.set_postfix_str(_short(runs[i]))
             bar.update()
@@ -301,21 +303,32 @@ def execute(
 
 
 def _each(
-    task: Callable[[Any], Any], items: list, workers: int, ray: str | None, order: list[int]
+    task: Callable[[Any], Any],
+    items: list,
+    workers: int,
+    ray: str | None,
+    order: list[int],
+    describe: Callable[[Any], str] = repr,
 ) -> Iterator[tuple[int, Any]]:
     """(index, ``task(items[index])``) for every item, as they finish: here one after the
-    other (workers 1), in a process pool, or as Ray tasks (one CPU each); ``order``: the
-    indices in the order to start them. Leaving early stops the rest (the pool's workers
-    are terminated, Ray's tasks cancelled)."""
+    other (workers 1), in worker processes, or as Ray tasks (one CPU each); ``order``: the
+    indices in the order to start them. Leaving early stops the rest (the workers are
+    terminated, Ray's tasks cancelled). A worker that dies running an item (killed, out of
+    memory) is a SweepError naming it (``describe``)."""
     if ray is not None:
         yield from _on_ray(task, items, order, ray)
     elif workers == 1 or len(items) == 1:
         for i in order:
             yield i, task(items[i])
     else:
-        # Leaving the block (done, an error, Ctrl-C, SIGTERM) terminates the workers.
-        with start_pool(min(workers, len(items))) as pool:
-            yield from pool.imap_unordered(_indexed, [(task, i, items[i]) for i in order])
+        # Leaving (done, an error, Ctrl-C, SIGTERM) terminates the workers.
+        try:
+            yield from run_tasks(task, ((i, items[i]) for i in order), min(workers, len(items)))
+        except WorkerDied as died:
+            raise SweepError(
+                f"a worker process {how_it_ended(died.exitcode)} while it ran "
+                f"{describe(items[died.index])}"
+            ) from None
 
 
 def _on_ray(
@@ -340,9 +353,17 @@ def _on_ray(
                 ray.cancel(ref, force=True)
 
 
-def _indexed(task: tuple[Callable[[Any], Any], int, Any]) -> tuple[int, Any]:
-    fn, i, item = task
-    return i, fn(item)
+def _about_run(run: SweepRun) -> str:
+    """``run jobs2-fair-seed0 (workload w, policy fair, seed 0)``: a run, in an error."""
+    folder = run.folder or run_folder(run.jobs, run.variant, run.schedule, run.seed)
+    return f"run {folder} (workload {run.workload.name}, policy {run.policy}, seed {run.seed})"
+
+
+def _about_alone(task: tuple[Workload, int, CostModel | None]) -> str:
+    """``job a alone (workload w, seed 0)``: a job simulated alone, in an error."""
+    workload, seed, _ = task
+    jobs = ", ".join(j.name for j in workload.jobs)
+    return f"job {jobs} alone (workload {workload.name}, seed {seed})"
 
 
 def _longest_first(todo: list[tuple[Workload, int, CostModel | None]]) -> list[int]:

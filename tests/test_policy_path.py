@@ -164,10 +164,16 @@ def test_set_may_name_a_policy_by_import_path(package, tmp_path, capsys):
         ("{pkg}.policies:Missing", "has no 'Missing'"),
         ("{pkg}.policies:NOT_A_CLASS", "is not a subclass of marlaas.core.policies.Policy"),
         ("{pkg}.policies:NoKey", "NoKey does not define key(self, job)"),
-        ("{pkg}.policies:NoTuple", "key returned int, not a tuple"),
+        ("{pkg}.policies:NoTuple", "key(job 'probe') returned int 0, not a tuple of numbers"),
         ("{pkg}.policies:Needy", "making it failed (TypeError"),
-        ("{pkg}.policies:BadEngines", "engine_key returned int, not a tuple"),
-        ("{pkg}.policies:BadShare", "open_share returned 1.5, not a share from 0 to 1"),
+        (
+            "{pkg}.policies:BadEngines",
+            "engine_key(job 'probe', engine 0) returned int 0, not a tuple of numbers or None",
+        ),
+        (
+            "{pkg}.policies:BadShare",
+            "open_share(job 'probe') returned 1.5, not a share from 0 to 1",
+        ),
         (
             "{pkg}.policies:StaleBacklog",
             "key reads backlog_s but StaleBacklog does not set reads_backlog = True",

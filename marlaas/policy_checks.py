@@ -1,0 +1,177 @@
+"""What a policy loaded by import path is checked for while a run goes on.
+
+The class registered is not the user's own but a subclass that
+:func:`marlaas.policy_path.load_policy` makes (:func:`checked`), with the same name, docstring,
+idea and source: whatever its ``key``, ``engine_key`` or ``open_share`` raises while a run goes
+on (``SystemExit`` included), or a value of the wrong kind it returns, becomes one
+:class:`PolicyError` line naming the path, the method and the job. A key is a tuple of numbers
+(``int``, ``float``, ``bool``; infinities are fine, NaN, which orders with nothing, is not) and
+strings, a string in the same places in every key (a string and a number do not compare);
+``engine_key`` may also return None. The bundled policies are not wrapped (no cost on their
+hot path). A class is named by its import path unless its own class body sets ``name``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+from marlaas.core.policies import Policy
+from marlaas.import_path import one_line
+
+
+class PolicyLoadError(ValueError):
+    """A policy import path that cannot be turned into a working Policy."""
+
+
+class PolicyError(PolicyLoadError):
+    """A policy loaded by import path that failed while a run went on: one of its methods
+    raised, or returned a value that is not a key (printed as one line, like a load error)."""
+
+
+def checked(spec: str, cls: type[Policy]) -> type[Policy]:
+    """A subclass of ``cls`` (same name, docstring, idea and source) whose ``key``,
+    ``engine_key`` and ``open_share`` check what ``cls``'s return, and turn what they raise
+    (``SystemExit`` too) into a :class:`PolicyError` naming ``spec``, the method and the
+    job. Named ``spec`` unless ``cls``'s own body sets ``name`` (an inherited one, such as a
+    bundled policy's, would report the subclass under its base's name)."""
+    key_kinds: list[tuple[bool, ...]] = []  # which items of the keys so far are strings
+    engine_key_kinds: list[tuple[bool, ...]] = []
+
+    def key_fault(value: object) -> str | None:
+        return _key_fault(value, key_kinds, "a tuple of numbers")
+
+    def engine_key_fault(value: object) -> str | None:
+        if value is None:
+            return None
+        return _key_fault(value, engine_key_kinds, "a tuple of numbers or None")
+
+    def share_fault(value: object) -> str | None:
+        return None if _is_share(value) else f"returned {_shown(value)}, not a share from 0 to 1"
+
+    body: dict[str, Any] = {
+        "__module__": cls.__module__,
+        "__qualname__": cls.__qualname__,
+        "__doc__": cls.__doc__,
+        "key": _guarded(spec, "key", cls.key, key_fault),
+    }
+    if cls.ranks_engines:  # else the mechanism's own order, unwrapped (ranks_engines stays)
+        body["engine_key"] = _guarded(spec, "engine_key", cls.engine_key, engine_key_fault)
+    if cls.open_share is not Policy.open_share:
+        body["open_share"] = _guarded(spec, "open_share", cls.open_share, share_fault)
+    wrapped = type(cls.__name__, (cls,), body)
+    wrapped.ranks_engines = cls.ranks_engines
+    if not ("name" in vars(cls) and cls.name):
+        wrapped.name = spec  # what run summaries and tables call it
+    return wrapped
+
+
+def _guarded(spec: str, method: str, user: Callable, fault: Callable[[object], str | None]):
+    """``user``, a policy method ``(self, job, *rest)``, through a check: what it raises
+    (``SystemExit`` too), or a value ``fault`` finds wrong (saying why), is a
+    :class:`PolicyError` naming ``spec``, ``method`` and the job (and the engine)."""
+
+    def call(self: Policy, job: Any, *rest: Any) -> Any:
+        try:
+            value = user(self, job, *rest)
+        except PolicyError:
+            raise  # a recursive key's innermost error: said once
+        except (Exception, SystemExit) as exc:
+            where = _call(method, job, rest[0] if method == "engine_key" else None)
+            raise PolicyError(f"policy {spec!r}: {where} raised {one_line(exc)}") from exc
+        why = fault(value)
+        if why is not None:
+            where = _call(method, job, rest[0] if method == "engine_key" else None)
+            raise PolicyError(f"policy {spec!r}: {where} {why}")
+        return value
+
+    return call
+
+
+def _key_fault(value: object, seen: list[tuple[bool, ...]], wanted: str) -> str | None:
+    """What is wrong with ``value`` as a key (None: nothing), given the kinds of the keys
+    before it (``seen``, kept up to date)."""
+    if not _is_key(value):
+        return _refusal(value, wanted)
+    if not _same_kinds(seen, value):
+        return _mixed(value)
+    return None
+
+
+def _is_key(value: object) -> bool:
+    """Whether ``value`` is a tuple of numbers (none NaN, which orders with nothing) and
+    strings."""
+    if not isinstance(value, tuple):
+        return False
+    for item in value:
+        kind = type(item)
+        if kind is int or kind is bool or kind is str:
+            continue
+        if kind is not float and not isinstance(item, numbers.Real):
+            return False
+        if item != item:  # NaN
+            return False
+    return True
+
+
+def _kinds(value: tuple) -> tuple[bool, ...]:
+    """Which items of a key are strings (tuples compare item by item: a string and a number
+    in one place do not compare)."""
+    return tuple(type(item) is str for item in value)
+
+
+def _same_kinds(seen: list[tuple[bool, ...]], value: tuple) -> bool:
+    """Whether ``value`` has a string where every key before it had one, and a number where
+    they had numbers (``seen``: the longest kinds so far, kept up to date)."""
+    kinds, known = _kinds(value), seen[0] if seen else ()
+    common = min(len(kinds), len(known))
+    if kinds[:common] != known[:common]:
+        return False
+    if len(kinds) > len(known):
+        seen[:] = [kinds]
+    return True
+
+
+def _is_share(value: object) -> bool:
+    """Whether ``value`` is a number from 0 to 1 (not a bool, not NaN)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return False
+    return 0 <= value <= 1
+
+
+def _refusal(value: object, wanted: str = "a tuple of numbers") -> str:
+    """Why ``value`` is no key: ``returned ...`` with the value shown (``wanted``: what a
+    value that is no tuple should have been)."""
+    if not isinstance(value, tuple):
+        return f"returned {type(value).__name__} {_shown(value)}, not {wanted}"
+    for item in value:
+        if not isinstance(item, (numbers.Real, str)):
+            return f"returned {_shown(value)}: {_shown(item)} is not a number or a string"
+        if isinstance(item, float) and math.isnan(item):
+            return f"returned {_shown(value)}: NaN orders with nothing (use inf or a number)"
+    return f"returned {_shown(value)}, not a tuple of numbers"
+
+
+def _mixed(value: tuple) -> str:
+    """Why ``value`` does not compare with the keys before it."""
+    return (f"returned {_shown(value)}: a string where earlier keys had a number, or a number "
+            "where they had a string (keys compare item by item)")  # fmt: skip
+
+
+def _call(method: str, job: Any, engine: Any = None) -> str:
+    """``key(job 'a')``, ``engine_key(job 'a', engine 1)``: the call that went wrong."""
+    name = _shown(getattr(job, "name", "?"), 60)
+    where = "" if engine is None else f", engine {_shown(getattr(engine, 'index', '?'), 20)}"
+    return f"{method}(job {name}{where})"
+
+
+def _shown(value: object, limit: int = 120) -> str:
+    """``repr(value)`` on one line, cut to ``limit`` characters (a failing repr: its type)."""
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,281 @@
+"""A policy loaded by import path is checked while it runs, not only on load: what its
+methods raise (SystemExit too) or return amiss is one error line naming the path, the method
+and the job; it is named by its path; an empty or malformed path is refused plainly."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import textwrap
+
+import pytest
+
+from marlaas.cli import main
+from marlaas.core.policies import Policy, base, get_policy
+from marlaas.core.policies.fair import Fair
+from marlaas.policy_path import PolicyError, PolicyLoadError, load_policy
+
+MODULE = '''
+import math
+
+from marlaas.core.policies import Policy
+from marlaas.core.policies.fair import Fair
+
+
+class RaiseLater(Policy):
+    def key(self, job):
+        if job.name != "probe":
+            raise RuntimeError("boom in key")
+        return (job.index,)
+
+
+class ListKey(Policy):
+    def key(self, job):
+        return [job.index] if job.name != "probe" else (job.index,)
+
+
+class MixedKey(Policy):
+    def key(self, job):
+        return ("x",) if job.name == "a" else (1,)
+
+
+class NoneKey(Policy):
+    def key(self, job):
+        return (None,) if job.name != "probe" else (job.index,)
+
+
+class NaNKey(Policy):
+    def key(self, job):
+        return (math.nan, job.index) if job.name != "probe" else (0.0, job.index)
+
+
+class RecursionKey(Policy):
+    def key(self, job):
+        return self.key(job) if job.name != "probe" else (job.index,)
+
+
+class ExitKey(Policy):
+    def key(self, job):
+        if job.name != "probe":
+            raise SystemExit(0)
+        return (job.index,)
+
+
+class EngRaise(Policy):
+    def key(self, job):
+        return (job.index,)
+
+    def engine_key(self, job, engine, homes):
+        if job.name != "probe":
+            raise RuntimeError("engine boom")
+        return (0,)
+
+
+class EngBad(Policy):
+    def key(self, job):
+        return (job.index,)
+
+    def engine_key(self, job, engine, homes):
+        return "str" if job.name != "probe" else (0,)
+
+
+class EngNaN(Policy):
+    def key(self, job):
+        return (job.index,)
+
+    def engine_key(self, job, engine, homes):
+        return (math.nan,)
+
+
+class ShareLater(Policy):
+    def key(self, job):
+        return (job.index,)
+
+    def engine_key(self, job, engine, homes):
+        return (engine.index,)
+
+    def open_share(self, job, homes):
+        return 0.0 if job.name == "probe" else math.nan
+
+
+class InfFirst(Policy):
+    """Job b first, at minus infinity (as split-progress keys its holder)."""
+
+    idea = "b first"
+    source = "a test"
+
+    def key(self, job):
+        return (-math.inf if job.name == "b" else 0.0, True, job.index)
+
+    def engine_key(self, job, engine, homes):
+        return None if engine.index == 1 else (engine.index,)
+
+
+class ReverseFair(Fair):
+    """Fair, but the later job first."""
+
+    def key(self, job):
+        return (-job.index,)
+
+
+class Named(Fair):
+    name = "my-named"
+
+    def key(self, job):
+        return (-job.index,)
+
+
+class Plain(Policy):
+    reads_backlog = True
+
+    def key(self, job):
+        return (job.index,)
+'''
+
+WORKLOAD = """\
+name: tiny
+seed: 0
+policy: fair
+cluster:
+  pools:
+    - {name: rollout, role: inference, devices: 2}
+    - {name: train, role: training, devices: 1}
+jobs:
+  - name: a
+    tenant: alice
+    rl: {steps: 2, prompts_per_step: 2, group_size: 4, max_new_tokens: 256}
+    response_tokens: {dist: lognormal, median: 100, sigma: 0.5}
+  - name: b
+    tenant: bob
+    rl: {steps: 2, prompts_per_step: 2, group_size: 4, max_new_tokens: 256}
+    response_tokens: {dist: lognormal, median: 100, sigma: 0.5}
+"""
+
+
+@pytest.fixture
+def package(tmp_path, monkeypatch):
+    """A package ``checkpol`` with the policies above, importable and registered for this
+    test only."""
+    monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))
+    root = tmp_path / "pkgs"
+    (root / "checkpol").mkdir(parents=True)
+    (root / "checkpol" / "__init__.py").write_text("")
+    (root / "checkpol" / "p.py").write_text(textwrap.dedent(MODULE))
+    monkeypatch.syspath_prepend(str(root))
+    yield "checkpol.p"
+    for name in [m for m in sys.modules if m.startswith("checkpol")]:
+        del sys.modules[name]
+
+
+@pytest.fixture
+def workload(tmp_path):
+    """A two-job workload that simulates in a fraction of a second."""
+    path = tmp_path / "w.yaml"
+    path.write_text(WORKLOAD)
+    return str(path)
+
+
+def simulate(workload: str, policy: str, out) -> int:
+    return main(["simulate", workload, "--policy", policy, "--out", str(out), "--quiet"])
+
+
+@pytest.mark.parametrize(
+    ("cls", "says"),
+    [
+        ("RaiseLater", "key(job 'a') raised RuntimeError: boom in key"),
+        ("ListKey", "key(job 'a') returned list [0], not a tuple of numbers"),
+        ("MixedKey", "key(job 'a') returned ('x',): a string where earlier keys had a number"),
+        ("NoneKey", "key(job 'a') returned (None,): None is not a number or a string"),
+        ("NaNKey", "key(job 'a') returned (nan, 0): NaN orders with nothing"),
+        ("RecursionKey", "key(job 'a') raised RecursionError"),
+        ("ExitKey", "key(job 'a') raised SystemExit: 0"),
+        ("EngRaise", "engine_key(job 'a', engine 0) raised RuntimeError: engine boom"),
+        ("EngBad", "engine_key(job 'a', engine 0) returned str 'str', not a tuple of numbers or "
+                   "None"),
+        ("EngNaN", "engine_key(job 'probe', engine 0) returned (nan,): NaN orders with nothing"),
+        ("ShareLater", "open_share(job 'a') returned nan, not a share from 0 to 1"),
+    ],
+)  # fmt: skip
+def test_a_policy_that_fails_as_it_runs_is_one_error_line(
+    package, workload, tmp_path, capsys, cls, says
+):
+    path = f"{package}:{cls}"
+    out = tmp_path / "o"
+    assert simulate(workload, path, out) == 2
+    err_lines = capsys.readouterr().err.strip().splitlines()
+    assert len(err_lines) == 1, err_lines
+    assert f"policy '{path}': {says}" in err_lines[0]
+    assert not out.exists()
+
+
+def test_the_error_is_a_policy_load_error_kind(package):
+    path = f"{package}:RaiseLater"
+    policy = get_policy(load_policy(path))
+    job = type("Job", (), {"name": "x", "index": 0})()
+    with pytest.raises(PolicyError, match=r"key\(job 'x'\) raised RuntimeError") as err:
+        policy.key(job)
+    assert isinstance(err.value, PolicyLoadError) and isinstance(err.value, ValueError)
+
+
+def test_a_sweep_worker_reports_a_failing_policy_as_one_line(package, workload, tmp_path, capsys):
+    path = f"{package}:RaiseLater"
+    out = tmp_path / "sw"
+    code = main(["sweep", workload, "--policies", f"fifo,{path}", "--workers", "2",
+                 "--out", str(out), "--quiet"])  # fmt: skip
+    assert code == 2
+    err_lines = capsys.readouterr().err.strip().splitlines()
+    assert len(err_lines) == 1 and "key(job 'a') raised RuntimeError: boom in key" in err_lines[0]
+    assert not out.exists()
+
+
+def test_infinite_keys_bools_and_none_engine_keys_run(package, workload, tmp_path):
+    path = f"{package}:InfFirst"
+    assert simulate(workload, path, tmp_path / "o") == 0
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["policy"] == path
+
+
+def test_the_wrapped_class_is_what_the_core_expects(package):
+    path = f"{package}:InfFirst"
+    cls = type(get_policy(load_policy(path)))
+    assert issubclass(cls, Policy) and cls.__name__ == "InfFirst"
+    assert cls.__doc__.startswith("Job b first") and (cls.idea, cls.source) == ("b first", "a test")
+    assert cls.name == path and cls.ranks_engines and not cls.reads_backlog
+    plain = type(get_policy(load_policy(f"{package}:Plain")))
+    assert not plain.ranks_engines and plain.reads_backlog  # engine_key is not wrapped in
+    assert plain.engine_key is Policy.engine_key and plain.open_share is Policy.open_share
+    assert get_policy(path).key(type("J", (), {"name": "b", "index": 1})()) == (-math.inf, True, 1)
+
+
+def test_built_in_policies_are_not_wrapped():
+    assert type(get_policy("fair")) is Fair
+
+
+def test_a_subclass_of_a_built_in_is_named_by_its_path(package, workload, tmp_path):
+    path = f"{package}:ReverseFair"
+    assert get_policy(load_policy(path)).name == path
+    assert Fair.name == "fair"  # the built-in is left alone
+    assert simulate(workload, path, tmp_path / "o") == 0
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["policy"] == path
+    named = f"{package}:Named"
+    assert get_policy(load_policy(named)).name == "my-named"  # its own body names it
+
+
+def test_an_empty_policy_is_refused(package, workload, tmp_path, capsys):
+    with pytest.raises(PolicyLoadError, match="an empty name"):
+        load_policy("")
+    assert simulate(workload, "", tmp_path / "o") == 2
+    err_lines = capsys.readouterr().err.strip().splitlines()
+    assert len(err_lines) == 1 and "policy '': an empty name" in err_lines[0]
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("path", ["checkpol.p:", "checkpol/p:ReverseFair", ":X", "fair:"])
+def test_a_malformed_import_path_says_what_the_form_is(package, workload, tmp_path, capsys, path):
+    form = r"unknown policy .*an import path written pkg\.module:Class"
+    with pytest.raises(PolicyLoadError, match=form):
+        load_policy(path)
+    assert simulate(workload, path, tmp_path / "o") == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "pkg.module:Class" in err
+    assert "load_policy" not in err

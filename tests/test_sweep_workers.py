@@ -1,0 +1,164 @@
+"""A sweep's worker processes (marlaas.workers): results as they finish, a task's error
+raised in the parent, and a worker that dies as it runs a task an error naming the task (a
+sweep's run), never a wait for ever."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from marlaas.workers import RemoteTraceback, WorkerDied, how_it_ended, run_tasks
+from tests.child_env import python_path_first
+
+REPO = Path(__file__).resolve().parent.parent
+
+WORKLOAD = """\
+name: tiny
+seed: 0
+policy: fair
+cluster:
+  pools:
+    - {name: rollout, role: inference, devices: 2}
+    - {name: train, role: training, devices: 1}
+jobs:
+  - name: a
+    tenant: alice
+    rl: {steps: 2, prompts_per_step: 2, group_size: 4, max_new_tokens: 256}
+    response_tokens: {dist: lognormal, median: 100, sigma: 0.5}
+  - name: b
+    tenant: bob
+    rl: {steps: 2, prompts_per_step: 2, group_size: 4, max_new_tokens: 256}
+    response_tokens: {dist: lognormal, median: 100, sigma: 0.5}
+"""
+
+KILL_SELF = """
+import os
+import signal
+
+from marlaas.core.policies import Policy
+
+
+class KillSelf(Policy):
+    def key(self, job):
+        if job.name != "probe":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return (job.index,)
+"""
+
+
+def square(x: int) -> int:
+    return x * x
+
+
+def die_on_three(x: int) -> int:
+    if x == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.05)
+    return x
+
+
+def exit_on_two(x: int) -> int:
+    if x == 2:
+        os._exit(7)
+    return x
+
+
+def fail_on_one(x: int) -> int:
+    if x == 1:
+        raise ValueError("one is bad")
+    return x
+
+
+def slow(x: int) -> int:
+    if x:
+        time.sleep(60)
+    return x
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def children() -> list[int]:
+    listed = subprocess.run(["ps", "-o", "pid=", "--ppid", str(os.getpid())],
+                            capture_output=True, text=True, check=False).stdout  # fmt: skip
+    return [int(p) for p in listed.split() if alive(int(p))]
+
+
+def test_every_result_comes_back_with_its_index():
+    got = dict(run_tasks(square, [(i, i) for i in range(10)], 3))
+    assert got == {i: i * i for i in range(10)}
+    assert children() == []
+
+
+def test_more_workers_than_tasks():
+    assert dict(run_tasks(square, [(0, 4)], 4)) == {0: 16}
+
+
+def test_a_task_error_is_raised_here_with_the_workers_traceback():
+    with pytest.raises(ValueError, match="one is bad") as err:
+        list(run_tasks(fail_on_one, [(i, i) for i in range(4)], 2))
+    assert isinstance(err.value.__cause__, RemoteTraceback)
+    assert "fail_on_one" in str(err.value.__cause__)
+    assert children() == []
+
+
+@pytest.mark.parametrize(
+    ("fn", "index", "ends"),
+    [(die_on_three, 3, "was killed by SIGKILL"), (exit_on_two, 2, "exited with status 7")],
+)
+def test_a_worker_that_dies_is_an_error_naming_its_task(fn, index, ends):
+    started = time.monotonic()
+    with pytest.raises(WorkerDied) as err:
+        list(run_tasks(fn, [(i, i) for i in range(6)], 2))
+    assert err.value.index == index and ends in str(err.value)
+    assert time.monotonic() - started < 30
+    assert children() == []
+
+
+def test_leaving_early_terminates_the_workers_at_once():
+    started = time.monotonic()
+    tasks = run_tasks(slow, [(i, i) for i in range(4)], 2)
+    assert next(tasks) == (0, 0)
+    assert len(children()) == 2  # the other worker runs a long task
+    tasks.close()
+    assert children() == []
+    assert time.monotonic() - started < 20
+
+
+def test_how_it_ended():
+    assert how_it_ended(-9) == "was killed by SIGKILL"
+    assert how_it_ended(3) == "exited with status 3"
+
+
+def test_a_sweep_whose_worker_dies_names_the_run_and_cleans_up(tmp_path):
+    pkg = tmp_path / "pkgs" / "killpol"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "p.py").write_text(textwrap.dedent(KILL_SELF))
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "w.yaml").write_text(WORKLOAD)
+    command = [sys.executable, "-m", "marlaas.cli", "sweep", str(tmp_path / "w.yaml"),
+               "--policies", "fifo,killpol.p:KillSelf", "--workers", "2", "--quiet",
+               "--out", str(work / "sw")]  # fmt: skip
+    env = python_path_first(tmp_path / "pkgs", REPO)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=REPO,
+                          env=env, check=False)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (
+        "marlaas: error: a worker process was killed by SIGKILL while it ran run "
+        "jobs2-killpol.p:KillSelf-seed0 (workload tiny, policy killpol.p:KillSelf, seed 0)"
+    )
+    assert os.listdir(work) == []  # no sweep folder, staging folder or lock left
