@@ -7,7 +7,8 @@ A profile is YAML::
     origin: calibrated | published
     hardware: ..., model: ...              (free text: one line of printable characters)
     sources: {...}                         (published: citations; calibrated: runs, fit quality)
-    cost: {decode_base_ms: ..., ...}       (CostModel fields; missing ones keep their defaults)
+    cost: {decode_base_ms: ..., ...}       (every CostModel field: a file that leaves one
+                                            out is refused, naming it)
 
 ``--cost NAME`` picks a bundled profile (marlaas/sim/profiles/NAME.yaml), ``--cost PATH`` a file.
 ``marlaas calibrate`` writes profiles from real runs.
@@ -88,10 +89,14 @@ def resolve_profile(name_or_path: str | Path) -> Path:
     )
 
 
-def load_profile(name_or_path: str | Path, base: CostModel | None = None) -> CostProfile:
+def load_profile(
+    name_or_path: str | Path, base: CostModel | None = None, complete: bool = True
+) -> CostProfile:
     """Read and validate a profile; its ``cost`` values replace ``base``'s (default: the
     defaults) field by field. The file is read as a workload file is (size cap, duplicate
-    keys, alias bombs and deep nesting refused: marlaas.workload_file.read_yaml)."""
+    keys, alias bombs and deep nesting refused: marlaas.workload_file.read_yaml). With
+    ``complete``, the file must name every cost field (a hand-edited profile missing one
+    would silently run on its default: a ProfileError names those missing)."""
     path = resolve_profile(name_or_path)
     data = read_yaml(path, "cost profile", ProfileError)
     if not isinstance(data, dict) or not isinstance(data.get("cost"), dict):
@@ -103,6 +108,12 @@ def load_profile(name_or_path: str | Path, base: CostModel | None = None) -> Cos
         raise ProfileError(format_validation_error(err, f"{path}: cost", CostModel)) from None
     meta = {k: v for k, v in data.items() if k != "cost"}
     _check_text_fields(meta, path)
+    missing = [name for name in CostModel.model_fields if name not in data["cost"]]
+    if complete and missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5
+                                          else "")  # fmt: skip
+        raise ProfileError(f"{path}: cost: missing {shown}; a cost profile names every cost "
+                           "(`marlaas calibrate` writes them all)")  # fmt: skip
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
     return CostProfile(str(data.get("name") or path.stem), cost, str(path), digest, meta)
 
@@ -124,7 +135,7 @@ def is_calibrated_profile(path: Path) -> bool:
     """Whether ``path`` is a profile ``marlaas calibrate`` wrote (what it may replace): a
     valid profile whose origin is ``calibrated``, with the time it was calibrated."""
     try:
-        profile = load_profile(path)
+        profile = load_profile(path, complete=False)  # one from before a field was added too
     except WorkloadError:
         return False
     meta = profile.meta

@@ -60,7 +60,7 @@ from marlaas.twin.overlap_fit import (
     spans,
     stretch,
 )
-from marlaas.twin.real_run import CalibrationError, RealRun, load_real_run
+from marlaas.twin.real_run import CalibrationError, RealRun, load_real_run, require_stages
 from marlaas.twin.refine import ENGINE_TERMS, refine
 from marlaas.twin.train_fit import POOR_R2, TrainFit, fit_train
 
@@ -118,7 +118,7 @@ def calibrate(
     check_distinct(paths)  # a run given twice would count twice
     runs = [load_real_run(p) for p in paths]
     base = base or CostModel()
-    _require_stages(runs)
+    require_stages(runs)
     fitted: list[Fitted] = []
     values: dict[str, float] = {}
     warnings: list[str] = []
@@ -315,26 +315,6 @@ def _warmed(run: RealRun) -> bool:
     """Whether the run warmed its engines up before its clock started (its summary records
     each engine's warm-up)."""
     return "engine_warmup_s" in run.summary
-
-
-def _require_stages(runs: list[RealRun]) -> None:
-    events = pd.concat([r.events for r in runs])
-    ok = events[events["outcome"] == "ok"]
-    engine_loads, swaps = split_loads(ok)
-    present = {
-        "generate": (ok["kind"] == "generate").any(),
-        "train": (ok["kind"] == "train").any(),
-        "sync": (ok["kind"] == "sync").any(),
-        "adapter_load (engine)": len(engine_loads) > 0,
-        "adapter_load (trainer swap)": len(swaps) > 0,
-    }
-    missing = [stage for stage, seen in present.items() if not seen]
-    if missing:
-        names = ", ".join(str(r.path) for r in runs)
-        raise CalibrationError(
-            f"{names}: no successful {' / '.join(missing)} rows in the event log(s); "
-            "calibrate needs every stage (add a run that has them)"
-        )
 
 
 def _fit_decode_overlap(rows: pd.DataFrame) -> OverlapFit:

@@ -53,14 +53,17 @@ def _replay(args: argparse.Namespace) -> int:
     from marlaas.out_folder import claim
     from marlaas.runs import write_run_files
     from marlaas.sim.cost_profiles import load_profile
+    from marlaas.terminal import warning_line
     from marlaas.twin.fidelity import format_fidelity
-    from marlaas.twin.header import profile_yardstick
     from marlaas.twin.real_run import load_real_run
-    from marlaas.twin.replay import FIDELITY_FILE, replay
+    from marlaas.twin.replay import FIDELITY_FILE, calibration_yardstick, model_warning, replay
     from marlaas.twin.speed import speed_note
 
     run = load_real_run(args.run, "replay")
     profile = load_profile(args.cost, base=run.workload.cost) if args.cost else None
+    other = model_warning(profile, run)
+    if other:
+        print(warning_line(other), file=sys.stderr)
     with claim(args.out, "replay") as target:  # checked and locked before any work
         events, summary, table = replay(run, profile)
         with target.staged() as staging:
@@ -72,7 +75,7 @@ def _replay(args: argparse.Namespace) -> int:
     note = busy_host_note(run.summary.get("host"))
     if note:  # the real run was slowed by what the replay cannot see
         print(f"note: the real run's host was busy: {note}")
-    speed = speed_note(run_yardstick(run.summary), profile_yardstick(profile, run.workload))
+    speed = speed_note(run_yardstick(run.summary), calibration_yardstick(profile, run))
     if speed:
         print(f"note: {speed}")
     out = args.out

@@ -1,5 +1,5 @@
 """A calibrated profile's header: what was calibrated, from which runs, when, on what machine
-(written by ``marlaas calibrate``), and what ``marlaas replay`` reads back from it."""
+(written by ``marlaas calibrate``), and the label of the base model it records."""
 
 from __future__ import annotations
 
@@ -8,26 +8,13 @@ import platform
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from marlaas.sim.cost_profiles import CostProfile
+from typing import Any
 
 
 def model_label(workload) -> str:
     """The base model a workload trains, as a profile records it: its name and folder."""
     base_model = workload.base_model
     return f"{base_model.name} ({base_model.path})" if base_model.path else base_model.name
-
-
-def profile_yardstick(profile: CostProfile | None, workload) -> object:
-    """The calibration runs' yardstick a profile records (``sources.yardstick_s_per_token``,
-    as written: the caller checks it is a time), or None: no profile, none recorded, or a
-    profile of another model than ``workload``'s (its engines' batch is not this one's)."""
-    if profile is None or profile.meta.get("model") not in (None, model_label(workload)):
-        return None
-    sources = profile.meta.get("sources")
-    return sources.get("yardstick_s_per_token") if isinstance(sources, dict) else None
 
 
 def provenance(calibration, name: str) -> dict[str, Any]:

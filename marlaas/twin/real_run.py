@@ -4,31 +4,41 @@ Each of its files is checked on its own by its reader (summary.json: marlaas.run
 event log: marlaas.eventlog, workload.json: marlaas.workload_file); here they are checked
 against each other, so that a folder that mixes two runs (another workload's workload.json),
 a simulation's folder relabelled as a real run's, or a summary without what a replay needs is
-one :class:`CalibrationError` line naming the file, not a fit of nonsense.
+one :class:`CalibrationError` line naming the file, not a fit of nonsense. So is a run that did
+not finish (its manifest.json), an event log that repeats rows or does not hold each job's
+training steps as its workload.json says (cut short, or another run's workload), and, for
+calibrate and replay alike, a log without a stage of work (:func:`require_stages`).
 """
 
 from __future__ import annotations
 
 import io
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from marlaas.core.scheduler import Scheduler
+from marlaas.core.validation_message import format_validation_error
 from marlaas.core.workload import Workload, WorkloadError
-from marlaas.eventlog import EVENT_LOG_FILE, read_event_log
+from marlaas.eventlog import DONE_OUTCOMES, EVENT_LOG_FILE, read_event_log
 from marlaas.executors.engine_steps import ENGINE_STEPS_CSV
 from marlaas.executors.engine_steps import READ as STEP_COLUMNS
 from marlaas.output.kinds import other_output
+from marlaas.output.manifest import MANIFEST_FILE, peek
 from marlaas.run_files import (
     MAX_TABLE_BYTES,
     SUMMARY_FILE,
+    Name,
+    NonNegative,
     check_summary,
     read_summary,
     read_text,
 )
+from marlaas.twin.operations import split_loads
 from marlaas.workload_file import load_run_workload
 
 WORKLOAD_FILE = "workload.json"
@@ -39,6 +49,15 @@ MAX_SHOWN = 3
 class CalibrationError(WorkloadError):
     """Runs that cannot calibrate a cost model or be replayed (a stage is missing, too few
     rows, files that do not belong together)."""
+
+
+class _TwinSummary(BaseModel):
+    """The keys of a real run's summary.json that only the twin reads (beyond
+    marlaas.run_files.RunSummary's)."""
+
+    model_config = ConfigDict(extra="allow")
+    engine_warmup_s: dict[Name, NonNegative] = {}
+    """Each engine's warm-up before the run's clock started [s] (marlaas.executors.warmup)."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +88,11 @@ def load_real_run(path: str | Path, command: str = "calibrate") -> RealRun:
         raise CalibrationError(f"{path}: not a real training run ({kind}); {command} reads the "
                                "folders `marlaas train` writes")  # fmt: skip
     check_summary(summary, str(path / SUMMARY_FILE), require=("policy", "seed", "metrics"))
+    try:
+        _TwinSummary.model_validate(summary, strict=True)
+    except ValidationError as err:
+        raise CalibrationError(format_validation_error(err, str(path / SUMMARY_FILE))) from None
+    check_finished(path, command)
     makespan = summary["metrics"].get("makespan_s")
     if not makespan:
         raise CalibrationError(f"{path / SUMMARY_FILE}: metrics.makespan_s: missing or 0 (a "
@@ -76,7 +100,78 @@ def load_real_run(path: str | Path, command: str = "calibrate") -> RealRun:
     events = read_event_log(path)
     workload = load_run_workload(path)
     check_belongs(path, events, workload, summary)
+    check_steps(path, events, workload, summary)
     return RealRun(path, events, workload, summary, read_engine_steps(path, workload))
+
+
+def check_finished(path: Path, command: str = "calibrate") -> None:
+    """CalibrationError unless the run finished: its manifest.json's status is ``finished``
+    (a folder from before manifests, without one, counts as finished)."""
+    file = path / MANIFEST_FILE
+    if not file.exists():
+        return
+    try:
+        manifest = json.loads(peek(file))
+    except (OSError, ValueError):
+        raise CalibrationError(f"{file}: not a readable manifest; {command} reads the folders "
+                               "of finished `marlaas train` runs") from None  # fmt: skip
+    status = manifest.get("status", "finished") if isinstance(manifest, dict) else None
+    if status != "finished":
+        shown = repr(status)[:40]
+        raise CalibrationError(f"{file}: status {shown}: the run did not finish; {command} "
+                               "reads finished runs (`marlaas train --resume` finishes "
+                               "one)")  # fmt: skip
+
+
+def check_steps(path: Path, events: pd.DataFrame, workload: Workload, summary: dict) -> None:
+    """CalibrationError unless the event log holds each job's training steps as the workload
+    says: its successful ``train`` rows (one step may span several device rows) count
+    ``rl.steps`` distinct steps for a job that finished, and no more for any other (a job
+    cancelled or refused, or resumed: its log starts midway)."""
+    states = summary.get("job_states")
+    states = states if isinstance(states, dict) else {}
+    resumed = summary.get("resumed_from") or {}
+    train = events[(events["kind"] == "train") & events["outcome"].isin(DONE_OUTCOMES)]
+    logged = train.groupby("job")["step"].nunique()
+    for job in workload.jobs:
+        have, want = int(logged.get(job.name, 0)), job.rl.steps
+        exact = states.get(job.name, "finished") == "finished" and not resumed.get(job.name)
+        if have > want or (exact and have != want):
+            raise CalibrationError(f"{path / EVENT_LOG_FILE}: job {job.name!r} has {have} "
+                                   f"training steps in the log, but {want} in "
+                                   f"{WORKLOAD_FILE}; the log is cut short or the folder "
+                                   "mixes two runs")  # fmt: skip
+
+
+STAGES = ("generate", "train", "sync", "adapter_load (engine)", "adapter_load (trainer swap)")
+"""The stages of work a real run's event log holds: calibrate fits each."""
+REPLAYED_STAGES = ("generate", "train", "sync")
+"""The stages every run's log holds (loads depend on its schedule): without one, a replay
+would simulate work the run did not log."""
+
+
+def require_stages(
+    runs: list[RealRun], stages: tuple[str, ...] = STAGES, command: str = "calibrate"
+) -> None:
+    """CalibrationError naming the ``stages`` (of :data:`STAGES`) of which the runs' event
+    logs have no successful row (``command`` names who asks)."""
+    events = pd.concat([r.events for r in runs])
+    ok = events[events["outcome"] == "ok"]
+    engine_loads, swaps = split_loads(ok)
+    present = {
+        "generate": (ok["kind"] == "generate").any(),
+        "train": (ok["kind"] == "train").any(),
+        "sync": (ok["kind"] == "sync").any(),
+        "adapter_load (engine)": len(engine_loads) > 0,
+        "adapter_load (trainer swap)": len(swaps) > 0,
+    }
+    missing = [stage for stage in stages if not present[stage]]
+    if missing:
+        names = ", ".join(str(r.path) for r in runs)
+        need = "every stage (add a run that has them)" if command == "calibrate" else (
+            "every stage a run logs (is the log cut short or edited?)")  # fmt: skip
+        raise CalibrationError(f"{names}: no successful {' / '.join(missing)} rows in the "
+                               f"event log(s); {command} needs {need}")  # fmt: skip
 
 
 def read_engine_steps(path: Path, workload: Workload) -> pd.DataFrame | None:
@@ -119,6 +214,10 @@ def check_belongs(path: Path, events: pd.DataFrame, workload: Workload, summary:
     log = path / EVENT_LOG_FILE
     if len(events) == 0:
         raise CalibrationError(f"{log}: the event log has no rows")
+    repeats = int(events.duplicated().sum())
+    if repeats:
+        raise CalibrationError(f"{log}: {repeats} of its {len(events)} rows repeat an earlier "
+                               "row exactly; a run logs each piece of work once")  # fmt: skip
     tenants = {j.name: j.tenant for j in workload.jobs}
     pairs = events.loc[events["job"] != "", ["job", "tenant"]].drop_duplicates()
     logged = dict(zip(pairs["job"], pairs["tenant"], strict=True))

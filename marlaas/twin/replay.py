@@ -17,6 +17,8 @@ to 79, the mean error from 9.3% to 7.2%.
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,8 +29,14 @@ from marlaas.sim.cost_profiles import CostProfile
 from marlaas.sim.recording import Recording
 from marlaas.sim.run import simulate_run
 from marlaas.twin.fidelity import fidelity_table
-from marlaas.twin.header import profile_yardstick
-from marlaas.twin.real_run import CalibrationError, RealRun, load_real_run
+from marlaas.twin.header import model_label
+from marlaas.twin.real_run import (
+    REPLAYED_STAGES,
+    CalibrationError,
+    RealRun,
+    load_real_run,
+    require_stages,
+)
 from marlaas.twin.speed import charged_speed, speed_ratio
 
 FIDELITY_FILE = "fidelity.csv"
@@ -44,6 +52,7 @@ def replay(
     (``replayed_at_speed``; None: the profile's own costs)."""
     if not isinstance(run, RealRun):
         run = load_real_run(run, "replay")
+    require_stages([run], REPLAYED_STAGES, "replay")
     if any((run.summary.get("resumed_from") or {}).values()):
         raise CalibrationError(f"{run.path}: a resumed run's log starts midway; replay a run "
                                "trained from the start")  # fmt: skip
@@ -65,4 +74,62 @@ def run_speed(run: RealRun, profile: CostProfile | None) -> float | None:
     many times as slow its host ran the same fixed batch (None: either is unknown, or the
     profile is of another model). The replay charges
     :func:`marlaas.twin.speed.charged_speed` of it."""
-    return speed_ratio(run_yardstick(run.summary), profile_yardstick(profile, run.workload))
+    return speed_ratio(run_yardstick(run.summary), calibration_yardstick(profile, run))
+
+
+def calibration_yardstick(profile: CostProfile | None, run: RealRun) -> object:
+    """The calibration runs' yardstick ``profile`` records (``sources.yardstick_s_per_token``,
+    as written: the caller checks it is a time), or None: no profile, none recorded, or a
+    profile of another model than the run's (:func:`same_model`: its engines' batch is not
+    this one's)."""
+    if profile is None or same_model(profile, run) is False:
+        return None
+    sources = profile.meta.get("sources")
+    return sources.get("yardstick_s_per_token") if isinstance(sources, dict) else None
+
+
+def same_model(profile: CostProfile, run: RealRun) -> bool | None:
+    """Whether ``profile`` was made for the base model ``run`` trained (None: the profile
+    names no model). Its ``model`` (``name (folder)``, as calibrate writes it) names the same
+    model when the names agree and the folders are one: compared resolved, a relative folder
+    found from the file it comes from (the run's folder, the profile's) or the working folder,
+    so that one folder given absolute in one and relative in the other matches."""
+    text = profile.meta.get("model")
+    if text is None:
+        return None
+    written = re.fullmatch(r"(.*) \((.+)\)", str(text))
+    name, folder = written.groups() if written else (str(text), None)
+    base = run.workload.base_model
+    if name != base.name:
+        return False
+    if folder is None or base.path is None:  # a name alone: the names agree
+        return True
+    ours = _model_folder(folder, Path(profile.path).parent)
+    theirs = _model_folder(str(base.path), run.path)
+    if ours == theirs:
+        return True
+    for short, long in ((ours, theirs), (theirs, ours)):  # one not found: its tail matches
+        if not short.is_absolute() and long.parts[-len(short.parts) :] == short.parts:
+            return True
+    return False
+
+
+def _model_folder(folder: str, origin: Path) -> Path:
+    """``folder`` resolved: absolute, or relative to ``origin`` (the folder of the file that
+    names it) or to the working folder, where such a folder exists; as written otherwise."""
+    path = Path(os.path.normpath(folder))
+    for candidate in [path] if path.is_absolute() else [origin / path, Path.cwd() / path]:
+        if candidate.is_dir():
+            return Path(os.path.realpath(candidate))
+    return path
+
+
+def model_warning(profile: CostProfile | None, run: RealRun) -> str | None:
+    """One line saying that ``profile`` was made for another model than ``run``'s (None: the
+    same model, or not known)."""
+    if profile is None or same_model(profile, run) is not False:
+        return None
+    made = "was fitted on" if profile.meta.get("origin") == "calibrated" else "is of"
+    return (f"the profile {profile.name!r} {made} another model "
+            f"({profile.meta.get('model')}) than the run's ({model_label(run.workload)}): its "
+            "costs may not carry over, and the run's yardstick speed is not charged")  # fmt: skip

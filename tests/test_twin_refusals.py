@@ -1,0 +1,175 @@
+"""The twin refuses a run folder it cannot trust, in one line naming the file: a bad
+engine_warmup_s, a run that did not finish, a log cut short or of another workload's steps, a
+log without a stage, duplicated rows; and a profile file that does not name every cost."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from marlaas.cli import main
+from marlaas.eventlog import read_event_log, write_event_log
+from marlaas.twin.calibrate import CalibrationError, calibrate
+from marlaas.twin.replay import replay
+from tests.test_twin import copy_run, fake_real_run
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    return fake_real_run(tmp_path_factory.mktemp("refusals"), "fair", {}, "fair")
+
+
+def _both_refuse(folder: Path, match: str) -> None:
+    """calibrate and replay of ``folder`` each raise a CalibrationError matching ``match``."""
+    with pytest.raises(CalibrationError, match=match):
+        calibrate([folder], refine_evaluations=0)
+    with pytest.raises(CalibrationError, match=match):
+        replay(folder)
+
+
+def _with_events(run: Path, target: Path, change) -> Path:
+    """A copy of ``run`` at ``target`` whose event log is ``change(events)``."""
+    copy = copy_run(run, target)
+    write_event_log(change(read_event_log(run)), copy / "events.parquet")
+    return copy
+
+
+@pytest.mark.parametrize(
+    "value, said",
+    [
+        ({"rollout/0": "fast"}, r"engine_warmup_s\.rollout/0: Input should be a valid number"),
+        ({"rollout/0": None}, r"engine_warmup_s\.rollout/0: Input should be a valid number"),
+        ({"rollout/0": -1.0}, r"engine_warmup_s\.rollout/0: Input should be greater than"),
+        (5, "engine_warmup_s: Input should be a valid dictionary"),
+        ([1, 2], "engine_warmup_s: Input should be a valid dictionary"),
+        (None, "engine_warmup_s: Input should be a valid dictionary"),
+        (True, "engine_warmup_s: Input should be a valid dictionary"),
+    ],
+)
+def test_a_bad_engine_warmup_is_one_error_naming_the_file_and_field(run, tmp_path, value, said):
+    bad = copy_run(run, tmp_path / "bad", engine_warmup_s=value)
+    with pytest.raises(CalibrationError, match=f"bad/summary.json: {said}"):
+        calibrate([bad], refine_evaluations=0)
+
+
+def test_a_bad_engine_warmup_is_one_line_from_the_cli(run, tmp_path, capsys):
+    bad = copy_run(run, tmp_path / "bad", engine_warmup_s={"rollout/0": "fast"})
+    assert main(["calibrate", str(bad), "--out", str(tmp_path / "p.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("marlaas: error: ") and err.count("\n") == 1
+    assert "summary.json: engine_warmup_s" in err and not (tmp_path / "p.yaml").exists()
+
+
+@pytest.mark.parametrize("status", ["partial", "running"])
+def test_a_run_that_did_not_finish_is_refused(run, tmp_path, status):
+    unfinished = copy_run(run, tmp_path / "unfinished")
+    manifest = json.loads((run / "manifest.json").read_text())
+    (unfinished / "manifest.json").write_text(json.dumps({**manifest, "status": status}))
+    _both_refuse(unfinished, f"manifest.json: status '{status}': the run did not finish")
+
+
+def test_a_log_cut_short_is_refused_naming_the_job_and_its_steps(run, tmp_path):
+    events = read_event_log(run)
+    last = events[events["kind"] == "train"].iloc[-1]  # the last step of its job
+    cut = _with_events(run, tmp_path / "cut", lambda e: e[e.index < last.name])
+    _both_refuse(cut, f"job '{last.job}' has 5 training steps in the log, but 6 in "
+                      "workload.json")  # fmt: skip
+
+
+@pytest.mark.parametrize("steps", [2, 100_000])
+def test_a_workload_of_other_steps_than_the_log_is_refused(run, tmp_path, steps):
+    other = copy_run(run, tmp_path / "other")
+    workload = json.loads((run / "workload.json").read_text())
+    for job in workload["jobs"]:
+        job["rl"]["steps"] = steps
+    (other / "workload.json").write_text(json.dumps(workload))
+    name = workload["jobs"][0]["name"]
+    _both_refuse(other, f"job '{name}' has 6 training steps in the log, but {steps} in "
+                        "workload.json")  # fmt: skip
+
+
+def test_replay_refuses_a_log_without_a_stage_as_calibrate_does(run, tmp_path):
+    nogen = _with_events(run, tmp_path / "nogen", lambda e: e[e["kind"] != "generate"])
+    _both_refuse(nogen, "no successful generate rows in the event log")
+    nosync = _with_events(run, tmp_path / "nosync", lambda e: e[e["kind"] != "sync"])
+    _both_refuse(nosync, "no successful sync rows in the event log")
+
+
+def test_an_event_log_of_repeated_rows_is_refused_saying_how_many(run, tmp_path):
+    import pandas as pd
+
+    rows = len(read_event_log(run))
+    twice = _with_events(run, tmp_path / "twice", lambda e: pd.concat([e, e]))
+    _both_refuse(twice, f"events.parquet: {rows} of its {2 * rows} rows repeat an earlier row")
+
+
+def test_a_profile_file_missing_a_cost_is_refused_naming_it(run, tmp_path, capsys):
+    from marlaas.sim.cost_model import CostModel
+    from marlaas.sim.cost_profiles import ProfileError, bundled_profiles, load_profile
+
+    whole = CostModel().model_dump()
+    (tmp_path / "whole.yaml").write_text(json.dumps({"name": "whole", "cost": whole}))
+    assert load_profile(tmp_path / "whole.yaml").cost == CostModel()
+    less = {k: v for k, v in whole.items() if k != "decode_base_ms"}
+    (tmp_path / "less.yaml").write_text(json.dumps({"name": "less", "cost": less}))
+    with pytest.raises(ProfileError, match=r"less.yaml: cost: missing decode_base_ms; "):
+        load_profile(tmp_path / "less.yaml")
+    (tmp_path / "empty.yaml").write_text("name: empty\ncost: {}\n")
+    empty, out = str(tmp_path / "empty.yaml"), str(tmp_path / "r")
+    assert main(["replay", str(run), "--cost", empty, "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and not (tmp_path / "r").exists()
+    assert "empty.yaml: cost: missing decode_base_ms, decode_per_seq_ms, " in err
+    assert f" and {len(whole) - 5} more; " in err
+    for name in bundled_profiles():  # those marlaas ships keep loading
+        load_profile(name)
+
+
+def _yardstick_profile(folder: Path, model: str) -> Path:
+    """A complete calibrated profile of ``model`` whose runs' yardstick was 0.4 ms a token."""
+    from tests.test_twin import TRUE
+
+    path = folder / f"p-{len(list(folder.glob('p-*.yaml')))}.yaml"
+    path.write_text(json.dumps({"name": "p", "origin": "calibrated", "model": model,
+                                "sources": {"yardstick_s_per_token": 4e-4},
+                                "cost": TRUE.model_dump()}))  # fmt: skip
+    return path
+
+
+def _run_of_model(run: Path, target: Path, model_path: str) -> Path:
+    """A copy of ``run`` whose yardstick is 0.5 ms a token and whose base model's folder is
+    ``model_path``."""
+    copy = copy_run(run, target, engine_yardstick_s_per_token={"rollout/0": 5e-4})
+    workload = json.loads((copy / "workload.json").read_text())
+    workload["base_model"]["path"] = model_path
+    (copy / "workload.json").write_text(json.dumps(workload))
+    return copy
+
+
+def test_one_model_folder_spelled_two_ways_is_the_same_model(run, tmp_path, capsys):
+    """A profile naming its model's folder relative to itself and a run naming the same
+    folder absolute: the replay charges the run's yardstick speed and warns of nothing."""
+    (tmp_path / "models" / "tiny").mkdir(parents=True)
+    profile = _yardstick_profile(tmp_path, "tiny-llama (models/tiny)")
+    absolute = _run_of_model(run, tmp_path / "abs", str(tmp_path / "models" / "tiny"))
+    capsys.readouterr()
+    assert main(["replay", str(absolute), "--cost", str(profile), "--out",
+                 str(tmp_path / "r")]) == 0  # fmt: skip
+    out, err = capsys.readouterr()
+    assert "note: the run's engines took 1.25x" in out and "warning" not in err
+
+
+@pytest.mark.parametrize("model", ["llama-7b (models/tiny)", "tiny-llama (/elsewhere/tiny)"])
+def test_a_profile_of_another_model_is_a_warning(run, tmp_path, capsys, model):
+    (tmp_path / "models" / "tiny").mkdir(parents=True)
+    profile = _yardstick_profile(tmp_path, model)
+    other = _run_of_model(run, tmp_path / "other", str(tmp_path / "models" / "tiny"))
+    capsys.readouterr()
+    assert main(["replay", str(other), "--cost", str(profile), "--out",
+                 str(tmp_path / "r")]) == 0  # fmt: skip
+    out, err = capsys.readouterr()
+    assert err.startswith("marlaas: warning: the profile 'p' was fitted on another model "
+                          f"({model}) than the run's (tiny-llama ")  # fmt: skip
+    assert err.count("\n") == 1 and "note: the run's engines" not in out
