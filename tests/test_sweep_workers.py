@@ -16,27 +16,10 @@ import pytest
 
 from marlaas.workers import RemoteTraceback, WorkerDied, how_it_ended, run_tasks
 from tests.child_env import python_path_first
+from tests.test_policy_path_checked import WORKLOAD  # a two-job workload
+from tests.test_signals import alive
 
 REPO = Path(__file__).resolve().parent.parent
-
-WORKLOAD = """\
-name: tiny
-seed: 0
-policy: fair
-cluster:
-  pools:
-    - {name: rollout, role: inference, devices: 2}
-    - {name: train, role: training, devices: 1}
-jobs:
-  - name: a
-    tenant: alice
-    rl: {steps: 2, prompts_per_step: 2, group_size: 4, max_new_tokens: 256}
-    response_tokens: {dist: lognormal, median: 100, sigma: 0.5}
-  - name: b
-    tenant: bob
-    rl: {steps: 2, prompts_per_step: 2, group_size: 4, max_new_tokens: 256}
-    response_tokens: {dist: lognormal, median: 100, sigma: 0.5}
-"""
 
 KILL_SELF = """
 import os
@@ -80,14 +63,6 @@ def slow(x: int) -> int:
     if x:
         time.sleep(60)
     return x
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"
 
 
 def children() -> list[int]:
