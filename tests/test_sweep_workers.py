@@ -65,13 +65,21 @@ def slow(x: int) -> int:
     return x
 
 
-def children() -> list[int]:
+def all_children() -> set[int]:
     listed = subprocess.run(["ps", "-o", "pid=", "--ppid", str(os.getpid())],
                             capture_output=True, text=True, check=False).stdout  # fmt: skip
-    return [int(p) for p in listed.split() if alive(int(p))]
+    return {int(p) for p in listed.split() if alive(int(p))}
 
 
-def test_every_result_comes_back_with_its_index():
+@pytest.fixture
+def children():
+    """This process's live children that the test started (a full run's earlier tests may
+    leave helpers of their own)."""
+    earlier = all_children()
+    return lambda: sorted(all_children() - earlier)
+
+
+def test_every_result_comes_back_with_its_index(children):
     got = dict(run_tasks(square, [(i, i) for i in range(10)], 3))
     assert got == {i: i * i for i in range(10)}
     assert children() == []
@@ -81,7 +89,7 @@ def test_more_workers_than_tasks():
     assert dict(run_tasks(square, [(0, 4)], 4)) == {0: 16}
 
 
-def test_a_task_error_is_raised_here_with_the_workers_traceback():
+def test_a_task_error_is_raised_here_with_the_workers_traceback(children):
     with pytest.raises(ValueError, match="one is bad") as err:
         list(run_tasks(fail_on_one, [(i, i) for i in range(4)], 2))
     assert isinstance(err.value.__cause__, RemoteTraceback)
@@ -93,7 +101,7 @@ def test_a_task_error_is_raised_here_with_the_workers_traceback():
     ("fn", "index", "ends"),
     [(die_on_three, 3, "was killed by SIGKILL"), (exit_on_two, 2, "exited with status 7")],
 )
-def test_a_worker_that_dies_is_an_error_naming_its_task(fn, index, ends):
+def test_a_worker_that_dies_is_an_error_naming_its_task(fn, index, ends, children):
     started = time.monotonic()
     with pytest.raises(WorkerDied) as err:
         list(run_tasks(fn, [(i, i) for i in range(6)], 2))
@@ -102,7 +110,7 @@ def test_a_worker_that_dies_is_an_error_naming_its_task(fn, index, ends):
     assert children() == []
 
 
-def test_leaving_early_terminates_the_workers_at_once():
+def test_leaving_early_terminates_the_workers_at_once(children):
     started = time.monotonic()
     tasks = run_tasks(slow, [(i, i) for i in range(4)], 2)
     assert next(tasks) == (0, 0)
