@@ -207,6 +207,8 @@ def _error(response: httpx.Response) -> ServiceError:
     try:
         detail = response.json().get("detail", response.text)
     except (ValueError, AttributeError):
+        if response.status_code >= 500:  # the service's own failure, or a proxy's
+            return ServiceError(response.status_code, " ".join(response.text.split())[:200])
         return ServiceError(response.status_code, _not_ours(response))
     if isinstance(detail, list):  # FastAPI's own validation errors
         detail = "; ".join(f"{'.'.join(map(str, d.get('loc', [])))}: {d.get('msg')}"

@@ -37,18 +37,16 @@ def checked(spec: str, cls: type[Policy]) -> type[Policy]:
     (``SystemExit`` too) into a :class:`PolicyError` naming ``spec``, the method and the
     job. Named ``spec`` unless ``cls``'s own body sets ``name`` (an inherited one, such as a
     bundled policy's, would report the subclass under its base's name)."""
-    key_kinds: list[tuple[bool, ...]] = []  # which items of the keys so far are strings
-    engine_key_kinds: list[tuple[bool, ...]] = []
 
-    def key_fault(value: object) -> str | None:
-        return _key_fault(value, key_kinds, "a tuple of numbers")
+    def key_fault(policy: Policy, value: object) -> str | None:
+        return _key_fault(value, _seen(policy, "key"), "a tuple of numbers")
 
-    def engine_key_fault(value: object) -> str | None:
+    def engine_key_fault(policy: Policy, value: object) -> str | None:
         if value is None:
             return None
-        return _key_fault(value, engine_key_kinds, "a tuple of numbers or None")
+        return _key_fault(value, _seen(policy, "engine_key"), "a tuple of numbers or None")
 
-    def share_fault(value: object) -> str | None:
+    def share_fault(policy: Policy, value: object) -> str | None:
         return None if _is_share(value) else f"returned {_shown(value)}, not a share from 0 to 1"
 
     body: dict[str, Any] = {
@@ -68,7 +66,7 @@ def checked(spec: str, cls: type[Policy]) -> type[Policy]:
     return wrapped
 
 
-def _guarded(spec: str, method: str, user: Callable, fault: Callable[[object], str | None]):
+def _guarded(spec: str, method: str, user: Callable, fault: Callable[[Policy, object], str | None]):
     """``user``, a policy method ``(self, job, *rest)``, through a check: what it raises
     (``SystemExit`` too), or a value ``fault`` finds wrong (saying why), is a
     :class:`PolicyError` naming ``spec``, ``method`` and the job (and the engine)."""
@@ -81,13 +79,19 @@ def _guarded(spec: str, method: str, user: Callable, fault: Callable[[object], s
         except (Exception, SystemExit) as exc:
             where = _call(method, job, rest[0] if method == "engine_key" else None)
             raise PolicyError(f"policy {spec!r}: {where} raised {one_line(exc)}") from exc
-        why = fault(value)
+        why = fault(self, value)
         if why is not None:
             where = _call(method, job, rest[0] if method == "engine_key" else None)
             raise PolicyError(f"policy {spec!r}: {where} {why}")
         return value
 
     return call
+
+
+def _seen(policy: Policy, method: str) -> list[tuple[bool, ...]]:
+    """Which items of ``policy``'s ``method`` values so far were strings (kept on the
+    instance: a policy made for another run starts afresh)."""
+    return policy.__dict__.setdefault(f"_checked_{method}_kinds", [])
 
 
 def _key_fault(value: object, seen: list[tuple[bool, ...]], wanted: str) -> str | None:
@@ -126,6 +130,8 @@ def _same_kinds(seen: list[tuple[bool, ...]], value: tuple) -> bool:
     """Whether ``value`` has a string where every key before it had one, and a number where
     they had numbers (``seen``: the longest kinds so far, kept up to date)."""
     kinds, known = _kinds(value), seen[0] if seen else ()
+    if kinds == known:
+        return True
     common = min(len(kinds), len(known))
     if kinds[:common] != known[:common]:
         return False

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import multiprocessing
 import os
+import pickle
 import signal
 import threading
 import time
@@ -161,12 +162,22 @@ def _serve(conn: Connection, fn: Callable[[Any], Any], parent: int) -> None:
         try:
             answer = (True, fn(item), "")
         except (Exception, SystemExit) as exc:
-            answer = (False, exc, "".join(traceback.format_exception(exc)))
+            answer = (False, _portable(exc), "".join(traceback.format_exception(exc)))
         try:
             conn.send(answer)
-        except Exception as exc:  # an answer that does not pickle
+        except Exception as exc:  # a value that does not pickle
             text = "".join(traceback.format_exception(exc))
-            conn.send((False, RuntimeError(f"task {index}: {exc}"), text))
+            conn.send((False, RuntimeError(f"task {index}: its result: {exc}"), text))
+
+
+def _portable(exc: BaseException) -> BaseException:
+    """``exc`` if it survives pickling both ways (an error whose ``__init__`` does not take
+    its ``args`` does not come back), else a RuntimeError with its type and message."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+    return exc
 
 
 def _init_worker(parent: int) -> None:

@@ -20,6 +20,7 @@ from marlaas.out_folder import claim
 from marlaas.output.errors import OutputError
 from marlaas.output.lock import lock_path
 from marlaas.output.manifest import MANIFEST_FILE, read_manifest, write_manifest
+from marlaas.output.paths import output_path
 from marlaas.output.swap import exchange
 
 SIM = ["simulate", "traces/small.yaml", "--quiet", "--set", "jobs.*.rl.steps=2"]
@@ -110,6 +111,10 @@ def test_an_out_through_a_missing_folder_and_back_makes_no_stray_folder(tmp_path
     assert simulate(tmp_path / "runs" / "a" / ".." / "b") == 0
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["b"]
     assert read_manifest(tmp_path / "runs" / "b")["kind"] == "simulation"
+    (tmp_path / "runs" / "link").symlink_to(tmp_path / "nowhere")
+    dangling = tmp_path / "runs" / "a" / ".." / "link"
+    with pytest.raises(OutputError, match=r"a symbolic link to .*nowhere, which does not exist"):
+        output_path(dangling)
 
 
 def test_an_unwritable_out_is_refused_before_the_simulation(tmp_path, capsys, monkeypatch):

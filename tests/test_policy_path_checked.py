@@ -185,7 +185,7 @@ def simulate(workload: str, policy: str, out) -> int:
     [
         ("RaiseLater", "key(job 'a') raised RuntimeError: boom in key"),
         ("ListKey", "key(job 'a') returned list [0], not a tuple of numbers"),
-        ("MixedKey", "key(job 'a') returned ('x',): a string where earlier keys had a number"),
+        ("MixedKey", "key(job 'b') returned (1,): a string where earlier keys had a number"),
         ("NoneKey", "key(job 'a') returned (None,): None is not a number or a string"),
         ("NaNKey", "key(job 'a') returned (nan, 0): NaN orders with nothing"),
         ("RecursionKey", "key(job 'a') raised RecursionError"),

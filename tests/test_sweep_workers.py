@@ -5,6 +5,7 @@ sweep's run), never a wait for ever."""
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -59,6 +60,17 @@ def fail_on_one(x: int) -> int:
     return x
 
 
+class Unrebuilt(Exception):
+    """An error that pickles but cannot be made again from its args."""
+
+    def __init__(self, a: str, b: str) -> None:
+        super().__init__(f"{a} and {b}")
+
+
+def fail_unrebuilt(x: int) -> int:
+    raise Unrebuilt("left", "right")
+
+
 def slow(x: int) -> int:
     if x:
         time.sleep(60)
@@ -95,6 +107,21 @@ def test_a_task_error_is_raised_here_with_the_workers_traceback(children):
     assert isinstance(err.value.__cause__, RemoteTraceback)
     assert "fail_on_one" in str(err.value.__cause__)
     assert children() == []
+
+
+def test_an_error_that_does_not_come_back_whole_keeps_its_message_and_traceback(children):
+    """It was a TypeError from unpickling in the parent, the task's own error lost."""
+    with pytest.raises(RuntimeError, match="Unrebuilt: left and right") as err:
+        list(run_tasks(fail_unrebuilt, [(0, 0), (1, 1)], 2))
+    assert "fail_unrebuilt" in str(err.value.__cause__)
+    assert children() == []
+
+
+def test_a_trace_error_crosses_from_a_worker_whole():
+    from marlaas.traces.errors import TraceError
+
+    again = pickle.loads(pickle.dumps(TraceError("a.csv", "bad row", 3)))
+    assert (str(again), again.line) == ("a.csv: line 3: bad row", 3)
 
 
 @pytest.mark.parametrize(

@@ -107,7 +107,12 @@ def test_an_event_log_of_repeated_rows_is_refused_saying_how_many(run, tmp_path)
 
 def test_a_profile_file_missing_a_cost_is_refused_naming_it(run, tmp_path, capsys):
     from marlaas.sim.cost_model import CostModel
-    from marlaas.sim.cost_profiles import ProfileError, bundled_profiles, load_profile
+    from marlaas.sim.cost_profiles import (
+        LATE_COSTS,
+        ProfileError,
+        bundled_profiles,
+        load_profile,
+    )
 
     whole = CostModel().model_dump()
     (tmp_path / "whole.yaml").write_text(json.dumps({"name": "whole", "cost": whole}))
@@ -122,9 +127,12 @@ def test_a_profile_file_missing_a_cost_is_refused_naming_it(run, tmp_path, capsy
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and not (tmp_path / "r").exists()
     assert "empty.yaml: cost: missing decode_base_ms, decode_per_seq_ms, " in err
-    assert f" and {len(whole) - 5} more; " in err
+    assert f" and {len(whole) - len(LATE_COSTS) - 5} more; " in err
     for name in bundled_profiles():  # those marlaas ships keep loading
         load_profile(name)
+    older = {k: v for k, v in whole.items() if k not in LATE_COSTS}  # calibrated before them
+    (tmp_path / "older.yaml").write_text(json.dumps({"name": "older", "cost": older}))
+    assert load_profile(tmp_path / "older.yaml").cost == CostModel()
 
 
 def _yardstick_profile(folder: Path, model: str) -> Path:

@@ -20,6 +20,8 @@ def output_path(out: str | Path, what: str = "--out", *, in_place: bool = False)
     if str(out) == "":
         raise OutputError(f"{what} '': an empty path; give a folder or file name")
     path = Path(out)
+    if ".." in path.parts[:-1]:  # "runs/a/../b": runs/b, as the system reads it (a is not made)
+        path = Path(os.path.realpath(path.parent)) / path.name
     if path.is_symlink():
         target = Path(os.path.realpath(path))
         if not target.exists():
@@ -28,8 +30,6 @@ def output_path(out: str | Path, what: str = "--out", *, in_place: bool = False)
         path = target
     if path.name in ("", ".", ".."):
         path = Path(os.path.abspath(path))  # "." or "runs/..": the folder it names
-    elif ".." in path.parts:  # "runs/a/../b": runs/b, as the system reads it (a is not made)
-        path = Path(os.path.realpath(path))
     if not path.name:
         raise OutputError(f"{path}: the root folder cannot be an output folder")
     with suppress(OSError):

@@ -74,9 +74,13 @@ def _serve(args: argparse.Namespace) -> int:
     if not args.simulate:
         _check_base_model(data, config, base_dir)
     listening = _listening_socket(args.host, args.port)  # a port in use: nothing written
-    created = not data.exists()
-    data.mkdir(parents=True, exist_ok=True)
-    lock = lock_folder(data)
+    try:
+        created = not data.exists()
+        data.mkdir(parents=True, exist_ok=True)
+        lock = lock_folder(data)
+    except BaseException:
+        listening.close()
+        raise
     stack = ExitStack()  # the Ray session of --ray
     try:
         store = _store_in(data, args.db, created)  # first: if it fails, nothing is written
@@ -90,6 +94,7 @@ def _serve(args: argparse.Namespace) -> int:
                                speed=args.speed, cost=cost, **options)  # fmt: skip
         misfits = runner.misfits()
         if misfits:
+            store.close()
             raise UsageError(
                 f"serve: {len(misfits)} queued or running job(s) no longer fit the service: "
                 f"block of {args.cluster} ({'; '.join(misfits[:3])}"

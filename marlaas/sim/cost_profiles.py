@@ -7,8 +7,8 @@ A profile is YAML::
     origin: calibrated | published
     hardware: ..., model: ...              (free text: one line of printable characters)
     sources: {...}                         (published: citations; calibrated: runs, fit quality)
-    cost: {decode_base_ms: ..., ...}       (every CostModel field: a file that leaves one
-                                            out is refused, naming it)
+    cost: {decode_base_ms: ..., ...}       (every CostModel field but LATE_COSTS: a file
+                                            that leaves one out is refused, naming it)
 
 ``--cost NAME`` picks a bundled profile (marlaas/sim/profiles/NAME.yaml), ``--cost PATH`` a file.
 ``marlaas calibrate`` writes profiles from real runs.
@@ -89,14 +89,27 @@ def resolve_profile(name_or_path: str | Path) -> Path:
     )
 
 
+LATE_COSTS = (
+    "train_shares_prompts",
+    "train_forward_share",
+    "adapter_load_wait_iterations",
+    "overlap_decode_slowdown",
+    "overlap_train_slowdown",
+)
+"""Costs added after profiles were first written (``calibrate``'s and the bundled ones): a
+profile from before them may leave them out, and runs on their defaults, as it did. Every
+other cost a profile file must name."""
+
+
 def load_profile(
     name_or_path: str | Path, base: CostModel | None = None, complete: bool = True
 ) -> CostProfile:
     """Read and validate a profile; its ``cost`` values replace ``base``'s (default: the
     defaults) field by field. The file is read as a workload file is (size cap, duplicate
     keys, alias bombs and deep nesting refused: marlaas.workload_file.read_yaml). With
-    ``complete``, the file must name every cost field (a hand-edited profile missing one
-    would silently run on its default: a ProfileError names those missing)."""
+    ``complete``, the file must name every cost field but :data:`LATE_COSTS` (a hand-edited
+    profile missing one would silently run on its default: a ProfileError names those
+    missing)."""
     path = resolve_profile(name_or_path)
     data = read_yaml(path, "cost profile", ProfileError)
     if not isinstance(data, dict) or not isinstance(data.get("cost"), dict):
@@ -108,7 +121,7 @@ def load_profile(
         raise ProfileError(format_validation_error(err, f"{path}: cost", CostModel)) from None
     meta = {k: v for k, v in data.items() if k != "cost"}
     _check_text_fields(meta, path)
-    missing = [name for name in CostModel.model_fields if name not in data["cost"]]
+    missing = [n for n in CostModel.model_fields if n not in data["cost"] and n not in LATE_COSTS]
     if complete and missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5
                                           else "")  # fmt: skip

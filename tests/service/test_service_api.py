@@ -140,6 +140,12 @@ def test_the_client_says_when_the_url_is_not_a_marlaas_service(tmp_path):
 
     class Other(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
+            if self.path == "/v1/cluster":  # the service's own failure (Starlette's text 500)
+                self.send_response(500)
+                self.send_header("Content-Type", "text/plain")
+                self.end_headers()
+                self.wfile.write(b"Internal Server Error")
+                return
             found = self.path == "/v1/jobs"
             self.send_response(200 if found else 404)
             self.send_header("Content-Type", "text/plain" if found else "text/html")
@@ -160,6 +166,9 @@ def test_the_client_says_when_the_url_is_not_a_marlaas_service(tmp_path):
                     call()
                 assert err.value.status == status and len(str(err.value)) < 200, str(err.value)
                 assert f"{url} answered {kind}, not a MARLaaS service's JSON" in str(err.value)
+            with pytest.raises(ServiceError) as err:
+                client.cluster()
+            assert (err.value.status, err.value.detail) == (500, "Internal Server Error")
     finally:
         server.shutdown()
         server.server_close()
