@@ -72,16 +72,17 @@ def _guarded(spec: str, method: str, user: Callable, fault: Callable[[Policy, ob
     :class:`PolicyError` naming ``spec``, ``method`` and the job (and the engine)."""
 
     def call(self: Policy, job: Any, *rest: Any) -> Any:
+        engine = rest[0] if method == "engine_key" else None
         try:
             value = user(self, job, *rest)
         except PolicyError:
             raise  # a recursive key's innermost error: said once
         except (Exception, SystemExit) as exc:
-            where = _call(method, job, rest[0] if method == "engine_key" else None)
+            where = _call(method, job, engine)
             raise PolicyError(f"policy {spec!r}: {where} raised {one_line(exc)}") from exc
         why = fault(self, value)
         if why is not None:
-            where = _call(method, job, rest[0] if method == "engine_key" else None)
+            where = _call(method, job, engine)
             raise PolicyError(f"policy {spec!r}: {where} {why}")
         return value
 
