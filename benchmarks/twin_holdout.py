@@ -1,7 +1,7 @@
 """The twin's held-out check (issue 27's Show, docs/twin.md): calibrate on one schedule's real
 runs, replay every other run of the workload with that profile, and print the errors.
 
-    python benchmarks/twin_holdout.py RUN_DIR [RUN_DIR ...] [--refine 150]
+    python benchmarks/twin_holdout.py RUN_DIR [RUN_DIR ...] [--refine 150] [--mixed]
 
 Runs are grouped by schedule: their summary's policy and preset (``fair``, ``fifo``,
 ``fifo+sequential``). For each schedule in turn its runs calibrate a profile (as ``marlaas
@@ -17,8 +17,10 @@ speed. A first table lists every run: makespan, its own CPU seconds, the host sh
 generation's total time from its event log, then how far apart the repeats of each schedule
 are.
 Last, per calibration schedule, how many of its replays are within the Show's bounds (10% of
-makespan, 5 points of every busy fraction). Nothing is written but the output; profiles and
-replays stay in memory.
+makespan, 5 points of every busy fraction). With ``--mixed`` each calibration is one run of
+each of two schedules (every pair of schedules, every repeat), and every other run is
+replayed: the runs of the third schedule are then of a schedule no calibration run had.
+Nothing is written but the output; profiles and replays stay in memory.
 """
 
 from __future__ import annotations
@@ -84,7 +86,23 @@ def repeat_spread(listed: pd.DataFrame) -> list[str]:
     return lines
 
 
-def holdout_table(runs: list, refine: int) -> tuple[pd.DataFrame, list[str]]:
+def calibration_sets(by_schedule: dict[str, list], mixed: bool) -> list[tuple[str, list]]:
+    """(label, runs) of each calibration: every schedule's runs (the issue's check), or, when
+    ``mixed``, each pair of schedules' k-th runs (one run of each, for every k both have), so
+    that a per-adapter cost and the work beside other jobs' that one schedule cannot tell apart
+    from the rest are both seen (docs/twin.md, "Calibrated on two schedules")."""
+    schedules = sorted(by_schedule)
+    if not mixed:
+        return [(schedule, by_schedule[schedule]) for schedule in schedules]
+    sets = []
+    for i, first in enumerate(schedules):
+        for second in schedules[i + 1 :]:
+            pairs = zip(by_schedule[first], by_schedule[second], strict=False)  # k-th runs of both
+            sets += [(f"{first} + {second}", list(pair)) for pair in pairs]
+    return sets
+
+
+def holdout_table(runs: list, refine: int, mixed: bool = False) -> tuple[pd.DataFrame, list[str]]:
     """(one row per (calibration schedule, held-out run): makespan error, busy error, host,
     speed (the speed the replay charged, from the run's yardstick over its calibration runs';
     NaN where either has none), the makespan error at the profile's own speed; each
@@ -101,19 +119,22 @@ def holdout_table(runs: list, refine: int) -> tuple[pd.DataFrame, list[str]]:
         raise ValueError(f"runs of one schedule only ({', '.join(by_schedule)}): the check "
                          "needs runs of at least two")  # fmt: skip
     rows, warnings = [], []
-    for schedule, own in sorted(by_schedule.items()):
-        fit = calibrate([r.path for r in own], refine_evaluations=refine)
-        warnings += [f"calibrated on {schedule}: {w}" for w in fit.warnings]
-        name = f"calibrated-{schedule}"
+    for label, calibration in calibration_sets(by_schedule, mixed):
+        fit = calibrate([r.path for r in calibration], refine_evaluations=refine)
+        warnings += [f"calibrated on {label}: {w}" for w in fit.warnings]
+        name = f"calibrated-{label.replace(' + ', '-')}"
         profile = CostProfile(name, fit.cost, "(in memory)", "-", provenance(fit, name))
+        seen = {schedule_of(r.summary) for r in calibration}
+        fitted_on = {r.path for r in calibration}
         for run in runs:
-            if schedule_of(run.summary) == schedule:
+            if run.path in fitted_on or (not mixed and schedule_of(run.summary) in seen):
                 continue
             _events, replayed, table = replay(run, profile)
             own_speed = replay(run, profile, at_run_speed=False)[2]
             busy = table[table["metric"].str.match(r"busy fraction, (pool|processor)")]
             rows.append({
-                "calibrated on": schedule, "replayed": run.path.name,
+                "calibrated on": label, "replayed": run.path.name,
+                "schedule seen": schedule_of(run.summary) in seen,
                 "makespan error": _makespan_error(table),
                 "busy error pt": float(busy["error"].abs().max()),
                 "others": host_share(run.summary),
@@ -139,6 +160,11 @@ def per_schedule(table: pd.DataFrame) -> list[str]:
         lines.append(f"calibrated on {schedule}: makespan within {WITHIN:.0%} on "
                      f"{makespan.sum()} of {len(rows)}, busy within {BUSY_WITHIN:g} points on "
                      f"{busy.sum()}, both on {(makespan & busy).sum()}")  # fmt: skip
+        unseen = ~rows["schedule seen"]
+        if unseen.any() and not unseen.all():
+            met = (makespan & unseen).sum()
+            lines.append(f"  of them, runs of a schedule not calibrated on: makespan within "
+                         f"{WITHIN:.0%} on {met} of {unseen.sum()}")  # fmt: skip
     return lines
 
 
@@ -147,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("runs", nargs="+", type=Path, help="real run folders of one workload")
     parser.add_argument("--refine", type=int, default=150,
                         help="replays refining a calibration (0: none)")  # fmt: skip
+    parser.add_argument("--mixed", action="store_true",
+                        help="calibrate on one run of each of two schedules (every pair and "
+                             "repeat) instead of one schedule's runs")  # fmt: skip
     args = parser.parse_args(argv)
     try:
         runs = [load_real_run(path) for path in args.runs]
@@ -157,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in repeat_spread(listed):
         print(line)
     try:
-        table, warnings = holdout_table(runs, args.refine)
+        table, warnings = holdout_table(runs, args.refine, args.mixed)
     except ValueError as err:
         sys.exit(f"twin_holdout: {err}")
     shown = table.assign(**{

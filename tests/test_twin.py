@@ -396,6 +396,33 @@ def test_the_holdout_benchmark_calibrates_per_schedule_and_replays_the_others(ru
         holdout_table(loaded[:2], refine=0)
 
 
+def test_the_holdout_benchmark_mixed_calibrates_on_one_run_of_each_of_two_schedules(runs):
+    from benchmarks.twin_holdout import calibration_sets, holdout_table, per_schedule
+    from marlaas.twin.real_run import load_real_run
+
+    by_schedule = {"a": ["a1", "a2"], "b": ["b1", "b2"], "c": ["c1"]}
+    assert calibration_sets(by_schedule, mixed=False) == [
+        ("a", ["a1", "a2"]), ("b", ["b1", "b2"]), ("c", ["c1"])
+    ]  # fmt: skip
+    assert calibration_sets(by_schedule, mixed=True) == [
+        ("a + b", ["a1", "b1"]), ("a + b", ["a2", "b2"]), ("a + c", ["a1", "c1"]),
+        ("b + c", ["b1", "c1"]),
+    ]  # fmt: skip
+    loaded = [load_real_run(runs[name]) for name in ("fair", "fair-2", "sequential")]
+    table, _warnings = holdout_table(loaded, refine=0, mixed=True)
+    # fair's first run and the sequential run calibrate; fair's second is replayed
+    rows = [(r["calibrated on"], r["replayed"], r["schedule seen"]) for _, r in table.iterrows()]
+    assert rows == [("fair + fifo+sequential", "fair-2", True)]
+    made = pd.DataFrame({
+        "calibrated on": ["a + b"] * 3, "schedule seen": [True, False, False],
+        "makespan error": [0.05, 0.02, -0.2], "busy error pt": [1.0, 1.0, 1.0],
+    })  # fmt: skip
+    assert per_schedule(made) == [
+        "calibrated on a + b: makespan within 10% on 2 of 3, busy within 5 points on 3, both on 2",
+        "  of them, runs of a schedule not calibrated on: makespan within 10% on 1 of 2",
+    ]
+
+
 def test_runs_of_one_adapter_per_engine_are_said_to_hide_the_adapters_cost(runs):
     """A sequential run's engines hold one adapter whenever they decode: its per-adapter cost
     cannot be told from the per-iteration one, which calibrate says (a fair run's do not)."""
