@@ -76,8 +76,10 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 
 # Numbers as YAML 1.2 reads them. PyYAML follows YAML 1.1, where 0123 is octal 83, 1:20 is
 # sexagesimal 80 and 0b101 is 5 (each silently another number than written), and 1e3 is a
-# string; here 0123 is 123, 1e3 is 1000.0, and 1:20 and 0b101 are text a number field refuses
-# (1_000 is text too, which the schema reads as 1000, as Python does).
+# string; here 0123 is 123, 1e3 is 1000.0, and 1:20 and 0b101 are text a number field refuses.
+# Digits grouped by underscores are an int, as Python reads them (1_000 is 1000: YAML 1.1's
+# reading too, which 1.2 dropped); a count refuses text, "1000" in quotes included
+# (marlaas.core.plain_numbers), and a float field reads 1_000.5, text here, as 1000.5.
 # Dates as YAML 1.2 reads them too: its schema has no timestamps, so an unquoted 2024-01-01 or
 # 2024-01-01T10:00:00Z is the text written (YAML 1.1 made it a date, which JSON cannot hold: an
 # env arg got a date object, and workload.json its text in another format). A plain = is text
@@ -87,7 +89,7 @@ _INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
 _TIMESTAMP, _VALUE = "tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:value"
 _NOT_AS_1_1 = (_INT, _FLOAT, _TIMESTAMP, _VALUE)
 """Tags PyYAML resolves as YAML 1.1 does: numbers are resolved below, the others never."""
-_INT_12 = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
+_INT_12 = re.compile(r"^(?:[-+]?[0-9]+(?:_[0-9]+)*|0o[0-7]+|0x[0-9a-fA-F]+)$")
 _FLOAT_12 = re.compile(
     r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
     r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
@@ -101,7 +103,8 @@ _UniqueKeyLoader.add_implicit_resolver(_FLOAT, _FLOAT_12, list("-+0123456789."))
 
 
 def _int_12(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
-    """A YAML 1.2 integer: decimal (leading zeros are not octal), 0o octal or 0x hex."""
+    """A YAML 1.2 integer: decimal (leading zeros are not octal; digits may be grouped by
+    underscores, 1_000), 0o octal or 0x hex."""
     text = loader.construct_scalar(node)
     if text.startswith(("0o", "0x")):
         return int(text[2:], 8 if text[1] == "o" else 16)

@@ -24,7 +24,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from marlaas.core.limits import MAX_DIST_VALUE, MAX_SIGMA, MAX_VALUES
-from marlaas.core.plain_numbers import refuse_bool
+from marlaas.core.plain_numbers import plain_number
 
 Value = Annotated[float, Field(ge=0, le=MAX_DIST_VALUE)]
 """A finite, non-negative parameter (tokens or seconds), bounded (marlaas.core.limits)."""
@@ -36,8 +36,8 @@ class _Dist(BaseModel):
 
     @field_validator("value", "median", "sigma", "low", "high", mode="before", check_fields=False)
     @classmethod
-    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        return refuse_bool(cls, value, info)
+    def _plain_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        return plain_number(cls, value, info)
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """Draw ``n`` values as float64."""
@@ -186,13 +186,20 @@ def _normal_quantile(q: float) -> float:
     )
 
 
-def largest(dist: _Dist) -> float:
-    """The largest value a distribution names: its constant, high end or largest value (a
-    lognormal's median: its tail is unbounded), for the bounds of marlaas.core.limits."""
+TAIL_QUANTILE = 0.9999
+"""The quantile that stands for a lognormal's longest draw where one is needed: a latency's
+bound here, a prompt's truncation in marlaas.core.prompts (median x e^(3.72 sigma))."""
+
+
+def largest(dist: _Dist, tail: bool = False) -> float:
+    """The largest value a distribution names, for the bounds of marlaas.core.limits: its
+    constant, high end or largest value; a lognormal's median, or with ``tail`` its p99.99
+    (its tail is unbounded: ``tail`` for a use that takes every draw whole, a latency, where
+    a length is truncated at its cap)."""
     if isinstance(dist, Constant):
         return dist.value
     if isinstance(dist, LogNormal):
-        return dist.median
+        return dist.quantile(TAIL_QUANTILE) if tail else dist.median
     if isinstance(dist, Uniform):
         return dist.high
     return max(dist.values)

@@ -16,6 +16,7 @@ from marlaas.core.spec_fields import (
     at_most,
     check_name,
     printable,
+    tail_at_most,
 )
 
 
@@ -40,7 +41,7 @@ class RLSettings(StrictSpec):
     """How many adapter versions a training sample may lag the trainer (0 = on-policy)."""
     temperature: Amount(L.MAX_TEMPERATURE) = 1.0
     learning_rate: Amount(L.MAX_LEARNING_RATE, positive=True) = 1e-4
-    minibatches: Annotated[int, Field(strict=True, ge=1, le=L.MAX_PROMPTS_PER_STEP)] = 1
+    minibatches: Count(L.MAX_PROMPTS_PER_STEP) = 1
     """Optimizer steps per training step (decoupled PPO, marlaas.executors.grpo): the step's
     prompt groups split into this many minibatches of whole groups, one optimizer step each,
     the ratio to the step's starting policy clipped at 1 +- clip_eps. The adapter version
@@ -90,7 +91,8 @@ class EnvSpec(StrictSpec):
     latency_s: Distribution = Field(default_factory=lambda: {"dist": "constant", "value": 0})
     """Per-sample latency of one environment step beyond its own computation [s]: a remote
     verifier, a tool call. The simulator waits it; a real run waits it too (a seeded sample
-    per sample and step) on top of the environment's own time."""
+    per sample and step) on top of the environment's own time. At most a day
+    (MAX_LATENCY_S): a lognormal's p99.99 (median x e^(3.72 sigma)), its draws untruncated."""
     observation_tokens: Count(L.MAX_TOKENS, low=0) = 0
     """Tokens an environment step appends to the context (multi-turn)."""
     alike_groups: Amount(1.0) = 0.0
@@ -106,7 +108,7 @@ class EnvSpec(StrictSpec):
     @field_validator("latency_s")
     @classmethod
     def _latency(cls, dist):
-        return at_most(dist, L.MAX_LATENCY_S, "s")
+        return tail_at_most(dist, L.MAX_LATENCY_S, "s")
 
 
 MAX_HELDOUT = 0.9

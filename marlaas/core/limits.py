@@ -42,7 +42,8 @@ MAX_WEIGHT = 1_000_000.0
 MAX_ARRIVAL_S = 100_000_000.0
 """Latest job arrival [s] (about 3 years)."""
 MAX_LATENCY_S = 86_400.0
-"""Longest environment latency of one step [s] (a day)."""
+"""Longest environment latency of one step [s] (a day); a lognormal latency's p99.99 (median x
+e^(3.72 sigma)) must be within it, not its median alone: a latency is waited whole."""
 MAX_DEVICES = 65_536
 """Devices over all pools."""
 MAX_ENGINE_SEQS = 65_536

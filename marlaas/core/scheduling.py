@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from marlaas.core.limits import MAX_JOBS, MAX_STALENESS
-from marlaas.core.plain_numbers import refuse_bool
+from marlaas.core.plain_numbers import plain_number
 
 PRESETS: dict[str, dict[str, Any]] = {
     "sequential": {"placement": "colocated", "max_active_jobs": 1, "staleness_cap": 0},
@@ -91,8 +91,8 @@ class SchedulingSpec(BaseModel):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        return refuse_bool(cls, value, info)
+    def _plain_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        return plain_number(cls, value, info)
 
     preset: str | None = None
     """A named preset of the settings below: sequential or sync (see the module docstring)."""

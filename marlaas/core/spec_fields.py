@@ -8,13 +8,14 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from marlaas.core import limits as L
-from marlaas.core.distributions import largest
-from marlaas.core.plain_numbers import refuse_bool
+from marlaas.core.distributions import LogNormal, largest
+from marlaas.core.plain_numbers import plain_number
 
 
 class StrictSpec(BaseModel):
     """A frozen model that refuses unknown fields, validates its defaults and takes finite
-    numbers only."""
+    numbers only, never true or false for one, and whole numbers only for its counts
+    (:mod:`marlaas.core.plain_numbers`)."""
 
     model_config = ConfigDict(
         extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False
@@ -22,12 +23,13 @@ class StrictSpec(BaseModel):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        return refuse_bool(cls, value, info)
+    def _plain_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        return plain_number(cls, value, info)
 
 
 def Count(high: int, low: int = 1):
-    """An int in [low, high] (the bound comes from marlaas.core.limits)."""
+    """An int in [low, high] (the bound comes from marlaas.core.limits): a whole number, not
+    text (a model's :func:`~marlaas.core.plain_numbers.plain_number` sees to it)."""
     return Annotated[int, Field(ge=low, le=high)]
 
 
@@ -75,9 +77,26 @@ def shown_name(value: str) -> str:
 
 
 def at_most(dist, bound: float, unit: str):
-    """``dist`` when its values stay within ``bound`` (a lognormal: its median)."""
+    """``dist`` when its values stay within ``bound``: a lognormal's median (its draws are
+    truncated at a cap where they are used: a length's rl.max_new_tokens, a prompt's p99.99)."""
     if largest(dist) > bound:
         raise ValueError(f"values up to {largest(dist):g} {unit}; at most {bound:g} {unit}")
+    return dist
+
+
+def tail_at_most(dist, bound: float, unit: str):
+    """``dist`` when its values stay within ``bound``, a lognormal's by its p99.99 (median x
+    e^(3.72 sigma)), not its median alone: for a quantity drawn and used whole, a latency
+    waited in full (median 1 day with sigma 5 waited up to 10^8 days)."""
+    if not isinstance(dist, LogNormal):
+        return at_most(dist, bound, unit)
+    top = largest(dist, tail=True)
+    if top > bound:
+        raise ValueError(
+            f"lognormal median {dist.median:g} {unit}, sigma {dist.sigma:g}: its p99.99 "
+            f"(median x e^(3.72 sigma)) is {top:.4g} {unit}; at most {bound:g} {unit} (a "
+            "smaller median or sigma)"
+        )
     return dist
 
 

@@ -65,7 +65,9 @@ class Workload(StrictSpec):
         default_factory=dict
     )
     """Per-tenant quotas, by tenant name (a tenant not named here has the scheduling block's
-    tenant_max_active_jobs and tenant_max_queued_jobs)."""
+    tenant_max_active_jobs and tenant_max_queued_jobs). A tenant no job names is kept, not
+    refused: a service's traffic file names every registered tenant, those that never
+    submitted too, and a sweep over job counts takes a workload's first N jobs."""
     prices: PricesSpec = Field(default_factory=PricesSpec)
     """Device prices (read by ``marlaas plan`` only)."""
     arrivals: ArrivalsSpec | None = None

@@ -81,9 +81,8 @@ def test_bad_fields_are_named(mutate, expected):
     [
         ({"minibatches": 0}, "jobs[0].rl.minibatches: Input should be greater than or equal to 1"),
         ({"minibatches": -2}, "jobs[0].rl.minibatches: Input should be greater than or equal"),
-        ({"minibatches": 2.5}, "jobs[0].rl.minibatches: Input should be a valid integer"),
-        ({"minibatches": 2.0}, "jobs[0].rl.minibatches: Input should be a valid integer"),
-        ({"minibatches": "2"}, "jobs[0].rl.minibatches: Input should be a valid integer"),
+        ({"minibatches": 2.5}, "jobs[0].rl.minibatches: must be a whole number (got 2.5)"),
+        ({"minibatches": "2"}, "jobs[0].rl.minibatches: must be a whole number, not text"),
         ({"minibatches": True}, "jobs[0].rl.minibatches: a number, not true or false"),
         ({"minibatches": 9}, "minibatches (9) must be at most prompts_per_step (8)"),
         ({"clip_eps": 0}, "jobs[0].rl.clip_eps: Input should be greater than 0"),
@@ -103,6 +102,142 @@ def test_minibatches_and_their_clip_are_checked(rl, expected):
     assert (rl.minibatches, rl.clip_eps, rl.clip_eps_high) == (1, 0.2, None)  # one optimizer step
     data["jobs"][0]["rl"] = {"minibatches": 4, "prompts_per_step": 4, "clip_eps": 0.1}
     assert parse_workload(data).jobs[0].rl.minibatches == 4
+
+
+COUNTS = [
+    ("rl", "steps"), ("rl", "prompts_per_step"), ("rl", "group_size"), ("rl", "turns"),
+    ("rl", "max_new_tokens"), ("rl", "max_prompt_tokens"), ("rl", "max_staleness"),
+    ("rl", "minibatches"), ("rl", "resample_alike"), ("env", "observation_tokens"),
+    (None, "lora_rank"),
+]  # fmt: skip
+"""Every count of a job: (its block, or None for the job's own field; the field)."""
+
+
+def job_with(block: str | None, field: str, value) -> dict:
+    """The minimal workload with one count of its job set to ``value``."""
+    data = minimal()
+    job = data["jobs"][0]
+    if block is None:
+        job[field] = value
+    else:
+        job[block] = {field: value}
+    return data
+
+
+def count_of(workload, block: str | None, field: str):
+    job = workload.jobs[0]
+    return getattr(job if block is None else getattr(job, block), field)
+
+
+@pytest.mark.parametrize(("block", "field"), COUNTS)
+def test_a_count_given_as_text_is_refused_whatever_the_field(block, field):
+    # rl.steps: "5" was read as 5 and rl.minibatches: "1" refused: one rule for every count
+    where = f"jobs[0].{block}.{field}" if block else f"jobs[0].{field}"
+    for text, hint in (("1", " (write it without quotes)"), ("many", "")):
+        with pytest.raises(WorkloadError) as err:
+            parse_workload(job_with(block, field, text), source="w.yaml")
+        message = f"w.yaml: {where}: must be a whole number, not text{hint} (got '{text}')"
+        assert str(err.value) == message
+
+
+@pytest.mark.parametrize(("block", "field"), COUNTS)
+def test_a_whole_float_or_numpy_integer_count_is_a_python_int(block, field):
+    import numpy as np
+
+    # a workload built in code may hold numpy integers and whole floats (rl.minibatches
+    # refused both, rl.steps took them)
+    for value in (1.0, np.int64(1), np.float64(1.0), np.uint8(1)):
+        got = count_of(parse_workload(job_with(block, field, value)), block, field)
+        assert got == 1 and type(got) is int, value
+    for value in (1.5, True, np.bool_(True)):
+        with pytest.raises(WorkloadError, match=r"must be a whole number|not true or false"):
+            parse_workload(job_with(block, field, value))
+
+
+def test_every_count_of_the_workload_takes_whole_numbers_only():
+    import numpy as np
+
+    pools = [{"name": "r", "role": "inference", "devices": np.int32(2)},
+             {"name": "t", "role": "training", "devices": 2.0}]  # fmt: skip
+    workload = parse_workload(minimal(
+        seed=np.int64(3), cluster={"pools": pools, "engine": {"max_seqs": 64.0}},
+        scheduling={"max_active_jobs": np.int16(2)}, tenants={"t": {"max_active_jobs": 1.0}},
+    ))  # fmt: skip
+    assert (workload.seed, workload.cluster.pools[0].devices) == (3, 2)
+    assert workload.scheduling.max_active_jobs == 2
+    assert workload.tenants["t"].max_active_jobs == 1
+    for data, where in [
+        (minimal(seed="3"), "seed"),
+        (minimal(cluster={"engine": {"kv_tokens": "1000"}}), "cluster.engine.kv_tokens"),
+        (minimal(scheduling={"staleness_cap": "0"}), "scheduling.staleness_cap"),
+        (minimal(tenants={"t": {"max_queued_jobs": "2"}}), "tenants.t.max_queued_jobs"),
+    ]:
+        with pytest.raises(WorkloadError, match=rf"^w.yaml: {where}: must be a whole number, "
+                           r"not text \(write it without quotes\)"):  # fmt: skip
+            parse_workload(data, source="w.yaml")
+
+
+def test_digits_grouped_by_underscores_are_a_count_and_quoted_ones_are_refused(tmp_path):
+    path = tmp_path / "w.yaml"
+    path.write_text("jobs: [{name: j, tenant: t, rl: {steps: 1_000}}]\n")
+    assert load_workload(path).jobs[0].rl.steps == 1000  # as Python reads it (and YAML 1.1)
+    path.write_text("jobs: [{name: j, tenant: t, rl: {steps: '1_000'}}]\n")
+    with pytest.raises(WorkloadError, match=r"rl.steps: must be a whole number, not text"):
+        load_workload(path)
+
+
+@pytest.mark.parametrize(
+    ("latency", "expected"),
+    [
+        ({"median": 3600, "sigma": 5}, "jobs[0].env.latency_s: lognormal median 3600 s, "
+         "sigma 5: its p99.99 (median x e^(3.72 sigma)) is 4.286e+11 s; at most 86400 s"),
+        ({"median": 10, "sigma": 4}, "its p99.99 (median x e^(3.72 sigma)) is 2.888e+07 s"),
+        ({"median": 10, "sigma": -1}, "jobs[0].env.latency_s.lognormal.sigma: Input should be "
+         "greater than or equal to 0"),
+        ({"median": 10, "sigma": float("nan")}, "latency_s.lognormal.sigma: Input should be "
+         "a finite number"),
+        ({"median": 10, "sigma": float("inf")}, "latency_s.lognormal.sigma: Input should be "
+         "a finite number"),
+        ({"median": 0, "sigma": 1}, "latency_s.lognormal.median: Input should be greater than 0"),
+    ],
+)  # fmt: skip
+def test_a_lognormal_latency_is_bounded_by_its_tail_not_its_median_alone(latency, expected):
+    # a median within the day's bound passed whatever its sigma: median 1 h with sigma 5 was
+    # waited up to 10^11 s (a real run sleeps it)
+    data = minimal()
+    data["jobs"][0]["env"] = {"latency_s": {"dist": "lognormal", **latency}}
+    with pytest.raises(WorkloadError) as err:
+        parse_workload(data, source="w.yaml")
+    assert expected in str(err.value)
+    for fine in ({"median": 86400, "sigma": 0}, {"median": 10, "sigma": 0.6}):
+        data["jobs"][0]["env"] = {"latency_s": {"dist": "lognormal", **fine}}
+        assert parse_workload(data).jobs[0].env.latency_s.median == fine["median"]
+
+
+def test_a_lognormal_length_is_bounded_by_its_median_its_draws_truncated():
+    # lengths are truncated where they are used (rl.max_new_tokens, a prompt's p99.99, at
+    # most MAX_TOKENS): a long tail is a response that runs to its cap, not a refusal
+    data = minimal()
+    data["jobs"][0]["response_tokens"] = {"dist": "lognormal", "median": 2000, "sigma": 3}
+    assert parse_workload(data).jobs[0].response_tokens.sigma == 3
+
+
+def test_a_tenant_no_job_names_is_kept_not_refused(tmp_path):
+    from marlaas.sweep import first_jobs
+
+    # not refused on load either: a service's traffic file names every registered tenant,
+    # those that never submitted too (tests/service/test_service_traffic.py), a sweep over
+    # job counts takes the first N jobs, and --set may move a job to another tenant
+    path = tmp_path / "w.yaml"
+    path.write_text(yaml.safe_dump({
+        "jobs": [{"name": "a", "tenant": "t"}, {"name": "b", "tenant": "u"}],
+        "tenants": {"u": {"max_active_jobs": 1}, "idle": {"max_queued_jobs": 0}},
+    }))  # fmt: skip
+    workload = load_workload(path)
+    assert sorted(workload.tenants) == ["idle", "u"]
+    assert sorted(first_jobs(workload, 1).tenants) == ["idle", "u"]
+    moved = load_workload(path, {"jobs.b.tenant": "t"})
+    assert {j.tenant for j in moved.jobs} == {"t"} and sorted(moved.tenants) == ["idle", "u"]
 
 
 def test_unknown_policy_in_file_is_rejected():

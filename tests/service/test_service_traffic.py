@@ -60,3 +60,22 @@ def test_a_days_submissions_replay_in_the_simulator(tmp_path, capsys):
     assert main(["traffic", "--data", str(tmp_path / "data"), "--out", str(notes)]) == 2
     assert yaml.safe_load(notes.read_text()) == {"mine": 1}
     capsys.readouterr()
+
+
+def test_a_traffic_file_keeps_a_tenant_that_never_submitted(tmp_path):
+    from marlaas.core.job_spec import JobSpec
+    from marlaas.core.tenant_spec import TenantSpec
+    from marlaas.service.config import ServiceConfig
+    from marlaas.service.traffic import traffic_yaml
+
+    # a tenant registered with a quota who submitted nothing is in the traffic file's
+    # tenants: and not in its jobs: a workload file loads with it (why the loader does not
+    # refuse a tenant that no job names)
+    config = ServiceConfig.model_validate({k: v for k, v in CLUSTER.items() if k != "service"})
+    tenants = {"carol": TenantSpec(max_active_jobs=1), "erin": TenantSpec(max_queued_jobs=0)}
+    day = config.workload([JobSpec.model_validate({**JOB, "tenant": "carol"})], tenants)
+    path = tmp_path / "day.yaml"
+    path.write_text(traffic_yaml(day))
+    loaded = load_workload(path)
+    assert [j.tenant for j in loaded.jobs] == ["carol"]
+    assert loaded.tenants["erin"].max_queued_jobs == 0
