@@ -29,6 +29,39 @@ class ModelDirError(ValueError):
     """A job without a usable local model folder, or jobs on different base models."""
 
 
+class ModelLoadError(ModelDirError):
+    """A model folder that passed :func:`check_model_dir` but that the libraries cannot load
+    or run (truncated weights, an architecture they do not know, LoRA target layers it does
+    not have): one line naming the folder and the library's own reason."""
+
+
+MARLAAS_ROOT = Path(__file__).resolve().parents[1]
+"""The marlaas package's folder: an error raised by code under it is marlaas's own."""
+
+
+def model_load_error(err: BaseException, model_dir: Path, what: str) -> ModelLoadError | None:
+    """The one-line error for ``err``, raised by a library (torch, transformers, PEFT, vLLM,
+    safetensors) while ``what`` (e.g. ``the engines and trainers``) was built on the base
+    model in ``model_dir``; None for an error that is not a library's (an interruption, or an
+    error marlaas itself raised: it already says what is wrong, or is a bug to show whole).
+    A library's error with a traceback was once all a user saw of a model that does not load."""
+    if not isinstance(err, Exception) or err.__traceback__ is None:
+        return None
+    frames = []
+    tb = err.__traceback__
+    while tb is not None:
+        frames.append(Path(tb.tb_frame.f_code.co_filename))
+        tb = tb.tb_next
+    if MARLAAS_ROOT in frames[-1].resolve().parents:
+        return None  # raised by marlaas's own code
+    reason = " ".join(str(err).split())
+    reason = reason if len(reason) <= 300 else reason[:297] + "..."
+    return ModelLoadError(
+        f"base_model.path {str(model_dir)!r}: {what} failed to load or run the model "
+        f"({type(err).__name__}: {reason})"
+    )
+
+
 def vllm_importable() -> tuple[bool, str]:
     """(True, "") when vLLM imports; else (False, the reason)."""
     try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 from marlaas.core.limits import MAX_SEED, MAX_TOKENS
@@ -42,6 +43,16 @@ def _start(command: str, args: argparse.Namespace) -> None:
     quiet_libraries(verbose=args.verbose)
 
 
+def results_only_on_stdout():
+    """While a run works, what Python code prints to stdout goes to stderr: an environment of
+    the user's that prints (its own debugging, a library's) is shown, but stdout holds only
+    the results printed after, as the docs promise (docs/real-runs.md, "Commands"); it once
+    mixed such lines into them. Warnings and the progress bar are on stderr already."""
+    import contextlib
+
+    return contextlib.redirect_stdout(sys.stderr)
+
+
 def _train(args: argparse.Namespace) -> int:
     _start("train", args)
     if args.tracker is not None:  # a missing package fails before the slow imports
@@ -61,13 +72,14 @@ def _train(args: argparse.Namespace) -> int:
 
     workload = load_run_workload(args)  # an unknown policy fails before any model loads
     args.interrupt_hint = _train_interrupt_hint(Path(args.out))
-    events, summary, rewards, result = train_run(
-        workload, args.out, args.policy, resume=args.resume, backend=args.backend,
-        seed=args.seed, base_dir=Path(args.workload).parent, progress=not args.quiet,
-        micro_batch_size=args.micro_batch_size, max_model_len=args.max_model_len,
-        activation_checkpointing=args.activation_checkpointing, tracker=args.tracker,
-        on_ended=print_refusal, ray=args.ray,
-    )  # fmt: skip
+    with results_only_on_stdout():
+        events, summary, rewards, result = train_run(
+            workload, args.out, args.policy, resume=args.resume, backend=args.backend,
+            seed=args.seed, base_dir=Path(args.workload).parent, progress=not args.quiet,
+            micro_batch_size=args.micro_batch_size, max_model_len=args.max_model_len,
+            activation_checkpointing=args.activation_checkpointing, tracker=args.tracker,
+            on_ended=print_refusal, ray=args.ray,
+        )  # fmt: skip
     where = f"{summary['backend']} · real" + (" · ray" if args.ray is not None else "")
     print_summary(summary, title=run_title(workload, summary, where))
     for job, group in rewards.groupby("job", sort=True):
@@ -126,6 +138,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         make_generator,
         max_positions,
         model_dir_of,
+        model_load_error,
         resolve_backend,
     )
     from marlaas.executors.evaluate import (
@@ -137,6 +150,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         versions_trained_at,
     )
     from marlaas.executors.outputs import ADAPTERS_DIR, REWARDS_CSV
+    from marlaas.executors.resume import check_run_base_model
     from marlaas.out_folder import claim, claim_file
     from marlaas.output.errors import OutputError
     from marlaas.output.manifest import write_manifest
@@ -150,6 +164,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     run = Path(args.run)
     if not (run / ADAPTERS_DIR).is_dir():
         raise OutputError(f"{run}: has no {ADAPTERS_DIR}/; not a real training run")
+    check_run_base_model(run, workload, model_dir)  # another model's adapters: refused
     store = AdapterStore(run / ADAPTERS_DIR)
     try:
         jobs = pick_jobs(workload, args.jobs)
@@ -174,7 +189,13 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     async def go():
         sizing = EngineSizing.of_workload(workload)
-        gen = make_generator(backend, model_dir, sizing, min(max_positions(model_dir), 2048))
+        try:
+            gen = make_generator(backend, model_dir, sizing, min(max_positions(model_dir), 2048))
+        except Exception as err:
+            failed = model_load_error(err, model_dir, f"the {backend} engine")
+            if failed is None:
+                raise
+            raise failed from err
         try:
             return await evaluate(
                 workload, store, gen, args.prompts, progress=not args.quiet,
@@ -202,7 +223,8 @@ def _evaluate(args: argparse.Namespace) -> int:
             except ValueError as err:
                 raise OutputError(f"{own}: {err}; not merging into it (move it away, or give "
                                   "a new --out file)") from None  # fmt: skip
-        frame = asyncio.run(go())
+        with results_only_on_stdout():
+            frame = asyncio.run(go())
         rows = merged_evaluation(earlier, frame, workload)
         text = json.dumps(rows, indent=2) + "\n"
         if elsewhere is None:

@@ -145,7 +145,7 @@ class EpisodeRunner:
         episode = self._episodes[(d.job, d.group)]
         rng = np.random.default_rng([self.seed, self._index[d.job], d.group, d.turn])
         latency_s = float(self.specs[d.job].env.latency_s.sample(rng, d.seqs).max())
-        added, mean = await step_envs(episode, d.last_turn, self.fmt)
+        added, mean = await step_envs(episode, d.last_turn, self.fmt, self.max_model_len)
         await asyncio.sleep(latency_s)
         if not d.last_turn:
             return added, math.nan, False

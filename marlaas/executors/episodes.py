@@ -12,8 +12,12 @@ compares samples that reached the same turn of the same prompt.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import inspect
+import math
+import numbers
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from marlaas.datasets import Problem
 from marlaas.envs.base import Environment, StepResult
@@ -23,6 +27,66 @@ _PLACEHOLDER = "@@MARLAAS_RESPONSE@@"
 ALIKE_TOLERANCE = 1e-9
 """Rewards closer than this are alike (GRPO's advantage, (r - mean) / (std + eps), is then 0
 to the float's precision)."""
+
+
+class EnvResultError(TypeError):
+    """An environment that broke its contract (marlaas.envs.base.Environment): a ``reset``
+    that is not a coroutine or gives no text, a ``step`` that is not a coroutine or gives no
+    :class:`StepResult` of a finite number as reward, text as observation and a dict as info.
+    One line naming the environment's class and what it gave; the group's state is left as
+    it was (a NaN reward once trained every adapter of the job into NaN weights, and an
+    observation that was not text was rendered as if it were)."""
+
+
+def _env_name(env: Environment) -> str:
+    kind = type(env)
+    return f"{kind.__module__}:{kind.__qualname__}"
+
+
+async def _awaited(env: Environment, method: str, call: Any) -> Any:
+    """Await ``call``, the value of ``env.method(...)``; EnvResultError when it is not
+    awaitable (a plain ``def`` where the interface says ``async def``)."""
+    if not inspect.isawaitable(call):
+        got = type(call).__name__
+        raise EnvResultError(f"environment {_env_name(env)}: {method}() returned {got}, not a "
+                             "coroutine (declare it async def)")  # fmt: skip
+    return await call
+
+
+async def env_reset(env: Environment, call: Awaitable[str] | Any) -> str:
+    """The prompt text of ``env``'s ``reset`` / ``reset_problem`` (``call``), checked."""
+    prompt = await _awaited(env, "reset", call)
+    if not isinstance(prompt, str):
+        got = f"{type(prompt).__name__} {_shown(prompt)}"
+        raise EnvResultError(f"environment {_env_name(env)}: reset() returned {got}, not the "
+                             "prompt text")  # fmt: skip
+    return prompt
+
+
+def checked_step(env: Environment, result: Any) -> StepResult:
+    """``result`` of ``env.step`` when it is a StepResult of a finite real reward, a text
+    observation and a dict info; else EnvResultError naming the environment and the field."""
+    where = f"environment {_env_name(env)}: step()"
+    if not isinstance(result, StepResult):
+        raise EnvResultError(f"{where} returned {type(result).__name__} {_shown(result)}, "
+                             "not a StepResult")  # fmt: skip
+    reward = result.reward
+    if not isinstance(reward, numbers.Real) or not math.isfinite(float(reward)):
+        raise EnvResultError(f"{where} returned the reward {type(reward).__name__} "
+                             f"{_shown(reward)}; a reward is a finite number")  # fmt: skip
+    if not isinstance(result.observation, str):
+        raise EnvResultError(f"{where} returned the observation "
+                             f"{type(result.observation).__name__} {_shown(result.observation)}, "
+                             "not text")  # fmt: skip
+    if not isinstance(result.info, Mapping):
+        raise EnvResultError(f"{where} returned the info {type(result.info).__name__}, "
+                             "not a dict")  # fmt: skip
+    return result
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 class ChatFormat:
@@ -151,9 +215,11 @@ async def start_group(
     """Reset every sample's environment on the dataset's ``problem`` when the job has a
     dataset, else with the group's ``seed``; (episode, prompt ids)."""
     if problem is None:
-        prompts = await asyncio.gather(*(env.reset(seed) for env in envs))
+        prompts = await asyncio.gather(*(env_reset(env, env.reset(seed)) for env in envs))
     else:
-        prompts = await asyncio.gather(*(env.reset_problem(problem) for env in envs))
+        prompts = await asyncio.gather(
+            *(env_reset(env, env.reset_problem(problem)) for env in envs)
+        )
     ids = fmt.prompt(prompts[0])
     samples = [Sample(env=env, context=list(ids)) for env in envs]
     return GroupEpisode(job, group, version, samples, prompts[0]), ids
@@ -170,23 +236,36 @@ def add_completions(samples: Sequence[Sample], completions: Sequence[Completion]
     return tokens
 
 
-async def step_envs(episode: GroupEpisode, last_turn: bool, fmt: ChatFormat) -> tuple[int, float]:
+async def step_envs(
+    episode: GroupEpisode, last_turn: bool, fmt: ChatFormat, max_model_len: int | None = None
+) -> tuple[int, float]:
     """Run the environment step of every sample that has an action; (observation tokens, mean
-    reward of the group). On the last turn every episode ends, whatever the environment says.
+    reward of the group). On the last turn every episode ends, whatever the environment says;
+    so does one whose observation leaves no room for a next turn within ``max_model_len``
+    (its observation is not added: an environment's observation longer than the context
+    once stalled the run, the scheduler waiting for KV room no engine would ever have).
 
-    All steps run concurrently; the group's state changes only when all of them succeeded.
+    All steps run concurrently; the group's state changes only when all of them succeeded
+    and every result is a valid StepResult (:func:`checked_step`).
     """
     acting = [s for s in episode.samples if not s.done and s.action is not None]
-    results: list[StepResult] = await asyncio.gather(*(s.env.step(s.action.text) for s in acting))
-    added = 0
+    results: list[StepResult] = await asyncio.gather(
+        *(_awaited(s.env, "step", s.env.step(s.action.text)) for s in acting)
+    )
+    results = [checked_step(s.env, r) for s, r in zip(acting, results, strict=True)]
+    observations = []  # what each sample's context gets next (None: its episode ends)
     for sample, result in zip(acting, results, strict=True):
+        stopped = sample.action.finish_reason == "stop"
+        ends = result.done or last_turn
+        observations.append(None if ends else fmt.observation(result.observation, stopped))
+    added = 0
+    for sample, result, obs in zip(acting, results, observations, strict=True):
         sample.reward += float(result.reward)
         sample.info = dict(result.info)
-        stopped = sample.action.finish_reason == "stop"
         sample.action = None
-        sample.done = result.done or last_turn
+        room = max_model_len is None or len(sample.context) + len(obs or ()) + 1 < max_model_len
+        sample.done = obs is None or not room  # no room left for another turn: it ends here
         if not sample.done:
-            obs = fmt.observation(result.observation, stopped)
             sample.context.extend(obs)
             added += len(obs)
     if last_turn:

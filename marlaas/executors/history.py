@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
+from collections.abc import Sequence
 
 import pandas as pd
 
+from marlaas.core.job_spec import JobSpec
+from marlaas.core.outcomes import FINISHED, JobOutcome
 from marlaas.core.records import WorkRecord
 from marlaas.eventlog import DONE_OUTCOMES, records_to_frame
 from marlaas.executors.episode_runner import RewardPoint
@@ -51,19 +54,39 @@ def history_points(journaled: Journaled) -> list[RewardPoint]:
     return sorted((p for _, p in journaled.steps), key=lambda p: (p.job, p.step))
 
 
-def history_result(result, journaled: Journaled, events: pd.DataFrame, steps: dict[str, int]):
+def history_result(
+    result,
+    journaled: Journaled,
+    events: pd.DataFrame,
+    steps: dict[str, int],
+    specs: Sequence[JobSpec] = (),
+):
     """``result`` (the last part's RunResult) widened to the whole history: its records,
-    makespan, each job's finish time, and the parts' wall time, batches and failures."""
+    makespan, each job's finish time, the parts' wall time, batches and failures, and how
+    each job ended: a job of ``specs`` (the workload's) that finished in an earlier part was
+    not submitted again, so the last part knows nothing of it; it is ``finished`` at its
+    last version's sync (``summary.json``'s ``job_states`` once left it out, and held no job
+    at all when a resumed run had nothing left to train)."""
     earlier = [c for part, c in journaled.counters.items() if part != journaled.parts - 1]
     syncs = events[(events["kind"] == "sync") & (events["outcome"] == "ok")]
     finish = {}
     for job, total in steps.items():
         done = syncs[(syncs["job"] == job) & (syncs["version"] == total)]
         finish[job] = float(done["end_s"].max()) if len(done) else None
+    before = {}
+    for index, spec in enumerate(specs):
+        end_s, total = finish.get(spec.name), steps[spec.name]
+        if spec.name not in result.jobs and end_s is not None:
+            before[spec.name] = JobOutcome(
+                spec.name, spec.tenant, FINISHED, spec.arrival_s, end_s, total,
+                start_version=total, published=total, max_staleness=spec.rl.max_staleness,
+                index=index,
+            )  # fmt: skip
     return dataclasses.replace(
         result,
         makespan_s=makespan(events),
         job_finish_s=finish,
+        jobs={**before, **result.jobs},
         wall_s=result.wall_s + sum(c.get("wall_s", 0.0) for c in earlier),
         events=result.events + int(sum(c.get("batches", 0) for c in earlier)),
         failures=result.failures + int(sum(c.get("failures", 0) for c in earlier)),

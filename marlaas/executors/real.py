@@ -67,7 +67,7 @@ from marlaas.core.work import (
 )
 from marlaas.drive.executor import Completions
 from marlaas.executors.adapter_store import AdapterStore
-from marlaas.executors.backends import EngineSizing, max_positions
+from marlaas.executors.backends import EngineSizing, max_positions, model_load_error
 from marlaas.executors.engine_steps import StepMeter, steps_frame
 from marlaas.executors.episode_runner import EpisodeRunner, RewardPoint
 from marlaas.executors.episodes import ChatFormat
@@ -177,8 +177,11 @@ class RealExecutor:
         self._woken = asyncio.Event()
         try:
             self._runner.run(self._setup())
-        except BaseException:
+        except BaseException as err:
             self.close()
+            failed = model_load_error(err, self._model_dir, "building the engines and trainers")
+            if failed is not None:
+                raise failed from err
             raise
         self._t0 = time.monotonic()
         return self

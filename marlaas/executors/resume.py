@@ -98,6 +98,35 @@ def identity(workload: Workload, model_dir: Path | None = None) -> dict:
     }
 
 
+def check_run_base_model(run: Path, workload: Workload, model_dir: Path) -> None:
+    """Raise ResumeError when the real run in ``run`` was trained on another base model
+    than ``workload``'s (in ``model_dir``): its journal's :func:`base_model_identity` (the
+    model's name and its config.json's digest) differs. Its adapters would not fit this
+    model, or fit its shapes and mean nothing on its weights: ``evaluate`` scored them anyway
+    (vLLM) or failed with a traceback (HF). A run without a journal, or from before the
+    identity was recorded (or with a damaged journal), is not checked."""
+    from marlaas.executors.journal import JOURNAL_FILE, JournalError, read_journal
+
+    try:
+        recorded = read_journal(run / JOURNAL_FILE).workload
+    except JournalError:  # a damaged journal: the adapters may still be scored
+        return
+    if recorded is None:
+        return
+    now = base_model_identity(workload.base_model.name, model_dir)
+    problems = [
+        f"{key} {_short(recorded.get(key))} -> {_short(now[key])}"
+        for key in ("base_model", "base_model_config")
+        if key in recorded and recorded[key] != now[key]
+    ]
+    if problems:
+        raise ResumeError(
+            f"{run}: its adapters were trained on another base model than the workload's "
+            f"{str(model_dir)!r} ({'; '.join(problems)}); give the workload the run was "
+            "trained with"
+        )
+
+
 MAX_DIFFERENCES_SHOWN = 4
 
 

@@ -105,6 +105,10 @@ def train_run(
         check_tracker(tracker)
     release_large_blocks()
     out = Path(out)
+    if seed is not None and seed != workload.seed:
+        # the run's seed is its workload's: journaled with it, so that --resume with another
+        # seed (other prompts, other samples) is refused, and written to workload.json
+        workload = workload.model_copy(update={"seed": seed})
     _check_runnable(workload)
     with claim(out, REAL, allow_partial=resume) as target:  # --out first: before any work
         backend = "external" if options.get("generators") else resolve_backend(backend)
@@ -148,7 +152,7 @@ def train_run(
                 journaled = read_journal(out / JOURNAL_FILE)
                 events = history_events(journaled)
                 steps = {j.name: j.rl.steps for j in workload.jobs}
-                result = history_result(result, journaled, events, steps)
+                result = history_result(result, journaled, events, steps, workload.jobs)
                 rewards = rewards_frame(history_points(journaled))
                 summary = real_summary(workload, result, events, rewards, backend, offsets,
                                        memory.summary(model_dir),

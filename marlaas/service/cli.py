@@ -230,7 +230,7 @@ def _save_config(data: Path, config, base_dir: Path) -> None:
 
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("cluster", help="cluster file: a workload file without jobs, with an "
-                        "optional service: block (see traces/service-tiny.yaml)")  # fmt: skip
+                        "optional service: block (see traces/service/tiny.yaml)")  # fmt: skip
     _data_arguments(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--port", type=bounded_int(0, 65_535), default=8000,
