@@ -177,11 +177,14 @@ class OneLineErrors(argparse.ArgumentParser):
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Appends ``(default: X)`` to an option's help, except where the default is None or
-    False (nothing to show) or the help already tells it."""
+    False (nothing to show), the help already tells it, or the option is a flag that takes no
+    value (``--no-activation-checkpointing``'s default True read as the flag being on)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
         if action.default is None or action.default is False or "default" in text:
+            return text
+        if action.option_strings and action.nargs == 0:
             return text
         return super()._get_help_string(action)
 

@@ -196,7 +196,7 @@ def load_workload(path: str | Path, overrides: dict[str, Any] | None = None) -> 
     _load_named_policy(data)
     workload = parse_workload(data, source=str(path), schema=WorkloadFile)
     if overrides:  # the environments are checked once, as overridden
-        return apply_overrides(workload, overrides)
+        return apply_overrides(workload, overrides, source=f"{path} with --set")
     check_environments(workload, str(path))
     return workload
 
@@ -229,21 +229,24 @@ def load_run_workload(run_dir: str | Path) -> WorkloadFile:
     return parse_workload(data, source=str(path), schema=WorkloadFile)
 
 
-def apply_overrides(workload: Workload, overrides: dict[str, Any]) -> Workload:
+def apply_overrides(
+    workload: Workload, overrides: dict[str, Any], source: str = "overrides"
+) -> Workload:
     """``workload`` with dotted-path overrides applied, its arrivals CSV applied again (so
     ``arrivals.time_scale`` takes effect) and any trace an override names read in, validated
-    again.
+    again; an error is named by ``source`` (a file's: ``w.yaml with --set``, as what is wrong
+    may be the file's own, not the override's).
 
     The overrides are set on the validated workload's plain data (``model_dump``), not on the
     file's: a path may name a field the file leaves to its default (``jobs.*.prompt_tokens.
     value`` where the file has no ``prompt_tokens``), which only the validated workload
     holds; pydantic validates a whole model, so the changed data is validated once more."""
     data = workload.overridden(copy.deepcopy(overrides))  # fresh: resolved in place
-    check_size(data, "overrides")
-    data = resolve_files(data, Path.cwd(), "overrides")
+    check_size(data, source)
+    data = resolve_files(data, Path.cwd(), source)
     _load_named_policy(data)  # --set policy=pkg.module:Class
-    changed = parse_workload(data, source="overrides", schema=type(workload))
-    check_environments(changed, "overrides")
+    changed = parse_workload(data, source=source, schema=type(workload))
+    check_environments(changed, source)
     return changed
 
 

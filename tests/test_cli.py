@@ -175,7 +175,9 @@ def test_every_option_has_help_and_shows_its_default():
                 continue
             assert action.help, f"{name} {action.dest}: no help"
             shown = formatter._get_help_string(action)
-            if action.default is not None and action.default is not False:
+            if action.option_strings and action.nargs == 0:  # a flag: its default is implied
+                assert "(default:" not in shown, f"{name} {action.dest}: a flag's default shown"
+            elif action.default is not None and action.default is not False:
                 assert "default" in shown, f"{name} {action.dest}: default not shown"
 
 

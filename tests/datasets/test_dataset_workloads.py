@@ -45,6 +45,9 @@ def test_a_bad_dataset_file_names_the_job_file_row_and_column(tmp_path):
         load_workload(path)
     assert str(err.value).startswith(f"{path}: jobs[0].dataset: ")
     assert "no column 'gold'" in str(err.value)
+    with pytest.raises(WorkloadError) as err:  # the file's fault, with an innocent --set
+        load_workload(path, {"jobs.0.rl.steps": 3})
+    assert str(err.value).startswith(f"{path} with --set: jobs[0].dataset: ")
 
 
 def test_an_answer_environment_needs_a_dataset_and_others_refuse_one(tmp_path):
