@@ -162,6 +162,12 @@ def check_model_dir(folder: Path, where: str) -> Path:
                             f"({' '.join(str(err).split())[:200]})") from None  # fmt: skip
     if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
         raise ModelDirError(f"{where}: {config_file} names no model_type; not a model's config")
+    missing = [key for key in CONFIG_COUNTS if key not in config]
+    if missing:  # another architecture's names (GPT-2: n_layer, n_head, n_embd)
+        raise ModelDirError(f"{where}: {config_file} (model_type {config['model_type'][:40]!r}) "
+                            f"has no {', '.join(missing)}: a real run reads a decoder config "
+                            "that names num_hidden_layers, num_attention_heads and hidden_size "
+                            "(Llama, Qwen, Mistral, SmolLM2)")  # fmt: skip
     for key in CONFIG_COUNTS:
         value = config.get(key)
         if not (isinstance(value, int) and not isinstance(value, bool) and value > 0):

@@ -37,6 +37,10 @@ def test_a_complete_folder_passes(tmp_path):
          "hidden_size: a positive integer, got '0'"),
         ({**CONFIG, "num_hidden_layers": True}, ("model.safetensors", "tokenizer.json"),
          "num_hidden_layers: a positive integer"),
+        ({"model_type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 64},
+         ("model.safetensors", "tokenizer.json"),
+         r"\(model_type 'gpt2'\) has no num_hidden_layers, num_attention_heads, hidden_size: "
+         "a real run reads a decoder config"),
         (CONFIG, ("tokenizer.json",), "has no weights"),
         (CONFIG, ("model.safetensors",), "has no tokenizer"),
     ],
