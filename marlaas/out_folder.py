@@ -27,7 +27,8 @@ entries the command wrote. A command claims its ``--out`` with :func:`claim` bef
 4. only then is what an earlier killed command left removed: its staging folder
    ``.NAME.staging`` (marked as marlaas's), an old output ``.NAME.old`` that the new one
    replaced. An old output whose replacement never became an output (``out`` missing, or still
-   marked as staging) is put back instead, saying so on stderr.
+   marked as staging) is put back instead, saying so on stderr; a new output written in place
+   with no old one (a fresh real run) still marked as staging is emptied, saying so.
 
 Outputs written whole (simulate, report, sweep, replay, the model folders) are built in
 ``.NAME.staging`` and swapped into place in one step (``renameat2(RENAME_EXCHANGE)`` on
@@ -42,7 +43,10 @@ the new one has something that must not be lost (a real run's first durable step
 end): then the mark goes, and the old output after it. Until then a failure, Ctrl-C or
 SIGTERM puts the old output back at once, and after a ``kill -9`` the next command on
 ``out`` does. This is the same ``.NAME.old`` as a swap's where the system cannot exchange
-two folders: the old output is kept there until the new one is whole.
+two folders: the old output is kept there until the new one is whole. A fresh output (no old
+one) is marked the same way: until it holds something, a failure leaves ``out`` as it was
+(missing, or empty), and after a ``kill -9`` the next command on ``out`` empties it, so that
+a plain rerun is not refused as an unfinished run with nothing in it.
 
 **Output files** (``calibrate --out PROFILE.yaml``, ``evaluate --out FILE.json``) are claimed
 with :func:`claim_file`: an existing file is replaced only when the command recognises it as

@@ -164,3 +164,86 @@ def test_another_commands_claim_leaves_the_replacement_and_the_old_run_alone(tmp
     with refused, claim(tmp_path / "run", "simulation"):
         pass
     assert files(tmp_path / "run") == new and files(tmp_path / ".run.old") == before
+
+
+def partial_start(folder: Path) -> None:
+    """What a fresh real run writes before its first durable step (train_run: the manifest,
+    then the journal's start line and the first adapter)."""
+    write_manifest(folder, "real", "partial")
+    new_run(folder)
+
+
+@pytest.mark.parametrize("replace", [True, False])  # False: --resume with nothing to resume
+@pytest.mark.parametrize("error", [RuntimeError("model failed to load"), KeyboardInterrupt(),
+                                   Interrupted(15)])  # fmt: skip
+def test_a_fresh_output_that_fails_before_it_is_kept_leaves_nothing(tmp_path, error, replace):
+    """It once left a partial run, which a plain rerun refused ("holds an unfinished real
+    training run ... --resume") although nothing had been trained."""
+    out = tmp_path / "run"
+    resume = not replace
+    with (
+        pytest.raises(type(error)),
+        claim(out, "real", allow_partial=resume) as target,
+        target.in_place(replace=replace),
+    ):
+        assert (out / STAGING_MARK).is_file()
+        partial_start(out)
+        raise error
+    assert entries(tmp_path) == []
+    with claim(out, "real") as target, target.in_place() as keep:  # a plain rerun may go on
+        assert not target.has_output
+        keep()
+    assert entries(tmp_path) == ["run"] and entries(out) == []
+
+
+def test_a_fresh_output_in_an_empty_folder_that_fails_leaves_the_folder_empty(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()  # (a link given as --out names a folder: it stays)
+    with pytest.raises(RuntimeError), claim(out, "real") as target, target.in_place():
+        partial_start(out)
+        raise RuntimeError("environment error at the first step")
+    assert entries(tmp_path) == ["run"] and entries(out) == []
+
+
+def test_a_fresh_output_kept_is_unfinished_when_it_fails_later(tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt), claim(out, "real") as target, target.in_place() as keep:
+        partial_start(out)
+        keep()  # its first durable step
+        raise KeyboardInterrupt
+    assert STAGING_MARK not in entries(out) and read_manifest(out)["status"] == "partial"
+    refused = pytest.raises(OutputError, match=r"unfinished real training run.*--resume")
+    with refused, claim(out, "real"):
+        pass
+    with claim(out, "real", allow_partial=True) as target:
+        assert target.has_output and target.existing_status == "partial"
+
+
+def killed_fresh_start(tmp_path: Path) -> Path:
+    """A fresh real run killed (kill -9) before its first durable step."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / STAGING_MARK).touch()
+    partial_start(out)
+    return out
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_killed_before_a_fresh_output_was_kept_the_next_claim_empties_it(tmp_path, capsys, resume):
+    out = killed_fresh_start(tmp_path)
+    with claim(out, "real", allow_partial=resume) as target:
+        assert not target.has_output and entries(out) == []
+    assert entries(tmp_path) == ["run"]
+    assert capsys.readouterr().err.splitlines() == [
+        f"marlaas: warning: {out}: removed the start of a real training run that was stopped "
+        "before it held anything to keep"
+    ]
+
+
+def test_another_commands_claim_leaves_a_fresh_start_alone(tmp_path):
+    out = killed_fresh_start(tmp_path)
+    before = files(out)
+    refused = pytest.raises(OutputError, match="holds a real training run, not a simulation")
+    with refused, claim(out, "simulation"):
+        pass
+    assert files(out) == before

@@ -81,6 +81,10 @@ class RLSettings(StrictSpec):
         return self
 
 
+DEFAULT_ENV_TIMEOUT_S = 600.0
+"""A real run's default bound on one environment call [s] (EnvSpec.timeout_s)."""
+
+
 class EnvSpec(StrictSpec):
     """The job's environment: what a real run calls, and how long its steps wait."""
 
@@ -99,6 +103,13 @@ class EnvSpec(StrictSpec):
     """The simulator's chance that a group's samples all earn the same reward (what
     rl.resample_alike drops), drawn per group; a real run observes it, and a replay repeats
     the real run's. Measure it from a real run's rewards (all-right and all-wrong groups)."""
+    timeout_s: Amount(L.MAX_ENV_TIMEOUT_S, positive=True) = DEFAULT_ENV_TIMEOUT_S
+    """A real run's bound on one call of the environment, ``reset`` or ``step`` [s]
+    (latency_s, waited after the step, is not counted): a call that takes longer fails the
+    group's work with one line naming the environment, the call, the job and this bound, and
+    is retried as other failed work (after 4 failures in a row the run stops, exit status 2).
+    A call that blocks the thread (``time.sleep`` in ``async def``) cannot be bounded. The
+    simulator does not model it: its environments take latency_s. At most a day."""
 
     @field_validator("name")
     @classmethod

@@ -44,6 +44,8 @@ MAX_ARRIVAL_S = 100_000_000.0
 MAX_LATENCY_S = 86_400.0
 """Longest environment latency of one step [s] (a day); a lognormal latency's p99.99 (median x
 e^(3.72 sigma)) must be within it, not its median alone: a latency is waited whole."""
+MAX_ENV_TIMEOUT_S = 86_400.0
+"""Longest bound a real run puts on one environment call, ``reset`` or ``step`` [s] (a day)."""
 MAX_DEVICES = 65_536
 """Devices over all pools."""
 MAX_ENGINE_SEQS = 65_536

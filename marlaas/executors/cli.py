@@ -104,16 +104,28 @@ def _train(args: argparse.Namespace) -> int:
 def _train_interrupt_hint(out: Path):
     """What a stopped ``train`` says it left (a function, called when it stops): the earlier
     finished run when ``out`` still holds it (the new run was stopped before its first durable
-    step: the run was put back), else the steps made durable so far."""
+    step: the run was put back), nothing when ``out`` holds no real run (a fresh run stopped
+    before its first durable step: its start was removed), else the steps made durable so
+    far."""
     earlier = _finished_run_created(out)
 
     def hint() -> str:
         if earlier is not None and _finished_run_created(out) == earlier:
             return f"{out} holds the earlier run, as it was (the new one had no durable step)"
+        if not _holds_real_run(out):
+            return f"nothing was kept in {out} (the run had no durable step)"
         return (f"the steps made durable so far are kept in {out}: run the same command with "
                 "--resume to continue")  # fmt: skip
 
     return hint
+
+
+def _holds_real_run(out: Path) -> bool:
+    """Whether ``out`` holds a real run's manifest (finished or not)."""
+    from marlaas.output.manifest import read_manifest
+
+    manifest = read_manifest(out)
+    return manifest is not None and manifest["kind"] == "real"
 
 
 def _finished_run_created(out: Path) -> str | None:

@@ -112,7 +112,7 @@ class EpisodeRunner:
                     prompt_set = load_prompt_set(spec.dataset)
                     problem = prompt_set.train_problem(d.group, self.seed)
                 episode, _ = await start_group(
-                    d.job, d.group, version, envs, seed, self.fmt, problem
+                    d.job, d.group, version, envs, seed, self.fmt, problem, spec.env.timeout_s
                 )
                 self._episodes[key] = episode
             live = episode.samples
@@ -139,13 +139,17 @@ class EpisodeRunner:
         return add_completions(live, completions), longest, context
 
     async def env_step(self, d: EnvStep) -> tuple[int, float, bool]:
-        """The group's environment step, then the declared latency (the slowest of the
-        group's samples); (observation tokens added, mean reward on the last turn else NaN,
-        whether every sample's episode earned the same reward: on the last turn only)."""
+        """The group's environment step, each sample's within the job's ``env.timeout_s``,
+        then the declared latency (the slowest of the group's samples); (observation tokens
+        added, mean reward on the last turn else NaN, whether every sample's episode earned
+        the same reward: on the last turn only)."""
         episode = self._episodes[(d.job, d.group)]
         rng = np.random.default_rng([self.seed, self._index[d.job], d.group, d.turn])
-        latency_s = float(self.specs[d.job].env.latency_s.sample(rng, d.seqs).max())
-        added, mean = await step_envs(episode, d.last_turn, self.fmt, self.max_model_len)
+        env = self.specs[d.job].env
+        latency_s = float(env.latency_s.sample(rng, d.seqs).max())
+        added, mean = await step_envs(
+            episode, d.last_turn, self.fmt, self.max_model_len, env.timeout_s
+        )
         await asyncio.sleep(latency_s)
         if not d.last_turn:
             return added, math.nan, False

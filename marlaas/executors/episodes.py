@@ -15,8 +15,9 @@ import asyncio
 import inspect
 import math
 import numbers
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from marlaas.datasets import Problem
@@ -32,10 +33,18 @@ to the float's precision)."""
 class EnvResultError(TypeError):
     """An environment that broke its contract (marlaas.envs.base.Environment): a ``reset``
     that is not a coroutine or gives no text, a ``step`` that is not a coroutine or gives no
-    :class:`StepResult` of a finite number as reward, text as observation and a dict as info.
-    One line naming the environment's class and what it gave; the group's state is left as
+    :class:`StepResult` of a finite number as reward, text as observation and a dict as info,
+    or either of them raising SystemExit (``sys.exit``: an environment does not end the run).
+    One line naming the environment's class and what it gave or did; the group's state is left as
     it was (a NaN reward once trained every adapter of the job into NaN weights, and an
     observation that was not text was rendered as if it were)."""
+
+
+class EnvTimeoutError(RuntimeError):
+    """An environment call (``reset``, ``step``) that did not return within its job's
+    ``env.timeout_s``: one line naming the environment's class, the call, the job and the
+    bound. The call is cancelled and the group's state is left as it was (a hung environment
+    once hung the run for good)."""
 
 
 def _env_name(env: Environment) -> str:
@@ -43,23 +52,66 @@ def _env_name(env: Environment) -> str:
     return f"{kind.__module__}:{kind.__qualname__}"
 
 
-async def _awaited(env: Environment, method: str, call: Any) -> Any:
-    """Await ``call``, the value of ``env.method(...)``; EnvResultError when it is not
-    awaitable (a plain ``def`` where the interface says ``async def``)."""
-    if not inspect.isawaitable(call):
-        got = type(call).__name__
-        raise EnvResultError(f"environment {_env_name(env)}: {method}() returned {got}, not a "
-                             "coroutine (declare it async def)")  # fmt: skip
-    return await call
+async def _guarded(env: Environment, method: str, call: Callable[[], Any]) -> Any:
+    """Call and await ``call`` (``env.method(...)``). EnvResultError when it gives no
+    awaitable (a plain ``def`` where the interface says ``async def``), or when it raises
+    SystemExit (``sys.exit`` in an environment: raised out of the event loop it once ended
+    the run with the environment's exit status, no message, and "Task was destroyed but it
+    is pending!"). KeyboardInterrupt goes on as it came: it is Ctrl-C."""
+    try:
+        value = call()
+        if not inspect.isawaitable(value):
+            got = type(value).__name__
+            raise EnvResultError(f"environment {_env_name(env)}: {method}() returned {got}, "
+                                 "not a coroutine (declare it async def)")  # fmt: skip
+        return await value
+    except SystemExit as exit_:
+        raise EnvResultError(f"environment {_env_name(env)}: {method}() raised "
+                             f"SystemExit({_shown(exit_.code)}); an environment must not end "
+                             "the process (raise an exception instead)") from None  # fmt: skip
 
 
-async def env_reset(env: Environment, call: Awaitable[str] | Any) -> str:
-    """The prompt text of ``env``'s ``reset`` / ``reset_problem`` (``call``), checked."""
-    prompt = await _awaited(env, "reset", call)
+async def env_call(
+    env: Environment, method: str, call: Callable[[], Any], job: str, timeout_s: float | None
+) -> Any:
+    """The value of ``call`` (``env.method(...)``, checked by :func:`_guarded`), within
+    ``timeout_s`` [s] (None: unbounded); EnvTimeoutError naming the environment, the method,
+    ``job`` and the bound when it takes longer. The late call is cancelled, not waited for
+    (an environment that ignores its cancellation does not hold the run)."""
+    if timeout_s is None:
+        return await _guarded(env, method, call)
+    task = asyncio.ensure_future(_guarded(env, method, call))
+    task.add_done_callback(_retrieve)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    finally:
+        if not task.done():
+            task.cancel()
+    if not done:
+        raise EnvTimeoutError(f"environment {_env_name(env)}: {method}() of job {job!r} did "
+                              f"not return within {timeout_s:g} s (its env.timeout_s)")  # fmt: skip
+    return task.result()
+
+
+def _retrieve(task: asyncio.Task) -> None:
+    """Done callback of an environment call's task: its exception read, so that a call given
+    up on (timed out, or its group failed first) is not reported again by asyncio as "Task
+    exception was never retrieved"."""
+    if not task.cancelled():
+        task.exception()
+
+
+async def env_reset(
+    env: Environment, method: str, call: Callable[[], Any], job: str,
+    timeout_s: float | None = None,
+) -> str:  # fmt: skip
+    """The prompt text of ``env``'s ``reset`` / ``reset_problem`` (``method``, called by
+    ``call``), within ``timeout_s`` (:func:`env_call`), checked."""
+    prompt = await env_call(env, method, call, job, timeout_s)
     if not isinstance(prompt, str):
         got = f"{type(prompt).__name__} {_shown(prompt)}"
-        raise EnvResultError(f"environment {_env_name(env)}: reset() returned {got}, not the "
-                             "prompt text")  # fmt: skip
+        raise EnvResultError(f"environment {_env_name(env)}: {method}() returned {got}, not "
+                             "the prompt text")  # fmt: skip
     return prompt
 
 
@@ -211,15 +263,18 @@ async def start_group(
     seed: int,
     fmt: ChatFormat,
     problem: Problem | None = None,
+    timeout_s: float | None = None,
 ) -> tuple[GroupEpisode, list[int]]:
     """Reset every sample's environment on the dataset's ``problem`` when the job has a
-    dataset, else with the group's ``seed``; (episode, prompt ids)."""
+    dataset, else with the group's ``seed``, each call within ``timeout_s`` [s] (the job's
+    ``env.timeout_s``; None: unbounded); (episode, prompt ids)."""
     if problem is None:
-        prompts = await asyncio.gather(*(env_reset(env, env.reset(seed)) for env in envs))
+        calls = [(env, "reset", partial(env.reset, seed)) for env in envs]
     else:
-        prompts = await asyncio.gather(
-            *(env_reset(env, env.reset_problem(problem)) for env in envs)
-        )
+        calls = [(env, "reset_problem", partial(env.reset_problem, problem)) for env in envs]
+    prompts = await asyncio.gather(
+        *(env_reset(env, method, call, job, timeout_s) for env, method, call in calls)
+    )
     ids = fmt.prompt(prompts[0])
     samples = [Sample(env=env, context=list(ids)) for env in envs]
     return GroupEpisode(job, group, version, samples, prompts[0]), ids
@@ -237,10 +292,16 @@ def add_completions(samples: Sequence[Sample], completions: Sequence[Completion]
 
 
 async def step_envs(
-    episode: GroupEpisode, last_turn: bool, fmt: ChatFormat, max_model_len: int | None = None
+    episode: GroupEpisode,
+    last_turn: bool,
+    fmt: ChatFormat,
+    max_model_len: int | None = None,
+    timeout_s: float | None = None,
 ) -> tuple[int, float]:
-    """Run the environment step of every sample that has an action; (observation tokens, mean
-    reward of the group). On the last turn every episode ends, whatever the environment says;
+    """Run the environment step of every sample that has an action, each within
+    ``timeout_s`` [s] (the job's ``env.timeout_s``; None: unbounded: :func:`env_call`);
+    (observation tokens, mean reward of the group). On the last turn every episode ends,
+    whatever the environment says;
     so does one whose observation leaves no room for a next turn within ``max_model_len``
     (its observation is not added: an environment's observation longer than the context
     once stalled the run, the scheduler waiting for KV room no engine would ever have).
@@ -250,7 +311,10 @@ async def step_envs(
     """
     acting = [s for s in episode.samples if not s.done and s.action is not None]
     results: list[StepResult] = await asyncio.gather(
-        *(_awaited(s.env, "step", s.env.step(s.action.text)) for s in acting)
+        *(
+            env_call(s.env, "step", partial(s.env.step, s.action.text), episode.job, timeout_s)
+            for s in acting
+        )
     )
     results = [checked_step(s.env, r) for s, r in zip(acting, results, strict=True)]
     observations = []  # what each sample's context gets next (None: its episode ends)

@@ -165,7 +165,8 @@ async def _episode(
 ) -> tuple[bool, float]:
     env = make_env(spec.env.name, spec.env.args)
     problem, seed = (item, 0) if isinstance(item, Problem) else (None, item)
-    episode, _ = await start_group(spec.name, i, version, [env], seed, fmt, problem)
+    timeout_s = spec.env.timeout_s
+    episode, _ = await start_group(spec.name, i, version, [env], seed, fmt, problem, timeout_s)
     sample = episode.samples[0]
     turns = spec.rl.turns
     for turn in range(turns):
@@ -176,7 +177,7 @@ async def _episode(
             seed=i,
         )  # fmt: skip
         add_completions([sample], [completion])
-        await step_envs(episode, turn == turns - 1, fmt)
+        await step_envs(episode, turn == turns - 1, fmt, timeout_s=timeout_s)
     info = sample.info
     correct = bool(info["correct"]) if "correct" in info else sample.reward >= 1.0
     return correct, sample.reward

@@ -67,6 +67,7 @@ def write_adapter(
                 item.rename(tmp / item.name)
             nested.rmdir()
         (tmp / META_FILE).write_text(json.dumps(meta))
-        if optimizer is not None:
-            torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+        if optimizer is not None:  # through a Python file: a full disk is then an OSError
+            with open(tmp / OPTIMIZER_FILE, "wb") as handle:  # (torch's own writer: no errno)
+                torch.save(optimizer.state_dict(), handle)
     return Path(out_dir)

@@ -77,6 +77,7 @@ from marlaas.executors.rollout import Generator, TrainSample
 from marlaas.executors.trainers import TrainerPool
 from marlaas.executors.warmup import warm_up, warm_up_trainer
 from marlaas.executors.yardstick import yardstick
+from marlaas.output.errors import WriteError, disk_error, reason
 
 log = logging.getLogger("marlaas.real")
 
@@ -102,6 +103,19 @@ def quiet_interrupts(loop: asyncio.AbstractEventLoop, context: dict) -> None:
     if error is not None and not isinstance(error, Exception):
         return
     loop.default_exception_handler(context)
+
+
+def disk_write_error(what: str, err: BaseException, where: Path) -> WriteError | None:
+    """The one-line WriteError (exit status 1: the machine's failure, not the workload's)
+    for ``err`` when it is a disk's, full, over its quota or failing
+    (:func:`marlaas.output.errors.disk_error`), raised while ``what`` (e.g. ``Sync of job
+    'a'``) wrote under ``where`` (named when the error names no file); None otherwise."""
+    failed = disk_error(err) if isinstance(err, Exception) else None  # Ctrl-C stays Ctrl-C
+    if failed is None:
+        return None
+    told = reason(failed) if failed.filename else f"{where}: {reason(failed)}"
+    return WriteError(f"{what} could not write ({told}); the run stopped: free space or mend "
+                      "the disk (the steps made durable are kept)")  # fmt: skip
 
 
 class RealExecutor:
@@ -179,6 +193,9 @@ class RealExecutor:
             self._runner.run(self._setup())
         except BaseException as err:
             self.close()
+            full = disk_write_error("building the engines and trainers", err, self.store.root)
+            if full is not None:  # a library's error on a full disk is not the model's
+                raise full from err
             failed = model_load_error(err, self._model_dir, "building the engines and trainers")
             if failed is not None:
                 raise failed from err
@@ -344,10 +361,20 @@ class RealExecutor:
         try:
             outcome = await handler(d)
         except Exception as exc:
-            reason = " ".join(f"{type(exc).__name__}: {exc}".split())
-            log.warning("%s of %s failed: %s", type(d).__name__, d.job, reason)
-            return WorkDone(d.work_id, ok=False, error=reason), self.now()
+            self._check_disk(d, exc)
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())
+            log.warning("%s of %s failed: %s", type(d).__name__, d.job, why)
+            return WorkDone(d.work_id, ok=False, error=why), self.now()
         return WorkDone(d.work_id, **outcome), self.now()
+
+    def _check_disk(self, d: Decision, exc: Exception) -> None:
+        """Raise :func:`disk_write_error` when ``exc`` is a disk's: work retried on a full
+        disk failed again and the run ended as a bad workload (status 2, "LoadAdapter ...
+        failed 4 times in a row: OSError: [Errno 28] ..."). The run stops; its durable steps
+        are kept."""
+        failed = disk_write_error(f"{type(d).__name__} of job {d.job!r}", exc, self.store.root)
+        if failed is not None:
+            raise failed from exc
 
     async def _generate(self, d: Generate) -> dict:
         engine = await self._restored_engine(d.engine)

@@ -31,22 +31,38 @@ def check_resumable(
     store: AdapterStore, workload: Workload, durable: dict[str, int] | None
 ) -> dict[str, int]:
     """Each job's resume offset: its last durable version (``durable``, from the journal;
-    None for a run from before journals: the store's newest version), capped at its steps.
+    None for a run from before journals: the store's newest version).
 
-    Versions the store holds beyond a job's durable one were written by a step that was
-    never journaled (killed between its sync and its journal line): they are removed, and
-    that step is trained again. Raises ResumeError when a durable version lacks its
-    optimizer state.
+    Raises ResumeError, before anything in the store changes, when a job has done more steps
+    than its ``rl.steps`` now (:func:`check_not_fewer_steps`). Versions the store holds
+    beyond a job's durable one were written by a step that was never journaled (killed
+    between its sync and its journal line): they are removed, and that step is trained
+    again. Raises ResumeError when a durable version lacks its optimizer state.
     """
     offsets = {}
     for job in workload.jobs:
         name = job.name
-        done = (store.latest(name) or 0) if durable is None else durable.get(name, 0)
-        offsets[name] = min(done, job.rl.steps)
+        offsets[name] = (store.latest(name) or 0) if durable is None else durable.get(name, 0)
+    check_not_fewer_steps(workload, offsets)
+    for name, done in offsets.items():
         lost = drop_undurable(store, name, done, check_optimizer=durable is not None)
         if lost:
             raise ResumeError(f"{lost} (train it again into a new --out folder)")
     return offsets
+
+
+def check_not_fewer_steps(workload: Workload, done: dict[str, int]) -> None:
+    """Raise ResumeError naming the first job of ``workload`` that has ``done`` more steps
+    than its ``rl.steps``: a run resumed with fewer steps than it made once went on, and its
+    rewards.csv kept the steps past the new count."""
+    for job in workload.jobs:
+        steps = done.get(job.name, 0)
+        if steps > job.rl.steps:
+            raise ResumeError(
+                f"--resume: job {job.name} has done {steps} steps, more than its rl.steps "
+                f"{job.rl.steps} now; resume with rl.steps of at least {steps}, or train "
+                "into a new --out folder"
+            )
 
 
 def drop_undurable(store: AdapterStore, job: str, done: int, check_optimizer: bool = True) -> str:

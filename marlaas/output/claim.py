@@ -12,7 +12,7 @@ from pathlib import Path
 from marlaas.output.errors import WriteError, reason
 from marlaas.output.manifest import write_manifest
 from marlaas.output.paths import old_path, staging_path
-from marlaas.output.staging import STAGING_MARK, discard, is_real_dir
+from marlaas.output.staging import STAGING_MARK, discard, empty, is_real_dir
 from marlaas.output.swap import exchange
 
 
@@ -53,16 +53,20 @@ class Claim:
     @contextmanager
     def in_place(self, replace: bool = True) -> Iterator[Callable[[], None]]:
         """For an output written in place: yield ``keep``, to call once the new output holds
-        something that must not be lost. With ``replace``, an old output in ``out`` moves to
-        ``.NAME.old`` and ``out`` starts afresh (its manifest ``partial``), marked as staging;
-        ``keep()`` (also called when the block ends) removes the mark, then the old output. A
-        block that fails before ``keep()`` puts the old output back (see
-        :mod:`marlaas.out_folder`). Without (a run continued), ``out`` is written as it is."""
-        if not (replace and self.has_output):
+        something that must not be lost. Without ``replace``, an output in ``out`` is
+        continued (a real run resumed): written as it is. Otherwise ``out`` starts afresh,
+        marked as staging: an old output in it moves to ``.NAME.old`` first (and ``out``
+        holds a ``partial`` manifest). ``keep()`` (also called when the block ends) removes
+        the mark, then the old output. A block that fails before ``keep()`` puts the old
+        output back, or, with none, leaves ``out`` as it was (removed, or emptied when it was
+        an empty folder), so that a plain rerun is not refused as an unfinished output with
+        nothing in it; after a kill the next claim does the same (see
+        :mod:`marlaas.out_folder`)."""
+        if self.has_output and not replace:
             self.out.mkdir(exist_ok=True)
             yield lambda: None
             return
-        self._set_aside()
+        undo = self._set_aside() if self.has_output else self._start_afresh()
         kept = []
 
         def keep() -> None:
@@ -76,12 +80,29 @@ class Claim:
             yield keep
         except BaseException:
             if not kept:
-                self._put_back()
+                undo()
             raise
         keep()
 
-    def _set_aside(self) -> None:
-        """Move the old output to ``.NAME.old``; ``out`` becomes a marked, empty output."""
+    def _start_afresh(self) -> Callable[[], None]:
+        """Mark ``out`` (made here unless it is an empty folder) as a new output; return what
+        undoes it: ``out`` emptied, and removed when it was made here (an OSError then is left
+        to the next claim, which empties a marked output with no old one beside it)."""
+        made = not self.out.exists()
+        self.out.mkdir(exist_ok=True)
+        (self.out / STAGING_MARK).touch()
+
+        def undo() -> None:
+            with suppress(OSError):
+                empty(self.out)
+                if made:
+                    self.out.rmdir()
+
+        return undo
+
+    def _set_aside(self) -> Callable[[], None]:
+        """Move the old output to ``.NAME.old``; ``out`` becomes a marked, empty output.
+        Returns what puts the old output back."""
         self.staging.mkdir()
         try:
             (self.staging / STAGING_MARK).touch()
@@ -96,6 +117,7 @@ class Claim:
             with suppress(OSError):
                 discard(self.staging)
             raise
+        return self._put_back
 
     def _put_back(self) -> None:
         """The old output returns to ``out``; the new one, still marked, goes."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import errno
+import os
+import re
 
 
 class OutputError(RuntimeError):
@@ -24,3 +26,27 @@ def reason(err: OSError) -> str:
     code = errno.errorcode.get(err.errno or 0)
     where = f"{err.filename}: " if err.filename else ""
     return f"{where}{err.strerror or err}" + (f" [{code}]" if code else "")
+
+
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})
+"""The errors of a disk, not of a command's work: full, over its quota, failing."""
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+"""How a Rust library (safetensors) tells an OSError in its own error's text."""
+
+
+def disk_error(err: BaseException) -> OSError | None:
+    """The OSError of a disk (:data:`DISK_ERRNOS`) that ``err`` is, was raised from or
+    while handling (torch.save through a Python file raises a RuntimeError after it), or
+    that its text tells (safetensors: "I/O error: No space left on device (os error 28)");
+    None when it is none of these."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in DISK_ERRNOS:
+            return err
+        told = _RUST_OS_ERROR.search(str(err)) if not isinstance(err, OSError) else None
+        if told is not None and int(told.group(1)) in DISK_ERRNOS:
+            number = int(told.group(1))
+            return OSError(number, os.strerror(number))
+        err = err.__cause__ or err.__context__
+    return None

@@ -13,7 +13,7 @@ from marlaas.output.errors import OutputError
 from marlaas.output.kinds import LEGACY_ENTRIES, MODEL_FILES, folder_kind, foreign_entries
 from marlaas.output.manifest import NAMES
 from marlaas.output.paths import old_path, staging_path
-from marlaas.output.staging import STAGING_MARK, is_real_dir
+from marlaas.output.staging import STAGING_MARK, empty, is_real_dir
 from marlaas.terminal import warning_line
 
 _LEGACY_STAGING = r"\.{name}\.[a-z0-9_]{{8}}"
@@ -23,11 +23,13 @@ _LEGACY_STAGING = r"\.{name}\.[a-z0-9_]{{8}}"
 def restore_old(out: Path, kind: str) -> None:
     """Killed before the new output replaced the old one (we hold the lock): between the two
     renames of a swap (``out`` missing), or while ``out`` is a new output still marked as
-    staging (see :meth:`marlaas.output.claim.Claim.in_place`): the old output returns."""
+    staging (see :meth:`marlaas.output.claim.Claim.in_place`): the old output returns. A
+    marked new output with no old one beside it (a fresh start) is emptied instead
+    (:func:`empty_unkept`)."""
     old = old_path(out)
     marked = is_real_dir(out) and (out / STAGING_MARK).is_file()
     if marked and not (old.exists() or old.is_symlink()):
-        (out / STAGING_MARK).unlink()  # nothing to put back (removed): the new one is all
+        empty_unkept(out, kind)
         return
     if not is_real_dir(old) or folder_kind(old)[0] != kind:
         return  # not an output this command may put back (then refused or removed: see claim)
@@ -38,6 +40,20 @@ def restore_old(out: Path, kind: str) -> None:
     os.rename(old, out)
     print(warning_line(f"{out}: put the earlier {NAMES[kind]} back (the command replacing it "
                        "was stopped before its output was whole)"), file=sys.stderr)  # fmt: skip
+
+
+def empty_unkept(out: Path, kind: str) -> None:
+    """Empty ``out``, a new output of ``kind`` (or one killed before its manifest) still
+    marked as staging with no old output to put back: a fresh real run killed before its
+    first durable step held nothing that must be kept, and its partial folder once refused a
+    plain rerun ("holds an unfinished real training run"). It says so on stderr. A marked
+    output of another kind is left to its own command."""
+    found = folder_kind(out)[0]
+    if found not in (kind, None):
+        return
+    empty(out)
+    print(warning_line(f"{out}: removed the start of a {NAMES[kind]} that was stopped before "
+                       "it held anything to keep"), file=sys.stderr)  # fmt: skip
 
 
 def remove_leftovers(out: Path) -> None:

@@ -18,10 +18,17 @@ def is_real_dir(path: Path) -> bool:
 def discard(folder: Path) -> None:
     """Remove a folder of marlaas's, marked as staging first: a kill midway leaves a marked
     folder, which the next claim removes."""
+    empty(folder)
+    folder.rmdir()
+
+
+def empty(folder: Path) -> None:
+    """Remove everything in a folder of marlaas's, which is marked as staging first and its
+    mark last: a kill midway leaves it marked, and the next claim empties it again."""
     (folder / STAGING_MARK).touch()
     for path in folder.iterdir():
         if is_real_dir(path):
             shutil.rmtree(path)
         elif path.name != STAGING_MARK:
             path.unlink()
-    shutil.rmtree(folder)
+    (folder / STAGING_MARK).unlink()

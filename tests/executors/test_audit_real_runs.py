@@ -1,10 +1,14 @@
 """Real runs on the tiny model as a hostile user drives them: a model folder that passes the
 checks but does not load, ``evaluate`` of another model's adapters, ``--resume`` with another
-``--seed``, the job states of a resumed run, and an environment that prints."""
+``--seed``, the job states of a resumed run, an environment that prints, one that exits, and
+a disk that fills up."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import re
 import shutil
 from pathlib import Path
 
@@ -35,6 +39,22 @@ class Chatty(Environment):
     async def step(self, action):
         print("CHATTY step")
         return StepResult("", float("a" in action), True)
+"""
+
+
+EXITING_ENV = """
+import sys
+
+from marlaas.envs.base import Environment, StepResult
+
+class Exits(Environment):
+    options = ()
+
+    async def reset(self, seed):
+        return "Say a"
+
+    async def step(self, action):
+        sys.exit(3)
 """
 
 
@@ -132,3 +152,53 @@ def test_an_environment_that_prints_keeps_stdout_for_the_results(
     assert "CHATTY" not in out
     assert "CHATTY reset" in err
     assert out.splitlines()[-1].startswith(f"wrote {tmp_path / 'run'}/")
+
+
+def error_lines(err: str) -> list[str]:
+    """stderr's lines but blank ones, transformers' loading bars and the line saying the
+    build is stale (an edited checkout)."""
+    skip = ("plain Python", "it/s]")
+    return [line for line in err.splitlines() if line.strip() and not any(s in line for s in skip)]
+
+
+def test_an_environment_that_exits_is_one_line_and_a_plain_rerun_may_go_on(
+    tiny_model_dir, tmp_path, capsys, monkeypatch
+):
+    """sys.exit(3) in a step once ended the run with status 3, no message and "Task was
+    destroyed but it is pending!"; and the partial folder of the failed fresh start refused
+    the plain rerun ("holds an unfinished real training run ... --resume")."""
+    (tmp_path / "exiting_env.py").write_text(EXITING_ENV)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "run"
+    assert train(workload(tmp_path, tiny_model_dir, env="exiting_env:Exits"), out) == 2
+    err = capsys.readouterr().err
+    assert "Task was destroyed" not in err and "Traceback" not in err
+    [line] = error_lines(err)
+    assert re.fullmatch(r"marlaas: error: EnvStep of job 'emit-[az]' failed 4 times in a row: "
+                        r"EnvResultError: environment exiting_env:Exits: step\(\) raised "
+                        r"SystemExit\(3\); an environment must not end the process \(raise "
+                        r"an exception instead\)", line), line  # fmt: skip
+    assert not out.exists()  # nothing was durable: nothing is left
+    assert train(workload(tmp_path, tiny_model_dir), out) == 0
+
+
+def test_a_full_disk_stops_train_with_status_1_naming_the_path(
+    tiny_model_dir, tmp_path, capsys, monkeypatch
+):
+    """It was status 2, "LoadAdapter ... failed 4 times in a row: OSError: [Errno 28] ..."."""
+    from marlaas.executors.trainers import TrainerPool
+
+    def no_space(self, job, spec, seed):  # writing a new job's first version
+        path = self.store.path(job, 0) / "adapter_model.safetensors"
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(TrainerPool, "create", no_space)
+    out = tmp_path / "run"
+    assert train(workload(tmp_path, tiny_model_dir), out) == 1
+    [line] = error_lines(capsys.readouterr().err)
+    adapter = re.escape(str(out / "adapters")) + r"/emit-[az]/v0/adapter_model\.safetensors"
+    assert re.fullmatch(r"marlaas: error: (LoadAdapter|SwapIn) of job 'emit-[az]' could not "
+                        rf"write \({adapter}: No space left on device \[ENOSPC\]\); the run "
+                        r"stopped: free space or mend the disk \(the steps made durable are "
+                        r"kept\)", line), line  # fmt: skip
+    assert not out.exists()

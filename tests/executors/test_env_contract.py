@@ -7,12 +7,15 @@ type: 'dict'", and an observation longer than the context stalled the run."""
 from __future__ import annotations
 
 import asyncio
+import sys
+import time
 
 import pytest
 
 from marlaas.envs.base import Environment, StepResult
 from marlaas.executors.episodes import (
     EnvResultError,
+    EnvTimeoutError,
     GroupEpisode,
     Sample,
     start_group,
@@ -121,3 +124,87 @@ def test_an_observation_beyond_the_context_ends_the_episode():
     ended, going = group.samples
     assert (ended.done, ended.context, ended.reward) == (True, [1, 2, 3], 0.1)
     assert (going.done, len(going.context)) == (False, 5)
+
+
+class Hangs(Scripted):
+    """A step (or reset) that never returns, as a remote verifier that lost its reply."""
+
+    async def reset(self, seed: int) -> str:
+        await asyncio.sleep(3600)
+        return "go"
+
+    async def step(self, action: str):
+        await asyncio.sleep(3600)
+
+
+def test_a_step_that_hangs_is_one_error_within_the_jobs_bound():
+    group = episode(Scripted(GOOD), Hangs(None))
+    started = time.monotonic()
+    with pytest.raises(EnvTimeoutError, match=r"^environment \S*test_env_contract:Hangs: "
+                       r"step\(\) of job 'j' did not return within 0\.2 s \(its "
+                       r"env\.timeout_s\)$"):  # fmt: skip
+        asyncio.run(step_envs(group, last_turn=False, fmt=Chars(), timeout_s=0.2))
+    assert time.monotonic() - started < 5
+    for sample in group.samples:  # nothing applied: a retried step acts again
+        assert (sample.reward, sample.context, sample.done) == (0.0, [1, 2, 3], False)
+        assert sample.action is not None
+
+
+def test_a_reset_that_hangs_is_one_error_within_the_jobs_bound():
+    with pytest.raises(EnvTimeoutError, match=r"Hangs: reset\(\) of job 'j' did not return "
+                       r"within 0\.2 s"):  # fmt: skip
+        asyncio.run(start_group("j", 0, 0, [Hangs(None)], 1, Chars(), timeout_s=0.2))
+
+
+def test_a_call_within_its_bound_and_an_environments_own_timeout_are_not_the_bound():
+    group = episode(Scripted(GOOD))
+    assert asyncio.run(step_envs(group, last_turn=False, fmt=Chars(), timeout_s=5)) == (2, 0.5)
+    with pytest.raises(TimeoutError, match="the verifier's own") as err:
+        asyncio.run(step_envs(episode(Raises(TimeoutError("the verifier's own"))),
+                              last_turn=False, fmt=Chars(), timeout_s=5))  # fmt: skip
+    assert not isinstance(err.value, EnvTimeoutError)
+
+
+def test_the_workloads_env_timeout_is_bounded_and_defaults_to_ten_minutes():
+    from marlaas.core.job_spec import EnvSpec
+
+    assert EnvSpec().timeout_s == 600.0
+    assert EnvSpec(timeout_s=0.2).timeout_s == 0.2
+    for bad in (0, -1, 86_401, float("inf")):
+        with pytest.raises(ValueError, match="timeout_s"):
+            EnvSpec(timeout_s=bad)
+
+
+class Raises(Scripted):
+    """A step (or reset) that raises what it was given."""
+
+    async def reset(self, seed: int) -> str:
+        raise self.answer
+
+    async def step(self, action: str):
+        raise self.answer
+
+
+class PlainExit(Scripted):
+    def step(self, action: str):  # not async, and it exits before it returns
+        sys.exit(3)
+
+
+@pytest.mark.parametrize("env", [Raises(SystemExit(3)), PlainExit(None)])
+def test_an_environment_that_exits_is_one_error_not_the_runs_exit(env):
+    """sys.exit(3) in a step once ended `marlaas train` with status 3, no message and
+    "Task was destroyed but it is pending!"."""
+    group = episode(Scripted(GOOD), env)
+    name = type(env).__name__
+    with pytest.raises(EnvResultError, match=rf"^environment .*:{name}: step\(\) raised "
+                       r"SystemExit\(3\); an environment must not end the process"):  # fmt: skip
+        asyncio.run(step_envs(group, last_turn=False, fmt=Chars(), timeout_s=5))
+    assert all(sample.reward == 0.0 and sample.action is not None for sample in group.samples)
+    with pytest.raises(EnvResultError, match=r"Raises: reset\(\) raised SystemExit\('bye'\)"):
+        asyncio.run(start_group("j", 0, 0, [Raises(SystemExit("bye"))], 1, Chars()))
+
+
+def test_ctrl_c_inside_an_environment_is_still_ctrl_c():
+    group = episode(Raises(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(step_envs(group, last_turn=False, fmt=Chars(), timeout_s=5))

@@ -126,6 +126,25 @@ def test_a_new_run_stopped_before_its_first_durable_step_keeps_the_old_run(
     assert_whole(out, before)
 
 
+def test_a_fresh_run_stopped_before_its_first_durable_step_leaves_nothing(
+    finished, tmp_path, capsys, monkeypatch
+):
+    """It left a partial run, which the next plain ``train`` refused (resume it), and said
+    its durable steps were kept: there were none."""
+    workload, _ = finished
+    out = tmp_path / "fresh"
+
+    def stopped(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Journal, "step", stopped)
+    assert main(train_args(workload, out)) == 130
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == (f"marlaas: interrupted (SIGINT); nothing was kept in {out} (the run had no "
+                    "durable step)")  # fmt: skip
+    assert entries(tmp_path) == []
+
+
 def test_a_new_run_that_trains_replaces_the_old_run(old_run):
     workload, out, before = old_run
     assert main(train_args(workload, out, "--seed", "7")) == 0
