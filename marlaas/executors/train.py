@@ -78,9 +78,11 @@ def train_run(
 
     Without ``resume`` an earlier finished real run in ``out`` is replaced (an unfinished one
     is refused: resume it), kept aside until the new run's first durable step: it comes back
-    if the new one fails or is stopped before (marlaas.output.claim.Claim.in_place). With
-    ``resume``, each job continues after its last durable step (adapter and optimizer
-    state), and the run's history goes on. ``ray``: None to run the engines, trainers and
+    if the new one fails or is stopped before (marlaas.output.claim.Claim.in_place); a fresh
+    run that does leaves ``out`` as it was (missing, or empty), so that the same command may
+    run again. With ``resume``, each job continues after its last durable step (adapter and
+    optimizer state; fewer ``rl.steps`` than a job has done is refused), and the run's
+    history goes on. ``ray``: None to run the engines, trainers and
     environments in this process, else the Ray cluster they run on as actors (``local``,
     ``auto`` or an address: :func:`~marlaas.executors.open_real.open_real_executor`).
     ``options`` go to the executor and its backends (generators, trainers, micro_batch_size,
