@@ -141,6 +141,9 @@ def holdout_table(runs: list, refine: int, mixed: bool = False) -> tuple[pd.Data
                 "speed": replayed["replayed_at_speed"],
                 "at the profile's speed": _makespan_error(own_speed),
             })  # fmt: skip
+    if not rows:
+        raise ValueError("every run is in a calibration, none is left to replay: give a "
+                         "second run of a schedule, or runs of a third")  # fmt: skip
     return pd.DataFrame(rows), warnings
 
 

@@ -413,6 +413,8 @@ def test_the_holdout_benchmark_mixed_calibrates_on_one_run_of_each_of_two_schedu
     # fair's first run and the sequential run calibrate; fair's second is replayed
     rows = [(r["calibrated on"], r["replayed"], r["schedule seen"]) for _, r in table.iterrows()]
     assert rows == [("fair + fifo+sequential", "fair-2", True)]
+    with pytest.raises(ValueError, match="none is left to replay"):  # one run of each
+        holdout_table([loaded[0], loaded[2]], refine=0, mixed=True)
     made = pd.DataFrame({
         "calibrated on": ["a + b"] * 3, "schedule seen": [True, False, False],
         "makespan error": [0.05, 0.02, -0.2], "busy error pt": [1.0, 1.0, 1.0],

@@ -108,7 +108,9 @@ class EnvSpec(StrictSpec):
     (latency_s, waited after the step, is not counted): a call that takes longer fails the
     group's work with one line naming the environment, the call, the job and this bound, and
     is retried as other failed work (after 4 failures in a row the run stops, exit status 2).
-    A call that blocks the thread (``time.sleep`` in ``async def``) cannot be bounded. The
+    A call that blocks the thread (``time.sleep`` in ``async def``) cannot be bounded, and
+    one on a thread of its own (``asyncio.to_thread``) is given up while its thread runs on
+    (the process waits for it before it exits: docs/real-runs.md). The
     simulator does not model it: its environments take latency_s. At most a day."""
 
     @field_validator("name")

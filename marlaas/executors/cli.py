@@ -166,6 +166,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from marlaas.out_folder import claim, claim_file
     from marlaas.output.errors import OutputError
     from marlaas.output.manifest import write_manifest
+    from marlaas.output.staging import STAGING_MARK
     from marlaas.report.interactive.real import accuracy_rows
     from marlaas.run_files import EVAL_FILE, check_run_jobs, is_evaluation, read_rewards
     from marlaas.workload_file import load_with_overrides
@@ -176,6 +177,9 @@ def _evaluate(args: argparse.Namespace) -> int:
     run = Path(args.run)
     if not (run / ADAPTERS_DIR).is_dir():
         raise OutputError(f"{run}: has no {ADAPTERS_DIR}/; not a real training run")
+    if (run / STAGING_MARK).is_file():  # the claim below would empty it (a fresh start)
+        raise OutputError(f"{run}: a real training run stopped before its first durable "
+                          "step: nothing to evaluate (train it again)")  # fmt: skip
     check_run_base_model(run, workload, model_dir)  # another model's adapters: refused
     store = AdapterStore(run / ADAPTERS_DIR)
     try:

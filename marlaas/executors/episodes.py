@@ -48,8 +48,16 @@ class EnvTimeoutError(RuntimeError):
 
 
 def _env_name(env: Environment) -> str:
+    """``module:Class`` of the user's environment (under Ray, the one a ``RemoteEnv`` runs
+    in its actors, not the proxy)."""
     kind = type(env)
+    if f"{kind.__module__}:{kind.__qualname__}" == REMOTE_ENV:
+        kind = type(env.env)
     return f"{kind.__module__}:{kind.__qualname__}"
+
+
+REMOTE_ENV = "marlaas.executors.ray_actors:RemoteEnv"
+"""The proxy of an environment run in Ray's actors (named, not imported: Ray is optional)."""
 
 
 async def _guarded(env: Environment, method: str, call: Callable[[], Any]) -> Any:

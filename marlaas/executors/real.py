@@ -368,10 +368,13 @@ class RealExecutor:
         return WorkDone(d.work_id, **outcome), self.now()
 
     def _check_disk(self, d: Decision, exc: Exception) -> None:
-        """Raise :func:`disk_write_error` when ``exc`` is a disk's: work retried on a full
+        """Raise :func:`disk_write_error` when ``exc`` is a disk's and ``d`` writes (loads,
+        swaps, training, syncs): work retried on a full
         disk failed again and the run ended as a bad workload (status 2, "LoadAdapter ...
         failed 4 times in a row: OSError: [Errno 28] ..."). The run stops; its durable steps
         are kept."""
+        if isinstance(d, Generate | EnvStep):  # they write nothing: an environment's own
+            return  # failed read, say, is its work's failure, retried as any other
         failed = disk_write_error(f"{type(d).__name__} of job {d.job!r}", exc, self.store.root)
         if failed is not None:
             raise failed from exc

@@ -125,6 +125,25 @@ def test_evaluate_refuses_adapters_of_another_base_model(tiny_model_dir, tmp_pat
     assert not (tmp_path / "run" / "eval.json").exists()
 
 
+def test_evaluate_refuses_a_run_stopped_before_its_first_durable_step(
+    tiny_model_dir, tmp_path, capsys
+):
+    """Such a run is still marked as a fresh start, which a claim empties: evaluate read
+    its adapters, then had them removed under it by its own claim."""
+    from marlaas.output.staging import STAGING_MARK
+
+    run = tmp_path / "run"
+    (run / "adapters" / "emit-a" / "v0").mkdir(parents=True)
+    (run / STAGING_MARK).touch()
+    before = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
+    args = ["evaluate", str(workload(tmp_path, tiny_model_dir)), "--run", str(run), "--quiet"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith("a real training run stopped before its first durable step: nothing "
+                        "to evaluate (train it again)")  # fmt: skip
+    assert sorted(str(p.relative_to(run)) for p in run.rglob("*")) == before
+
+
 def test_resume_with_another_seed_is_refused_and_states_cover_every_job(
     tiny_model_dir, tmp_path, capsys
 ):

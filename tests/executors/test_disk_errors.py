@@ -85,3 +85,12 @@ def test_other_failed_work_is_retried_as_before(tmp_path):
     done, _ = asyncio.run(executor._work(EnvStep(3, "a", 0, 0, 0, 2, True)))
     assert (done.work_id, done.ok) == (3, False)
     assert done.error == "PermissionError: [Errno 13] Permission denied: 'x'"
+
+
+def test_an_environments_own_disk_error_is_its_work_failing_not_the_runs_disk(tmp_path):
+    """An environment (or generation) writes nothing of the run's: its ENOSPC (its own
+    scratch space full) is retried as any failed work, not a stop of the run."""
+    executor = executor_failing(tmp_path, full("/tmp/env-scratch"))
+    done, _ = asyncio.run(executor._work(EnvStep(3, "a", 0, 0, 0, 2, True)))
+    assert (done.work_id, done.ok) == (3, False)
+    assert "No space left on device" in done.error

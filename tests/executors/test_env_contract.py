@@ -208,3 +208,13 @@ def test_ctrl_c_inside_an_environment_is_still_ctrl_c():
     group = episode(Raises(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
         asyncio.run(step_envs(group, last_turn=False, fmt=Chars(), timeout_s=5))
+
+
+def test_under_ray_an_error_names_the_users_environment_not_the_proxy():
+    ray_actors = pytest.importorskip("marlaas.executors.ray_actors")
+    from marlaas.envs.arithmetic import ArithmeticEnv
+    from marlaas.executors.episodes import _env_name
+
+    proxy = ray_actors.RemoteEnv(None, ArithmeticEnv({}))
+    assert _env_name(proxy) == "marlaas.envs.arithmetic:ArithmeticEnv"
+    assert _env_name(ArithmeticEnv({})) == "marlaas.envs.arithmetic:ArithmeticEnv"
