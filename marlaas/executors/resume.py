@@ -175,9 +175,12 @@ def check_same_workload(
         shown = "; ".join(problems[:MAX_DIFFERENCES_SHOWN])
         more = len(problems) - MAX_DIFFERENCES_SHOWN
         shown += f"; and {more} more" if more > 0 else ""
+        seed_only = len(problems) == 1 and recorded.get("seed") != now["seed"]
+        how = (f"resume with --seed {recorded.get('seed')}" if seed_only
+               else "resume with that workload")  # fmt: skip
         raise ResumeError(
             f"--resume: the workload is not the one this run was started with ({shown}); "
-            "resume with that workload, or train this one into a new --out folder"
+            f"{how}, or train this one into a new --out folder"
         )
 
 

@@ -153,7 +153,7 @@ def test_resume_with_another_seed_is_refused_and_states_cover_every_job(
     longer = workload(tmp_path, tiny_model_dir, steps=(1, 2))  # emit-a is done already
     capsys.readouterr()
     assert train(longer, out, "--resume") == 2  # the file's seed, 0: other prompts
-    assert "(seed 5 -> 0)" in capsys.readouterr().err
+    assert "(seed 5 -> 0); resume with --seed 5, or train" in capsys.readouterr().err
     assert train(longer, out, "--resume", "--seed", "5") == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["seed"] == 5
