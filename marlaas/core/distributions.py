@@ -17,6 +17,7 @@ Sampling takes a numpy Generator so that all randomness comes from the run's see
 
 from __future__ import annotations
 
+import math
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
@@ -186,9 +187,10 @@ def _normal_quantile(q: float) -> float:
     )
 
 
-TAIL_QUANTILE = 0.9999
-"""The quantile that stands for a lognormal's longest draw where one is needed: a latency's
-bound here, a prompt's truncation in marlaas.core.prompts (median x e^(3.72 sigma))."""
+LOGNORMAL_TAIL_Z = 3.719016485455709
+"""Standard normal quantile of 0.9999: a lognormal's p99.99 (median x e^(3.72 sigma)) stands
+for its longest draw where one is needed: a latency's bound here, a prompt's truncation in
+marlaas.core.prompts (unless rl.max_prompt_tokens says otherwise)."""
 
 
 def largest(dist: _Dist, tail: bool = False) -> float:
@@ -199,7 +201,7 @@ def largest(dist: _Dist, tail: bool = False) -> float:
     if isinstance(dist, Constant):
         return dist.value
     if isinstance(dist, LogNormal):
-        return dist.quantile(TAIL_QUANTILE) if tail else dist.median
+        return dist.median * math.exp(LOGNORMAL_TAIL_Z * dist.sigma) if tail else dist.median
     if isinstance(dist, Uniform):
         return dist.high
     return max(dist.values)

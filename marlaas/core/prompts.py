@@ -13,33 +13,19 @@ the response lengths and environment waits: the core decides with prompt lengths
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from marlaas.core.distributions import Constant, LogNormal, Uniform
+from marlaas.core.distributions import Constant, largest
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.limits import MAX_TOKENS
 from marlaas.core.seeds import SeededBlock
 
-LOGNORMAL_TAIL_Z = 3.719016485455709
-"""Standard normal quantile of 0.9999: a lognormal prompt is truncated at its p99.99
-(median x e^(3.72 sigma)) unless rl.max_prompt_tokens says otherwise."""
-
 
 def longest_prompt(spec: JobSpec) -> int:
     """The longest prompt ``spec.prompt_tokens`` gives [tokens]: a constant, the high end,
-    the largest value, or a lognormal's p99.99; at most MAX_TOKENS."""
-    dist = spec.prompt_tokens
-    if isinstance(dist, Constant):
-        top = dist.value
-    elif isinstance(dist, Uniform):
-        top = dist.high
-    elif isinstance(dist, LogNormal):
-        top = dist.median * math.exp(LOGNORMAL_TAIL_Z * dist.sigma)
-    else:
-        top = max(dist.values)
-    return int(min(round(top), MAX_TOKENS))
+    the largest value, or a lognormal's p99.99 (:func:`largest` with its tail); at most
+    MAX_TOKENS."""
+    return int(min(round(largest(spec.prompt_tokens, tail=True)), MAX_TOKENS))
 
 
 def prompt_cap(spec: JobSpec) -> int:

@@ -12,6 +12,7 @@ from pathlib import Path
 from marlaas.core.cluster_spec import PREFIX_BLOCK_TOKENS, EngineSpec
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.workload import Workload
+from marlaas.import_path import one_line
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +55,9 @@ def model_load_error(err: BaseException, model_dir: Path, what: str) -> ModelLoa
         tb = tb.tb_next
     if MARLAAS_ROOT in frames[-1].resolve().parents:
         return None  # raised by marlaas's own code
-    reason = " ".join(str(err).split())
-    reason = reason if len(reason) <= 300 else reason[:297] + "..."
     return ModelLoadError(
         f"base_model.path {str(model_dir)!r}: {what} failed to load or run the model "
-        f"({type(err).__name__}: {reason})"
+        f"({one_line(err)})"
     )
 
 

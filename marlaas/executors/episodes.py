@@ -50,10 +50,10 @@ class EnvTimeoutError(RuntimeError):
 def _env_name(env: Environment) -> str:
     """``module:Class`` of the user's environment (under Ray, the one a ``RemoteEnv`` runs
     in its actors, not the proxy)."""
-    kind = type(env)
-    if f"{kind.__module__}:{kind.__qualname__}" == REMOTE_ENV:
-        kind = type(env.env)
-    return f"{kind.__module__}:{kind.__qualname__}"
+    name = f"{type(env).__module__}:{type(env).__qualname__}"
+    if name == REMOTE_ENV:
+        return _env_name(env.env)
+    return name
 
 
 REMOTE_ENV = "marlaas.executors.ray_actors:RemoteEnv"

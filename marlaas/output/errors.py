@@ -45,8 +45,8 @@ def disk_error(err: BaseException) -> OSError | None:
         if isinstance(err, OSError) and err.errno in DISK_ERRNOS:
             return err
         told = _RUST_OS_ERROR.search(str(err)) if not isinstance(err, OSError) else None
-        if told is not None and int(told.group(1)) in DISK_ERRNOS:
-            number = int(told.group(1))
+        number = int(told.group(1)) if told is not None else None
+        if number in DISK_ERRNOS:
             return OSError(number, os.strerror(number))
         err = err.__cause__ or err.__context__
     return None
