@@ -98,7 +98,7 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     """JSON lines, or (a ``.json`` file that starts with ``[``) one JSON array of rows."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte order mark first is not a row
     except UnicodeDecodeError as err:
         raise DatasetError(f"{path}: not UTF-8 text ({err.reason})") from None
     if path.suffix.lower() == ".json" and text.lstrip().startswith("["):
@@ -146,7 +146,7 @@ def _read_csv(path: Path) -> list[dict[str, Any]]:
     more cells than the header (an unquoted comma in a prompt), is refused: either would
     drop cells without a word."""
     try:
-        with path.open(encoding="utf-8", newline="") as f:
+        with path.open(encoding="utf-8-sig", newline="") as f:  # a BOM is not a column
             reader = csv.DictReader(f, restkey=_EXTRA)
             header = reader.fieldnames or []
             repeated = first_repeated(header)

@@ -43,11 +43,36 @@ SPLIT_SEED = 0
 """Seed of the held-out split by fraction (fixed: the split is the file's, not the run's)."""
 
 
-@functools.lru_cache(maxsize=16)
 def load_prompt_set(spec: DatasetSpec) -> PromptSet:
     """Read ``spec``'s file(s) (paths as given: the workload file's loader made them
     absolute) and split them, or raise a DatasetError naming the file, row and column; a
-    dataset is read once per process."""
+    dataset is read once per process while its files stay as they are (one edited, in a
+    notebook say, is read again)."""
+    heldout = _stamp(spec.heldout) if isinstance(spec.heldout, str) else None
+    return _load_prompt_set(spec, _stamp(spec.path), heldout)
+
+
+def _stamp(path: str) -> tuple:
+    """What changes when the file or folder ``path`` (a save_to_disk folder: each file in
+    it) is written again: each file's path, size, modification time [ns] and inode; () when
+    it is not there (reading it names the problem)."""
+    paths = [path]
+    if os.path.isdir(path):
+        paths = sorted(os.path.join(root, name) for root, _, names in os.walk(path)
+                       for name in names)  # fmt: skip
+    stamps = []
+    for name in paths:
+        try:
+            stat = os.stat(name)
+        except OSError:
+            continue
+        stamps.append((name, stat.st_size, stat.st_mtime_ns, stat.st_ino))
+    return tuple(stamps)
+
+
+@functools.lru_cache(maxsize=16)
+def _load_prompt_set(spec: DatasetSpec, *stamps: tuple | None) -> PromptSet:
+    """:func:`load_prompt_set`, once per ``spec`` and ``stamps`` of its files."""
     if isinstance(spec.heldout, str) and _same_file(spec.path, spec.heldout):
         raise DatasetError(
             f"{spec.heldout}: heldout is the file of path ({spec.path}): held-out accuracy "

@@ -13,7 +13,7 @@ import numpy as np
 
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.work import EnvStep, Generate, Train
-from marlaas.datasets import load_prompt_set
+from marlaas.datasets import PromptSet, load_prompt_set
 from marlaas.envs import Environment, make_env
 from marlaas.executors.episodes import (
     ChatFormat,
@@ -81,6 +81,9 @@ class EpisodeRunner:
         """A new environment for one sample's episode (here, or in an actor of a pool)."""
         self._index: dict[str, int] = {}
         self._episodes: dict[tuple[str, int], GroupEpisode] = {}
+        self._prompt_sets: dict[str, PromptSet] = {}
+        """Each job's dataset as the run first read it: a file edited during the run does not
+        change its prompts."""
 
     def admit(self, job: str, index: int) -> None:
         """A job was admitted as the run's ``index``-th (it seeds the job's prompts)."""
@@ -89,6 +92,7 @@ class EpisodeRunner:
     def release_job(self, job: str) -> None:
         """A job ended: forget it and its episodes (a cancelled job's unfinished ones)."""
         del self._index[job]
+        self._prompt_sets.pop(job, None)
         for key in [key for key in self._episodes if key[0] == job]:
             del self._episodes[key]
 
@@ -109,8 +113,9 @@ class EpisodeRunner:
                 seed = self.group_seed(d.job, d.group)
                 problem = None
                 if spec.dataset is not None:
-                    prompt_set = load_prompt_set(spec.dataset)
-                    problem = prompt_set.train_problem(d.group, self.seed)
+                    if d.job not in self._prompt_sets:
+                        self._prompt_sets[d.job] = load_prompt_set(spec.dataset)
+                    problem = self._prompt_sets[d.job].train_problem(d.group, self.seed)
                 episode, _ = await start_group(
                     d.job, d.group, version, envs, seed, self.fmt, problem, spec.env.timeout_s
                 )

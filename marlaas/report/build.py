@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import pandas as pd
@@ -13,6 +15,7 @@ from marlaas.atomic import write_durably
 from marlaas.eventlog import EventLogError
 from marlaas.metrics.summary import summarize
 from marlaas.out_folder import claim
+from marlaas.output.errors import OutputError
 from marlaas.report import fmt
 from marlaas.report.compare import difference_table
 from marlaas.report.html import RunLine, Section, render_report
@@ -95,7 +98,7 @@ def _write_report(runs: list[Run], out: Path, static: bool) -> Path:
             bar.update()
         for section in sections:
             names = [section.id] if section.id in futures else _static_ids(section, runs)
-            section.static = [f for n in names if n in futures for f in futures[n].result()]
+            section.static = [f for n in names if n in futures for f in _drawn(futures[n])]
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
@@ -103,6 +106,20 @@ def _write_report(runs: list[Run], out: Path, static: bool) -> Path:
     title = "MARLaaS report: " + ", ".join(r.label for r in runs)
     lines = [RunLine(r.label, r.kind, str(r.path)) for r in runs]
     return write_durably(out / REPORT_FILE, render_report(title, sections, lines))
+
+
+def _drawn(future: Future) -> list[str]:
+    """The file names of a static figure drawn in a worker process; an OutputError when the
+    worker died (the workers of a script import it, as multiprocessing's do: a script that
+    calls marlaas.report(static=True) unguarded ran again in each, and stopped them)."""
+    try:
+        return future.result()
+    except BrokenProcessPool:
+        raise OutputError(
+            "static figures: a worker process stopped before it drew its figure (killed, out "
+            "of memory, or a script calling marlaas.report(static=True) outside "
+            "if __name__ == '__main__': the workers import the script, and ran it again)"
+        ) from None
 
 
 def _static_ids(section: Section, runs: list[Run]) -> list[str]:

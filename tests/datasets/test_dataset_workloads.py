@@ -79,3 +79,46 @@ def test_a_service_refuses_an_environment_that_needs_a_dataset():
     with pytest.raises(JobRequestError, match="'math' checks a dataset's answers"):
         job_from_request({"name": "j", "env": {"name": "math"}}, "ann", config)
     assert job_from_request({"name": "j"}, "ann", config).env.name == "arithmetic"
+
+
+class _Words:
+    """A ChatFormat's stand-in: a prompt's token ids are its characters' codes."""
+
+    def prompt(self, text: str) -> list[int]:
+        return [ord(c) for c in text]
+
+
+class _Engine:
+    """An engine's stand-in that samples one token per sequence."""
+
+    async def generate(self, job, version, prompts, n, max_new_tokens, temperature, seed):
+        from marlaas.executors.rollout import Completion
+
+        return [[Completion(tuple(p), (1,), (0.0,), "x", "length") for _ in range(n)]
+                for p in prompts]  # fmt: skip
+
+
+def test_a_run_keeps_the_rows_it_first_read_when_the_file_is_edited(tmp_path):
+    """A dataset is read again once edited (a notebook's next load_workload sees the change),
+    but a run draws every group of a job from the rows it first read: a file edited while it
+    trains does not change its problems half-way."""
+    import asyncio
+
+    from marlaas.core.work import Generate
+    from marlaas.executors.episode_runner import EpisodeRunner
+
+    workload = load_workload(write(tmp_path))
+    spec = workload.jobs[0]
+    runner = EpisodeRunner({spec.name: spec}, _Words(), max_model_len=4096, seed=0)
+    runner.admit(spec.name, 0)
+
+    def prompt_of(group: int) -> str:
+        work = Generate(group, spec.name, 0, group, 0, "e", 0, 2, 0, 4)
+        asyncio.run(runner.generate(work, _Engine()))
+        return runner._episodes[(spec.name, group)].prompt
+
+    first = [prompt_of(g) for g in range(3)]
+    rows = [{"prompt": f"Spell {w}", "answer": w} for w in ("cyan", "lime", "plum", "rose")]
+    (tmp_path / "data" / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    later = [prompt_of(g) for g in range(3, 40)]
+    assert all(p.startswith("Say ") for p in first + later)

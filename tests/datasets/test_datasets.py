@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pandas as pd
 import pytest
@@ -143,3 +144,50 @@ def test_training_order_is_the_seeds_and_covers_every_problem_each_epoch(files):
     second = [split.train_problem(n + g, seed=7) for g in range(n)]
     assert set(second) == set(first) and second != first
     assert isinstance(first[0], Problem)
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "saved"])
+def test_a_dataset_edited_since_it_was_read_is_read_again(files, kind):
+    """A notebook that fixes its file and loads the workload again gets the new rows (a file
+    read once per process used to keep the old ones, and a file made bad passed its check)."""
+    path = files[kind]
+    spec = DatasetSpec(path=str(path), heldout=0.25)
+    before = load_prompt_set(spec)
+    assert load_prompt_set(spec) is before  # unchanged: read once
+    fixed = [{**row, "answer": row["answer"] + "0"} for row in ROWS]
+    if kind == "jsonl":
+        write_jsonl(path, fixed)
+    else:
+        datasets = pytest.importorskip("datasets")
+        datasets.Dataset.from_list(fixed).save_to_disk(str(path.with_name("next")))
+        shutil.rmtree(path)
+        os.replace(path.with_name("next"), path)
+    after = load_prompt_set(spec)
+    assert sorted(p.answer for p in after.train) == sorted(p.answer + "0" for p in before.train)
+
+
+def test_an_edited_file_that_became_bad_is_refused(tmp_path):
+    path = write_jsonl(tmp_path / "p.jsonl", ROWS)
+    spec = DatasetSpec(path=str(path), heldout=0.25)
+    load_prompt_set(spec)
+    path.write_text('{"prompt": "1+1", "answer": ""}\n')
+    with pytest.raises(DatasetError, match="row 1, column 'answer': empty"):
+        load_prompt_set(spec)
+
+
+@pytest.mark.parametrize("name", ["p.csv", "p.jsonl", "p.json"])
+def test_a_byte_order_mark_is_not_part_of_the_first_column(tmp_path, name):
+    """Excel's "CSV UTF-8" starts the file with a BOM: it was read into the first column's
+    name ('\\ufeffprompt': no column 'prompt'), or made line 1 not valid JSON."""
+    path = tmp_path / name
+    if name.endswith(".csv"):
+        text = "prompt,answer\n" + "".join(f"{r['prompt']},{r['answer']}\n" for r in ROWS[:3])
+    elif name.endswith(".json"):
+        text = json.dumps(ROWS[:3])
+    else:
+        text = "".join(json.dumps(r) + "\n" for r in ROWS[:3])
+    path.write_text("\ufeff" + text, encoding="utf-8")
+    problems = read_problems(path, "prompt", "answer")
+    assert [(p.prompt, p.answer) for p in problems] == [
+        (r["prompt"], r["answer"]) for r in ROWS[:3]
+    ]

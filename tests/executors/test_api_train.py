@@ -41,3 +41,26 @@ def test_train_writes_a_finished_real_run_and_returns_its_result(tiny_model_dir,
     assert (manifest["kind"], manifest["status"]) == ("real", "finished")
     report = marlaas.report(tmp_path / "run", tmp_path / "report")
     assert report.is_file()
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"micro_batch_size": -1}, ValueError, r"^micro_batch_size -1: an integer from 1 to"),
+        ({"micro_batch_size": "8"}, TypeError, r"^micro_batch_size: an integer .* not a str$"),
+        ({"max_model_len": 0}, ValueError, r"^max_model_len 0: an integer from 1 to"),
+        ({"activation_checkpointing": "no"}, TypeError, r"^activation_checkpointing: True or"),
+        ({"foo": 1}, TypeError, r"unexpected keyword argument 'foo'"),
+        ({"seed": 2**32}, ValueError, r"^seed 4294967296: a seed is an integer from 0 to"),
+        ({"seed": "1"}, TypeError, r"^seed: an integer"),
+        ({"policy": "nope"}, KeyError, r"unknown policy 'nope'"),
+    ],
+)
+def test_bad_options_are_refused_before_anything_is_written(tmp_path, options, error, message):
+    """``marlaas train``'s bounds hold for the API's options too: micro_batch_size=-1 trained
+    a whole run, "8", a max_model_len of 0 or an unknown option failed only once the models
+    had loaded (after four tries of each piece of work, the run folder left behind), and a
+    seed of 2**32 was put into the workload unchecked."""
+    with pytest.raises(error, match=message):
+        marlaas.train(TRACE, tmp_path / "run", backend="hf", **options)
+    assert not (tmp_path / "run").exists()
