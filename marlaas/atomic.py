@@ -16,7 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 FILE_MODE = 0o644
-"""Permissions of a file written here (mkstemp's temporary file has 0600)."""
+"""Permissions of a file written here (mkstemp's temporary file has 0600, and so does a file
+safetensors writes)."""
 
 
 @contextmanager
@@ -76,9 +77,21 @@ def atomic_dir(final: str | os.PathLike, *, overwrite: bool = False) -> Iterator
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; give the folder normal permissions
     try:
         yield tmp
+        readable_files(tmp)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def readable_files(folder: Path) -> None:
+    """Give every file under ``folder`` :data:`FILE_MODE`: a writer that made one private
+    (safetensors writes model and adapter weights 0600) would leave it unreadable to the
+    other users of a shared model folder or run folder, and to a Ray worker running as one."""
+    for root, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(root, name)
+            if not os.path.islink(path):
+                os.chmod(path, FILE_MODE)

@@ -7,7 +7,8 @@ import stat
 
 import pytest
 
-from marlaas.atomic import replacing, write_durably
+from marlaas.atomic import FILE_MODE, atomic_dir, replacing, write_durably
+from marlaas.out_folder import claim
 from marlaas.output.kinds import TEMPORARY
 
 
@@ -38,3 +39,23 @@ def test_a_temporary_keeps_the_extension_a_writer_needs(tmp_path):
         assert tmp.name.endswith(".tmp.png") and TEMPORARY.fullmatch(tmp.name)
         tmp.write_bytes(b"png")
     assert (tmp_path / "rewards.png").read_bytes() == b"png"
+
+
+def test_a_folder_written_atomically_leaves_no_file_private(tmp_path):
+    """safetensors writes weights 0600; a model or adapter folder is read by other users."""
+    with atomic_dir(tmp_path / "adapter") as tmp:
+        (tmp / "weights").write_bytes(b"w")
+        (tmp / "weights").chmod(0o600)
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "config").write_text("{}")
+        (tmp / "sub" / "config").chmod(0o600)
+    for name in ("adapter/weights", "adapter/sub/config"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == FILE_MODE
+
+
+def test_a_claimed_output_leaves_no_file_private(tmp_path):
+    with claim(tmp_path / "model", "model") as target, target.staged() as staging:
+        (staging / "model.safetensors").write_bytes(b"w")
+        (staging / "model.safetensors").chmod(0o600)
+    mode = (tmp_path / "model" / "model.safetensors").stat().st_mode
+    assert stat.S_IMODE(mode) == FILE_MODE

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from marlaas.atomic import readable_files
 from marlaas.output.errors import WriteError, reason
 from marlaas.output.manifest import write_manifest
 from marlaas.output.paths import old_path, staging_path
@@ -41,6 +42,7 @@ class Claim:
             (self.staging / STAGING_MARK).touch()
             yield self.staging
             (self.staging / STAGING_MARK).unlink()
+            readable_files(self.staging)
             write_manifest(self.staging, self.kind)
             self._swap_in()
         except OSError as err:
