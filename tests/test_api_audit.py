@@ -120,3 +120,9 @@ def test_report_static_from_an_unguarded_script_says_what_to_do(tmp_path):
     assert "another marlaas command is writing it" not in run.stderr  # no worker simulated
     assert not (tmp_path / "runs" / "report").exists()
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["fair"]
+
+
+def test_a_report_of_no_runs_names_the_argument(tmp_path):
+    with pytest.raises(ValueError, match=r"^runs: no run folder given"):
+        marlaas.report([], tmp_path / "report")
+    assert not (tmp_path / "report").exists()

@@ -46,7 +46,7 @@ def run_report(run_dirs: Sequence[str | Path], out_dir: str | Path, static: bool
     :class:`marlaas.eventlog.EventLogError` when a run is missing, empty, truncated or foreign.
     """
     if not run_dirs:
-        raise ValueError("run_report needs at least one run folder")
+        raise ValueError("runs: no run folder given (a report needs one run folder at least)")
     sweep = any(is_sweep_folder(p) for p in run_dirs)
     if sweep and len(run_dirs) > 1:
         raise EventLogError("a sweep folder is reported on its own: marlaas report SWEEP_DIR")
