@@ -27,6 +27,8 @@ import httpx
 DEFAULT_URL = "http://127.0.0.1:8000"
 URL_ENV, KEY_ENV = "MARLAAS_URL", "MARLAAS_API_KEY"
 ENDED = ("done", "cancelled", "failed", "refused")
+REFUSED_EVENT = "refused"
+"""The event that ends a stream whose key was revoked while it ran (a ServiceError, 401)."""
 
 
 class ServiceError(RuntimeError):
@@ -111,7 +113,8 @@ class Client:
     def events(self, job_id: int, last_id: int = 0, retry_s: float = 1.0,
                max_retries: int = 60) -> Iterator[Event]:  # fmt: skip
         """The job's events as they come, until it has ended; reconnects (Last-Event-ID)
-        when the connection drops, e.g. while the service restarts."""
+        when the connection drops, e.g. while the service restarts. A key revoked while the
+        stream runs ends it with ServiceError (401)."""
         failures = 0
         while True:
             headers = {"Last-Event-ID": str(last_id)} if last_id else {}
@@ -122,6 +125,11 @@ class Client:
                         response.read()
                         raise _error(response)
                     for event in _parse_sse(response.iter_lines()):
+                        if event.kind == REFUSED_EVENT:  # the key was revoked mid-stream
+                            raise ServiceError(
+                                int(event.data.get("status", 401)),
+                                str(event.data.get("detail", "key refused")),
+                            )
                         last_id, failures = event.id, 0
                         yield event
                 return

@@ -4,7 +4,9 @@ Every ``/v1`` route but ``/v1/health`` needs ``Authorization: Bearer KEY``: a te
 (its own jobs only; another tenant's job is 404, its existence not revealed) or the
 operator's (``DATA/operator.key``: every job, no submissions). A missing or wrong key is 401,
 logged without the key. A job spec is checked by :mod:`marlaas.service.requests` (422 naming
-the field; a body over 1 MiB is 413); the scheduler's quotas answer 429 with the reason.
+the field; a body over 1 MiB is 413); the scheduler's quotas answer 429 with the reason. A key
+holds at most :data:`MAX_STREAMS_PER_CALLER` event streams open at once (one more is 429), and
+a stream whose key is revoked ends with a ``refused`` event.
 """
 
 from __future__ import annotations
@@ -44,7 +46,13 @@ log = logging.getLogger("marlaas.service")
 MAX_BODY_BYTES = 1024 * 1024
 """The largest request body taken [bytes]; larger is 413."""
 EVENT_POLL_S = 0.5
-"""How often an event stream looks for new events [s]."""
+"""How often an event stream looks for new events (and that its key is still valid) [s]."""
+MAX_LOGGED_PATH_CHARS, MAX_LOGGED_REASON_CHARS = 200, 300
+"""How much of a refused request's path and reason its log line shows [characters]."""
+MAX_STREAMS_PER_CALLER = 16
+"""Event streams one key may hold open at once; one more is 429."""
+REFUSED_EVENT = "refused"
+"""The event that ends a stream whose key was revoked (its data: ``{status, detail}``)."""
 OPERATOR_KEY_FILE = "operator.key"
 MAX_DETAIL_CHARS = 2000
 """Longest refusal a 422 answers with [characters]: a spec's huge value is not echoed whole."""
@@ -97,6 +105,7 @@ def create_app(runner: ServiceRunner, data_dir: Path) -> FastAPI:
     store = runner.store
     operator_key = (Path(data_dir) / OPERATOR_KEY_FILE).read_text().strip()
     metrics = Metrics()
+    streams = OpenStreams(MAX_STREAMS_PER_CALLER)
     app = FastAPI(title="MARLaaS", version="1", summary="Multi-tenant RL fine-tuning")
     app.state.store, app.state.operator_key = store, operator_key
 
@@ -184,8 +193,10 @@ def create_app(runner: ServiceRunner, data_dir: Path) -> FastAPI:
         from sse_starlette import EventSourceResponse
 
         await run_in_threadpool(job_of, who, job_id)
+        slot = streams.open(who, request)
         last = _last_event_id(request)
-        return EventSourceResponse(_stream(store, job_id, last), ping=15)
+        allowed = _key_still_valid(request, who)
+        return EventSourceResponse(_stream(store, job_id, last, allowed, slot), ping=15)
 
     @app.get("/v1/jobs/{job_id}/adapters/{version}")
     def adapter(job_id: JobId, version: Annotated[int, PathParam(ge=0, le=10**6)],
@@ -233,12 +244,16 @@ def create_app(runner: ServiceRunner, data_dir: Path) -> FastAPI:
     return app
 
 
+def bearer_key(request: Request) -> str:
+    """The API key of ``request``'s ``Authorization: Bearer KEY`` header ('' without one)."""
+    scheme, _, key = request.headers.get("authorization", "").partition(" ")
+    return key.strip() if scheme.lower() == "bearer" else ""
+
+
 def caller(request: Request) -> Caller:
     """Who sent ``request``, by its API key; 401 without a valid one."""
-    header = request.headers.get("authorization", "")
-    scheme, _, key = header.partition(" ")
-    key = key.strip()
-    if scheme.lower() != "bearer" or not key:
+    key = bearer_key(request)
+    if not key:
         _refused(request, 401, "no API key")
         raise HTTPException(401, "an API key is needed: Authorization: Bearer KEY",
                             headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
@@ -257,9 +272,20 @@ Who = Annotated[Caller, Depends(caller)]
 
 
 def _refused(request: Request, status: int, why: str) -> None:
+    """Log a refused request in one line: the path and the reason are the client's text, so
+    their control characters are escaped (a terminal escape or a NUL sent percent-encoded
+    reaches no log) and each is cut."""
     client = request.client.host if request.client else "?"
-    log.warning("%d %s %s from %s: %s", status, request.method, request.url.path, client,
-                " ".join(why.split())[:300])  # fmt: skip
+    log.warning("%d %s %s from %s: %s", status, request.method,
+                _loggable(request.url.path, MAX_LOGGED_PATH_CHARS), client,
+                _loggable(" ".join(why.split()), MAX_LOGGED_REASON_CHARS))  # fmt: skip
+
+
+def _loggable(text: str, limit: int) -> str:
+    """``text`` with each character that is not printable escaped (``\\x1b``), cut to
+    ``limit`` characters."""
+    shown = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text[: limit + 1])
+    return shown if len(shown) <= limit else shown[:limit] + "..."
 
 
 async def _read_body(request: Request) -> bytes:
@@ -291,17 +317,96 @@ def _last_event_id(request: Request) -> int:
     return int(value) if value.isdigit() and len(value) < 19 else 0
 
 
-async def _stream(store: S.JobStore, job_id: int, last: int):
+def _key_still_valid(request: Request, who: Caller):
+    """A check, for a long-lived answer (an event stream), that the key that opened it is
+    still accepted: a tenant's key revoked (``tenants revoke``) ends the stream it opened."""
+    if who.tenant is None:
+        return lambda: True  # the operator's key is read once, at start, and never revoked
+    store, key, tenant_id = request.app.state.store, bearer_key(request), who.tenant.id
+
+    def valid() -> bool:
+        tenant = store.authenticate(key)
+        return tenant is not None and tenant.id == tenant_id
+
+    return valid
+
+
+class OpenStreams:
+    """The event streams each caller (a tenant, or the operator) has open, at most ``limit``
+    at once: each stream polls the database, so one tenant's hundreds would slow every other
+    tenant's requests."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.counts: dict[int | None, int] = {}
+
+    def open(self, who: Caller, request: Request) -> StreamSlot:
+        """A slot for a new stream of ``who``; 429 when it has ``limit`` open already. Called
+        on the event loop only (no lock needed)."""
+        if self.counts.get(who.tenant_id, 0) >= self.limit:
+            why = (f"{self.limit} event streams of this key are open already: close one "
+                   "(or poll GET /v1/jobs/{id})")  # fmt: skip
+            _refused(request, 429, why)
+            raise HTTPException(429, why)
+        self.counts[who.tenant_id] = self.counts.get(who.tenant_id, 0) + 1
+        return StreamSlot(self, who.tenant_id)
+
+
+class StreamSlot:
+    """One open event stream's place in :class:`OpenStreams`, given back once: when the
+    stream ends, or when a stream that never started is dropped."""
+
+    def __init__(self, streams: OpenStreams, holder: int | None) -> None:
+        self.streams, self.holder, self.held = streams, holder, True
+
+    def release(self) -> None:
+        """Give the place back (a second call does nothing)."""
+        if self.held:
+            self.held = False
+            counts = self.streams.counts
+            counts[self.holder] -= 1
+            if not counts[self.holder]:
+                del counts[self.holder]
+
+    __del__ = release
+
+
+async def _stream(store: S.JobStore, job_id: int, last: int, allowed=lambda: True,
+                  slot: StreamSlot | None = None):  # fmt: skip
     """The job's events after ``last``, as they come, until it has ended (its state is read
-    before its events: the event of its end is written with the state, so it is not missed)."""
+    before its events: the event of its end is written with the state, so it is not missed).
+    When ``allowed()`` turns False (the key was revoked), a ``refused`` event ends it. Its
+    ``slot`` is released when it ends, however it ends (the client gone included)."""
+    try:
+        async for event in _events(store, job_id, last, allowed):
+            yield event
+    finally:
+        if slot is not None:
+            slot.release()
+
+
+async def _events(store: S.JobStore, job_id: int, last: int, allowed):
+    """:func:`_stream`'s events."""
+
+    def poll(after: int) -> tuple[bool, str | None, list[tuple]]:
+        """(the key still valid, the job's state, its events after ``after``): one trip to
+        the thread pool a poll."""
+        if not allowed():
+            return False, None, []
+        return True, store.job_state(job_id), store.events_after(job_id, after)
+
     while True:
-        job = await run_in_threadpool(store.job, job_id)
-        events = await run_in_threadpool(store.events_after, job_id, last)
+        valid, state, events = await run_in_threadpool(poll, last)
+        if not valid:
+            log.warning("job %d's event stream ended: its key was revoked", job_id)
+            yield {"event": REFUSED_EVENT, "data": json.dumps({"status": 401,
+                   "detail": "unknown or revoked API key"})}  # fmt: skip
+            return
         for event_id, kind, body in events:
             last = event_id
             yield {"id": str(event_id), "event": kind, "data": json.dumps(body)}
         if not events:
-            if job is None or job["state"] in S.ENDED:
+            if state is None or state in S.ENDED:
                 return
             await asyncio.sleep(EVENT_POLL_S)
 

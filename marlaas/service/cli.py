@@ -36,6 +36,9 @@ BASE_MODEL_FILE = "base_model.json"
 OURS = {"service.db", "service.db-wal", "service.db-shm", "secret.key", "operator.key",
         "adapters", CONFIG_FILE, BASE_MODEL_FILE}  # fmt: skip
 """What a data folder of ours may hold; a folder with anything else is not taken."""
+DATA_FOLDER_MODE = 0o700
+"""A new data folder's permissions: owner-only. It holds every tenant's adapters and job
+specs, and the database; another user of the host reads none of them."""
 
 
 # ------------------------------------------------------------------ operator commands
@@ -76,7 +79,7 @@ def _serve(args: argparse.Namespace) -> int:
     listening = _listening_socket(args.host, args.port)  # a port in use: nothing written
     try:
         created = not data.exists()
-        data.mkdir(parents=True, exist_ok=True)
+        make_data_folder(data)
         lock = lock_folder(data)
     except BaseException:
         listening.close()
@@ -165,8 +168,14 @@ def _data_folder(path: str, create: bool = True) -> Path:
             raise OutputError(f"{data}: holds {strangers[:5]}, which is not a service's data; "
                               "choose an empty or new --data folder")  # fmt: skip
     if create:
-        data.mkdir(parents=True, exist_ok=True)
+        make_data_folder(data)
     return data
+
+
+def make_data_folder(data: Path) -> None:
+    """Make the data folder, owner-only (``DATA_FOLDER_MODE``), unless it exists (then it is
+    left as its owner set it)."""
+    data.mkdir(mode=DATA_FOLDER_MODE, parents=True, exist_ok=True)
 
 
 def _write_once(path: Path, text: str) -> None:

@@ -162,6 +162,12 @@ class JobStore:
                 return None
             return self._view(session, row[0], row[1])
 
+    def job_state(self, job_id: int) -> str | None:
+        """Job ``job_id``'s state alone (None: no such job): one indexed read, for an event
+        stream's every poll."""
+        with self._session() as session:
+            return session.scalar(select(Job.state).where(Job.id == job_id))
+
     def jobs(self, tenant_id: int | None = None, limit: int = 1000) -> list[dict]:
         """The newest ``limit`` jobs (of one tenant), newest first."""
         with self._session() as session:

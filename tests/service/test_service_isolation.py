@@ -1,0 +1,142 @@
+"""Tenants kept apart, and a hostile client kept out: a key revoked while its event stream
+runs ends the stream; a refused request's path reaches the log with its control characters
+escaped; a new data folder (every tenant's adapters and specs) is its owner's only."""
+
+from __future__ import annotations
+
+import logging
+import stat
+import threading
+import time
+
+import httpx
+import pytest
+
+from marlaas.cli import main
+from marlaas.client import ServiceError
+from tests.service.conftest import JOB
+
+STREAM_END_S = 10.0
+"""How long a revoked key's stream may take to end [s] (it checks every 0.5 s)."""
+LONG_JOB = {**JOB, "rl": {**JOB["rl"], "steps": 100_000}}
+"""A job that is still running long after the test has ended its stream."""
+
+
+def follow(client, job_id: int, seen: list, ended: list) -> threading.Thread:
+    """Follow ``job_id``'s events on a thread: each event into ``seen``; how it ended (None,
+    or the ServiceError) into ``ended``."""
+
+    def run() -> None:
+        try:
+            for event in client.events(job_id, max_retries=0):
+                seen.append(event)
+            ended.append(None)
+        except ServiceError as err:
+            ended.append(err)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def wait_for(condition, timeout_s: float) -> bool:
+    """Whether ``condition()`` turned true within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_a_key_revoked_while_its_event_stream_runs_ends_the_stream_with_401(service):
+    alice = service.client(service.key("alice"))
+    bob = service.client(service.key("bob"))
+    a, b = alice.submit(LONG_JOB), bob.submit(LONG_JOB)
+    seen_a, ended_a, seen_b, ended_b = [], [], [], []
+    follow(alice, a["id"], seen_a, ended_a)
+    follow(bob, b["id"], seen_b, ended_b)
+    assert wait_for(lambda: any(e.kind == "step" for e in seen_a), 30)
+    service.store.revoke_tenant("alice")
+    try:
+        assert wait_for(lambda: ended_a, STREAM_END_S), "alice's stream ran on after revoke"
+        assert isinstance(ended_a[0], ServiceError) and ended_a[0].status == 401
+        assert "revoked" in ended_a[0].detail
+        count = len(seen_b)  # bob's key stands: his stream goes on
+        assert wait_for(lambda: len(seen_b) > count, 30) and not ended_b
+    finally:
+        operator = service.client(service.operator_key)
+        for job in (a, b):
+            operator.cancel(job["id"])
+
+
+def test_a_refused_requests_path_is_logged_with_its_control_characters_escaped(service, caplog):
+    hostile = "/v1/jobs/%1B[31mred%07%00" + "x" * 5000
+    with caplog.at_level(logging.WARNING, logger="marlaas.service"):
+        response = httpx.get(service.url + hostile)
+    assert response.status_code == 401
+    lines = [r.getMessage() for r in caplog.records if r.name == "marlaas.service"]
+    assert len(lines) == 1, lines
+    line = lines[0]
+    assert "\\x1b[31mred\\x07\\x00" in line
+    assert all(c.isprintable() for c in line), repr(line)
+    assert len(line) < 600
+
+
+def test_a_new_data_folder_is_its_owners_only(tmp_path, capsys):
+    data = tmp_path / "new" / "data"
+    assert main(["tenants", "add", "alice", "--data", str(data)]) == 0
+    capsys.readouterr()
+    assert stat.S_IMODE(data.stat().st_mode) == 0o700
+
+
+@pytest.mark.parametrize("path", ["/v1/jobs/1", "/v1/jobs/1/events", "/v1/jobs/1/adapters/0"])
+def test_another_tenants_job_and_a_job_that_does_not_exist_answer_alike(service, path):
+    alice = service.client(service.key("alice"))
+    bob_key = service.key("bob")
+    job = alice.submit(JOB)
+    assert job["id"] == 1
+    headers = {"Authorization": f"Bearer {bob_key}"}
+    theirs = httpx.get(service.url + path, headers=headers)
+    missing = httpx.get(service.url + path.replace("/1", "/999", 1), headers=headers)
+    assert theirs.status_code == missing.status_code == 404
+    assert theirs.json()["detail"].replace("1", "N") == missing.json()["detail"].replace("999", "N")
+    cancel = httpx.post(f"{service.url}/v1/jobs/1/cancel", headers=headers)
+    assert cancel.status_code == 404
+    assert alice.job(1)["cancel_requested"] is False
+
+
+def test_one_key_holds_at_most_its_share_of_event_streams_and_a_closed_one_frees_its_place(
+    service,
+):
+    from contextlib import ExitStack
+
+    from marlaas.service.app import MAX_STREAMS_PER_CALLER
+
+    alice_key, bob_key = service.key("alice"), service.key("bob")
+    a = service.client(alice_key).submit(LONG_JOB)
+    b = service.client(bob_key).submit(LONG_JOB)
+    limits = httpx.Limits(max_connections=4 * MAX_STREAMS_PER_CALLER)
+    http = httpx.Client(base_url=service.url, timeout=30, limits=limits)
+
+    def stream(stack: ExitStack, key: str, job_id: int) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {key}"}
+        return stack.enter_context(http.stream("GET", f"/v1/jobs/{job_id}/events",
+                                               headers=headers))  # fmt: skip
+
+    try:
+        with ExitStack() as stack:
+            held = [stream(stack, alice_key, a["id"]) for _ in range(MAX_STREAMS_PER_CALLER)]
+            assert [r.status_code for r in held] == [200] * MAX_STREAMS_PER_CALLER
+            with ExitStack() as one_more:
+                refused = stream(one_more, alice_key, a["id"])
+                assert refused.status_code == 429
+                assert "event streams" in refused.read().decode()
+            assert stream(stack, bob_key, b["id"]).status_code == 200  # bob's own share
+            held[0].close()  # its place is given back
+            assert wait_for(lambda: stream(stack, alice_key, a["id"]).status_code == 200, 10)
+    finally:
+        http.close()
+        operator = service.client(service.operator_key)
+        for job in (a, b):
+            operator.cancel(job["id"])
