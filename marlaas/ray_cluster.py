@@ -60,7 +60,8 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
         _check_reachable(address)
         try:
             with _own_sigterm():
-                ray.init(address=address, include_dashboard=False, log_to_driver=False)
+                ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                         configure_logging=False)  # fmt: skip
         except (ConnectionError, RuntimeError, ValueError) as err:
             raise RayUnavailableError(
                 f"--ray {address}: cannot join the cluster ({' '.join(str(err).split())[:200]})"
@@ -93,18 +94,43 @@ minutes, printing its own warnings, before it gives up on an address nothing lis
 
 
 def _check_reachable(address: str) -> None:
-    """RayUnavailableError, one line, at once, when ``HOST:PORT`` does not accept a
-    connection (``auto`` and ``ray://`` addresses are left to Ray)."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or "://" in address or not port.isdigit():
+    """RayUnavailableError, one line, at once, when ``address`` is not ``auto``, ``HOST:PORT``
+    or a client's ``SCHEME://...``, or when nothing accepts a connection at its ``HOST:PORT``
+    (a plain one, or a ``ray://`` one with a port). Ray's own refusal of a malformed address
+    logs a traceback first (``--ray :``), and of a ``ray://`` one comes after a minute."""
+    if address == "auto":
         return
+    scheme, has_scheme, rest = address.rpartition("://")
+    if has_scheme and scheme != "ray":
+        return  # another client's scheme: left to Ray
+    host, port = _host_port(rest)
+    if port is None:
+        if has_scheme and rest and ":" not in rest:
+            return  # ray://HOST: the client's default port, left to Ray
+        raise RayUnavailableError(f"--ray {address}: not a cluster address (give `auto`, "
+                                  "HOST:PORT, ray://HOST:PORT, or nothing for a local "
+                                  "cluster)")  # fmt: skip
     try:
-        socket.create_connection((host.strip("[]"), int(port)), HEAD_CONNECT_TIMEOUT_S).close()
+        socket.create_connection((host, port), HEAD_CONNECT_TIMEOUT_S).close()
     except (OSError, ValueError) as err:
         raise RayUnavailableError(
             f"--ray {address}: no Ray head answers there ({' '.join(str(err).split())[:200]}); "
             "start one with `ray start --head` (docs/ray.md)"
         ) from None
+
+
+MAX_PORT = 65_535
+"""The largest TCP port."""
+
+
+def _host_port(text: str) -> tuple[str, int | None]:
+    """(host, port) of ``HOST:PORT`` (an IPv6 host in brackets); port None when ``text`` has
+    no host or no port from 1 to MAX_PORT."""
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) <= MAX_PORT:
+        return host, None
+    return host, int(port)
 
 
 @contextmanager

@@ -316,7 +316,7 @@ def _each(
     terminated, Ray's tasks cancelled). A worker that dies running an item (killed, out of
     memory) is a SweepError naming it (``describe``)."""
     if ray is not None:
-        yield from _on_ray(task, items, order, ray)
+        yield from _on_ray(task, items, order, ray, describe)
     elif workers == 1 or len(items) == 1:
         for i in order:
             yield i, task(items[i])
@@ -332,22 +332,40 @@ def _each(
 
 
 def _on_ray(
-    task: Callable[[Any], Any], items: list, order: list[int], address: str
+    task: Callable[[Any], Any],
+    items: list,
+    order: list[int],
+    address: str,
+    describe: Callable[[Any], str] = repr,
 ) -> Iterator[tuple[int, Any]]:
     """(index, ``task(items[index])``) of every item, computed as a Ray task (one CPU
-    each), as they finish; leaving early cancels the rest."""
+    each, not retried: a simulation is deterministic), as they finish; leaving early cancels
+    the rest. What a task raised is raised here as it was raised (a policy's one-line error,
+    not Ray's traceback of it); a task whose worker died is a SweepError naming the item
+    (``describe``), as in the process pool."""
     import ray
+    from ray.exceptions import RayError, RayTaskError
 
     from marlaas.ray_cluster import ray_session
 
     with ray_session(address):
-        remote = ray.remote(num_cpus=1)(task)
+        remote = ray.remote(num_cpus=1, max_retries=0)(task)
         pending = {remote.remote(items[i]): i for i in order}
         try:
             while pending:
                 done, _ = ray.wait(list(pending), num_returns=1)
                 for ref in done:
-                    yield pending.pop(ref), ray.get(ref)
+                    i = pending.pop(ref)
+                    try:
+                        value = ray.get(ref)
+                    except RayTaskError as err:
+                        cause = getattr(err, "cause", None)
+                        raise (cause if isinstance(cause, BaseException) else err) from None
+                    except RayError as err:
+                        why = " ".join(str(err).split())[:200]
+                        raise SweepError(f"a Ray task failed while it ran {describe(items[i])}: "
+                                         f"{type(err).__name__}: {why}") from None  # fmt: skip
+                    yield i, value
         finally:
             for ref in pending:
                 ray.cancel(ref, force=True)

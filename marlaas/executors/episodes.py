@@ -60,7 +60,7 @@ REMOTE_ENV = "marlaas.executors.ray_actors:RemoteEnv"
 """The proxy of an environment run in Ray's actors (named, not imported: Ray is optional)."""
 
 
-async def _guarded(env: Environment, method: str, call: Callable[[], Any]) -> Any:
+async def guarded_call(env: Environment, method: str, call: Callable[[], Any]) -> Any:
     """Call and await ``call`` (``env.method(...)``). EnvResultError when it gives no
     awaitable (a plain ``def`` where the interface says ``async def``), or when it raises
     SystemExit (``sys.exit`` in an environment: raised out of the event loop it once ended
@@ -82,13 +82,13 @@ async def _guarded(env: Environment, method: str, call: Callable[[], Any]) -> An
 async def env_call(
     env: Environment, method: str, call: Callable[[], Any], job: str, timeout_s: float | None
 ) -> Any:
-    """The value of ``call`` (``env.method(...)``, checked by :func:`_guarded`), within
+    """The value of ``call`` (``env.method(...)``, checked by :func:`guarded_call`), within
     ``timeout_s`` [s] (None: unbounded); EnvTimeoutError naming the environment, the method,
     ``job`` and the bound when it takes longer. The late call is cancelled, not waited for
     (an environment that ignores its cancellation does not hold the run)."""
     if timeout_s is None:
-        return await _guarded(env, method, call)
-    task = asyncio.ensure_future(_guarded(env, method, call))
+        return await guarded_call(env, method, call)
+    task = asyncio.ensure_future(guarded_call(env, method, call))
     task.add_done_callback(_retrieve)
     try:
         done, _ = await asyncio.wait({task}, timeout=timeout_s)

@@ -10,9 +10,16 @@ for the new actor, sets ``restarted`` and raises
 :class:`~marlaas.executors.placement.BackendRestarted`: the work fails back to the core, which
 retries it, and the executor puts back what it had put on the backend before its next use.
 
+When the backends end the actors (the run is closing: done, Ctrl-C, SIGTERM), a forwarder
+whose call finds its actor gone raises :class:`ActorEnded` at once instead of waiting for a
+restart that will not come (a training step in flight once held a stopped run for 300 s).
+
 Environments are a pool of stateless actors: an episode's environment object travels with
-each call (``reset``, ``step``) and comes back with its new state, so a dead actor loses no
-episode (the step in flight fails and is retried on another actor).
+each call (``reset``, ``reset_problem``, ``step``) and comes back with its new state, so a dead
+actor loses no episode (the step in flight fails and is retried on another actor). The actor
+checks the call as a call in process is checked (a coroutine, no ``sys.exit``:
+:func:`marlaas.executors.episodes.guarded_call`), and a call the executor gives up on (its
+``env.timeout_s`` passed) is cancelled in the actor too.
 """
 
 from __future__ import annotations
@@ -20,9 +27,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import textwrap
 import time
 import uuid
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
@@ -30,10 +39,24 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from marlaas.envs.base import Environment, StepResult
 from marlaas.executors.placement import BackendRestarted
 
+if TYPE_CHECKING:
+    from marlaas.datasets import Problem
+
 RESTART_WAIT_S = 300.0
 """How long a forwarder waits for a restarted actor to answer [s] (a model loads again)."""
 POLL_S = 0.2
 """Between two calls to an actor that is restarting [s]."""
+ENV_METHODS = ("reset", "reset_problem", "step")
+"""The environment methods an EnvActor runs."""
+
+
+class ActorEnded(RuntimeError):
+    """A call to an actor its backends ended (the run is closing): nothing will restart it."""
+
+
+class EnvActorDied(RuntimeError):
+    """The environment actor running a call died (its process ended: ``os._exit``, a crash,
+    killed); Ray restarts it and the call is retried like any failed work."""
 
 
 class _Holder:
@@ -92,17 +115,19 @@ class TrainerActor(_Holder):
 
 @ray.remote(max_restarts=-1, max_task_retries=0)
 class EnvActor:
-    """Runs environments' ``reset`` and ``step`` (a code sandbox stays a sandbox here)."""
+    """Runs environments' ``reset``, ``reset_problem`` and ``step`` (a code sandbox stays a
+    sandbox here), each checked as in process."""
 
-    async def reset(self, env: Environment, seed: int) -> tuple[Environment, str]:
-        """(the environment after ``reset(seed)``, its prompt)."""
-        prompt = await env.reset(seed)
-        return env, prompt
+    async def call(self, env: Environment, method: str, *args) -> tuple[Environment, Any]:
+        """(the environment after ``env.method(*args)``, what it returned); a ``method`` that
+        is no coroutine, or that calls ``sys.exit``, is EnvResultError naming the environment
+        (:func:`~marlaas.executors.episodes.guarded_call`), not this actor's end."""
+        from marlaas.executors.episodes import guarded_call
 
-    async def step(self, env: Environment, action: str) -> tuple[Environment, StepResult]:
-        """(the environment after ``step(action)``, its result)."""
-        result = await env.step(action)
-        return env, result
+        if method not in ENV_METHODS:
+            raise ValueError(f"EnvActor runs {', '.join(ENV_METHODS)}, not {method!r}")
+        value = await guarded_call(env, method, partial(getattr(env, method), *args))
+        return env, value
 
 
 def _cause(err: RayTaskError) -> BaseException:
@@ -120,6 +145,13 @@ def _raise_unless_restarted(err: RayTaskError | RayActorError) -> None:
             raise cause from None
 
 
+def _raise_if_ended(forwarder: EngineForwarder | TrainerForwarder, what: str) -> None:
+    """ActorEnded when the forwarder's actor was ended by its backends."""
+    if forwarder.ended:
+        raise ActorEnded(f"{what} {forwarder.name}: its Ray actor was ended (the run is "
+                         "closing)") from None  # fmt: skip
+
+
 class EngineForwarder:
     """A :class:`~marlaas.executors.rollout.Generator` whose calls run in an EngineActor."""
 
@@ -128,6 +160,12 @@ class EngineForwarder:
         self.tokenizer = tokenizer
         self.restarted = False
         """Set when the actor was restarted, until the executor restored it."""
+        self.ended = False
+        """Set by :meth:`end`: the actor was ended for good, a restart is not waited for."""
+
+    def end(self) -> None:
+        """Its backends end the actor: a call that finds it gone raises ActorEnded at once."""
+        self.ended = True
 
     async def _call(self, method: str, *args) -> Any:
         try:
@@ -144,6 +182,7 @@ class EngineForwarder:
                 incarnation = await self.actor.get_incarnation.remote()
                 break
             except RayActorError:
+                _raise_if_ended(self, "engine")
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(POLL_S)
@@ -178,6 +217,13 @@ class TrainerForwarder:
         self.name, self.actor, self.incarnation = name, actor, incarnation
         self.restarted = False
         """Set when the actor was restarted, until the executor restored it."""
+        self.ended = False
+        """Set by :meth:`end`: the actor was ended for good, a restart is not waited for."""
+
+    def end(self) -> None:
+        """Its backends end the actor: a call that finds it gone raises ActorEnded at once
+        (a training step in flight on a thread when a run is stopped)."""
+        self.ended = True
 
     def _call(self, method: str, *args, **kwargs) -> Any:
         try:
@@ -194,6 +240,7 @@ class TrainerForwarder:
                 incarnation = ray.get(self.actor.get_incarnation.remote(), timeout=RESTART_WAIT_S)
                 break
             except (RayActorError, GetTimeoutError):
+                _raise_if_ended(self, "trainer")
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(POLL_S)
@@ -238,13 +285,33 @@ class RemoteEnv(Environment):
 
     async def reset(self, seed: int) -> str:
         """The environment's ``reset``, in an actor."""
-        self.env, prompt = await self.pool.next_actor().reset.remote(self.env, seed)
-        return prompt
+        return await self._run("reset", seed)
+
+    async def reset_problem(self, problem: Problem) -> str:
+        """The environment's ``reset_problem`` (a job with a dataset), in an actor."""
+        return await self._run("reset_problem", problem)
 
     async def step(self, action: str) -> StepResult:
-        """The environment's ``step``, in an actor; a dead actor leaves the state as it was."""
+        """The environment's ``step``, in an actor."""
+        return await self._run("step", action)
+
+    async def _run(self, method: str, *args) -> Any:
+        """``env.method(*args)`` in the pool's next actor; the environment's new state is kept
+        only when the call returned. What the environment raised is raised here (not Ray's
+        wrapper of it); an actor that died is EnvActorDied naming the environment; a call
+        given up on (cancelled: its ``env.timeout_s`` passed, or its group failed) is
+        cancelled in the actor too, so that a hung environment does not keep one of the
+        actor's concurrent calls for good."""
+        ref = self.pool.next_actor().call.remote(self.env, method, *args)
         try:
-            self.env, result = await self.pool.next_actor().step.remote(self.env, action)
+            self.env, value = await ref
+        except asyncio.CancelledError:
+            ray.cancel(ref)
+            raise
         except RayTaskError as err:
             raise _cause(err) from None
-        return result
+        except RayActorError as err:
+            where = f"{type(self.env).__module__}:{type(self.env).__qualname__}"
+            raise EnvActorDied(f"environment {where}: the Ray actor running its {method}() "
+                               f"died ({textwrap.shorten(str(err), 200)})") from None  # fmt: skip
+        return value

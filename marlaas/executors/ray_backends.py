@@ -154,10 +154,14 @@ class RayBackends:
         return True
 
     async def close(self) -> None:
-        """End the actors (no restart) and free their placement group."""
+        """End the actors (no restart) and free their placement group; a call still in
+        flight (a training step on a thread, when a run is stopped) then fails at once
+        instead of waiting for a restart (the forwarders' ``end``)."""
         import ray
         from ray.util.placement_group import remove_placement_group
 
+        for forwarder in [*self.engines.values(), *self.trainers.values()]:
+            forwarder.end()
         for actor in self.actors.values():
             ray.kill(actor, no_restart=True)
         self.actors.clear()

@@ -171,6 +171,8 @@ class RealExecutor:
         self._unwaited: set[asyncio.Task] = set()
         """First versions still being written for jobs that ended before they were needed."""
         self._tasks: dict[asyncio.Task, Decision] = {}
+        self._setting_up: asyncio.Task | None = None
+        """:meth:`open`'s setup while it runs (cancelled by a close that interrupts it)."""
         self.trainers: TrainerPool | None = None  # built by open()
         self._finished: list[tuple[float, int, WorkDone]] = []
         self._runner: asyncio.Runner | None = None
@@ -204,6 +206,7 @@ class RealExecutor:
         return self
 
     async def _setup(self) -> None:
+        self._setting_up = asyncio.current_task()
         backends = self.backends
         await backends.open(self.sizing, self.cluster, self._max_model_len, self.seed)
         self.warmup_s = await self._warm_up(backends)
@@ -512,6 +515,8 @@ class RealExecutor:
         if self._tasks and self.trainers is not None:  # stopped with work in flight:
             self.trainers.interrupt()  # its training step ends at the next micro-batch
         pending = [*self._tasks, *self._created.values(), *self._unwaited]
+        if self._setting_up is not None and not self._setting_up.done():
+            pending.append(self._setting_up)  # open() interrupted (Ctrl-C): no more actors
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)

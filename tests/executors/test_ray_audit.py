@@ -1,0 +1,308 @@
+"""``--ray`` as a hostile user meets it: environments that break their contract, hang or end
+their actor's process; a run stopped while a training step is in flight; a job with a
+dataset; a sweep whose policy raises or ends its worker. Each behaves as it does in process
+(marlaas.executors.episodes, the process pool of marlaas.sweep), on a local Ray cluster this
+module starts (no model: dummy actors and environments, a few seconds each)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("ray")
+
+import ray
+
+from marlaas.core.policies import JobView, Policy
+from marlaas.datasets.problems import Problem
+from marlaas.envs import make_env
+from marlaas.envs.base import Environment, StepResult
+from marlaas.executors.episodes import EnvResultError, EnvTimeoutError, start_group, step_envs
+from marlaas.executors.ray_actors import EnvActor, EnvPool, RemoteEnv, TrainerForwarder
+from marlaas.executors.ray_backends import RayBackends
+from marlaas.ray_cluster import ray_session
+from tests.executors.test_env_contract import Chars, episode
+
+SMALL = Path(__file__).resolve().parents[2] / "traces" / "small.yaml"
+FAST = ["--set=jobs.*.rl.steps=2", "--set=jobs.*.rl.prompts_per_step=2"]
+HERE = "tests.executors.test_ray_audit"
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local Ray cluster for the module (2 logical CPUs); this module's environments and
+    actors travel by value (pytest imports it under a name the actors cannot import)."""
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+        with ray_session(None, num_cpus=2):
+            yield
+    finally:
+        ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+
+
+def pool(actors: int = 1, concurrency: int = 2) -> EnvPool:
+    """A pool of environment actors, as RayBackends makes it."""
+    return EnvPool([EnvActor.options(num_cpus=0, max_concurrency=concurrency).remote()
+                    for _ in range(actors)])  # fmt: skip
+
+
+class Misbehaves(Environment):
+    """``args["mode"]`` picks what its reset or step does wrong."""
+
+    async def reset(self, seed: int) -> str:
+        if self.args.get("mode") == "reset raises":
+            raise ValueError("reset boom")
+        return "go"
+
+    async def step(self, action: str):
+        mode = self.args.get("mode")
+        if mode == "exit":
+            sys.exit(3)
+        if mode == "os._exit":
+            os._exit(5)
+        if mode == "hang":
+            await asyncio.sleep(3600)
+        return StepResult("", 1.0, True, {"pid": os.getpid()})
+
+
+class PlainStep(Misbehaves):
+    def step(self, action: str):  # not async: the interface says async def
+        return StepResult("", 1.0, True)
+
+
+def remote(env_pool: EnvPool, cls=Misbehaves, mode: str | None = None) -> RemoteEnv:
+    """An episode's environment, run in ``env_pool``."""
+    return RemoteEnv(env_pool, cls({"mode": mode}))
+
+
+def step_one(env: Environment, timeout_s: float = 20.0):
+    """(observation tokens, mean reward) of one step of a one-sample group."""
+    group = episode(env)
+    return asyncio.run(step_envs(group, last_turn=False, fmt=Chars(), timeout_s=timeout_s)), group
+
+
+def test_a_sync_step_and_sys_exit_are_the_in_process_errors_and_the_actor_lives(ray_cluster):
+    """The contract checks of a call in process hold in the actor: a ``def step`` is
+    EnvResultError (not Ray's "can't be used in 'await' expression"), and ``sys.exit`` in a
+    step is EnvResultError, not the end of the actor (it once died and restarted)."""
+    envs = pool()
+    (_, _), group = step_one(remote(envs))
+    pid = group.samples[0].info["pid"]
+    with pytest.raises(EnvResultError, match=r"PlainStep: step\(\) returned StepResult, not a "
+                       r"coroutine \(declare it async def\)$"):  # fmt: skip
+        step_one(remote(envs, PlainStep))
+    with pytest.raises(EnvResultError, match=r"Misbehaves: step\(\) raised SystemExit\(3\); an "
+                       "environment must not end the process"):  # fmt: skip
+        step_one(remote(envs, mode="exit"))
+    (_, _), group = step_one(remote(envs))
+    assert group.samples[0].info["pid"] == pid  # the same actor process: it did not die
+
+
+def test_a_reset_error_is_the_environments_own_not_rays_traceback(ray_cluster):
+    """What a ``reset`` raised in the actor is raised as it was (as ``step``'s was): a
+    ValueError with its message, not RayTaskError(ValueError) and its traceback."""
+    env = remote(pool(), mode="reset raises")
+    with pytest.raises(ValueError) as err:
+        asyncio.run(start_group("j", 0, 0, [env], 1, Chars(), timeout_s=20))
+    assert type(err.value) is ValueError and str(err.value) == "reset boom"
+
+
+def test_a_job_with_a_dataset_resets_on_its_problem_in_the_actors(ray_cluster):
+    """``reset_problem`` runs the user's environment in the actor (the proxy once answered
+    "RemoteEnv draws its own prompts; it takes no dataset" to every dataset job)."""
+    env = RemoteEnv(pool(), make_env("exact_match", {}))
+    prompt = asyncio.run(env.reset_problem(Problem("Say the word: apple", "apple")))
+    assert "apple" in prompt
+    result = asyncio.run(env.step("apple"))
+    assert result.reward == 1.0 and result.done
+
+
+def test_a_hung_step_given_up_on_is_cancelled_in_the_actor(ray_cluster):
+    """A step past its ``env.timeout_s`` is EnvTimeoutError and is cancelled in the actor,
+    so that the actor serves the next step (it once kept each hung call, and an actor of
+    N concurrent calls stopped answering after N hangs)."""
+    envs = pool(concurrency=1)
+    with pytest.raises(EnvTimeoutError, match=r"step\(\) of job 'j' did not return within 1 s"):
+        step_one(remote(envs, mode="hang"), timeout_s=1.0)
+    started = time.monotonic()
+    (_, reward), _ = step_one(remote(envs), timeout_s=20.0)
+    assert reward == 1.0 and time.monotonic() - started < 15
+
+
+def test_an_environment_that_ends_its_actor_is_named_and_the_actor_restarts(ray_cluster):
+    """``os._exit`` in a step ends the actor's process: one error naming the environment and
+    the call (the work is retried, as any failed work); Ray restarts the actor."""
+    envs = pool()
+    name = f"{Misbehaves.__module__}:Misbehaves"
+    with pytest.raises(RuntimeError, match=rf"^environment {name}: the Ray actor running its "
+                       r"step\(\) died \("):  # fmt: skip
+        step_one(remote(envs, mode="os._exit"))
+    (_, reward), _ = step_one(remote(envs), timeout_s=60.0)
+    assert reward == 1.0
+
+
+@ray.remote(max_restarts=-1, max_task_retries=0, max_concurrency=2)
+class SlowTrainer:
+    """A TrainerActor whose every call takes 60 s."""
+
+    def get_incarnation(self) -> str:
+        return "first"
+
+    def call(self, incarnation: str, method: str, *args, **kwargs):
+        time.sleep(60)
+
+
+def test_closing_the_backends_ends_a_training_call_in_flight_at_once(ray_cluster):
+    """Ctrl-C or SIGTERM of a ``--ray`` run while a training step runs on a thread: the
+    backends end the actors, and the step's call fails at once (it once waited 300 s for a
+    restart that never came, and the stopped run hung that long)."""
+    backends = RayBackends(Path("."), "hf", env_workers=1)
+    actor = SlowTrainer.options(num_cpus=0).remote()
+    forwarder = TrainerForwarder("train/0", actor, ray.get(actor.get_incarnation.remote()))
+    backends.trainers["train/0"], backends.actors["train/0"] = forwarder, actor
+    raised: list[BaseException] = []
+
+    def train() -> None:
+        try:
+            forwarder.train("job", [])
+        except BaseException as err:
+            raised.append(err)
+
+    thread = threading.Thread(target=train, daemon=True)
+    thread.start()
+    time.sleep(1.0)  # the call is running in the actor
+    started = time.monotonic()
+    asyncio.run(backends.close())
+    thread.join(20)
+    assert not thread.is_alive(), "the training call still waits for its ended actor"
+    assert time.monotonic() - started < 20
+    assert type(raised[0]).__name__ == "ActorEnded"
+    assert "train/0: its Ray actor was ended" in str(raised[0])
+
+
+class Boom(Policy):
+    """Its key raises for every job of a run (not for the probe job of its loading)."""
+
+    def key(self, job: JobView) -> tuple:
+        if job.name != "probe":
+            raise RuntimeError("boom")
+        return (job.index,)
+
+
+class Dies(Policy):
+    """Its key ends the process for every job of a run (not for the probe job)."""
+
+    def key(self, job: JobView) -> tuple:
+        if job.name != "probe":
+            os._exit(3)
+        return (job.index,)
+
+
+def sweep(policy: str, out: Path) -> int:
+    """``marlaas sweep`` of small.yaml, fair and ``policy``, on the module's cluster."""
+    from marlaas.cli import main
+
+    return main(["sweep", str(SMALL), "--policies", f"fair,{HERE}:{policy}", "--seeds", "0",
+                 *FAST, "--quiet", "--ray", "--out", str(out)])  # fmt: skip
+
+
+def test_sweep_on_ray_a_policys_error_is_its_one_line(ray_cluster, tmp_path, capsys):
+    """A policy that raises in a Ray task: the process pool's one line naming the policy, the
+    method and the job (it was Ray's traceback, ANSI colours and all, on one line)."""
+    assert sweep("Boom", tmp_path / "s") == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == (f"marlaas: error: policy '{HERE}:Boom': key(job 'math-a') raised "
+                   "RuntimeError: boom")  # fmt: skip
+
+
+def test_sweep_on_ray_a_worker_that_dies_is_one_line_naming_the_run(ray_cluster, tmp_path, capsys):
+    """A policy that ends its Ray worker's process: one line naming the run, as the process
+    pool says it, at once (it was an uncaught WorkerCrashedError, after Ray ran the task
+    three more times)."""
+    started = time.monotonic()
+    assert sweep("Dies", tmp_path / "s") == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"marlaas: error: a Ray task failed while it ran run jobs4-{HERE}:Dies"
+                          "-seed0 (workload small-4x8, policy ")  # fmt: skip
+    assert "WorkerCrashedError" in err
+    assert time.monotonic() - started < 40
+
+
+@pytest.mark.parametrize("address", [":", "host:abc", "localhost:0", "ray://:1"])
+def test_a_malformed_address_is_one_line_before_ray_starts(address, tmp_path, capfd):
+    """``--ray`` of no HOST:PORT: one line saying what an address is, before Ray is asked
+    (Ray logged a traceback for ``:`` and then refused it; ``ray://:1`` timed out after a
+    minute)."""
+    from marlaas.cli import main
+
+    started = time.monotonic()
+    args = ["sweep", str(SMALL), "--policies", "fifo", "--ray", address, "--out", str(tmp_path)]
+    assert main(args) == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert err == [f"marlaas: error: --ray {address}: not a cluster address (give `auto`, "
+                   "HOST:PORT, ray://HOST:PORT, or nothing for a local cluster)"]  # fmt: skip
+    assert time.monotonic() - started < 10
+
+
+class SlowToOpen:
+    """Backends whose ``open`` waits (for a placement group, say), then starts actors; its
+    ``close`` takes a while too (Ray's kills); records what ``open`` did after ``close``."""
+
+    kind = "ray"
+
+    def __init__(self) -> None:
+        self.engines: dict = {}
+        self.trainers: dict = {}
+        self.tokenizer = SimpleNamespace(chat_template=None, eos_token="")
+        self.make_env = make_env
+        self.closed = False
+        self.started_after_close = False
+
+    async def open(self, sizing, cluster, max_model_len: int, seed: int) -> None:
+        await asyncio.sleep(0.2)  # Ctrl-C lands here
+        self.started_after_close = self.closed  # the actors it would start now
+
+    async def close(self) -> None:
+        self.closed = True
+        await asyncio.sleep(0.5)
+
+
+def test_ctrl_c_while_the_actors_start_stops_the_setup_before_closing(
+    tiny_model_dir, tmp_path, monkeypatch
+):
+    """Ctrl-C while a ``--ray`` run starts its actors: the setup is cancelled before the
+    backends close, so it starts no actor after (it went on during the close and failed on
+    the removed placement group: "unhandled exception during asyncio.run() shutdown", a
+    traceback, before the run's own line)."""
+    from marlaas.executors.adapter_store import AdapterStore
+    from marlaas.executors.real import RealExecutor
+
+    backends = SlowToOpen()
+    executor = RealExecutor(None, None, store=AdapterStore(tmp_path / "adapters"),
+                            backends=backends, model_dir=tiny_model_dir)  # fmt: skip
+    real_runner = asyncio.Runner
+
+    class CtrlCRunner(real_runner):
+        """asyncio.Runner whose loop gets a Ctrl-C (as marlaas.interrupts raises it) 0.1 s
+        into the setup."""
+
+        def run(self, coro, **kwargs):
+            if getattr(coro, "__name__", "") == "_setup":
+                self.get_loop().call_later(0.1, _interrupt)
+            return super().run(coro, **kwargs)
+
+    monkeypatch.setattr(asyncio, "Runner", CtrlCRunner)
+    with pytest.raises(KeyboardInterrupt):
+        executor.open()
+    assert backends.closed and not backends.started_after_close
+
+
+def _interrupt() -> None:
+    raise KeyboardInterrupt
