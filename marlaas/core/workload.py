@@ -146,6 +146,9 @@ class Workload(StrictSpec):
         """This workload as plain data with dotted-path overrides applied (not validated)."""
         data = self.model_dump()
         for key, value in overrides.items():
+            if "" in key.split("."):
+                raise WorkloadError(f"override {key!r}: a dotted path to a field, with no "
+                                    "empty part (e.g. jobs.*.rl.steps)")  # fmt: skip
             _set_path(data, key.split("."), value, key)
         return data
 

@@ -348,6 +348,8 @@ def test_overrides_apply_by_path_name_and_wildcard(tmp_path):
         ("seed.x", 1, "seed.x: seed is a value (0), not a mapping of fields"),
         ("jobs.c.weight", 1, "no list item 'c'"),
         ("jobs.*.rl.steps", -1, "jobs[0].rl.steps"),
+        ("", 1, "override '': a dotted path to a field, with no empty part"),
+        ("jobs..rl.steps", 1, "override 'jobs..rl.steps': a dotted path to a field"),
     ],
 )
 def test_bad_overrides(key, value, message):
