@@ -32,3 +32,14 @@ def import_subclass(
 def one_line(exc: BaseException) -> str:
     """``Type: message`` of an exception, on one line (300 characters at most)."""
     return " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+
+
+def shown(value: object, limit: int = 120) -> str:
+    """``repr(value)`` of what a user's class returned, on one line, cut to ``limit``
+    characters (a repr that fails: the value's type), for the errors that name it."""
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

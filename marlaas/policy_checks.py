@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from marlaas.core.policies import Policy
-from marlaas.import_path import one_line
+from marlaas.import_path import one_line, shown
 
 
 class PolicyLoadError(ValueError):
@@ -47,7 +47,7 @@ def checked(spec: str, cls: type[Policy]) -> type[Policy]:
         return _key_fault(value, _seen(policy, "engine_key"), "a tuple of numbers or None")
 
     def share_fault(policy: Policy, value: object) -> str | None:
-        return None if _is_share(value) else f"returned {_shown(value)}, not a share from 0 to 1"
+        return None if _is_share(value) else f"returned {shown(value)}, not a share from 0 to 1"
 
     body: dict[str, Any] = {
         "__module__": cls.__module__,
@@ -152,33 +152,23 @@ def _refusal(value: object, wanted: str = "a tuple of numbers") -> str:
     """Why ``value`` is no key: ``returned ...`` with the value shown (``wanted``: what a
     value that is no tuple should have been)."""
     if not isinstance(value, tuple):
-        return f"returned {type(value).__name__} {_shown(value)}, not {wanted}"
+        return f"returned {type(value).__name__} {shown(value)}, not {wanted}"
     for item in value:
         if not isinstance(item, (numbers.Real, str)):
-            return f"returned {_shown(value)}: {_shown(item)} is not a number or a string"
+            return f"returned {shown(value)}: {shown(item)} is not a number or a string"
         if isinstance(item, float) and math.isnan(item):
-            return f"returned {_shown(value)}: NaN orders with nothing (use inf or a number)"
-    return f"returned {_shown(value)}, not a tuple of numbers"
+            return f"returned {shown(value)}: NaN orders with nothing (use inf or a number)"
+    return f"returned {shown(value)}, not a tuple of numbers"
 
 
 def _mixed(value: tuple) -> str:
     """Why ``value`` does not compare with the keys before it."""
-    return (f"returned {_shown(value)}: a string where earlier keys had a number, or a number "
+    return (f"returned {shown(value)}: a string where earlier keys had a number, or a number "
             "where they had a string (keys compare item by item)")  # fmt: skip
 
 
 def _call(method: str, job: Any, engine: Any = None) -> str:
     """``key(job 'a')``, ``engine_key(job 'a', engine 1)``: the call that went wrong."""
-    name = _shown(getattr(job, "name", "?"), 60)
-    where = "" if engine is None else f", engine {_shown(getattr(engine, 'index', '?'), 20)}"
+    name = shown(getattr(job, "name", "?"), 60)
+    where = "" if engine is None else f", engine {shown(getattr(engine, 'index', '?'), 20)}"
     return f"{method}(job {name}{where})"
-
-
-def _shown(value: object, limit: int = 120) -> str:
-    """``repr(value)`` on one line, cut to ``limit`` characters (a failing repr: its type)."""
-    try:
-        text = repr(value)
-    except Exception:
-        text = f"<{type(value).__name__}>"
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."

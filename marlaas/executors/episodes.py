@@ -23,6 +23,7 @@ from typing import Any
 from marlaas.datasets import Problem
 from marlaas.envs.base import Environment, StepResult
 from marlaas.executors.rollout import Completion, TrainSample
+from marlaas.import_path import shown
 
 _PLACEHOLDER = "@@MARLAAS_RESPONSE@@"
 ALIKE_TOLERANCE = 1e-9
@@ -75,7 +76,7 @@ async def guarded_call(env: Environment, method: str, call: Callable[[], Any]) -
         return await value
     except SystemExit as exit_:
         raise EnvResultError(f"environment {_env_name(env)}: {method}() raised "
-                             f"SystemExit({_shown(exit_.code)}); an environment must not end "
+                             f"SystemExit({shown(exit_.code)}); an environment must not end "
                              "the process (raise an exception instead)") from None  # fmt: skip
 
 
@@ -117,7 +118,7 @@ async def env_reset(
     ``call``), within ``timeout_s`` (:func:`env_call`), checked."""
     prompt = await env_call(env, method, call, job, timeout_s)
     if not isinstance(prompt, str):
-        got = f"{type(prompt).__name__} {_shown(prompt)}"
+        got = f"{type(prompt).__name__} {shown(prompt)}"
         raise EnvResultError(f"environment {_env_name(env)}: {method}() returned {got}, not "
                              "the prompt text")  # fmt: skip
     return prompt
@@ -128,25 +129,20 @@ def checked_step(env: Environment, result: Any) -> StepResult:
     observation and a dict info; else EnvResultError naming the environment and the field."""
     where = f"environment {_env_name(env)}: step()"
     if not isinstance(result, StepResult):
-        raise EnvResultError(f"{where} returned {type(result).__name__} {_shown(result)}, "
+        raise EnvResultError(f"{where} returned {type(result).__name__} {shown(result)}, "
                              "not a StepResult")  # fmt: skip
     reward = result.reward
     if not isinstance(reward, numbers.Real) or not math.isfinite(float(reward)):
         raise EnvResultError(f"{where} returned the reward {type(reward).__name__} "
-                             f"{_shown(reward)}; a reward is a finite number")  # fmt: skip
+                             f"{shown(reward)}; a reward is a finite number")  # fmt: skip
     if not isinstance(result.observation, str):
         raise EnvResultError(f"{where} returned the observation "
-                             f"{type(result.observation).__name__} {_shown(result.observation)}, "
+                             f"{type(result.observation).__name__} {shown(result.observation)}, "
                              "not text")  # fmt: skip
     if not isinstance(result.info, Mapping):
         raise EnvResultError(f"{where} returned the info {type(result.info).__name__}, "
                              "not a dict")  # fmt: skip
     return result
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 class ChatFormat:
