@@ -193,6 +193,8 @@ def train(
     micro_batch_size: int = 8,
     max_model_len: int | None = None,
     activation_checkpointing: bool = True,
+    chat_template: bool | None = None,
+    ray: str | None = None,
 ) -> RunResult:
     """Train every job of ``workload`` for real into the run folder ``out``, as ``marlaas
     train`` does: the same scheduler and policy over vLLM (or HF + PEFT, ``backend="hf"``)
@@ -201,7 +203,11 @@ def train(
     ``base_model.path`` is relative to ``base_dir`` (default: the workload file's folder
     when a path is given), then to the working folder. ``micro_batch_size`` [sequences per
     forward/backward pass], ``max_model_len`` (the context cap [tokens]; default: the
-    model's) and ``activation_checkpointing`` are ``marlaas train``'s options, in its bounds.
+    model's) and ``activation_checkpointing`` are ``marlaas train``'s options, in its bounds;
+    ``chat_template``: wrap prompts in the tokenizer's chat template (default: when it has
+    one); ``ray``: run the engines, trainers and environments as Ray actors, on a local
+    cluster (``"local"``), the one of ``ray start`` (``"auto"``) or at ``HOST:PORT``, as
+    ``train --ray`` does.
 
     Needs the training stack (``pip install -e '.[train]'``): without it, a BackendError at
     once, before anything is written. Returns the :class:`~marlaas.RunResult` of the run."""
@@ -212,15 +218,37 @@ def train(
     from marlaas.executors.train import train_run
 
     options = _train_options(micro_batch_size, max_model_len, activation_checkpointing)
+    options["chat_template"] = _chat_template(chat_template)
+    _check_ray(ray)
     if base_dir is None and isinstance(workload, (str, os.PathLike)):
         base_dir = Path(workload).parent
     base = None if base_dir is None else Path(_path(base_dir, "base_dir"))
     loaded, policy, seed = _workload(workload), _policy(policy), _seed(seed)
     *_, result = train_run(
         loaded, _path(out, "out"), policy, resume=resume, backend=backend, seed=seed,
-        tracker=tracker, base_dir=base, progress=progress, **options,
+        tracker=tracker, base_dir=base, progress=progress, ray=ray, **options,
     )  # fmt: skip
     return result
+
+
+def _chat_template(value: Any) -> bool | None:
+    """``chat_template`` as given (None: the tokenizer's when it has one); else a TypeError."""
+    if value is not None and not isinstance(value, bool):
+        raise TypeError(f"chat_template: True, False or None, not {_kind(value)}")
+    return value
+
+
+def _check_ray(ray: Any) -> None:
+    """``ray``: None, or a cluster ``train --ray`` takes, checked as it checks one (Ray
+    installed, a ``HOST:PORT`` answering) before anything is written; else a TypeError or
+    the RayUnavailableError line."""
+    if ray is None:
+        return
+    if not isinstance(ray, str):
+        raise TypeError(f"ray: 'local', 'auto' or 'HOST:PORT', not {_kind(ray)}")
+    from marlaas.ray_cluster import require_ray
+
+    require_ray("marlaas.train(ray=...)", ray)
 
 
 def _train_options(micro_batch_size: Any, max_model_len: Any, checkpointing: Any) -> dict:

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 FILE_MODE = 0o644
-"""Permissions of a file written here (mkstemp's temporary file has 0600, and so does a file
-safetensors writes)."""
+"""Permissions of a file written here (mkstemp's temporary file has 0600)."""
 
 
 @contextmanager
@@ -87,11 +87,16 @@ def atomic_dir(final: str | os.PathLike, *, overwrite: bool = False) -> Iterator
 
 
 def readable_files(folder: Path) -> None:
-    """Give every file under ``folder`` :data:`FILE_MODE`: a writer that made one private
-    (safetensors writes model and adapter weights 0600) would leave it unreadable to the
-    other users of a shared model folder or run folder, and to a Ray worker running as one."""
+    """Let every file under ``folder`` be read as the umask lets a new file be read (0644
+    under umask 022; its other bits kept): a writer that made one private (safetensors
+    writes model and adapter weights 0600) would leave it unreadable to the other users of a
+    shared model folder or run folder, and to a Ray worker running as one. A folder meant
+    for its owner alone (a service's data) keeps others out by its own mode."""
+    umask = os.umask(0)
+    os.umask(umask)
+    readable = 0o444 & ~umask
     for root, _, names in os.walk(folder):
         for name in names:
             path = os.path.join(root, name)
             if not os.path.islink(path):
-                os.chmod(path, FILE_MODE)
+                os.chmod(path, stat.S_IMODE(os.stat(path).st_mode) | readable)

@@ -3,11 +3,12 @@ and a failed write leaves nothing behind."""
 
 from __future__ import annotations
 
+import os
 import stat
 
 import pytest
 
-from marlaas.atomic import FILE_MODE, atomic_dir, replacing, write_durably
+from marlaas.atomic import atomic_dir, replacing, write_durably
 from marlaas.out_folder import claim
 from marlaas.output.kinds import TEMPORARY
 
@@ -50,12 +51,25 @@ def test_a_folder_written_atomically_leaves_no_file_private(tmp_path):
         (tmp / "sub" / "config").write_text("{}")
         (tmp / "sub" / "config").chmod(0o600)
     for name in ("adapter/weights", "adapter/sub/config"):
-        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == FILE_MODE
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600 | READABLE
 
 
 def test_a_claimed_output_leaves_no_file_private(tmp_path):
     with claim(tmp_path / "model", "model") as target, target.staged() as staging:
         (staging / "model.safetensors").write_bytes(b"w")
         (staging / "model.safetensors").chmod(0o600)
+        (staging / "run.sh").write_text("#!/bin/sh")
+        (staging / "run.sh").chmod(0o700)
     mode = (tmp_path / "model" / "model.safetensors").stat().st_mode
-    assert stat.S_IMODE(mode) == FILE_MODE
+    assert stat.S_IMODE(mode) == 0o600 | READABLE
+    assert stat.S_IMODE((tmp_path / "model" / "run.sh").stat().st_mode) == 0o700 | READABLE
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+READABLE = 0o444 & ~_umask()
+"""The read bits the umask lets a new file have."""

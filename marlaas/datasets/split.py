@@ -49,7 +49,22 @@ def load_prompt_set(spec: DatasetSpec) -> PromptSet:
     dataset is read once per process while its files stay as they are (one edited, in a
     notebook say, is read again)."""
     heldout = _stamp(spec.heldout) if isinstance(spec.heldout, str) else None
-    return _load_prompt_set(spec, _stamp(spec.path), heldout)
+    stamps = (_stamp(spec.path), heldout)
+    kept = _READ.get(spec)
+    if kept is not None and kept[0] == stamps:
+        return kept[1]
+    prompt_set = _load_prompt_set(spec)
+    _READ.pop(spec, None)
+    _READ[spec] = stamps, prompt_set
+    while len(_READ) > MAX_KEPT_DATASETS:
+        del _READ[next(iter(_READ))]  # the oldest read
+    return prompt_set
+
+
+MAX_KEPT_DATASETS = 16
+"""Datasets kept read in a process (the latest read of each; older ones dropped first)."""
+_READ: dict[DatasetSpec, tuple[tuple, PromptSet]] = {}
+"""Each dataset spec's files' stamps when last read, and what was read."""
 
 
 def _stamp(path: str) -> tuple:
@@ -70,9 +85,8 @@ def _stamp(path: str) -> tuple:
     return tuple(stamps)
 
 
-@functools.lru_cache(maxsize=16)
-def _load_prompt_set(spec: DatasetSpec, *stamps: tuple | None) -> PromptSet:
-    """:func:`load_prompt_set`, once per ``spec`` and ``stamps`` of its files."""
+def _load_prompt_set(spec: DatasetSpec) -> PromptSet:
+    """``spec``'s files read and split (:func:`load_prompt_set` keeps the latest)."""
     if isinstance(spec.heldout, str) and _same_file(spec.path, spec.heldout):
         raise DatasetError(
             f"{spec.heldout}: heldout is the file of path ({spec.path}): held-out accuracy "

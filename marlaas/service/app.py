@@ -17,6 +17,7 @@ import io
 import json
 import logging
 import tarfile
+import threading
 import time
 from dataclasses import dataclass
 from importlib import resources
@@ -193,9 +194,8 @@ def create_app(runner: ServiceRunner, data_dir: Path) -> FastAPI:
         from sse_starlette import EventSourceResponse
 
         await run_in_threadpool(job_of, who, job_id)
-        slot = streams.open(who, request)
-        last = _last_event_id(request)
-        allowed = _key_still_valid(request, who)
+        last, allowed = _last_event_id(request), _key_still_valid(request, who)
+        slot = streams.open(who, request)  # nothing after it raises: the stream releases it
         return EventSourceResponse(_stream(store, job_id, last, allowed, slot), ping=15)
 
     @app.get("/v1/jobs/{job_id}/adapters/{version}")
@@ -313,8 +313,10 @@ def _json(body: bytes):
 
 
 def _last_event_id(request: Request) -> int:
+    """The ``Last-Event-ID`` a reconnecting client sends: an event id, ASCII digits (0 for
+    anything else: a header is Latin-1, where ``'\u00b2'.isdigit()`` holds too)."""
     value = request.headers.get("last-event-id", "0").strip()
-    return int(value) if value.isdigit() and len(value) < 19 else 0
+    return int(value) if value.isascii() and value.isdigit() and len(value) < 19 else 0
 
 
 def _key_still_valid(request: Request, who: Caller):
@@ -339,17 +341,21 @@ class OpenStreams:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.counts: dict[int | None, int] = {}
+        self.lock = threading.Lock()
+        """Held to count: a slot dropped unstarted is released by the garbage collector,
+        on whichever thread it runs."""
 
     def open(self, who: Caller, request: Request) -> StreamSlot:
-        """A slot for a new stream of ``who``; 429 when it has ``limit`` open already. Called
-        on the event loop only (no lock needed)."""
-        if self.counts.get(who.tenant_id, 0) >= self.limit:
-            why = (f"{self.limit} event streams of this key are open already: close one "
-                   "(or poll GET /v1/jobs/{id})")  # fmt: skip
-            _refused(request, 429, why)
-            raise HTTPException(429, why)
-        self.counts[who.tenant_id] = self.counts.get(who.tenant_id, 0) + 1
-        return StreamSlot(self, who.tenant_id)
+        """A slot for a new stream of ``who``; 429 when it has ``limit`` open already."""
+        with self.lock:
+            held = self.counts.get(who.tenant_id, 0)
+            if held < self.limit:
+                self.counts[who.tenant_id] = held + 1
+                return StreamSlot(self, who.tenant_id)
+        why = (f"{self.limit} event streams of this key are open already: close one "
+               "(or poll GET /v1/jobs/{id})")  # fmt: skip
+        _refused(request, 429, why)
+        raise HTTPException(429, why)
 
 
 class StreamSlot:
@@ -361,12 +367,13 @@ class StreamSlot:
 
     def release(self) -> None:
         """Give the place back (a second call does nothing)."""
-        if self.held:
-            self.held = False
-            counts = self.streams.counts
-            counts[self.holder] -= 1
-            if not counts[self.holder]:
-                del counts[self.holder]
+        with self.streams.lock:
+            if self.held:
+                self.held = False
+                counts = self.streams.counts
+                counts[self.holder] -= 1
+                if not counts[self.holder]:
+                    del counts[self.holder]
 
     __del__ = release
 

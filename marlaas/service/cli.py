@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import socket
+import stat
 import sys
 from contextlib import ExitStack, suppress
 from pathlib import Path
@@ -81,6 +82,9 @@ def _serve(args: argparse.Namespace) -> int:
         created = not data.exists()
         make_data_folder(data)
         lock = lock_folder(data)
+        opened = open_to_others(data)
+        if opened:
+            print(f"marlaas: warning: {opened}", file=sys.stderr)
     except BaseException:
         listening.close()
         raise
@@ -176,6 +180,17 @@ def make_data_folder(data: Path) -> None:
     """Make the data folder, owner-only (``DATA_FOLDER_MODE``), unless it exists (then it is
     left as its owner set it)."""
     data.mkdir(mode=DATA_FOLDER_MODE, parents=True, exist_ok=True)
+
+
+def open_to_others(data: Path) -> str | None:
+    """A warning when other users of the host may read the data folder (its group or others
+    have any permission on it: a folder made before ``serve``, or by an earlier version);
+    None when it is its owner's only."""
+    mode = stat.S_IMODE(data.stat().st_mode)
+    if not mode & 0o077:
+        return None
+    return (f"{data} is open to other users of this host (mode {mode:o}): every tenant's "
+            f"adapters, job specs and database can be read there; chmod 700 {data}")  # fmt: skip
 
 
 def _write_once(path: Path, text: str) -> None:

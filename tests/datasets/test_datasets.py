@@ -166,6 +166,22 @@ def test_a_dataset_edited_since_it_was_read_is_read_again(files, kind):
     assert sorted(p.answer for p in after.train) == sorted(p.answer + "0" for p in before.train)
 
 
+def test_a_dataset_edited_many_times_is_kept_once(tmp_path):
+    """Only the latest read of a dataset is kept: a notebook editing a large file must not
+    hold a copy of each version (a cache keyed on the files' stamps kept sixteen)."""
+    import gc
+    import weakref
+
+    path = write_jsonl(tmp_path / "p.jsonl", ROWS)
+    spec = DatasetSpec(path=str(path), heldout=0.25)
+    reads = []
+    for edit in range(5):
+        write_jsonl(path, [{**row, "answer": row["answer"] + str(edit)} for row in ROWS])
+        reads.append(weakref.ref(load_prompt_set(spec)))
+    gc.collect()
+    assert [read() is not None for read in reads] == [False] * 4 + [True]
+
+
 def test_an_edited_file_that_became_bad_is_refused(tmp_path):
     path = write_jsonl(tmp_path / "p.jsonl", ROWS)
     spec = DatasetSpec(path=str(path), heldout=0.25)

@@ -13,6 +13,7 @@ pytest.importorskip("peft")
 
 import marlaas
 from marlaas.output.manifest import read_manifest
+from marlaas.ray_cluster import RayUnavailableError
 
 TRACE = Path(__file__).resolve().parents[2] / "traces" / "real-tiny.yaml"
 
@@ -54,6 +55,9 @@ def test_train_writes_a_finished_real_run_and_returns_its_result(tiny_model_dir,
         ({"seed": 2**32}, ValueError, r"^seed 4294967296: a seed is an integer from 0 to"),
         ({"seed": "1"}, TypeError, r"^seed: an integer"),
         ({"policy": "nope"}, KeyError, r"unknown policy 'nope'"),
+        ({"chat_template": "yes"}, TypeError, r"^chat_template: True, False or None"),
+        ({"ray": 5}, TypeError, r"^ray: 'local', 'auto' or 'HOST:PORT', not an int$"),
+        ({"ray": "127.0.0.1:1"}, RayUnavailableError, r"--ray 127\.0\.0\.1:1: no Ray head"),
     ],
 )
 def test_bad_options_are_refused_before_anything_is_written(tmp_path, options, error, message):
@@ -64,3 +68,20 @@ def test_bad_options_are_refused_before_anything_is_written(tmp_path, options, e
     with pytest.raises(error, match=message):
         marlaas.train(TRACE, tmp_path / "run", backend="hf", **options)
     assert not (tmp_path / "run").exists()
+
+
+def test_ray_and_chat_template_reach_the_run_as_train_takes_them(tmp_path, monkeypatch):
+    """The API once passed any keyword on to the run; ``ray`` (``train --ray``) and
+    ``chat_template`` are its own, and reach the run."""
+    import marlaas.executors.train as train_module
+
+    seen = {}
+
+    def fake_train_run(workload, out, policy, **kwargs):
+        seen.update(kwargs)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(train_module, "train_run", fake_train_run)
+    with pytest.raises(RuntimeError, match="stop here"):
+        marlaas.train(TRACE, tmp_path / "run", backend="hf", ray="local", chat_template=False)
+    assert (seen["ray"], seen["chat_template"]) == ("local", False)

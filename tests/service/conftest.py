@@ -115,12 +115,13 @@ def serve(data: Path, db_url: str | None = None, cluster: dict | None = None,
     import uvicorn
 
     from marlaas.service.app import OPERATOR_KEY_FILE, create_app
+    from marlaas.service.cli import make_data_folder
     from marlaas.service.db import database_url
     from marlaas.service.keys import new_key
     from marlaas.service.runner import ServiceRunner
     from marlaas.service.store import JobStore
 
-    data.mkdir(parents=True, exist_ok=True)
+    make_data_folder(data)  # as serve makes it
     operator = data / OPERATOR_KEY_FILE
     if not operator.exists():
         operator.write_text(new_key())

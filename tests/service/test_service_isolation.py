@@ -14,6 +14,7 @@ import pytest
 
 from marlaas.cli import main
 from marlaas.client import ServiceError
+from marlaas.service.cli import open_to_others
 from tests.service.conftest import JOB
 
 STREAM_END_S = 10.0
@@ -88,6 +89,16 @@ def test_a_new_data_folder_is_its_owners_only(tmp_path, capsys):
     assert main(["tenants", "add", "alice", "--data", str(data)]) == 0
     capsys.readouterr()
     assert stat.S_IMODE(data.stat().st_mode) == 0o700
+    assert open_to_others(data) is None
+
+
+def test_a_data_folder_others_may_read_is_warned_of(tmp_path):
+    """A folder made before ``serve`` keeps its mode; its adapters are as open as it is."""
+    data = tmp_path / "data"
+    data.mkdir(mode=0o755)
+    data.chmod(0o755)
+    warning = open_to_others(data)
+    assert warning is not None and "mode 755" in warning and f"chmod 700 {data}" in warning
 
 
 @pytest.mark.parametrize("path", ["/v1/jobs/1", "/v1/jobs/1/events", "/v1/jobs/1/adapters/0"])
@@ -140,3 +151,25 @@ def test_one_key_holds_at_most_its_share_of_event_streams_and_a_closed_one_frees
         operator = service.client(service.operator_key)
         for job in (a, b):
             operator.cancel(job["id"])
+
+
+def test_a_last_event_id_of_no_ascii_digits_streams_from_the_start_and_frees_its_place(service):
+    """``'\\u00b2'.isdigit()`` holds: a Latin-1 superscript two as Last-Event-ID was a 500
+    with a traceback, and it held one of the key's places until the garbage collector ran."""
+    from marlaas.service.app import MAX_STREAMS_PER_CALLER
+
+    key = service.key("alice")
+    job = service.client(key).submit(LONG_JOB)
+    url = f"/v1/jobs/{job['id']}/events"
+    try:
+        with httpx.Client(base_url=service.url, timeout=30) as http:
+            for _ in range(MAX_STREAMS_PER_CALLER + 2):
+                headers = {"Authorization": f"Bearer {key}", "Last-Event-ID": b"\xb2"}
+                with http.stream("GET", url, headers=headers) as odd:
+                    assert odd.status_code == 200
+                    assert next(odd.iter_lines()).startswith(("event:", "id:", ":"))
+            headers = {"Authorization": f"Bearer {key}"}
+            with http.stream("GET", url, headers=headers) as normal:
+                assert normal.status_code == 200
+    finally:
+        service.client(service.operator_key).cancel(job["id"])
