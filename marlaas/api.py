@@ -295,6 +295,6 @@ def _folders(runs: Any) -> list[str | os.PathLike]:
     """``runs``: one path or an iterable of paths, as a list; else a TypeError."""
     if isinstance(runs, (str, os.PathLike)):
         return [runs]
-    if not isinstance(runs, Iterable):
+    if not isinstance(runs, Iterable) or isinstance(runs, (bytes, bytearray)):
         raise TypeError(f"runs: a run folder's path or a list of them, not {_kind(runs)}")
     return [_path(run, "runs") for run in runs]

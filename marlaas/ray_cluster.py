@@ -105,8 +105,8 @@ def _check_reachable(address: str) -> None:
         return  # another client's scheme: left to Ray
     host, port = _host_port(rest)
     if port is None:
-        if has_scheme and rest and ":" not in rest:
-            return  # ray://HOST: the client's default port, left to Ray
+        if has_scheme and rest and (":" not in rest or rest.endswith("]")):
+            return  # ray://HOST or ray://[IPv6]: the client's default port, left to Ray
         raise RayUnavailableError(f"--ray {address}: not a cluster address (give `auto`, "
                                   "HOST:PORT, ray://HOST:PORT, or nothing for a local "
                                   "cluster)")  # fmt: skip

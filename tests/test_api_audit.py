@@ -65,6 +65,7 @@ def test_a_numpy_integer_seed_is_a_seed(workload, tmp_path):
         (lambda w: marlaas.simulate(w, cost={"a": 1}), r"^cost: a path .* not a dict$"),
         (lambda w: marlaas.simulate(w, out=5), r"^out: a path .* not an int$"),
         (lambda w: marlaas.report(5, "rep"), r"^runs: a run folder's path or a list"),
+        (lambda w: marlaas.report(b"run", "rep"), r"^runs: a run folder.s path .* not a bytes$"),
         (lambda w: marlaas.report(["a", None], "rep"), r"^runs: a path .* not None$"),
         (lambda w: marlaas.report("a", None), r"^out: a path .* not None$"),
     ],

@@ -306,3 +306,12 @@ def test_ctrl_c_while_the_actors_start_stops_the_setup_before_closing(
 
 def _interrupt() -> None:
     raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("address", ["ray://head", "ray://[::1]", "auto"])
+def test_a_client_address_without_a_port_is_left_to_ray(address):
+    """``ray://HOST`` (an IPv6 host in brackets too) takes the Ray client's default port:
+    not refused as malformed."""
+    from marlaas.ray_cluster import _check_reachable
+
+    assert _check_reachable(address) is None
