@@ -20,8 +20,8 @@ from pydantic import Field
 
 from marlaas import strict_json
 from marlaas.core.workload import Workload, WorkloadError, parse_workload
-from marlaas.file_kind import not_a_file
-from marlaas.policy_path import load_policy
+from marlaas.file_kind import file_problem
+from marlaas.policy_path import PolicyLoadError, load_policy
 from marlaas.sim.cost_model import CostModel
 from marlaas.yaml_nodes import MERGE_TAG, check_nodes
 
@@ -122,8 +122,9 @@ def read_yaml(path: str | Path, what: str = "workload", error: type = WorkloadEr
     into plain data; ``what`` the file is (``workload``, ``cost profile``) names it in the
     ``error`` raised."""
     path = Path(path)
-    if not path.is_file():
-        raise error(f"{path}: {not_a_file(path, what)}")
+    problem = file_problem(path, what)
+    if problem:
+        raise error(f"{path}: {problem}")
     size = path.stat().st_size
     if size > MAX_FILE_BYTES:
         raise error(f"{path}: {size:,} bytes; a {what} file may have at most "
@@ -193,7 +194,7 @@ def load_workload(path: str | Path, overrides: dict[str, Any] | None = None) -> 
                             "traces/small.yaml)")  # fmt: skip
     data = resolve_files(data, path.parent, str(path))
     check_size(data, f"{path} (with its traces)")
-    _load_named_policy(data)
+    _load_named_policy(data, str(path))
     workload = parse_workload(data, source=str(path), schema=WorkloadFile)
     if overrides:  # the environments are checked once, as overridden
         return apply_overrides(workload, overrides, source=f"{path} with --set")
@@ -201,11 +202,15 @@ def load_workload(path: str | Path, overrides: dict[str, Any] | None = None) -> 
     return workload
 
 
-def _load_named_policy(data: Any) -> None:
+def _load_named_policy(data: Any, source: str) -> None:
     """Register the policy that raw workload ``data`` names, if it is an import path, before
-    the schema checks the name (PolicyLoadError naming what is wrong with the path)."""
+    the schema checks the name: a WorkloadError from ``source`` with the PolicyLoadError's
+    line (what is wrong with the path, or an empty name), as any bad field of the file."""
     if isinstance(data, dict) and isinstance(data.get("policy"), str):
-        load_policy(data["policy"])
+        try:
+            load_policy(data["policy"])
+        except PolicyLoadError as err:
+            raise WorkloadError(f"{source}: {err}") from None
 
 
 def load_run_workload(run_dir: str | Path) -> WorkloadFile:
@@ -244,7 +249,7 @@ def apply_overrides(
     data = workload.overridden(copy.deepcopy(overrides))  # fresh: resolved in place
     check_size(data, source)
     data = resolve_files(data, Path.cwd(), source)
-    _load_named_policy(data)  # --set policy=pkg.module:Class
+    _load_named_policy(data, source)  # --set policy=pkg.module:Class
     changed = parse_workload(data, source=source, schema=type(workload))
     check_environments(changed, source)
     return changed
@@ -316,8 +321,8 @@ def _read_traces(node: Any, base_dir: Path, where: str) -> None:
             lengths = load_length_trace(path, node.get("format", "csv"))
         except TraceError as err:
             raise WorkloadError(f"{where}: {err}") from None
-        if column not in lengths:
-            return  # the schema names the bad column
+        if not isinstance(column, str) or column not in lengths:
+            return  # the schema names the bad column (a mapping or list too)
         node["path"] = str(path.resolve())
         node["values"] = [float(v) for v in lengths[column]]
         return

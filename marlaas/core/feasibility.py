@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from marlaas.core.cluster_spec import ClusterSpec
 from marlaas.core.job_spec import JobSpec
-from marlaas.core.prompts import prompt_cap
+from marlaas.core.prompts import largest_prompts_kv, prompt_cap
 
 
 class InfeasibleWorkloadError(ValueError):
@@ -16,18 +16,21 @@ def why_infeasible(spec: JobSpec, cluster: ClusterSpec) -> str | None:
     last turn with the longest prompt the job can draw) or the environment workers; None
     when it can."""
     engine, rl = cluster.engine, spec.rl
-    # the last turn holds the prompt, every earlier turn's response and observation (at most
-    # max_new_tokens and observation_tokens per sample), and its own room
+    # the last turn holds the prompt (its shared blocks once with prefix caching), every
+    # earlier turn's response and observation (at most max_new_tokens and observation_tokens
+    # per sample), and its own room
     longest = prompt_cap(spec)
+    prompt, prompts = largest_prompts_kv(spec, engine.prefix_caching)
     per_turn = rl.group_size * (rl.max_new_tokens + spec.env.observation_tokens)
-    prompts = longest if engine.prefix_caching else rl.group_size * longest  # shared: once
     need = prompts + (rl.turns - 1) * per_turn + rl.group_size * rl.max_new_tokens
     if rl.group_size > engine.max_seqs or need > engine.kv_tokens:
+        which = f"its longest prompt ({longest:,} tokens per sample)" if prompt == longest else (
+            f"a prompt of {prompt:,} tokens per sample (its longest: {longest:,}; prefix "
+            "caching shares whole blocks)")  # fmt: skip
         return (
-            f"one group needs {rl.group_size} seqs and {need:,} KV tokens with its longest "
-            f"prompt ({longest:,} tokens per sample), but an engine has {engine.max_seqs} seqs "
-            f"and {engine.kv_tokens:,} tokens (cluster.engine; rl.max_prompt_tokens truncates "
-            "prompts)"
+            f"one group needs {rl.group_size} seqs and {need:,} KV tokens with {which}, but "
+            f"an engine has {engine.max_seqs} seqs and {engine.kv_tokens:,} tokens "
+            "(cluster.engine; rl.max_prompt_tokens truncates prompts)"
         )
     if rl.group_size > cluster.env_workers:
         return f"group_size {rl.group_size} exceeds cluster.env_workers {cluster.env_workers}"

@@ -161,7 +161,8 @@ class Generation:
             self._free.grown.clear()
             return
         candidates = self._candidates()
-        if not candidates:
+        if not candidates:  # the engines offered while gathering them proposed no job
+            self._offered.clear()  # (kept, they would propose none in any later round)
             return
         dropped, indexed, keys, needs = self._dropped, self._needs.indexed, self._key, self._need
         chooser = self._choice

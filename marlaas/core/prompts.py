@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from marlaas.core.distributions import Constant, largest
+from marlaas.core.cluster_spec import PREFIX_BLOCK_TOKENS, shared_prefix
+from marlaas.core.distributions import Constant, Uniform, largest
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.limits import MAX_TOKENS
 from marlaas.core.seeds import SeededBlock
@@ -33,6 +34,42 @@ def prompt_cap(spec: JobSpec) -> int:
     is set and shorter, else :func:`longest_prompt`."""
     cap = spec.rl.max_prompt_tokens
     return longest_prompt(spec) if cap is None else min(cap, longest_prompt(spec))
+
+
+def prompts_kv(prompt: int, group_size: int, caching: bool) -> int:
+    """KV tokens a group's prompts of ``prompt`` tokens hold on an engine: a copy per sample,
+    or with prefix caching the shared blocks (:func:`shared_prefix`) once and the rest per
+    sample (the reservation :func:`marlaas.core.generation.kv_reserve` makes)."""
+    shared = shared_prefix(prompt) if caching else 0
+    return group_size * prompt - (group_size - 1) * shared
+
+
+def largest_prompts_kv(spec: JobSpec, caching: bool) -> tuple[int, int]:
+    """(prompt [tokens], :func:`prompts_kv` of it) for the prompt of ``spec`` whose group
+    holds the most KV tokens. Without prefix caching that is the longest (:func:`prompt_cap`);
+    with it, a prompt one token into a new block shares that block's tokens and holds fewer
+    than the prompt that ends the block before it (8 samples of 33 tokens hold 40, of 32
+    hold 256), so the candidates are the prompts the job can draw (a constant, the values)
+    or, for a range, its top and the end of the last whole block below it."""
+    cap, group = prompt_cap(spec), spec.rl.group_size
+    if not caching or group == 1:
+        return cap, prompts_kv(cap, group, caching)
+    dist = spec.prompt_tokens
+    values = getattr(dist, "values", None)
+    if isinstance(dist, Constant):
+        candidates = np.asarray([min(round(dist.value), cap)])
+    elif values:
+        candidates = np.unique(np.clip(np.round(np.asarray(values, dtype=float)), 0, cap))
+    else:  # a range of whole prompts: a uniform's from its low end, a lognormal's from 0
+        low = min(round(dist.low), cap) if isinstance(dist, Uniform) else 0
+        block_end = (cap - 1) // PREFIX_BLOCK_TOKENS * PREFIX_BLOCK_TOKENS
+        candidates = np.asarray([cap] + ([block_end] if block_end >= low else []))
+    candidates = candidates.astype(np.int64)
+    kv = group * candidates - (group - 1) * (
+        (np.maximum(candidates - 1, 0) // PREFIX_BLOCK_TOKENS) * PREFIX_BLOCK_TOKENS
+    )
+    worst = int(np.argmax(kv))  # the first of equals: the shortest such prompt
+    return int(candidates[worst]), int(kv[worst])
 
 
 class PromptLengths:

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from marlaas.core.limits import MAX_JOBS, MAX_STALENESS
 from marlaas.core.plain_numbers import plain_number
+from marlaas.core.validation_message import short_repr
 
 PRESETS: dict[str, dict[str, Any]] = {
     "sequential": {"placement": "colocated", "max_active_jobs": 1, "staleness_cap": 0},
@@ -122,7 +123,8 @@ class SchedulingSpec(BaseModel):
             return self
         if self.preset not in PRESETS:
             raise ValueError(
-                f"preset: unknown preset {self.preset!r}; choose one of: {', '.join(PRESETS)}"
+                f"preset: unknown preset {short_repr(self.preset)}; choose one of: "
+                f"{', '.join(PRESETS)}"
             )
         for key, value in PRESETS[self.preset].items():
             own = getattr(self, key)

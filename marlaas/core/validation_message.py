@@ -32,6 +32,10 @@ def format_validation_error(
             message = "keys must be field names (text)"
         if problem["type"] == "extra_forbidden":
             message = "unknown field" + _known_fields_hint(schema, problem["loc"])
+        if problem["type"] == "union_tag_invalid":  # pydantic's message holds the whole tag
+            ctx = problem.get("ctx", {})
+            message = (f"{ctx.get('discriminator')}: unknown kind {short_repr(ctx.get('tag'))}; "
+                       f"expected one of {ctx.get('expected_tags')}")  # fmt: skip
         got = problem.get("input")
         shown = "" if isinstance(got, dict | list) else f" (got {short_repr(got)})"
         if key is not None:  # the key is what was got

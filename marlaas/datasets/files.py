@@ -79,7 +79,11 @@ def _text(value: Any, path: Path, row: int, column: str) -> str:
 
 
 def _read_rows(path: Path) -> list[dict[str, Any]]:
-    if path.is_dir():
+    try:
+        folder = path.is_dir()
+    except OSError as err:  # a name too long for the file system, a folder it may not enter
+        raise DatasetError(f"{path}: cannot look it up ({err.strerror})") from None
+    if folder:
         return _read_saved(path)
     if not path.exists():
         raise DatasetError(f"{path}: no such dataset file or folder")

@@ -28,7 +28,7 @@ from marlaas.atomic import write_durably
 from marlaas.core import limits as L
 from marlaas.core.validation_message import format_validation_error, short_repr
 from marlaas.core.workload import WorkloadError
-from marlaas.file_kind import not_a_file
+from marlaas.file_kind import file_problem
 from marlaas.sim.cost_model import CostModel
 from marlaas.workload_file import read_yaml
 
@@ -76,13 +76,14 @@ def bundled_profiles() -> list[str]:
 def resolve_profile(name_or_path: str | Path) -> Path:
     """The file of a bundled profile name, or the given path."""
     path = Path(name_or_path)
-    if path.is_file():
+    problem = file_problem(path, "cost profile")
+    if problem is None:
         return path
     bundled = BUNDLED / f"{name_or_path}.yaml"
-    if bundled.is_file():
+    if file_problem(bundled, "cost profile") is None:
         return bundled
-    if path.exists():  # a folder, a device or a pipe that is not a bundled name either
-        raise ProfileError(f"--cost {str(name_or_path)!r}: {not_a_file(path, 'cost profile')}")
+    if not problem.startswith("no such"):  # a folder, a device, a name the system refuses
+        raise ProfileError(f"--cost {str(name_or_path)!r}: {problem}")
     raise ProfileError(
         f"--cost {str(name_or_path)!r}: no such file and no bundled profile of that name "
         f"(bundled: {', '.join(bundled_profiles()) or 'none'})"

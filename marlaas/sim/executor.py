@@ -316,9 +316,13 @@ class SimPyExecutor:
         step ``overlap_train_slowdown`` times as long while any engine decodes."""
         if not self.shared_compute:
             return
-        busy = [name for name, e in self.engines.items() if e.running]
-        alone = {name: self.engines[name].iteration_s(now) / self.engines[name].slowdown
-                 for name in busy}  # fmt: skip
+        alone: dict[str, float] = {}
+        for name, engine in self.engines.items():
+            if engine.running:
+                seconds = engine.iteration_s(now)  # advanced to now: its last may end now
+                if engine.running:
+                    alone[name] = seconds / engine.slowdown
+        busy = list(alone)
         together = sum(alone.values())
         overlap = self.cost.overlap_decode_slowdown if self._stepping else 1.0
         for name in busy:

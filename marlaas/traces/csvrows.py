@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from marlaas.core.limits import MAX_ARRIVAL_S, MAX_TOKENS, MAX_VALUES
-from marlaas.file_kind import not_a_file
+from marlaas.file_kind import file_problem
 from marlaas.traces.errors import TraceError
 
 MAX_ROWS = MAX_VALUES
@@ -46,8 +46,9 @@ def read_rows(path: str | Path, required: tuple[str, ...]) -> Iterator[tuple[int
 def checked_file(path: str | Path) -> Path:
     """``path`` when it is a file of at most MAX_TRACE_BYTES, else a TraceError."""
     path = Path(path)
-    if not path.is_file():
-        raise TraceError(path, not_a_file(path, "trace"))
+    problem = file_problem(path, "trace")
+    if problem:
+        raise TraceError(path, problem)
     size = path.stat().st_size
     if size > MAX_TRACE_BYTES:
         raise TraceError(path, f"{size:,} bytes; a trace file may have at most "

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from marlaas.core.validation_message import short_repr
 from marlaas.traces.csvrows import read_rows
 from marlaas.traces.errors import TraceError
 from marlaas.traces.jsonrows import read_json_rows
@@ -62,8 +63,9 @@ FORMATS: dict[str, Format] = {
 
 def get_format(path: str | Path, name: str) -> Format:
     """The format called ``name``, or a TraceError naming the file and the known formats."""
-    if name not in FORMATS:
-        raise TraceError(path, f"unknown trace format {name!r}; choose one of {list(FORMATS)}")
+    if not isinstance(name, str) or name not in FORMATS:  # a mapping or list is no name
+        raise TraceError(path, f"unknown trace format {short_repr(name)}; choose one of "
+                               f"{list(FORMATS)}")  # fmt: skip
     return FORMATS[name]
 
 

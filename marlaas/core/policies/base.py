@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import ClassVar, Protocol
 
 from marlaas.core.scheduling import PRESETS
+from marlaas.core.validation_message import short_repr
 
 
 class JobView(Protocol):
@@ -247,6 +248,6 @@ def get_policy(name: str) -> Policy:
         if ":" in name:
             hint = " (an import path: load it with marlaas.policy_path.load_policy first)"
         raise UnknownPolicyError(
-            f"unknown policy {name!r}; choose one of: {', '.join(policy_names())} or an "
+            f"unknown policy {short_repr(name)}; choose one of: {', '.join(policy_names())} or an "
             f"import path 'pkg.module:Class'{hint}"
         ) from None
