@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from marlaas.core.cluster_spec import PREFIX_BLOCK_TOKENS, shared_prefix
+from marlaas.core.cluster_spec import shared_prefix
 from marlaas.core.distributions import Constant, Uniform, largest
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.limits import MAX_TOKENS
@@ -62,14 +62,11 @@ def largest_prompts_kv(spec: JobSpec, caching: bool) -> tuple[int, int]:
         candidates = np.unique(np.clip(np.round(np.asarray(values, dtype=float)), 0, cap))
     else:  # a range of whole prompts: a uniform's from its low end, a lognormal's from 0
         low = min(round(dist.low), cap) if isinstance(dist, Uniform) else 0
-        block_end = (cap - 1) // PREFIX_BLOCK_TOKENS * PREFIX_BLOCK_TOKENS
+        block_end = shared_prefix(cap)  # the end of the last whole block below cap
         candidates = np.asarray([cap] + ([block_end] if block_end >= low else []))
-    candidates = candidates.astype(np.int64)
-    kv = group * candidates - (group - 1) * (
-        (np.maximum(candidates - 1, 0) // PREFIX_BLOCK_TOKENS) * PREFIX_BLOCK_TOKENS
-    )
+    kv = [prompts_kv(int(p), group, True) for p in candidates]
     worst = int(np.argmax(kv))  # the first of equals: the shortest such prompt
-    return int(candidates[worst]), int(kv[worst])
+    return int(candidates[worst]), kv[worst]
 
 
 class PromptLengths:
