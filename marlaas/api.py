@@ -210,11 +210,14 @@ def train(
     ``train --ray`` does.
 
     Needs the training stack (``pip install -e '.[train]'``): without it, a BackendError at
-    once, before anything is written. Returns the :class:`~marlaas.RunResult` of the run."""
-    from marlaas.executors.backends import require_training_stack
+    once, before anything is written. vLLM's, torch's and transformers' start-up log lines
+    are quieted as ``marlaas train`` quiets them (a variable the environment already sets,
+    ``VLLM_LOGGING_LEVEL=INFO`` say, wins). Returns the :class:`~marlaas.RunResult` of the
+    run."""
+    from marlaas.executors.backends import start_training
 
     _not_importing_main("train")
-    require_training_stack("marlaas.train")
+    start_training("marlaas.train")
     from marlaas.executors.train import train_run
 
     options = _train_options(micro_batch_size, max_model_len, activation_checkpointing)

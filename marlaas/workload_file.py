@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import Field
@@ -24,6 +24,10 @@ from marlaas.file_kind import file_problem
 from marlaas.policy_path import PolicyLoadError, load_policy
 from marlaas.sim.cost_model import CostModel
 from marlaas.yaml_nodes import MERGE_TAG, check_nodes
+
+if TYPE_CHECKING:
+    from marlaas.datasets import PromptSet
+    from marlaas.envs import Environment
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
 """Largest workload file read [bytes]; larger ones are refused before parsing."""
@@ -364,9 +368,26 @@ def check_environments(workload: Workload, source: str) -> None:
                                 "that check its answers (math, exact_match, regex)")  # fmt: skip
         if job.dataset is not None:
             try:
-                load_prompt_set(job.dataset)
+                prompts = load_prompt_set(job.dataset)
             except DatasetError as err:
                 raise WorkloadError(f"{source}: jobs[{i}].dataset: {err}") from None
+            _check_answers(resolve_env(job.env.name), prompts, job.dataset.answer_column,
+                           f"{source}: jobs[{i}].dataset")  # fmt: skip
+
+
+def _check_answers(
+    env_class: type[Environment], prompts: PromptSet, column: str, where: str
+) -> None:
+    """Every answer of ``prompts`` (training and held-out) is one ``env_class`` can score
+    (:meth:`Environment.check_answer`); else a WorkloadError naming the file, row and
+    column, as a bad dataset row is named (a ``regex`` answer that is no regular expression
+    was only refused when first scored, in the middle of a run)."""
+    for problem in (*prompts.train, *prompts.heldout):
+        try:
+            env_class.check_answer(problem.answer)
+        except ValueError as err:
+            raise WorkloadError(f"{where}: {problem.source}, column {column!r}: "
+                                f"{_one_line(err)}") from None  # fmt: skip
 
 
 def _one_line(err: Exception) -> str:

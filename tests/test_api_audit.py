@@ -5,8 +5,10 @@ and nothing is written."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -80,6 +82,29 @@ def test_an_argument_of_the_wrong_type_is_a_type_error_naming_it(
     monkeypatch.chdir(tmp_path)
     with pytest.raises(TypeError, match=message):
         call(workload)
+
+
+def test_train_quiets_vllms_log_as_the_cli_does_keeping_what_the_user_set(
+    workload, tmp_path, monkeypatch
+):
+    """``marlaas.train`` sets, before vLLM loads, what ``marlaas train`` sets (vLLM's log at
+    ERROR and on stderr, torch's and transformers' quieted), through the command's own
+    function; a variable the user set stays as set. A script's run printed vLLM's INFO lines,
+    which the command hides. (The training stack is taken as installed: the run stops at its
+    bad micro_batch_size, before any model loads.)"""
+    from marlaas.executors import backends
+    from marlaas.executors.quiet import ALWAYS_ENV, QUIET_ENV
+
+    monkeypatch.setattr(backends, "missing_training_stack", lambda: [])
+    for key in (*QUIET_ENV, *ALWAYS_ENV):
+        monkeypatch.delenv(key, raising=False)  # each put back as it was after the test
+    monkeypatch.setenv("TORCH_LOGS", "+dynamo")  # the user's own
+    with warnings.catch_warnings(), pytest.raises(ValueError, match=r"^micro_batch_size -1"):
+        marlaas.train(workload, tmp_path / "run", micro_batch_size=-1)
+    expected = {**ALWAYS_ENV, **QUIET_ENV, "TORCH_LOGS": "+dynamo"}
+    assert {key: os.environ.get(key) for key in expected} == expected
+    assert expected["VLLM_LOGGING_LEVEL"] == "ERROR"
+    assert not (tmp_path / "run").exists()
 
 
 def test_an_unknown_policy_name_is_refused_before_the_out_folder(workload, tmp_path):

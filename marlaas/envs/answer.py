@@ -128,12 +128,25 @@ class RegexEnv(AnswerEnv):
         super().__init__(args)
         self.search: bool = self._arg("search", False, bool)
 
+    @classmethod
+    def check_answer(cls, answer: str) -> None:
+        """A ValueError when ``answer`` is no regular expression (checked on load)."""
+        answer_pattern(answer)
+
     def is_correct(self, response: str, problem: Problem) -> bool:
         """The response matches the answer's pattern."""
         try:
-            pattern = re.compile(problem.answer, re.DOTALL)
-        except re.error as err:
-            raise ValueError(f"{problem.source}: the answer is not a regular expression "
-                             f"({err})") from None  # fmt: skip
+            pattern = answer_pattern(problem.answer)
+        except ValueError as err:  # a problem that was not checked on load
+            raise ValueError(f"{problem.source}: the answer is {err}") from None
         match = pattern.search if self.search else pattern.fullmatch
         return match(response.strip()) is not None
+
+
+def answer_pattern(answer: str) -> re.Pattern[str]:
+    """A ``regex`` problem's answer compiled (``.`` matches newlines too); a ValueError
+    saying why when it is no regular expression."""
+    try:
+        return re.compile(answer, re.DOTALL)
+    except re.error as err:
+        raise ValueError(f"not a regular expression ({err})") from None

@@ -99,6 +99,19 @@ def require_training_stack(what: str = "a real run") -> None:
         )
 
 
+def start_training(what: str, verbose: bool = False) -> None:
+    """What ``marlaas train``, ``evaluate``, ``make-tiny-model`` and ``prepare-smollm2`` and
+    :func:`marlaas.train` do first, before torch, transformers or vLLM is imported: refuse at
+    once without the training stack (:func:`require_training_stack`), then quiet the
+    libraries' start-up chatter, vLLM's INFO log included, unless ``verbose``
+    (:func:`marlaas.executors.quiet.quiet_libraries`: a variable the environment already
+    sets, ``VLLM_LOGGING_LEVEL=INFO`` say, is left as it is)."""
+    from marlaas.executors.quiet import quiet_libraries
+
+    require_training_stack(what)
+    quiet_libraries(verbose=verbose)
+
+
 def resolve_backend(backend: str) -> str:
     """``auto`` -> ``vllm`` when vLLM imports, else ``hf``; ``vllm`` fails loudly without it."""
     if backend not in BACKENDS:

@@ -35,12 +35,11 @@ class ModelSetupError(RuntimeError):
 
 def _start(command: str, args: argparse.Namespace) -> None:
     """What every command here does first: refuse at once, in one line, without the training
-    stack (a simulation-only install), then quiet the libraries' start-up chatter."""
-    from marlaas.executors.backends import require_training_stack
-    from marlaas.executors.quiet import quiet_libraries
+    stack (a simulation-only install), then quiet the libraries' start-up chatter (as
+    :func:`marlaas.train` does, through the same function)."""
+    from marlaas.executors.backends import start_training
 
-    require_training_stack(command)
-    quiet_libraries(verbose=args.verbose)
+    start_training(command, verbose=args.verbose)
 
 
 def results_only_on_stdout():

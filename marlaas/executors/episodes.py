@@ -41,6 +41,14 @@ class EnvResultError(TypeError):
     observation that was not text was rendered as if it were)."""
 
 
+class EnvStateError(EnvResultError):
+    """An environment whose state cannot be pickled, so cannot travel to or from the Ray
+    actor that runs its calls (``train --ray``: marlaas.executors.ray_actors.RemoteEnv): one
+    line naming the job, the environment's class, the call and what could not be pickled (it
+    was Ray's TypeError, a page of its serialization checker naming neither the job nor the
+    environment)."""
+
+
 class EnvTimeoutError(RuntimeError):
     """An environment call (``reset``, ``step``) that did not return within its job's
     ``env.timeout_s``: one line naming the environment's class, the call, the job and the
@@ -86,7 +94,18 @@ async def env_call(
     """The value of ``call`` (``env.method(...)``, checked by :func:`guarded_call`), within
     ``timeout_s`` [s] (None: unbounded); EnvTimeoutError naming the environment, the method,
     ``job`` and the bound when it takes longer. The late call is cancelled, not waited for
-    (an environment that ignores its cancellation does not hold the run)."""
+    (an environment that ignores its cancellation does not hold the run). An EnvStateError
+    (the environment's state does not pickle for its Ray actor) is given the job's name."""
+    try:
+        return await _call_within(env, method, call, job, timeout_s)
+    except EnvStateError as err:  # raised by RemoteEnv, which does not know the job
+        raise EnvStateError(f"job {job!r}: {err}") from None
+
+
+async def _call_within(
+    env: Environment, method: str, call: Callable[[], Any], job: str, timeout_s: float | None
+) -> Any:
+    """:func:`env_call`'s call and its bound."""
     if timeout_s is None:
         return await guarded_call(env, method, call)
     task = asyncio.ensure_future(guarded_call(env, method, call))

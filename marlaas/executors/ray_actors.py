@@ -16,7 +16,9 @@ restart that will not come (a training step in flight once held a stopped run fo
 
 Environments are a pool of stateless actors: an episode's environment object travels with
 each call (``reset``, ``reset_problem``, ``step``) and comes back with its new state, so a dead
-actor loses no episode (the step in flight fails and is retried on another actor). The actor
+actor loses no episode (the step in flight fails and is retried on another actor). It travels
+pickled by :func:`pickled_env` (Ray's own pickler), so that a state that does not pickle is
+an EnvStateError naming the environment and what did not pickle, not Ray's TypeError. The actor
 checks the call as a call in process is checked (a coroutine, no ``sys.exit``:
 :func:`marlaas.executors.episodes.guarded_call`), and a call the executor gives up on (its
 ``env.timeout_s`` passed) is cancelled in the actor too.
@@ -37,6 +39,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from marlaas.envs.base import Environment, StepResult
+from marlaas.executors.episodes import EnvStateError
 from marlaas.executors.placement import BackendRestarted
 
 if TYPE_CHECKING:
@@ -118,16 +121,53 @@ class EnvActor:
     """Runs environments' ``reset``, ``reset_problem`` and ``step`` (a code sandbox stays a
     sandbox here), each checked as in process."""
 
-    async def call(self, env: Environment, method: str, *args) -> tuple[Environment, Any]:
-        """(the environment after ``env.method(*args)``, what it returned); a ``method`` that
-        is no coroutine, or that calls ``sys.exit``, is EnvResultError naming the environment
+    async def call(self, state: bytes, method: str, *args) -> tuple[bytes, Any]:
+        """(the environment after ``env.method(*args)``, pickled, what it returned), the
+        environment ``state`` pickled by :func:`pickled_env`; a ``method`` that is no
+        coroutine, or that calls ``sys.exit``, is EnvResultError naming the environment
         (:func:`~marlaas.executors.episodes.guarded_call`), not this actor's end."""
         from marlaas.executors.episodes import guarded_call
 
         if method not in ENV_METHODS:
             raise ValueError(f"EnvActor runs {', '.join(ENV_METHODS)}, not {method!r}")
+        env = ray.cloudpickle.loads(state)
         value = await guarded_call(env, method, partial(getattr(env, method), *args))
-        return env, value
+        return pickled_env(env, method, back=True), value
+
+
+def pickled_env(env: Environment, method: str, back: bool = False) -> bytes:
+    """``env`` pickled as Ray pickles a call's arguments (``ray.cloudpickle``), to travel to
+    the actor that runs its ``method`` (``back``: from it, after the call). EnvStateError
+    naming the environment, the call and what did not pickle when it does not pickle."""
+    try:
+        return ray.cloudpickle.dumps(env)
+    except Exception as err:  # TypeError, PicklingError, AttributeError, RecursionError...
+        if back:
+            way = "the state it left cannot be pickled to travel back from"
+        else:
+            way = "its state cannot be pickled to travel to"
+        where = f"{type(env).__module__}:{type(env).__qualname__}"
+        raise EnvStateError(
+            f"environment {where}: {method}(): {way} its Ray actor "
+            f"({_unpicklable(env, err)}); an environment run on Ray must pickle: create such "
+            "an object in each call, or leave it out in __getstate__"
+        ) from None
+
+
+def _unpicklable(env: Environment, err: Exception) -> str:
+    """What of ``env`` did not pickle: its first attribute that does not, and why (else the
+    pickler's own reason)."""
+    for name, value in getattr(env, "__dict__", {}).items():
+        try:
+            ray.cloudpickle.dumps(value)
+        except Exception as inner:
+            return f"attribute {name!r}: {_one_line(inner)}"
+    return _one_line(err)
+
+
+def _one_line(err: BaseException) -> str:
+    """``Type: message`` of ``err`` on one line, shortened."""
+    return textwrap.shorten(f"{type(err).__name__}: {err}", 200)
 
 
 def _cause(err: RayTaskError) -> BaseException:
@@ -301,10 +341,12 @@ class RemoteEnv(Environment):
         wrapper of it); an actor that died is EnvActorDied naming the environment; a call
         given up on (cancelled: its ``env.timeout_s`` passed, or its group failed) is
         cancelled in the actor too, so that a hung environment does not keep one of the
-        actor's concurrent calls for good."""
-        ref = self.pool.next_actor().call.remote(self.env, method, *args)
+        actor's concurrent calls for good. A state that does not pickle, before the call or
+        after it, is EnvStateError (:func:`pickled_env`)."""
+        state = pickled_env(self.env, method)
+        ref = self.pool.next_actor().call.remote(state, method, *args)
         try:
-            self.env, value = await ref
+            state, value = await ref
         except asyncio.CancelledError:
             ray.cancel(ref)
             raise
@@ -314,4 +356,5 @@ class RemoteEnv(Environment):
             where = f"{type(self.env).__module__}:{type(self.env).__qualname__}"
             raise EnvActorDied(f"environment {where}: the Ray actor running its {method}() "
                                f"died ({textwrap.shorten(str(err), 200)})") from None  # fmt: skip
+        self.env = ray.cloudpickle.loads(state)
         return value

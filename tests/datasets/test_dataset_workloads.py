@@ -50,6 +50,26 @@ def test_a_bad_dataset_file_names_the_job_file_row_and_column(tmp_path):
     assert str(err.value).startswith(f"{path} with --set: jobs[0].dataset: ")
 
 
+def test_a_regex_answer_that_is_no_regex_is_refused_on_load_naming_its_row(tmp_path):
+    """A ``regex`` job's answer that does not compile is refused when the workload loads (as
+    ``simulate`` and ``train`` load it), naming the file, row and column and the regex error;
+    it was refused only when first scored, in the middle of a run. The other answer
+    environments take the same text as an answer."""
+    path = write(tmp_path, env="regex")
+    rows = [{"prompt": "Say red", "answer": "red|crimson"}, {"prompt": "Open", "answer": "(a"},
+            {"prompt": "Say blue", "answer": "blue"}]  # fmt: skip
+    data = tmp_path / "data" / "p.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(WorkloadError) as err:
+        load_workload(path)
+    assert str(err.value) == (
+        f"{path}: jobs[0].dataset: {data.resolve()}, row 2, column 'answer': not a regular "
+        "expression (missing ), unterminated subpattern at position 0)"
+    )
+    path.write_text(path.read_text().replace("name: regex", "name: exact_match"))
+    assert load_workload(path).jobs[0].env.name == "exact_match"
+
+
 def test_an_answer_environment_needs_a_dataset_and_others_refuse_one(tmp_path):
     with pytest.raises(WorkloadError, match=r"jobs\[0\].dataset: environment 'math' checks"):
         load_workload(write(tmp_path, env="math", dataset=""))

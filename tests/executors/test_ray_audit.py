@@ -148,6 +148,57 @@ def test_an_environment_that_ends_its_actor_is_named_and_the_actor_restarts(ray_
     assert reward == 1.0
 
 
+class HoldsALock(Environment):
+    """An environment whose state does not pickle: a lock, made in ``__init__`` or, with
+    ``args["later"]``, in ``reset`` (in the actor)."""
+
+    def __init__(self, args=None) -> None:
+        super().__init__(args)
+        if not self.args.get("later"):
+            self.lock = threading.Lock()
+
+    async def reset(self, seed: int) -> str:
+        self.lock = threading.Lock()
+        return "go"
+
+    async def step(self, action: str) -> StepResult:
+        return StepResult("", 1.0, True)
+
+
+def test_a_state_that_does_not_pickle_names_the_job_environment_and_attribute():
+    """An environment whose state does not pickle, under ``--ray``: one EnvStateError naming
+    the job, the environment, the call and the attribute that did not pickle, before anything
+    is sent to an actor (no cluster needed). It was Ray's TypeError, "Could not serialize the
+    argument <...HoldsALock object at 0x...>" and a page of its serialization checker."""
+    sent = []
+    actor = SimpleNamespace(call=SimpleNamespace(remote=lambda *a: sent.append(a)))
+    env = RemoteEnv(EnvPool([actor]), HoldsALock({}))
+    with pytest.raises(EnvResultError) as err:
+        asyncio.run(start_group("j", 0, 0, [env], 1, Chars(), timeout_s=20))
+    assert type(err.value).__name__ == "EnvStateError" and not sent
+    name = f"{HoldsALock.__module__}:HoldsALock"
+    assert str(err.value) == (
+        f"job 'j': environment {name}: reset(): its state cannot be pickled to "
+        "travel to its Ray actor (attribute 'lock': TypeError: cannot pickle '_thread.lock' "
+        "object); an environment run on Ray must pickle: create such an object in each call, "
+        "or leave it out in __getstate__"
+    )
+
+
+def test_a_state_that_stops_pickling_in_the_actor_is_named_too(ray_cluster):
+    """The same when the state stops pickling in the actor (a lock made in ``reset``): it
+    was Ray's bare TypeError("cannot pickle '_thread.lock' object"), naming nothing."""
+    env = RemoteEnv(pool(), HoldsALock({"later": True}))
+    with pytest.raises(EnvResultError) as err:
+        asyncio.run(start_group("j", 0, 0, [env], 1, Chars(), timeout_s=20))
+    name = f"{HoldsALock.__module__}:HoldsALock"
+    assert str(err.value).startswith(
+        f"job 'j': environment {name}: reset(): the state it left cannot be "
+        "pickled to travel back from its Ray actor (attribute 'lock': TypeError: cannot "
+        "pickle '_thread.lock' object); "
+    )
+
+
 @ray.remote(max_restarts=-1, max_task_retries=0, max_concurrency=2)
 class SlowTrainer:
     """A TrainerActor whose every call takes 60 s."""
