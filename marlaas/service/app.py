@@ -5,8 +5,9 @@ Every ``/v1`` route but ``/v1/health`` needs ``Authorization: Bearer KEY``: a te
 operator's (``DATA/operator.key``: every job, no submissions). A missing or wrong key is 401,
 logged without the key. A job spec is checked by :mod:`marlaas.service.requests` (422 naming
 the field; a body over 1 MiB is 413); the scheduler's quotas answer 429 with the reason. A key
-holds at most :data:`MAX_STREAMS_PER_CALLER` event streams open at once (one more is 429), and
-a stream whose key is revoked ends with a ``refused`` event.
+holds at most :data:`MAX_STREAMS_PER_CALLER` event streams open at once, and the service at
+most :data:`MAX_STREAMS` (``serve --max-streams``) of every key together: one more is 429. A
+stream whose key is revoked ends with a ``refused`` event.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from prometheus_client import (
 )
 
 from marlaas import strict_json
+from marlaas.drive.inbox import InboxClosedError
 from marlaas.service import store as S
 from marlaas.service.requests import JobRequestError, job_from_request
 from marlaas.service.runner import ServiceRunner
@@ -52,6 +54,9 @@ MAX_LOGGED_PATH_CHARS, MAX_LOGGED_REASON_CHARS = 200, 300
 """How much of a refused request's path and reason its log line shows [characters]."""
 MAX_STREAMS_PER_CALLER = 16
 """Event streams one key may hold open at once; one more is 429."""
+MAX_STREAMS = 256
+"""Event streams the service holds open at once, of every key together (``serve
+--max-streams``); one more is 429: each polls the database, and many slow every request."""
 REFUSED_EVENT = "refused"
 """The event that ends a stream whose key was revoked (its data: ``{status, detail}``)."""
 OPERATOR_KEY_FILE = "operator.key"
@@ -101,14 +106,15 @@ def parameter_errors(errors) -> str:
     return "; ".join(parts)
 
 
-def create_app(runner: ServiceRunner, data_dir: Path) -> FastAPI:
-    """The API over ``runner`` (its store holds the jobs)."""
+def create_app(runner: ServiceRunner, data_dir: Path, max_streams: int = MAX_STREAMS) -> FastAPI:
+    """The API over ``runner`` (its store holds the jobs); ``max_streams``: the event streams
+    it holds open at once, of every key together."""
     store = runner.store
     operator_key = (Path(data_dir) / OPERATOR_KEY_FILE).read_text().strip()
     metrics = Metrics()
-    streams = OpenStreams(MAX_STREAMS_PER_CALLER)
+    streams = OpenStreams(MAX_STREAMS_PER_CALLER, max_streams)
     app = FastAPI(title="MARLaaS", version="1", summary="Multi-tenant RL fine-tuning")
-    app.state.store, app.state.operator_key = store, operator_key
+    app.state.store, app.state.operator_key, app.state.streams = store, operator_key, streams
 
     @app.exception_handler(RequestValidationError)
     async def invalid_parameter(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -157,7 +163,12 @@ def create_app(runner: ServiceRunner, data_dir: Path) -> FastAPI:
             detail = _cut(str(err))
             _refused(request, 422, detail)
             raise HTTPException(422, detail) from None
-        job_id, state, reason = await run_in_threadpool(runner.submit, who.tenant, spec)
+        try:
+            job_id, state, reason = await run_in_threadpool(runner.submit, who.tenant, spec)
+        except InboxClosedError:
+            why = "the service is stopping and takes no more jobs: submit again once it is back"
+            _refused(request, 503, why)
+            raise HTTPException(503, why) from None
         if state == S.REFUSED:
             _refused(request, 429, reason)
             raise HTTPException(429, reason)
@@ -335,25 +346,34 @@ def _key_still_valid(request: Request, who: Caller):
 
 class OpenStreams:
     """The event streams each caller (a tenant, or the operator) has open, at most ``limit``
-    at once: each stream polls the database, so one tenant's hundreds would slow every other
+    at once, and at most ``total_limit`` of every caller together: each stream polls the
+    database, so one tenant's hundreds, or many tenants' dozens, would slow every other
     tenant's requests."""
 
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
+    def __init__(self, limit: int, total_limit: int = MAX_STREAMS) -> None:
+        self.limit, self.total_limit = limit, total_limit
         self.counts: dict[int | None, int] = {}
+        self.total = 0
+        """Streams open, of every caller (the sum of ``counts``)."""
         self.lock = threading.Lock()
         """Held to count: a slot dropped unstarted is released by the garbage collector,
         on whichever thread it runs."""
 
     def open(self, who: Caller, request: Request) -> StreamSlot:
-        """A slot for a new stream of ``who``; 429 when it has ``limit`` open already."""
+        """A slot for a new stream of ``who``; 429 when it has ``limit`` open already, or the
+        service ``total_limit``."""
         with self.lock:
             held = self.counts.get(who.tenant_id, 0)
-            if held < self.limit:
+            if held < self.limit and self.total < self.total_limit:
                 self.counts[who.tenant_id] = held + 1
+                self.total += 1
                 return StreamSlot(self, who.tenant_id)
-        why = (f"{self.limit} event streams of this key are open already: close one "
-               "(or poll GET /v1/jobs/{id})")  # fmt: skip
+        if held >= self.limit:
+            why = f"{self.limit} event streams of this key are open already: close one"
+        else:
+            why = (f"{self.total_limit} event streams of every key together are open on this "
+                   "service already (its limit): try again later")  # fmt: skip
+        why += " (or poll GET /v1/jobs/{id})"
         _refused(request, 429, why)
         raise HTTPException(429, why)
 
@@ -370,6 +390,7 @@ class StreamSlot:
         with self.streams.lock:
             if self.held:
                 self.held = False
+                self.streams.total -= 1
                 counts = self.streams.counts
                 counts[self.holder] -= 1
                 if not counts[self.holder]:

@@ -55,7 +55,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from marlaas.output.lock import lock_folder, unlock
-    from marlaas.service.app import OPERATOR_KEY_FILE, create_app
+    from marlaas.service.app import MAX_STREAMS, OPERATOR_KEY_FILE, create_app
     from marlaas.service.config import load_config
     from marlaas.service.keys import new_key
     from marlaas.service.runner import ServiceRunner
@@ -119,7 +119,8 @@ def _serve(args: argparse.Namespace) -> int:
 
             stack.enter_context(ray_session(args.ray))
         runner.start()
-        app = create_app(runner, data)
+        max_streams = MAX_STREAMS if args.max_streams is None else args.max_streams
+        app = create_app(runner, data, max_streams)
         server = uvicorn.Server(uvicorn.Config(
             app, host=args.host, port=args.port, log_level=args.log_level, lifespan="off",
             access_log=args.log_level == "debug", timeout_keep_alive=KEEP_ALIVE_S,
@@ -274,6 +275,10 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
                         "as Ray actors (the scheduler stays here): no ADDRESS starts a local "
                         "cluster, `auto` joins this machine's, HOST:PORT that head "
                         "(docs/ray.md)")  # fmt: skip
+    parser.add_argument("--max-streams", type=bounded_int(1, 1_000_000), metavar="N",
+                        help="event streams (GET /v1/jobs/{id}/events) open at once, of every "
+                        "key together; one more is 429 (default: 256; each key holds 16 at "
+                        "most)")  # fmt: skip
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
                         default="info", help="the service's log (stderr); debug also logs "
                         "every request and the libraries' chatter")  # fmt: skip

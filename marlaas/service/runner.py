@@ -23,7 +23,7 @@ from marlaas.core.scheduler import Scheduler
 from marlaas.core.tenant_spec import TenantSpec
 from marlaas.core.work import AdmitJob, Decision, WorkDone
 from marlaas.drive import drive
-from marlaas.drive.inbox import Cancel, Inbox, SetQuota, Submit
+from marlaas.drive.inbox import Cancel, Inbox, InboxClosedError, SetQuota, Submit
 from marlaas.executors.journal_observer import JournalObserver
 from marlaas.executors.resume import drop_undurable
 from marlaas.service import store as S
@@ -120,7 +120,11 @@ class ServiceRunner:
 
     def submit(self, tenant: S.TenantView, spec: JobSpec) -> tuple[int, str, str]:
         """Record and submit ``tenant``'s job; (id, state, reason) once the scheduler's
-        admission round answered (queued or running; refused with the reason)."""
+        admission round answered (queued or running; refused with the reason: the row stays,
+        refused, and the traffic replays it). A submission the inbox does not take
+        (InboxClosedError: the service is stopping) leaves nothing in the store: its row is
+        removed before the error reaches the caller. One whose answer takes over
+        :data:`ANSWER_WAIT_S` is reported queued and stays a job."""
         self._send_quota(tenant)
         job_id = self.store.add_job(tenant, spec, self.now())
         answer: list[Admission] = []
@@ -131,7 +135,11 @@ class ServiceRunner:
             heard.set()
 
         core = spec.model_copy(update={"name": S.core_name(job_id)})
-        self.inbox.put(Submit(core, 0, heard=hear, index=job_id))
+        try:
+            self.inbox.put(Submit(core, 0, heard=hear, index=job_id))
+        except InboxClosedError:
+            self.store.forget_unsent(job_id)
+            raise
         if not heard.wait(ANSWER_WAIT_S):
             return job_id, S.QUEUED, ""
         admission = answer[0]
@@ -182,8 +190,10 @@ class ServiceRunner:
     def _send_quota(self, tenant: S.TenantView) -> None:
         """Tell the scheduler ``tenant``'s quotas when they changed (``tenants add``)."""
         if self._quotas.get(tenant.name) != tenant.quota:
-            self._quotas[tenant.name] = tenant.quota
+            # put before it is noted: a submission on another thread that finds it noted
+            # then comes after it in the inbox, and is judged under these quotas
             self.inbox.put(SetQuota(tenant.name, tenant.quota))
+            self._quotas[tenant.name] = tenant.quota
 
     # ----------------------------------------------------------------------------- driver
     def _run(self) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.tenant_spec import TenantSpec
@@ -149,6 +149,18 @@ class JobStore:
             session.flush()
             self._event(session, job.id, "state", {"state": QUEUED})
             return job.id
+
+    def forget_unsent(self, job_id: int) -> None:
+        """Remove job ``job_id`` and its events: a submission that never reached the
+        scheduler (its inbox was closed: the service is stopping), answered 503. Only a job
+        still queued is removed; any other is left as it is."""
+        with self._session.begin() as session:
+            self._lock(session, job_id)
+            job = session.get(Job, job_id)
+            if job is None or job.state != QUEUED:
+                return
+            session.execute(delete(JobEvent).where(JobEvent.job_id == job_id))
+            session.delete(job)
 
     def job(self, job_id: int, tenant_id: int | None = None) -> dict | None:
         """Job ``job_id`` as the API shows it (None: no such job, or another tenant's)."""

@@ -84,6 +84,8 @@ class Served:
     data: Path
     server: object
     thread: threading.Thread
+    app: object = None
+    """The FastAPI app (its ``state.streams`` counts the open event streams)."""
 
     def key(self, tenant: str, **quota) -> str:
         """Add ``tenant`` (with quotas) and return its API key."""
@@ -110,11 +112,12 @@ class Served:
 
 
 def serve(data: Path, db_url: str | None = None, cluster: dict | None = None,
-          speed: float = 200.0) -> Served:  # fmt: skip
-    """Start a simulated service on a free loopback port (uvicorn in a thread)."""
+          speed: float = 200.0, max_streams: int | None = None) -> Served:  # fmt: skip
+    """Start a simulated service on a free loopback port (uvicorn in a thread);
+    ``max_streams``: its ``--max-streams`` (None: the default)."""
     import uvicorn
 
-    from marlaas.service.app import OPERATOR_KEY_FILE, create_app
+    from marlaas.service.app import MAX_STREAMS, OPERATOR_KEY_FILE, create_app
     from marlaas.service.cli import make_data_folder
     from marlaas.service.db import database_url
     from marlaas.service.keys import new_key
@@ -129,7 +132,7 @@ def serve(data: Path, db_url: str | None = None, cluster: dict | None = None,
     store = JobStore(database_url(data, db_url), data)
     runner = ServiceRunner(config, data, data, store, simulate=True, speed=speed)
     runner.start(30)
-    app = create_app(runner, data)
+    app = create_app(runner, data, MAX_STREAMS if max_streams is None else max_streams)
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error",
                             lifespan="off", timeout_keep_alive=KEEP_ALIVE_S)  # fmt: skip
@@ -141,7 +144,7 @@ def serve(data: Path, db_url: str | None = None, cluster: dict | None = None,
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("the test service did not start")
         time.sleep(0.02)
-    return Served(f"http://127.0.0.1:{port}", runner, store, data, server, thread)
+    return Served(f"http://127.0.0.1:{port}", runner, store, data, server, thread, app)
 
 
 @pytest.fixture

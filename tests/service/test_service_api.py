@@ -299,3 +299,87 @@ def test_concurrent_submissions_each_get_one_job(service):
     client = service.client(key)
     for job_id in answers:
         assert client.wait(job_id, 0.2, 120)["state"] == "done"
+
+
+SLOW_JOB = {**JOB, "rl": {**JOB["rl"], "steps": 5000}}
+"""A job that runs until it is cancelled."""
+
+
+def test_concurrent_submissions_past_a_quota_accept_exactly_the_quota(service):
+    key = service.key("dave", max_active_jobs=1, max_queued_jobs=2)  # 3 live jobs at most
+    accepted, refused, errors = [], [], []
+    start = threading.Barrier(8)
+
+    def submit():
+        start.wait(10)
+        try:
+            accepted.append(service.client(key).submit(SLOW_JOB)["id"])
+        except ServiceError as err:
+            (refused if err.status == 429 else errors).append(err)
+
+    threads = [threading.Thread(target=submit) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors and len(accepted) == 3 and len(refused) == 5, (accepted, refused, errors)
+    client = service.client(key)
+    live = {j["id"] for j in client.jobs() if j["state"] != "refused"}
+    assert live == set(accepted) and len(client.jobs()) == 8  # the 5 refused stay, refused
+    assert {j["state"] for j in client.jobs() if j["id"] in live} == {"running", "queued"}
+    for job_id in accepted:
+        client.cancel(job_id)
+    for job_id in accepted:
+        assert client.wait(job_id, 0.1, 60)["state"] == "cancelled"
+
+
+def test_a_tenants_quota_reaches_the_scheduler_before_any_of_its_concurrent_jobs(
+    service, monkeypatch
+):
+    """A tenant's first submissions at once: each is judged under its quota, even when the
+    quota's message is slow to enter the inbox (one submission noted the quota as sent before
+    sending it, and the others, finding it noted, went ahead of it under the defaults)."""
+    from marlaas.drive.inbox import SetQuota
+
+    inbox = type(service.runner.inbox)
+    put = inbox.put
+
+    def slow_quota(self, message, *args, **kwargs):
+        if isinstance(message, SetQuota):
+            time.sleep(0.3)
+        return put(self, message, *args, **kwargs)
+
+    monkeypatch.setattr(inbox, "put", slow_quota)  # (its instances have no __dict__)
+    key = service.key("fay", max_active_jobs=1, max_queued_jobs=0)
+    accepted, refused = [], []
+    start = threading.Barrier(3)
+
+    def submit():
+        start.wait(10)
+        try:
+            accepted.append(service.client(key).submit(SLOW_JOB)["id"])
+        except ServiceError as err:
+            refused.append(err.status)
+
+    threads = [threading.Thread(target=submit) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(accepted) == 1 and refused == [429, 429], (accepted, refused)
+    client = service.client(key)
+    client.cancel(accepted[0])
+    assert client.wait(accepted[0], 0.1, 60)["state"] == "cancelled"
+
+
+def test_a_submission_the_stopping_service_cannot_take_is_503_and_leaves_nothing(service):
+    client = service.client(service.key("erin"))
+    first = client.submit(JOB)  # erin's quotas reach the scheduler with her first job
+    assert client.wait(first["id"], 0.1, 60)["state"] == "done"
+    service.runner.inbox.stop()  # as a stopping serve does: its inbox takes no more jobs
+    before = rows(service.store)
+    with pytest.raises(ServiceError) as err:
+        client.submit(JOB)
+    assert err.value.status == 503 and "stopping" in err.value.detail
+    assert rows(service.store) == before
+    assert [j["id"] for j in client.jobs()] == [first["id"]]

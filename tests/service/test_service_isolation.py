@@ -173,3 +173,61 @@ def test_a_last_event_id_of_no_ascii_digits_streams_from_the_start_and_frees_its
                 assert normal.status_code == 200
     finally:
         service.client(service.operator_key).cancel(job["id"])
+
+
+def test_the_service_holds_at_most_max_streams_of_every_key_together_and_frees_each_place(
+    tmp_path, db_url
+):
+    """The per-key cap alone let 16 streams per key poll the database, however many keys:
+    ``--max-streams`` bounds them all. A place is given back as a key's own is: the client
+    gone, its key revoked, its job ended; a refused stream holds none of either."""
+    from contextlib import ExitStack
+
+    from tests.service.conftest import serve
+
+    served = serve(tmp_path / "data", db_url, max_streams=3)
+    streams = served.app.state.streams
+    keys = {name: served.key(name) for name in ("alice", "bob", "carol", "dave")}
+    jobs = {name: served.client(key).submit(LONG_JOB)["id"] for name, key in keys.items()}
+    http = httpx.Client(base_url=served.url, timeout=30, limits=httpx.Limits(max_connections=20))
+
+    def stream(stack: ExitStack, name: str) -> httpx.Response:
+        key = served.operator_key if name == "operator" else keys[name]
+        return stack.enter_context(http.stream(
+            "GET", f"/v1/jobs/{jobs.get(name, jobs['alice'])}/events",
+            headers={"Authorization": f"Bearer {key}"},
+        ))  # fmt: skip
+
+    def refused(name: str) -> str:
+        with ExitStack() as one_more:
+            response = stream(one_more, name)
+            assert response.status_code == 429, (name, response.status_code)
+            return response.read().decode()
+
+    try:
+        with ExitStack() as stack:
+            held = {name: stream(stack, name) for name in ("alice", "bob", "carol")}
+            assert [r.status_code for r in held.values()] == [200, 200, 200]
+            for name in ("dave", "bob", "operator"):  # a new key, one holding one, the operator
+                detail = refused(name)
+                assert "3 event streams of every key together are open on this service" in detail
+            assert (streams.total, streams.counts) == (3, {1: 1, 2: 1, 3: 1})
+            held["alice"].close()  # the client gone: its place is given back
+            assert wait_for(lambda: streams.total == 2, 10)
+            assert stream(stack, "dave").status_code == 200
+            served.store.revoke_tenant("bob")  # his stream ends (refused): its place too
+            assert wait_for(lambda: streams.total == 2, STREAM_END_S)
+            assert b"event: refused" in held["bob"].read()
+            served.client(keys["carol"]).cancel(jobs["carol"])  # her job ends: her place too
+            assert wait_for(lambda: streams.total == 1, 30)
+            assert b"cancelled" in held["carol"].read()
+            assert (streams.total, streams.counts) == (1, {4: 1})
+            more = [stream(stack, "alice") for _ in range(2)]  # the places are there again
+            assert [r.status_code for r in more] == [200, 200] and "3 event" in refused("alice")
+        assert wait_for(lambda: streams.total == 0 and not streams.counts, 10)
+    finally:
+        http.close()
+        operator = served.client(served.operator_key)
+        for name in ("alice", "dave"):
+            operator.cancel(jobs[name])
+        served.stop()
