@@ -195,6 +195,7 @@ def train(
     activation_checkpointing: bool = True,
     chat_template: bool | None = None,
     ray: str | None = None,
+    verbose: bool = False,
 ) -> RunResult:
     """Train every job of ``workload`` for real into the run folder ``out``, as ``marlaas
     train`` does: the same scheduler and policy over vLLM (or HF + PEFT, ``backend="hf"``)
@@ -210,23 +211,28 @@ def train(
     ``train --ray`` does.
 
     Needs the training stack (``pip install -e '.[train]'``): without it, a BackendError at
-    once, before anything is written. vLLM's, torch's and transformers' start-up log lines
-    are quieted as ``marlaas train`` quiets them (a variable the environment already sets,
-    ``VLLM_LOGGING_LEVEL=INFO`` say, wins). Returns the :class:`~marlaas.RunResult` of the
-    run."""
-    from marlaas.executors.backends import start_training
+    once, before anything is written. Once the arguments are checked, vLLM's, torch's and
+    transformers' start-up log lines are quieted as ``marlaas train`` quiets them, for the
+    rest of the process (environment variables its children inherit, warning filters; a
+    variable the environment already sets, ``VLLM_LOGGING_LEVEL=INFO`` say, wins);
+    ``verbose``, as ``train --verbose``, leaves them as they are. Returns the
+    :class:`~marlaas.RunResult` of the run."""
+    from marlaas.executors.backends import require_training_stack, start_training
 
     _not_importing_main("train")
-    start_training("marlaas.train")
-    from marlaas.executors.train import train_run
-
+    require_training_stack("marlaas.train")
     options = _train_options(micro_batch_size, max_model_len, activation_checkpointing)
     options["chat_template"] = _chat_template(chat_template)
     _check_ray(ray)
+    if not isinstance(verbose, bool):
+        raise TypeError(f"verbose: True or False, not {_kind(verbose)}")
     if base_dir is None and isinstance(workload, (str, os.PathLike)):
         base_dir = Path(workload).parent
     base = None if base_dir is None else Path(_path(base_dir, "base_dir"))
     loaded, policy, seed = _workload(workload), _policy(policy), _seed(seed)
+    start_training("marlaas.train", verbose=verbose)  # before torch and vLLM are imported
+    from marlaas.executors.train import train_run
+
     *_, result = train_run(
         loaded, _path(out, "out"), policy, resume=resume, backend=backend, seed=seed,
         tracker=tracker, base_dir=base, progress=progress, ray=ray, **options,

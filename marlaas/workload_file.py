@@ -379,15 +379,25 @@ def _check_answers(
     env_class: type[Environment], prompts: PromptSet, column: str, where: str
 ) -> None:
     """Every answer of ``prompts`` (training and held-out) is one ``env_class`` can score
-    (:meth:`Environment.check_answer`); else a WorkloadError naming the file, row and
-    column, as a bad dataset row is named (a ``regex`` answer that is no regular expression
-    was only refused when first scored, in the middle of a run)."""
+    (:meth:`Environment.check_reference_answer`, when the class overrides it); else a
+    WorkloadError naming the file, row and column, as a bad dataset row is named (a
+    ``regex`` answer that is no regular expression was only refused when first scored, in
+    the middle of a run). What else the check raises is named as the check's failure."""
+    from marlaas.envs import Environment
+
+    check = env_class.check_reference_answer
+    if getattr(check, "__func__", None) is Environment.check_reference_answer.__func__:
+        return  # the default accepts every answer
     for problem in (*prompts.train, *prompts.heldout):
         try:
-            env_class.check_answer(problem.answer)
+            check(problem.answer)
         except ValueError as err:
             raise WorkloadError(f"{where}: {problem.source}, column {column!r}: "
                                 f"{_one_line(err)}") from None  # fmt: skip
+        except Exception as err:
+            raise WorkloadError(f"{where}: {problem.source}, column {column!r}: "
+                                f"{env_class.__name__}.check_reference_answer failed: "
+                                f"{type(err).__name__}: {_one_line(err)}") from None  # fmt: skip
 
 
 def _one_line(err: Exception) -> str:

@@ -89,21 +89,40 @@ def test_train_quiets_vllms_log_as_the_cli_does_keeping_what_the_user_set(
 ):
     """``marlaas.train`` sets, before vLLM loads, what ``marlaas train`` sets (vLLM's log at
     ERROR and on stderr, torch's and transformers' quieted), through the command's own
-    function; a variable the user set stays as set. A script's run printed vLLM's INFO lines,
-    which the command hides. (The training stack is taken as installed: the run stops at its
-    bad micro_batch_size, before any model loads.)"""
-    from marlaas.executors import backends
+    function; a variable the user set stays as set, a refused call sets nothing, and
+    ``verbose`` sets what ``train --verbose`` does. A script's run printed vLLM's INFO lines,
+    which the command hides. (The training stack is taken as installed, and the run stops
+    where it would start: no model loads.)"""
+    from marlaas.executors import backends, train
     from marlaas.executors.quiet import ALWAYS_ENV, QUIET_ENV
 
+    class Started(Exception):
+        """train_run was called."""
+
+    def started(*args, **kwargs):
+        raise Started
+
     monkeypatch.setattr(backends, "missing_training_stack", lambda: [])
+    monkeypatch.setattr(train, "train_run", started)
     for key in (*QUIET_ENV, *ALWAYS_ENV):
         monkeypatch.delenv(key, raising=False)  # each put back as it was after the test
     monkeypatch.setenv("TORCH_LOGS", "+dynamo")  # the user's own
-    with warnings.catch_warnings(), pytest.raises(ValueError, match=r"^micro_batch_size -1"):
-        marlaas.train(workload, tmp_path / "run", micro_batch_size=-1)
+
+    def settings() -> dict:
+        return {key: os.environ.get(key) for key in (*QUIET_ENV, *ALWAYS_ENV)}
+
+    with warnings.catch_warnings():
+        before = settings()
+        with pytest.raises(ValueError, match=r"^micro_batch_size -1"):
+            marlaas.train(workload, tmp_path / "run", micro_batch_size=-1)
+        assert settings() == before  # refused: nothing changed
+        with pytest.raises(Started):
+            marlaas.train(workload, tmp_path / "run", verbose=True)
+        assert settings() == {**before, **ALWAYS_ENV}
+        with pytest.raises(Started):
+            marlaas.train(workload, tmp_path / "run")
     expected = {**ALWAYS_ENV, **QUIET_ENV, "TORCH_LOGS": "+dynamo"}
-    assert {key: os.environ.get(key) for key in expected} == expected
-    assert expected["VLLM_LOGGING_LEVEL"] == "ERROR"
+    assert settings() == expected and expected["VLLM_LOGGING_LEVEL"] == "ERROR"
     assert not (tmp_path / "run").exists()
 
 

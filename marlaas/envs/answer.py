@@ -129,7 +129,7 @@ class RegexEnv(AnswerEnv):
         self.search: bool = self._arg("search", False, bool)
 
     @classmethod
-    def check_answer(cls, answer: str) -> None:
+    def check_reference_answer(cls, answer: str) -> None:
         """A ValueError when ``answer`` is no regular expression (checked on load)."""
         answer_pattern(answer)
 
@@ -150,3 +150,5 @@ def answer_pattern(answer: str) -> re.Pattern[str]:
         return re.compile(answer, re.DOTALL)
     except re.error as err:
         raise ValueError(f"not a regular expression ({err})") from None
+    except (OverflowError, RecursionError) as err:  # a{4294967296}, thousands of nested groups
+        raise ValueError(f"not a regular expression this engine compiles ({err})") from None

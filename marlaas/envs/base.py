@@ -47,11 +47,12 @@ class Environment(abc.ABC):
         return None
 
     @classmethod
-    def check_answer(cls, answer: str) -> None:
+    def check_reference_answer(cls, answer: str) -> None:
         """Raise a ValueError saying why this environment cannot score a dataset's reference
         ``answer`` (e.g. ``regex``'s answer that is no regular expression). Loading a workload
-        calls it on every row of a job's dataset, so that a bad row is refused, naming its
-        file, row and column, before any run starts; the default accepts every answer."""
+        calls it on every row of a job's dataset when a class overrides it, so that a bad row
+        is refused, naming its file, row and column, before any run starts; the default
+        accepts every answer."""
         return None
 
     def __init__(self, args: dict[str, Any] | None = None) -> None:

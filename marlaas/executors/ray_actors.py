@@ -16,9 +16,9 @@ restart that will not come (a training step in flight once held a stopped run fo
 
 Environments are a pool of stateless actors: an episode's environment object travels with
 each call (``reset``, ``reset_problem``, ``step``) and comes back with its new state, so a dead
-actor loses no episode (the step in flight fails and is retried on another actor). It travels
-pickled by :func:`pickled_env` (Ray's own pickler), so that a state that does not pickle is
-an EnvStateError naming the environment and what did not pickle, not Ray's TypeError. The actor
+actor loses no episode (the step in flight fails and is retried on another actor). A state
+that Ray cannot pickle, on the way to the actor or back, is an EnvStateError naming the
+environment and what did not pickle (:func:`state_error`), not Ray's TypeError. The actor
 checks the call as a call in process is checked (a coroutine, no ``sys.exit``:
 :func:`marlaas.executors.episodes.guarded_call`), and a call the executor gives up on (its
 ``env.timeout_s`` passed) is cancelled in the actor too.
@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import pickle
 import textwrap
 import time
 import uuid
@@ -121,43 +122,55 @@ class EnvActor:
     """Runs environments' ``reset``, ``reset_problem`` and ``step`` (a code sandbox stays a
     sandbox here), each checked as in process."""
 
-    async def call(self, state: bytes, method: str, *args) -> tuple[bytes, Any]:
-        """(the environment after ``env.method(*args)``, pickled, what it returned), the
-        environment ``state`` pickled by :func:`pickled_env`; a ``method`` that is no
-        coroutine, or that calls ``sys.exit``, is EnvResultError naming the environment
-        (:func:`~marlaas.executors.episodes.guarded_call`), not this actor's end."""
+    async def call(self, env: Environment, method: str, *args) -> tuple[Environment, Any]:
+        """(the environment after ``env.method(*args)``, what it returned); a ``method`` that
+        is no coroutine, or that calls ``sys.exit``, is EnvResultError naming the environment
+        (:func:`~marlaas.executors.episodes.guarded_call`), not this actor's end. What the
+        call raised comes back as :class:`EnvRaised`, so that the caller tells it from Ray's
+        failure to pickle the environment's new state on its way back."""
         from marlaas.executors.episodes import guarded_call
 
         if method not in ENV_METHODS:
             raise ValueError(f"EnvActor runs {', '.join(ENV_METHODS)}, not {method!r}")
-        env = ray.cloudpickle.loads(state)
-        value = await guarded_call(env, method, partial(getattr(env, method), *args))
-        return pickled_env(env, method, back=True), value
+        try:
+            value = await guarded_call(env, method, partial(getattr(env, method), *args))
+        except Exception as err:
+            raise EnvRaised(err) from None
+        return env, value
 
 
-def pickled_env(env: Environment, method: str, back: bool = False) -> bytes:
-    """``env`` pickled as Ray pickles a call's arguments (``ray.cloudpickle``), to travel to
-    the actor that runs its ``method`` (``back``: from it, after the call). EnvStateError
-    naming the environment, the call and what did not pickle when it does not pickle."""
-    try:
-        return ray.cloudpickle.dumps(env)
-    except Exception as err:  # TypeError, PicklingError, AttributeError, RecursionError...
-        if back:
-            way = "the state it left cannot be pickled to travel back from"
-        else:
-            way = "its state cannot be pickled to travel to"
-        where = f"{type(env).__module__}:{type(env).__qualname__}"
-        raise EnvStateError(
-            f"environment {where}: {method}(): {way} its Ray actor "
-            f"({_unpicklable(env, err)}); an environment run on Ray must pickle: create such "
-            "an object in each call, or leave it out in __getstate__"
-        ) from None
+class EnvRaised(Exception):
+    """What an environment's call raised in its actor (``error``)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+def state_error(env: Environment, method: str, err: Exception, back: bool) -> EnvStateError:
+    """The EnvStateError of an environment whose state Ray could not pickle (``err``) to send
+    it to the actor that runs its ``method`` (``back``: the state the call left, on its way
+    back): naming the environment, the call and what did not pickle."""
+    if back:  # the state is the actor's: only Ray's reason is known here
+        way, what = "the state it left cannot be pickled to travel back from", _one_line(err)
+    else:
+        way, what = "its state cannot be pickled to travel to", _unpicklable(env, err)
+    where = f"{type(env).__module__}:{type(env).__qualname__}"
+    return EnvStateError(
+        f"environment {where}: {method}(): {way} its Ray actor ({what}); an environment "
+        "run on Ray must pickle: create such an object in each call, or leave it out in "
+        "__getstate__"
+    )
 
 
 def _unpicklable(env: Environment, err: Exception) -> str:
-    """What of ``env`` did not pickle: its first attribute that does not, and why (else the
-    pickler's own reason)."""
-    for name, value in getattr(env, "__dict__", {}).items():
+    """What of ``env`` did not pickle: the first attribute of the state it pickles
+    (``__getstate__``) that does not, and why (else the pickler's own reason, first line)."""
+    try:
+        state = env.__getstate__()
+    except Exception:
+        state = None
+    for name, value in state.items() if isinstance(state, dict) else ():
         try:
             ray.cloudpickle.dumps(value)
         except Exception as inner:
@@ -167,7 +180,8 @@ def _unpicklable(env: Environment, err: Exception) -> str:
 
 def _one_line(err: BaseException) -> str:
     """``Type: message`` of ``err`` on one line, shortened."""
-    return textwrap.shorten(f"{type(err).__name__}: {err}", 200)
+    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return textwrap.shorten(f"{type(err).__name__}: {first}", 200)
 
 
 def _cause(err: RayTaskError) -> BaseException:
@@ -341,20 +355,27 @@ class RemoteEnv(Environment):
         wrapper of it); an actor that died is EnvActorDied naming the environment; a call
         given up on (cancelled: its ``env.timeout_s`` passed, or its group failed) is
         cancelled in the actor too, so that a hung environment does not keep one of the
-        actor's concurrent calls for good. A state that does not pickle, before the call or
-        after it, is EnvStateError (:func:`pickled_env`)."""
-        state = pickled_env(self.env, method)
-        ref = self.pool.next_actor().call.remote(state, method, *args)
+        actor's concurrent calls for good. A state that Ray cannot pickle, before the call or
+        after it, is EnvStateError (:func:`state_error`)."""
         try:
-            state, value = await ref
+            ref = self.pool.next_actor().call.remote(self.env, method, *args)
+        except TypeError as err:  # Ray's "Could not serialize the argument ..."
+            raise state_error(self.env, method, err, back=False) from None
+        try:
+            new_env, value = await ref
         except asyncio.CancelledError:
             ray.cancel(ref)
             raise
         except RayTaskError as err:
-            raise _cause(err) from None
+            cause = _cause(err)
+            if isinstance(cause, EnvRaised):
+                raise cause.error from None
+            if isinstance(cause, TypeError | pickle.PicklingError):  # pickling what it returned
+                raise state_error(self.env, method, cause, back=True) from None
+            raise cause from None
         except RayActorError as err:
             where = f"{type(self.env).__module__}:{type(self.env).__qualname__}"
             raise EnvActorDied(f"environment {where}: the Ray actor running its {method}() "
                                f"died ({textwrap.shorten(str(err), 200)})") from None  # fmt: skip
-        self.env = ray.cloudpickle.loads(state)
+        self.env = new_env
         return value

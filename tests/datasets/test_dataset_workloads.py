@@ -8,6 +8,7 @@ import json
 import pytest
 
 from marlaas.core.workload import WorkloadError
+from marlaas.envs.answer import ExactMatchEnv
 from marlaas.workload_file import load_workload
 
 WORKLOAD = """
@@ -68,6 +69,41 @@ def test_a_regex_answer_that_is_no_regex_is_refused_on_load_naming_its_row(tmp_p
     )
     path.write_text(path.read_text().replace("name: regex", "name: exact_match"))
     assert load_workload(path).jobs[0].env.name == "exact_match"
+
+
+def test_a_regex_answer_the_engine_cannot_compile_is_refused_on_load_too(tmp_path):
+    """A pattern ``re`` refuses with OverflowError or RecursionError, not re.error, is the
+    same WorkloadError (it was a traceback from ``simulate``)."""
+    path = write(tmp_path, env="regex")
+    data = tmp_path / "data" / "p.jsonl"
+    rows = [{"prompt": "Say red", "answer": "red"}, {"prompt": "Many", "answer": "a{4294967296}"}]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(WorkloadError, match=r"row 2, column 'answer': not a regular "
+                       "expression this engine compiles"):  # fmt: skip
+        load_workload(path)
+
+
+class OwnCheckAnswer(ExactMatchEnv):
+    """An environment with a scoring helper of its own named ``check_answer``."""
+
+    def check_answer(self, response: str, answer: str) -> bool:
+        return response == answer
+
+
+class BrokenCheck(ExactMatchEnv):
+    """An environment whose answer check itself fails (no classmethod)."""
+
+    def check_reference_answer(self, answer: str) -> None:
+        return None
+
+
+def test_an_environment_of_ones_own_loads_and_its_broken_answer_check_is_named(tmp_path):
+    path = write(tmp_path, env=f"{__name__}:OwnCheckAnswer")
+    assert load_workload(path).jobs[0].env.name.endswith(":OwnCheckAnswer")
+    path = write(tmp_path, env=f"{__name__}:BrokenCheck")
+    with pytest.raises(WorkloadError, match=r"row 1, column 'answer': BrokenCheck."
+                       r"check_reference_answer failed: TypeError: "):  # fmt: skip
+        load_workload(path)
 
 
 def test_an_answer_environment_needs_a_dataset_and_others_refuse_one(tmp_path):
