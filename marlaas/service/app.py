@@ -6,7 +6,7 @@ operator's (``DATA/operator.key``: every job, no submissions). A missing or wron
 logged without the key. A job spec is checked by :mod:`marlaas.service.requests` (422 naming
 the field; a body over 1 MiB is 413); the scheduler's quotas answer 429 with the reason. A key
 holds at most :data:`MAX_STREAMS_PER_CALLER` event streams open at once, and the service at
-most :data:`MAX_STREAMS` (``serve --max-streams``) of every key together: one more is 429. A
+most :data:`MAX_STREAMS` (``serve --max-streams``) of every tenant together: one more is 429. A
 stream whose key is revoked ends with a ``refused`` event.
 """
 
@@ -55,7 +55,7 @@ MAX_LOGGED_PATH_CHARS, MAX_LOGGED_REASON_CHARS = 200, 300
 MAX_STREAMS_PER_CALLER = 16
 """Event streams one key may hold open at once; one more is 429."""
 MAX_STREAMS = 256
-"""Event streams the service holds open at once, of every key together (``serve
+"""Event streams the service holds open at once, of every tenant together (``serve
 --max-streams``); one more is 429: each polls the database, and many slow every request."""
 REFUSED_EVENT = "refused"
 """The event that ends a stream whose key was revoked (its data: ``{status, detail}``)."""
@@ -108,7 +108,7 @@ def parameter_errors(errors) -> str:
 
 def create_app(runner: ServiceRunner, data_dir: Path, max_streams: int = MAX_STREAMS) -> FastAPI:
     """The API over ``runner`` (its store holds the jobs); ``max_streams``: the event streams
-    it holds open at once, of every key together."""
+    it holds open at once, of every tenant together."""
     store = runner.store
     operator_key = (Path(data_dir) / OPERATOR_KEY_FILE).read_text().strip()
     metrics = Metrics()
@@ -346,33 +346,36 @@ def _key_still_valid(request: Request, who: Caller):
 
 class OpenStreams:
     """The event streams each caller (a tenant, or the operator) has open, at most ``limit``
-    at once, and at most ``total_limit`` of every caller together: each stream polls the
+    at once, and at most ``total_limit`` of every tenant together: each stream polls the
     database, so one tenant's hundreds, or many tenants' dozens, would slow every other
-    tenant's requests."""
+    tenant's requests. The operator's streams are not counted in the total, so tenants
+    cannot shut the operator out."""
 
     def __init__(self, limit: int, total_limit: int = MAX_STREAMS) -> None:
         self.limit, self.total_limit = limit, total_limit
         self.counts: dict[int | None, int] = {}
         self.total = 0
-        """Streams open, of every caller (the sum of ``counts``)."""
-        self.lock = threading.Lock()
+        """Streams open, of every tenant (the sum of ``counts`` but the operator's)."""
+        self.lock = threading.RLock()
         """Held to count: a slot dropped unstarted is released by the garbage collector,
-        on whichever thread it runs."""
+        on whichever thread it runs, this one included while it holds the lock (reentrant:
+        a collection inside :meth:`open` must not wait for itself)."""
 
     def open(self, who: Caller, request: Request) -> StreamSlot:
         """A slot for a new stream of ``who``; 429 when it has ``limit`` open already, or the
         service ``total_limit``."""
         with self.lock:
             held = self.counts.get(who.tenant_id, 0)
-            if held < self.limit and self.total < self.total_limit:
+            tenant = who.tenant_id is not None
+            if held < self.limit and (not tenant or self.total < self.total_limit):
                 self.counts[who.tenant_id] = held + 1
-                self.total += 1
+                self.total += tenant
                 return StreamSlot(self, who.tenant_id)
         if held >= self.limit:
             why = f"{self.limit} event streams of this key are open already: close one"
         else:
-            why = (f"{self.total_limit} event streams of every key together are open on this "
-                   "service already (its limit): try again later")  # fmt: skip
+            why = (f"{self.total_limit} event streams of every tenant together are open on "
+                   "this service already (its limit): try again later")  # fmt: skip
         why += " (or poll GET /v1/jobs/{id})"
         _refused(request, 429, why)
         raise HTTPException(429, why)
@@ -390,7 +393,7 @@ class StreamSlot:
         with self.streams.lock:
             if self.held:
                 self.held = False
-                self.streams.total -= 1
+                self.streams.total -= self.holder is not None
                 counts = self.streams.counts
                 counts[self.holder] -= 1
                 if not counts[self.holder]:

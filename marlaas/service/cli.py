@@ -277,8 +277,8 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
                         "(docs/ray.md)")  # fmt: skip
     parser.add_argument("--max-streams", type=bounded_int(1, 1_000_000), metavar="N",
                         help="event streams (GET /v1/jobs/{id}/events) open at once, of every "
-                        "key together; one more is 429 (default: 256; each key holds 16 at "
-                        "most)")  # fmt: skip
+                        "tenant together; one more is 429 (default: 256; each key holds 16 "
+                        "at most; the operator's are not counted)")  # fmt: skip
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
                         default="info", help="the service's log (stderr); debug also logs "
                         "every request and the libraries' chatter")  # fmt: skip

@@ -13,6 +13,7 @@ core does, as in a batch run.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from pathlib import Path
@@ -148,10 +149,13 @@ class ServiceRunner:
         return job_id, S.RUNNING if admission.state == ACTIVE else S.QUEUED, ""
 
     def cancel(self, job_id: int) -> bool:
-        """Ask the scheduler to cancel job ``job_id``; False when it has ended."""
+        """Ask the scheduler to cancel job ``job_id``; False when it has ended. While the
+        service stops (its inbox closed), the cancel is recorded and a restart cancels the job
+        (:meth:`_resubmit`)."""
         if not self.store.request_cancel(job_id, self.now()):
             return False
-        self.inbox.put(Cancel(S.core_name(job_id)))
+        with contextlib.suppress(InboxClosedError):  # recorded: the restart cancels it
+            self.inbox.put(Cancel(S.core_name(job_id)))
         return True
 
     @property

@@ -366,13 +366,19 @@ def test_a_tenants_quota_reaches_the_scheduler_before_any_of_its_concurrent_jobs
 
 
 def test_a_submission_the_stopping_service_cannot_take_is_503_and_leaves_nothing(service):
+    """A submission while the service stops is 503 and leaves no row; a cancel then is
+    recorded (202; it was a 500), so that the restart submits the job cancelled."""
     client = service.client(service.key("erin"))
     first = client.submit(JOB)  # erin's quotas reach the scheduler with her first job
     assert client.wait(first["id"], 0.1, 60)["state"] == "done"
+    slow = client.submit(SLOW_JOB)
     service.runner.inbox.stop()  # as a stopping serve does: its inbox takes no more jobs
-    before = rows(service.store)
+    jobs = rows(service.store)["jobs"]  # (the slow job's steps go on)
     with pytest.raises(ServiceError) as err:
         client.submit(JOB)
     assert err.value.status == 503 and "stopping" in err.value.detail
-    assert rows(service.store) == before
-    assert [j["id"] for j in client.jobs()] == [first["id"]]
+    assert rows(service.store)["jobs"] == jobs
+    assert [j["id"] for j in client.jobs()] == [slow["id"], first["id"]]
+    assert client.cancel(slow["id"])["state"] == "cancelling"
+    live = {job_id: cancelled for job_id, _, _, cancelled in service.store.live_jobs()}
+    assert live == {slow["id"]: True}  # what a restart submits again: cancelled

@@ -208,9 +208,13 @@ def test_the_service_holds_at_most_max_streams_of_every_key_together_and_frees_e
         with ExitStack() as stack:
             held = {name: stream(stack, name) for name in ("alice", "bob", "carol")}
             assert [r.status_code for r in held.values()] == [200, 200, 200]
-            for name in ("dave", "bob", "operator"):  # a new key, one holding one, the operator
+            for name in ("dave", "bob"):  # a new key, one holding one
                 detail = refused(name)
-                assert "3 event streams of every key together are open on this service" in detail
+                assert "3 event streams of every tenant together are open on this" in detail
+            with ExitStack() as operators:  # the operator is not shut out, nor counted
+                assert stream(operators, "operator").status_code == 200
+                assert (streams.total, streams.counts) == (3, {1: 1, 2: 1, 3: 1, None: 1})
+            assert wait_for(lambda: None not in streams.counts, 10)
             assert (streams.total, streams.counts) == (3, {1: 1, 2: 1, 3: 1})
             held["alice"].close()  # the client gone: its place is given back
             assert wait_for(lambda: streams.total == 2, 10)
