@@ -27,7 +27,10 @@ def replacing(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]:
     name (``.tmp.png``: for a writer that picks the format by extension)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
+    try:
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
+    except OSError as err:
+        raise naming(err, path) from err
     os.close(fd)
     tmp = Path(name)
     try:
@@ -35,9 +38,18 @@ def replacing(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]:
         yield tmp
         _fsync(tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError) and err.filename in (None, str(tmp)):
+            raise naming(err, path) from err
         raise
+
+
+def naming(err: OSError, path: Path) -> OSError:
+    """``err`` naming ``path``, the file being written: a failed write names no file
+    (``File too large``, pyarrow's ``Error writing bytes to file``) or only its hidden
+    temporary name."""
+    return OSError(err.errno, err.strerror or str(err), str(path))
 
 
 def write_durably(path: str | os.PathLike, data: str | bytes) -> Path:

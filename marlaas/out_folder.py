@@ -23,7 +23,7 @@ entries the command wrote. A command claims its ``--out`` with :func:`claim` bef
 3. an existing ``out`` must be empty, or a finished output of the same kind (a real run may
    also be a partial one, for ``--resume``) holding nothing but the files its manifest lists;
    anything else (someone's folder, a folder of another kind, an output with a file added) is
-   refused, never deleted;
+   refused, never deleted, and so is a read-only ``out`` (its owner's way of keeping it);
 4. only then is what an earlier killed command left removed: its staging folder
    ``.NAME.staging`` (marked as marlaas's), an old output ``.NAME.old`` that the new one
    replaced. An old output whose replacement never became an output (``out`` missing, or still
@@ -62,6 +62,7 @@ This module claims an ``--out``; the parts of the rule are the modules of
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -99,6 +100,11 @@ def claim(
             if not replace:
                 raise OutputError(f"{out}: already holds a {NAMES[kind]}; not replacing it "
                                   "(give --overwrite to replace it)")  # fmt: skip
+        if out.is_dir() and not os.access(out, os.W_OK | os.X_OK):
+            # replaced anyway (renamed aside), its old output stayed beside it, unremovable,
+            # and every later command on it failed naming one file in it
+            raise OutputError(f"{out}: the folder is read-only; not writing there (make it "
+                              "writable to replace or continue it)")  # fmt: skip
         remove_leftovers(out)  # every check has passed
         yield Claim(out, kind, existing)
     finally:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from marlaas.atomic import write_durably
 from marlaas.core.workload import Workload
 from marlaas.eventlog import EVENT_LOG_FILE, write_event_log
 from marlaas.metrics.deadlines import missed_deadlines
@@ -47,9 +48,9 @@ def write_run_files(
     output)."""
     folder.mkdir(parents=True, exist_ok=True)
     write_event_log(events, folder / EVENT_LOG_FILE)
-    (folder / SUMMARY_FILE).write_text(summary_json(summary))
+    write_durably(folder / SUMMARY_FILE, summary_json(summary))  # a failed write names its file
     if workload is not None:
-        (folder / WORKLOAD_FILE).write_text(workload.model_dump_json(indent=1))
+        write_durably(folder / WORKLOAD_FILE, workload.model_dump_json(indent=1))
     return folder
 
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 from tqdm import tqdm
 
+from marlaas.atomic import replacing, write_durably
 from marlaas.core.feasibility import InfeasibleWorkloadError, infeasible_jobs
 from marlaas.core.policies import get_policy
 from marlaas.core.scheduling import PRESETS
@@ -409,10 +410,10 @@ def comparison(rows: list[dict], baseline: str | None) -> pd.DataFrame:
 
 def write_sweep_files(folder: Path, table: pd.DataFrame, summaries: list[dict]) -> Path:
     """Write sweep.csv, summaries.json and table.txt into ``folder`` (a staging folder)."""
-    table.to_csv(folder / "sweep.csv", index=False)
-    text = json.dumps(summaries, indent=1, default=json_default)
-    (folder / "summaries.json").write_text(text)
-    (folder / "table.txt").write_text(format_table(table) + "\n")
+    with replacing(folder / "sweep.csv") as tmp:  # through atomic: a failed write names its file
+        table.to_csv(tmp, index=False)
+    write_durably(folder / "summaries.json", json.dumps(summaries, indent=1, default=json_default))
+    write_durably(folder / "table.txt", format_table(table) + "\n")
     return folder
 
 

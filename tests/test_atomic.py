@@ -3,6 +3,7 @@ and a failed write leaves nothing behind."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
@@ -73,3 +74,20 @@ def _umask() -> int:
 
 READABLE = 0o444 & ~_umask()
 """The read bits the umask lets a new file have."""
+
+
+def test_a_failed_write_names_the_file_it_was_writing(tmp_path):
+    """A failed write names no file (Python's "File too large", pyarrow's "Error writing bytes
+    to file. Detail: [errno 27] File too large"): the commands' errors named none either."""
+    path = tmp_path / "summary.json"
+    pyarrow_like = OSError("Error writing bytes to file. Detail: [errno 27] File too large")
+    pyarrow_like.errno = errno.EFBIG
+    for failure in (OSError(errno.EFBIG, os.strerror(errno.EFBIG)), pyarrow_like):
+        with pytest.raises(OSError) as err, replacing(path):
+            raise failure
+        assert err.value.filename == str(path) and err.value.errno == errno.EFBIG
+        assert err.value.strerror in (os.strerror(errno.EFBIG), str(pyarrow_like))
+    with pytest.raises(OSError) as err, replacing(path) as tmp:  # named by its temporary name
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(tmp))
+    assert isinstance(err.value, PermissionError) and err.value.filename == str(path)
+    assert list(tmp_path.iterdir()) == []

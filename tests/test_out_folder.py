@@ -6,6 +6,8 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -218,21 +220,94 @@ def test_disk_full_while_writing_a_report_keeps_the_old_one(tmp_path, capsys, mo
     assert entries(tmp_path) == ["rep", "run"]
 
 
-def test_a_file_size_limit_hit_by_a_real_write_is_one_line(tmp_path):
-    """A real failing write (RLIMIT_FSIZE: EFBIG from the kernel), not a mock."""
+SWEEP = ["sweep", "traces/small.yaml", "--policies", "fifo,fair", "--seeds", "0,1", "--quiet",
+         "--set", "jobs.*.rl.steps=2", "--no-events"]  # fmt: skip
+
+
+@pytest.mark.parametrize(("command", "file"), [(SIM, "events.parquet"), (SWEEP, "sweep.csv")])
+def test_a_file_size_limit_hit_by_a_real_write_is_one_line(tmp_path, command, file):
+    """A real failing write (RLIMIT_FSIZE: EFBIG from the kernel), not a mock. The line names
+    the file as it would be in --out (it named none: "(Error writing bytes to file. Detail:
+    [errno 27] File too large [EFBIG])", a sweep's "(File too large [EFBIG])")."""
     out = tmp_path / "run"
     script = textwrap.dedent("""
         import resource, signal, sys
         from marlaas.cli import main
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))
         sys.exit(main(sys.argv[1:]))
     """)
-    args = [sys.executable, "-c", script, *SIM, "--out", str(out)]
+    args = [sys.executable, "-c", script, *command, "--out", str(out)]
     done = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 1, done.stderr
     assert done.stderr.startswith("marlaas: error: ") and "File too large" in done.stderr
+    assert f"({out / file}: " in done.stderr and "nothing was written" in done.stderr
     assert "Traceback" not in done.stderr and entries(tmp_path) == []
+
+
+def test_an_out_through_a_symbolic_link_loop_is_one_line(tmp_path, capsys):
+    """It was a traceback (pathlib's RuntimeError "Symlink loop from ...")."""
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    assert simulate(tmp_path / "a" / "run") == 2
+    err = one_error(capsys)
+    assert f"{tmp_path / 'a'}: Too many levels of symbolic links [ELOOP]" in err
+    assert simulate(tmp_path / "a") == 2
+    one_error(capsys)
+    assert entries(tmp_path) == ["a", "b"]
+
+
+def unprivileged(args: list[str]) -> list[str]:
+    """``args`` run so that file permissions hold: as is for a user, under capsh without the
+    capabilities that let root write through them; skips the test where neither can be."""
+    if os.geteuid() != 0:
+        return args
+    capsh = shutil.which("capsh")
+    if capsh is None:
+        pytest.skip("root writes through permissions, and capsh is not installed")
+    drop = "--drop=cap_dac_override,cap_dac_read_search,cap_fowner"
+    return [capsh, drop, "--", "-c", shlex.join(args)]
+
+
+def test_a_read_only_output_is_refused_and_nothing_is_left_beside_it(tmp_path):
+    """It was replaced (renamed aside), its old content stayed in .run.staging, unremovable,
+    and every later command on it failed with "marlaas: error: workload.json: Permission
+    denied" (status 1), naming neither folder."""
+    out = tmp_path / "run"
+    assert simulate(out) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    out.chmod(0o555)
+    try:
+        command = [sys.executable, "-m", "marlaas", *SIM, "--seed", "3", "--out", str(out)]
+        done = subprocess.run(unprivileged(command), capture_output=True, text=True,
+                              timeout=120, check=False)  # fmt: skip
+    finally:
+        out.chmod(0o755)
+    assert done.returncode == 2, done.stderr
+    told = "the folder is read-only; not writing there (make it writable to replace or continue it)"
+    assert done.stderr == f"marlaas: error: {out}: {told}\n"
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert entries(tmp_path) == ["run"]
+
+
+def test_a_leftover_that_cannot_be_removed_is_named(tmp_path):
+    out = tmp_path / "run"
+    assert simulate(out) == 0
+    staging = tmp_path / ".run.staging"  # a killed command's, marked, with a read-only folder
+    (staging / "sub").mkdir(parents=True)
+    (staging / ".marlaas-staging").touch()
+    (staging / "sub" / "x.json").write_text("{}")
+    (staging / "sub").chmod(0o555)
+    try:
+        command = [sys.executable, "-m", "marlaas", *SIM, "--out", str(out)]
+        done = subprocess.run(unprivileged(command), capture_output=True, text=True,
+                              timeout=120, check=False)  # fmt: skip
+    finally:
+        (staging / "sub").chmod(0o755)
+    assert done.returncode == 2, done.stderr
+    told = f"{staging}: left by an earlier command, in the way of {out}'s output, and cannot be"
+    assert done.stderr.startswith(f"marlaas: error: {told} removed (")
+    assert "Permission denied" in done.stderr and done.stderr.count("\n") == 1
 
 
 def test_leftovers_of_a_killed_command_are_cleaned_by_the_next(tmp_path):

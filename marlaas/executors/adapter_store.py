@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +19,8 @@ META_FILE = "marlaas_adapter.json"
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
 MAX_META_BYTES = 1024 * 1024
+MAX_HEADER_BYTES = 100 * 1024 * 1024
+"""The largest header a safetensors file may have (the library's own limit)."""
 
 
 class AdapterError(ValueError):
@@ -86,11 +89,25 @@ class AdapterStore:
         if config.get("r") != rank:
             raise AdapterError(f"{folder / CONFIG_FILE}: r: {config.get('r')!r}, but the job's "
                                f"lora_rank is {rank}")  # fmt: skip
+        _check_safetensors(folder / WEIGHTS_FILE)
         return folder
 
     def has_optimizer(self, job: str, version: int) -> bool:
         """Whether (job, version) was saved with its optimizer state."""
         return (self.path(job, version) / OPTIMIZER_FILE).is_file()
+
+    def check_optimizer(self, job: str, version: int) -> Path:
+        """The optimizer state file of (job, version) when it is whole (torch.save's zip
+        archive, every member's checksum right); else an AdapterError naming it."""
+        path = self.path(job, version) / OPTIMIZER_FILE
+        try:
+            with zipfile.ZipFile(path) as archive:
+                bad = archive.testzip()
+        except (OSError, zipfile.BadZipFile, ValueError, EOFError) as err:
+            raise AdapterError(f"{path}: damaged, not a saved optimizer state ({err})") from None
+        if bad is not None:
+            raise AdapterError(f"{path}: damaged ({bad} fails its checksum)")
+        return path
 
     def latest_path(self, job: str) -> Path | None:
         """Folder of the newest complete version (what a resumed job loads), or None."""
@@ -119,6 +136,25 @@ class AdapterStore:
         for p in partial:
             shutil.rmtree(p, ignore_errors=True)
         return len(partial)
+
+
+def _check_safetensors(path: Path) -> None:
+    """AdapterError naming ``path`` when it is not a whole safetensors file: its header (an
+    8-byte length, then JSON) unreadable, or its tensors' bytes not ending where the file
+    does (cut short, zeroed, or another file)."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as handle:
+            length = int.from_bytes(handle.read(8), "little")
+            if size < 8 or not 0 < length <= min(size - 8, MAX_HEADER_BYTES):
+                raise ValueError(f"a header of {length:,} bytes in a file of {size:,}")
+            header = json.loads(handle.read(length))
+        ends = [int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"]
+    except (OSError, ValueError, LookupError, TypeError, AttributeError, RecursionError) as err:
+        raise AdapterError(f"{path}: damaged, not a safetensors file ({err})") from None
+    end = 8 + length + max(ends, default=0)
+    if end != size:
+        raise AdapterError(f"{path}: damaged: {size:,} bytes, but its tensors end at {end:,}")
 
 
 def _json_object(path: Path) -> dict:

@@ -22,7 +22,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated
@@ -36,7 +37,8 @@ from marlaas.core.records import WorkRecord
 from marlaas.core.validation_message import format_validation_error
 from marlaas.eventlog import MAX_EVENT_TIME_S, EventLogError, check_event_log, records_to_frame
 from marlaas.executors.episode_runner import RewardPoint
-from marlaas.output.errors import OutputError
+from marlaas.output.errors import OutputError, WriteError, reason
+from marlaas.output.manifest import MANIFEST_FILE, read_manifest
 
 JOURNAL_FILE = "journal.jsonl"
 MAX_PARTS = 100_000
@@ -117,9 +119,13 @@ class Journal:
     def close(self) -> None:
         """Flush and close the file."""
         if not self._file.closed:
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._file.close()
+            try:
+                with self._failing():
+                    self._file.flush()
+                    os.fsync(self._file.fileno())
+            finally:
+                with suppress(OSError):  # what a failed write left unwritten is dropped
+                    self._file.close()
 
     def _absolute(self, record: WorkRecord) -> WorkRecord:
         return record._replace(
@@ -127,10 +133,22 @@ class Journal:
         )
 
     def _write(self, line: dict, sync: bool = False) -> None:
-        self._file.write(json.dumps({"part": self.part, **line}, allow_nan=False) + "\n")
-        self._file.flush()
-        if sync:
-            os.fsync(self._file.fileno())
+        with self._failing():
+            self._file.write(json.dumps({"part": self.part, **line}, allow_nan=False) + "\n")
+            self._file.flush()
+            if sync:
+                os.fsync(self._file.fileno())
+
+    @contextmanager
+    def _failing(self) -> Iterator[None]:
+        """A write that fails (disk full, a file size limit) as one WriteError naming the
+        journal: Python's own error names no file ("marlaas: error: File too large")."""
+        try:
+            yield
+        except OSError as err:
+            raise WriteError(f"{self.path}: cannot append to the run's journal ({reason(err)}); "
+                             "the run stopped: free space or mend the disk, then continue it "
+                             "with --resume (its durable steps are kept)") from err  # fmt: skip
 
 
 def _drop_cut_line(path: Path) -> None:
@@ -178,9 +196,10 @@ def read_journal(path: Path) -> Journaled:
     if not Path(path).exists():
         return out
     try:
-        lines = Path(path).read_text(encoding="utf-8").split("\n")
+        data = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise JournalError(f"{path}: not a readable journal ({err}); cannot resume") from None
+    lines = data.split("\n")
     for number, text in enumerate(lines, start=1):
         if not text.strip():
             continue
@@ -198,6 +217,9 @@ def read_journal(path: Path) -> Journaled:
             raise JournalError(format_validation_error(err, f"{path}: line {number}")) from None
         except (KeyError, TypeError, ValueError) as err:
             raise JournalError(f"{path}: line {number} is not a journal line ({err})") from None
+    if not out.parts:  # its first line, fsynced before any work, is gone: zeroed or emptied
+        raise JournalError(f"{path}: holds no whole journal line ({len(data):,} characters: "
+                           "damaged); cannot resume")  # fmt: skip
     try:  # the records as the event log they become
         frame = records_to_frame([record for _, record in out.records])
         check_event_log(pa.Table.from_pandas(frame, preserve_index=False), f"{path}: records")
@@ -205,6 +227,18 @@ def read_journal(path: Path) -> Journaled:
         raise JournalError(f"{err}; cannot resume" if isinstance(err, EventLogError)
                            else f"{path}: records: {err}; cannot resume") from None  # fmt: skip
     return out
+
+
+def read_run_journal(out: Path) -> Journaled:
+    """:func:`read_journal` of the run folder ``out``; JournalError when its journal is
+    missing though the run's manifest lists it: a run without one resumes as one from
+    before journals, from its store's newest version, its history silently gone."""
+    path = Path(out) / JOURNAL_FILE
+    listed = (read_manifest(out) or {}).get("files", [])
+    if JOURNAL_FILE in listed and not (path.exists() or path.is_symlink()):
+        raise JournalError(f"{path}: missing, though the run's {MANIFEST_FILE} lists it; "
+                           "cannot resume")  # fmt: skip
+    return read_journal(path)
 
 
 def _add(out: Journaled, line: dict) -> None:

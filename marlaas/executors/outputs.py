@@ -24,7 +24,7 @@ from marlaas.core.workload import Workload
 from marlaas.eventlog import EVENT_LOG_FILE, write_event_log
 from marlaas.executors.engine_steps import ENGINE_STEPS_CSV
 from marlaas.executors.yardstick import YARDSTICK_KEYS
-from marlaas.output.errors import WriteError
+from marlaas.output.errors import WriteError, reason
 from marlaas.runs import SUMMARY_FILE, WORKLOAD_FILE, run_summary, summary_json
 
 REWARDS_CSV = "rewards.csv"
@@ -104,7 +104,7 @@ def write_real_files(
             plot_rewards(rewards, png, title=f"{summary['workload']} · {summary['policy']}")
     except OSError as err:
         raise WriteError(
-            f"{out}: cannot write the run's outputs ({err.strerror}); its adapters and journal "
+            f"{out}: cannot write the run's outputs ({reason(err)}); its adapters and journal "
             "are kept: free some space and run the same command with --resume"
         ) from None
     return out

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from marlaas.core.job_spec import RLSettings
 from marlaas.core.workload import Workload, WorkloadError
-from marlaas.executors.adapter_store import AdapterStore
+from marlaas.executors.adapter_store import AdapterError, AdapterStore
 
 
 class NothingToResumeError(WorkloadError):
@@ -34,20 +34,25 @@ def check_resumable(
     None for a run from before journals: the store's newest version).
 
     Raises ResumeError, before anything in the store changes, when a job has done more steps
-    than its ``rl.steps`` now (:func:`check_not_fewer_steps`). Versions the store holds
-    beyond a job's durable one were written by a step that was never journaled (killed
-    between its sync and its journal line): they are removed, and that step is trained
-    again. Raises ResumeError when a durable version lacks its optimizer state.
+    than its ``rl.steps`` now (:func:`check_not_fewer_steps`), or when a durable version is
+    missing, lacks its optimizer state or has a damaged file (:func:`cannot_continue`). Only
+    then are the versions the store holds beyond a job's durable one removed: they were
+    written by a step that was never journaled (killed between its sync and its journal
+    line), and that step is trained again. (A refused resume once removed them first: a
+    journal cut short lost the trained adapters its lines no longer named.)
     """
     offsets = {}
     for job in workload.jobs:
         name = job.name
         offsets[name] = (store.latest(name) or 0) if durable is None else durable.get(name, 0)
     check_not_fewer_steps(workload, offsets)
+    if durable is not None:
+        for job in workload.jobs:
+            lost = cannot_continue(store, job.name, offsets[job.name], job.lora_rank)
+            if lost:
+                raise ResumeError(f"{lost} (train it again into a new --out folder)")
     for name, done in offsets.items():
-        lost = drop_undurable(store, name, done, check_optimizer=durable is not None)
-        if lost:
-            raise ResumeError(f"{lost} (train it again into a new --out folder)")
+        drop_undurable(store, name, done, check_optimizer=False)
     return offsets
 
 
@@ -65,18 +70,39 @@ def check_not_fewer_steps(workload: Workload, done: dict[str, int]) -> None:
             )
 
 
+def cannot_continue(store: AdapterStore, job: str, done: int, rank: int | None = None) -> str:
+    """Why ``job`` cannot go on exactly from its durable version ``done``: the version is
+    missing, has no optimizer state or a damaged one, or (given its LoRA ``rank``) its
+    adapter's files are missing or damaged (:meth:`AdapterStore.check`); empty when it can.
+    Found here, the damaged file is named before any model loads: loading it failed four
+    times later, naming no file."""
+    if not done:
+        return ""
+    where = f"version {done} in {store.root}"
+    if not store.path(job, done).is_dir():
+        return f"{job}: {where} is missing; the run cannot be continued"
+    if not store.has_optimizer(job, done):
+        return f"{job}: {where} has no optimizer state; the run cannot be continued exactly"
+    try:
+        if rank is not None:
+            store.check(job, done, rank)
+        store.check_optimizer(job, done)
+    except AdapterError as err:
+        return f"{job}: {err}; the run cannot be continued exactly"
+    return ""
+
+
 def drop_undurable(store: AdapterStore, job: str, done: int, check_optimizer: bool = True) -> str:
     """Remove ``job``'s versions past ``done`` (its last durable one: they were saved by a
     step that never became durable); the reason it cannot go on exactly when version ``done``
-    lacks its optimizer state (checked with ``check_optimizer``), else empty."""
+    lacks its optimizer state (checked with ``check_optimizer``: :func:`cannot_continue`),
+    else empty. A job that cannot go on keeps every version."""
+    lost = cannot_continue(store, job, done) if check_optimizer else ""
+    if lost:
+        return lost
     for newer in store.versions(job):
         if newer > done:
             shutil.rmtree(store.path(job, newer))
-    if done and check_optimizer and not store.has_optimizer(job, done):
-        return (
-            f"{job}: version {done} in {store.root} has no optimizer state; the run cannot be "
-            "continued exactly"
-        )
     return ""
 
 

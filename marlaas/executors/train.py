@@ -34,7 +34,7 @@ from marlaas.executors.backends import (
 )
 from marlaas.executors.history import history_events, history_points, history_result
 from marlaas.executors.host_share import HostShare
-from marlaas.executors.journal import JOURNAL_FILE, Journal, read_journal
+from marlaas.executors.journal import JOURNAL_FILE, Journal, read_journal, read_run_journal
 from marlaas.executors.journal_observer import JournalObserver
 from marlaas.executors.memory import MemoryMonitor, release_large_blocks
 from marlaas.executors.open_real import open_real_executor
@@ -118,7 +118,7 @@ def train_run(
         # a finished run replaced stays aside until this one's first durable step
         with target.in_place(replace=not resume) as keep:
             store = AdapterStore(out / ADAPTERS_DIR)
-            journaled = read_journal(out / JOURNAL_FILE)
+            journaled = read_run_journal(out)
             durable = journaled.versions if journaled.parts else None  # None: a run before journals
             if resume:  # before anything in the run folder changes
                 check_same_workload(journaled.workload, workload, model_dir)

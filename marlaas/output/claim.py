@@ -45,8 +45,9 @@ class Claim:
             readable_files(self.staging)
             write_manifest(self.staging, self.kind)
             self._swap_in()
-        except OSError as err:
-            raise WriteError(f"{self.out}: cannot write the output ({reason(err)}); "
+        except OSError as err:  # the file named as it would be in out, not in the staging
+            told = reason(err).replace(str(self.staging), str(self.out))
+            raise WriteError(f"{self.out}: cannot write the output ({told}); "
                              f"{self._what_is_left()}") from None  # fmt: skip
         finally:
             if made:

@@ -28,8 +28,9 @@ def reason(err: OSError) -> str:
     return f"{where}{err.strerror or err}" + (f" [{code}]" if code else "")
 
 
-DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})
-"""The errors of a disk, not of a command's work: full, over its quota, failing."""
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+"""The errors of a disk, not of a command's work: full, over its quota, past the file size
+limit (``ulimit -f``: EFBIG, Python ignores SIGXFSZ), failing."""
 _RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
 """How a Rust library (safetensors) tells an OSError in its own error's text."""
 

@@ -9,7 +9,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from marlaas.output.errors import OutputError
+from marlaas.output.errors import OutputError, reason
 from marlaas.output.kinds import LEGACY_ENTRIES, MODEL_FILES, folder_kind, foreign_entries
 from marlaas.output.manifest import NAMES
 from marlaas.output.paths import old_path, staging_path
@@ -65,7 +65,12 @@ def remove_leftovers(out: Path) -> None:
             if not (is_real_dir(path) and ours(path)):
                 raise OutputError(f"{path}: in the way of {out}'s output and not left by "
                                   "marlaas; not removing it (move it away)")  # fmt: skip
-            shutil.rmtree(path)
+            try:
+                shutil.rmtree(path)
+            except OSError as err:  # its error names a file in it alone ("x.json: ...")
+                raise OutputError(f"{path}: left by an earlier command, in the way of {out}'s "
+                                  f"output, and cannot be removed ({reason(err)}); remove it "
+                                  "yourself") from None  # fmt: skip
     legacy = re.compile(_LEGACY_STAGING.format(name=re.escape(out.name)))
     for path in out.parent.iterdir():
         if legacy.fullmatch(path.name) and is_real_dir(path) and _only_outputs(path):

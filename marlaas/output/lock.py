@@ -28,6 +28,13 @@ def lock_beside(out: Path) -> int:
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         return _lock(out)
+    except FileExistsError as err:  # a parent that is no folder: say what it is
+        try:
+            os.stat(err.filename)
+            told = f"{err.filename}: not a folder"
+        except OSError as stat_err:  # a symbolic link in a loop, or to nothing
+            told = reason(stat_err)
+        raise OutputError(f"{out}: cannot write there ({told})") from None
     except OSError as err:
         raise OutputError(f"{out}: cannot write there ({reason(err)})") from None
 

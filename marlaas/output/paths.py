@@ -32,8 +32,8 @@ def output_path(out: str | Path, what: str = "--out", *, in_place: bool = False)
         path = Path(os.path.abspath(path))  # "." or "runs/..": the folder it names
     if not path.name:
         raise OutputError(f"{path}: the root folder cannot be an output folder")
-    with suppress(OSError):
-        here, real = Path.cwd().resolve(), path.resolve()
+    with suppress(OSError):  # realpath: Path.resolve raised RuntimeError in a symlink loop
+        here, real = Path.cwd().resolve(), Path(os.path.realpath(path))
         if not in_place and (real == here or real in here.parents):
             raise OutputError(f"{out}: is the working folder or holds it; not writing there "
                               "(give a folder inside it)")  # fmt: skip

@@ -33,7 +33,7 @@ def raised_while_handling(inner: BaseException, outer: BaseException) -> BaseExc
         return err
 
 
-@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT, errno.EIO])
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO])
 def test_a_disks_error_is_found_where_it_is_told(code):
     assert disk_error(full("a", code)).errno == code
     torch_save = raised_while_handling(full(code=code), RuntimeError("unexpected pos 704"))
@@ -94,3 +94,25 @@ def test_an_environments_own_disk_error_is_its_work_failing_not_the_runs_disk(tm
     done, _ = asyncio.run(executor._work(EnvStep(3, "a", 0, 0, 0, 2, True)))
     assert (done.work_id, done.ok) == (3, False)
     assert "No space left on device" in done.error
+
+
+def test_a_run_output_that_cannot_be_written_names_its_file(tmp_path, monkeypatch):
+    """pyarrow's error has no strerror: the line read "cannot write the run's outputs (None)"."""
+    import pandas as pd
+
+    import marlaas.eventlog as eventlog
+    from marlaas.executors import outputs
+
+    def efbig(*_args):
+        failed = OSError("Error writing bytes to file. Detail: [errno 27] File too large")
+        failed.errno = errno.EFBIG
+        raise failed
+
+    monkeypatch.setattr(eventlog.pq, "write_table", efbig)
+    with pytest.raises(WriteError) as err:
+        outputs.write_real_files(tmp_path, eventlog.records_to_frame([]), {}, pd.DataFrame())
+    assert str(err.value).startswith(
+        f"{tmp_path}: cannot write the run's outputs ({tmp_path / 'events.parquet'}: Error "
+        "writing bytes to file. Detail: [errno 27] File too large [EFBIG]); its adapters"
+    )
+    assert list(tmp_path.iterdir()) == []

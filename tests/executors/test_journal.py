@@ -3,13 +3,17 @@ as one history with every step once and every device's time covered."""
 
 from __future__ import annotations
 
+import errno
+import os
+
 import pytest
 
 from marlaas.core.records import WorkRecord
 from marlaas.executors.episode_runner import RewardPoint
 from marlaas.executors.history import INTERRUPTED, history_events, history_points
-from marlaas.executors.journal import Journal, JournalError, read_journal
+from marlaas.executors.journal import Journal, JournalError, read_journal, read_run_journal
 from marlaas.metrics.idle import check_partition
+from marlaas.output.errors import WriteError
 
 
 def point(job: str, step: int, time_s: float) -> RewardPoint:
@@ -147,3 +151,62 @@ def test_a_journal_line_of_the_wrong_shape_is_refused(tmp_path, line, error):
     path.write_bytes(line.encode("utf-8", "surrogateescape") + b'\n{"part": 0}\n')
     with pytest.raises(JournalError, match=error.replace("(", r"\(")):
         read_journal(path)
+
+
+@pytest.mark.parametrize("content", [b"", b"\0" * 4096, b"\n \n", b'{"part": 0, "sta'])
+def test_a_journal_with_no_whole_line_is_refused(tmp_path, content):
+    """Its first line is fsynced before any work, so a journal without one was damaged
+    (zeroed, emptied): it read as no journal, and --resume went on from the store's newest
+    version as a run from before journals, every earlier step gone from the history."""
+    path = tmp_path / "journal.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(JournalError, match=r"journal\.jsonl: holds no whole journal line"):
+        read_journal(path)
+    assert path.read_bytes() == content  # not cut to nothing, either
+
+
+def test_a_journal_its_run_lists_but_that_is_missing_is_refused(tmp_path):
+    from marlaas.output.manifest import write_manifest
+
+    first_part(tmp_path / "journal.jsonl")
+    write_manifest(tmp_path, "real", "partial")  # lists journal.jsonl
+    assert read_run_journal(tmp_path).versions == {"j": 2}
+    (tmp_path / "journal.jsonl").unlink()
+    with pytest.raises(JournalError, match=r"journal\.jsonl: missing, though the run's "
+                       r"manifest\.json lists it; cannot resume"):  # fmt: skip
+        read_run_journal(tmp_path)
+    assert read_run_journal(tmp_path / "before-journals").parts == 0  # nothing listed: none
+
+
+def test_a_journal_that_cannot_be_written_is_one_line_naming_it(tmp_path):
+    """A full disk or a file size limit: Python's error named no file ("marlaas: error: File
+    too large"), and closing the journal afterwards raised it again in place of the first."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path, part=0, offset_s=0.0, versions={})
+
+    class Full:
+        def __init__(self, file):
+            self.file, self.closed = file, False
+
+        def write(self, text):
+            self.file.write(text[:5])  # half a line got out
+            self.flush()
+
+        def flush(self):
+            raise OSError(errno.EFBIG, os.strerror(errno.EFBIG))
+
+        def fileno(self):
+            return self.file.fileno()
+
+        def close(self):
+            self.closed = True
+            self.file.close()
+
+    journal._file = Full(journal._file)
+    told = rf"^{path}: cannot append to the run's journal \(File too large \[EFBIG\]\); the run"
+    with pytest.raises(WriteError, match=told):
+        journal.records([work("generate", 0, 0.0, 1.0)])
+    with pytest.raises(WriteError, match=told):
+        journal.close()
+    assert journal._file.closed
+    assert read_journal(path).parts == 1  # the half line: cut short, as by a kill

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import copy
+import json
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from marlaas.executors.adapter_store import OPTIMIZER_FILE, AdapterStore
+from marlaas.executors.adapter_store import (
+    CONFIG_FILE,
+    META_FILE,
+    OPTIMIZER_FILE,
+    WEIGHTS_FILE,
+    AdapterStore,
+)
 from marlaas.executors.resume import ResumeError, check_resumable, check_same_workload, identity
 from marlaas.workload_file import load_workload
 
@@ -32,12 +40,28 @@ def test_an_rl_setting_added_since_the_run_started_counts_as_its_default():
         check_same_workload(recorded, tighter)
 
 
+def save_version(store: AdapterStore, job: str, version: int, optimizer: bool = True) -> Path:
+    """A whole adapter version as a trainer saves it (rank 16, small.yaml's), no torch: its
+    config, a safetensors file of one tensor, marlaas's record and the optimizer state, a
+    zip archive as torch.save writes."""
+    folder = store.path(job, version)
+    folder.mkdir(parents=True)
+    (folder / CONFIG_FILE).write_text(json.dumps({"r": 16}))
+    (folder / META_FILE).write_text(json.dumps({"job": job, "version": version, "rank": 16}))
+    header = json.dumps({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}).encode()
+    weights = len(header).to_bytes(8, "little") + header + bytes(16)
+    (folder / WEIGHTS_FILE).write_bytes(weights)
+    if optimizer:
+        with zipfile.ZipFile(folder / OPTIMIZER_FILE, "w") as archive:
+            archive.writestr("archive/data.pkl", b"state" * 100)
+    return folder
+
+
 def store_of(root: Path, job: str, versions: range) -> AdapterStore:
     """An adapter store with ``job``'s ``versions``, each with its optimizer state."""
     store = AdapterStore(root)
     for version in versions:
-        store.path(job, version).mkdir(parents=True)
-        (store.path(job, version) / OPTIMIZER_FILE).write_bytes(b"")
+        save_version(store, job, version)
     return store
 
 
@@ -59,3 +83,57 @@ def test_resume_with_fewer_steps_than_a_job_has_done_is_refused_before_any_chang
     same = load_workload(SMALL, overrides={f"jobs.{first}.rl.steps": done})
     assert check_resumable(store, same, durable)[first] == done
     assert store.latest(first) == done
+
+
+def test_a_refused_resume_removes_no_version(tmp_path):
+    """A journal cut short names an older durable version than the store holds: the resume
+    is refused (that version has no optimizer state), and it removed the newer versions
+    first: a finished run's trained adapters were gone."""
+    first, second = (j.name for j in load_workload(SMALL).jobs[:2])
+    store = AdapterStore(tmp_path)
+    for version in range(4):  # a trainer keeps the optimizer state of the newest alone
+        save_version(store, first, version, optimizer=version == 3)
+        save_version(store, second, version, optimizer=version == 3)
+    workload = load_workload(SMALL)
+    durable = {first: 3, second: 1}  # the first job could go on: its versions stay too
+    with pytest.raises(ResumeError, match=rf"^{second}: version 1 in {tmp_path} has no "
+                       "optimizer state; the run cannot be continued exactly"):  # fmt: skip
+        check_resumable(store, workload, durable)
+    assert store.versions(first) == store.versions(second) == [0, 1, 2, 3]
+    save_version(store, first, 4)  # saved by a step never journaled
+    save_version(store, second, 4)
+    offsets = check_resumable(store, workload, {first: 3, second: 4})
+    assert (offsets[first], offsets[second]) == (3, 4)
+    assert store.versions(first) == [0, 1, 2, 3]  # past the journal: never durable, removed
+
+
+def damage(folder: Path, name: str) -> str:
+    path = folder / name
+    if name == WEIGHTS_FILE:
+        path.write_bytes(path.read_bytes()[:40])  # cut short
+        return "damaged, not a safetensors file"
+    if name == OPTIMIZER_FILE:
+        data = bytearray(path.read_bytes())
+        data[40:45] = b"XXXXX"  # inside the member: its checksum fails
+        path.write_bytes(bytes(data))
+        return r"damaged \(archive/data\.pkl fails its checksum\)"
+    path.write_bytes(bytes(64))  # zeroed
+    return "not a readable JSON file"
+
+
+@pytest.mark.parametrize("name", [WEIGHTS_FILE, OPTIMIZER_FILE, CONFIG_FILE, META_FILE, None])
+def test_a_damaged_durable_version_is_named_before_any_model_loads(tmp_path, name):
+    """It was found by the engines and trainers once the models had loaded, four times, and
+    named no file ("LoadAdapter of job 'math-a' failed 4 times in a row: SafetensorError:
+    Error while deserializing header: invalid header length")."""
+    first = load_workload(SMALL).jobs[0].name
+    store = store_of(tmp_path, first, range(3))
+    if name is None:  # the whole version
+        import shutil
+
+        shutil.rmtree(store.path(first, 2))
+        told = rf"version 2 in {tmp_path} is missing; the run cannot be continued "
+    else:
+        told = rf"{store.path(first, 2) / name}: {damage(store.path(first, 2), name)}"
+    with pytest.raises(ResumeError, match=rf"^{first}: {told}"):
+        check_resumable(store, load_workload(SMALL), {first: 2})
