@@ -48,8 +48,14 @@ def check_resumable(
     check_not_fewer_steps(workload, offsets)
     if durable is not None:
         for job in workload.jobs:
-            lost = cannot_continue(store, job.name, offsets[job.name], job.lora_rank)
+            done = offsets[job.name]
+            lost = cannot_continue(store, job.name, done, job.lora_rank)
             if lost:
+                newest = store.latest(job.name) or 0
+                if newest > done:  # a step's durable version keeps what it needs to go on
+                    lost += (f" (its store holds versions up to {newest}, but the run's journal "
+                             f"names {done} as its last durable one: was the journal cut "
+                             "short?)")  # fmt: skip
                 raise ResumeError(f"{lost} (train it again into a new --out folder)")
     for name, done in offsets.items():
         drop_undurable(store, name, done, check_optimizer=False)
