@@ -217,15 +217,27 @@ def train(
     variable the environment already sets, ``VLLM_LOGGING_LEVEL=INFO`` say, wins);
     ``verbose``, as ``train --verbose``, leaves them as they are. Returns the
     :class:`~marlaas.RunResult` of the run."""
-    from marlaas.executors.backends import require_training_stack, start_training
+    from marlaas.executors.backends import (
+        BACKENDS,
+        BackendError,
+        require_training_stack,
+        start_training,
+    )
+    from marlaas.executors.tracking import check_tracker
 
     _not_importing_main("train")
     require_training_stack("marlaas.train")
     options = _train_options(micro_batch_size, max_model_len, activation_checkpointing)
     options["chat_template"] = _chat_template(chat_template)
     _check_ray(ray)
-    if not isinstance(verbose, bool):
-        raise TypeError(f"verbose: True or False, not {_kind(verbose)}")
+    for name, flag in (("resume", resume), ("verbose", verbose)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name}: True or False, not {_kind(flag)}")
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise BackendError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+    if tracker is not None:
+        check_tracker(tracker)
+    out = _path(out, "out")
     if base_dir is None and isinstance(workload, (str, os.PathLike)):
         base_dir = Path(workload).parent
     base = None if base_dir is None else Path(_path(base_dir, "base_dir"))
@@ -234,7 +246,7 @@ def train(
     from marlaas.executors.train import train_run
 
     *_, result = train_run(
-        loaded, _path(out, "out"), policy, resume=resume, backend=backend, seed=seed,
+        loaded, out, policy, resume=resume, backend=backend, seed=seed,
         tracker=tracker, base_dir=base, progress=progress, ray=ray, **options,
     )  # fmt: skip
     return result

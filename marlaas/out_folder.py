@@ -78,12 +78,19 @@ from marlaas.output.paths import inside_output, output_path
 
 @contextmanager
 def claim(
-    out: str | Path, kind: str, *, allow_partial: bool = False, replace: bool = True
+    out: str | Path,
+    kind: str,
+    *,
+    allow_partial: bool = False,
+    replace: bool = True,
+    writes: bool = True,
 ) -> Iterator[Claim]:
     """Check, lock and clean ``out`` for an output of ``kind``, before any work; hold the
     lock until the block ends (see the module docstring). ``allow_partial``: a partial
     output of this kind (a killed real run) may be continued, in place; ``replace=False``: a
-    finished output of this kind is refused too (``--overwrite`` was not given)."""
+    finished output of this kind is refused too (``--overwrite`` was not given);
+    ``writes=False``: the command only reads ``out`` (``evaluate --run RUN --out FILE``), so
+    a read-only ``out`` is taken."""
     if kind not in KINDS:
         raise ValueError(f"unknown output kind {kind!r}")
     out = output_path(out, in_place=allow_partial)
@@ -100,7 +107,7 @@ def claim(
             if not replace:
                 raise OutputError(f"{out}: already holds a {NAMES[kind]}; not replacing it "
                                   "(give --overwrite to replace it)")  # fmt: skip
-        if out.is_dir() and not os.access(out, os.W_OK | os.X_OK):
+        if writes and out.is_dir() and not os.access(out, os.W_OK | os.X_OK):
             # replaced anyway (renamed aside), its old output stayed beside it, unremovable,
             # and every later command on it failed naming one file in it
             raise OutputError(f"{out}: the folder is read-only; not writing there (make it "

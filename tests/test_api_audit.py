@@ -116,6 +116,12 @@ def test_train_quiets_vllms_log_as_the_cli_does_keeping_what_the_user_set(
         with pytest.raises(ValueError, match=r"^micro_batch_size -1"):
             marlaas.train(workload, tmp_path / "run", micro_batch_size=-1)
         assert settings() == before  # refused: nothing changed
+        wrongs = ({"out": 123}, {"backend": "nope"}, {"tracker": "nope"}, {"resume": "yes"})
+        for wrong in wrongs:
+            with pytest.raises(Exception) as refused:
+                marlaas.train(workload, **{"out": tmp_path / "run", **wrong})
+            assert not isinstance(refused.value, Started)
+            assert settings() == before, wrong
         with pytest.raises(Started):
             marlaas.train(workload, tmp_path / "run", verbose=True)
         assert settings() == {**before, **ALWAYS_ENV}

@@ -373,3 +373,27 @@ def test_claim_refuses_an_unfinished_output_unless_asked(tmp_path):
         pass
     with claim(out, "real", allow_partial=True) as target:
         assert target.has_output and target.existing_status == "partial"
+
+
+def test_a_command_that_only_reads_its_folder_takes_a_read_only_one(tmp_path):
+    """``evaluate --run RUN --out FILE`` writes nothing into RUN, yet a read-only RUN (an
+    archived run) was refused as a read-only output."""
+    out = tmp_path / "run"
+    assert simulate(out) == 0
+    claims = (
+        "from marlaas.out_folder import claim\n"
+        "import sys\n"
+        "with claim(sys.argv[1], 'simulation', writes=sys.argv[2] == 'yes'):\n"
+        "    print('claimed')\n"
+    )
+    out.chmod(0o555)
+    try:
+        done = [
+            subprocess.run(unprivileged([sys.executable, "-c", claims, str(out), writes]),
+                           capture_output=True, text=True, timeout=60, check=False)
+            for writes in ("no", "yes")
+        ]  # fmt: skip
+    finally:
+        out.chmod(0o755)
+    assert done[0].returncode == 0 and done[0].stdout == "claimed\n", done[0].stderr
+    assert done[1].returncode == 1 and "the folder is read-only" in done[1].stderr

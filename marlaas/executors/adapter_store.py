@@ -103,8 +103,9 @@ class AdapterStore:
         try:
             with zipfile.ZipFile(path) as archive:
                 bad = archive.testzip()
-        except (OSError, zipfile.BadZipFile, ValueError, EOFError) as err:
-            raise AdapterError(f"{path}: damaged, not a saved optimizer state ({err})") from None
+        except Exception as err:  # BadZipFile, OSError, zlib.error, NotImplementedError...
+            raise AdapterError(f"{path}: damaged, not a saved optimizer state "
+                               f"({type(err).__name__}: {err})") from None  # fmt: skip
         if bad is not None:
             raise AdapterError(f"{path}: damaged ({bad} fails its checksum)")
         return path
@@ -150,7 +151,8 @@ def _check_safetensors(path: Path) -> None:
                 raise ValueError(f"a header of {length:,} bytes in a file of {size:,}")
             header = json.loads(handle.read(length))
         ends = [int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"]
-    except (OSError, ValueError, LookupError, TypeError, AttributeError, RecursionError) as err:
+    except (OSError, ValueError, LookupError, TypeError, AttributeError, ArithmeticError,
+            RecursionError) as err:  # fmt: skip
         raise AdapterError(f"{path}: damaged, not a safetensors file ({err})") from None
     end = 8 + length + max(ends, default=0)
     if end != size:

@@ -220,7 +220,7 @@ def _evaluate(args: argparse.Namespace) -> int:
             await gen.close()
 
     # RUN is locked (no train --resume meanwhile) and --out checked before any work
-    with claim(run, "real", allow_partial=True) as target, into_run as elsewhere:
+    with claim(run, "real", allow_partial=True, writes=default) as target, into_run as elsewhere:
         own = target.out / EVAL_FILE
         present = own.is_symlink() or own.exists()
         if elsewhere is None and present and (own.is_symlink() or not is_evaluation(own)):

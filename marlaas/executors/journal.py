@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Annotated
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
 from marlaas import strict_json
 from marlaas.core.limits import MAX_STEPS
@@ -64,10 +64,15 @@ class Journaled:
     workload: dict | None = None
     """The first part's workload identity (None: a journal from before it was written)."""
 
+    starts: dict[str, int] = field(default_factory=dict)
+    """Each job's newest version a part started at (its last durable one then)."""
+
     @property
     def versions(self) -> dict[str, int]:
-        """Each job's newest durable adapter version (steps done)."""
-        done: dict[str, int] = {}
+        """Each job's newest durable adapter version (steps done): the newest its steps made
+        durable, or a part started at (a journal cut to a part's start line, or a run from
+        before journals continued, has its versions only there)."""
+        done: dict[str, int] = dict(self.starts)
         for _, point in self.steps:
             done[point.job] = max(done.get(point.job, 0), point.step + 1)
         return done
@@ -97,11 +102,19 @@ class Journal:
         self.on_durable = on_durable
         """Called after each step is durable (a replaced run's old one may go then)."""
         _drop_cut_line(self.path)
+        new = not self.path.exists() or not self.path.stat().st_size
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
         start = {"offset_s": offset_s, "versions": self.versions}
         if workload is not None:
             start["workload"] = workload
-        self._write({"start": start}, sync=True)
+        try:
+            self._write({"start": start}, sync=True)
+        except WriteError:  # a journal of no whole line would be refused by the next resume
+            with suppress(WriteError):  # (the cut line again)
+                self.close()
+            if new:
+                self.path.unlink(missing_ok=True)
+            raise
 
     def records(self, records: list[WorkRecord]) -> None:
         """Append work records (part-local times; shifted here)."""
@@ -168,6 +181,10 @@ class _Line(BaseModel):
     part: Annotated[int, Field(ge=0, le=MAX_PARTS)]
 
 
+class _StartVersions(RootModel[dict[str, Annotated[int, Field(ge=0, le=MAX_STEPS)]]]):
+    """A start line's versions: the version each job started its part at."""
+
+
 class _Step(BaseModel):
     """A step line's reward point: RewardPoint's fields, typed (null: NaN)."""
 
@@ -217,9 +234,6 @@ def read_journal(path: Path) -> Journaled:
             raise JournalError(format_validation_error(err, f"{path}: line {number}")) from None
         except (KeyError, TypeError, ValueError) as err:
             raise JournalError(f"{path}: line {number} is not a journal line ({err})") from None
-    if not out.parts:  # its first line, fsynced before any work, is gone: zeroed or emptied
-        raise JournalError(f"{path}: holds no whole journal line ({len(data):,} characters: "
-                           "damaged); cannot resume")  # fmt: skip
     try:  # the records as the event log they become
         frame = records_to_frame([record for _, record in out.records])
         check_event_log(pa.Table.from_pandas(frame, preserve_index=False), f"{path}: records")
@@ -231,14 +245,21 @@ def read_journal(path: Path) -> Journaled:
 
 def read_run_journal(out: Path) -> Journaled:
     """:func:`read_journal` of the run folder ``out``; JournalError when its journal is
-    missing though the run's manifest lists it: a run without one resumes as one from
-    before journals, from its store's newest version, its history silently gone."""
+    missing, or holds no whole line (zeroed, emptied), though the run's manifest lists it:
+    a run without one resumes as one from before journals, from its store's newest version,
+    its history silently gone. (A journal whose first line a failed write cut short is
+    removed by :class:`Journal` and not listed.)"""
     path = Path(out) / JOURNAL_FILE
-    listed = (read_manifest(out) or {}).get("files", [])
-    if JOURNAL_FILE in listed and not (path.exists() or path.is_symlink()):
+    listed = JOURNAL_FILE in (read_manifest(out) or {}).get("files", [])
+    if listed and not (path.exists() or path.is_symlink()):
         raise JournalError(f"{path}: missing, though the run's {MANIFEST_FILE} lists it; "
                            "cannot resume")  # fmt: skip
-    return read_journal(path)
+    journaled = read_journal(path)
+    if listed and not journaled.parts:  # its first line, fsynced before any work, is gone
+        raise JournalError(f"{path}: holds no whole journal line, though the run's "
+                           f"{MANIFEST_FILE} lists it (zeroed or emptied); "
+                           "cannot resume")  # fmt: skip
+    return journaled
 
 
 def _add(out: Journaled, line: dict) -> None:
@@ -249,6 +270,10 @@ def _add(out: Journaled, line: dict) -> None:
     start = line.get("start")
     if isinstance(start, dict) and out.workload is None and isinstance(start.get("workload"), dict):
         out.workload = start["workload"]
+    if isinstance(start, dict):
+        versions = _StartVersions.model_validate(start.get("versions", {}), strict=True).root
+        for job, version in versions.items():
+            out.starts[job] = max(out.starts.get(job, 0), version)
     if "record" in line:
         out.records.append((part, WorkRecord(**_floats(line["record"]))))
     elif "step" in line:

@@ -166,8 +166,9 @@ def state_error(env: Environment, method: str, err: Exception, back: bool) -> En
 def _unpicklable(env: Environment, err: Exception) -> str:
     """What of ``env`` did not pickle: the first attribute of the state it pickles
     (``__getstate__``) that does not, and why (else the pickler's own reason, first line)."""
+    getstate = getattr(env, "__getstate__", None)  # (object has one from Python 3.11 on)
     try:
-        state = env.__getstate__()
+        state = getstate() if getstate is not None else getattr(env, "__dict__", None)
     except Exception:
         state = None
     for name, value in state.items() if isinstance(state, dict) else ():
@@ -359,7 +360,7 @@ class RemoteEnv(Environment):
         after it, is EnvStateError (:func:`state_error`)."""
         try:
             ref = self.pool.next_actor().call.remote(self.env, method, *args)
-        except TypeError as err:  # Ray's "Could not serialize the argument ..."
+        except (TypeError, pickle.PicklingError, RecursionError) as err:  # Ray pickling it
             raise state_error(self.env, method, err, back=False) from None
         try:
             new_env, value = await ref
@@ -370,7 +371,9 @@ class RemoteEnv(Environment):
             cause = _cause(err)
             if isinstance(cause, EnvRaised):
                 raise cause.error from None
-            if isinstance(cause, TypeError | pickle.PicklingError):  # pickling what it returned
+            # not raised by the environment (that comes back as EnvRaised): Ray pickling
+            # the state the call left, on its way back
+            if isinstance(cause, TypeError | pickle.PicklingError | RecursionError):
                 raise state_error(self.env, method, cause, back=True) from None
             raise cause from None
         except RayActorError as err:

@@ -28,14 +28,19 @@ class ResumeError(WorkloadError):
 
 
 def check_resumable(
-    store: AdapterStore, workload: Workload, durable: dict[str, int] | None
+    store: AdapterStore,
+    workload: Workload,
+    durable: dict[str, int] | None,
+    finished: bool = False,
 ) -> dict[str, int]:
     """Each job's resume offset: its last durable version (``durable``, from the journal;
-    None for a run from before journals: the store's newest version).
+    None for a run from before journals: the store's newest version). ``finished``: the run
+    ended (its manifest says so), so every version its store holds was journaled.
 
     Raises ResumeError, before anything in the store changes, when a job has done more steps
     than its ``rl.steps`` now (:func:`check_not_fewer_steps`), or when a durable version is
-    missing, lacks its optimizer state or has a damaged file (:func:`cannot_continue`). Only
+    missing, lacks its optimizer state or has a damaged file (:func:`cannot_continue`), or
+    when a finished run's store holds a version its journal does not name. Only
     then are the versions the store holds beyond a job's durable one removed: they were
     written by a step that was never journaled (killed between its sync and its journal
     line), and that step is trained again. (A refused resume once removed them first: a
@@ -57,6 +62,14 @@ def check_resumable(
                              f"names {done} as its last durable one: was the journal cut "
                              "short?)")  # fmt: skip
                 raise ResumeError(f"{lost} (train it again into a new --out folder)")
+            newest = store.latest(job.name) or 0
+            if finished and newest > done:  # a finished run journaled every version it saved
+                raise ResumeError(
+                    f"{job.name}: the finished run's store in {store.root} holds versions up "
+                    f"to {newest}, but its journal names {done} as the last durable one: was "
+                    "the journal cut short? Not removing them (put the journal back, or train "
+                    "again into a new --out folder)"
+                )
     for name, done in offsets.items():
         drop_undurable(store, name, done, check_optimizer=False)
     return offsets
@@ -99,17 +112,15 @@ def cannot_continue(store: AdapterStore, job: str, done: int, rank: int | None =
 
 
 def drop_undurable(store: AdapterStore, job: str, done: int, check_optimizer: bool = True) -> str:
-    """Remove ``job``'s versions past ``done`` (its last durable one: they were saved by a
-    step that never became durable); the reason it cannot go on exactly when version ``done``
-    lacks its optimizer state (checked with ``check_optimizer``: :func:`cannot_continue`),
-    else empty. A job that cannot go on keeps every version."""
+    """Remove ``job``'s versions past ``done`` (its last durable one, as its caller knows it
+    for sure: they were saved by a step that never became durable); the reason it cannot go
+    on exactly when version ``done`` is missing or damaged or lacks its optimizer state
+    (checked with ``check_optimizer``: :func:`cannot_continue`), else empty."""
     lost = cannot_continue(store, job, done) if check_optimizer else ""
-    if lost:
-        return lost
     for newer in store.versions(job):
         if newer > done:
             shutil.rmtree(store.path(job, newer))
-    return ""
+    return lost
 
 
 def base_model_identity(name: str, model_dir: Path | None = None) -> dict:

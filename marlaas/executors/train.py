@@ -122,9 +122,10 @@ def train_run(
             durable = journaled.versions if journaled.parts else None  # None: a run before journals
             if resume:  # before anything in the run folder changes
                 check_same_workload(journaled.workload, workload, model_dir)
-            offsets = check_resumable(store, workload, durable) if resume else {}
+            finished = target.existing_status == "finished"
+            offsets = check_resumable(store, workload, durable, finished) if resume else {}
             left = any(offsets.get(j.name, 0) < j.rl.steps for j in workload.jobs)
-            if not left and target.existing_status == "finished":
+            if not left and finished:
                 raise NothingToResumeError(f"{workload.name}: every job has already trained "
                                            "all its steps; nothing to resume")  # fmt: skip
             write_manifest(out, REAL, "partial")

@@ -155,13 +155,19 @@ def test_a_journal_line_of_the_wrong_shape_is_refused(tmp_path, line, error):
 
 @pytest.mark.parametrize("content", [b"", b"\0" * 4096, b"\n \n", b'{"part": 0, "sta'])
 def test_a_journal_with_no_whole_line_is_refused(tmp_path, content):
-    """Its first line is fsynced before any work, so a journal without one was damaged
-    (zeroed, emptied): it read as no journal, and --resume went on from the store's newest
-    version as a run from before journals, every earlier step gone from the history."""
+    """Its first line is fsynced before any work, so a journal without one that the run's
+    manifest lists was damaged (zeroed, emptied): it read as no journal, and --resume went on
+    from the store's newest version as a run from before journals, every earlier step gone
+    from the history. Not listed (a run from before journals), it reads as none."""
+    from marlaas.output.manifest import write_manifest
+
     path = tmp_path / "journal.jsonl"
     path.write_bytes(content)
-    with pytest.raises(JournalError, match=r"journal\.jsonl: holds no whole journal line"):
-        read_journal(path)
+    assert read_run_journal(tmp_path).parts == 0  # not listed: no journal
+    write_manifest(tmp_path, "real", "partial")  # lists journal.jsonl
+    with pytest.raises(JournalError, match=r"journal\.jsonl: holds no whole journal line, "
+                       r"though the run's manifest\.json lists it"):  # fmt: skip
+        read_run_journal(tmp_path)
     assert path.read_bytes() == content  # not cut to nothing, either
 
 
@@ -210,3 +216,41 @@ def test_a_journal_that_cannot_be_written_is_one_line_naming_it(tmp_path):
         journal.close()
     assert journal._file.closed
     assert read_journal(path).parts == 1  # the half line: cut short, as by a kill
+
+
+def test_a_start_line_that_cannot_be_written_leaves_no_journal_of_no_whole_line(
+    tmp_path, monkeypatch
+):
+    """A run from before journals continued on a full disk: its new journal's first line was
+    cut, and every later --resume refused it as damaged. A new journal is removed; one with
+    whole lines keeps them (its cut line is dropped when read, and when a part starts)."""
+
+    def failing(self, line, sync=False):
+        self._file.write('{"part": 0, "sta')  # half the line got out
+        raise WriteError(f"{self.path}: cannot append")
+
+    path = tmp_path / "journal.jsonl"
+    with monkeypatch.context() as patch:
+        patch.setattr(Journal, "_write", failing)
+        with pytest.raises(WriteError):
+            Journal(path, part=0, offset_s=0.0, versions={"j": 28})
+    assert not path.exists()
+    first_part(path)  # (its last line cut by a kill: dropped when the next part starts)
+    before = path.read_bytes()[: path.read_bytes().rfind(b"\n") + 1]
+    with monkeypatch.context() as patch:
+        patch.setattr(Journal, "_write", failing)
+        with pytest.raises(WriteError):
+            Journal(path, part=1, offset_s=5.0, versions={"j": 2})
+    assert path.read_bytes().startswith(before) and read_journal(path).versions == {"j": 2}
+
+
+def test_a_part_that_made_no_step_keeps_the_versions_it_started_at(tmp_path):
+    """A journal of a start line alone (a run from before journals continued, then killed
+    while its models loaded; or a journal cut to it) named no durable version, and --resume
+    removed every trained version of every job."""
+    path = tmp_path / "journal.jsonl"
+    Journal(path, part=0, offset_s=0.0, versions={"j": 28, "k": 0}).close()
+    assert read_journal(path).versions == {"j": 28, "k": 0}
+    path.write_text('{"part": 0, "start": {"offset_s": 0.0, "versions": {"j": "28"}}}\n')
+    with pytest.raises(JournalError, match="line 1"):
+        read_journal(path)

@@ -223,6 +223,26 @@ def test_the_attribute_named_is_one_of_the_state_the_environment_pickles():
         env.connection.close()
 
 
+class RefusesToPickle(HoldsALock):
+    """Its own ``__reduce__`` refuses (PicklingError, not TypeError)."""
+
+    def __init__(self, args=None) -> None:
+        super().__init__({"later": True})
+
+    def __reduce__(self):
+        import pickle
+
+        raise pickle.PicklingError("not this one")
+
+
+def test_a_pickling_error_other_than_a_type_error_is_the_same_error():
+    actor = SimpleNamespace(call=SimpleNamespace(remote=lambda *a: sends(a)))
+    env = RemoteEnv(EnvPool([actor]), RefusesToPickle())
+    with pytest.raises(EnvResultError, match=r"reset\(\): its state cannot be pickled to "
+                       r"travel to its Ray actor \(PicklingError: not this one\)"):  # fmt: skip
+        asyncio.run(start_group("j", 0, 0, [env], 1, Chars()))
+
+
 def test_a_state_that_stops_pickling_in_the_actor_is_named_too(ray_cluster):
     """The same when the state stops pickling in the actor (a lock made in ``reset``): it
     was Ray's bare TypeError("cannot pickle '_thread.lock' object"), naming nothing. A

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -131,11 +132,59 @@ def test_a_damaged_durable_version_is_named_before_any_model_loads(tmp_path, nam
     first = load_workload(SMALL).jobs[0].name
     store = store_of(tmp_path, first, range(3))
     if name is None:  # the whole version
-        import shutil
-
         shutil.rmtree(store.path(first, 2))
         told = rf"version 2 in {tmp_path} is missing; the run cannot be continued "
     else:
         told = rf"{store.path(first, 2) / name}: {damage(store.path(first, 2), name)}"
     with pytest.raises(ResumeError, match=rf"^{first}: {told}"):
         check_resumable(store, load_workload(SMALL), {first: 2})
+
+
+def test_damage_the_file_checks_do_not_expect_is_named_too(tmp_path):
+    """An archive whose compression method is unknown (NotImplementedError from zipfile) and
+    a header whose data offsets overflow (OverflowError) were tracebacks."""
+    first = load_workload(SMALL).jobs[0].name
+    store = store_of(tmp_path, first, range(2))
+    folder = store.path(first, 1)
+    header = json.dumps({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 1e999]}})
+    header = header.replace("Infinity", "1e999").encode()
+    (folder / WEIGHTS_FILE).write_bytes(len(header).to_bytes(8, "little") + header + bytes(16))
+    with pytest.raises(ResumeError, match=rf"{WEIGHTS_FILE}: damaged, not a safetensors file"):
+        check_resumable(store, load_workload(SMALL), {first: 1})
+    shutil.rmtree(folder)
+    save_version(store, first, 1)
+    data = bytearray((folder / OPTIMIZER_FILE).read_bytes())
+    central = data.rfind(b"PK\x01\x02")  # the central directory's record of the member
+    data[central + 10 : central + 12] = (99).to_bytes(2, "little")  # an unknown method
+    (folder / OPTIMIZER_FILE).write_bytes(bytes(data))
+    with pytest.raises(ResumeError, match=rf"{OPTIMIZER_FILE}: damaged, not a saved optimizer "
+                       "state \\(NotImplementedError"):  # fmt: skip
+        check_resumable(store, load_workload(SMALL), {first: 1})
+
+
+def test_a_finished_run_whose_journal_names_fewer_versions_than_its_store_is_refused(tmp_path):
+    """A finished run's journal cut to its first line named no durable version, and --resume
+    removed every trained version and trained them all again, status 0."""
+    first = load_workload(SMALL).jobs[0].name
+    store = store_of(tmp_path, first, range(3))
+    with pytest.raises(ResumeError, match=rf"^{first}: the finished run's store in {tmp_path} "
+                       "holds versions up to 2, but its journal names 0 as the last durable "
+                       "one: was the journal cut short\\?"):  # fmt: skip
+        check_resumable(store, load_workload(SMALL), {}, finished=True)
+    assert store.versions(first) == [0, 1, 2]
+    assert check_resumable(store, load_workload(SMALL), {first: 1})[first] == 1  # a partial run
+    assert store.versions(first) == [0, 1]  # version 2: saved, never journaled
+
+
+def test_the_services_drop_removes_the_versions_past_the_durable_one_of_a_job_that_fails(
+    tmp_path,
+):
+    """A job that cannot go on (its durable version lost its optimizer state) still has its
+    never-durable versions removed: they stayed on disk for good."""
+    from marlaas.executors.resume import drop_undurable
+
+    first = load_workload(SMALL).jobs[0].name
+    store = store_of(tmp_path, first, range(4))
+    (store.path(first, 1) / OPTIMIZER_FILE).unlink()
+    assert "has no optimizer state" in drop_undurable(store, first, 1)
+    assert store.versions(first) == [0, 1]
