@@ -90,16 +90,20 @@ def claim(
     output of this kind (a killed real run) may be continued, in place; ``replace=False``: a
     finished output of this kind is refused too (``--overwrite`` was not given);
     ``writes=False``: the command only reads ``out`` (``evaluate --run RUN --out FILE``), so
-    a read-only ``out`` is taken."""
+    a read-only ``out`` is taken, and in a read-only parent, where no other command can
+    write either, it is read unlocked and left as it is."""
     if kind not in KINDS:
         raise ValueError(f"unknown output kind {kind!r}")
     out = output_path(out, in_place=allow_partial)
     if out.exists() and not out.is_dir():
         raise OutputError(f"{out}: exists and is not a folder; not writing there")
     _refuse_inside_output(out)
-    lock = lock_beside(out)
+    lock = None
+    if writes or os.access(out.parent, os.W_OK | os.X_OK):
+        lock = lock_beside(out)
     try:
-        restore_old(out, kind)
+        if lock is not None:
+            restore_old(out, kind)
         existing: tuple[str | None, str] = (None, "")
         if out.is_dir() and any(out.iterdir()):
             existing = folder_kind(out)
@@ -112,10 +116,12 @@ def claim(
             # and every later command on it failed naming one file in it
             raise OutputError(f"{out}: the folder is read-only; not writing there (make it "
                               "writable to replace or continue it)")  # fmt: skip
-        remove_leftovers(out)  # every check has passed
+        if lock is not None:
+            remove_leftovers(out)  # every check has passed
         yield Claim(out, kind, existing)
     finally:
-        unlock(out, lock)
+        if lock is not None:
+            unlock(out, lock)
 
 
 @contextmanager

@@ -377,8 +377,9 @@ def test_claim_refuses_an_unfinished_output_unless_asked(tmp_path):
 
 def test_a_command_that_only_reads_its_folder_takes_a_read_only_one(tmp_path):
     """``evaluate --run RUN --out FILE`` writes nothing into RUN, yet a read-only RUN (an
-    archived run) was refused as a read-only output."""
-    out = tmp_path / "run"
+    archived run) was refused as a read-only output, and one in a read-only folder could not
+    be locked ("cannot write there (.RUN.lock: Permission denied)")."""
+    out = tmp_path / "runs" / "run"
     assert simulate(out) == 0
     claims = (
         "from marlaas.out_folder import claim\n"
@@ -386,14 +387,26 @@ def test_a_command_that_only_reads_its_folder_takes_a_read_only_one(tmp_path):
         "with claim(sys.argv[1], 'simulation', writes=sys.argv[2] == 'yes'):\n"
         "    print('claimed')\n"
     )
+
+    def claim_it(writes: str) -> subprocess.CompletedProcess:
+        return subprocess.run(unprivileged([sys.executable, "-c", claims, str(out), writes]),
+                              capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+
+    before = sorted(tmp_path.rglob("*"))
+    for read_only in (out, out.parent):  # the run, then its folder too
+        read_only.chmod(0o555)
+    try:
+        reads, writes = claim_it("no"), claim_it("yes")
+    finally:
+        for read_only in (out.parent, out):
+            read_only.chmod(0o755)
+    assert reads.returncode == 0 and reads.stdout == "claimed\n", reads.stderr
+    assert writes.returncode == 1 and "cannot write there (" in writes.stderr
+    assert sorted(tmp_path.rglob("*")) == before  # no lock file, nothing else left
     out.chmod(0o555)
     try:
-        done = [
-            subprocess.run(unprivileged([sys.executable, "-c", claims, str(out), writes]),
-                           capture_output=True, text=True, timeout=60, check=False)
-            for writes in ("no", "yes")
-        ]  # fmt: skip
+        reads, writes = claim_it("no"), claim_it("yes")
     finally:
         out.chmod(0o755)
-    assert done[0].returncode == 0 and done[0].stdout == "claimed\n", done[0].stderr
-    assert done[1].returncode == 1 and "the folder is read-only" in done[1].stderr
+    assert reads.returncode == 0 and reads.stdout == "claimed\n", reads.stderr
+    assert writes.returncode == 1 and "the folder is read-only" in writes.stderr

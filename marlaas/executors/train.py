@@ -143,6 +143,9 @@ def train_run(
                         journal = Journal(out / JOURNAL_FILE, journaled.parts, journaled.end_s,
                                           offsets, identity(workload, model_dir),
                                           on_durable=keep)  # fmt: skip
+                        # listing the journal from its first line on: one emptied, zeroed
+                        # or removed later is refused, not read as a run from before journals
+                        write_manifest(out, REAL, "partial")
                         memory.offset_s = journaled.end_s
                         try:
                             result, outside_clock, engine_steps = _train_part(

@@ -12,6 +12,7 @@ batch with the other's, which moves log-probs by ~1e-7, hence a tolerance, not e
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -85,7 +86,9 @@ def adapter(out: Path, job: str, version: int) -> dict:
 
 
 @pytest.mark.slow
-def test_a_killed_run_resumes_to_the_same_adapters_and_one_history(tiny_model_dir, tmp_path):
+def test_a_killed_run_resumes_to_the_same_adapters_and_one_history(
+    tiny_model_dir, tmp_path, capsys
+):
     workload = tmp_path / "w.yaml"
     workload.write_text(workload_text(tiny_model_dir))
     full, part = tmp_path / "full", tmp_path / "part"
@@ -102,6 +105,12 @@ def test_a_killed_run_resumes_to_the_same_adapters_and_one_history(tiny_model_di
     done_before = durable_steps(part)
     assert 3 <= done_before < len(JOBS) * STEPS  # killed midway
     assert read_manifest(part)["status"] == "partial"
+    emptied = tmp_path / "emptied"  # its journal emptied: refused, not read as none (the
+    shutil.copytree(part, emptied)  # manifest lists it from its first line on)
+    (emptied / JOURNAL_FILE).write_bytes(b"")
+    capsys.readouterr()
+    assert main(train_args(workload, emptied, "--resume")) == 2
+    assert "journal.jsonl: holds no whole journal line" in capsys.readouterr().err
     (part / "eval.json").write_text('[{"job": "emit-a", "model": "base", "accuracy": 0.1}]')
 
     assert main(train_args(workload, part, "--resume")) == 0
