@@ -217,12 +217,7 @@ def train(
     variable the environment already sets, ``VLLM_LOGGING_LEVEL=INFO`` say, wins);
     ``verbose``, as ``train --verbose``, leaves them as they are. Returns the
     :class:`~marlaas.RunResult` of the run."""
-    from marlaas.executors.backends import (
-        BACKENDS,
-        BackendError,
-        require_training_stack,
-        start_training,
-    )
+    from marlaas.executors.backends import check_backend, require_training_stack, start_training
     from marlaas.executors.tracking import check_tracker
 
     _not_importing_main("train")
@@ -233,8 +228,7 @@ def train(
     for name, flag in (("resume", resume), ("verbose", verbose)):
         if not isinstance(flag, bool):
             raise TypeError(f"{name}: True or False, not {_kind(flag)}")
-    if not isinstance(backend, str) or backend not in BACKENDS:
-        raise BackendError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+    check_backend(backend)
     if tracker is not None:
         check_tracker(tracker)
     out = _path(out, "out")

@@ -112,10 +112,15 @@ def start_training(what: str, verbose: bool = False) -> None:
     quiet_libraries(verbose=verbose)
 
 
+def check_backend(backend: object) -> None:
+    """BackendError unless ``backend`` is one of BACKENDS."""
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise BackendError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+
+
 def resolve_backend(backend: str) -> str:
     """``auto`` -> ``vllm`` when vLLM imports, else ``hf``; ``vllm`` fails loudly without it."""
-    if backend not in BACKENDS:
-        raise BackendError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+    check_backend(backend)
     require_training_stack()
     if backend == "hf":
         return "hf"
