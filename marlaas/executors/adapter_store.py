@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import re
 import shutil
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from marlaas.atomic import atomic_dir
 
@@ -15,12 +18,21 @@ _VERSION_DIR = re.compile(r"v(\d+)")
 OPTIMIZER_FILE = "optimizer.pt"
 """A job's optimizer state, saved beside its adapter so that training continues exactly."""
 META_FILE = "marlaas_adapter.json"
-"""What marlaas records of a version: job, version, rank, alpha (PeftTrainer writes it)."""
+"""What marlaas records of a version: job, version, rank, alpha and the weights' SHA-256
+(PeftTrainer writes it)."""
+WEIGHTS_SHA256 = "weights_sha256"
+"""The key of :data:`META_FILE` that records the SHA-256 (64 hex digits) of
+:data:`WEIGHTS_FILE` as it was written; checked wherever the weights are checked or loaded.
+A version saved before it was recorded has none, and its weights are checked as before
+(header and length only)."""
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
 MAX_META_BYTES = 1024 * 1024
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 """The largest header a safetensors file may have (the library's own limit)."""
+_CHUNK_BYTES = 1024 * 1024
+"""How much of a weights file is hashed at a time."""
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class AdapterError(ValueError):
@@ -73,7 +85,8 @@ class AdapterStore:
     def check(self, job: str, version: int, rank: int) -> Path:
         """The folder of (job, version) when it is loadable as that job's adapter of LoRA rank
         ``rank``: its config and weights present, marlaas's record of it naming this job,
-        version and rank; else an AdapterError naming the file and the field."""
+        version and rank, its weights whole (and, where the record has their SHA-256, the
+        bytes written); else an AdapterError naming the file and the field."""
         folder = self.path(job, version)
         for name in (CONFIG_FILE, WEIGHTS_FILE, META_FILE):
             if not (folder / name).is_file():
@@ -89,7 +102,7 @@ class AdapterStore:
         if config.get("r") != rank:
             raise AdapterError(f"{folder / CONFIG_FILE}: r: {config.get('r')!r}, but the job's "
                                f"lora_rank is {rank}")  # fmt: skip
-        _check_safetensors(folder / WEIGHTS_FILE)
+        _check_safetensors(folder / WEIGHTS_FILE, recorded_digest(meta, folder / META_FILE))
         return folder
 
     def has_optimizer(self, job: str, version: int) -> bool:
@@ -139,24 +152,85 @@ class AdapterStore:
         return len(partial)
 
 
-def _check_safetensors(path: Path) -> None:
-    """AdapterError naming ``path`` when it is not a whole safetensors file: its header (an
-    8-byte length, then JSON) unreadable, or its tensors' bytes not ending where the file
-    does (cut short, zeroed, or another file)."""
+def weights_digest(path: Path) -> str:
+    """The SHA-256 (hex) of the weights file ``path`` (what :data:`WEIGHTS_SHA256` records)."""
+    with open(path, "rb") as handle:
+        return _digest_of_rest(handle, b"")
+
+
+def recorded_digest(meta: dict, meta_path: Path) -> str | None:
+    """The weights' SHA-256 that the record ``meta`` (read from ``meta_path``) holds; None
+    when it holds none (a version saved before it was recorded); an AdapterError naming the
+    field when it is no SHA-256."""
+    digest = meta.get(WEIGHTS_SHA256)
+    if digest is None:
+        return None
+    if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+        raise AdapterError(f"{meta_path}: {WEIGHTS_SHA256}: {str(digest)[:80]!r} is not a "
+                           "SHA-256 (64 lowercase hex digits)")  # fmt: skip
+    return digest
+
+
+def read_weights(folder: Path) -> bytes:
+    """The bytes of ``folder``'s weights file, read once and checked as :meth:`AdapterStore.
+    check` checks them (whole, and the SHA-256 its record holds, when it has a record that
+    holds one); an AdapterError naming the file otherwise."""
+    meta_path = folder / META_FILE
+    recorded = recorded_digest(_json_object(meta_path), meta_path) if meta_path.exists() else None
+    path = folder / WEIGHTS_FILE
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise AdapterError(f"{path}: not readable ({err.strerror or err})") from None
+    _check_weights(path, io.BytesIO(data), len(data), recorded)
+    return data
+
+
+def _check_safetensors(path: Path, recorded: str | None = None) -> None:
+    """AdapterError naming ``path`` when it is not a whole safetensors file, or not the one
+    whose SHA-256 was ``recorded`` when it was written (see :func:`_check_weights`)."""
     try:
         size = path.stat().st_size
-        with open(path, "rb") as handle:
-            length = int.from_bytes(handle.read(8), "little")
-            if size < 8 or not 0 < length <= min(size - 8, MAX_HEADER_BYTES):
-                raise ValueError(f"a header of {length:,} bytes in a file of {size:,}")
-            header = json.loads(handle.read(length))
+        handle = open(path, "rb")  # noqa: SIM115 (closed below)
+    except OSError as err:
+        raise AdapterError(f"{path}: damaged, not a safetensors file ({err})") from None
+    with handle:
+        _check_weights(path, handle, size, recorded)
+
+
+def _check_weights(path: Path, handle: BinaryIO, size: int, recorded: str | None) -> None:
+    """AdapterError naming ``path`` (read through ``handle``, ``size`` bytes) when it is not
+    a whole safetensors file: its header (an 8-byte length, then JSON) unreadable, or its
+    tensors' bytes not ending where the file does (cut short, zeroed, or another file); or,
+    given the SHA-256 ``recorded`` when it was written, when its bytes hash to another (a
+    flipped bit in the tensors' data). The file is read once: the header, then the rest
+    only to hash it."""
+    try:
+        prefix = handle.read(8)
+        length = int.from_bytes(prefix, "little")
+        if size < 8 or not 0 < length <= min(size - 8, MAX_HEADER_BYTES):
+            raise ValueError(f"a header of {length:,} bytes in a file of {size:,}")
+        raw = handle.read(length)
+        header = json.loads(raw)
         ends = [int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"]
+        digest = None if recorded is None else _digest_of_rest(handle, prefix + raw)
     except (OSError, ValueError, LookupError, TypeError, AttributeError, ArithmeticError,
             RecursionError) as err:  # fmt: skip
         raise AdapterError(f"{path}: damaged, not a safetensors file ({err})") from None
     end = 8 + length + max(ends, default=0)
     if end != size:
         raise AdapterError(f"{path}: damaged: {size:,} bytes, but its tensors end at {end:,}")
+    if digest != recorded:
+        raise AdapterError(f"{path}: damaged: its SHA-256 is {digest}, but {META_FILE} "
+                           f"recorded {recorded} when it was written")  # fmt: skip
+
+
+def _digest_of_rest(handle: BinaryIO, start: bytes) -> str:
+    """The SHA-256 (hex) of ``start`` followed by what is left to read of ``handle``."""
+    digest = hashlib.sha256(start)
+    while chunk := handle.read(_CHUNK_BYTES):
+        digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _json_object(path: Path) -> dict:

@@ -10,7 +10,14 @@ from pathlib import Path
 import torch
 
 from marlaas.atomic import atomic_dir
-from marlaas.executors.adapter_store import META_FILE, OPTIMIZER_FILE, WEIGHTS_FILE
+from marlaas.executors.adapter_store import (
+    META_FILE,
+    OPTIMIZER_FILE,
+    WEIGHTS_FILE,
+    WEIGHTS_SHA256,
+    read_weights,
+    weights_digest,
+)
 
 
 def seeded_init(model: torch.nn.Module, job: str, seed: int) -> None:
@@ -38,11 +45,13 @@ def seeded_init(model: torch.nn.Module, job: str, seed: int) -> None:
 
 def load_weights(model, job: str, folder: Path, default_version: int) -> int:
     """Load adapter weights saved by :func:`write_adapter` into `job`; return the saved
-    version (``default_version`` when the folder has no metadata)."""
+    version (``default_version`` when the folder has no metadata). The weights file is read
+    once, and refused (an AdapterError naming it) when it is damaged or its bytes are not
+    those whose SHA-256 its metadata recorded."""
     from peft import set_peft_model_state_dict
-    from safetensors.torch import load_file
+    from safetensors.torch import load
 
-    weights = load_file(str(folder / WEIGHTS_FILE))
+    weights = load(read_weights(folder))
     set_peft_model_state_dict(model, weights, adapter_name=job)
     meta = folder / META_FILE
     return json.loads(meta.read_text())["version"] if meta.exists() else default_version
@@ -57,8 +66,9 @@ def write_adapter(
     optimizer: torch.optim.Optimizer | None = None,
 ) -> Path:
     """Write `job`'s adapter to `out_dir`, atomically: what PEFT's save_pretrained writes for
-    that one adapter, ``meta`` (job, version, rank, alpha) as marlaas_adapter.json, and the
-    state of ``optimizer`` when given."""
+    that one adapter, ``meta`` (job, version, rank, alpha) and the SHA-256 of the weights
+    file as written (hashed from the page cache: adapters are small) as marlaas_adapter.json,
+    and the state of ``optimizer`` when given."""
     with atomic_dir(out_dir, overwrite=overwrite) as tmp:
         model.save_pretrained(tmp, selected_adapters=[job])
         nested = tmp / job  # PEFT nests non-"default" adapters in a sub-folder
@@ -66,7 +76,8 @@ def write_adapter(
             for item in nested.iterdir():
                 item.rename(tmp / item.name)
             nested.rmdir()
-        (tmp / META_FILE).write_text(json.dumps(meta))
+        digest = weights_digest(tmp / WEIGHTS_FILE)
+        (tmp / META_FILE).write_text(json.dumps({**meta, WEIGHTS_SHA256: digest}))
         if optimizer is not None:  # through a Python file: a full disk is then an OSError
             with open(tmp / OPTIMIZER_FILE, "wb") as handle:  # (torch's own writer: no errno)
                 torch.save(optimizer.state_dict(), handle)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import re
 
 import pytest
 
@@ -138,6 +141,38 @@ def test_save_adapter_and_resume(tiny_model_dir, tmp_path):
     p, c = [(1, 2, 3)], [(50, 60, 70)]
     assert fresh.logprobs("A", p, c)[0] == pytest.approx(trainer.logprobs("A", p, c)[0], abs=1e-6)
     assert fresh.logprobs("A", p, c) != fresh.logprobs(None, p, c)
+
+
+def test_a_saved_adapter_records_its_checksum_and_a_flipped_byte_does_not_load(
+    tiny_model_dir, tmp_path
+):
+    """A byte changed in a saved adapter's tensor data loaded silently (its header and
+    length were whole); the SHA-256 recorded when it was written now refuses it, naming the
+    file. A folder saved before checksums were recorded loads as before."""
+    from marlaas.executors.adapter_store import (
+        META_FILE,
+        WEIGHTS_FILE,
+        WEIGHTS_SHA256,
+        AdapterError,
+    )
+
+    trainer = PeftTrainer(tiny_model_dir)
+    trainer.add_job("A", seed=0)
+    out = trainer.save_adapter("A", 0, tmp_path / "A" / "v0")
+    weights, meta_path = out / WEIGHTS_FILE, out / META_FILE
+    meta = json.loads(meta_path.read_text())
+    assert meta[WEIGHTS_SHA256] == hashlib.sha256(weights.read_bytes()).hexdigest()
+    data = bytearray(weights.read_bytes())
+    data[-2] ^= 0x04  # the last tensor's data
+    weights.write_bytes(bytes(data))
+    fresh = PeftTrainer(tiny_model_dir)
+    with pytest.raises(AdapterError, match=rf"^{re.escape(str(weights))}: damaged: its "
+                       "SHA-256 is [0-9a-f]{64}, but"):  # fmt: skip
+        fresh.add_job("A", init_dir=out)
+    del meta[WEIGHTS_SHA256]  # a version from before checksums: not checked
+    meta_path.write_text(json.dumps(meta))
+    fresh.add_job("A", init_dir=out)
+    assert fresh.version("A") == 0
 
 
 def test_bad_job_names_and_unknown_jobs(tiny_model_dir):

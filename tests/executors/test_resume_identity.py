@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import shutil
 import zipfile
@@ -15,6 +16,7 @@ from marlaas.executors.adapter_store import (
     META_FILE,
     OPTIMIZER_FILE,
     WEIGHTS_FILE,
+    WEIGHTS_SHA256,
     AdapterStore,
 )
 from marlaas.executors.resume import ResumeError, check_resumable, check_same_workload, identity
@@ -44,14 +46,16 @@ def test_an_rl_setting_added_since_the_run_started_counts_as_its_default():
 def save_version(store: AdapterStore, job: str, version: int, optimizer: bool = True) -> Path:
     """A whole adapter version as a trainer saves it (rank 16, small.yaml's), no torch: its
     config, a safetensors file of one tensor, marlaas's record and the optimizer state, a
-    zip archive as torch.save writes."""
+    zip archive as torch.save writes; its record holds the weights' SHA-256."""
     folder = store.path(job, version)
     folder.mkdir(parents=True)
     (folder / CONFIG_FILE).write_text(json.dumps({"r": 16}))
-    (folder / META_FILE).write_text(json.dumps({"job": job, "version": version, "rank": 16}))
     header = json.dumps({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}).encode()
-    weights = len(header).to_bytes(8, "little") + header + bytes(16)
+    weights = len(header).to_bytes(8, "little") + header + bytes(range(16))
     (folder / WEIGHTS_FILE).write_bytes(weights)
+    meta = {"job": job, "version": version, "rank": 16,
+            WEIGHTS_SHA256: hashlib.sha256(weights).hexdigest()}  # fmt: skip
+    (folder / META_FILE).write_text(json.dumps(meta))
     if optimizer:
         with zipfile.ZipFile(folder / OPTIMIZER_FILE, "w") as archive:
             archive.writestr("archive/data.pkl", b"state" * 100)
@@ -138,6 +142,31 @@ def test_a_damaged_durable_version_is_named_before_any_model_loads(tmp_path, nam
         told = rf"{store.path(first, 2) / name}: {damage(store.path(first, 2), name)}"
     with pytest.raises(ResumeError, match=rf"^{first}: {told}"):
         check_resumable(store, load_workload(SMALL), {first: 2})
+
+
+def test_a_flipped_byte_in_the_weights_data_is_named_by_the_recorded_checksum(tmp_path):
+    """A byte changed in the tensors' data (the header and the length whole) was resumed
+    from silently: only the header was checked. A version saved before the checksum was
+    recorded is checked as before; a record whose checksum is no SHA-256 is named."""
+    first = load_workload(SMALL).jobs[0].name
+    store = store_of(tmp_path, first, range(3))
+    folder = store.path(first, 2)
+    weights = folder / WEIGHTS_FILE
+    data = bytearray(weights.read_bytes())
+    data[-3] ^= 0x10  # in the last tensor's data
+    weights.write_bytes(bytes(data))
+    with pytest.raises(ResumeError, match=rf"^{first}: {weights}: damaged: its SHA-256 is "
+                       rf"[0-9a-f]{{64}}, but {META_FILE} recorded [0-9a-f]{{64}} when it was "
+                       "written; the run cannot be continued exactly"):  # fmt: skip
+        check_resumable(store, load_workload(SMALL), {first: 2})
+    meta = json.loads((folder / META_FILE).read_text())
+    (folder / META_FILE).write_text(json.dumps({**meta, WEIGHTS_SHA256: "abc"}))
+    with pytest.raises(ResumeError, match=rf"{META_FILE}: {WEIGHTS_SHA256}: 'abc' is not a "
+                       "SHA-256"):  # fmt: skip
+        check_resumable(store, load_workload(SMALL), {first: 2})
+    del meta[WEIGHTS_SHA256]  # saved before checksums were recorded: not checked
+    (folder / META_FILE).write_text(json.dumps(meta))
+    assert check_resumable(store, load_workload(SMALL), {first: 2})[first] == 2
 
 
 def test_damage_the_file_checks_do_not_expect_is_named_too(tmp_path):
