@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 from pydantic import Field
@@ -24,10 +24,6 @@ from marlaas.file_kind import file_problem
 from marlaas.policy_path import PolicyLoadError, load_policy
 from marlaas.sim.cost_model import CostModel
 from marlaas.yaml_nodes import MERGE_TAG, check_nodes
-
-if TYPE_CHECKING:
-    from marlaas.datasets import PromptSet
-    from marlaas.envs import Environment
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
 """Largest workload file read [bytes]; larger ones are refused before parsing."""
@@ -347,10 +343,13 @@ def _resolve_dataset(job: dict, base_dir: Path) -> None:
 
 def check_environments(workload: Workload, source: str) -> None:
     """Every job's environment name resolves and its options are accepted; a job whose
-    environment checks dataset answers has a dataset, which is read and split (a job whose
-    environment draws its own prompts has none)."""
-    from marlaas.datasets import DatasetError, load_prompt_set
+    environment checks dataset answers has a dataset, which is read and split, its answers
+    checked by the environment (:func:`marlaas.envs.job_dataset.job_prompt_set`: a run reads
+    it again through the same checks); a job whose environment draws its own prompts has
+    none."""
+    from marlaas.datasets import DatasetError
     from marlaas.envs import EnvLoadError, check_env, resolve_env
+    from marlaas.envs.job_dataset import job_prompt_set
 
     for i, job in enumerate(workload.jobs):
         try:
@@ -368,36 +367,9 @@ def check_environments(workload: Workload, source: str) -> None:
                                 "that check its answers (math, exact_match, regex)")  # fmt: skip
         if job.dataset is not None:
             try:
-                prompts = load_prompt_set(job.dataset)
+                job_prompt_set(job)
             except DatasetError as err:
                 raise WorkloadError(f"{source}: jobs[{i}].dataset: {err}") from None
-            _check_answers(resolve_env(job.env.name), prompts, job.dataset.answer_column,
-                           f"{source}: jobs[{i}].dataset")  # fmt: skip
-
-
-def _check_answers(
-    env_class: type[Environment], prompts: PromptSet, column: str, where: str
-) -> None:
-    """Every answer of ``prompts`` (training and held-out) is one ``env_class`` can score
-    (:meth:`Environment.check_reference_answer`, when the class overrides it); else a
-    WorkloadError naming the file, row and column, as a bad dataset row is named (a
-    ``regex`` answer that is no regular expression was only refused when first scored, in
-    the middle of a run). What else the check raises is named as the check's failure."""
-    from marlaas.envs import Environment
-
-    check = env_class.check_reference_answer
-    if getattr(check, "__func__", None) is Environment.check_reference_answer.__func__:
-        return  # the default accepts every answer
-    for problem in (*prompts.train, *prompts.heldout):
-        try:
-            check(problem.answer)
-        except ValueError as err:
-            raise WorkloadError(f"{where}: {problem.source}, column {column!r}: "
-                                f"{_one_line(err)}") from None  # fmt: skip
-        except Exception as err:
-            raise WorkloadError(f"{where}: {problem.source}, column {column!r}: "
-                                f"{env_class.__name__}.check_reference_answer failed: "
-                                f"{type(err).__name__}: {_one_line(err)}") from None  # fmt: skip
 
 
 def _one_line(err: Exception) -> str:

@@ -13,8 +13,9 @@ import numpy as np
 
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.work import EnvStep, Generate, Train
-from marlaas.datasets import PromptSet, load_prompt_set
+from marlaas.datasets import PromptSet
 from marlaas.envs import Environment, make_env
+from marlaas.envs.job_dataset import job_prompt_set
 from marlaas.executors.episodes import (
     ChatFormat,
     GroupEpisode,
@@ -82,8 +83,8 @@ class EpisodeRunner:
         self._index: dict[str, int] = {}
         self._episodes: dict[tuple[str, int], GroupEpisode] = {}
         self._prompt_sets: dict[str, PromptSet] = {}
-        """Each job's dataset as the run first read it: a file edited during the run does not
-        change its prompts."""
+        """Each job's dataset as the run first read it (its answers checked as loading the
+        workload checks them): a file edited during the run does not change its prompts."""
 
     def admit(self, job: str, index: int) -> None:
         """A job was admitted as the run's ``index``-th (it seeds the job's prompts)."""
@@ -114,7 +115,7 @@ class EpisodeRunner:
                 problem = None
                 if spec.dataset is not None:
                     if d.job not in self._prompt_sets:
-                        self._prompt_sets[d.job] = load_prompt_set(spec.dataset)
+                        self._prompt_sets[d.job] = job_prompt_set(spec)
                     problem = self._prompt_sets[d.job].train_problem(d.group, self.seed)
                 episode, _ = await start_group(
                     d.job, d.group, version, envs, seed, self.fmt, problem, spec.env.timeout_s

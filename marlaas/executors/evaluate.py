@@ -20,8 +20,9 @@ from tqdm import tqdm
 
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.workload import Workload
-from marlaas.datasets import Problem, load_prompt_set
+from marlaas.datasets import Problem
 from marlaas.envs import make_env
+from marlaas.envs.job_dataset import job_prompt_set
 from marlaas.executors.adapter_store import AdapterStore
 from marlaas.executors.episodes import ChatFormat, add_completions, start_group, step_envs
 from marlaas.metrics.proportions import wilson_interval
@@ -94,10 +95,11 @@ def merged_evaluation(earlier: list[dict], scored: pd.DataFrame, workload: Workl
 
 
 def held_out(spec: JobSpec, prompts: int | None) -> list[Problem | int]:
-    """The job's held-out problems (a dataset's, the first ``prompts`` of its split) or, for
-    an environment that draws its own, the held-out seeds."""
+    """The job's held-out problems (a dataset's, the first ``prompts`` of its split, its
+    answers checked as loading checks them: the file may have changed since) or, for an
+    environment that draws its own, the held-out seeds."""
     if spec.dataset is not None:
-        problems = load_prompt_set(spec.dataset).heldout
+        problems = job_prompt_set(spec).heldout
         return list(problems if prompts is None else problems[:prompts])
     return [HELD_OUT_SEED + i for i in range(DEFAULT_PROMPTS if prompts is None else prompts)]
 

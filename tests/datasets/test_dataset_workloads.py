@@ -178,3 +178,32 @@ def test_a_run_keeps_the_rows_it_first_read_when_the_file_is_edited(tmp_path):
     (tmp_path / "data" / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     later = [prompt_of(g) for g in range(3, 40)]
     assert all(p.startswith("Say ") for p in first + later)
+
+
+def test_a_dataset_edited_after_loading_is_checked_again_when_the_run_reads_it(tmp_path):
+    """A ``regex`` job's dataset edited after its workload loaded (a run going on) was read
+    again by the job's first group, and by ``evaluate``'s held-out problems, without the
+    answer check loading makes: a bad row was found only when scored, mid-run. Every read is
+    now checked as loading checks it, naming the file, row and column, before a prompt of
+    the file is generated from."""
+    import asyncio
+
+    from marlaas.core.work import Generate
+    from marlaas.datasets import DatasetError
+    from marlaas.executors.episode_runner import EpisodeRunner
+    from marlaas.executors.evaluate import held_out
+
+    spec = load_workload(write(tmp_path, env="regex")).jobs[0]
+    data = tmp_path / "data" / "p.jsonl"
+    rows = [{"prompt": "Say red", "answer": "red|crimson"}, {"prompt": "Open", "answer": "(a"}]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    told = (f"^{data.resolve()}, row 2, column 'answer': not a regular expression "
+            r"\(missing \), unterminated subpattern at position 0\)$")  # fmt: skip
+    runner = EpisodeRunner({spec.name: spec}, _Words(), max_model_len=4096, seed=0)
+    runner.admit(spec.name, 0)
+    work = Generate(0, spec.name, 0, 0, 0, "e", 0, 2, 0, 4)
+    with pytest.raises(DatasetError, match=told):
+        asyncio.run(runner.generate(work, _Engine()))
+    assert not runner._episodes  # no group was started from the file
+    with pytest.raises(DatasetError, match=told):
+        held_out(spec, None)

@@ -1,0 +1,52 @@
+"""A job's dataset as its environment scores it: read and split (:mod:`marlaas.datasets`),
+and every reference answer one the environment can score
+(:meth:`Environment.check_reference_answer`).
+
+Every reader of a job's dataset goes through :func:`job_prompt_set`: loading the workload,
+a run's first group of the job, and ``evaluate``'s held-out problems. A dataset is read again
+once its file changes (a notebook's next load sees the edit), so a file edited while a run
+goes on is checked as loading checked it: a bad row is refused, naming its file, row and
+column, before a prompt is generated from the file, not found when first scored.
+"""
+
+from __future__ import annotations
+
+from marlaas.core.job_spec import JobSpec
+from marlaas.datasets import DatasetError, PromptSet, load_prompt_set
+from marlaas.envs.base import Environment
+from marlaas.envs.registry import resolve_env
+
+
+def job_prompt_set(spec: JobSpec) -> PromptSet:
+    """``spec``'s dataset read and split, every answer (training and held-out) checked by the
+    job's environment; a DatasetError naming the file, row and column otherwise (the
+    reading's own, or the check's). ``spec`` must have a dataset."""
+    if spec.dataset is None:
+        raise ValueError(f"job {spec.name!r} has no dataset")
+    prompts = load_prompt_set(spec.dataset)
+    check_answers(resolve_env(spec.env.name), prompts, spec.dataset.answer_column)
+    return prompts
+
+
+def check_answers(env_class: type[Environment], prompts: PromptSet, column: str) -> None:
+    """Every answer of ``prompts`` (training and held-out) is one ``env_class`` can score,
+    when the class overrides :meth:`Environment.check_reference_answer` (the default accepts
+    every answer); else a DatasetError naming the problem's file and row, and ``column``.
+    Whatever else the check raises is named as the check's failure."""
+    check = env_class.check_reference_answer
+    if getattr(check, "__func__", None) is Environment.check_reference_answer.__func__:
+        return
+    for problem in (*prompts.train, *prompts.heldout):
+        try:
+            check(problem.answer)
+        except ValueError as err:
+            raise DatasetError(f"{problem.source}, column {column!r}: {_one_line(err)}") from None
+        except Exception as err:
+            raise DatasetError(f"{problem.source}, column {column!r}: {env_class.__name__}."
+                               f"check_reference_answer failed: {type(err).__name__}: "
+                               f"{_one_line(err)}") from None  # fmt: skip
+
+
+def _one_line(err: Exception) -> str:
+    """An error's text on one line."""
+    return " ".join(str(err).split())
