@@ -216,3 +216,37 @@ def test_static_jobs_and_staleness(medium_log):
     for container in fig.axes[0].containers:
         totals += [b.get_width() for b in container]
     assert totals == pytest.approx(1.0)
+
+
+def test_a_figure_whose_write_fails_midway_leaves_the_old_one_whole(tmp_path, monkeypatch):
+    """``report --static`` wrote each figure's PNG and SVG in place: a write that failed
+    midway (a full disk) left half an SVG where the old one was. Each is now written beside
+    and renamed: the old file stays whole, nothing half-written is left, the error names the
+    file."""
+    import errno
+    import io
+
+    from matplotlib.figure import Figure
+
+    from marlaas.report.style import save_figure
+
+    fig = Figure()
+    fig.add_subplot().plot([0, 1], [1, 0])
+    save_figure(fig, tmp_path, "line")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    savefig = Figure.savefig
+
+    def full_disk_on_svg(self, target, *args, **kwargs):
+        if kwargs.get("format") != "svg":
+            return savefig(self, target, *args, **kwargs)
+        buf = io.BytesIO()
+        savefig(self, buf, *args, **kwargs)
+        with open(target, "wb") as handle:
+            handle.write(buf.getvalue()[: len(buf.getvalue()) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", full_disk_on_svg)
+    with pytest.raises(OSError) as err:
+        save_figure(fig, tmp_path, "line")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    assert err.value.filename == str(tmp_path / "line.svg")

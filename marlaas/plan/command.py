@@ -23,6 +23,7 @@ from pathlib import Path
 
 import yaml
 
+from marlaas.atomic import replacing, write_durably
 from marlaas.core.feasibility import why_infeasible
 from marlaas.core.limits import MAX_ADAPTER_SLOTS, MAX_DEVICES, MAX_SEED
 from marlaas.core.policies import get_policy, policy_names
@@ -249,25 +250,34 @@ def _report(args, workload, space, evaluate, chosen, near, mode, seeds) -> dict:
 
 def write_plan_files(folder: Path, space, evaluate, chosen: Outcome, report: dict,
                      profile) -> None:  # fmt: skip
-    """workload.yaml, plan.csv, pareto.csv, plan.json and plan.html into ``folder``."""
+    """workload.yaml, plan.csv, pareto.csv, plan.json and plan.html into ``folder``, each
+    atomically (a temporary file beside it, then renamed: a failed write, a full disk say,
+    leaves the file as it was and names it)."""
     from marlaas.plan.page import plan_page
 
     outcomes = list(evaluate.outcomes.values())
     table = results.plan_rows(space, outcomes, chosen.config)
-    table.to_csv(folder / "plan.csv", index=False)
+    with replacing(folder / "plan.csv") as tmp:
+        table.to_csv(tmp, index=False)
     front = results.pareto_front(space, outcomes)
     pareto = table[table["config"].isin([o.config.label() for o in front])]
     pareto = pareto.groupby("config", sort=False)[["price_per_hour", "jct_p90_s", "makespan_s"]]
-    pareto.mean().sort_values("price_per_hour").to_csv(folder / "pareto.csv")
-    (folder / "plan.json").write_text(json.dumps(report, indent=1, default=json_default) + "\n")
+    with replacing(folder / "pareto.csv") as tmp:
+        pareto.mean().sort_values("price_per_hour").to_csv(tmp)
+    write_durably(folder / "plan.json", json.dumps(report, indent=1, default=json_default) + "\n")
+    write_durably(folder / "workload.yaml", _planned_workload(evaluate, chosen, report, profile))
+    write_durably(folder / "plan.html", plan_page(space, outcomes, chosen, front, report))
+
+
+def _planned_workload(evaluate, chosen: Outcome, report: dict, profile) -> str:
+    """workload.yaml's text: the chosen configuration's workload, under a header line."""
     data = evaluate.validated(chosen.config).model_dump(mode="json")
     data["arrivals"] = None  # already applied to the jobs' arrival_s
     if profile is not None:
         data["cost"] = profile.cost.model_dump(mode="json")
     header = (f"# Written by marlaas plan from {report['workload']}: {chosen.config.label()}, "
               f"{report['chosen']['price_per_hour']:,.2f} {report['currency']}/h.\n")  # fmt: skip
-    (folder / "workload.yaml").write_text(header + yaml.safe_dump(data, sort_keys=False))
-    (folder / "plan.html").write_text(plan_page(space, outcomes, chosen, front, report))
+    return header + yaml.safe_dump(data, sort_keys=False)
 
 
 def _print(report: dict, out: Path) -> None:

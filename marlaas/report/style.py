@@ -10,6 +10,8 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from marlaas.atomic import replacing, write_durably
+
 DPI = 100
 """Resolution of the PNGs [pixels per inch]."""
 KIND_STYLE = {
@@ -47,7 +49,8 @@ class SavedFigure:
 
 
 def save_figure(fig: Figure, out_dir: Path, name: str) -> SavedFigure:
-    """Write ``fig`` as ``name.png`` and ``name.svg`` under ``out_dir``.
+    """Write ``fig`` as ``name.png`` and ``name.svg`` under ``out_dir``, each atomically (a
+    temporary file beside it, then renamed; a failed write names its file).
 
     Figures are built with :class:`matplotlib.figure.Figure` (no pyplot), so they render with
     the Agg canvas whatever the global backend, and need no closing.
@@ -55,8 +58,8 @@ def save_figure(fig: Figure, out_dir: Path, name: str) -> SavedFigure:
     out_dir.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)
-    png = out_dir / f"{name}.png"
-    png.write_bytes(buf.getvalue())
+    png = write_durably(out_dir / f"{name}.png", buf.getvalue())
     svg = out_dir / f"{name}.svg"
-    fig.savefig(svg, format="svg", dpi=DPI)
+    with replacing(svg) as tmp:
+        fig.savefig(tmp, format="svg", dpi=DPI)
     return SavedFigure(name, png, svg, base64.b64encode(buf.getvalue()).decode("ascii"))

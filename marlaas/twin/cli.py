@@ -48,6 +48,7 @@ def _profile_name(name: str, from_out: bool) -> str:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    from marlaas.atomic import replacing
     from marlaas.executors.host_share import busy_host_note
     from marlaas.executors.yardstick import run_yardstick
     from marlaas.out_folder import claim
@@ -68,7 +69,8 @@ def _replay(args: argparse.Namespace) -> int:
         events, summary, table = replay(run, profile)
         with target.staged() as staging:
             write_run_files(staging, events, summary, run.workload)
-            table.to_csv(staging / FIDELITY_FILE, index=False)
+            with replacing(staging / FIDELITY_FILE) as tmp:  # a failed write names its file
+                table.to_csv(tmp, index=False)
     used = profile.name if profile else "the workload's cost model"
     print(f"replay of {args.run} with {used}")
     print(format_fidelity(table, devices=args.devices))

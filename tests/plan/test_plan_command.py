@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import re
+import shutil
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from marlaas.cli import main
 from marlaas.core.policies import base
+from marlaas.plan import command
 from marlaas.plan.evaluate import Evaluator
 from marlaas.plan.search import cheapest, exhaustive
 from marlaas.plan.space import Space, Variant
@@ -187,3 +191,76 @@ def test_searching_a_policy_of_ones_own_by_import_path(tmp_path, capsys, monkeyp
     err = capsys.readouterr().err.strip()
     assert "policy 'planpol:Missing'" in err and "has no 'Missing'" in err and "\n" not in err
     assert not (tmp_path / "q").exists()
+
+
+def full_disk_midway(write, name: str):
+    """``write`` (a writer whose first argument is the file) failing as a full disk does on
+    a file whose name holds ``name`` (its temporary name too): it writes the first half of
+    what it was given, then raises an OSError that names no file."""
+
+    def writing(target, data, *args, **kwargs):
+        if name not in Path(target).name:
+            return write(target, data, *args, **kwargs)
+        write(target, data[: len(data) // 2], *args, **kwargs)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    return writing
+
+
+def test_a_plan_file_whose_write_fails_midway_leaves_the_old_one_whole(tmp_path, monkeypatch):
+    """write_plan_files wrote each file in place (to_csv, write_text): a write that failed
+    midway (a full disk, a kill) left half of it where the old one was. Each file is now
+    written beside and renamed, so the old one stays whole, nothing half-written is left,
+    and the error names the file."""
+    args, write = [], command.write_plan_files
+    monkeypatch.setattr(command, "write_plan_files", lambda *a: (args.extend(a[1:]), write(*a)))
+    out = tmp_path / "p"
+    assert plan(tmp_path, f"--set={DEADLINE}", "--max-devices", "3", "--seeds", "1",
+                "--out", str(out)) == 0  # fmt: skip
+    folder = tmp_path / "copy"
+    shutil.copytree(out, folder)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    for name, patch in [
+        ("plan.csv", lambda m: m.setattr(pd.DataFrame, "to_csv", _failing_csv("plan.csv"))),
+        ("plan.html", lambda m: m.setattr(Path, "write_text",
+                                          full_disk_midway(Path.write_text, "plan.html"))),
+    ]:  # fmt: skip
+        with monkeypatch.context() as m:
+            patch(m)
+            with pytest.raises(OSError) as err:
+                write(folder, *args)
+        assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+        assert err.value.filename == str(folder / name)
+
+
+def _failing_csv(name: str):
+    """DataFrame.to_csv failing as a full disk does (half the table written, then an
+    OSError that names no file) on a file whose name holds ``name``; itself on any other."""
+    to_csv = pd.DataFrame.to_csv
+
+    def writing(frame, path=None, *args, **kwargs):
+        if path is None or name not in Path(path).name:
+            return to_csv(frame, path, *args, **kwargs)
+        text = to_csv(frame, None, *args, **kwargs)
+        Path(path).write_text(text[: len(text) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    return writing
+
+
+def test_a_full_disk_while_planning_names_the_file_and_keeps_the_old_plan(
+    tmp_path, monkeypatch, capsys
+):
+    """The error of a plan whose plan.html did not fit on the disk named the output folder
+    alone ("cannot write the output (No space left on device [ENOSPC])")."""
+    out = tmp_path / "p"
+    args = [f"--set={DEADLINE}", "--max-devices", "3", "--seeds", "1", "--out", str(out)]
+    assert plan(tmp_path, *args) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    monkeypatch.setattr(Path, "write_text", full_disk_midway(Path.write_text, "plan.html"))
+    capsys.readouterr()
+    assert plan(tmp_path, *args) == 1
+    err = capsys.readouterr().err
+    assert f"{out}/plan.html: No space left on device [ENOSPC]" in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert {p.name for p in tmp_path.iterdir()} == {"p"}  # no staging or temporary file left
