@@ -6,6 +6,7 @@ engines (``Policy.engine_key``), the policy's among the job's homes and a few op
 from __future__ import annotations
 
 import math
+from collections.abc import Set as AbstractSet
 
 from marlaas.core.cluster import AdapterKey, Cluster, Engine
 from marlaas.core.free_engines import FreeEngines
@@ -82,20 +83,20 @@ class EngineChoice:
         name, version = adapter
         job = self._by_name[name]
         holding = hosts.get(adapter, _NO_HOSTS)
-        homes: set[int] = set()
+        homes: AbstractSet[int] = _NO_HOSTS  # read only: one version's hosts are not copied
         for held in range(max(job.start_version, version - 3), job.published + 1):
             held_by = hosts.get((name, held))
             if held_by:
-                homes.update(held_by)
+                homes = held_by if not homes else homes | held_by
         policy = self.policy
         best: Engine | None = None
-        best_key: tuple | None = None
+        best_key: tuple | None = None  # (not ready, rank, index): the lowest index on a tie
         best_loading = False
         count = len(homes)
         seqs_left, tokens_left, slots = self._max_seqs - seqs, self._kv_tokens - tokens, self._slots
-        for index in sorted(homes):
+        for index in homes:
             engine = engines[index]
-            if engine.seqs > seqs_left or engine.tokens > tokens_left:  # engine.fits, inline
+            if engine.tokens > tokens_left or engine.seqs > seqs_left:  # engine.fits, inline
                 continue
             resident = engine.resident  # engine.can_host, inline
             loading = False
@@ -106,7 +107,7 @@ class EngineChoice:
             rank = policy.engine_key(job, engine, count)
             if rank is None:
                 continue
-            key = (index not in holding or loading, rank)  # ready first, then by rank
+            key = (index not in holding or loading, rank, index)  # ready first, then by rank
             if best_key is None or key < best_key:
                 best, best_key, best_loading = engine, key, loading
         if best_key is not None and not best_key[0]:
@@ -122,7 +123,7 @@ class EngineChoice:
             engine = engines[found]
             rank = policy.engine_key(job, engine, count)
             if rank is not None:
-                if best_loading or best_key is None or (True, rank) < best_key:
+                if best_loading or best_key is None or (True, rank) < best_key[:2]:
                     return engine
                 break
             tries -= 1

@@ -268,25 +268,26 @@ class Generation:
         it (the policy may refuse an engine, and then the next job in key order would most
         likely refuse it too: trying them all would cost a pass over the jobs per engine)."""
         indexed, dropped, needs, keys = self._needs.indexed, self._dropped, self._need, self._key
+        seqs, tokens = self._max_seqs - engine.seqs, self._kv_tokens - engine.tokens  # free
+        by_name, push = self._by_name, heapq.heappush
         seen: set[int] = set()
-        for adapter in engine.resident:
-            job = self._by_name[adapter[0]]
-            index = job.index
+        for name, _ in engine.resident:
+            index = by_name[name].index
             need = needs.get(index)
             if (
-                index not in seen
-                and need is not None
+                need is not None
+                and need[0] <= seqs  # engine.fits, inline
+                and need[1] <= tokens
                 and index in indexed
                 and index not in dropped
-                and engine.fits(need[0], need[1])
+                and index not in seen
             ):
                 seen.add(index)
-                heapq.heappush(candidates, (keys[index], index, -1))
+                push(candidates, (keys[index], index, -1))
         if engine.index in self._offered:
             return
         self._offered.add(engine.index)
         if len(engine.resident) < self._slots or engine.unused > 0:  # open: any adapter
-            seqs, tokens = self._max_seqs - engine.seqs, self._kv_tokens - engine.tokens
             if seqs < self._least[0] or tokens < self._least[1]:
                 return
             found = self._needs.first_fitting(seqs, tokens)
