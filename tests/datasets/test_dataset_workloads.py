@@ -207,3 +207,30 @@ def test_a_dataset_edited_after_loading_is_checked_again_when_the_run_reads_it(t
     assert not runner._episodes  # no group was started from the file
     with pytest.raises(DatasetError, match=told):
         held_out(spec, None)
+
+
+def test_a_dataset_read_again_unchanged_is_not_checked_again(tmp_path, monkeypatch):
+    """job_prompt_set ran the environment's answer check on every call, though
+    load_prompt_set kept the read (the files unchanged): seconds for 100,000 ``regex`` rows,
+    at every workload load, in the event loop at a job's first group and again in
+    ``evaluate``. A read is checked once; a file edited is read and checked again, and so is
+    checked, when it fails, at every read."""
+    from marlaas.datasets import DatasetError
+    from marlaas.envs.answer import RegexEnv
+    from marlaas.envs.job_dataset import job_prompt_set
+
+    checked = []
+    check = RegexEnv.check_reference_answer.__func__
+    monkeypatch.setattr(RegexEnv, "check_reference_answer",
+                        classmethod(lambda cls, a: (checked.append(a), check(cls, a))))  # fmt: skip
+    spec = load_workload(write(tmp_path, env="regex")).jobs[0]
+    assert len(checked) == 4
+    first = job_prompt_set(spec)
+    assert job_prompt_set(spec) is first and len(checked) == 4
+    data = tmp_path / "data" / "p.jsonl"
+    rows = [{"prompt": "Say red", "answer": "red|crimson"}, {"prompt": "Open", "answer": "(a"}]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(DatasetError, match=r"row 2, column 'answer': not a regular expression"):
+        job_prompt_set(spec)
+    with pytest.raises(DatasetError, match=r"row 2, column 'answer': not a regular expression"):
+        job_prompt_set(spec)  # refused again: a read that failed its check is not kept
