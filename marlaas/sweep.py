@@ -56,6 +56,9 @@ MAX_WORKERS = 1_024
 """Largest --workers [processes]."""
 MAX_RUNS = 10_000
 """Runs in one sweep (schedules x job counts x variants x seeds)."""
+RAY_TASK_RETRIES = 2
+"""Times a sweep's Ray task is run again after its worker process died (its node lost, the
+process killed): the cluster's failure, not the simulation's (an exception is not retried)."""
 
 
 class SweepError(WorkloadError):
@@ -340,17 +343,18 @@ def _on_ray(
     describe: Callable[[Any], str] = repr,
 ) -> Iterator[tuple[int, Any]]:
     """(index, ``task(items[index])``) of every item, computed as a Ray task (one CPU
-    each, not retried: a simulation is deterministic), as they finish; leaving early cancels
-    the rest. What a task raised is raised here as it was raised (a policy's one-line error,
-    not Ray's traceback of it); a task whose worker died is a SweepError naming the item
-    (``describe``), as in the process pool."""
+    each), as they finish; leaving early cancels the rest. What a task raised is raised here
+    as it was raised (a policy's one-line error, not Ray's traceback of it), never retried: a
+    simulation is deterministic. A task whose worker process died (a node lost, the process
+    killed) is run again, up to RAY_TASK_RETRIES times, then it is a SweepError naming the
+    item (``describe``), as in the process pool."""
     import ray
     from ray.exceptions import RayError, RayTaskError
 
     from marlaas.ray_cluster import ray_session
 
     with ray_session(address):
-        remote = ray.remote(num_cpus=1, max_retries=0)(task)
+        remote = ray.remote(num_cpus=1, max_retries=RAY_TASK_RETRIES)(task)
         pending = {remote.remote(items[i]): i for i in order}
         try:
             while pending:

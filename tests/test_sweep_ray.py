@@ -80,3 +80,32 @@ def test_a_head_that_does_not_answer_is_one_line_at_once(command, tmp_path, caps
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [err[0]] and "--ray 127.0.0.1:1: no Ray head answers there" in err[0]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_a_task_whose_worker_dies_runs_again_and_one_that_raises_does_not(tmp_path):
+    """A sweep's Ray task whose worker process dies (a node lost, the process killed) is run
+    again, elsewhere if need be; an exception is the simulation's own and is raised at once."""
+    import os
+
+    from marlaas.sweep import _on_ray
+
+    marker, tries = tmp_path / "died-once", tmp_path / "tries"
+
+    def dies_the_first_time(item: int) -> int:
+        with open(tries, "a") as out:
+            out.write(f"{item}\n")
+        if item == 1 and not marker.exists():
+            marker.touch()
+            os._exit(1)  # the worker process dies, as on a lost node
+        if item == 2:
+            raise ValueError("the simulation's own error")
+        return item * 10
+
+    results = dict(_on_ray(dies_the_first_time, [0, 1], [0, 1], "local"))
+    assert results == {0: 0, 1: 10}
+    assert sorted(tries.read_text().split()) == ["0", "1", "1"]  # item 1 ran twice
+    tries.unlink()
+    with pytest.raises(ValueError, match="the simulation's own error"):
+        list(_on_ray(dies_the_first_time, [2], [0], "local"))
+    assert tries.read_text().split() == ["2"]  # not retried
