@@ -14,6 +14,8 @@ first group of a job ran it in the event loop.
 
 from __future__ import annotations
 
+import hashlib
+
 from marlaas.core.job_spec import DatasetSpec, JobSpec
 from marlaas.datasets import DatasetError, PromptSet, load_prompt_set
 from marlaas.datasets.split import MAX_KEPT_DATASETS
@@ -38,6 +40,33 @@ def job_prompt_set(spec: JobSpec) -> PromptSet:
             del _CHECKED[next(iter(_CHECKED))]  # the oldest check
     return prompts
 
+
+def dataset_digest(spec: JobSpec) -> str | None:
+    """The SHA-256 (hex) of ``spec``'s dataset as a run trains on it: its training problems
+    in the file's order, then its held-out ones (each prompt and answer), read and checked
+    by :func:`job_prompt_set`; None for a job with no dataset. What a resumed run compares
+    (:func:`marlaas.executors.resume.identity`): another file, another ``heldout`` or the
+    rows edited changes the problems each group draws. Kept per read, as the check is."""
+    if spec.dataset is None:
+        return None
+    prompts = job_prompt_set(spec)
+    kept = _DIGESTS.get(spec.dataset)
+    if kept is not None and kept[0] is prompts:
+        return kept[1]
+    digest = hashlib.sha256(f"{len(prompts.train)} {len(prompts.heldout)}\n".encode())
+    for problem in (*prompts.train, *prompts.heldout):
+        for text in (problem.prompt, problem.answer):
+            data = text.encode("utf-8", "surrogatepass")
+            digest.update(len(data).to_bytes(8, "little") + data)
+    _DIGESTS.pop(spec.dataset, None)
+    _DIGESTS[spec.dataset] = prompts, digest.hexdigest()
+    while len(_DIGESTS) > MAX_KEPT_DATASETS:
+        del _DIGESTS[next(iter(_DIGESTS))]
+    return digest.hexdigest()
+
+
+_DIGESTS: dict[DatasetSpec, tuple[PromptSet, str]] = {}
+"""Each dataset's latest read and its :func:`dataset_digest`."""
 
 _CHECKED: dict[tuple[DatasetSpec, type[Environment]], PromptSet] = {}
 """Each (dataset, environment class)'s read whose answers passed that class's check: the

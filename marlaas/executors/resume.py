@@ -14,7 +14,7 @@ import hashlib
 import shutil
 from pathlib import Path
 
-from marlaas.core.job_spec import RLSettings
+from marlaas.core.job_spec import JobSpec, RLSettings
 from marlaas.core.workload import Workload, WorkloadError
 from marlaas.executors.adapter_store import AdapterError, AdapterStore
 
@@ -140,8 +140,10 @@ def base_model_identity(name: str, model_dir: Path | None = None) -> dict:
 def identity(workload: Workload, model_dir: Path | None = None) -> dict:
     """What a run's workload fixes about what its steps mean: the base model
     (:func:`base_model_identity`), the seed, and each job's tenant, LoRA rank, RL settings
-    (but its number of steps: a run may be resumed to train longer) and environment. The
-    cluster and the schedule may change between the parts of a run; these may not."""
+    (but its number of steps: a run may be resumed to train longer), environment and
+    dataset (its path, and the SHA-256 of its rows as split:
+    :func:`marlaas.envs.job_dataset.dataset_digest`; None without one). The cluster and the
+    schedule may change between the parts of a run; these may not."""
     return {
         **base_model_identity(workload.base_model.name, model_dir),
         "seed": workload.seed,
@@ -151,10 +153,21 @@ def identity(workload: Workload, model_dir: Path | None = None) -> dict:
                 "lora_rank": job.lora_rank,
                 "rl": job.rl.model_dump(exclude={"steps"}),
                 "env": {"name": job.env.name, "args": job.env.args},
+                "dataset": _dataset_identity(job),
             }
             for job in workload.jobs
         },
     }
+
+
+def _dataset_identity(job: JobSpec) -> dict | None:
+    """``job``'s dataset as :func:`identity` records it: its path and the SHA-256 of its rows
+    (:func:`marlaas.envs.job_dataset.dataset_digest`); None for a job without one."""
+    from marlaas.envs.job_dataset import dataset_digest
+
+    if job.dataset is None:
+        return None
+    return {"path": job.dataset.path, "sha256": dataset_digest(job)}
 
 
 def check_run_base_model(run: Path, workload: Workload, model_dir: Path) -> None:
@@ -211,9 +224,11 @@ def check_same_workload(
         problems += [
             f"{name}: {field} {value!r} -> {after[name][field]!r}"
             for field, value in before[name].items()
-            if field != "rl" and after[name].get(field) != value
+            if field not in ("rl", "dataset") and after[name].get(field) != value
         ]
         problems += _rl_differences(name, before[name].get("rl", {}), after[name]["rl"])
+        if "dataset" in before[name]:  # a run from before it was recorded: not compared
+            problems += _dataset_differences(name, before[name]["dataset"], after[name]["dataset"])
     if problems:
         shown = "; ".join(problems[:MAX_DIFFERENCES_SHOWN])
         more = len(problems) - MAX_DIFFERENCES_SHOWN
@@ -225,6 +240,25 @@ def check_same_workload(
             f"--resume: the workload is not the one this run was started with ({shown}); "
             f"{how}, or train this one into a new --out folder"
         )
+
+
+def _dataset_differences(name: str, before: dict | None, after: dict | None) -> list[str]:
+    """Job ``name``'s dataset when its rows differ from those the run started with (the
+    training order each group draws from would change under the resumed steps), naming the
+    file; the same rows in a file moved elsewhere are the same dataset."""
+    if not isinstance(before, dict) or after is None:
+        if before == after:
+            return []
+        was, now = (d.get("path") if isinstance(d, dict) else d for d in (before, after))
+        return [f"{name}: dataset {was!r} -> {now!r}"]
+    if before.get("sha256") == after["sha256"]:
+        return []
+    moved = "" if before.get("path") == after["path"] else f" (it was {before.get('path')})"
+    return [
+        f"{name}: its dataset {after['path']}{moved} is not the one the run started with "
+        f"(the SHA-256 of its rows {_short(before.get('sha256'))} -> "
+        f"{_short(after['sha256'])}: edited since? put it back as it was)"
+    ]
 
 
 def _rl_differences(name: str, before: dict, after: dict) -> list[str]:

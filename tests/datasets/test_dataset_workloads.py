@@ -234,3 +234,39 @@ def test_a_dataset_read_again_unchanged_is_not_checked_again(tmp_path, monkeypat
         job_prompt_set(spec)
     with pytest.raises(DatasetError, match=r"row 2, column 'answer': not a regular expression"):
         job_prompt_set(spec)  # refused again: a read that failed its check is not kept
+
+
+def test_resume_refuses_a_dataset_edited_since_the_run_started(tmp_path):
+    """--resume read a job's dataset again without noticing it had changed since the run
+    started: the resumed steps drew other problems, in another order, under the same run.
+    The run's journal now records the SHA-256 of each job's rows (its identity), and a
+    resume on other rows is refused, naming the file; the same rows moved elsewhere, and a
+    run from before the digest was recorded, resume as before."""
+    import copy
+    import shutil
+
+    from marlaas.executors.resume import ResumeError, check_same_workload, identity
+
+    path = write(tmp_path)
+    data = tmp_path / "data" / "p.jsonl"
+    recorded = json.loads(json.dumps(identity(load_workload(path))))  # as journaled
+    job = load_workload(path).jobs[0].name
+    assert recorded["jobs"][job]["dataset"]["path"] == str(data.resolve())
+    check_same_workload(recorded, load_workload(path))
+    moved = tmp_path / "moved"
+    shutil.copytree(tmp_path / "data", moved / "data")
+    check_same_workload(recorded, load_workload(write(moved)))  # the same rows elsewhere
+    rows = [{"prompt": f"Say {w}", "answer": w} for w in ("red", "green", "blue", "pink")]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    edited = load_workload(path)
+    told = (rf"{job}: its dataset {data.resolve()} is not the one the run started with \(the "
+            r"SHA-256 of its rows '[0-9a-f]{12}\.\.\.' -> '[0-9a-f]{12}\.\.\.': edited "
+            r"since\? put it back as it was\)")  # fmt: skip
+    with pytest.raises(ResumeError, match=told):
+        check_same_workload(recorded, edited)
+    heldout = load_workload(path, {f"jobs.{job}.dataset.heldout": 0.5})  # another split
+    with pytest.raises(ResumeError, match="is not the one the run started with"):
+        check_same_workload(identity(edited), heldout)
+    older = copy.deepcopy(recorded)
+    del older["jobs"][job]["dataset"]  # a run from before the digest was recorded
+    check_same_workload(older, edited)
