@@ -185,13 +185,14 @@ def _evaluate(args: argparse.Namespace) -> int:
         jobs = pick_jobs(workload, args.jobs)
     except ValueError as err:
         raise OutputError(str(err)) from None
-    for job in jobs:  # the newest adapters are the workload's, and whole
+    for job in jobs:  # the newest adapters are the workload's, and whole: each read once
         latest = store.latest(job.name)
         if latest is not None:
             store.check(job.name, latest, job.lora_rank)
         try:
             for version in pick_versions(store.versions(job.name), args.versions):
-                store.check(job.name, version, job.lora_rank)
+                if version != latest:
+                    store.check(job.name, version, job.lora_rank)
         except ValueError as err:
             raise OutputError(f"{job.name}: {err}") from None
     rewards, trained_at = run / REWARDS_CSV, {}

@@ -4,6 +4,7 @@ dataset job trained and scored on its held-out split end to end (tiny model, HF 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -120,3 +121,52 @@ def test_a_dataset_job_trains_and_is_scored_on_its_heldout_split(tiny_model_dir,
         assert len(row["outcomes"]) == 2 and row["outcomes"].count("1") == row["correct"]
     by_step = dict(zip(rewards["step"], rewards["time_s"], strict=True))
     assert [r["time_s"] for r in rows] == pytest.approx([0.0, by_step[0], by_step[1]])
+
+
+def test_evaluate_run_checks_each_version_once(tmp_path, monkeypatch):
+    """evaluate --run checked each job's newest version, then every version it scores: with
+    ``--versions last`` (the default) or ``all`` the newest was read and hashed twice (its
+    SHA-256 is checked now, the whole file read: no longer its header alone)."""
+    import hashlib
+
+    from marlaas.cli import main
+    from marlaas.executors import adapter_store as store_module
+
+    model = tmp_path / "model"
+    model.mkdir()
+    config = {"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 2,
+              "hidden_size": 8}  # fmt: skip
+    (model / "config.json").write_text(json.dumps(config))
+    (model / "model.safetensors").write_bytes(b"x")
+    (model / "tokenizer.json").write_text("{}")
+    real_tiny = (Path(__file__).resolve().parents[2] / "traces" / "real-tiny.yaml").read_text()
+    workload = tmp_path / "w.yaml"
+    workload.write_text(real_tiny.replace("path: models/tiny", f"path: {model}"))
+    store = store_module.AdapterStore(tmp_path / "run" / "adapters")
+    header = json.dumps({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}).encode()
+    weights = len(header).to_bytes(8, "little") + header + bytes(range(16))
+    for job in ("emit-a", "emit-z"):
+        for version in range(3):
+            folder = store.path(job, version)
+            folder.mkdir(parents=True)
+            (folder / store_module.CONFIG_FILE).write_text(json.dumps({"r": 8}))
+            (folder / store_module.WEIGHTS_FILE).write_bytes(weights)
+            meta = {"job": job, "version": version, "rank": 8,
+                    store_module.WEIGHTS_SHA256: hashlib.sha256(weights).hexdigest()}  # fmt: skip
+            (folder / store_module.META_FILE).write_text(json.dumps(meta))
+    hashed = []
+    digest = store_module._digest_of_rest
+
+    def counted(handle, start):
+        hashed.append(handle.name)
+        return digest(handle, start)
+
+    monkeypatch.setattr(store_module, "_digest_of_rest", counted)
+    for versions, scored in [("last", [2]), ("all", [1, 2])]:
+        hashed.clear()
+        run = ["--run", str(tmp_path / "run"), "--backend", "hf", "--versions", versions]
+        main(["evaluate", str(workload), *run, "--quiet"])  # refused later: no manifest
+        assert sorted(hashed) == sorted(
+            str(store.path(job, v) / store_module.WEIGHTS_FILE)
+            for job in ("emit-a", "emit-z") for v in scored
+        )  # fmt: skip
