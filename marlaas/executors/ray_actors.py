@@ -21,7 +21,8 @@ that Ray cannot pickle, on the way to the actor or back, is an EnvStateError nam
 environment and what did not pickle (:func:`state_error`), not Ray's TypeError. The actor
 checks the call as a call in process is checked (a coroutine, no ``sys.exit``:
 :func:`marlaas.executors.episodes.guarded_call`), and a call the executor gives up on (its
-``env.timeout_s`` passed) is cancelled in the actor too.
+``env.timeout_s`` passed) is cancelled in the actor too; an actor whose cancelled call does
+not end within ``ENV_CANCEL_GRACE_S`` (its thread is blocked) is killed and restarted.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import itertools
 import os
 import pickle
 import textwrap
+import threading
 import time
 import uuid
 from functools import partial
@@ -52,6 +54,10 @@ POLL_S = 0.2
 """Between two calls to an actor that is restarting [s]."""
 ENV_METHODS = ("reset", "reset_problem", "step")
 """The environment methods an EnvActor runs."""
+ENV_CANCEL_GRACE_S = 10.0
+"""How long a cancelled environment call has to end in its actor [s] before the actor is
+killed and restarted: a call that blocks the actor's thread (``time.sleep``, a loop that never
+awaits) cannot see its cancellation, and would hold every call the actor serves."""
 
 
 class ActorEnded(RuntimeError):
@@ -330,6 +336,23 @@ class EnvPool:
         """The next actor in turn."""
         return self.actors[next(self._turn)]
 
+    def give_up(self, actor, ref) -> None:
+        """Cancel call ``ref`` in ``actor``; if it has not ended ``ENV_CANCEL_GRACE_S``
+        later, the environment blocks the actor's thread (it never awaits), where no
+        cancellation reaches it: kill the actor, which Ray restarts (the calls it was serving
+        fail as from a dead actor, and are retried). Watched from a thread of its own, so
+        that it outlives the event loop that gave up on the call."""
+        ray.cancel(ref)
+        threading.Thread(target=_kill_if_stuck, args=(actor, ref), daemon=True).start()
+
+
+def _kill_if_stuck(actor, ref) -> None:
+    """Kill ``actor`` (Ray restarts it) if its cancelled call ``ref`` is still running
+    ``ENV_CANCEL_GRACE_S`` later."""
+    ended, _ = ray.wait([ref], timeout=ENV_CANCEL_GRACE_S)
+    if not ended:
+        ray.kill(actor, no_restart=False)
+
 
 class RemoteEnv(Environment):
     """One episode's environment, whose ``reset`` and ``step`` run in the pool's actors."""
@@ -356,16 +379,17 @@ class RemoteEnv(Environment):
         wrapper of it); an actor that died is EnvActorDied naming the environment; a call
         given up on (cancelled: its ``env.timeout_s`` passed, or its group failed) is
         cancelled in the actor too, so that a hung environment does not keep one of the
-        actor's concurrent calls for good. A state that Ray cannot pickle, before the call or
-        after it, is EnvStateError (:func:`state_error`)."""
+        actor's concurrent calls for good (:meth:`EnvPool.give_up`). A state that Ray cannot
+        pickle, before the call or after it, is EnvStateError (:func:`state_error`)."""
+        actor = self.pool.next_actor()
         try:
-            ref = self.pool.next_actor().call.remote(self.env, method, *args)
+            ref = actor.call.remote(self.env, method, *args)
         except (TypeError, pickle.PicklingError, RecursionError) as err:  # Ray pickling it
             raise state_error(self.env, method, err, back=False) from None
         try:
             new_env, value = await ref
         except asyncio.CancelledError:
-            ray.cancel(ref)
+            self.pool.give_up(actor, ref)
             raise
         except RayTaskError as err:
             cause = _cause(err)

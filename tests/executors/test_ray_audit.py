@@ -24,8 +24,15 @@ from marlaas.core.policies import JobView, Policy
 from marlaas.datasets.problems import Problem
 from marlaas.envs import make_env
 from marlaas.envs.base import Environment, StepResult
+from marlaas.executors import ray_actors
 from marlaas.executors.episodes import EnvResultError, EnvTimeoutError, start_group, step_envs
-from marlaas.executors.ray_actors import EnvActor, EnvPool, RemoteEnv, TrainerForwarder
+from marlaas.executors.ray_actors import (
+    EnvActor,
+    EnvActorDied,
+    EnvPool,
+    RemoteEnv,
+    TrainerForwarder,
+)
 from marlaas.executors.ray_backends import RayBackends
 from marlaas.ray_cluster import ray_session
 from tests.executors.test_env_contract import Chars, episode
@@ -69,6 +76,8 @@ class Misbehaves(Environment):
             os._exit(5)
         if mode == "hang":
             await asyncio.sleep(3600)
+        if mode == "block":
+            time.sleep(3600)  # holds the actor's thread: no cancellation reaches it
         return StepResult("", 1.0, True, {"pid": os.getpid()})
 
 
@@ -134,6 +143,24 @@ def test_a_hung_step_given_up_on_is_cancelled_in_the_actor(ray_cluster):
     started = time.monotonic()
     (_, reward), _ = step_one(remote(envs), timeout_s=20.0)
     assert reward == 1.0 and time.monotonic() - started < 15
+
+
+def test_a_step_that_blocks_its_actors_thread_is_given_up_on_and_the_actor_restarts(
+    ray_cluster, monkeypatch
+):
+    """A step that blocks the actor's thread (``time.sleep`` in an async step) never sees its
+    cancellation; the actor is killed once the grace has passed, and Ray restarts it: the
+    step queued behind the blocked one fails as on a dead actor (the run retries it) and the
+    next is served (they once waited behind the blocked one for good)."""
+    monkeypatch.setattr(ray_actors, "ENV_CANCEL_GRACE_S", 1.0)
+    envs = pool(concurrency=1)
+    with pytest.raises(EnvTimeoutError, match=r"step\(\) of job 'j' did not return within 1 s"):
+        step_one(remote(envs, mode="block"), timeout_s=1.0)
+    started = time.monotonic()
+    with pytest.raises(EnvActorDied, match="Misbehaves: the Ray actor running its step"):
+        step_one(remote(envs), timeout_s=30.0)
+    (_, reward), _ = step_one(remote(envs), timeout_s=30.0)
+    assert reward == 1.0 and time.monotonic() - started < 25
 
 
 def test_an_environment_that_ends_its_actor_is_named_and_the_actor_restarts(ray_cluster):
