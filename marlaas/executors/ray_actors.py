@@ -349,9 +349,12 @@ class EnvPool:
 def _kill_if_stuck(actor, ref) -> None:
     """Kill ``actor`` (Ray restarts it) if its cancelled call ``ref`` is still running
     ``ENV_CANCEL_GRACE_S`` later."""
-    ended, _ = ray.wait([ref], timeout=ENV_CANCEL_GRACE_S)
-    if not ended:
-        ray.kill(actor, no_restart=False)
+    try:
+        ended, _ = ray.wait([ref], timeout=ENV_CANCEL_GRACE_S)
+        if not ended:
+            ray.kill(actor, no_restart=False)
+    except Exception:  # the run ended meanwhile (Ray shut down, the actor ended): nothing held
+        return
 
 
 class RemoteEnv(Environment):
