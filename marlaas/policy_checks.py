@@ -7,8 +7,10 @@ on (``SystemExit`` included), or a value of the wrong kind it returns, becomes o
 :class:`PolicyError` line naming the path, the method and the job. A key is a tuple of numbers
 (``int``, ``float``, ``bool``; infinities are fine, NaN, which orders with nothing, is not) and
 strings, a string in the same places in every key (a string and a number do not compare);
-``engine_key`` may also return None. The bundled policies are not wrapped (no cost on their
-hot path). A class is named by its import path unless its own class body sets ``name``.
+``engine_key`` may also return None. Its methods get the job and the engine through a
+:class:`ReadOnlyView`: a field set or deleted there is such an error too, where it would change
+the scheduler's own state. The bundled policies are not wrapped (no cost on their hot path). A
+class is named by its import path unless its own class body sets ``name``.
 """
 
 from __future__ import annotations
@@ -74,7 +76,11 @@ def _guarded(spec: str, method: str, user: Callable, fault: Callable[[Policy, ob
     def call(self: Policy, job: Any, *rest: Any) -> Any:
         engine = rest[0] if method == "engine_key" else None
         try:
-            value = user(self, job, *rest)
+            if engine is None:
+                value = user(self, ReadOnlyView(job, "job"), *rest)
+            else:
+                value = user(self, ReadOnlyView(job, "job"), ReadOnlyView(engine, "engine"),
+                             *rest[1:])  # fmt: skip
         except PolicyError:
             raise  # a recursive key's innermost error: said once
         except (Exception, SystemExit) as exc:
@@ -87,6 +93,33 @@ def _guarded(spec: str, method: str, user: Callable, fault: Callable[[Policy, ob
         return value
 
     return call
+
+
+class ReadOnlyView:
+    """A job (JobView) or an engine (EngineView) as a policy loaded by import path sees it:
+    every field reads through to the scheduler's own object, but none can be set or deleted
+    (the scheduler's JobState and Engine are plain mutable objects: a key that set
+    ``job.name`` broke the run later, far from the policy, with a traceback)."""
+
+    __slots__ = ("_of", "_what")
+
+    def __init__(self, of: object, what: str) -> None:
+        object.__setattr__(self, "_of", of)
+        object.__setattr__(self, "_what", what)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(object.__getattribute__(self, "_of"), name)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"the {self._what} is read-only to a policy: it may not set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(
+            f"the {self._what} is read-only to a policy: it may not delete {name!r}"
+        )
+
+    def __repr__(self) -> str:
+        return repr(object.__getattribute__(self, "_of"))
 
 
 def _seen(policy: Policy, method: str) -> list[tuple[bool, ...]]:

@@ -88,6 +88,30 @@ class EngNaN(Policy):
         return (math.nan,)
 
 
+class SetsName(Policy):
+    def key(self, job):
+        if job.name != "probe":
+            job.name = "zzz"  # the scheduler's own JobState: its job table lost the job
+        return (job.index,)
+
+
+class DeletesDone(Policy):
+    def key(self, job):
+        if job.name != "probe":
+            del job.done
+        return (job.index,)
+
+
+class SetsEngine(Policy):
+    def key(self, job):
+        return (job.index,)
+
+    def engine_key(self, job, engine, homes):
+        if job.name != "probe":
+            engine.seqs = 0
+        return (engine.index,)
+
+
 class ShareLater(Policy):
     def key(self, job):
         return (job.index,)
@@ -195,6 +219,12 @@ def simulate(workload: str, policy: str, out) -> int:
                    "None"),
         ("EngNaN", "engine_key(job 'probe', engine 0) returned (nan,): NaN orders with nothing"),
         ("ShareLater", "open_share(job 'a') returned nan, not a share from 0 to 1"),
+        ("SetsName", "key(job 'a') raised AttributeError: the job is read-only to a policy: it "
+                     "may not set 'name'"),
+        ("DeletesDone", "key(job 'a') raised AttributeError: the job is read-only to a policy: "
+                        "it may not delete 'done'"),
+        ("SetsEngine", "engine_key(job 'a', engine 0) raised AttributeError: the engine is "
+                       "read-only to a policy: it may not set 'seqs'"),
     ],
 )  # fmt: skip
 def test_a_policy_that_fails_as_it_runs_is_one_error_line(
