@@ -63,6 +63,7 @@ def checked(spec: str, cls: type[Policy]) -> type[Policy]:
         body["open_share"] = _guarded(spec, "open_share", cls.open_share, share_fault)
     wrapped = type(cls.__name__, (cls,), body)
     wrapped.ranks_engines = cls.ranks_engines
+    wrapped.checked_from = cls  # the user's own class (what load_policy compares by name)
     if not ("name" in vars(cls) and cls.name):
         wrapped.name = spec  # what run summaries and tables call it
     return wrapped

@@ -22,7 +22,7 @@ from marlaas.core.cluster_spec import ClusterSpec
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.jobs import JobState
 from marlaas.core.policies import Policy
-from marlaas.core.policies.base import add_policy, is_registered, policy_names
+from marlaas.core.policies.base import add_policy, get_policy, is_registered, policy_names
 from marlaas.core.scheduling import SchedulingSpec
 from marlaas.import_path import import_subclass, one_line
 from marlaas.policy_checks import PolicyError as PolicyError  # where callers look for it
@@ -76,9 +76,37 @@ def load_policy(spec: str) -> str:
     if cls.key is Policy.key:
         raise PolicyLoadError(f"policy {spec!r}: {cls.__name__} does not define key(self, job)")
     wrapped = checked(spec, cls)
+    _check_name(spec, cls, wrapped.name)
     _probe(spec, wrapped)
     add_policy(spec, wrapped)
+    _NAMED[wrapped.name] = (spec, cls)
     return spec
+
+
+_NAMED: dict[str, tuple[str, type[Policy]]] = {}
+"""The names loaded classes are called by (their own ``name``, else their path) -> (path,
+the user's class), to refuse a second class by a name already taken."""
+
+
+def _check_name(spec: str, cls: type[Policy], name: str) -> None:
+    """Refuse a class whose own ``name`` is another policy's (a bundled one, or one loaded by
+    another path): run summaries, tables and reports would call both by it, and ``replay``
+    would simulate a run again under the policy registered by that name, not this one. The
+    class registered by that name itself (``marlaas.core.policies.fair:Fair``) is fine."""
+    taken = _NAMED.get(name)
+    if taken is not None and is_registered(taken[0]):  # not a test's registry, since undone
+        other, known = taken
+    elif name != spec and is_registered(name):
+        other, known = name, type(get_policy(name))
+    else:
+        return
+    if getattr(known, "checked_from", known) is not cls:
+        whose = other if other == name else f"{other} (named {name!r})"
+        raise PolicyLoadError(
+            f"policy {spec!r}: {cls.__name__} sets name = {name!r}, the name of policy "
+            f"{whose}; runs of the two could not be told apart: choose another name, or set "
+            f"none (it is then called {spec!r})"
+        )
 
 
 def _probe(spec: str, cls: type[Policy]) -> None:

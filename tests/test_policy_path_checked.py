@@ -150,6 +150,20 @@ class Named(Fair):
         return (-job.index,)
 
 
+class ShadowFair(Fair):
+    name = "fair"  # the bundled policy's name
+
+    def key(self, job):
+        return (-job.index,)
+
+
+class NamedAgain(Policy):
+    name = "my-named"  # Named's
+
+    def key(self, job):
+        return (job.index,)
+
+
 class Plain(Policy):
     reads_backlog = True
 
@@ -289,6 +303,21 @@ def test_a_subclass_of_a_built_in_is_named_by_its_path(package, workload, tmp_pa
     assert json.loads((tmp_path / "o" / "summary.json").read_text())["policy"] == path
     named = f"{package}:Named"
     assert get_policy(load_policy(named)).name == "my-named"  # its own body names it
+
+
+def test_a_name_of_another_policy_is_refused(package, workload, tmp_path, capsys):
+    path = f"{package}:ShadowFair"
+    with pytest.raises(PolicyLoadError, match=r"ShadowFair sets name = 'fair', the name of "
+                       r"policy fair; runs of the two could not be told apart"):  # fmt: skip
+        load_policy(path)
+    assert simulate(workload, path, tmp_path / "o") == 2
+    err_lines = capsys.readouterr().err.strip().splitlines()
+    assert len(err_lines) == 1 and f"policy '{path}': ShadowFair sets name" in err_lines[0]
+    assert not (tmp_path / "o").exists()
+    load_policy(f"{package}:Named")
+    with pytest.raises(PolicyLoadError, match=rf"the name of policy {package}:Named \(named "):
+        load_policy(f"{package}:NamedAgain")
+    assert get_policy(load_policy("marlaas.core.policies.fair:Fair")).name == "fair"  # itself
 
 
 def test_an_empty_policy_is_refused(package, workload, tmp_path, capsys):
