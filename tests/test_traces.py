@@ -238,10 +238,12 @@ def test_arrivals_written_by_excel_with_a_byte_order_mark(tmp_path):
         ("job", "job,tenant,submit_s\nb1,alice,1\n", "line 2: job 'b1' is tenant 'bob'"),
         ("tenant", "tenant,submit_s\ncarol,1\n", "line 2: tenant 'carol' has no job"),
         ("tenant", "tenant,submit_s\nbob,1\nbob,2\n", "line 3: tenant 'bob' has 1 job(s)"),
+        # within the bound alone, beyond it scaled: the file's line, not jobs[1].arrival_s
+        ("tenant", "tenant,submit_s\nalice,2e7\n", "line 2: 2e+07 s x time_scale 10 is later"),
     ],
 )
 def test_bad_arrivals_in_workload(tmp_path, match, csv, message):
-    path = _workload(tmp_path, {"match": match}, csv)
+    path = _workload(tmp_path, {"match": match, "time_scale": 10}, csv)
     with pytest.raises(WorkloadError) as err:
         load_workload(path)
     assert message in str(err.value) and "arr.csv" in str(err.value)

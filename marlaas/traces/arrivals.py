@@ -183,6 +183,17 @@ def assign(
     return out
 
 
+def scaled(t: float, time_scale: float, path: str | Path, line: int) -> float:
+    """A file's time ``t`` [s] times ``time_scale``: a job's arrival, or a TraceError naming
+    the file and line when it is later than a job may arrive (the workload's bound on
+    ``arrival_s``, which the user did not write: the file and the scale did)."""
+    arrival = t * time_scale
+    if arrival > MAX_ARRIVAL_S:
+        raise TraceError(path, f"{t:g} s x time_scale {time_scale:g} is later than "
+                         f"{MAX_ARRIVAL_S:g} s", line)  # fmt: skip
+    return arrival
+
+
 def apply_arrivals(data: dict[str, Any], base_dir: str | Path | None) -> dict[str, Any]:
     """A copy of raw workload data with its ``arrivals`` section applied to its jobs.
 
@@ -210,16 +221,13 @@ def apply_arrivals(data: dict[str, Any], base_dir: str | Path | None) -> dict[st
         return data
     if spec.format == "jobs":
         for i, row in assign(load_arrivals(path), jobs, spec.match, path).items():
-            jobs[i]["arrival_s"] = row.submit_s * spec.time_scale
+            jobs[i]["arrival_s"] = scaled(row.submit_s, spec.time_scale, path, row.line)
             if row.size is not None:
                 rl = jobs[i].get("rl") or {}
                 rl = rl.model_dump() if isinstance(rl, BaseModel) else dict(rl)
                 jobs[i]["rl"] = {**rl, "steps": row.size}
     else:  # a request trace: the k-th job arrives at the k-th request
         for i, (line, t) in enumerate(load_request_times(path, spec.format, len(jobs))):
-            if t * spec.time_scale > MAX_ARRIVAL_S:
-                late = f"{t:g} s x time_scale {spec.time_scale:g} is later than {MAX_ARRIVAL_S:g} s"
-                raise TraceError(path, f"{late} (the latest arrival)", line)
-            jobs[i]["arrival_s"] = t * spec.time_scale
+            jobs[i]["arrival_s"] = scaled(t, spec.time_scale, path, line)
     arrivals = {**spec.model_dump(), "path": str(path.resolve())}
     return {**data, "jobs": jobs, "arrivals": arrivals}
