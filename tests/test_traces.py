@@ -279,6 +279,12 @@ def test_mooncake_jsonl(tmp_path):
     assert got["prompt"].tolist() == [6755, 7319] and got["response"].tolist() == [500, 490]
 
 
+def test_mooncake_jsonl_written_with_a_byte_order_mark(tmp_path):
+    path = write(tmp_path, "m.jsonl", "\ufeff" + MOONCAKE)  # as CSV files may start
+    assert load_length_trace(path, "mooncake")["prompt"].tolist() == [6755, 7319]
+    assert [t for _, t in load_request_times(path, "mooncake", 2)] == [0.0, 3.052]
+
+
 def test_plain_csv_with_timestamps(tmp_path):
     path = write(tmp_path, "p.csv", "timestamp_s,prompt_tokens,response_tokens\n0.5,10,20\n")
     assert load_length_trace(path, "csv")["prompt"].tolist() == [10]

@@ -1,7 +1,8 @@
 """Reading JSON Lines trace files (one JSON object per line) row by row with line numbers.
 
-Blank lines are skipped. Each requested field must be present with a number (or a string
-holding one), which is passed on as text, as the CSV reader does, for the same checks.
+Blank lines are skipped, and so is a byte order mark at the start (Windows tools write one),
+as in CSV files. Each requested field must be present with a number (or a string holding
+one), which is passed on as text, as the CSV reader does, for the same checks.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def read_json_rows(
 
 def _rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
     rows = 0
-    with path.open(encoding="utf-8", errors="strict") as handle:
+    with path.open(encoding="utf-8-sig", errors="strict") as handle:  # a BOM: as CSV
         for number, text in enumerate(handle, start=1):
             if not text.strip():
                 continue
