@@ -37,6 +37,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from starlette.requests import ClientDisconnect
 
 from marlaas import strict_json
 from marlaas.drive.inbox import InboxClosedError
@@ -57,6 +58,10 @@ MAX_STREAMS_PER_CALLER = 16
 MAX_STREAMS = 256
 """Event streams the service holds open at once, of every tenant together (``serve
 --max-streams``); one more is 429: each polls the database, and many slow every request."""
+STREAM_PING_S = 15
+"""How often an event stream sends a comment line when it has no event to send [s]: it keeps
+proxies from closing it, and it is what a client that vanished fails to acknowledge (the
+server then drops its connection, and its place, ``server.UNACKED_S`` later)."""
 REFUSED_EVENT = "refused"
 """The event that ends a stream whose key was revoked (its data: ``{status, detail}``)."""
 OPERATOR_KEY_FILE = "operator.key"
@@ -207,7 +212,8 @@ def create_app(runner: ServiceRunner, data_dir: Path, max_streams: int = MAX_STR
         await run_in_threadpool(job_of, who, job_id)
         last, allowed = _last_event_id(request), _key_still_valid(request, who)
         slot = streams.open(who, request)  # nothing after it raises: the stream releases it
-        return EventSourceResponse(_stream(store, job_id, last, allowed, slot), ping=15)
+        stream = _stream(store, job_id, last, allowed, slot)
+        return EventSourceResponse(stream, ping=STREAM_PING_S)
 
     @app.get("/v1/jobs/{job_id}/adapters/{version}")
     def adapter(job_id: JobId, version: Annotated[int, PathParam(ge=0, le=10**6)],
@@ -300,17 +306,22 @@ def _loggable(text: str, limit: int) -> str:
 
 
 async def _read_body(request: Request) -> bytes:
+    """The request's body: 413 past :data:`MAX_BODY_BYTES`, 408 when the client went before
+    it came whole (cut by the server's deadline, :mod:`marlaas.service.server`, included)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         _refused(request, 413, f"{declared} bytes")
         raise HTTPException(413, f"the body is over {MAX_BODY_BYTES:,} bytes")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            _refused(request, 413, f"over {size} bytes")
-            raise HTTPException(413, f"the body is over {MAX_BODY_BYTES:,} bytes")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                _refused(request, 413, f"over {size} bytes")
+                raise HTTPException(413, f"the body is over {MAX_BODY_BYTES:,} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:  # gone, or cut by the server's deadline (408 sent, logged)
+        raise HTTPException(408, "the body did not arrive whole") from None
     return b"".join(chunks)
 
 

@@ -25,9 +25,6 @@ SERVE_HELP = "run MARLaaS as a service: tenants submit jobs over HTTP"
 TENANTS_HELP = "add, list or revoke a service's tenants (API keys)"
 TRAFFIC_HELP = "write a service's submissions as a workload file (for marlaas simulate)"
 
-KEEP_ALIVE_S = 30
-"""How long the server keeps an idle connection [s]: well above a client's own expiry (httpx:
-5 s), so that a client never reuses a connection the server is closing."""
 MAX_SPEED = 1e6
 """The fastest --simulate clock [simulated seconds per wall second]: a year of work in 32 s."""
 CONFIG_FILE = "config.json"
@@ -59,6 +56,7 @@ def _serve(args: argparse.Namespace) -> int:
     from marlaas.service.config import load_config
     from marlaas.service.keys import new_key
     from marlaas.service.runner import ServiceRunner
+    from marlaas.service.server import connection_limit, server_config
 
     config, base_dir = load_config(args.cluster)
     cost = None
@@ -121,9 +119,9 @@ def _serve(args: argparse.Namespace) -> int:
         runner.start()
         max_streams = MAX_STREAMS if args.max_streams is None else args.max_streams
         app = create_app(runner, data, max_streams)
-        server = uvicorn.Server(uvicorn.Config(
-            app, host=args.host, port=args.port, log_level=args.log_level, lifespan="off",
-            access_log=args.log_level == "debug", timeout_keep_alive=KEEP_ALIVE_S,
+        server = uvicorn.Server(server_config(
+            app, args.host, args.port, connection_limit(max_streams), log_level=args.log_level,
+            access_log=args.log_level == "debug",
         ))  # fmt: skip
         runner.on_stop = lambda: setattr(server, "should_exit", True)
         args.interrupt_hint = (
@@ -148,16 +146,15 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _listening_socket(host: str, port: int) -> socket.socket:
-    """The service's TCP socket, bound before anything starts (uvicorn would bind it only
-    once the jobs resumed, and exit with its own code): a port in use is one line."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    """The service's TCP socket (:func:`marlaas.service.server.listening_socket`), bound
+    before anything starts (uvicorn would bind it only once the jobs resumed, and exit with
+    its own code): a port in use is one line."""
+    from marlaas.service.server import listening_socket
+
     try:
-        sock.bind((host, port))
+        return listening_socket(host, port)
     except OSError as err:
-        sock.close()
         raise UsageError(f"serve: cannot listen on {host}:{port} ({err.strerror or err})") from None
-    return sock
 
 
 def _data_folder(path: str, create: bool = True) -> Path:
@@ -278,7 +275,8 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-streams", type=bounded_int(1, 1_000_000), metavar="N",
                         help="event streams (GET /v1/jobs/{id}/events) open at once, of every "
                         "tenant together; one more is 429 (default: 256; each key holds 16 "
-                        "at most; the operator's are not counted)")  # fmt: skip
+                        "at most; the operator's are not counted); the server keeps N + 272 "
+                        "connections open at most")  # fmt: skip
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
                         default="info", help="the service's log (stderr); debug also logs "
                         "every request and the libraries' chatter")  # fmt: skip

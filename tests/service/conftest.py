@@ -15,7 +15,6 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("sqlalchemy")
 
-from marlaas.service.cli import KEEP_ALIVE_S
 from marlaas.service.config import ServiceConfig
 from tests.service.postgres import PostgresServer
 
@@ -112,11 +111,15 @@ class Served:
 
 
 def serve(data: Path, db_url: str | None = None, cluster: dict | None = None,
-          speed: float = 200.0, max_streams: int | None = None) -> Served:  # fmt: skip
-    """Start a simulated service on a free loopback port (uvicorn in a thread);
-    ``max_streams``: its ``--max-streams`` (None: the default)."""
+          speed: float = 200.0, max_streams: int | None = None, unacked_s: float | None = None,
+          **limits) -> Served:  # fmt: skip
+    """Start a simulated service on a free loopback port (uvicorn in a thread), the server
+    ``serve`` starts (:mod:`marlaas.service.server`); ``max_streams``: its ``--max-streams``
+    (None: the default); ``unacked_s`` and ``limits`` (``read_s``, ``max_connections``,
+    ``base``): its bounds, where a test needs them shorter."""
     import uvicorn
 
+    from marlaas.service import server as bounds
     from marlaas.service.app import MAX_STREAMS, OPERATOR_KEY_FILE, create_app
     from marlaas.service.cli import make_data_folder
     from marlaas.service.db import database_url
@@ -132,12 +135,14 @@ def serve(data: Path, db_url: str | None = None, cluster: dict | None = None,
     store = JobStore(database_url(data, db_url), data)
     runner = ServiceRunner(config, data, data, store, simulate=True, speed=speed)
     runner.start(30)
-    app = create_app(runner, data, MAX_STREAMS if max_streams is None else max_streams)
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error",
-                            lifespan="off", timeout_keep_alive=KEEP_ALIVE_S)  # fmt: skip
+    max_streams = MAX_STREAMS if max_streams is None else max_streams
+    app = create_app(runner, data, max_streams)
+    listening = bounds.listening_socket("127.0.0.1", 0, unacked_s or bounds.UNACKED_S)
+    port = listening.getsockname()[1]
+    limits.setdefault("max_connections", bounds.connection_limit(max_streams))
+    config = bounds.server_config(app, "127.0.0.1", port, log_level="error", **limits)
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listening]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
     while not server.started:
