@@ -41,11 +41,15 @@ SimPy loop runs in each thread after its simulations.
 
 Printed per size: SimPy events of a pass, passes of the median round, its wall and CPU time,
 CPU µs per event and its spread, the bare loop's CPU µs per event and the ratio, the work an
-event stands for (records of the event log per event, adapter loads per rollout group) and
-the CPU µs per record; then the growth exponent of µs per event between 64 and 256 jobs (0:
-flat; 1: linear in jobs). The mix of work changes with the size: each engine holds 8
-adapters, so the more jobs share the engines, the more groups wait for an adapter load (and
-an eviction), and more devices write idle rows when the jobs' majority idle cause changes.
+event stands for (records of the event log per event, adapter loads per rollout group), the
+CPU µs per record and per group turn generated; then the growth exponent of µs per event
+between 64 and 256 jobs (0: flat; 1: linear in jobs). The mix of work changes with the size
+and the policy: each engine holds 8 adapters, so the more jobs share the engines, the more
+groups wait for an adapter load (and an eviction), and more devices write idle rows when the
+jobs' majority idle cause changes. A policy that saves adapter loads saves their events, which
+cost less than most: its µs per event rises though it does less work. A group turn (one
+prompt's samples generated once) is the same work under every policy: the workload sets how
+many there are, so µs per group turn compares policies on equal work.
 Each half of a size's round runs in a process of its own (``--same-process``: all in this
 one), which reports its peak RSS. The script imports marlaas from PYTHONPATH, so one copy of
 it can measure an older tree.
@@ -169,6 +173,8 @@ def measure(
         "records_per_event": len(records) / max(1, executor.steps),
         "loads_per_group": kinds["adapter_load"] / max(1, kinds["generate"]),
         "us_per_record": cpu / max(1, len(records) * passes) * 1e6,
+        "group_turns": kinds["generate"],
+        "us_per_group": cpu / max(1, kinds["generate"] * passes) * 1e6,
         "makespan_s": result.makespan_s,
     }
     del scheduler, executor, result, records  # the bare loop's garbage collections would
@@ -279,6 +285,7 @@ def combine(halves: list[dict]) -> dict:
         "bare_us_per_event": min(h["bare_us_per_event"] for h in halves),
         "ratio": us / min(h["bare_us_per_event"] for h in halves),
         "us_per_record": cpu / max(1, records) * 1e6,
+        "us_per_group": cpu / max(1, first["group_turns"] * passes) * 1e6,
         "peak_rss_mb": max(h["peak_rss_mb"] for h in halves),
     }
 
@@ -389,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{'run':>10s} {'jobs':>5s} {'GPUs':>5s} {'events':>9s} {'passes':>6s} {'wall s':>8s} "
         f"{'cpu s':>8s} {'us/event':>9s} {'spread':>7s} {'bare us':>8s} {'x bare':>7s} "
-        f"{'rec/ev':>7s} {'load/grp':>8s} {'us/rec':>7s} {'RSS MiB':>7s}"
+        f"{'rec/ev':>7s} {'load/grp':>8s} {'us/rec':>7s} {'us/grp':>7s} {'RSS MiB':>7s}"
     )
     for row in rows:
         print(
@@ -398,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['us_per_event']:9.1f} {row['spread']:7.0%} {row['bare_us_per_event']:8.2f} "
             f"{row['ratio']:7.1f} "
             f"{row['records_per_event']:7.2f} {row['loads_per_group']:8.2f} "
-            f"{row['us_per_record']:7.1f} {row['peak_rss_mb']:7.0f}"
+            f"{row['us_per_record']:7.1f} {row['us_per_group']:7.1f} {row['peak_rss_mb']:7.0f}"
         )
     cycled = [
         rounds for row, rounds in zip(rows, measured, strict=True) if row["label"] != "paper-32"
@@ -409,10 +416,10 @@ def main(argv: list[str] | None = None) -> int:
             b["us_per_event"] / a["us_per_event"]
             for a, b in zip(first_rounds, last_rounds, strict=True)
         ]
-        per_record = [
-            b["us_per_record"] / a["us_per_record"]
-            for a, b in zip(first_rounds, last_rounds, strict=True)
-        ]
+        per_record, per_group = (
+            [b[unit] / a[unit] for a, b in zip(first_rounds, last_rounds, strict=True)]
+            for unit in ("us_per_record", "us_per_group")
+        )
         print(
             f"per-event cost {last_rounds[0]['jobs']} vs {first_rounds[0]['jobs']} jobs: "
             f"{median(by_round):.2f}x (median of {args.repeat} round"
@@ -421,7 +428,8 @@ def main(argv: list[str] | None = None) -> int:
                 if args.repeat > 1
                 else ""
             )
-            + f"); per record: {median(per_record):.2f}x"
+            + f"); per record: {median(per_record):.2f}x; per group turn: "
+            f"{median(per_group):.2f}x"
         )
     exponent = growth_exponent(rows)
     if exponent is not None:

@@ -93,13 +93,14 @@ def test_a_round_runs_the_sizes_up_and_down_again_centred_on_the_largest():
 
 
 def test_the_halves_of_a_round_add_up_to_one_measurement():
-    half = {"events": 100, "records": 50, "passes": 2, "cpu_s": 0.002, "wall_s": 0.003,
-            "bare_us_per_event": 1.0, "peak_rss_mb": 80.0}  # fmt: skip
+    half = {"events": 100, "records": 50, "group_turns": 40, "passes": 2, "cpu_s": 0.002,
+            "wall_s": 0.003, "bare_us_per_event": 1.0, "peak_rss_mb": 80.0}  # fmt: skip
     other = {**half, "passes": 3, "cpu_s": 0.004, "bare_us_per_event": 0.5, "peak_rss_mb": 90.0}
     row = combine([half, other])
     assert row["passes"] == 5 and row["cpu_s"] == pytest.approx(0.006)
     assert row["us_per_event"] == pytest.approx(0.006 / 500 * 1e6)
     assert row["us_per_record"] == pytest.approx(0.006 / 250 * 1e6)
+    assert row["us_per_group"] == pytest.approx(0.006 / 200 * 1e6)
     assert row["ratio"] == pytest.approx(row["us_per_event"] / 0.5)
     assert row["peak_rss_mb"] == 90.0
 
@@ -111,6 +112,7 @@ def test_a_run_prints_the_median_ratio_of_the_last_size_to_the_first(capsys):
     assert captured.err.count("round 1/2") == 3  # 8 jobs, 16 jobs, 8 jobs again
     assert "per-event cost 16 vs 8 jobs:" in captured.out
     assert "(median of 2 rounds; round by round" in captured.out
+    assert "; per group turn: " in captured.out
 
 
 @pytest.mark.parametrize(
