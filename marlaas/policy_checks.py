@@ -15,12 +15,15 @@ class is named by its import path unless its own class body sets ``name``.
 
 from __future__ import annotations
 
+import copy
 import math
 import numbers
+import sys
 from collections.abc import Callable
-from typing import Any
+from operator import attrgetter
+from typing import Any, ClassVar, SupportsIndex
 
-from marlaas.core.policies import Policy
+from marlaas.core.policies import EngineView, JobView, Policy
 from marlaas.import_path import one_line, shown
 
 
@@ -76,15 +79,27 @@ def _guarded(spec: str, method: str, user: Callable, fault: Callable[[Policy, ob
 
     def call(self: Policy, job: Any, *rest: Any) -> Any:
         engine = rest[0] if method == "engine_key" else None
+        if type(job) is ReadOnlyJob:  # a key that asks a key: the job is a view already
+            seen, job = job, _of(job)
+        else:
+            seen = _new(ReadOnlyJob)
+            _set_of(seen, job)
         try:
             if engine is None:
-                value = user(self, ReadOnlyView(job, "job"), *rest)
+                value = user(self, seen, *rest)
             else:
-                value = user(self, ReadOnlyView(job, "job"), ReadOnlyView(engine, "engine"),
-                             *rest[1:])  # fmt: skip
+                engine = _of(engine) if type(engine) is ReadOnlyEngine else engine
+                value = user(self, seen, _view(ReadOnlyEngine, engine), *rest[1:])
         except PolicyError:
             raise  # a recursive key's innermost error: said once
         except (Exception, SystemExit) as exc:
+            if type(exc) is RecursionError:  # said by the outermost call, where there is room
+                here = sys._getframe()
+                outer = here.f_back
+                while outer is not None and outer.f_code is not here.f_code:
+                    outer = outer.f_back
+                if outer is not None:
+                    raise
             where = _call(method, job, engine)
             raise PolicyError(f"policy {spec!r}: {where} raised {one_line(exc)}") from exc
         why = fault(self, value)
@@ -97,19 +112,23 @@ def _guarded(spec: str, method: str, user: Callable, fault: Callable[[Policy, ob
 
 
 class ReadOnlyView:
-    """A job (JobView) or an engine (EngineView) as a policy loaded by import path sees it:
-    every field reads through to the scheduler's own object, but none can be set or deleted
-    (the scheduler's JobState and Engine are plain mutable objects: a key that set
-    ``job.name`` broke the run later, far from the policy, with a traceback)."""
+    """A job (:class:`ReadOnlyJob`) or an engine (:class:`ReadOnlyEngine`) as a policy loaded
+    by import path sees it: every field reads through to the scheduler's own object, but none
+    can be set or deleted (the scheduler's JobState and Engine are plain mutable objects: a key
+    that set ``job.name`` broke the run later, far from the policy, with a traceback).
 
-    __slots__ = ("_of", "_what")
+    Otherwise it is the object itself to the policy: ``isinstance`` and ``==`` see the
+    object (a view of a job equals the job), ``hash`` is the object's, and ``copy``,
+    ``deepcopy`` and ``pickle`` give what they give of the object (a copy is the policy's own,
+    as before). The fields of the JobView and EngineView protocols are read by properties of
+    the class (one C-level read each: a key reads several on every call), others through
+    ``__getattr__``."""
 
-    def __init__(self, of: object, what: str) -> None:
-        object.__setattr__(self, "_of", of)
-        object.__setattr__(self, "_what", what)
+    __slots__ = ("_of",)
+    _what: ClassVar[str] = "object"
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(object.__getattribute__(self, "_of"), name)
+    def __getattr__(self, name: str) -> Any:  # a field the protocol does not name
+        return getattr(_of(self), name)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"the {self._what} is read-only to a policy: it may not set {name!r}")
@@ -119,8 +138,69 @@ class ReadOnlyView:
             f"the {self._what} is read-only to a policy: it may not delete {name!r}"
         )
 
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # isinstance(view, JobState): as the object itself
+        return type(_of(self))
+
+    def __eq__(self, other: object) -> bool:
+        return bool(_of(self) == (_of(other) if isinstance(other, ReadOnlyView) else other))
+
+    def __hash__(self) -> int:
+        return hash(_of(self))
+
+    def __copy__(self) -> Any:
+        return copy.copy(_of(self))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        return copy.deepcopy(_of(self), memo)
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:  # pickled as the object itself
+        return _of(self).__reduce_ex__(protocol)
+
+    def __dir__(self) -> list[str]:
+        return dir(_of(self))
+
     def __repr__(self) -> str:
-        return repr(object.__getattribute__(self, "_of"))
+        return repr(_of(self))
+
+
+_of = ReadOnlyView._of.__get__  # type: ignore[attr-defined]
+"""The object a view shows (the slot's own getter: no recursion while it is unset)."""
+_set_of = ReadOnlyView._of.__set__  # type: ignore[attr-defined]
+
+
+class ReadOnlyJob(ReadOnlyView):
+    """A job as a policy loaded by import path sees it (:class:`ReadOnlyView`)."""
+
+    __slots__ = ()
+    _what = "job"
+
+
+class ReadOnlyEngine(ReadOnlyView):
+    """An engine as a policy loaded by import path sees it (:class:`ReadOnlyView`)."""
+
+    __slots__ = ()
+    _what = "engine"
+
+
+def _read_through(kind: type[ReadOnlyView], protocol: type) -> None:
+    """Give ``kind`` a property for each field of ``protocol`` (a method, such as
+    ``EngineView.holds``, reads as the object's bound method)."""
+    for field in vars(protocol):
+        if not field.startswith("_"):
+            setattr(kind, field, property(attrgetter(f"_of.{field}")))
+
+
+_read_through(ReadOnlyJob, JobView)
+_read_through(ReadOnlyEngine, EngineView)
+_new = object.__new__
+
+
+def _view(kind: type[ReadOnlyView], of: object) -> Any:
+    """``of`` read-only, as a ``kind``."""
+    view = _new(kind)
+    _set_of(view, of)
+    return view
 
 
 def _seen(policy: Policy, method: str) -> list[tuple[bool, ...]]:

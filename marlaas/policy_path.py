@@ -50,6 +50,8 @@ class _ReadFields:
         self.fields_read: set[str] = set()
 
     def __getattr__(self, name: str) -> object:
+        if name in ("_job", "fields_read"):  # unset: a copy being made (copy.copy(job))
+            raise AttributeError(name)
         self.fields_read.add(name)
         return getattr(self._job, name)
 

@@ -17,6 +17,7 @@ from marlaas.core.policies.fair import Fair
 from marlaas.policy_path import PolicyError, PolicyLoadError, load_policy
 
 MODULE = '''
+import copy
 import math
 
 from marlaas.core.policies import Policy
@@ -110,6 +111,24 @@ class SetsEngine(Policy):
         if job.name != "probe":
             engine.seqs = 0
         return (engine.index,)
+
+
+class Looks(Policy):
+    """Reads its job and engine as it would the scheduler's own objects."""
+
+    def key(self, job):
+        from marlaas.core.jobs import JobState
+
+        twin = copy.copy(job)  # its own copy, which it may change
+        twin.last_served = 7
+        return (isinstance(job, JobState), job == job, twin.last_served, job.last_served,
+                job.index)  # fmt: skip
+
+    def engine_key(self, job, engine, homes):
+        from marlaas.core.cluster import Engine
+
+        return (isinstance(engine, Engine), engine == engine, engine.holds(job.name),
+                engine.free_seqs, engine.index)  # fmt: skip
 
 
 class ShareLater(Policy):
@@ -251,6 +270,34 @@ def test_a_policy_that_fails_as_it_runs_is_one_error_line(
     assert len(err_lines) == 1, err_lines
     assert f"policy '{path}': {says}" in err_lines[0]
     assert not out.exists()
+
+
+def test_a_policy_reads_the_job_and_the_engine_as_they_are(package):
+    """Read-only, but otherwise the scheduler's own objects to the policy: isinstance, ==,
+    copy (a copy of its own) and the protocols' fields and methods read as on the objects."""
+    from marlaas.core.cluster import Cluster
+    from marlaas.core.cluster_spec import ClusterSpec
+    from marlaas.core.job_spec import JobSpec
+    from marlaas.core.jobs import JobState
+    from marlaas.core.policies import EngineView, JobView
+    from marlaas.core.scheduling import SchedulingSpec
+    from marlaas.policy_checks import ReadOnlyEngine, ReadOnlyJob, _view
+
+    policy = get_policy(load_policy(f"{package}:Looks"))
+    job = JobState(JobSpec(name="a", tenant="t"), 3, 1)
+    engine = Cluster.build(ClusterSpec(), SchedulingSpec().resolve()).engines[0]
+    assert policy.key(job) == (True, True, 7, 0, 3) and job.last_served == 0
+    assert policy.engine_key(job, engine, 0) == (True, True, False, engine.free_seqs, 0)
+    seen, shown_engine = _view(ReadOnlyJob, job), _view(ReadOnlyEngine, engine)
+    assert seen == job and job == seen and seen == _view(ReadOnlyJob, job)
+    for name in [n for n in vars(JobView) if not n.startswith("_")]:
+        assert getattr(seen, name) == getattr(job, name), name
+    for name in [n for n in vars(EngineView) if not n.startswith("_") and n != "holds"]:
+        assert getattr(shown_engine, name) == getattr(engine, name), name
+    assert seen.spec is job.spec  # a field no protocol names reads through too
+    with pytest.raises(AttributeError, match="the engine is read-only to a policy: it may "
+                       "not delete 'seqs'"):  # fmt: skip
+        del shown_engine.seqs
 
 
 def test_the_error_is_a_policy_load_error_kind(package):
