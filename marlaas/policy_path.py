@@ -94,7 +94,16 @@ def _check_name(spec: str, cls: type[Policy], name: str) -> None:
     """Refuse a class whose own ``name`` is another policy's (a bundled one, or one loaded by
     another path): run summaries, tables and reports would call both by it, and ``replay``
     would simulate a run again under the policy registered by that name, not this one. The
-    class registered by that name itself (``marlaas.core.policies.fair:Fair``) is fine."""
+    class registered by that name itself (``marlaas.core.policies.fair:Fair``) is fine. A name
+    that is an import path other than ``spec`` is refused whether or not that path is loaded
+    yet: ``replay`` would load the class there (and that class, loaded later, would be
+    refused in this one's place)."""
+    if name != spec and IMPORT_PATH.fullmatch(name):
+        raise PolicyLoadError(
+            f"policy {spec!r}: {cls.__name__} sets name = {name!r}, an import path: replay "
+            f"would load the class there; choose a name without ':', or set none (it is then "
+            f"called {spec!r})"
+        )
     taken = _NAMED.get(name)
     if taken is not None and is_registered(taken[0]):  # not a test's registry, since undone
         other, known = taken

@@ -183,6 +183,13 @@ class NamedAgain(Policy):
         return (job.index,)
 
 
+class NamedAsPath(Policy):
+    name = "checkpol.p:Plain"  # another class's import path: replay would run that one
+
+    def key(self, job):
+        return (-job.index,)
+
+
 class Plain(Policy):
     reads_backlog = True
 
@@ -365,6 +372,17 @@ def test_a_name_of_another_policy_is_refused(package, workload, tmp_path, capsys
     with pytest.raises(PolicyLoadError, match=rf"the name of policy {package}:Named \(named "):
         load_policy(f"{package}:NamedAgain")
     assert get_policy(load_policy("marlaas.core.policies.fair:Fair")).name == "fair"  # itself
+
+
+def test_a_name_that_is_another_import_path_is_refused(package):
+    """Whichever loads first: the class that takes the path as its name is refused, and the
+    class at that path loads, named by it."""
+    with pytest.raises(PolicyLoadError, match=r"NamedAsPath sets name = 'checkpol.p:Plain', "
+                       r"an import path"):  # fmt: skip
+        load_policy(f"{package}:NamedAsPath")
+    assert get_policy(load_policy(f"{package}:Plain")).name == f"{package}:Plain"
+    with pytest.raises(PolicyLoadError, match=r"NamedAsPath sets name = 'checkpol.p:Plain'"):
+        load_policy(f"{package}:NamedAsPath")
 
 
 def test_an_empty_policy_is_refused(package, workload, tmp_path, capsys):
