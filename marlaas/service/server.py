@@ -2,10 +2,14 @@
 does not do its part from holding a connection, an event stream's place or the server's file
 descriptors for long. uvicorn itself sets none of them:
 
-- **a request arrives whole in** :data:`REQUEST_READ_S`, its headers and its body, counted
-  from its first byte (a new connection's, from its opening). Past it the client gets 408 and
-  its connection is closed (a connection that sent nothing is closed without an answer): a
-  client that sends its request a byte at a time (slowloris) holds nothing longer.
+- **a request arrives whole in** :data:`REQUEST_READ_S`, counted from its first byte (a new
+  connection's, from its opening), and one more second for each :data:`BODY_BYTES_PER_S`
+  bytes of a body the app reads, as long as no :data:`REQUEST_READ_S` pass without a byte.
+  Past it the client gets 408 and its connection is closed (a connection that sent nothing
+  is closed without an answer): a client that sends its request a byte at a time
+  (slowloris) holds nothing longer, and a large body on a slow link is still read. The clock
+  runs only while the server waits on the client: not while a request is answered (an event
+  stream, a download), nor for a request sent behind it (pipelined) until its turn.
 - **what the server sends is acknowledged within** :data:`UNACKED_S` (``TCP_USER_TIMEOUT``,
   set on the listening socket; Linux gives every accepted socket its listener's). A client
   whose machine vanished without closing its connection, or that stopped reading, loses it
@@ -37,8 +41,12 @@ KEEP_ALIVE_S = 30
 5 s), so that a client never reuses a connection the server is closing."""
 REQUEST_READ_S = 30.0
 """How long a client has to send a whole request, headers and body, from its first byte (a
-new connection: from its opening) [s]; past it, 408 and the connection closed. A job spec
-(at most 1 MiB) takes well under it on any link a tenant's program would use."""
+new connection: from its opening) [s], and the longest wait for a byte of it; a body has
+longer (:data:`BODY_BYTES_PER_S`). Past it, 408 and the connection closed."""
+BODY_BYTES_PER_S = 1024.0
+"""The slowest a body may come, on average [bytes/s]: each this many of its bytes give the
+request one more second. The largest (a 1 MiB job spec) is read whole in 30 + 1024 s on a
+link as slow as 8 kbit/s; at a fixed 30 s it was cut (408) on any link under 280 kbit/s."""
 UNACKED_S = 45.0
 """How long data the server sent may stay unacknowledged before the kernel drops the
 connection [s] (``TCP_USER_TIMEOUT``): a client gone without a word, or one that stopped
@@ -78,35 +86,52 @@ def connection_limit(max_streams: int) -> int:
 
 def server_config(app, host: str, port: int, max_connections: int, log_level: str = "info",
                   access_log: bool = False, read_s: float = REQUEST_READ_S,
+                  body_rate: float = BODY_BYTES_PER_S,
                   base: type[asyncio.Protocol] = AutoHTTPProtocol) -> uvicorn.Config:  # fmt: skip
-    """uvicorn's settings for the service's ``app``: a request read whole in ``read_s``, at
-    most ``max_connections`` open at once, idle connections kept :data:`KEEP_ALIVE_S`;
-    ``base``: uvicorn's HTTP protocol to bound (h11's or httptools', the one uvicorn picks)."""
-    protocol = bounded_protocol(base, read_s, max_connections)
+    """uvicorn's settings for the service's ``app``: a request read whole in ``read_s`` (a
+    body: one more second for each ``body_rate`` bytes), at most ``max_connections`` open at
+    once, idle connections kept :data:`KEEP_ALIVE_S`; ``base``: uvicorn's HTTP protocol to
+    bound (h11's or httptools', the one uvicorn picks)."""
+    protocol = bounded_protocol(base, read_s, max_connections, body_rate)
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="off",
                           access_log=access_log, timeout_keep_alive=KEEP_ALIVE_S,
                           http=protocol)  # fmt: skip
 
 
-def bounded_protocol(base: type[asyncio.Protocol], read_s: float,
-                     max_connections: int) -> type[asyncio.Protocol]:  # fmt: skip
+def bounded_protocol(base: type[asyncio.Protocol], read_s: float, max_connections: int,
+                     body_rate: float = BODY_BYTES_PER_S) -> type[asyncio.Protocol]:  # fmt: skip
     """uvicorn's HTTP protocol ``base`` with :class:`RequestDeadline`'s bounds."""
-    fields = {"read_s": read_s, "max_connections": max_connections}
+    fields = {"read_s": read_s, "max_connections": max_connections, "body_rate": body_rate}
     return type(f"Bounded{base.__name__}", (RequestDeadline, base), fields)
 
 
 class RequestDeadline:
-    """What uvicorn's HTTP protocols (h11's and httptools' alike) lack: a deadline of
-    ``read_s`` to read each request whole, and at most ``max_connections`` open at once. A
-    mixin, put before the protocol class (:func:`bounded_protocol`); it reads the state both
-    keep: ``cycle``, the request being answered, made once its headers are in, whose
-    ``more_body`` turns False once its body is."""
+    """What uvicorn's HTTP protocols (h11's and httptools' alike) lack: a deadline to read
+    each request, and at most ``max_connections`` open at once. A mixin, put before the
+    protocol class (:func:`bounded_protocol`); it reads the state both keep: ``cycle``, the
+    request being answered (made once its headers are in; its ``more_body`` turns False once
+    its body is, ``response_started`` and ``response_complete`` as it is answered), ``flow``
+    and httptools' ``pipeline`` (requests parsed behind the one being answered).
+
+    The clock runs only while the server waits on the client for a request: from a new
+    connection's opening, or a request's first byte, until the request is whole; not while
+    the request is answered, nor while a request sent early (pipelined) waits behind a
+    response, nor on an idle kept-alive connection (uvicorn closes that one). A request has
+    ``read_s``, and one more second for each ``body_rate`` bytes of its body that came, as
+    long as no ``read_s`` pass without a byte (mod_reqtimeout's rule): a large body on a slow
+    link is read, a body sent slower than ``body_rate`` is cut. Past it: 408 when something
+    came, and the connection closed."""
 
     read_s: float = REQUEST_READ_S
+    body_rate: float = BODY_BYTES_PER_S
     max_connections: int | None = None
     _timer: asyncio.TimerHandle | None = None
-    _before = None
-    """The request cycle there was when the clock started: the one being read is a newer one."""
+    _since = 0.0
+    """When the clock started (monotonic) [s]."""
+    _last = 0.0
+    """When a byte last came, or the server last held the client back (monotonic) [s]."""
+    _body = 0
+    """The bytes of the body being read that came since the clock started."""
     _heard = False
     """Whether some of the request being read has come (408 then, else a silent close)."""
 
@@ -115,22 +140,48 @@ class RequestDeadline:
         if self.max_connections is not None and len(self.connections) > self.max_connections:
             self._refuse_connection()
         else:
-            self._start_clock()
+            self._start_clock(heard=False)
 
     def data_received(self, data: bytes) -> None:
-        if self._timer is None:
-            self._start_clock()
-        self._heard = True
+        in_body = self._reading_body()
         super().data_received(data)
-        if self._timer is not None and self._request_in():
+        if self._answering() or self.transport.is_closing():
             self._stop_clock()
+            return
+        if self._timer is None:
+            self._start_clock(heard=True)
+        self._heard, self._last = True, self.loop.time()
+        if in_body:
+            self._body += len(data)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self._timer is None and self._reading_body() and not self.transport.is_closing():
+            self._start_clock(heard=True)  # a pipelined request whose body is still coming
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_clock()
         super().connection_lost(exc)
 
-    def _start_clock(self) -> None:
-        self._before, self._heard = self.cycle, False
+    def _answering(self) -> bool:
+        """Whether a request came whole (or was answered early) and its response is not
+        complete: the app works on it, the response is being sent, or a pipelined request
+        waits behind it (httptools parses it, h11 keeps it unread)."""
+        if getattr(self, "pipeline", None):
+            return True
+        cycle = self.cycle
+        return (cycle is not None and not cycle.response_complete
+                and (cycle.response_started or not cycle.more_body))  # fmt: skip
+
+    def _reading_body(self) -> bool:
+        """Whether the app is reading the body of the request being answered."""
+        cycle = self.cycle
+        return (cycle is not None and cycle.more_body and not cycle.response_started
+                and not getattr(self, "pipeline", None))  # fmt: skip
+
+    def _start_clock(self, heard: bool) -> None:
+        self._since = self._last = self.loop.time()
+        self._body, self._heard = 0, heard
         self._timer = self.loop.call_later(self.read_s, self._too_slow)
 
     def _stop_clock(self) -> None:
@@ -138,26 +189,35 @@ class RequestDeadline:
             self._timer.cancel()
             self._timer = None
 
-    def _request_in(self) -> bool:
-        """Whether the request being read has come whole: a cycle newer than the clock's
-        (its headers are in) whose body is in too."""
-        return self.cycle is not self._before and not self.cycle.more_body
-
     def _too_slow(self) -> None:
-        """The deadline passed: 408 unless nothing came or the answer has begun; the
-        connection closed (an app still reading the body reads that the client went)."""
+        """The clock rang: wait on for a body that keeps coming, or while the server itself
+        holds the client back (the app has not read what came); else 408 unless nothing
+        came, and the connection closed (an app still reading the body reads that the
+        client went)."""
         self._timer = None
-        if self.transport.is_closing() or self._request_in():  # (a pipelined request is read
-            return  # once the one before it was answered)
-        cycle = self.cycle if self.cycle is not self._before else None
-        if self._heard and (cycle is None or not cycle.response_started):
-            self._answer(408, f"the request did not arrive whole within {self.read_s:g} s")
+        if self.transport.is_closing() or self.transport.get_protocol() is not self:
+            return  # closed, or handed over (a WebSocket)
+        if self._answering():
+            return
+        now = self.loop.time()
+        if self.flow.read_paused and self._reading_body():
+            self._last = now  # uvicorn stopped reading until the app reads: not the client's
+            self._since += self.read_s
+        allowed = self._since + self.read_s + self._body / self.body_rate
+        until = min(allowed, self._last + self.read_s)
+        if now < until:
+            self._timer = self.loop.call_later(until - now, self._too_slow)
+            return
+        cycle = self.cycle
+        if self._heard:
+            rate = f"{self.body_rate:g} bytes/s"
+            self._answer(408, f"the request did not arrive whole within {self.read_s:g} s "
+                         f"(a body: as long as it comes at {rate} or more)")  # fmt: skip
+            log.warning("408 from %s: no whole request in time; connection closed",
+                        self._peer())  # fmt: skip
         if cycle is not None and not cycle.response_complete:
             cycle.disconnected = True
             cycle.message_event.set()
-        if self._heard:
-            log.warning("408 from %s: no whole request within %g s; connection closed",
-                        self._peer(), self.read_s)  # fmt: skip
         self.transport.close()
 
     def _refuse_connection(self) -> None:

@@ -224,3 +224,173 @@ def test_a_connection_past_the_limit_is_503_and_closed_before_anything_is_read(t
         for sock in held:
             sock.close()
         service.stop()
+
+
+def read_for(sock: socket.socket, seconds: float) -> tuple[bytes, bool]:
+    """What the server sends on ``sock`` in ``seconds``, and whether it is still open then."""
+    received, end = b"", time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(65_536)
+        except TimeoutError:
+            break
+        except ConnectionResetError:
+            return received, False
+        if not chunk:
+            return received, False
+        received += chunk
+    return received, True
+
+
+@pytest.mark.parametrize("base", protocols())
+def test_a_request_pipelined_behind_an_event_stream_is_not_cut_into_it(tmp_path, base):
+    """A request that waits behind a response being sent (HTTP/1.1 pipelining, here behind an
+    event stream) is not being read: its deadline does not run. It ran, and 408 was written
+    into the middle of the stream, which was then closed."""
+    service = serve(tmp_path / "data", read_s=SHORT_S, base=base)
+    streams, key = service.app.state.streams, service.key("alice")
+    job = service.client(key).submit(LONG_JOB)["id"]
+    try:
+        with socket.create_connection(address(service)) as sock:
+            sock.sendall(f"GET /v1/jobs/{job}/events HTTP/1.1\r\nHost: marlaas\r\n"
+                         f"Authorization: Bearer {key}\r\n\r\n".encode())  # fmt: skip
+            head, still_open = read_for(sock, 1)
+            assert head.startswith(b"HTTP/1.1 200 OK") and still_open, head
+            sock.sendall(b"GET /v1/health HTTP/1.1\r\nHost: marlaas\r\n")  # the next, in part
+            sent, still_open = read_for(sock, 4 * SHORT_S)
+            assert b"HTTP/1.1 408" not in sent, sent[-300:]
+            assert still_open and b"event: step" in sent, sent[-300:]
+            assert streams.total == 1
+    finally:
+        service.client(service.operator_key).cancel(job)
+        service.stop()
+
+
+@pytest.mark.parametrize("base", protocols())
+def test_a_body_that_keeps_coming_is_read_and_one_too_slow_is_408(tmp_path, base):
+    """A job spec on a slow link took longer than the deadline and was cut with 408 while it
+    still came: a body is given ``read_s`` and one more second for each ``body_rate`` bytes
+    that came; one that comes slower than that is still 408."""
+    import json
+
+    service = serve(tmp_path / "data", read_s=SHORT_S, body_rate=2000, base=base)
+    key = service.key("alice")
+    body = json.dumps(JOB).encode().ljust(8000)
+    head = (f"POST /v1/jobs HTTP/1.1\r\nHost: marlaas\r\nAuthorization: Bearer {key}\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()  # fmt: skip
+
+    def send(chunk: int, every_s: float) -> bytes:
+        with socket.create_connection(address(service)) as sock:
+            sock.sendall(head)
+            for start in range(0, len(body), chunk):
+                try:
+                    sock.sendall(body[start : start + chunk])
+                except (BrokenPipeError, ConnectionResetError):
+                    break
+                time.sleep(every_s)
+            return read_until_closed_or_answered(sock, CUT_WITHIN_S)
+
+    try:
+        started = time.monotonic()
+        answer = send(200, 0.05)  # 4000 bytes/s: 2 s, twice the deadline
+        assert time.monotonic() - started > 2 * SHORT_S
+        assert answer.startswith(b"HTTP/1.1 201 Created\r\n"), answer
+        answer = send(100, 0.1)  # 1000 bytes/s: cut near 1 + 2000 / 2000 = 2 s
+        assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), answer
+    finally:
+        service.stop()
+
+
+def read_until_closed_or_answered(sock: socket.socket, timeout_s: float) -> bytes:
+    """The server's first answer on ``sock`` (its head and what came with it), or all it
+    sent until it closed it."""
+    sock.settimeout(timeout_s)
+    received = b""
+    try:
+        while chunk := sock.recv(65_536):
+            received += chunk
+            if b"\r\n\r\n" in received:
+                head, _, rest = received.partition(b"\r\n\r\n")
+                length = [line for line in head.lower().split(b"\r\n")
+                          if line.startswith(b"content-length:")]  # fmt: skip
+                if length and len(rest) >= int(length[0].split(b":")[1]):
+                    return received
+    except (TimeoutError, ConnectionResetError):
+        pass
+    return received
+
+
+@pytest.mark.parametrize("base", protocols())
+def test_connections_are_counted_back_to_zero_however_they_end(tmp_path, base):
+    """The cap counts the connections open (uvicorn's set of them): however a connection
+    ends (answered, reset, mid-request, mid-stream, silent, cut by the deadline, refused at
+    the cap), it leaves the count, and no clock keeps its protocol alive."""
+    import gc
+    import struct
+
+    from marlaas.service.server import RequestDeadline
+
+    service = serve(tmp_path / "data", read_s=SHORT_S, max_connections=8, base=base)
+    connections, streams = service.server.server_state.connections, service.app.state.streams
+    key = service.key("alice")
+    with service.client(key) as client:  # its kept-alive connection closed
+        job = client.submit(LONG_JOB)["id"]
+    stream = (f"GET /v1/jobs/{job}/events HTTP/1.1\r\nHost: marlaas\r\n"
+              f"Authorization: Bearer {key}\r\n\r\n").encode()  # fmt: skip
+    post = (f"POST /v1/jobs HTTP/1.1\r\nHost: marlaas\r\nAuthorization: Bearer {key}\r\n"
+            "Content-Length: 1000\r\n\r\n{").encode()  # fmt: skip
+
+    def reset(sock: socket.socket) -> None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+
+    try:
+        for _ in range(3):
+            assert httpx.get(f"{service.url}/v1/health", timeout=10).status_code == 200
+            with socket.create_connection(address(service)) as sock:  # two pipelined, whole
+                sock.sendall(b"GET /v1/health HTTP/1.1\r\nHost: m\r\n\r\n" * 2)
+                assert read_for(sock, 0.5)[0].count(b"HTTP/1.1 200 OK") == 2
+            reset(socket.create_connection(address(service)))  # silent, reset
+            socket.create_connection(address(service)).close()  # silent, closed
+            sock = socket.create_connection(address(service))
+            sock.sendall(b"GET /v1/health HTTP/1.1\r\nHost")  # mid-headers, reset
+            reset(sock)
+            sock = socket.create_connection(address(service))
+            sock.sendall(post)  # mid-body, reset
+            time.sleep(0.1)
+            reset(sock)
+            with socket.create_connection(address(service)) as sock:
+                sock.sendall(post)  # mid-body, closed
+                time.sleep(0.1)
+            sock = socket.create_connection(address(service))
+            sock.sendall(stream)
+            assert read_for(sock, 0.5)[0].startswith(b"HTTP/1.1 200 OK")
+            reset(sock)  # mid-stream, reset
+            with socket.create_connection(address(service)) as sock:
+                sock.sendall(stream)  # mid-stream, a pipelined request behind it, closed
+                sock.sendall(b"GET /v1/health HTTP/1.1\r\n")
+                assert read_for(sock, 0.5)[0].startswith(b"HTTP/1.1 200 OK")
+            with socket.create_connection(address(service)) as sock:
+                sock.sendall(b"GET /v1/health HTTP/1.1\r\n")  # cut by the deadline
+                assert read_until_closed(sock, CUT_WITHIN_S).startswith(b"HTTP/1.1 408")
+        assert wait_for(lambda: not connections, 10), f"{len(connections)} still counted"
+        held = [socket.create_connection(address(service)) for _ in range(8)]
+        assert wait_for(lambda: len(connections) == 8, 10)
+        for _ in range(3):  # past the cap
+            with socket.create_connection(address(service)) as sock:
+                assert read_until_closed(sock, CUT_WITHIN_S).startswith(b"HTTP/1.1 503")
+        for sock in held:
+            sock.close()
+        assert wait_for(lambda: not connections, 10), f"{len(connections)} still counted"
+        assert wait_for(lambda: streams.total == 0, 10)
+
+        def alive() -> int:
+            gc.collect()
+            return sum(isinstance(o, RequestDeadline) for o in gc.get_objects())
+
+        assert wait_for(lambda: alive() == 0, 10), f"{alive()} protocols kept alive"
+        assert httpx.get(f"{service.url}/v1/health", timeout=10).status_code == 200
+    finally:
+        service.client(service.operator_key).cancel(job)
+        service.stop()
