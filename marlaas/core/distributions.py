@@ -115,12 +115,14 @@ class Uniform(_Dist):
 
 
 class _Observed:
-    """A distribution's values as arrays, made once (not a field: not dumped; any two are
-    equal, so that the distributions compare by their fields alone)."""
+    """A distribution's values as arrays, made once from the list ``values`` (not a field:
+    not dumped, not pickled; any two are equal, so that the distributions compare by their
+    fields alone)."""
 
-    __slots__ = ("array", "quantiles", "sorted")
+    __slots__ = ("array", "quantiles", "sorted", "values")
 
     def __init__(self, values: list[float]) -> None:
+        self.values = values  # the list they were made from (no copy)
         self.array = np.asarray(values, dtype=float)
         self.sorted = np.sort(self.array)  # the same quantiles, found faster
         self.quantiles: dict[float, float] = {}
@@ -134,14 +136,28 @@ class _Observed:
 class _Values(_Dist):
     """A distribution of observed ``values`` (up to MAX_VALUES: a million rows of a trace),
     read into arrays once: a job's estimates ask for dozens of quantiles, and turning the
-    list into an array for each one cost 30 ms at a million values (2 s a job, twice a run)."""
+    list into an array for each one cost 30 ms at a million values (2 s a job, twice a run).
+
+    The arrays are kept in the instance's ``__dict__`` as ``_observed`` and remade when
+    ``values`` is another list (``model_copy(update={"values": ...})`` copies the
+    ``__dict__``, arrays included); a pickle leaves them out (a million values pickle to
+    9 MB, their arrays to 16 MB more: a sweep sends its workloads to worker processes)."""
 
     if TYPE_CHECKING:
         values: list[float]  # the subclasses' field (declared here it would be dumped first)
 
-    @cached_property
+    @property
     def _observed(self) -> _Observed:
-        return _Observed(self.values)
+        observed = self.__dict__.get("_observed")
+        if observed is None or observed.values is not self.values:
+            observed = self.__dict__["_observed"] = _Observed(self.values)
+        return observed
+
+    def __getstate__(self) -> dict[Any, Any]:
+        state = super().__getstate__()
+        if "_observed" in state["__dict__"]:
+            state["__dict__"] = {k: v for k, v in state["__dict__"].items() if k != "_observed"}
+        return state
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return rng.choice(self._observed.array, n)

@@ -42,3 +42,19 @@ def test_the_arrays_are_no_field():
         dist.sample(rng, 4).tolist()
         == np.random.default_rng(1).choice(np.asarray([3.0, 1.0, 2.0, 10.0]), 4).tolist()
     )
+
+
+def test_the_arrays_follow_the_values_and_stay_out_of_a_pickle():
+    """``model_copy(update={"values": ...})`` copies the instance's ``__dict__``, arrays and
+    all: the copy's quantiles, mean and draws are its own values'; a pickle (a sweep's
+    workload sent to a worker) carries the values, not their arrays too."""
+    values = [float(v) for v in np.random.default_rng(0).integers(1, 500, 10_000)]
+    dist = Empirical(dist="empirical", values=values)
+    empty = len(pickle.dumps(dist))
+    dist.quantile(0.5)
+    assert len(pickle.dumps(dist)) == empty
+    assert pickle.loads(pickle.dumps(dist)).quantile(0.5) == dist.quantile(0.5)
+    other = dist.model_copy(update={"values": [1.0, 2.0]})
+    assert (other.quantile(0.5), other.mean()) == (1.5, 1.5)
+    assert set(other.sample(np.random.default_rng(0), 20).tolist()) <= {1.0, 2.0}
+    assert dist.quantile(0.5) == float(np.quantile(values, 0.5))  # its own, still
