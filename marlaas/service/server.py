@@ -209,7 +209,8 @@ class RequestDeadline:
             self._timer = self.loop.call_later(until - now, self._too_slow)
             return
         cycle = self.cycle
-        if self._heard:
+        answered = cycle is not None and cycle.response_complete and cycle.more_body
+        if self._heard and not answered:  # (answered: its body still came; it has its answer)
             rate = f"{self.body_rate:g} bytes/s"
             self._answer(408, f"the request did not arrive whole within {self.read_s:g} s "
                          f"(a body: as long as it comes at {rate} or more)")  # fmt: skip

@@ -394,3 +394,32 @@ def test_connections_are_counted_back_to_zero_however_they_end(tmp_path, base):
     finally:
         service.client(service.operator_key).cancel(job)
         service.stop()
+
+
+@pytest.mark.parametrize("base", protocols())
+def test_a_body_still_coming_after_its_answer_is_cut_without_a_second_answer(tmp_path, base):
+    """A request answered before its body came (413 by its length, 401 without a key) whose
+    client goes on sending the body holds its connection no longer than the deadline, and
+    gets no 408 after its answer: it has one."""
+    service = serve(tmp_path / "data", read_s=SHORT_S, base=base)
+    key = service.key("alice")
+    try:
+        for auth, status in ((f"Authorization: Bearer {key}\r\n", b"413"), ("", b"401")):
+            with socket.create_connection(address(service)) as sock:
+                sock.sendall(f"POST /v1/jobs HTTP/1.1\r\nHost: marlaas\r\n{auth}"
+                             "Content-Length: 2000000\r\n\r\n".encode())  # fmt: skip
+                started, sent = time.monotonic(), b""
+                while time.monotonic() - started < CUT_WITHIN_S:
+                    try:
+                        sock.sendall(b" " * 100)
+                    except (BrokenPipeError, ConnectionResetError):
+                        break
+                    got, still_open = read_for(sock, 0.1)
+                    sent += got
+                    if not still_open:
+                        break
+                assert sent.startswith(b"HTTP/1.1 " + status), sent
+                assert b"HTTP/1.1 408" not in sent, sent
+                assert time.monotonic() - started < CUT_WITHIN_S, "still open"
+    finally:
+        service.stop()
