@@ -115,8 +115,8 @@ def serve(data: Path, db_url: str | None = None, cluster: dict | None = None,
           **limits) -> Served:  # fmt: skip
     """Start a simulated service on a free loopback port (uvicorn in a thread), the server
     ``serve`` starts (:mod:`marlaas.service.server`); ``max_streams``: its ``--max-streams``
-    (None: the default); ``unacked_s`` and ``limits`` (``read_s``, ``max_connections``,
-    ``base``): its bounds, where a test needs them shorter."""
+    (None: the default); ``unacked_s`` and ``limits`` (``read_s``, ``body_rate``,
+    ``max_connections``, ``base``): its bounds, where a test needs them shorter."""
     import uvicorn
 
     from marlaas.service import server as bounds
