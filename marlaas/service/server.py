@@ -65,14 +65,27 @@ def listening_socket(host: str, port: int, unacked_s: float = UNACKED_S) -> sock
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        user_timeout = getattr(socket, "TCP_USER_TIMEOUT", None)  # Linux only
-        if user_timeout is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, user_timeout, round(unacked_s * 1000))  # [ms]
+        _bound_unacknowledged(sock, unacked_s)
         sock.bind((host, port))
     except OSError:
         sock.close()
         raise
     return sock
+
+
+def _bound_unacknowledged(sock: socket.socket, unacked_s: float) -> None:
+    """Set ``TCP_USER_TIMEOUT`` on ``sock`` where the system has it; where it refuses it (a
+    kernel or sandbox without it: gVisor, some WSL versions), one warning, and the service
+    runs without the bound: it is a safeguard, not a reason not to serve."""
+    user_timeout = getattr(socket, "TCP_USER_TIMEOUT", None)  # Linux only
+    if user_timeout is None:
+        return
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, user_timeout, round(unacked_s * 1000))  # [ms]
+    except OSError as err:
+        log.warning("the system refused TCP_USER_TIMEOUT (%s): a client gone without closing "
+                    "its connection keeps its event stream until the kernel gives up on it "
+                    "(about 15 minutes)", err.strerror or err)  # fmt: skip
 
 
 def connection_limit(max_streams: int) -> int:

@@ -94,6 +94,20 @@ def test_every_accepted_connection_inherits_the_listening_sockets_unacknowledged
     assert bound_ms == 2500
 
 
+def test_a_system_that_refuses_the_bound_still_serves_with_one_warning(monkeypatch, caplog):
+    """A kernel or sandbox that refuses TCP_USER_TIMEOUT (gVisor, some WSL versions) once
+    stopped ``serve`` with "cannot listen on HOST:PORT", blaming the address."""
+    from marlaas.service.server import listening_socket
+
+    monkeypatch.setattr(socket, "TCP_USER_TIMEOUT", 0x7FFF, raising=False)  # no such option
+    with (
+        caplog.at_level("WARNING", logger="marlaas.service"),
+        listening_socket("127.0.0.1", 0) as listening,
+    ):
+        assert listening.getsockname()[1] > 0
+    assert "refused TCP_USER_TIMEOUT" in caplog.text
+
+
 def test_a_client_that_stops_acknowledging_loses_its_event_stream_and_its_place(tmp_path):
     """A client whose machine vanished, or that stopped reading, held its stream's place
     until the kernel gave up on it: about 15 minutes of retransmissions, and never while its
