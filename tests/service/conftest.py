@@ -66,6 +66,16 @@ def db_url(request, tmp_path):
     return request.getfixturevalue("postgres").url()
 
 
+def wait_for(condition, timeout_s: float) -> bool:
+    """Whether ``condition()`` turned true within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def free_port() -> int:
     """A TCP port free on loopback now."""
     with socket.socket() as probe:

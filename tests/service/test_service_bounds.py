@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.service.conftest import JOB, serve
+from tests.service.conftest import JOB, serve, wait_for
 
 LONG_JOB = {**JOB, "rl": {**JOB["rl"], "steps": 100_000}}
 """A job still running, and sending step events, long after its test has ended."""
@@ -42,16 +42,6 @@ def protocols():
 def address(service) -> tuple[str, int]:
     url = urlsplit(service.url)
     return url.hostname, url.port
-
-
-def wait_for(condition, timeout_s: float) -> bool:
-    """Whether ``condition()`` turned true within ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def read_until_closed(sock: socket.socket, timeout_s: float) -> bytes:

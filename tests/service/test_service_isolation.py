@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import stat
 import threading
-import time
 
 import httpx
 import pytest
@@ -15,7 +14,7 @@ import pytest
 from marlaas.cli import main
 from marlaas.client import ServiceError
 from marlaas.service.cli import open_to_others
-from tests.service.conftest import JOB
+from tests.service.conftest import JOB, wait_for
 
 STREAM_END_S = 10.0
 """How long a revoked key's stream may take to end [s] (it checks every 0.5 s)."""
@@ -38,16 +37,6 @@ def follow(client, job_id: int, seen: list, ended: list) -> threading.Thread:
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
-
-
-def wait_for(condition, timeout_s: float) -> bool:
-    """Whether ``condition()`` turned true within ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def test_a_key_revoked_while_its_event_stream_runs_ends_the_stream_with_401(service):
