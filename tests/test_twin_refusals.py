@@ -181,3 +181,45 @@ def test_a_profile_of_another_model_is_a_warning(run, tmp_path, capsys, model):
     assert err.startswith("marlaas: warning: the profile 'p' was fitted on another model "
                           f"({model}) than the run's (tiny-llama ")  # fmt: skip
     assert err.count("\n") == 1 and "note: the run's engines" not in out
+
+
+def _with_workload(run: Path, target: Path, change) -> Path:
+    """A copy of ``run`` at ``target`` whose workload.json is edited in place by ``change``."""
+    copy = copy_run(run, target)
+    workload = json.loads((copy / "workload.json").read_text())
+    change(workload)
+    (copy / "workload.json").write_text(json.dumps(workload))
+    return copy
+
+
+def test_a_job_arriving_otherwise_than_the_run_logged_it_is_refused(run, tmp_path):
+    """workload.json's arrival (what a replay submits the job at) against the summary's and
+    the log's: a later one replayed the job 100 s late (+910% makespan), without a word."""
+    job = json.loads((run / "workload.json").read_text())["jobs"][0]["name"]
+
+    def later(workload):
+        workload["jobs"][0]["arrival_s"] = 100.0
+
+    _both_refuse(_with_workload(run, tmp_path / "late", later),
+                 f"late/workload.json: job '{job}' arrives at 100 s, but at 0.0 s in "
+                 "summary.json's arrivals")  # fmt: skip
+    summary = json.loads((run / "summary.json").read_text())
+    unsaid = _with_workload(run, tmp_path / "unsaid", later)
+    (unsaid / "summary.json").write_text(json.dumps({**summary, "arrivals": None}))
+    _both_refuse(unsaid, f"unsaid/workload.json: job '{job}' arrives at 100 s, but its work "
+                         "starts at 0 s in events.parquet")  # fmt: skip
+    moved = copy_run(run, tmp_path / "moved", arrivals={**summary["arrivals"], job: 3.5})
+    _both_refuse(moved, f"moved/workload.json: job '{job}' arrives at 0 s, but at 3.5 s in "
+                        "summary.json's arrivals")  # fmt: skip
+
+
+def test_a_cluster_device_the_log_never_names_is_refused(run, tmp_path):
+    """Every device of a run has its work or idle rows: a workload.json of two engines
+    beside a log of one was replayed on two."""
+
+    def two_engines(workload):
+        workload["cluster"]["pools"][0]["devices"] = 2
+
+    wider = _with_workload(run, tmp_path / "wider", two_engines)
+    _both_refuse(wider, r"wider/workload.json: cluster devices 'rollout/1' have no row in "
+                        r"events.parquet \(its devices: 'rollout/0', 'train/0'\)")  # fmt: skip

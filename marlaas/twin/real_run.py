@@ -6,8 +6,9 @@ against each other, so that a folder that mixes two runs (another workload's wor
 a simulation's folder relabelled as a real run's, or a summary without what a replay needs is
 one :class:`CalibrationError` line naming the file, not a fit of nonsense. So is a run that did
 not finish (its manifest.json), an event log that repeats rows or does not hold each job's
-training steps as its workload.json says (cut short, or another run's workload), and, for
-calibrate and replay alike, a log without a stage of work (:func:`require_stages`).
+training steps as its workload.json says (cut short, or another run's workload), a cluster
+with devices the log never names, a job arriving otherwise than the summary and the log say,
+and, for calibrate and replay alike, a log without a stage of work (:func:`require_stages`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from marlaas.core.scheduler import Scheduler
-from marlaas.core.validation_message import format_validation_error
+from marlaas.core.validation_message import format_validation_error, short_repr
 from marlaas.core.workload import Workload, WorkloadError
 from marlaas.eventlog import DONE_OUTCOMES, EVENT_LOG_FILE, read_event_log
 from marlaas.executors.engine_steps import ENGINE_STEPS_CSV
@@ -101,6 +102,8 @@ def load_real_run(path: str | Path, command: str = "calibrate") -> RealRun:
     workload = load_run_workload(path)
     check_belongs(path, events, workload, summary)
     check_steps(path, events, workload, summary)
+    check_cluster(path, events, workload)
+    check_arrivals(path, events, workload, summary)
     return RealRun(path, events, workload, summary, read_engine_steps(path, workload))
 
 
@@ -244,6 +247,52 @@ def check_belongs(path: Path, events: pd.DataFrame, workload: Workload, summary:
         raise CalibrationError(f"{path / SUMMARY_FILE}: arrivals: jobs "
                                f"{_names(sorted(arrivals))}, but {WORKLOAD_FILE} has "
                                f"{_names(sorted(tenants))}; the folder mixes two runs")  # fmt: skip
+
+
+def check_cluster(path: Path, events: pd.DataFrame, workload: Workload) -> None:
+    """CalibrationError unless every device of the workload's cluster (as placed) has rows
+    in the log: the core logs each device's work and idle time over the whole run, so a
+    device without any is not of the run (a replay would simulate it)."""
+    devices = {d.name for d in Scheduler.for_workload(workload).cluster.devices}
+    placed = set(events.loc[events["kind"] != "env", "device"].unique()) - {""}
+    silent = sorted(devices - placed)  # a real run logs each: work or idle
+    if silent:
+        raise CalibrationError(f"{path / WORKLOAD_FILE}: cluster devices {_names(silent)} "
+                               f"have no row in {EVENT_LOG_FILE} (its devices: "
+                               f"{_names(sorted(placed))}), where every "
+                               "device of a run has its work or idle rows; the folder mixes "
+                               "two runs")  # fmt: skip
+
+
+ARRIVAL_SLACK_S = 1e-6
+"""How much earlier than its job's arrival a logged piece of work may start [s]: the
+float noise of a clock, not a real lead."""
+
+
+def check_arrivals(path: Path, events: pd.DataFrame, workload: Workload, summary: dict) -> None:
+    """Each job arrives when workload.json says (a replay submits it then): at the time the
+    summary's ``arrivals`` records (where it does), and, but for a resumed job (its log may
+    start midway), no earlier than its first logged work."""
+    arrivals = summary.get("arrivals") or {}
+    resumed = summary.get("resumed_from") or {}
+    for job in workload.jobs:
+        recorded = arrivals.get(job.name, job.arrival_s)
+        if not (isinstance(recorded, int | float) and float(recorded) == job.arrival_s):
+            raise CalibrationError(f"{path / WORKLOAD_FILE}: job {job.name!r} arrives at "
+                                   f"{job.arrival_s:g} s, but at {short_repr(recorded)} s in "
+                                   f"{SUMMARY_FILE}'s arrivals; the folder mixes two "
+                                   "runs")  # fmt: skip
+    first = events[events["job"] != ""].groupby("job")["start_s"].min()
+    for job in workload.jobs:
+        start = first.get(job.name)
+        if (
+            start is not None
+            and not resumed.get(job.name)
+            and start < job.arrival_s - ARRIVAL_SLACK_S
+        ):
+            raise CalibrationError(f"{path / WORKLOAD_FILE}: job {job.name!r} arrives at "
+                                   f"{job.arrival_s:g} s, but its work starts at {start:g} s "
+                                   f"in {EVENT_LOG_FILE}; the folder mixes two runs")  # fmt: skip
 
 
 def _names(names: list[str]) -> str:
