@@ -192,6 +192,24 @@ def _with_workload(run: Path, target: Path, change) -> Path:
     return copy
 
 
+def test_calibrate_refuses_runs_of_two_base_models_or_backends(run, tmp_path, capsys):
+    """A profile is of one model on one kind of engine: runs of another model (its header
+    named the first run's) or another backend are one error naming the file."""
+    other = _with_workload(run, tmp_path / "other",
+                           lambda w: w["base_model"].update(name="smollm2"))  # fmt: skip
+    with pytest.raises(CalibrationError, match=r"other/workload.json: base_model smollm2 "):
+        calibrate([run, other], refine_evaluations=0)
+    out = tmp_path / "p.yaml"
+    assert main(["calibrate", str(run), str(other), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("marlaas: error: ") and err.count("\n") == 1 and not out.exists()
+    hf = copy_run(run, tmp_path / "hf", backend="hf")
+    with pytest.raises(CalibrationError, match=r"hf/summary.json: backend 'hf', but .* 'sim'"):
+        calibrate([run, hf], refine_evaluations=0)
+    same = copy_run(run, tmp_path / "same")  # another run of the same model and backend
+    assert calibrate([run, same], refine_evaluations=0).model.startswith("tiny-llama")
+
+
 def test_a_job_arriving_otherwise_than_the_run_logged_it_is_refused(run, tmp_path):
     """workload.json's arrival (what a replay submits the job at) against the summary's and
     the log's: a later one replayed the job 100 s late (+910% makespan), without a word."""

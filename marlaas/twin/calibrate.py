@@ -47,11 +47,11 @@ from marlaas.core.validation_message import format_validation_error
 from marlaas.executors.declared_lengths import longer_prompts
 from marlaas.executors.host_share import busy_host_note
 from marlaas.executors.yardstick import run_yardstick
-from marlaas.run_files import check_distinct
+from marlaas.run_files import SUMMARY_FILE, check_distinct
 from marlaas.sim.cost_model import CostModel, train_work
 from marlaas.table import text_table
 from marlaas.twin.decode_fit import features, fit_decode, predict, step_features
-from marlaas.twin.header import model_label
+from marlaas.twin.header import model_identity, model_label
 from marlaas.twin.operations import most_jobs_at_once, operations, split_loads
 from marlaas.twin.overlap_fit import (
     OverlapFit,
@@ -60,7 +60,13 @@ from marlaas.twin.overlap_fit import (
     spans,
     stretch,
 )
-from marlaas.twin.real_run import CalibrationError, RealRun, load_real_run, require_stages
+from marlaas.twin.real_run import (
+    WORKLOAD_FILE,
+    CalibrationError,
+    RealRun,
+    load_real_run,
+    require_stages,
+)
 from marlaas.twin.refine import ENGINE_TERMS, refine
 from marlaas.twin.train_fit import POOR_R2, TrainFit, fit_train
 
@@ -117,6 +123,7 @@ def calibrate(
     engine terms (0: the regression alone)."""
     check_distinct(paths)  # a run given twice would count twice
     runs = [load_real_run(p) for p in paths]
+    check_one_model(runs)
     base = base or CostModel()
     require_stages(runs)
     fitted: list[Fitted] = []
@@ -231,6 +238,29 @@ def calibrate(
     sticks = [s for s in (run_yardstick(r.summary) for r in runs) if s is not None]
     stick = sum(sticks) / len(sticks) if sticks else None
     return Calibration(cost, fitted, [_describe(r) for r in runs], model, warnings, stick)
+
+
+def check_one_model(runs: list[RealRun]) -> None:
+    """CalibrationError unless every run trained one base model (its name and folder, the
+    folder resolved: :func:`marlaas.twin.header.model_identity`) on one backend (its
+    summary's ``backend``, where recorded): a cost profile is of one model on one kind of
+    engine, and one fitted over two would describe neither (its header names the first
+    run's model; the yardsticks of two models' batches are not one speed)."""
+    first = runs[0]
+    model = model_identity(first.workload, first.path)
+    backend = first.summary.get("backend")
+    for run in runs[1:]:
+        if model_identity(run.workload, run.path) != model:
+            raise CalibrationError(f"{run.path / WORKLOAD_FILE}: base_model "
+                                   f"{model_label(run.workload)}, but {first.path} trained "
+                                   f"{model_label(first.workload)}; a cost profile is of one "
+                                   "model: calibrate each model's runs apart")  # fmt: skip
+        other = run.summary.get("backend")
+        if backend is not None and other is not None and other != backend:
+            raise CalibrationError(f"{run.path / SUMMARY_FILE}: backend {str(other)[:40]!r}, "
+                                   f"but {first.path} ran on {str(backend)[:40]!r}; a cost "
+                                   "profile is of one kind of engine: calibrate each "
+                                   "backend's runs apart")  # fmt: skip
 
 
 ENGINE_UNITS = {

@@ -17,6 +17,24 @@ def model_label(workload) -> str:
     return f"{base_model.name} ({base_model.path})" if base_model.path else base_model.name
 
 
+def model_folder(folder: str, origin: Path) -> Path:
+    """``folder`` resolved: absolute, or relative to ``origin`` (the folder of the file that
+    names it) or to the working folder, where such a folder exists; as written otherwise."""
+    path = Path(os.path.normpath(folder))
+    for candidate in [path] if path.is_absolute() else [origin / path, Path.cwd() / path]:
+        if candidate.is_dir():
+            return Path(os.path.realpath(candidate))
+    return path
+
+
+def model_identity(workload, origin: Path) -> tuple[str, Path | None]:
+    """The base model a run at ``origin`` trained: its name and its folder resolved
+    (:func:`model_folder`), so that one folder spelled two ways is one model."""
+    base_model = workload.base_model
+    folder = model_folder(str(base_model.path), origin) if base_model.path else None
+    return base_model.name, folder
+
+
 def provenance(calibration, name: str) -> dict[str, Any]:
     """The profile's header of ``calibration`` (a marlaas.twin.calibrate.Calibration): what
     was calibrated, from which runs, when, on what machine."""

@@ -17,7 +17,6 @@ to 79, the mean error from 9.3% to 7.2%.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -29,7 +28,7 @@ from marlaas.sim.cost_profiles import CostProfile
 from marlaas.sim.recording import Recording
 from marlaas.sim.run import simulate_run
 from marlaas.twin.fidelity import fidelity_table
-from marlaas.twin.header import model_label
+from marlaas.twin.header import model_folder, model_label
 from marlaas.twin.real_run import (
     REPLAYED_STAGES,
     CalibrationError,
@@ -104,24 +103,14 @@ def same_model(profile: CostProfile, run: RealRun) -> bool | None:
         return False
     if folder is None or base.path is None:  # a name alone: the names agree
         return True
-    ours = _model_folder(folder, Path(profile.path).parent)
-    theirs = _model_folder(str(base.path), run.path)
+    ours = model_folder(folder, Path(profile.path).parent)
+    theirs = model_folder(str(base.path), run.path)
     if ours == theirs:
         return True
     for short, long in ((ours, theirs), (theirs, ours)):  # one not found: its tail matches
         if not short.is_absolute() and long.parts[-len(short.parts) :] == short.parts:
             return True
     return False
-
-
-def _model_folder(folder: str, origin: Path) -> Path:
-    """``folder`` resolved: absolute, or relative to ``origin`` (the folder of the file that
-    names it) or to the working folder, where such a folder exists; as written otherwise."""
-    path = Path(os.path.normpath(folder))
-    for candidate in [path] if path.is_absolute() else [origin / path, Path.cwd() / path]:
-        if candidate.is_dir():
-            return Path(os.path.realpath(candidate))
-    return path
 
 
 def model_warning(profile: CostProfile | None, run: RealRun) -> str | None:
