@@ -241,3 +241,19 @@ def test_a_cluster_device_the_log_never_names_is_refused(run, tmp_path):
     wider = _with_workload(run, tmp_path / "wider", two_engines)
     _both_refuse(wider, r"wider/workload.json: cluster devices 'rollout/1' have no row in "
                         r"events.parquet \(its devices: 'rollout/0', 'train/0'\)")  # fmt: skip
+
+
+def test_a_parameter_fitted_from_a_single_row_is_a_warning(tmp_path):
+    """One engine's one warm-up in all the runs: the profile's engine_warmup_s is that one
+    measurement, and calibrate says so; two runs give two rows and no such warning."""
+    from tests.test_twin import fake_real_run
+
+    one = fake_real_run(tmp_path, "one", {"jobs.*.rl.steps": 1}, "fair")
+    lone = [w for w in calibrate([one], refine_evaluations=0).warnings if "single row" in w]
+    assert lone == [
+        "engine_warmup_s: from a single row of these runs (one measurement: nothing tells "
+        "how far another would be from it); calibrate from longer runs, or more of them"
+    ]
+    again = copy_run(one, tmp_path / "again")
+    both = calibrate([one, again], refine_evaluations=0).warnings
+    assert not any("single row" in w for w in both)

@@ -217,6 +217,7 @@ def calibrate(
     values["sync_s"], values["colocated_switch_s"] = sync_s, switch_s
     fitted.append(Fitted("sync_s", sync_s, "s", sync_rows, "mean of the syncs"))
     fitted.append(Fitted("colocated_switch_s", switch_s, "s", sync_rows, switch_note))
+    warnings += _one_row_warning(fitted)
     try:
         cost = CostModel.model_validate(base.model_copy(update=values).model_dump())
     except ValidationError as err:  # durations no run of this machine could have
@@ -272,6 +273,23 @@ ENGINE_UNITS = {
     "prefill_s_per_token": ("s per prompt token", 1.0),
 }
 """The decode regression's terms: (unit, scale from the regression's seconds)."""
+
+
+NOT_MEASURED = ("train_shares_prompts", "colocated_switch_s")
+"""Fitted entries that are not a measurement of their rows (a flag; a difference that is 0
+without runs of both placements)."""
+
+
+def _one_row_warning(fitted: list[Fitted]) -> list[str]:
+    """A warning naming the parameters fitted from a single row (one adapter load, sync,
+    swap, training step or warm-up in all the runs): one measurement, whose spread no row
+    tells, stands for every one a simulation charges."""
+    lone = [f.name for f in fitted if f.rows < 2 and f.name not in NOT_MEASURED]
+    if not lone:
+        return []
+    return [f"{', '.join(lone)}: from a single row of these runs (one measurement: nothing "
+            "tells how far another would be from it); calibrate from longer runs, or more "
+            "of them"]  # fmt: skip
 
 
 def _one_adapter_warning(rows: pd.DataFrame) -> list[str]:
