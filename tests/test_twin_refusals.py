@@ -257,3 +257,21 @@ def test_a_parameter_fitted_from_a_single_row_is_a_warning(tmp_path):
     again = copy_run(one, tmp_path / "again")
     both = calibrate([one, again], refine_evaluations=0).warnings
     assert not any("single row" in w for w in both)
+
+
+def test_calibrate_takes_one_model_folder_however_each_run_names_it(run, tmp_path, monkeypatch):
+    """Runs of one model folder, named absolute (found), relative to the workload file of
+    another folder (``../models/tiny``, as `marlaas train` resolves it: not found from the
+    run's folder or the working one) or relative to a checkout calibrated from elsewhere:
+    one model, not an error (``../models/tiny`` was refused)."""
+    (tmp_path / "models" / "tiny").mkdir(parents=True)
+    found = _run_of_model(run, tmp_path / "found", str(tmp_path / "models" / "tiny"))
+    beside = _run_of_model(run, tmp_path / "beside", "../models/tiny")
+    moved = _run_of_model(run, tmp_path / "moved", "models/tiny")
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    for pair in ([found, beside], [beside, found], [found, moved], [beside, moved]):
+        assert calibrate(pair, refine_evaluations=0).model.startswith("tiny-llama")
+    other = _run_of_model(run, tmp_path / "other", str(tmp_path / "models" / "small"))
+    with pytest.raises(CalibrationError, match=r"other/workload.json: base_model tiny-llama "):
+        calibrate([found, other], refine_evaluations=0)

@@ -51,7 +51,7 @@ from marlaas.run_files import SUMMARY_FILE, check_distinct
 from marlaas.sim.cost_model import CostModel, train_work
 from marlaas.table import text_table
 from marlaas.twin.decode_fit import features, fit_decode, predict, step_features
-from marlaas.twin.header import model_identity, model_label
+from marlaas.twin.header import model_label, same_model
 from marlaas.twin.operations import most_jobs_at_once, operations, split_loads
 from marlaas.twin.overlap_fit import (
     OverlapFit,
@@ -243,15 +243,14 @@ def calibrate(
 
 def check_one_model(runs: list[RealRun]) -> None:
     """CalibrationError unless every run trained one base model (its name and folder, the
-    folder resolved: :func:`marlaas.twin.header.model_identity`) on one backend (its
+    folder resolved: :func:`marlaas.twin.header.same_model`) on one backend (its
     summary's ``backend``, where recorded): a cost profile is of one model on one kind of
     engine, and one fitted over two would describe neither (its header names the first
     run's model; the yardsticks of two models' batches are not one speed)."""
     first = runs[0]
-    model = model_identity(first.workload, first.path)
     backend = first.summary.get("backend")
     for run in runs[1:]:
-        if model_identity(run.workload, run.path) != model:
+        if not same_model(run.workload, run.path, first.workload, first.path):
             raise CalibrationError(f"{run.path / WORKLOAD_FILE}: base_model "
                                    f"{model_label(run.workload)}, but {first.path} trained "
                                    f"{model_label(first.workload)}; a cost profile is of one "

@@ -27,12 +27,41 @@ def model_folder(folder: str, origin: Path) -> Path:
     return path
 
 
-def model_identity(workload, origin: Path) -> tuple[str, Path | None]:
-    """The base model a run at ``origin`` trained: its name and its folder resolved
-    (:func:`model_folder`), so that one folder spelled two ways is one model."""
-    base_model = workload.base_model
-    folder = model_folder(str(base_model.path), origin) if base_model.path else None
-    return base_model.name, folder
+def same_folder(ours: Path, theirs: Path) -> bool:
+    """Whether two folders resolved by :func:`model_folder` are one: the same path, or one
+    not found (relative, as written) whose path, less its leading ``..``, ends the other's
+    (a run read from elsewhere than it was made: ``models/tiny``, or ``../models/tiny`` from
+    a workload file in another folder, against ``/home/me/marlaas/models/tiny``)."""
+    if ours == theirs:
+        return True
+    for short, long in ((ours, theirs), (theirs, ours)):
+        if short.is_absolute():
+            continue
+        tail = _named(short)
+        if tail and long.parts[-len(tail) :] == tail:
+            return True
+    return False
+
+
+def _named(path: Path) -> tuple[str, ...]:
+    """``path``'s parts after its leading ``..`` (and ``.``)."""
+    parts = list(path.parts)
+    while parts and parts[0] in ("..", "."):
+        parts.pop(0)
+    return tuple(parts)
+
+
+def same_model(workload, origin: Path, other, other_origin: Path) -> bool:
+    """Whether the runs at ``origin`` and ``other_origin`` trained one base model: the same
+    name, and folders that are one (:func:`same_folder`; a run that names none: the name
+    alone)."""
+    ours, theirs = workload.base_model, other.base_model
+    if ours.name != theirs.name:
+        return False
+    if ours.path is None or theirs.path is None:
+        return True
+    return same_folder(model_folder(str(ours.path), origin),
+                       model_folder(str(theirs.path), other_origin))  # fmt: skip
 
 
 def provenance(calibration, name: str) -> dict[str, Any]:

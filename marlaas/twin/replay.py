@@ -28,7 +28,7 @@ from marlaas.sim.cost_profiles import CostProfile
 from marlaas.sim.recording import Recording
 from marlaas.sim.run import simulate_run
 from marlaas.twin.fidelity import fidelity_table
-from marlaas.twin.header import model_folder, model_label
+from marlaas.twin.header import model_folder, model_label, same_folder
 from marlaas.twin.real_run import (
     REPLAYED_STAGES,
     CalibrationError,
@@ -104,13 +104,7 @@ def same_model(profile: CostProfile, run: RealRun) -> bool | None:
     if folder is None or base.path is None:  # a name alone: the names agree
         return True
     ours = model_folder(folder, Path(profile.path).parent)
-    theirs = model_folder(str(base.path), run.path)
-    if ours == theirs:
-        return True
-    for short, long in ((ours, theirs), (theirs, ours)):  # one not found: its tail matches
-        if not short.is_absolute() and long.parts[-len(short.parts) :] == short.parts:
-            return True
-    return False
+    return same_folder(ours, model_folder(str(base.path), run.path))  # one not found: its tail
 
 
 def model_warning(profile: CostProfile | None, run: RealRun) -> str | None:
