@@ -243,20 +243,50 @@ def test_a_cluster_device_the_log_never_names_is_refused(run, tmp_path):
                         r"events.parquet \(its devices: 'rollout/0', 'train/0'\)")  # fmt: skip
 
 
-def test_a_parameter_fitted_from_a_single_row_is_a_warning(tmp_path):
-    """One engine's one warm-up in all the runs: the profile's engine_warmup_s is that one
-    measurement, and calibrate says so; two runs give two rows and no such warning."""
-    from tests.test_twin import fake_real_run
+def _one_job_run(folder: Path, steps: int) -> Path:
+    """A fake real run of real-tiny's first job alone, for ``steps`` training steps."""
+    from marlaas.core.scheduler import Scheduler
+    from marlaas.runs import write_run
+    from marlaas.sim.run import simulate_run
+    from marlaas.workload_file import load_workload
+    from tests.test_twin import TINY, TRUE
 
-    one = fake_real_run(tmp_path, "one", {"jobs.*.rl.steps": 1}, "fair")
+    workload = load_workload(TINY, {"jobs.*.rl.steps": steps, "jobs.*.rl.prompts_per_step": 8})
+    workload = workload.model_copy(update={"jobs": workload.jobs[:1]})
+    events, summary = simulate_run(workload.model_copy(update={"cost": TRUE}), "fair",
+                                   kind="real", backend="sim")  # fmt: skip
+    engines = {d.name for d in Scheduler.for_workload(workload).cluster.engines}
+    summary["engine_warmup_s"] = dict.fromkeys(engines, TRUE.engine_warmup_s)
+    return write_run(folder / f"one-{steps}", events, summary, workload)
+
+
+def test_a_parameter_fitted_from_a_single_row_is_a_warning(tmp_path):
+    """One job's one step: its one load, swap, training step and sync are the profile's
+    adapter_load_s, trainer_swap_s, train_* and sync_s, and calibrate says so, naming what
+    adds rows; two runs give two rows each and no such warning."""
+    one = _one_job_run(tmp_path, 1)
     lone = [w for w in calibrate([one], refine_evaluations=0).warnings if "single row" in w]
     assert lone == [
-        "engine_warmup_s: from a single row of these runs (one measurement: nothing tells "
-        "how far another would be from it); calibrate from longer runs, or more of them"
+        "train_overhead_s, train_tokens_per_s, adapter_load_s, trainer_swap_s, sync_s: from a "
+        "single row of these runs (one measurement: nothing tells how far another would be "
+        "from it); calibrate from more runs, or runs of more steps (of more jobs, for "
+        "trainer_swap_s)"
     ]
     again = copy_run(one, tmp_path / "again")
     both = calibrate([one, again], refine_evaluations=0).warnings
     assert not any("single row" in w for w in both)
+
+
+def test_one_run_of_one_engine_calibrates_without_a_single_row_warning(run, capsys):
+    """The README's `marlaas calibrate runs/real-tiny`: one engine warms up once a run, and
+    the simulator charges no warm-up (engines are warm when its clock starts), so its one
+    engine_warmup_s is no warning; nor is an adapter_load_wait_iterations that calibrate
+    assumed (its own warning says so), on every ordinary calibration of one run."""
+    warnings = calibrate([run], refine_evaluations=0).warnings
+    assert not any("single row" in w for w in warnings), warnings
+    lone = [w for w in calibrate([_one_job_run(run.parent, 2)],
+                                 refine_evaluations=0).warnings if "single row" in w]  # fmt: skip
+    assert lone and "adapter_load_wait_iterations" not in lone[0]
 
 
 def test_calibrate_takes_one_model_folder_however_each_run_names_it(run, tmp_path, monkeypatch):

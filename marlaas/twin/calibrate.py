@@ -199,8 +199,10 @@ def calibrate(
     warnings += train.warnings
 
     load_s, wait, load_rows, load_note = _fit_loads(runs)
+    assumed = set()  # not fitted from their rows (each with its own warning)
     if wait is None:  # no load waited behind decoding: the runs say nothing of the wait
         wait = UNSEEN_LOAD_WAIT_ITERATIONS
+        assumed.add("adapter_load_wait_iterations")
         warnings.append(f"adapter_load_wait_iterations: no engine load of these runs started "
                         f"while a batch decoded on its processor (a sequential schedule): "
                         f"{wait:g} assumed; calibrate from runs of more schedules")  # fmt: skip
@@ -217,7 +219,7 @@ def calibrate(
     values["sync_s"], values["colocated_switch_s"] = sync_s, switch_s
     fitted.append(Fitted("sync_s", sync_s, "s", sync_rows, "mean of the syncs"))
     fitted.append(Fitted("colocated_switch_s", switch_s, "s", sync_rows, switch_note))
-    warnings += _one_row_warning(fitted)
+    warnings += _one_row_warning([f for f in fitted if f.name not in assumed])
     try:
         cost = CostModel.model_validate(base.model_copy(update=values).model_dump())
     except ValidationError as err:  # durations no run of this machine could have
@@ -274,21 +276,25 @@ ENGINE_UNITS = {
 """The decode regression's terms: (unit, scale from the regression's seconds)."""
 
 
-NOT_MEASURED = ("train_shares_prompts", "colocated_switch_s")
+NOT_MEASURED = ("train_shares_prompts", "colocated_switch_s", "engine_warmup_s")
 """Fitted entries that are not a measurement of their rows (a flag; a difference that is 0
-without runs of both placements)."""
+without runs of both placements), or that no simulation charges: the engines' warm-up (one
+per engine and run, so one in any run of one engine: the simulator's engines are warm when
+its clock starts)."""
 
 
 def _one_row_warning(fitted: list[Fitted]) -> list[str]:
     """A warning naming the parameters fitted from a single row (one adapter load, sync,
-    swap, training step or warm-up in all the runs): one measurement, whose spread no row
-    tells, stands for every one a simulation charges."""
-    lone = [f.name for f in fitted if f.rows < 2 and f.name not in NOT_MEASURED]
+    swap or training step in all the runs): one measurement, whose spread no row tells,
+    stands for every one a simulation charges. A trainer swaps each job's adapter in once
+    while its slots hold every job's: only runs of more jobs (or more runs) add swaps."""
+    lone = [f.name for f in fitted if f.rows == 1 and f.name not in NOT_MEASURED]
     if not lone:
         return []
+    swaps = " (of more jobs, for trainer_swap_s)" if "trainer_swap_s" in lone else ""
     return [f"{', '.join(lone)}: from a single row of these runs (one measurement: nothing "
-            "tells how far another would be from it); calibrate from longer runs, or more "
-            "of them"]  # fmt: skip
+            f"tells how far another would be from it); calibrate from more runs, or runs of "
+            f"more steps{swaps}"]  # fmt: skip
 
 
 def _one_adapter_warning(rows: pd.DataFrame) -> list[str]:
