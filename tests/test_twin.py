@@ -566,6 +566,16 @@ def test_a_bad_engine_steps_file_is_one_error_naming_it(runs, tmp_path, change, 
     assert said in str(caught.value)
 
 
+def test_an_engine_steps_file_without_rows_is_named_not_passed_over(runs, tmp_path):
+    """A header-only engine_steps.csv (cut, or edited) made calibrate fit the decode terms
+    from the generate rows without a word; `marlaas train` never writes one."""
+    run = _with_steps(runs["fair"], tmp_path / "run", seed=0)
+    steps = pd.read_csv(run / "engine_steps.csv")
+    steps.iloc[:0].to_csv(run / "engine_steps.csv", index=False)
+    with pytest.raises(CalibrationError, match=r"engine_steps\.csv: no rows"):
+        calibrate([run], refine_evaluations=0)
+
+
 def test_prompts_longer_than_the_workload_declares_are_named_once_per_job(runs, tmp_path):
     """Real prompts longer than the workload declares (an environment's own prompt text): the
     scheduler reserved for the declared lengths and the engines' caches were sized from them,

@@ -192,6 +192,10 @@ def read_engine_steps(path: Path, workload: Workload) -> pd.DataFrame | None:
     if missing:
         raise CalibrationError(f"{file}: no column {', '.join(missing)} (the file `marlaas "
                                "train` writes has them all)")  # fmt: skip
+    if steps.empty:  # calibrate fell back to the generate rows without a word
+        raise CalibrationError(f"{file}: no rows (`marlaas train` writes the file only when its "
+                               "engines made steps): restore it, or remove it to calibrate "
+                               "from the run's generate rows")  # fmt: skip
     for column in STEP_COLUMNS[1:]:
         values = pd.to_numeric(steps[column], errors="coerce")
         bad = ~np.isfinite(values) | (values < 0)  # NaN (not a number) is not finite
