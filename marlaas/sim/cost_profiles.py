@@ -17,6 +17,7 @@ A profile is YAML::
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,7 @@ def load_profile(
         raise ProfileError(format_validation_error(err, f"{path}: cost", CostModel)) from None
     meta = {k: v for k, v in data.items() if k != "cost"}
     _check_text_fields(meta, path)
+    _check_yardstick(meta, path)
     missing = [n for n in CostModel.model_fields if n not in data["cost"] and n not in LATE_COSTS]
     if complete and missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5
@@ -143,6 +145,20 @@ def _check_text_fields(meta: dict[str, Any], path: Path) -> None:
         raise ProfileError(f"{path}: {key}: must be text of at most {limit:,} printable "
                            f"characters on one line (quote a number) "
                            f"(got {short_repr(value)})")  # fmt: skip
+
+
+def _check_yardstick(meta: dict[str, Any], path: Path) -> None:
+    """``sources.yardstick_s_per_token``, where the profile has it, is a time per token above 0
+    (ProfileError naming it otherwise): a replay sets each run's yardstick against it, and a
+    hand-edited one that is not a time was passed over without a word, the run's speed not
+    charged."""
+    sources = meta.get("sources")
+    value = sources.get("yardstick_s_per_token") if isinstance(sources, dict) else None
+    if value is None or (isinstance(value, int | float) and not isinstance(value, bool)
+                         and 0 < value < math.inf):  # fmt: skip
+        return
+    raise ProfileError(f"{path}: sources.yardstick_s_per_token: must be a time per token "
+                       f"above 0 [s] (got {short_repr(value)})")  # fmt: skip
 
 
 def is_calibrated_profile(path: Path) -> bool:
