@@ -231,6 +231,23 @@ def test_a_job_arriving_otherwise_than_the_run_logged_it_is_refused(run, tmp_pat
                         "summary.json's arrivals")  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("field", "said"),
+    [("group_size", "samples in a group"), ("max_new_tokens", "tokens in a response")],
+)
+def test_a_job_shape_smaller_than_its_log_is_refused(run, tmp_path, field, said):
+    """workload.json's job shape against the logged turns: a group size or a response bound
+    edited below what the run made replayed with drawn lengths, without a word."""
+    job = json.loads((run / "workload.json").read_text())["jobs"][0]
+
+    def smaller(workload):
+        workload["jobs"][0]["rl"][field] = 1
+
+    _both_refuse(_with_workload(run, tmp_path / "shape", smaller),
+                 f"shape/events.parquet: job '{job['name']}' has {job['rl'][field]} {said} in "
+                 "the log, but at most 1 in workload.json")  # fmt: skip
+
+
 def test_a_cluster_device_the_log_never_names_is_refused(run, tmp_path):
     """Every device of a run has its work or idle rows: a workload.json of two engines
     beside a log of one was replayed on two."""

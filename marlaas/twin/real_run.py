@@ -102,6 +102,7 @@ def load_real_run(path: str | Path, command: str = "calibrate") -> RealRun:
     workload = load_run_workload(path)
     check_belongs(path, events, workload, summary)
     check_steps(path, events, workload, summary)
+    check_turns(path, events, workload)
     check_cluster(path, events, workload)
     check_arrivals(path, events, workload, summary)
     return RealRun(path, events, workload, summary, read_engine_steps(path, workload))
@@ -144,6 +145,29 @@ def check_steps(path: Path, events: pd.DataFrame, workload: Workload, summary: d
                                    f"training steps in the log, but {want} in "
                                    f"{WORKLOAD_FILE}; the log is cut short or the folder "
                                    "mixes two runs")  # fmt: skip
+
+
+def check_turns(path: Path, events: pd.DataFrame, workload: Workload) -> None:
+    """CalibrationError unless each job's logged turns fit its shape in the workload: no turn
+    past ``rl.turns``, no group of more than ``rl.group_size`` samples, no response longer
+    than ``rl.max_new_tokens`` (a workload.json edited after its run replayed with drawn
+    lengths for the turns the run never made, without a word)."""
+    ok = events[(events["kind"] == "generate") & (events["outcome"] == "ok")]
+    logged = ok.groupby("job").agg(turn=("turn", "max"), seqs=("seqs", "max"),
+                                   tokens=("longest_tokens", "max"))  # fmt: skip
+    for job in workload.jobs:
+        if job.name not in logged.index:
+            continue
+        row, rl = logged.loc[job.name], job.rl
+        for what, have, most in (("turns", int(row["turn"]) + 1, rl.turns),
+                                 ("samples in a group", int(row["seqs"]), rl.group_size),
+                                 ("tokens in a response", int(row["tokens"]),
+                                  rl.max_new_tokens)):  # fmt: skip
+            if have > most:
+                raise CalibrationError(f"{path / EVENT_LOG_FILE}: job {job.name!r} has {have} "
+                                       f"{what} in the log, but at most {most} in "
+                                       f"{WORKLOAD_FILE}; the folder mixes two runs, or the "
+                                       "workload was edited after it ran")  # fmt: skip
 
 
 STAGES = ("generate", "train", "sync", "adapter_load (engine)", "adapter_load (trainer swap)")
