@@ -63,6 +63,7 @@ class JobStore:
     def __init__(self, url: str, data_dir: Path) -> None:
         self.url = url
         self.engine, self._session = open_database(url)
+        self._sqlite = self.engine.dialect.name == "sqlite"
         self._secret = keys.load_secret(data_dir)
 
     def close(self) -> None:
@@ -304,7 +305,17 @@ class JobStore:
         job's event takes it before its other writes: they then commit in the order of their
         events' ids, so a stream that has sent id n never later finds an n - 1. It does not
         conflict with the key-share lock a row referring to the job takes, so two writers of
-        one job wait for each other and never deadlock."""
+        one job wait for each other and never deadlock.
+
+        On SQLite it is a write of the row to itself: the transaction takes the database's
+        write lock first, waiting for it (``busy_timeout``). A read first would keep a snapshot
+        open (the SELECT's statement not finished), and its upgrade to a write fails at once,
+        "database is locked", whatever the timeout, when another writer committed meanwhile:
+        the driver recording a step stopped so, under a burst of requests."""
+        if self._sqlite:
+            claim = update(Job).where(Job.id == job_id).values(state=Job.state)
+            session.execute(claim.execution_options(synchronize_session=False))
+            return
         no_key_update = select(Job.id).where(Job.id == job_id).with_for_update(key_share=True)
         session.execute(no_key_update)
 
