@@ -10,7 +10,7 @@ longest sequence's tokens [ms per iteration], prefill included.
 
 What it is for: the engine model's terms (marlaas/sim/engine_model.py: per iteration, per
 running sequence, per distinct adapter) measured on one engine with nothing beside it, to
-hold against what ``marlaas calibrate`` fits from real runs (docs/twin.md, "The twelve runs
+hold against what ``marlaas calibrate`` fits from real runs (docs/twin-log.md, "The twelve runs
 again"), and a check that no batch shape falls off a cliff (it found the LoRA layout memo too
 small for three rank-16 adapters on SmolLM2: docs/real-runs.md). Wall-clock time on a shared
 machine: read the spread of the repeats.

@@ -90,7 +90,7 @@ def calibration_sets(by_schedule: dict[str, list], mixed: bool) -> list[tuple[st
     """(label, runs) of each calibration: every schedule's runs (the issue's check), or, when
     ``mixed``, each pair of schedules' k-th runs (one run of each, for every k both have), so
     that a per-adapter cost and the work beside other jobs' that one schedule cannot tell apart
-    from the rest are both seen (docs/twin.md, "Calibrated on two schedules")."""
+    from the rest are both seen (docs/twin-log.md, "Calibrated on two schedules")."""
     schedules = sorted(by_schedule)
     if not mixed:
         return [(schedule, by_schedule[schedule]) for schedule in schedules]

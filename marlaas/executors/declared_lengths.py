@@ -8,7 +8,7 @@ scheduler reserved too little and the engines' KV caches were sized too small
 queue (engine_steps.csv's ``waiting``) that the simulator runs at once. Measured on
 traces/twin/show-c.yaml (declared 40-80 tokens, real 61-160): 190 of 849 steps of a `fair` run
 held 9.8 requests back; declared as produced, 100 of 727, and the twin's held-out replays of
-that workload went from 7 to 10 of 12 within 10% (docs/twin.md).
+that workload went from 7 to 10 of 12 within 10% (docs/twin-log.md).
 """
 
 from __future__ import annotations

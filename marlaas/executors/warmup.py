@@ -1,7 +1,7 @@
 """Engine warm-up: each engine's first generation, done once when the engines are built.
 
 An inference engine's first call pays one-off costs (vLLM on a CPU compiles its oneDNN
-kernels: 3.5-11.8 s for the tiny model's first engine in the 12 runs of docs/twin.md's fresh
+kernels: 3.5-11.8 s for the tiny model's first engine in the 12 runs of docs/twin-log.md's fresh
 workloads, on 2 loaded cores, against 0.07-0.25 s for a later batch of 16 samples; a second
 engine in the same process then takes 0.01-0.02 s). Left to the run, that time landed in the
 first group's generate row: counted as generation work, and as busy time. Here it is its own
@@ -13,7 +13,7 @@ summary as ``engine_warmup_s``, which ``marlaas calibrate`` reads as the cost mo
 A trainer's first new adapter pays one-off costs as well (PEFT wraps the model: 146 ms for
 the tiny model's first, against 21 ms for each later one, measured 2026-12-05), and a job's
 first adapter load waits for its version 0 to be written: the first loads of every one of
-the 12 show-a and show-b runs of docs/twin.md took 142-173 ms (the loads queued behind them
+the 12 show-a and show-b runs of docs/twin-log.md took 142-173 ms (the loads queued behind them
 on one engine up to 358 ms) against a median of 5-19 ms for the later loads of the same
 runs. :func:`warm_up_trainer` writes a throwaway adapter before the clock starts, so that no
 job's first load pays that.

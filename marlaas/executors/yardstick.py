@@ -2,7 +2,7 @@
 its clock starts and again once its work is done, so that a run can be compared with another
 for the speed its host gave it.
 
-On the 2-core VM of docs/twin.md ("A host whose speed moves from run to run") the same work
+On the 2-core VM of docs/twin-log.md ("A host whose speed moves from run to run") the same work
 ran at different speeds in different runs: a run's one-adapter decoding steps took 0.70x to
 1.38x what the sequential runs' fit charges, with others at 0.0-2.6% of the processors. The
 speed is the process's: it holds through a run (the first quarter of a run's steps against
@@ -69,7 +69,7 @@ def run_yardstick(summary: dict) -> float | None:
     """A run's yardstick: the mean over its engines, and over the two times it was timed
     (``engine_yardstick_s_per_token`` before the clock, ``engine_yardstick_end_s_per_token``
     after the work, where recorded), in its summary [s per token] (None: a run from before it
-    was measured). Both ends, not the first alone: over the 18 runs of docs/twin.md's fourth
+    was measured). Both ends, not the first alone: over the 18 runs of docs/twin-log.md's fourth
     sitting the mean of the two correlates 0.65 with the run's decoding speed, the first 0.55,
     the last 0.42."""
     values = []

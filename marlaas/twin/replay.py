@@ -9,7 +9,7 @@ fidelity table (``fidelity.csv``).
 A profile calibrated from runs that timed the engines' yardstick (marlaas.executors.yardstick)
 charges a run's engines the speed its host gave them: the profile's costs :meth:`engines_at_speed
 <marlaas.sim.cost_model.CostModel.engines_at_speed>` the speed that follows from the run's
-yardstick over the calibration runs' (marlaas.twin.speed). On the 2-core VM of docs/twin.md,
+yardstick over the calibration runs' (marlaas.twin.speed). On the 2-core VM of docs/twin-log.md,
 where the same run took up to a third longer from one run to the next, that brings 108
 held-out replays (sittings 4-6, on the code as of 1a0bb68) from 70 within 10% of the makespan
 to 79, the mean error from 9.3% to 7.2%.

@@ -1,7 +1,7 @@
 """The speed a replay charges a real run's engines: how many times as slow its host ran them,
 from the run's yardstick (marlaas.executors.yardstick) over its calibration runs'.
 
-On the 2-core VM of docs/twin.md ("A host whose speed moves from run to run") the same run
+On the 2-core VM of docs/twin-log.md ("A host whose speed moves from run to run") the same run
 took up to a third longer from one run to the next, and no term of the cost model can tell.
 The yardstick, timed in the run's own process, sees part of it; a replay charges the speed
 that follows from it to the profile's engine terms
@@ -23,7 +23,7 @@ SPEED_PER_YARDSTICK = 0.8
 """How a run's speed follows its yardstick: the speed a replay charges is the yardstick's ratio
 to this power (:func:`charged_speed`). The yardstick is itself noisy (its two ends differ by up
 to 70% within one run), so the best guess of a run's speed moves less than it: over the 18
-runs of each of docs/twin.md's sittings 4 and 5, the logarithm of a run's one-adapter
+runs of each of docs/twin-log.md's sittings 4 and 5, the logarithm of a run's one-adapter
 decoding-step ratio (against its workload's sequential runs' fit) regressed on the logarithm
 of its yardstick, each workload's runs centred, has slope 0.85 and 0.76 (measured after this
 was chosen: 0.76 over sitting 6's, 0.29 over sitting 7's, whose repeats were close)."""
