@@ -1,5 +1,5 @@
 """Each job's own path through a run: how long it lived, how much of that it had work running,
-and the time of each kind of work (docs/quality.md, "What bounds the together run").
+and the time of each kind of work (docs/quality-log.md, "What bounds the together run").
 
     python benchmarks/job_paths.py RUN_DIR [RUN_DIR ...]
 

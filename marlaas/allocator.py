@@ -5,7 +5,7 @@ and returned when freed, so that a run does not keep what its largest step touch
 page fault for every page of every such block, every time: activations, logits, the engine's
 buffers. jemalloc keeps freed memory in size classes for reuse and returns what stays unused
 to the system after a few seconds, so it has neither glibc's retention nor those faults. On
-the quality workload's sequential run (docs/quality.md, "One forward pass less, and
+the quality workload's sequential run (docs/quality-log.md, "One forward pass less, and
 jemalloc"): 4.9 M minor page faults and 41 s of system time against 23.8 M and 78 s, 213 s
 against 238 s, at the same peak resident memory (3,910 MiB against 3,907 MiB).
 

@@ -27,13 +27,13 @@ within a step before its gradient stops.
 What the truncated weight replaces, and why: the PPO ratio pi / mu clipped at 1 +- 0.2. For a
 stale sample that ratio already holds the earlier steps' move, so once the policy had moved
 more than 20% towards a rewarded token, the token's gradient was zero: the tokens a
-fast-learning task most needs to reinforce were the ones cut (docs/quality.md: a formatting
+fast-learning task most needs to reinforce were the ones cut (docs/quality-log.md: a formatting
 task that learned to 97% alone reached 56% trained together at staleness 1 and 0% at
 staleness 2, with 28-44% of its stale batches' tokens clipped). Untruncated weights (AReaL's,
 tokens above 5 dropped) restored that task but, in the one run made, let the stale tokens the
 policy had moved towards count up to several times a fresh one's and the arithmetic tenant's
 greedy accuracy fell to its base model's. With one optimizer step per step there was no trust
-region at all; docs/quality.md's verdict names the clip around pi_prox as the fix to try.
+region at all; docs/quality-log.md's verdict names the clip around pi_prox as the fix to try.
 
 The loss of a part is averaged over that part's completion tokens (with k = 1: the step's).
 With ``rl.lr_staleness_damping`` each optimizer step's learning rate shrinks with its part's
