@@ -16,6 +16,7 @@ from marlaas.core.work import EnvStep, Generate, Train
 from marlaas.datasets import PromptSet
 from marlaas.envs import Environment, make_env
 from marlaas.envs.job_dataset import job_prompt_set
+from marlaas.executors.env_loops import EnvLoop, EnvLoops
 from marlaas.executors.episodes import (
     ChatFormat,
     GroupEpisode,
@@ -66,7 +67,12 @@ class RewardPoint:
 
 class EpisodeRunner:
     """Keeps each group's episode between its turns, for the admitted jobs (``specs``: the
-    executor's, shared)."""
+    executor's, shared).
+
+    ``env_threads``: each job's environment calls run on an event loop in a thread of its
+    own (:mod:`marlaas.executors.env_loops`), so that one blocking its thread stalls neither
+    the run nor another job; False where the environments run elsewhere already (Ray's
+    actors: ``make_env`` gives proxies that only await). :meth:`close` stops the threads."""
 
     def __init__(
         self,
@@ -75,11 +81,14 @@ class EpisodeRunner:
         max_model_len: int,
         seed: int,
         make_env: Callable[[str, dict], Environment] = make_env,
+        env_threads: bool = True,
     ) -> None:
         self.specs, self.fmt, self.max_model_len = specs, fmt, max_model_len
         self.seed = seed
         self.make_env = make_env
         """A new environment for one sample's episode (here, or in an actor of a pool)."""
+        self.env_loops = EnvLoops() if env_threads else None
+        """Each job's loop of its environment calls (None: they run on the caller's loop)."""
         self._index: dict[str, int] = {}
         self._episodes: dict[tuple[str, int], GroupEpisode] = {}
         self._prompt_sets: dict[str, PromptSet] = {}
@@ -96,6 +105,15 @@ class EpisodeRunner:
         self._prompt_sets.pop(job, None)
         for key in [key for key in self._episodes if key[0] == job]:
             del self._episodes[key]
+        if self.env_loops is not None:
+            self.env_loops.release(job)
+
+    def close(self) -> list[str]:
+        """The run ended: stop every job's environment thread (their calls still running
+        are cancelled, given a few seconds to end:
+        :meth:`~marlaas.executors.env_loops.EnvLoops.close`); the names of threads left
+        running, blocked in an environment's call."""
+        return [] if self.env_loops is None else self.env_loops.close()
 
     def group_seed(self, job: str, group: int) -> int:
         """Seed of a group's prompt (groups are numbered on over resumed parts, so a resumed
@@ -110,7 +128,8 @@ class EpisodeRunner:
         if d.turn == 0:
             episode = self._episodes.get(key)
             if episode is None:  # a retried first turn keeps its prompt
-                envs = [self.make_env(spec.env.name, spec.env.args) for _ in range(d.seqs)]
+                loop = None if self.env_loops is None else self.env_loops.of(d.job)
+                envs = await self._new_envs(spec, d.seqs, loop)
                 seed = self.group_seed(d.job, d.group)
                 problem = None
                 if spec.dataset is not None:
@@ -118,8 +137,9 @@ class EpisodeRunner:
                         self._prompt_sets[d.job] = job_prompt_set(spec)
                     problem = self._prompt_sets[d.job].train_problem(d.group, self.seed)
                 episode, _ = await start_group(
-                    d.job, d.group, version, envs, seed, self.fmt, problem, spec.env.timeout_s
-                )
+                    d.job, d.group, version, envs, seed, self.fmt, problem, spec.env.timeout_s,
+                    loop,
+                )  # fmt: skip
                 self._episodes[key] = episode
             live = episode.samples
             prompts, n = [live[0].context], d.seqs
@@ -143,6 +163,14 @@ class EpisodeRunner:
         completions = [c for group in groups for c in group]
         longest = max((len(c.completion_ids) for c in completions), default=0)
         return add_completions(live, completions), longest, context
+
+    async def _new_envs(self, spec: JobSpec, n: int, loop: EnvLoop | None) -> list[Environment]:
+        """``n`` new environments of the job, built on ``loop`` (the job's, which runs their
+        calls: what one binds to the running loop in its constructor, a client session, is
+        bound to the loop that uses it; a slow constructor holds its job only)."""
+        if loop is None:
+            return _built(self.make_env, spec, n)
+        return await loop.call(_build(self.make_env, spec, n))
 
     async def env_step(self, d: EnvStep) -> tuple[int, float, bool]:
         """The group's environment step, each sample's within the job's ``env.timeout_s``,
@@ -174,3 +202,13 @@ class EpisodeRunner:
         """Forget the episodes of a trained step (its dropped groups' too)."""
         for g in (*d.groups, *d.dropped):
             del self._episodes[(d.job, g)]
+
+
+def _built(make: Callable[[str, dict], Environment], spec: JobSpec, n: int) -> list[Environment]:
+    """``n`` new environments of ``spec``'s job."""
+    return [make(spec.env.name, spec.env.args) for _ in range(n)]
+
+
+async def _build(make: Callable[[str, dict], Environment], spec: JobSpec, n: int):
+    """:func:`_built`, as a coroutine (to run on the job's loop)."""
+    return _built(make, spec, n)

@@ -22,6 +22,7 @@ from typing import Any
 
 from marlaas.datasets import Problem
 from marlaas.envs.base import Environment, StepResult
+from marlaas.executors.env_loops import EnvLoop
 from marlaas.executors.rollout import Completion, TrainSample
 from marlaas.import_path import shown
 
@@ -89,26 +90,42 @@ async def guarded_call(env: Environment, method: str, call: Callable[[], Any]) -
 
 
 async def env_call(
-    env: Environment, method: str, call: Callable[[], Any], job: str, timeout_s: float | None
+    env: Environment,
+    method: str,
+    call: Callable[[], Any],
+    job: str,
+    timeout_s: float | None,
+    loop: EnvLoop | None = None,
 ) -> Any:
     """The value of ``call`` (``env.method(...)``, checked by :func:`guarded_call`), within
     ``timeout_s`` [s] (None: unbounded); EnvTimeoutError naming the environment, the method,
     ``job`` and the bound when it takes longer. The late call is cancelled, not waited for
-    (an environment that ignores its cancellation does not hold the run). An EnvStateError
-    (the environment's state does not pickle for its Ray actor) is given the job's name."""
+    (an environment that ignores its cancellation does not hold the run). ``loop``: the job's
+    :class:`~marlaas.executors.env_loops.EnvLoop`, which runs the call in a thread of its own,
+    so that one that blocks its thread holds neither this loop nor its bound (None: the call
+    runs on this loop). An EnvStateError (the environment's state does not pickle for its
+    Ray actor) is given the job's name."""
     try:
-        return await _call_within(env, method, call, job, timeout_s)
+        return await _call_within(env, method, call, job, timeout_s, loop)
     except EnvStateError as err:  # raised by RemoteEnv, which does not know the job
         raise EnvStateError(f"job {job!r}: {err}") from None
 
 
 async def _call_within(
-    env: Environment, method: str, call: Callable[[], Any], job: str, timeout_s: float | None
+    env: Environment,
+    method: str,
+    call: Callable[[], Any],
+    job: str,
+    timeout_s: float | None,
+    loop: EnvLoop | None,
 ) -> Any:
     """:func:`env_call`'s call and its bound."""
+    work = guarded_call(env, method, call)
+    if loop is not None:
+        work = loop.call(work)
     if timeout_s is None:
-        return await guarded_call(env, method, call)
-    task = asyncio.ensure_future(guarded_call(env, method, call))
+        return await work
+    task = asyncio.ensure_future(work)
     task.add_done_callback(_retrieve)
     try:
         done, _ = await asyncio.wait({task}, timeout=timeout_s)
@@ -131,11 +148,11 @@ def _retrieve(task: asyncio.Task) -> None:
 
 async def env_reset(
     env: Environment, method: str, call: Callable[[], Any], job: str,
-    timeout_s: float | None = None,
+    timeout_s: float | None = None, loop: EnvLoop | None = None,
 ) -> str:  # fmt: skip
     """The prompt text of ``env``'s ``reset`` / ``reset_problem`` (``method``, called by
-    ``call``), within ``timeout_s`` (:func:`env_call`), checked."""
-    prompt = await env_call(env, method, call, job, timeout_s)
+    ``call``), within ``timeout_s`` (:func:`env_call`, on ``loop``), checked."""
+    prompt = await env_call(env, method, call, job, timeout_s, loop)
     if not isinstance(prompt, str):
         got = f"{type(prompt).__name__} {shown(prompt)}"
         raise EnvResultError(f"environment {_env_name(env)}: {method}() returned {got}, not "
@@ -243,6 +260,9 @@ class GroupEpisode:
     """Adapter version the group is sampled with (the same on every turn)."""
     samples: list[Sample]
     prompt: str = ""
+    loop: EnvLoop | None = None
+    """The loop its environments' calls run on (the job's thread of its own:
+    :mod:`marlaas.executors.env_loops`); None: the caller's loop."""
 
     @property
     def live(self) -> list[Sample]:
@@ -287,20 +307,22 @@ async def start_group(
     fmt: ChatFormat,
     problem: Problem | None = None,
     timeout_s: float | None = None,
+    loop: EnvLoop | None = None,
 ) -> tuple[GroupEpisode, list[int]]:
     """Reset every sample's environment on the dataset's ``problem`` when the job has a
     dataset, else with the group's ``seed``, each call within ``timeout_s`` [s] (the job's
-    ``env.timeout_s``; None: unbounded); (episode, prompt ids)."""
+    ``env.timeout_s``; None: unbounded), on ``loop`` (the job's thread of its own; None: this
+    loop), which the group's later steps use too; (episode, prompt ids)."""
     if problem is None:
         calls = [(env, "reset", partial(env.reset, seed)) for env in envs]
     else:
         calls = [(env, "reset_problem", partial(env.reset_problem, problem)) for env in envs]
     prompts = await asyncio.gather(
-        *(env_reset(env, method, call, job, timeout_s) for env, method, call in calls)
+        *(env_reset(env, method, call, job, timeout_s, loop) for env, method, call in calls)
     )
     ids = fmt.prompt(prompts[0])
     samples = [Sample(env=env, context=list(ids)) for env in envs]
-    return GroupEpisode(job, group, version, samples, prompts[0]), ids
+    return GroupEpisode(job, group, version, samples, prompts[0], loop), ids
 
 
 def add_completions(samples: Sequence[Sample], completions: Sequence[Completion]) -> int:
@@ -322,9 +344,9 @@ async def step_envs(
     timeout_s: float | None = None,
 ) -> tuple[int, float]:
     """Run the environment step of every sample that has an action, each within
-    ``timeout_s`` [s] (the job's ``env.timeout_s``; None: unbounded: :func:`env_call`);
-    (observation tokens, mean reward of the group). On the last turn every episode ends,
-    whatever the environment says;
+    ``timeout_s`` [s] (the job's ``env.timeout_s``; None: unbounded: :func:`env_call`), on
+    the episode's loop; (observation tokens, mean reward of the group). On the last turn
+    every episode ends, whatever the environment says;
     so does one whose observation leaves no room for a next turn within ``max_model_len``
     (its observation is not added: an environment's observation longer than the context
     once stalled the run, the scheduler waiting for KV room no engine would ever have).
@@ -333,9 +355,10 @@ async def step_envs(
     and every result is a valid StepResult (:func:`checked_step`).
     """
     acting = [s for s in episode.samples if not s.done and s.action is not None]
+    job, loop = episode.job, episode.loop
     results: list[StepResult] = await asyncio.gather(
         *(
-            env_call(s.env, "step", partial(s.env.step, s.action.text), episode.job, timeout_s)
+            env_call(s.env, "step", partial(s.env.step, s.action.text), job, timeout_s, loop)
             for s in acting
         )
     )

@@ -174,6 +174,7 @@ class RealExecutor:
         self._setting_up: asyncio.Task | None = None
         """:meth:`open`'s setup while it runs (cancelled by a close that interrupts it)."""
         self.trainers: TrainerPool | None = None  # built by open()
+        self.episodes: EpisodeRunner | None = None  # built by open()
         self._finished: list[tuple[float, int, WorkDone]] = []
         self._runner: asyncio.Runner | None = None
         self._woken: asyncio.Event | None = None
@@ -215,6 +216,7 @@ class RealExecutor:
         self.episodes = EpisodeRunner(
             self._specs, ChatFormat(backends.tokenizer, self._chat_template),
             self._max_model_len, self.seed, make_env=backends.make_env,
+            env_threads=backends.kind == "local",  # Ray's run in its actors already
         )  # fmt: skip
 
     async def _warm_up(self, backends) -> dict[str, float]:
@@ -522,6 +524,11 @@ class RealExecutor:
         await asyncio.gather(*pending, return_exceptions=True)
         self._tasks.clear()
         self._created.clear()
+        if self.episodes is not None:  # the jobs' environment threads (their calls cancelled)
+            stuck = await asyncio.to_thread(self.episodes.close)
+            if stuck:
+                log.warning("environment threads still blocked in a call at the end of the "
+                            "run, left behind: %s", ", ".join(stuck))  # fmt: skip
         for engine, job, version in sorted(self._loaded):
             if not self.backends.owns(engine):
                 await self.backends.engines[engine].retire(job, version)
