@@ -8,23 +8,23 @@ on (``SystemExit`` included), or a value of the wrong kind it returns, becomes o
 (``int``, ``float``, ``bool``; infinities are fine, NaN, which orders with nothing, is not) and
 strings, a string in the same places in every key (a string and a number do not compare);
 ``engine_key`` may also return None. Its methods get the job and the engine through a
-:class:`ReadOnlyView`: a field set or deleted there is such an error too, where it would change
-the scheduler's own state. The bundled policies are not wrapped (no cost on their hot path). A
-class is named by its import path unless its own class body sets ``name``.
+:class:`~marlaas.policy_views.ReadOnlyView`: a field set or deleted there, or a change to what
+a field holds, is such an error too, where it would change the scheduler's own state. The
+bundled policies are not wrapped (no cost on their hot path). A class is named by its import
+path unless its own class body sets ``name``.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 import numbers
 import sys
 from collections.abc import Callable
-from operator import attrgetter
-from typing import Any, ClassVar, SupportsIndex
+from typing import Any
 
-from marlaas.core.policies import EngineView, JobView, Policy
+from marlaas.core.policies import Policy
 from marlaas.import_path import one_line, shown
+from marlaas.policy_views import ReadOnlyEngine, ReadOnlyJob, view, viewed
 
 
 class PolicyLoadError(ValueError):
@@ -80,16 +80,15 @@ def _guarded(spec: str, method: str, user: Callable, fault: Callable[[Policy, ob
     def call(self: Policy, job: Any, *rest: Any) -> Any:
         engine = rest[0] if method == "engine_key" else None
         if type(job) is ReadOnlyJob:  # a key that asks a key: the job is a view already
-            seen, job = job, _of(job)
+            seen, job = job, viewed(job)
         else:
-            seen = _new(ReadOnlyJob)
-            _set_of(seen, job)
+            seen = view(ReadOnlyJob, job)
         try:
             if engine is None:
                 value = user(self, seen, *rest)
             else:
-                engine = _of(engine) if type(engine) is ReadOnlyEngine else engine
-                value = user(self, seen, _view(ReadOnlyEngine, engine), *rest[1:])
+                engine = viewed(engine) if type(engine) is ReadOnlyEngine else engine
+                value = user(self, seen, view(ReadOnlyEngine, engine), *rest[1:])
         except PolicyError:
             raise  # a recursive key's innermost error: said once
         except (Exception, SystemExit) as exc:
@@ -109,98 +108,6 @@ def _guarded(spec: str, method: str, user: Callable, fault: Callable[[Policy, ob
         return value
 
     return call
-
-
-class ReadOnlyView:
-    """A job (:class:`ReadOnlyJob`) or an engine (:class:`ReadOnlyEngine`) as a policy loaded
-    by import path sees it: every field reads through to the scheduler's own object, but none
-    can be set or deleted (the scheduler's JobState and Engine are plain mutable objects: a key
-    that set ``job.name`` broke the run later, far from the policy, with a traceback).
-
-    Otherwise it is the object itself to the policy: ``isinstance`` and ``==`` see the
-    object (a view of a job equals the job), ``hash`` is the object's, and ``copy``,
-    ``deepcopy`` and ``pickle`` give what they give of the object (a copy is the policy's own,
-    as before). The fields of the JobView and EngineView protocols are read by properties of
-    the class (one C-level read each: a key reads several on every call), others through
-    ``__getattr__``."""
-
-    __slots__ = ("_of",)
-    _what: ClassVar[str] = "object"
-
-    def __getattr__(self, name: str) -> Any:  # a field the protocol does not name
-        return getattr(_of(self), name)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"the {self._what} is read-only to a policy: it may not set {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(
-            f"the {self._what} is read-only to a policy: it may not delete {name!r}"
-        )
-
-    @property  # type: ignore[misc]
-    def __class__(self) -> type:  # isinstance(view, JobState): as the object itself
-        return type(_of(self))
-
-    def __eq__(self, other: object) -> bool:
-        return bool(_of(self) == (_of(other) if isinstance(other, ReadOnlyView) else other))
-
-    def __hash__(self) -> int:
-        return hash(_of(self))
-
-    def __copy__(self) -> Any:
-        return copy.copy(_of(self))
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        return copy.deepcopy(_of(self), memo)
-
-    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:  # pickled as the object itself
-        return _of(self).__reduce_ex__(protocol)
-
-    def __dir__(self) -> list[str]:
-        return dir(_of(self))
-
-    def __repr__(self) -> str:
-        return repr(_of(self))
-
-
-_of = ReadOnlyView._of.__get__  # type: ignore[attr-defined]
-"""The object a view shows (the slot's own getter: no recursion while it is unset)."""
-_set_of = ReadOnlyView._of.__set__  # type: ignore[attr-defined]
-
-
-class ReadOnlyJob(ReadOnlyView):
-    """A job as a policy loaded by import path sees it (:class:`ReadOnlyView`)."""
-
-    __slots__ = ()
-    _what = "job"
-
-
-class ReadOnlyEngine(ReadOnlyView):
-    """An engine as a policy loaded by import path sees it (:class:`ReadOnlyView`)."""
-
-    __slots__ = ()
-    _what = "engine"
-
-
-def _read_through(kind: type[ReadOnlyView], protocol: type) -> None:
-    """Give ``kind`` a property for each field of ``protocol`` (a method, such as
-    ``EngineView.holds``, reads as the object's bound method)."""
-    for field in vars(protocol):
-        if not field.startswith("_"):
-            setattr(kind, field, property(attrgetter(f"_of.{field}")))
-
-
-_read_through(ReadOnlyJob, JobView)
-_read_through(ReadOnlyEngine, EngineView)
-_new = object.__new__
-
-
-def _view(kind: type[ReadOnlyView], of: object) -> Any:
-    """``of`` read-only, as a ``kind``."""
-    view = _new(kind)
-    _set_of(view, of)
-    return view
 
 
 def _seen(policy: Policy, method: str) -> list[tuple[bool, ...]]:

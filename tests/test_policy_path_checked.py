@@ -96,6 +96,43 @@ class SetsName(Policy):
         return (job.index,)
 
 
+class ClearsGroups(Policy):
+    def key(self, job):
+        if job.name != "probe":
+            job.groups.clear()  # what a field holds: the scheduler's own dict
+        return (job.index,)
+
+
+class AppendsReady(Policy):
+    def key(self, job):
+        if job.name != "probe":
+            job.ready_gen.append(0)
+        return (job.index,)
+
+
+class SetsGroupTurn(Policy):
+    def key(self, job):
+        for group in job.groups.values():
+            group.turn = 9
+        return (job.index,)
+
+
+class CallsTook(Policy):
+    def key(self, job):
+        if job.name != "probe":
+            job.took_new_group()  # a method that changes the job
+        return (job.index,)
+
+
+class ReadsDeep(Policy):
+    """Reads fields no protocol names, as a policy may."""
+
+    def key(self, job):
+        turns = sorted(group.turn for group in job.groups.values())
+        return (job.spec.rl.group_size, len(job.ready_gen), len(turns), job.spec.rl.steps,
+                job.index)  # fmt: skip
+
+
 class DeletesDone(Policy):
     def key(self, job):
         if job.name != "probe":
@@ -263,6 +300,14 @@ def simulate(workload: str, policy: str, out) -> int:
                      "may not set 'name'"),
         ("DeletesDone", "key(job 'a') raised AttributeError: the job is read-only to a policy: "
                         "it may not delete 'done'"),
+        ("ClearsGroups", "key(job 'a') raised AttributeError: a mapping is read-only to a "
+                         "policy: it may not call 'clear'"),
+        ("AppendsReady", "key(job 'a') raised AttributeError: a sequence is read-only to a "
+                         "policy: it may not call 'append'"),
+        ("SetsGroupTurn", "key(job 'a') raised AttributeError: the Group is read-only to a "
+                          "policy: it may not set 'turn'"),
+        ("CallsTook", "key(job 'a') raised AttributeError: the job is read-only to a policy: "
+                      "it may not call 'took_new_group'"),
         ("SetsEngine", "engine_key(job 'a', engine 0) raised AttributeError: the engine is "
                        "read-only to a policy: it may not set 'seqs'"),
     ],
@@ -288,7 +333,8 @@ def test_a_policy_reads_the_job_and_the_engine_as_they_are(package):
     from marlaas.core.jobs import JobState
     from marlaas.core.policies import EngineView, JobView
     from marlaas.core.scheduling import SchedulingSpec
-    from marlaas.policy_checks import ReadOnlyEngine, ReadOnlyJob, _view
+    from marlaas.policy_views import ReadOnlyEngine, ReadOnlyJob
+    from marlaas.policy_views import view as _view
 
     policy = get_policy(load_policy(f"{package}:Looks"))
     job = JobState(JobSpec(name="a", tenant="t"), 3, 1)
@@ -301,7 +347,9 @@ def test_a_policy_reads_the_job_and_the_engine_as_they_are(package):
         assert getattr(seen, name) == getattr(job, name), name
     for name in [n for n in vars(EngineView) if not n.startswith("_") and n != "holds"]:
         assert getattr(shown_engine, name) == getattr(engine, name), name
-    assert seen.spec is job.spec  # a field no protocol names reads through too
+    assert seen.spec == job.spec and seen.spec.rl.steps == job.spec.rl.steps  # read through
+    with pytest.raises(AttributeError, match="the JobSpec is read-only"):
+        seen.spec.name = "b"  # another object the job holds: read-only too
     with pytest.raises(AttributeError, match="the engine is read-only to a policy: it may "
                        "not delete 'seqs'"):  # fmt: skip
         del shown_engine.seqs
@@ -403,3 +451,42 @@ def test_a_malformed_import_path_says_what_the_form_is(package, workload, tmp_pa
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "pkg.module:Class" in err
     assert "load_policy" not in err
+
+
+def test_a_policy_may_read_what_no_protocol_names(package, workload, tmp_path):
+    """Fields no protocol names read through, read-only, and the run goes on as before."""
+    assert simulate(workload, f"{package}:ReadsDeep", tmp_path / "o") == 0
+
+
+def test_what_a_job_holds_reads_read_only_and_equal(package):
+    """A job's containers, the objects in them and its arrays read as they are, equal to the
+    scheduler's own, and none can be changed through them; a frozen spec's methods run."""
+    import numpy as np
+
+    from marlaas.core.job_spec import JobSpec
+    from marlaas.core.jobs import JobState
+    from marlaas.policy_views import ReadOnlyJob, read_only, view
+
+    job = JobState(JobSpec(name="a", tenant="t"), 3, 1)
+    group = job.groups[0] = job.new_group(0)
+    job.ready_gen.extend([0, 0])
+    seen = view(ReadOnlyJob, job)
+    assert seen.ready_gen == job.ready_gen and list(seen.ready_gen) == [0, 0]
+    assert seen.ready_gen[:1] == (0,) and len(seen.groups) == 1
+    assert seen.groups[0] == group and seen.groups[0].turn == group.turn
+    assert seen.spec.response_tokens.mean() == job.spec.response_tokens.mean()
+    with pytest.raises(TypeError, match="read-only to a policy"):
+        seen.ready_gen[0] = 1
+    with pytest.raises(TypeError, match="read-only to a policy"):
+        del seen.groups[0]
+    with pytest.raises(AttributeError, match="it may not call 'new_group'"):
+        seen.new_group(1)
+    with pytest.raises(AttributeError, match="it may not call 'popitem'"):
+        seen.groups.popitem()
+    array = np.arange(3.0)
+    shown = read_only(array)
+    assert (shown == array).all() and not shown.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        shown[0] = 9.0
+    assert read_only({1, 2}) == frozenset({1, 2})
+    assert job.ready_gen == type(job.ready_gen)([0, 0]) and list(job.groups) == [0]  # untouched
