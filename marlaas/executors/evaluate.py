@@ -13,6 +13,7 @@ same problems are compared pair by pair (:mod:`marlaas.metrics.proportions`).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 
 import pandas as pd
@@ -24,8 +25,11 @@ from marlaas.datasets import Problem
 from marlaas.envs import make_env
 from marlaas.envs.job_dataset import job_prompt_set
 from marlaas.executors.adapter_store import AdapterStore
+from marlaas.executors.env_loops import EnvLoop, EnvLoops
 from marlaas.executors.episodes import ChatFormat, add_completions, start_group, step_envs
 from marlaas.metrics.proportions import wilson_interval
+
+log = logging.getLogger(__name__)
 
 HELD_OUT_SEED = 2**32
 DEFAULT_PROMPTS = 50
@@ -125,35 +129,57 @@ async def evaluate(
     fmt = ChatFormat(generator.tokenizer, chat_template)
     trained_at = trained_at or {}
     rows = []
-    for spec in workload.jobs if jobs is None else jobs:
-        items = held_out(spec, prompts)
-        targets = [("base", None, -1)] + [
-            ("trained", spec.name, v) for v in pick_versions(store.versions(spec.name), versions)
-        ]
-        bar = tqdm(total=len(items) * len(targets), desc=spec.name, unit="episode",
-                   disable=not progress)  # fmt: skip
-        for label, adapter, version in targets:
-            if adapter is not None:
-                await generator.publish(spec.name, version, str(store.path(spec.name, version)))
-            bar.set_postfix_str(label if adapter is None else f"v{version}", refresh=False)
-            episodes = await asyncio.gather(*(
-                _counted(_episode(spec, i, item, adapter, version, generator, fmt), bar)
-                for i, item in enumerate(items)
-            ))  # fmt: skip
-            correct = sum(c for c, _ in episodes)
-            low, high = wilson_interval(correct, len(items))
-            rows.append({
-                "job": spec.name, "tenant": spec.tenant, "env": spec.env.name, "model": label,
-                "version": version, "prompts": len(items), "correct": correct,
-                "accuracy": correct / len(items), "ci_low": low, "ci_high": high,
-                "mean_reward": sum(r for _, r in episodes) / len(items),
-                "time_s": 0.0 if adapter is None else trained_at.get((spec.name, version)),
-                "outcomes": "".join("1" if c else "0" for c, _ in episodes),
-            })  # fmt: skip
-            if adapter is not None:
-                await generator.retire(spec.name, version)
-        bar.close()
+    loops = EnvLoops()  # each job's environments on a thread of their own, as in a run
+    try:
+        for spec in workload.jobs if jobs is None else jobs:
+            rows += await _evaluate_job(
+                spec, store, generator, fmt, loops.of(spec.name), prompts, progress, versions,
+                trained_at,
+            )  # fmt: skip
+            loops.release(spec.name)
+    finally:
+        stuck = loops.close()
+        if stuck:
+            log.warning("environment threads still blocked in a call at the end of the "
+                        "evaluation, left behind: %s", ", ".join(stuck))  # fmt: skip
     return pd.DataFrame(rows)
+
+
+async def _evaluate_job(
+    spec: JobSpec, store: AdapterStore, generator, fmt: ChatFormat, loop: EnvLoop,
+    prompts: int | None, progress: bool, versions: str,
+    trained_at: dict[tuple[str, int], float],
+) -> list[dict]:  # fmt: skip
+    """The rows of :func:`evaluate` for one job, its environments on ``loop``."""
+    rows = []
+    items = held_out(spec, prompts)
+    targets = [("base", None, -1)] + [
+        ("trained", spec.name, v) for v in pick_versions(store.versions(spec.name), versions)
+    ]
+    bar = tqdm(total=len(items) * len(targets), desc=spec.name, unit="episode",
+               disable=not progress)  # fmt: skip
+    for label, adapter, version in targets:
+        if adapter is not None:
+            await generator.publish(spec.name, version, str(store.path(spec.name, version)))
+        bar.set_postfix_str(label if adapter is None else f"v{version}", refresh=False)
+        episodes = await asyncio.gather(*(
+            _counted(_episode(spec, i, item, adapter, version, generator, fmt, loop), bar)
+            for i, item in enumerate(items)
+        ))  # fmt: skip
+        correct = sum(c for c, _ in episodes)
+        low, high = wilson_interval(correct, len(items))
+        rows.append({
+            "job": spec.name, "tenant": spec.tenant, "env": spec.env.name, "model": label,
+            "version": version, "prompts": len(items), "correct": correct,
+            "accuracy": correct / len(items), "ci_low": low, "ci_high": high,
+            "mean_reward": sum(r for _, r in episodes) / len(items),
+            "time_s": 0.0 if adapter is None else trained_at.get((spec.name, version)),
+            "outcomes": "".join("1" if c else "0" for c, _ in episodes),
+        })  # fmt: skip
+        if adapter is not None:
+            await generator.retire(spec.name, version)
+    bar.close()
+    return rows
 
 
 async def _counted(episode, bar):
@@ -163,12 +189,15 @@ async def _counted(episode, bar):
 
 
 async def _episode(
-    spec: JobSpec, i: int, item: Problem | int, adapter, version: int, generator, fmt
-) -> tuple[bool, float]:
-    env = make_env(spec.env.name, spec.env.args)
+    spec: JobSpec, i: int, item: Problem | int, adapter, version: int, generator, fmt,
+    loop: EnvLoop,
+) -> tuple[bool, float]:  # fmt: skip
+    env = await loop.call(_made(spec))  # built where its calls run
     problem, seed = (item, 0) if isinstance(item, Problem) else (None, item)
     timeout_s = spec.env.timeout_s
-    episode, _ = await start_group(spec.name, i, version, [env], seed, fmt, problem, timeout_s)
+    episode, _ = await start_group(
+        spec.name, i, version, [env], seed, fmt, problem, timeout_s, loop
+    )
     sample = episode.samples[0]
     turns = spec.rl.turns
     for turn in range(turns):
@@ -183,6 +212,11 @@ async def _episode(
     info = sample.info
     correct = bool(info["correct"]) if "correct" in info else sample.reward >= 1.0
     return correct, sample.reward
+
+
+async def _made(spec: JobSpec):
+    """A new environment of ``spec``'s (a coroutine, to build it on the job's loop)."""
+    return make_env(spec.env.name, spec.env.args)
 
 
 def versions_trained_at(rewards: pd.DataFrame) -> dict[tuple[str, int], float]:

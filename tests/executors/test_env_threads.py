@@ -6,6 +6,7 @@ and every other job (and, under the service, every tenant's API) stopped with it
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 
@@ -280,3 +281,34 @@ def test_the_python_sandbox_runs_its_subprocesses_from_the_jobs_thread():
         assert loops.close() == []
     assert good.reward == 1.0 and good.info["outcome"] == "ok"
     assert endless.reward == 0.0 and endless.info["outcome"] == "timeout"
+
+
+class NoAdapters:
+    """An adapter store that holds no trained version (the evaluation scores the base)."""
+
+    def versions(self, job: str) -> list[int]:
+        return []
+
+
+class OneTokenGenerator:
+    """A generator's stand-in for ``marlaas evaluate``: one token per sequence."""
+
+    tokenizer = None
+
+    async def generate(self, adapter, version, contexts, n, max_new_tokens, temperature, seed):
+        return [[Completion(tuple(c), (1,), (0.0,), "x", "stop") for _ in range(n)]
+                for c in contexts]  # fmt: skip
+
+
+def test_evaluate_gives_up_a_step_that_blocks_its_thread(valve, monkeypatch):
+    """``marlaas evaluate`` runs a job's environments on its own thread too: a blocking step
+    is an EnvTimeoutError at its bound, not an evaluation that never ends."""
+    from marlaas.executors import evaluate as evaluation
+
+    monkeypatch.setattr(evaluation, "ChatFormat", lambda tokenizer, template: Chars())
+    monkeypatch.setattr(evaluation, "make_env", lambda name, args: Blocks())
+    spec = JobSpec(name="stuck", tenant="t", env={"name": "stuck", "timeout_s": 0.3})
+    said = re.escape("step() of job 'stuck' did not return within 0.3 s")
+    with pytest.raises(EnvTimeoutError, match=said):  # the old code: no error (the valve let
+        asyncio.run(evaluation.evaluate(None, NoAdapters(), OneTokenGenerator(), prompts=2,
+                                        jobs=[spec]))  # fmt: skip  # the step return at 8 s)
