@@ -15,7 +15,7 @@ import asyncio
 import inspect
 import math
 import numbers
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -123,6 +123,14 @@ async def _call_within(
     work = guarded_call(env, method, call)
     if loop is not None:
         work = loop.call(work)
+    return await bounded(work, timeout_s, lambda: f"environment {_env_name(env)}: {method}() "
+                         f"of job {job!r}")  # fmt: skip
+
+
+async def bounded(work: Awaitable[Any], timeout_s: float | None, what: Callable[[], str]) -> Any:
+    """The value of ``work`` within ``timeout_s`` [s] (None: unbounded); EnvTimeoutError
+    ``<what()> did not return within <timeout_s> s (its env.timeout_s)`` when it takes
+    longer. The late work is cancelled, not waited for."""
     if timeout_s is None:
         return await work
     task = asyncio.ensure_future(work)
@@ -133,8 +141,8 @@ async def _call_within(
         if not task.done():
             task.cancel()
     if not done:
-        raise EnvTimeoutError(f"environment {_env_name(env)}: {method}() of job {job!r} did "
-                              f"not return within {timeout_s:g} s (its env.timeout_s)")  # fmt: skip
+        raise EnvTimeoutError(f"{what()} did not return within {timeout_s:g} s (its "
+                              "env.timeout_s)")  # fmt: skip
     return task.result()
 
 

@@ -312,3 +312,32 @@ def test_evaluate_gives_up_a_step_that_blocks_its_thread(valve, monkeypatch):
     with pytest.raises(EnvTimeoutError, match=said):  # the old code: no error (the valve let
         asyncio.run(evaluation.evaluate(None, NoAdapters(), OneTokenGenerator(), prompts=2,
                                         jobs=[spec]))  # fmt: skip  # the step return at 8 s)
+
+
+def test_a_new_groups_environments_are_built_within_the_bound_while_the_thread_is_blocked(
+    valve,
+):
+    """The job's environments are built on its thread: while a step blocks it, a new group's
+    constructors wait behind it, and are given up at the job's env.timeout_s like any call
+    (they once waited unbounded: the group's Generate never came back, so the job neither
+    failed its work nor could be cancelled, and a batch run never ended)."""
+    runner = runner_of({"stuck": Blocks}, timeout_s=0.3)
+
+    async def scenario() -> float:
+        await first_turn(runner, "stuck", 1)
+        with pytest.raises(EnvTimeoutError):  # group 0's step: its thread stays blocked
+            await runner.env_step(EnvStep(2, "stuck", 0, 0, 0, 2, True))
+        started = time.monotonic()
+        with pytest.raises(EnvTimeoutError) as err:  # group 1's first turn
+            await runner.generate(Generate(3, "stuck", 0, 1, 0, "e", 0, 2, 0, 4), OneToken())
+        assert err.value.args[0] == (
+            "environment stuck: __init__() of job 'stuck' did not return within "
+            "0.3 s (its env.timeout_s)"
+        )
+        return time.monotonic() - started
+
+    given_up_s = asyncio.run(scenario())
+    assert given_up_s < RELEASE_AFTER_S / 2  # at its bound (0.3 s), not at the valve's release
+    assert ("stuck", 1) not in runner._episodes  # a retry builds them again
+    Blocks.release.set()
+    assert runner.close() == []
