@@ -39,10 +39,11 @@ class ReadOnlyView:
     (the scheduler's JobState and Engine are plain mutable objects: a key that set
     ``job.name`` broke the run later, far from the policy, with a traceback).
 
-    Otherwise it is the object itself to the policy: ``isinstance`` and ``==`` see the
-    object (a view of a job equals the job), ``hash`` is the object's, and ``copy``,
-    ``deepcopy`` and ``pickle`` give what they give of the object (a copy is the policy's own,
-    as before)."""
+    Otherwise it is the object itself to the policy: ``isinstance``, ``==`` and ``bool`` see
+    the object (a view of a job equals the job), ``hash`` is the object's, and ``copy``,
+    ``deepcopy`` and ``pickle`` give what they give of the object: a copy is the policy's own,
+    as before, but a shallow one (``copy.copy``) holds the scheduler's own dicts and deques,
+    not to be changed (compiled, a job cannot be deep-copied: its prompt lengths cannot)."""
 
     __slots__ = ("_of",)
     _what: ClassVar[str] = "object"
@@ -75,6 +76,9 @@ class ReadOnlyView:
 
     def __hash__(self) -> int:
         return hash(viewed(self))
+
+    def __bool__(self) -> bool:  # as the object's (not its len(): most objects have none)
+        return bool(viewed(self))
 
     def __copy__(self) -> Any:
         return copy.copy(viewed(self))
@@ -138,14 +142,36 @@ class ReadOnlyEngine(ReadOnlyView):
     _what = "engine"
 
 
-class ReadOnlyMapping(Mapping):
-    """A dict as a policy sees it: its values read-only (:func:`read_only`) as they are read,
-    nothing copied; setting, deleting or clearing an item is an error."""
+class _Container:
+    """What :class:`ReadOnlyMapping` and :class:`ReadOnlySequence` share: the container they
+    show, and copies and pickles of it (a copy is deep, the policy's own: a shallow one would
+    hold the scheduler's groups)."""
 
     __slots__ = ("_of",)
 
-    def __init__(self, of: Mapping) -> None:
+    def __init__(self, of: Any) -> None:
         self._of = of
+
+    def __copy__(self) -> Any:
+        return copy.deepcopy(self._of)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        return copy.deepcopy(self._of, memo)
+
+    def __reduce__(self) -> Any:  # pickled as the container itself
+        return _as_it_is, (self._of,)
+
+
+def _as_it_is(of: Any) -> Any:
+    """What a pickled :class:`_Container` unpickles as: the container it showed."""
+    return of
+
+
+class ReadOnlyMapping(_Container, Mapping):
+    """A dict as a policy sees it: its values read-only (:func:`read_only`) as they are read,
+    nothing copied; setting, deleting or clearing an item is an error."""
+
+    __slots__ = ()
 
     def __getitem__(self, key: Any) -> Any:
         return read_only(self._of[key])
@@ -176,19 +202,16 @@ class ReadOnlyMapping(Mapping):
         return repr(self._of)
 
 
-class ReadOnlySequence(Sequence):
+class ReadOnlySequence(_Container, Sequence):
     """A list or deque as a policy sees it: its items read-only (:func:`read_only`) as they
     are read, nothing copied; equal to what it shows; adding, removing or setting an item is
-    an error."""
+    an error. A slice is a list of its own, as a list's is, of read-only items."""
 
-    __slots__ = ("_of",)
-
-    def __init__(self, of: Any) -> None:
-        self._of = of
+    __slots__ = ()
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
-            return tuple(read_only(item) for item in list(self._of)[index])
+            return [read_only(item) for item in list(self._of)[index]]
         return read_only(self._of[index])
 
     def __len__(self) -> int:
@@ -239,8 +262,9 @@ def view(kind: type[ReadOnlyView], of: object) -> Any:
 def read_only(value: Any) -> Any:
     """``value`` as a policy may hold it: unchangeable values as they are; a tuple as a tuple
     of read-only items; a list or deque as a :class:`ReadOnlySequence`; a set as a frozenset;
-    a mapping as a :class:`ReadOnlyMapping`; a numpy array as a read-only view of it; any
-    other object as a :class:`ReadOnlyView`."""
+    a mapping as a :class:`ReadOnlyMapping`; a numpy array as a read-only view of it (over a
+    read-only buffer: ``setflags(write=True)`` cannot undo it); any other object as a
+    :class:`ReadOnlyView`."""
     if isinstance(value, (*_AS_THEY_ARE, ReadOnlyView, ReadOnlyMapping, ReadOnlySequence)):
         return value
     if isinstance(value, tuple):
@@ -255,9 +279,12 @@ def read_only(value: Any) -> Any:
     if numpy is not None and isinstance(value, numpy.generic):
         return value  # a numpy scalar: unchangeable
     if numpy is not None and isinstance(value, numpy.ndarray):
-        shown = value.view()
-        shown.setflags(write=False)
-        return shown
+        try:
+            return numpy.asarray(memoryview(value).toreadonly())
+        except (TypeError, ValueError):  # a dtype with no buffer (object, datetime): a copy
+            shown = value.copy()
+            shown.setflags(write=False)
+            return shown
     return view(ReadOnlyView, value)
 
 

@@ -472,7 +472,7 @@ def test_what_a_job_holds_reads_read_only_and_equal(package):
     job.ready_gen.extend([0, 0])
     seen = view(ReadOnlyJob, job)
     assert seen.ready_gen == job.ready_gen and list(seen.ready_gen) == [0, 0]
-    assert seen.ready_gen[:1] == (0,) and len(seen.groups) == 1
+    assert seen.ready_gen[:1] == [0] and len(seen.groups) == 1
     assert seen.groups[0] == group and seen.groups[0].turn == group.turn
     assert seen.spec.response_tokens.mean() == job.spec.response_tokens.mean()
     with pytest.raises(TypeError, match="read-only to a policy"):
@@ -490,3 +490,34 @@ def test_what_a_job_holds_reads_read_only_and_equal(package):
         shown[0] = 9.0
     assert read_only({1, 2}) == frozenset({1, 2})
     assert job.ready_gen == type(job.ready_gen)([0, 0]) and list(job.groups) == [0]  # untouched
+
+
+def test_what_a_job_holds_reads_as_before_and_cannot_be_changed_through_a_copy():
+    """A view is true or false as what it shows; a slice of a list is a list; copies and
+    pickles of what a job holds work, the policy's own all the way down; an array cannot be
+    made writeable again."""
+    import copy
+    import pickle
+
+    import numpy as np
+
+    from marlaas.core.job_spec import JobSpec
+    from marlaas.core.jobs import JobState
+    from marlaas.policy_views import ReadOnlyJob, read_only, view
+
+    job = JobState(JobSpec(name="a", tenant="t"), 3, 1)
+    job.groups[0] = job.new_group(0)
+    job.finished[0] = [job.new_group(1)]
+    seen = view(ReadOnlyJob, job)
+    assert seen and seen.groups[0] and seen.spec  # no len() asked of a job or a group
+    assert seen.finished[0][:1] == [job.finished[0][0]]  # as a list's slice: a list
+    for copied in (copy.copy, copy.deepcopy, lambda x: pickle.loads(pickle.dumps(x))):
+        groups = copied(seen.groups)
+        assert groups == job.groups and type(groups) is dict
+        groups[0].turn = 7
+        assert copied(seen.finished[0]) == job.finished[0]
+    assert list(job.groups) == [0] and job.groups[0].turn == 0 and job.finished[0][0].turn == 0
+    shown = read_only(array := np.arange(3.0))
+    with pytest.raises(ValueError):
+        shown.setflags(write=True)
+    assert (shown == array).all() and not read_only(array[::2]).flags.writeable
