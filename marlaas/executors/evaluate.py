@@ -26,7 +26,13 @@ from marlaas.envs import make_env
 from marlaas.envs.job_dataset import job_prompt_set
 from marlaas.executors.adapter_store import AdapterStore
 from marlaas.executors.env_loops import EnvLoop, EnvLoops
-from marlaas.executors.episodes import ChatFormat, add_completions, start_group, step_envs
+from marlaas.executors.episodes import (
+    ChatFormat,
+    add_completions,
+    bounded,
+    start_group,
+    step_envs,
+)
 from marlaas.metrics.proportions import wilson_interval
 
 log = logging.getLogger(__name__)
@@ -192,7 +198,9 @@ async def _episode(
     spec: JobSpec, i: int, item: Problem | int, adapter, version: int, generator, fmt,
     loop: EnvLoop,
 ) -> tuple[bool, float]:  # fmt: skip
-    env = await loop.call(_made(spec))  # built where its calls run
+    built = loop.call(_made(spec))  # built where its calls run, within the bound of a call
+    late = f"environment {spec.env.name}: __init__() of job {spec.name!r}"
+    env = await bounded(built, spec.env.timeout_s, lambda: late)
     problem, seed = (item, 0) if isinstance(item, Problem) else (None, item)
     timeout_s = spec.env.timeout_s
     episode, _ = await start_group(

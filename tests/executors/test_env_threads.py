@@ -341,3 +341,25 @@ def test_a_new_groups_environments_are_built_within_the_bound_while_the_thread_i
     assert ("stuck", 1) not in runner._episodes  # a retry builds them again
     Blocks.release.set()
     assert runner.close() == []
+
+
+class BuildBlocks(Quick):
+    """A constructor that blocks its thread (a blocking connect) until Blocks' release."""
+
+    def __init__(self, args=None) -> None:
+        Blocks.release.wait(BLOCK_S)
+        super().__init__(args)
+
+
+def test_evaluate_gives_up_a_constructor_that_blocks_its_thread(valve, monkeypatch):
+    """An environment built on the job's thread is given up at env.timeout_s too, not an
+    evaluation waiting on it unbounded (until the valve let it go at 8 s)."""
+    from marlaas.executors import evaluate as evaluation
+
+    monkeypatch.setattr(evaluation, "ChatFormat", lambda tokenizer, template: Chars())
+    monkeypatch.setattr(evaluation, "make_env", lambda name, args: BuildBlocks())
+    spec = JobSpec(name="stuck", tenant="t", env={"name": "slow_env", "timeout_s": 0.3})
+    said = re.escape("environment slow_env: __init__() of job 'stuck' did not return within 0.3")
+    with pytest.raises(EnvTimeoutError, match=said):  # the old code: no error (built at 8 s)
+        asyncio.run(evaluation.evaluate(None, NoAdapters(), OneTokenGenerator(), prompts=2,
+                                        jobs=[spec]))  # fmt: skip
