@@ -1,12 +1,12 @@
 """Each job's environment calls on an asyncio event loop in a thread of its own.
 
 A real run in process (:class:`marlaas.executors.local.LocalBackends`) has one event loop,
-which drives every job's generation, training and environment calls (and, under the service,
-its HTTP API). An environment is the user's code: a ``step`` that blocks its thread
-(``time.sleep`` or a blocking socket read inside ``async def``) would block that loop, so that
-no ``env.timeout_s`` could fire and every other tenant stopped with it. Here each job's
-environments run on an :class:`EnvLoop` of their own (a daemon thread, built at the job's
-first environment call: :class:`EnvLoops`); the run loop awaits each call across threads,
+which drives every job's generation, training and environment calls (under the service, on its
+driver thread, beside the HTTP API's). An environment is the user's code: a ``step`` that
+blocks its thread (``time.sleep`` or a blocking socket read inside ``async def``) would block
+that loop, so that no ``env.timeout_s`` could fire and every other tenant stopped with it. Here
+each job's environments run on an :class:`EnvLoop` of their own (a daemon thread, built at the
+job's first environment call: :class:`EnvLoops`); the run loop awaits each call across threads,
 within the job's bound, and stays free meanwhile. A call given up on is cancelled on its loop
 (an ``await`` sees it; a thread blocked in ``time.sleep`` or C does not, and runs on until its
 call returns, holding its own job's later calls, never another job's). The thread is a daemon,

@@ -1,7 +1,7 @@
 """Each job's environment calls run on an event loop in a thread of its own
 (marlaas.executors.env_loops): an environment that blocks its thread (``time.sleep`` inside
 ``async def step``) once blocked the run's one loop, so that its ``env.timeout_s`` never fired
-and every other job (and, under the service, every tenant's API) stopped with it."""
+and every other job (under the service, every tenant's training) stopped with it."""
 
 from __future__ import annotations
 
