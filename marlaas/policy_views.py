@@ -144,13 +144,39 @@ class ReadOnlyEngine(ReadOnlyView):
 
 class _Container:
     """What :class:`ReadOnlyMapping` and :class:`ReadOnlySequence` share: the container they
-    show, and copies and pickles of it (a copy is deep, the policy's own: a shallow one would
-    hold the scheduler's groups)."""
+    show (``_kind``: 'mapping' or 'sequence', in their errors), its length, equality and repr,
+    no change through them, and copies and pickles of it (a copy is deep, the policy's own: a
+    shallow one would hold the scheduler's groups)."""
 
     __slots__ = ("_of",)
+    _kind: ClassVar[str] = "container"
 
     def __init__(self, of: Any) -> None:
         self._of = of
+
+    def __len__(self) -> int:
+        return len(self._of)
+
+    def __eq__(self, other: object) -> bool:
+        return bool(self._of == (other._of if isinstance(other, _Container) else other))
+
+    __hash__ = None  # type: ignore[assignment]  # as a dict's or a list's
+
+    def __getattr__(self, name: str) -> Any:  # clear, pop, update, append, ...: the container's
+        if hasattr(self._of, name):
+            raise AttributeError(
+                f"a {self._kind} is read-only to a policy: it may not call {name!r}"
+            )
+        raise AttributeError(f"{type(self._of).__name__!r} object has no attribute {name!r}")
+
+    def __setitem__(self, key: Any, value: object) -> None:
+        raise TypeError(f"a {self._kind} is read-only to a policy: it may not set an item")
+
+    def __delitem__(self, key: Any) -> None:
+        raise TypeError(f"a {self._kind} is read-only to a policy: it may not delete an item")
+
+    def __repr__(self) -> str:
+        return repr(self._of)
 
     def __copy__(self) -> Any:
         return copy.deepcopy(self._of)
@@ -172,34 +198,13 @@ class ReadOnlyMapping(_Container, Mapping):
     nothing copied; setting, deleting or clearing an item is an error."""
 
     __slots__ = ()
+    _kind = "mapping"
 
     def __getitem__(self, key: Any) -> Any:
         return read_only(self._of[key])
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self._of)
-
-    def __len__(self) -> int:
-        return len(self._of)
-
-    def __eq__(self, other: object) -> bool:
-        return bool(self._of == (other._of if isinstance(other, ReadOnlyMapping) else other))
-
-    def __getattr__(self, name: str) -> Any:  # clear, pop, update, setdefault, ...: a dict's
-        if hasattr(self._of, name):
-            raise AttributeError(f"a mapping is read-only to a policy: it may not call {name!r}")
-        raise AttributeError(f"{type(self._of).__name__!r} object has no attribute {name!r}")
-
-    def __setitem__(self, key: Any, value: object) -> None:
-        raise TypeError("a mapping is read-only to a policy: it may not set an item")
-
-    def __delitem__(self, key: Any) -> None:
-        raise TypeError("a mapping is read-only to a policy: it may not delete an item")
-
-    __hash__ = None  # type: ignore[assignment]  # as a dict's
-
-    def __repr__(self) -> str:
-        return repr(self._of)
 
 
 class ReadOnlySequence(_Container, Sequence):
@@ -208,36 +213,15 @@ class ReadOnlySequence(_Container, Sequence):
     an error. A slice is a list of its own, as a list's is, of read-only items."""
 
     __slots__ = ()
+    _kind = "sequence"
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             return [read_only(item) for item in list(self._of)[index]]
         return read_only(self._of[index])
 
-    def __len__(self) -> int:
-        return len(self._of)
-
     def __iter__(self) -> Iterator[Any]:
         return (read_only(item) for item in self._of)
-
-    def __eq__(self, other: object) -> bool:
-        return bool(self._of == (other._of if isinstance(other, ReadOnlySequence) else other))
-
-    __hash__ = None  # type: ignore[assignment]  # as a list's
-
-    def __getattr__(self, name: str) -> Any:  # append, pop, clear, ...: a list's
-        if hasattr(self._of, name):
-            raise AttributeError(f"a sequence is read-only to a policy: it may not call {name!r}")
-        raise AttributeError(f"{type(self._of).__name__!r} object has no attribute {name!r}")
-
-    def __setitem__(self, index: Any, value: object) -> None:
-        raise TypeError("a sequence is read-only to a policy: it may not set an item")
-
-    def __delitem__(self, index: Any) -> None:
-        raise TypeError("a sequence is read-only to a policy: it may not delete an item")
-
-    def __repr__(self) -> str:
-        return repr(self._of)
 
 
 def _read_through(kind: type[ReadOnlyView], protocol: type) -> None:
