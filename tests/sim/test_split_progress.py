@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks.unseen_workloads import main as write_unseen_workloads
 from marlaas.core.policies import get_policy
-from marlaas.core.policies.split_progress import BIG_SHARE, is_big
+from marlaas.core.policies.split_progress import BIG_SHARE, PACE_CAP, is_big, slowdown
 from marlaas.sim.alone import alone_times
 from marlaas.sim.run import simulate_run
 from marlaas.workload_file import load_workload
@@ -94,6 +94,49 @@ def test_a_job_one_step_behind_jobs_like_it_does_not_hold_the_horizon_alone():
     assert policy.key(behind) < policy.key(small)  # it would end alone: it goes first
     behind.remaining_alone_s = behind.longest_alone_s = (steps + 1) * step - 1.0
     assert policy.key(behind) < policy.key(small)  # another spec's path, no tie: it goes first
+
+
+def test_a_job_that_arrived_while_others_ran_is_promoted_by_its_pace_so_far():
+    # a long job that came at 700 s, after the first job (0 s), has done 3 of its 12 steps
+    # (80 s each, 240 s of its 960 s alone) by 1,330 s: 630 s since its arrival, 2.6x slower
+    # than alone. Its 720 s left are 0.65 of the backlog (1,100 s): below the 0.8 margin at
+    # its alone pace, above it at its pace so far (capped at PACE_CAP: 720 x 1.33 = 958 s)
+    policy = get_policy("split-progress")
+    first = _view(1, alone_s=100.0, remaining_alone_s=50.0, remaining_tokens=1.0e5)
+    assert policy.key(first) < (math.inf,)  # keyed: the earliest arrival the policy has seen
+    now, backlog = 1330.0, 1100.0
+    late = _view(0, arrival_s=700.0, alone_s=960.0, remaining_alone_s=720.0,
+                 attained_tokens=4.0e6, backlog_s=backlog, backlog_end_s=now + backlog,
+                 longest_alone_s=720.0, longest_alone_jobs=1)  # fmt: skip
+    small = _view(2, arrival_s=1300.0, alone_s=100.0, remaining_alone_s=100.0,
+                  remaining_tokens=1.0e5, backlog_s=backlog, backlog_end_s=now + backlog,
+                  longest_alone_s=720.0, longest_alone_jobs=1)  # fmt: skip
+    assert slowdown(late) == PACE_CAP  # (1,330 - 700) / 240 = 2.6, capped
+    assert policy.key(late)[0] == -math.inf  # promoted: its path at its pace reaches 0.8
+    assert policy.key(late) < policy.key(small)
+    late.backlog_s = 720.0 * PACE_CAP / 0.8 + 10.0  # a backlog its path does not reach
+    late.backlog_end_s = now + late.backlog_s
+    assert policy.key(late)[0] > -math.inf
+    # the same job at its alone pace so far (630 s of steps done by 1,330 s) is not promoted
+    steady = _view(0, arrival_s=700.0, alone_s=1350.0, remaining_alone_s=720.0,
+                   backlog_s=backlog, backlog_end_s=now + backlog, longest_alone_s=720.0,
+                   longest_alone_jobs=1)  # fmt: skip
+    assert slowdown(steady) == 1.0 and policy.key(steady)[0] > -math.inf
+
+
+def test_jobs_submitted_together_keep_the_horizon_rule_at_their_alone_pace():
+    # every job at 0 s (paper-32, paper-8): the pace so far does not move the promotion,
+    # however slowly the job went
+    policy = get_policy("split-progress")
+    now, backlog = 1330.0, 1100.0
+    slow = _view(0, alone_s=960.0, remaining_alone_s=720.0, backlog_s=backlog,
+                 backlog_end_s=now + backlog, longest_alone_s=720.0,
+                 longest_alone_jobs=1)  # fmt: skip
+    assert slowdown(slow) == PACE_CAP  # 1,330 s for 240 s of its path
+    assert policy.key(slow)[0] > -math.inf  # 720 s is 0.65 of the backlog: it waits
+    slow.backlog_s = 720.0 / 0.8  # at the margin: promoted as before
+    slow.backlog_end_s = now + slow.backlog_s
+    assert policy.key(slow)[0] == -math.inf
 
 
 @pytest.mark.parametrize("seed", [0])

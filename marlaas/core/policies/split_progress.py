@@ -59,6 +59,17 @@ since the horizon rule reads the backlog (``reads_backlog``), when the backlog m
 when the holders of the longest remaining alone time or the runner-up's change. Jobs tie for
 the longest only when their remaining alone times are equal to the last bit, or one step apart
 so (above); a path 0.1% shorter is not a tie.
+
+**A job that arrived while others ran** (2026-12-07) is measured against its own pace so far:
+its remaining critical path counts ``slowdown`` times in the horizon rule, the time since its
+arrival over the alone time it has done (:func:`slowdown`, 1 before its first step, at most
+``PACE_CAP``). Such a job is slowed by the jobs beside it and by the arrivals the backlog does
+not count yet, and promoted by its alone pace alone it ended after fifo's makespan (rand-0,
+rand-30: 1.01-1.06x); one that kept its alone pace is promoted as before. The jobs that
+arrived first (every job of a workload submitted at once: paper-32, paper-8) keep the rule as
+it was: their pace so far is the backlog's own. Which job arrived first is the one figure the
+policy keeps between keys (the earliest arrival it has keyed,
+:attr:`SplitProgress.first_arrival_s`), so an instance serves one run.
 """
 
 import math
@@ -75,6 +86,13 @@ beside the others. At 1 (the latest start itself) a long job promoted on time en
 fifo's makespan on random workloads (rand-4: 1.04-1.07x); at 0.8 the random workloads meet
 the unseen goal on 27 of 50 pairs (18 at 1) and 51 of 60 drawn afterwards (44), with
 paper-32's runs unchanged (docs/policies.md, "Random workloads")."""
+
+PACE_CAP = 1.33
+"""The most a late arrival's slowdown so far stretches its remaining critical path in the
+horizon rule (:func:`slowdown`): at 1.33 such a job is promoted once its path reaches 0.6 of
+the backlog, 0.8 / 1.33 (with every job's pace weighed, 1.33 met 17 pairs of rand-0 to rand-9,
+seeds 0-2, 1.5 16 and 2 14: the Jain index of slowdowns fell below fifo's; docs/policies.md,
+"A late arrival's own pace")."""
 
 BIG_SHARE = 0.5
 """A job whose estimated alone time is at least this share of the time from its arrival until
@@ -112,15 +130,30 @@ def is_big(job: JobView) -> bool:
     return job.alone_s >= BIG_SHARE * (job.backlog_end_s - job.arrival_s)
 
 
-def holds_the_horizon_alone(job: JobView) -> bool:
+def slowdown(job: JobView) -> float:
+    """How much slower than alone ``job`` has gone so far, at least 1 and at most
+    ``PACE_CAP``: the time since its arrival over the alone time it has done
+    (``alone_s - remaining_alone_s``); 1 before its first step or before the backlog has a
+    rate. The time now is the start of the decision round its key was computed in,
+    ``backlog_end_s - backlog_s``."""
+    now = job.backlog_end_s - job.backlog_s
+    done = job.alone_s - job.remaining_alone_s
+    if done <= 0 or not math.isfinite(now):
+        return 1.0
+    return min(PACE_CAP, max(1.0, (now - job.arrival_s) / done))
+
+
+def holds_the_horizon_alone(job: JobView, pace: float = 1.0) -> bool:
     """Whether ``job`` alone sets the backlog's horizon: it has tokens to generate, its
-    remaining alone time is at least ``HORIZON_SHARE`` of the backlog's and is every live
-    job's longest, no other job's is as long, and the runner-up's one of its steps later is
-    not equal to it (a job one step behind another of its spec ties)."""
+    remaining alone time, times ``pace`` (its :func:`slowdown` for a late arrival), is at
+    least ``HORIZON_SHARE`` of the backlog's, and it is every live job's longest, no other
+    job's is as long, and the runner-up's one of its steps later is not equal to it (a job
+    one step behind another of its spec ties)."""
     left = job.remaining_alone_s
     return (
         job.remaining_tokens > 0
-        and left >= max(HORIZON_SHARE * job.backlog_s, job.longest_alone_s)
+        and left * pace >= HORIZON_SHARE * job.backlog_s
+        and left >= job.longest_alone_s
         and job.longest_alone_jobs == 1
         and left != job.runner_up_late_s
     )
@@ -134,7 +167,8 @@ class SplitProgress(Policy):
 
     name = "split-progress"
     idea = (
-        f"first the job whose critical path alone reaches {HORIZON_SHARE:g} of the backlog; then "
+        f"first the job whose critical path alone reaches {HORIZON_SHARE:g} of the backlog "
+        "(a job that arrived while others ran: its path times its slowdown so far); then "
         f"jobs whose critical path is >= {BIG_SHARE:g} of the time from their arrival until "
         "the backlog ends: cp-srpt + the share of their critical path done (they advance "
         f"together); the others: ({ATTAINED_SHARE:g} x attained + "
@@ -148,8 +182,15 @@ class SplitProgress(Policy):
     )
     reads_backlog = True
 
+    def __init__(self) -> None:
+        self.first_arrival_s = math.inf
+        """The earliest arrival among the jobs keyed so far [s]: a job that arrived later
+        arrived while others ran, and the horizon rule weighs its path by its pace so far."""
+
     def key(self, job: JobView) -> tuple:
-        if holds_the_horizon_alone(job):
+        self.first_arrival_s = min(self.first_arrival_s, job.arrival_s)
+        pace = slowdown(job) if job.arrival_s > self.first_arrival_s else 1.0
+        if holds_the_horizon_alone(job, pace):
             return (-math.inf, -job.remaining_alone_s, job.arrival_s, job.index)
         alone = max(job.alone_s, 1.0)
         if is_big(job):
