@@ -1,5 +1,5 @@
 """Scratch variants of split-progress with workload-relative constants, measured on
-2026-12-05 (docs/policies.md, "split-progress at other scales"; every run's table in
+2026-12-05 (docs/policies-log.md, "split-progress at other scales"; every run's table in
 docs/results/split-progress-scales.txt) and not adopted. Not part of the package: run one by
 import path, with this folder on the path, as the measurements did::
 

@@ -9,7 +9,7 @@ finish and simulated alone time [s] (``summary.json``'s ``alone_s``), the rollou
 idle device-seconds by cause, and per ``--bin-s`` window the tokens generated per second,
 in all and per job (a group's tokens spread evenly over its generation). The tail, where one
 job is left alone and generates at its own critical path's pace while engines idle, shows
-as the last rows. Written for docs/policies.md's "Why fifo wins on paper-8".
+as the last rows. Written for docs/policies-log.md's "Why fifo wins on paper-8".
 """
 
 from __future__ import annotations

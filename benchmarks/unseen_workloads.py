@@ -1,5 +1,5 @@
 """Write the workloads that split-progress was checked on beyond the ones in traces/
-(docs/policies.md, "Two kinds of job: split-progress"), all made from traces/paper-32.yaml::
+(docs/policies-log.md, "Two kinds of job: split-progress"), all made from traces/paper-32.yaml::
 
     python -m benchmarks.unseen_workloads --out runs
 

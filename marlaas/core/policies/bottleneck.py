@@ -11,7 +11,7 @@ resource that binds, the bottleneck of Goldratt's theory of constraints), after 
 promotion of the job whose remaining critical path is the backlog's horizon (its latest
 start time has come). The order changes with the regime, which is the same for every job at
 one instant: keys follow it when the scheduler re-keys on the backlog's moves
-(``reads_backlog``; docs/policies.md has the sweeps: simulated, h100-7b profile).
+(``reads_backlog``; docs/policies-log.md has the sweeps: simulated, h100-7b profile).
 """
 
 from marlaas.core.policies.base import JobView, register

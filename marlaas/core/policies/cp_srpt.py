@@ -32,11 +32,11 @@ REMAINING_WEIGHT = 1.5
 
 CRITICAL_PATH_EXPONENT = 0.2
 """b: the job's weight grows as alone_s ** b. Chosen with c on paper-32 (h100-7b profile,
-seeds 0-4; docs/policies.md): (c, b) = (1.5, 0.2) and its neighbours (c 1.5-2, b 0.15-0.25)
+seeds 0-4; docs/policies-log.md): (c, b) = (1.5, 0.2) and its neighbours (c 1.5-2, b 0.15-0.25)
 reach makespans of 0.85-0.99x fifo's with mean completion times of 0.76-0.82x, varying by a
 few percent from one (c, b) or seed to the next; b = 0 (c 1.1-2) has makespans of 0.94-0.95x
 fifo's (seed 0), and b = 0.3 is longer on both. These figures predate common random numbers
-(7c527cf); docs/policies.md has the grid measured again, where (1.6, 0.2) meets the makespan
+(7c527cf); docs/policies-log.md has the grid measured again, where (1.6, 0.2) meets the makespan
 and mean JCT goals on more seeds than (1.5, 0.2) and no point reaches a Jain index of 0.85."""
 
 

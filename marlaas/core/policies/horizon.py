@@ -1,7 +1,7 @@
 """cp-srpt, and first of all the job whose remaining critical path is the backlog's horizon.
 
 ``cp-srpt``'s critical-path weight is a constant of the job: a key of one job cannot see
-whether that job decides the makespan, which depends on the whole backlog (docs/policies.md,
+whether that job decides the makespan, which depends on the whole backlog (docs/policies-log.md,
 "Why fifo wins on paper-8"). This policy reads the backlog the core keeps
 (:mod:`marlaas.core.backlog`) and promotes one job at a time ahead of every other, by the
 latest-start-time rule of the critical path method (J. E. Kelley and M. R. Walker,
@@ -14,7 +14,7 @@ own pace from now on, or the backlog ends later with it running alone while the 
 idle. It goes first while it has tokens to generate; every other job keeps ``cp-srpt``'s
 order. The rule adds no constant: the promoted job is the one that sets the horizon.
 
-Its price (simulated, h100-7b profile, docs/policies.md): on paper-8 the makespan is fifo's
+Its price (simulated, h100-7b profile, docs/policies-log.md): on paper-8 the makespan is fifo's
 (cp-srpt's is 5-10% longer), on paper-32 the mean completion time is 1-2 points of fifo's
 higher than cp-srpt's and the makespan about the same; with jobs arriving over time the live
 backlog is short, the longest job is promoted often and the mean completion time rises.

@@ -24,7 +24,7 @@ from marlaas.core.policies.base import JobView, Policy, register
 
 REMAINING_WEIGHT = 1.0
 """c: how much a token still to generate weighs against a token received. Swept on paper-32
-(h100-7b profile, seed 0, common random numbers; docs/policies.md): 0.5 and 0.75 keep about
+(h100-7b profile, seed 0, common random numbers; docs/policies-log.md): 0.5 and 0.75 keep about
 fair's makespan (1-1.3% longer) with a mean completion time 12% and 17% below fair's; 1 lowers
 it 20% below fair's with a makespan 2.7% above fair's (0.91x fifo's); 1.1 and 1.25 lower it
 by 1-2% more, with a makespan 4-7% longer."""

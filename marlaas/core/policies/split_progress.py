@@ -46,7 +46,7 @@ The tie adds no constant: it is exact, counted in the jobs' own steps (the remai
 steps times one step's alone time, computed alike for both figures).
 
 The constants were chosen by a search of about 200 variants of this and other keys on paper-32
-(h100-7b profile, seeds 0-4; docs/policies.md, "split-progress"), but ``HORIZON_SHARE``, chosen
+(h100-7b profile, seeds 0-4; docs/policies-log.md, "split-progress"), but ``HORIZON_SHARE``, chosen
 on random workloads (rand-0 to rand-9; paper-32's runs do not move with it). The big bound is a
 share of the run's own span (2026-12-06; it was a fixed 1,200 s, which at half paper-32's steps
 made no job big): on paper-32 its three code-L jobs (1,458 s estimated, 0.53 of the 2,769 s the
@@ -85,19 +85,19 @@ one job in ten (benchmarks/alone_estimates.py over 315 jobs), and for a promoted
 beside the others. At 1 (the latest start itself) a long job promoted on time ended after
 fifo's makespan on random workloads (rand-4: 1.04-1.07x); at 0.8 the random workloads meet
 the unseen goal on 27 of 50 pairs (18 at 1) and 51 of 60 drawn afterwards (44), with
-paper-32's runs unchanged (docs/policies.md, "Random workloads")."""
+paper-32's runs unchanged (docs/policies-log.md, "Random workloads")."""
 
 PACE_CAP = 1.33
 """The most a late arrival's slowdown so far stretches its remaining critical path in the
 horizon rule (:func:`slowdown`): at 1.33 such a job is promoted once its path reaches 0.6 of
 the backlog, 0.8 / 1.33 (with every job's pace weighed, 1.33 met 17 pairs of rand-0 to rand-9,
-seeds 0-2, 1.5 16 and 2 14: the Jain index of slowdowns fell below fifo's; docs/policies.md,
+seeds 0-2, 1.5 16 and 2 14: the Jain index of slowdowns fell below fifo's; docs/policies-log.md,
 "A late arrival's own pace")."""
 
 BIG_SHARE = 0.5
 """A job whose estimated alone time is at least this share of the time from its arrival until
 the backlog ends is a big one (0.5 and 0.55 kept the paper-32 goal on seeds 0-4; 0.45 on four,
-0.4 on none, where code-M turns big; docs/policies.md)."""
+0.4 on none, where code-M turns big; docs/policies-log.md)."""
 
 PROGRESS_TOKENS = 3.0e6
 """What a big job's whole critical path done adds to its key [tokens] (2 M and 2.5 M also
