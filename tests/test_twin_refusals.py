@@ -248,6 +248,23 @@ def test_a_job_shape_smaller_than_its_log_is_refused(run, tmp_path, field, said)
                  "the log, but at most 1 in workload.json")  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("field", "said"),
+    [("group_size", "a group of {} samples"), ("prompts_per_step", "a training step of {} groups")],
+)
+def test_a_job_shape_larger_than_its_log_is_refused(run, tmp_path, field, said):
+    """workload.json's job shape against the logged turns, from above: a group size or the
+    prompts of a step edited upwards replayed groups and samples the run never made."""
+    job = json.loads((run / "workload.json").read_text())["jobs"][0]
+
+    def larger(workload):
+        workload["jobs"][0]["rl"][field] += 1
+
+    _both_refuse(_with_workload(run, tmp_path / "shape", larger),
+                 f"shape/events.parquet: job '{job['name']}' has {said.format(job['rl'][field])} "
+                 f"in the log, but {field} {job['rl'][field] + 1} in workload.json")  # fmt: skip
+
+
 def test_a_cluster_device_the_log_never_names_is_refused(run, tmp_path):
     """Every device of a run has its work or idle rows: a workload.json of two engines
     beside a log of one was replayed on two."""

@@ -151,10 +151,16 @@ def check_turns(path: Path, events: pd.DataFrame, workload: Workload) -> None:
     """CalibrationError unless each job's logged turns fit its shape in the workload: no turn
     past ``rl.turns``, no group of more than ``rl.group_size`` samples, no response longer
     than ``rl.max_new_tokens`` (a workload.json edited after its run replayed with drawn
-    lengths for the turns the run never made, without a word)."""
+    lengths for the turns the run never made, without a word); and none short of it: every
+    group's first turn holds ``rl.group_size`` samples and every trained step
+    ``rl.prompts_per_step`` groups (edited upwards, the replay simulated groups and samples the
+    run never made). Later turns may hold fewer samples (episodes end) and responses may end
+    before their bound: neither is checked from below."""
     ok = events[(events["kind"] == "generate") & (events["outcome"] == "ok")]
     logged = ok.groupby("job").agg(turn=("turn", "max"), seqs=("seqs", "max"),
                                    tokens=("longest_tokens", "max"))  # fmt: skip
+    first = ok[ok["turn"] == 0]
+    trained = events[(events["kind"] == "train") & (events["outcome"] == "ok")]
     for job in workload.jobs:
         if job.name not in logged.index:
             continue
@@ -164,10 +170,26 @@ def check_turns(path: Path, events: pd.DataFrame, workload: Workload) -> None:
                                  ("tokens in a response", int(row["tokens"]),
                                   rl.max_new_tokens)):  # fmt: skip
             if have > most:
-                raise CalibrationError(f"{path / EVENT_LOG_FILE}: job {job.name!r} has {have} "
-                                       f"{what} in the log, but at most {most} in "
-                                       f"{WORKLOAD_FILE}; the folder mixes two runs, or the "
-                                       "workload was edited after it ran")  # fmt: skip
+                _edited(path, job.name, f"has {have} {what} in the log, but at most {most}")
+        starts = first[first["job"] == job.name]
+        if starts.empty:
+            continue
+        fewest = int(starts["seqs"].min())
+        if fewest < rl.group_size:
+            _edited(path, job.name, f"has a group of {fewest} samples in the log, but "
+                                    f"group_size {rl.group_size}")  # fmt: skip
+        steps = set(trained.loc[trained["job"] == job.name, "step"])
+        groups = starts[starts["step"].isin(steps)].groupby("step")["group"].nunique()
+        if len(groups) and int(groups.min()) < rl.prompts_per_step:
+            _edited(path, job.name, f"has a training step of {int(groups.min())} groups in the "
+                                    f"log, but prompts_per_step {rl.prompts_per_step}")  # fmt: skip
+
+
+def _edited(path: Path, job: str, says: str) -> None:
+    """The CalibrationError of :func:`check_turns`: job ``job`` ``says`` ... in workload.json."""
+    raise CalibrationError(f"{path / EVENT_LOG_FILE}: job {job!r} {says} in {WORKLOAD_FILE}; "
+                           "the folder mixes two runs, or the workload was edited after it "
+                           "ran")  # fmt: skip
 
 
 STAGES = ("generate", "train", "sync", "adapter_load (engine)", "adapter_load (trainer swap)")
