@@ -85,6 +85,7 @@ class Scheduler:
         self.seed = seed
         """The run's seed; with a job's index it fixes each of its groups' prompt length."""
         self.policy = policy if isinstance(policy, Policy) else get_policy(policy)
+        self.policy.start_run()  # an instance from an earlier run forgets it
         if isinstance(scheduling, Mechanism):
             self.mechanism = scheduling
         else:

@@ -9,8 +9,10 @@ from types import SimpleNamespace
 import pytest
 
 from benchmarks.unseen_workloads import main as write_unseen_workloads
+from marlaas.core.cluster_spec import ClusterSpec
 from marlaas.core.policies import get_policy
 from marlaas.core.policies.split_progress import BIG_SHARE, PACE_CAP, is_big, slowdown
+from marlaas.core.scheduler import Scheduler
 from marlaas.sim.alone import alone_times
 from marlaas.sim.run import simulate_run
 from marlaas.workload_file import load_workload
@@ -122,6 +124,22 @@ def test_a_job_that_arrived_while_others_ran_is_promoted_by_its_pace_so_far():
                    backlog_s=backlog, backlog_end_s=now + backlog, longest_alone_s=720.0,
                    longest_alone_jobs=1)  # fmt: skip
     assert slowdown(steady) == 1.0 and policy.key(steady)[0] > -math.inf
+
+
+def test_an_instance_given_to_a_new_run_forgets_the_earlier_run_s_first_arrival():
+    # marlaas.simulate(workload, policy) with one instance run after run: a scheduler starts
+    # the policy's figures again, so the first jobs of a run whose first arrival is 700 s are
+    # not late arrivals of a run before it that began at 0 s (they would be promoted early)
+    policy = get_policy("split-progress")
+    policy.key(_view(1, alone_s=100.0, remaining_alone_s=50.0, remaining_tokens=1.0e5))
+    Scheduler(ClusterSpec(), policy=policy)  # the next run takes the instance
+    now, backlog = 1330.0, 1100.0
+    first = _view(0, arrival_s=700.0, alone_s=960.0, remaining_alone_s=720.0,
+                  backlog_s=backlog, backlog_end_s=now + backlog, longest_alone_s=720.0,
+                  longest_alone_jobs=1)  # fmt: skip
+    assert slowdown(first) == PACE_CAP
+    assert policy.key(first)[0] > -math.inf  # this run's first job: the rule as it was
+    assert policy.first_arrival_s == 700.0
 
 
 def test_jobs_submitted_together_keep_the_horizon_rule_at_their_alone_pace():

@@ -172,6 +172,13 @@ class Policy:
         super().__init_subclass__(**kwargs)
         cls.ranks_engines = cls.engine_key is not Policy.engine_key
 
+    def start_run(self) -> None:
+        """A scheduler took this instance for a new run, before any key: a policy that keeps
+        figures between keys (split-progress: the earliest arrival it has keyed) starts them
+        again here, so that an instance given to one run after another (``marlaas.simulate``
+        with a Policy) orders each as a fresh one would. An instance serves one run at a
+        time. Default: nothing."""
+
     def key(self, job: JobView) -> tuple:
         """Sort key: lower is served first. Must end with job.index for determinism."""
         raise NotImplementedError

@@ -69,7 +69,8 @@ rand-30: 1.01-1.06x); one that kept its alone pace is promoted as before. The jo
 arrived first (every job of a workload submitted at once: paper-32, paper-8) keep the rule as
 it was: their pace so far is the backlog's own. Which job arrived first is the one figure the
 policy keeps between keys (the earliest arrival it has keyed,
-:attr:`SplitProgress.first_arrival_s`), so an instance serves one run.
+:attr:`SplitProgress.first_arrival_s`), started again for each run
+(:meth:`SplitProgress.start_run`): an instance serves one run at a time.
 """
 
 import math
@@ -184,8 +185,14 @@ class SplitProgress(Policy):
 
     def __init__(self) -> None:
         self.first_arrival_s = math.inf
-        """The earliest arrival among the jobs keyed so far [s]: a job that arrived later
-        arrived while others ran, and the horizon rule weighs its path by its pace so far."""
+        """The earliest arrival among the jobs keyed so far in this run [s]: a job that
+        arrived later arrived while others ran, and the horizon rule weighs its path by its
+        pace so far."""
+
+    def start_run(self) -> None:
+        """A new run: no job keyed yet (an earlier run's first arrival would make this one's
+        first jobs late arrivals)."""
+        self.first_arrival_s = math.inf
 
     def key(self, job: JobView) -> tuple:
         self.first_arrival_s = min(self.first_arrival_s, job.arrival_s)
