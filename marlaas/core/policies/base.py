@@ -1,8 +1,9 @@
 """The policy interface and its registry.
 
-A policy is small and pure: given a read-only view of one job, it returns a sort key; the
-scheduler's mechanism serves jobs in ascending key order wherever a choice exists (admitting
-jobs, placing rollout groups on engines, environment workers, trainers). Keys are recomputed
+A policy is small and pure (but for figures it starts again in :meth:`Policy.start_run`):
+given a read-only view of one job, it returns a sort key; the scheduler's mechanism serves
+jobs in ascending key order wherever a choice exists (admitting jobs, placing rollout groups
+on engines, environment workers, trainers). Keys are recomputed
 after every placement, so policies whose key grows with service (fair, round-robin)
 interleave tenants and strict ones (fifo, priority, srtf) do not.
 
