@@ -10,6 +10,7 @@ import pytest
 from marlaas.core.workload import WorkloadError
 from marlaas.envs.answer import ExactMatchEnv
 from marlaas.workload_file import load_workload
+from tests.episode_fakes import CharFormat, OneTokenEngine
 
 WORKLOAD = """
 name: data
@@ -137,23 +138,6 @@ def test_a_service_refuses_an_environment_that_needs_a_dataset():
     assert job_from_request({"name": "j"}, "ann", config).env.name == "arithmetic"
 
 
-class _Words:
-    """A ChatFormat's stand-in: a prompt's token ids are its characters' codes."""
-
-    def prompt(self, text: str) -> list[int]:
-        return [ord(c) for c in text]
-
-
-class _Engine:
-    """An engine's stand-in that samples one token per sequence."""
-
-    async def generate(self, job, version, prompts, n, max_new_tokens, temperature, seed):
-        from marlaas.executors.rollout import Completion
-
-        return [[Completion(tuple(p), (1,), (0.0,), "x", "length") for _ in range(n)]
-                for p in prompts]  # fmt: skip
-
-
 def test_a_run_keeps_the_rows_it_first_read_when_the_file_is_edited(tmp_path):
     """A dataset is read again once edited (a notebook's next load_workload sees the change),
     but a run draws every group of a job from the rows it first read: a file edited while it
@@ -165,12 +149,12 @@ def test_a_run_keeps_the_rows_it_first_read_when_the_file_is_edited(tmp_path):
 
     workload = load_workload(write(tmp_path))
     spec = workload.jobs[0]
-    runner = EpisodeRunner({spec.name: spec}, _Words(), max_model_len=4096, seed=0)
+    runner = EpisodeRunner({spec.name: spec}, CharFormat(), max_model_len=4096, seed=0)
     runner.admit(spec.name, 0)
 
     def prompt_of(group: int) -> str:
         work = Generate(group, spec.name, 0, group, 0, "e", 0, 2, 0, 4)
-        asyncio.run(runner.generate(work, _Engine()))
+        asyncio.run(runner.generate(work, OneTokenEngine("length")))
         return runner._episodes[(spec.name, group)].prompt
 
     first = [prompt_of(g) for g in range(3)]
@@ -199,11 +183,11 @@ def test_a_dataset_edited_after_loading_is_checked_again_when_the_run_reads_it(t
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     told = (f"^{data.resolve()}, row 2, column 'answer': not a regular expression "
             r"\(missing \), unterminated subpattern at position 0\)$")  # fmt: skip
-    runner = EpisodeRunner({spec.name: spec}, _Words(), max_model_len=4096, seed=0)
+    runner = EpisodeRunner({spec.name: spec}, CharFormat(), max_model_len=4096, seed=0)
     runner.admit(spec.name, 0)
     work = Generate(0, spec.name, 0, 0, 0, "e", 0, 2, 0, 4)
     with pytest.raises(DatasetError, match=told):
-        asyncio.run(runner.generate(work, _Engine()))
+        asyncio.run(runner.generate(work, OneTokenEngine("length")))
     assert not runner._episodes  # no group was started from the file
     with pytest.raises(DatasetError, match=told):
         held_out(spec, None)

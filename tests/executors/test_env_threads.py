@@ -19,7 +19,7 @@ from marlaas.envs.base import Environment, StepResult
 from marlaas.executors.env_loops import EnvLoop, EnvLoops
 from marlaas.executors.episode_runner import EpisodeRunner
 from marlaas.executors.episodes import EnvResultError, EnvTimeoutError, env_call
-from marlaas.executors.rollout import Completion
+from tests.episode_fakes import CharFormat, OneTokenEngine
 from tests.system_tools import needs_bwrap
 
 BLOCK_S = 30.0
@@ -27,24 +27,6 @@ BLOCK_S = 30.0
 RELEASE_AFTER_S = 8.0
 """A safety valve: the blocked steps are released this long after a test starts [s], so that
 a run loop they block (the old code) fails the test instead of hanging it for BLOCK_S."""
-
-
-class Chars:
-    """A chat format of one token per character, no template."""
-
-    def prompt(self, text: str) -> list[int]:
-        return [ord(c) for c in text]
-
-    def observation(self, text: str, stopped: bool) -> list[int]:
-        return [ord(c) for c in text]
-
-
-class OneToken:
-    """An engine's stand-in that samples one token per sequence."""
-
-    async def generate(self, job, version, prompts, n, max_new_tokens, temperature, seed):
-        return [[Completion(tuple(p), (1,), (0.0,), "x", "stop") for _ in range(n)]
-                for p in prompts]  # fmt: skip
 
 
 class Quick(Environment):
@@ -84,7 +66,7 @@ def runner_of(envs: dict[str, type[Environment]], timeout_s: float) -> EpisodeRu
         job: JobSpec(name=job, tenant=job, env={"name": job, "timeout_s": timeout_s})
         for job in envs
     }
-    runner = EpisodeRunner(specs, Chars(), max_model_len=4096, seed=0,
+    runner = EpisodeRunner(specs, CharFormat(), max_model_len=4096, seed=0,
                            make_env=lambda name, args: envs[name]())  # fmt: skip
     for i, job in enumerate(envs):
         runner.admit(job, i)
@@ -93,7 +75,7 @@ def runner_of(envs: dict[str, type[Environment]], timeout_s: float) -> EpisodeRu
 
 async def first_turn(runner: EpisodeRunner, job: str, work_id: int) -> None:
     """The job's group 0: its reset and its first generated turn (2 samples)."""
-    await runner.generate(Generate(work_id, job, 0, 0, 0, "e", 0, 2, 0, 4), OneToken())
+    await runner.generate(Generate(work_id, job, 0, 0, 0, "e", 0, 2, 0, 4), OneTokenEngine())
 
 
 @pytest.fixture
@@ -290,27 +272,17 @@ class NoAdapters:
         return []
 
 
-class OneTokenGenerator:
-    """A generator's stand-in for ``marlaas evaluate``: one token per sequence."""
-
-    tokenizer = None
-
-    async def generate(self, adapter, version, contexts, n, max_new_tokens, temperature, seed):
-        return [[Completion(tuple(c), (1,), (0.0,), "x", "stop") for _ in range(n)]
-                for c in contexts]  # fmt: skip
-
-
 def test_evaluate_gives_up_a_step_that_blocks_its_thread(valve, monkeypatch):
     """``marlaas evaluate`` runs a job's environments on its own thread too: a blocking step
     is an EnvTimeoutError at its bound, not an evaluation that never ends."""
     from marlaas.executors import evaluate as evaluation
 
-    monkeypatch.setattr(evaluation, "ChatFormat", lambda tokenizer, template: Chars())
+    monkeypatch.setattr(evaluation, "ChatFormat", lambda tokenizer, template: CharFormat())
     monkeypatch.setattr(evaluation, "make_env", lambda name, args: Blocks())
     spec = JobSpec(name="stuck", tenant="t", env={"name": "stuck", "timeout_s": 0.3})
     said = re.escape("step() of job 'stuck' did not return within 0.3 s")
     with pytest.raises(EnvTimeoutError, match=said):  # the old code: no error (the valve let
-        asyncio.run(evaluation.evaluate(None, NoAdapters(), OneTokenGenerator(), prompts=2,
+        asyncio.run(evaluation.evaluate(None, NoAdapters(), OneTokenEngine(), prompts=2,
                                         jobs=[spec]))  # fmt: skip  # the step return at 8 s)
 
 
@@ -329,7 +301,7 @@ def test_a_new_groups_environments_are_built_within_the_bound_while_the_thread_i
             await runner.env_step(EnvStep(2, "stuck", 0, 0, 0, 2, True))
         started = time.monotonic()
         with pytest.raises(EnvTimeoutError) as err:  # group 1's first turn
-            await runner.generate(Generate(3, "stuck", 0, 1, 0, "e", 0, 2, 0, 4), OneToken())
+            await runner.generate(Generate(3, "stuck", 0, 1, 0, "e", 0, 2, 0, 4), OneTokenEngine())
         assert err.value.args[0] == (
             "environment stuck: __init__() of job 'stuck' did not return within "
             "0.3 s (its env.timeout_s)"
@@ -356,10 +328,10 @@ def test_evaluate_gives_up_a_constructor_that_blocks_its_thread(valve, monkeypat
     evaluation waiting on it unbounded (until the valve let it go at 8 s)."""
     from marlaas.executors import evaluate as evaluation
 
-    monkeypatch.setattr(evaluation, "ChatFormat", lambda tokenizer, template: Chars())
+    monkeypatch.setattr(evaluation, "ChatFormat", lambda tokenizer, template: CharFormat())
     monkeypatch.setattr(evaluation, "make_env", lambda name, args: BuildBlocks())
     spec = JobSpec(name="stuck", tenant="t", env={"name": "slow_env", "timeout_s": 0.3})
     said = re.escape("environment slow_env: __init__() of job 'stuck' did not return within 0.3")
     with pytest.raises(EnvTimeoutError, match=said):  # the old code: no error (built at 8 s)
-        asyncio.run(evaluation.evaluate(None, NoAdapters(), OneTokenGenerator(), prompts=2,
+        asyncio.run(evaluation.evaluate(None, NoAdapters(), OneTokenEngine(), prompts=2,
                                         jobs=[spec]))  # fmt: skip
