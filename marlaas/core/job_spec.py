@@ -108,7 +108,7 @@ class EnvSpec(StrictSpec):
     (latency_s, waited after the step, is not counted): a call that takes longer fails the
     group's work with one line naming the environment, the call, the job and this bound, and
     is retried as other failed work (after 4 failures in a row the run stops, exit status 2;
-    under the service the job is cancelled). Each job's calls run on a thread of their own, so
+    under the service the job ends failed). Each job's calls run on a thread of their own, so
     a call that blocks its thread (``time.sleep`` in ``async def``) is given up at the bound
     too while the other jobs go on; the blocked thread runs on until its call returns
     (docs/real-runs.md). The simulator does not model it: its environments take latency_s.
