@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Coroutine
 from typing import Any
+
+log = logging.getLogger("marlaas.real")
 
 STOP_GRACE_S = 5.0
 """How long a stopping loop gives its cancelled calls to end (e.g. a sandbox killing its
@@ -120,12 +123,17 @@ class EnvLoops:
         if loop is not None:
             loop.stop()
 
-    def close(self, timeout_s: float = STOP_GRACE_S + 1.0) -> list[str]:
+    def close(self, ended: str = "run", timeout_s: float = STOP_GRACE_S + 1.0) -> list[str]:
         """Stop every loop and wait up to ``timeout_s`` [s] in all for their threads; the
-        names of those still running (a call blocking its thread: a daemon, left behind)."""
+        names of those still running (a call blocking its thread: a daemon, left behind),
+        named in a warning at the end of the ``ended`` (a run, an evaluation)."""
         loops, self._loops = list(self._loops.values()), {}
         for loop in loops:
             loop.stop()
         deadline = time.monotonic() + timeout_s
         left = [loop for loop in loops if not loop.join(max(0.0, deadline - time.monotonic()))]
-        return [loop.name for loop in left]
+        stuck = [loop.name for loop in left]
+        if stuck:
+            log.warning("environment threads still blocked in a call at the end of the %s, "
+                        "left behind: %s", ended, ", ".join(stuck))  # fmt: skip
+        return stuck

@@ -16,12 +16,12 @@ from marlaas.core.work import EnvStep, Generate, Train
 from marlaas.datasets import PromptSet
 from marlaas.envs import Environment, make_env
 from marlaas.envs.job_dataset import job_prompt_set
-from marlaas.executors.env_loops import EnvLoop, EnvLoops
+from marlaas.executors.env_loops import EnvLoops
 from marlaas.executors.episodes import (
     ChatFormat,
     GroupEpisode,
     add_completions,
-    bounded,
+    new_envs,
     start_group,
     step_envs,
 )
@@ -130,7 +130,7 @@ class EpisodeRunner:
             episode = self._episodes.get(key)
             if episode is None:  # a retried first turn keeps its prompt
                 loop = None if self.env_loops is None else self.env_loops.of(d.job)
-                envs = await self._new_envs(d.job, spec, d.seqs, loop)
+                envs = await new_envs(self.make_env, spec, d.seqs, loop)
                 seed = self.group_seed(d.job, d.group)
                 problem = None
                 if spec.dataset is not None:
@@ -165,20 +165,6 @@ class EpisodeRunner:
         longest = max((len(c.completion_ids) for c in completions), default=0)
         return add_completions(live, completions), longest, context
 
-    async def _new_envs(
-        self, job: str, spec: JobSpec, n: int, loop: EnvLoop | None
-    ) -> list[Environment]:
-        """``n`` new environments of ``job``, built on ``loop`` (the job's, which runs their
-        calls: what one binds to the running loop in its constructor, a client session, is
-        bound to the loop that uses it; a slow constructor holds its job only), within the
-        job's ``env.timeout_s`` as its calls are: behind a call that blocks the thread they
-        wait as long as it does (unbounded, a group's first turn never came back)."""
-        if loop is None:
-            return _built(self.make_env, spec, n)
-        build = loop.call(_build(self.make_env, spec, n))
-        late = f"environment {spec.env.name}: __init__() of job {job!r}"
-        return await bounded(build, spec.env.timeout_s, lambda: late)
-
     async def env_step(self, d: EnvStep) -> tuple[int, float, bool]:
         """The group's environment step, each sample's within the job's ``env.timeout_s``,
         then the declared latency (the slowest of the group's samples); (observation tokens
@@ -209,13 +195,3 @@ class EpisodeRunner:
         """Forget the episodes of a trained step (its dropped groups' too)."""
         for g in (*d.groups, *d.dropped):
             del self._episodes[(d.job, g)]
-
-
-def _built(make: Callable[[str, dict], Environment], spec: JobSpec, n: int) -> list[Environment]:
-    """``n`` new environments of ``spec``'s job."""
-    return [make(spec.env.name, spec.env.args) for _ in range(n)]
-
-
-async def _build(make: Callable[[str, dict], Environment], spec: JobSpec, n: int):
-    """:func:`_built`, as a coroutine (to run on the job's loop)."""
-    return _built(make, spec, n)

@@ -13,7 +13,6 @@ same problems are compared pair by pair (:mod:`marlaas.metrics.proportions`).
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Sequence
 
 import pandas as pd
@@ -29,13 +28,11 @@ from marlaas.executors.env_loops import EnvLoop, EnvLoops
 from marlaas.executors.episodes import (
     ChatFormat,
     add_completions,
-    bounded,
+    new_envs,
     start_group,
     step_envs,
 )
 from marlaas.metrics.proportions import wilson_interval
-
-log = logging.getLogger(__name__)
 
 HELD_OUT_SEED = 2**32
 DEFAULT_PROMPTS = 50
@@ -144,10 +141,7 @@ async def evaluate(
             )  # fmt: skip
             loops.release(spec.name)
     finally:
-        stuck = loops.close()
-        if stuck:
-            log.warning("environment threads still blocked in a call at the end of the "
-                        "evaluation, left behind: %s", ", ".join(stuck))  # fmt: skip
+        loops.close("evaluation")
     return pd.DataFrame(rows)
 
 
@@ -198,9 +192,7 @@ async def _episode(
     spec: JobSpec, i: int, item: Problem | int, adapter, version: int, generator, fmt,
     loop: EnvLoop,
 ) -> tuple[bool, float]:  # fmt: skip
-    built = loop.call(_made(spec))  # built where its calls run, within the bound of a call
-    late = f"environment {spec.env.name}: __init__() of job {spec.name!r}"
-    env = await bounded(built, spec.env.timeout_s, lambda: late)
+    [env] = await new_envs(make_env, spec, 1, loop)  # built where its calls run
     problem, seed = (item, 0) if isinstance(item, Problem) else (None, item)
     timeout_s = spec.env.timeout_s
     episode, _ = await start_group(
@@ -220,11 +212,6 @@ async def _episode(
     info = sample.info
     correct = bool(info["correct"]) if "correct" in info else sample.reward >= 1.0
     return correct, sample.reward
-
-
-async def _made(spec: JobSpec):
-    """A new environment of ``spec``'s (a coroutine, to build it on the job's loop)."""
-    return make_env(spec.env.name, spec.env.args)
 
 
 def versions_trained_at(rewards: pd.DataFrame) -> dict[tuple[str, int], float]:

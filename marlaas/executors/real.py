@@ -525,10 +525,7 @@ class RealExecutor:
         self._tasks.clear()
         self._created.clear()
         if self.episodes is not None:  # the jobs' environment threads (their calls cancelled)
-            stuck = await asyncio.to_thread(self.episodes.close)
-            if stuck:
-                log.warning("environment threads still blocked in a call at the end of the "
-                            "run, left behind: %s", ", ".join(stuck))  # fmt: skip
+            await asyncio.to_thread(self.episodes.close)
         for engine, job, version in sorted(self._loaded):
             if not self.backends.owns(engine):
                 await self.backends.engines[engine].retire(job, version)
