@@ -282,7 +282,7 @@ def test_evaluate_gives_up_a_step_that_blocks_its_thread(valve, monkeypatch):
     spec = JobSpec(name="stuck", tenant="t", env={"name": "stuck", "timeout_s": 0.3})
     said = re.escape("step() of job 'stuck' did not return within 0.3 s")
     with pytest.raises(EnvTimeoutError, match=said):  # the old code: no error (the valve let
-        asyncio.run(evaluation.evaluate(None, NoAdapters(), OneTokenEngine(), prompts=2,
+        asyncio.run(evaluation.evaluate(None, NoAdapters(), OneTokenEngine(), prompts=1,
                                         jobs=[spec]))  # fmt: skip  # the step return at 8 s)
 
 
