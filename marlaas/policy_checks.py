@@ -7,7 +7,9 @@ on (``SystemExit`` included), or a value of the wrong kind it returns, becomes o
 :class:`PolicyError` line naming the path, the method and the job. A key is a tuple of numbers
 (``int``, ``float``, ``bool``; infinities are fine, NaN, which orders with nothing, is not) and
 strings, a string in the same places in every key (a string and a number do not compare);
-``engine_key`` may also return None. Its methods get the job and the engine through a
+``engine_key`` may also return None. The scheduler gets each key as plain ``int``, ``float``
+and ``str`` items (a numpy scalar as the number it is). What ``start_run`` raises is such a
+line too. Its methods get the job and the engine through a
 :class:`~marlaas.policy_views.ReadOnlyView`: a field set or deleted there, or a change to what
 a field holds, is such an error too, where it would change the scheduler's own state. The
 bundled policies are not wrapped (no cost on their hot path). A class is named by its import
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -43,22 +46,25 @@ def checked(spec: str, cls: type[Policy]) -> type[Policy]:
     job. Named ``spec`` unless ``cls``'s own body sets ``name`` (an inherited one, such as a
     bundled policy's, would report the subclass under its base's name)."""
 
-    def key_fault(policy: Policy, value: object) -> str | None:
+    def key_fault(policy: Policy, value: object) -> tuple[str | None, object]:
         return _key_fault(value, _seen(policy, "key"), "a tuple of numbers")
 
-    def engine_key_fault(policy: Policy, value: object) -> str | None:
+    def engine_key_fault(policy: Policy, value: object) -> tuple[str | None, object]:
         if value is None:
-            return None
+            return None, None
         return _key_fault(value, _seen(policy, "engine_key"), "a tuple of numbers or None")
 
-    def share_fault(policy: Policy, value: object) -> str | None:
-        return None if _is_share(value) else f"returned {shown(value)}, not a share from 0 to 1"
+    def share_fault(policy: Policy, value: object) -> tuple[str | None, object]:
+        if not _is_share(value):
+            return f"returned {shown(value)}, not a share from 0 to 1", value
+        return None, float(value)  # type: ignore[arg-type]  # a plain float, as the mechanism's
 
     body: dict[str, Any] = {
         "__module__": cls.__module__,
         "__qualname__": cls.__qualname__,
         "__doc__": cls.__doc__,
         "key": _guarded(spec, "key", cls.key, key_fault),
+        "start_run": _guarded_start(spec, cls.start_run),
     }
     if cls.ranks_engines:  # else the mechanism's own order, unwrapped (ranks_engines stays)
         body["engine_key"] = _guarded(spec, "engine_key", cls.engine_key, engine_key_fault)
@@ -72,10 +78,30 @@ def checked(spec: str, cls: type[Policy]) -> type[Policy]:
     return wrapped
 
 
-def _guarded(spec: str, method: str, user: Callable, fault: Callable[[Policy, object], str | None]):
+def _guarded_start(spec: str, user: Callable[[Policy], object]):
+    """``user``, a policy's ``start_run``, through a check: what it raises (``SystemExit``
+    too) is a :class:`PolicyError` naming ``spec``."""
+
+    def start_run(self: Policy) -> None:
+        try:
+            user(self)
+        except (Exception, SystemExit) as exc:
+            raise PolicyError(f"policy {spec!r}: start_run() raised {one_line(exc)}") from exc
+
+    return start_run
+
+
+def _guarded(
+    spec: str,
+    method: str,
+    user: Callable,
+    fault: Callable[[Policy, object], tuple[str | None, object]],
+):
     """``user``, a policy method ``(self, job, *rest)``, through a check: what it raises
     (``SystemExit`` too), or a value ``fault`` finds wrong (saying why), is a
-    :class:`PolicyError` naming ``spec``, ``method`` and the job (and the engine)."""
+    :class:`PolicyError` naming ``spec``, ``method`` and the job (and the engine). A value
+    ``fault`` takes is returned as it makes it: plain ``int``, ``float`` and ``str`` items,
+    which order as the mechanism expects (a numpy scalar's comparison is a numpy bool)."""
 
     def call(self: Policy, job: Any, *rest: Any) -> Any:
         engine = rest[0] if method == "engine_key" else None
@@ -101,7 +127,7 @@ def _guarded(spec: str, method: str, user: Callable, fault: Callable[[Policy, ob
                     raise
             where = _call(method, job, engine)
             raise PolicyError(f"policy {spec!r}: {where} raised {one_line(exc)}") from exc
-        why = fault(self, value)
+        why, value = fault(self, value)
         if why is not None:
             where = _call(method, job, engine)
             raise PolicyError(f"policy {spec!r}: {where} {why}")
@@ -116,30 +142,61 @@ def _seen(policy: Policy, method: str) -> list[tuple[bool, ...]]:
     return policy.__dict__.setdefault(f"_checked_{method}_kinds", [])
 
 
-def _key_fault(value: object, seen: list[tuple[bool, ...]], wanted: str) -> str | None:
+def _key_fault(
+    value: object, seen: list[tuple[bool, ...]], wanted: str
+) -> tuple[str | None, object]:
     """What is wrong with ``value`` as a key (None: nothing), given the kinds of the keys
-    before it (``seen``, kept up to date)."""
-    if not _is_key(value):
-        return _refusal(value, wanted)
-    if not _same_kinds(seen, value):
-        return _mixed(value)
-    return None
+    before it (``seen``, kept up to date), and the key as the mechanism gets it
+    (:func:`_plain_key`)."""
+    key = _plain_key(value)
+    if key is None:
+        return _refusal(value, wanted), value
+    if not _same_kinds(seen, key):
+        return _mixed(key), value
+    return None, key
 
 
-def _is_key(value: object) -> bool:
-    """Whether ``value`` is a tuple of numbers (none NaN, which orders with nothing) and
-    strings."""
+def _plain_key(value: object) -> tuple | None:
+    """``value`` as a key of plain items, or None where it is no key: a tuple of numbers
+    (none NaN, which orders with nothing) and strings. A tuple of ``int``, ``float``, ``bool``
+    and ``str`` is returned as it is; any other tuple (a namedtuple) as a tuple, and any other
+    number (a numpy scalar, a ``Fraction``, an ``IntEnum``) or string as the ``int``,
+    ``float`` or ``str`` it equals: compared, a numpy scalar gives a numpy bool, which the
+    compiled scheduler refuses (TypeError: bool object expected), and a subclass may order
+    as it likes."""
     if not isinstance(value, tuple):
-        return False
+        return None
+    plain = type(value) is tuple
     for item in value:
         kind = type(item)
         if kind is int or kind is bool or kind is str:
             continue
-        if kind is not float and not isinstance(item, numbers.Real):
-            return False
-        if item != item:  # NaN
-            return False
-    return True
+        if kind is float:
+            if item != item:  # NaN
+                return None
+            continue
+        plain = False
+        if not isinstance(item, (numbers.Real, str)):
+            return None
+    if plain:
+        return value
+    try:
+        key = tuple(_plain_item(item) for item in value)
+    except (ArithmeticError, TypeError, ValueError):  # a Fraction too large for a float
+        return None
+    return None if any(item != item for item in key) else key
+
+
+def _plain_item(item: object) -> int | float | str:
+    """A key's item as a plain ``int`` (``bool`` kept), ``float`` or ``str``."""
+    kind = type(item)
+    if kind is int or kind is bool or kind is float or kind is str:
+        return item  # type: ignore[return-value]
+    if isinstance(item, str):
+        return str.__str__(item)
+    if isinstance(item, numbers.Integral):
+        return operator.index(item)
+    return float(item)  # type: ignore[arg-type]
 
 
 def _kinds(value: tuple) -> tuple[bool, ...]:
@@ -177,9 +234,17 @@ def _refusal(value: object, wanted: str = "a tuple of numbers") -> str:
     for item in value:
         if not isinstance(item, (numbers.Real, str)):
             return f"returned {shown(value)}: {shown(item)} is not a number or a string"
-        if isinstance(item, float) and math.isnan(item):
+        if isinstance(item, numbers.Real) and _is_nan(item):
             return f"returned {shown(value)}: NaN orders with nothing (use inf or a number)"
     return f"returned {shown(value)}, not a tuple of numbers"
+
+
+def _is_nan(item: numbers.Real) -> bool:
+    """Whether ``item`` is NaN (a numpy NaN too; one whose float() fails is not)."""
+    try:
+        return math.isnan(item)  # type: ignore[arg-type]
+    except (ArithmeticError, TypeError, ValueError):
+        return False
 
 
 def _mixed(value: tuple) -> str:

@@ -24,7 +24,7 @@ from marlaas.core.jobs import JobState
 from marlaas.core.policies import Policy
 from marlaas.core.policies.base import add_policy, get_policy, is_registered, policy_names
 from marlaas.core.scheduling import SchedulingSpec
-from marlaas.import_path import import_subclass, one_line
+from marlaas.import_path import import_subclass, one_line, shown
 from marlaas.policy_checks import PolicyError as PolicyError  # where callers look for it
 from marlaas.policy_checks import PolicyLoadError, checked
 
@@ -97,7 +97,13 @@ def _check_name(spec: str, cls: type[Policy], name: str) -> None:
     class registered by that name itself (``marlaas.core.policies.fair:Fair``) is fine. A name
     that is an import path other than ``spec`` is refused whether or not that path is loaded
     yet: ``replay`` would load the class there (and that class, loaded later, would be
-    refused in this one's place)."""
+    refused in this one's place). A name that is no string is refused (summaries and tables
+    write it as one)."""
+    if not isinstance(name, str):
+        raise PolicyLoadError(
+            f"policy {spec!r}: {cls.__name__} sets name = {shown(name)}, not a string; "
+            f"choose a name, or set none (it is then called {spec!r})"
+        )
     if name != spec and IMPORT_PATH.fullmatch(name):
         raise PolicyLoadError(
             f"policy {spec!r}: {cls.__name__} sets name = {name!r}, an import path: replay "

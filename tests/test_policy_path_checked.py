@@ -227,6 +227,35 @@ class NamedAsPath(Policy):
         return (-job.index,)
 
 
+class NumpyKeys(Policy):
+    """Keys and engine keys of numpy scalars, as a key computed with numpy comes."""
+
+    def key(self, job):
+        import numpy as np
+
+        return (np.float64(job.remaining_tokens), np.int64(job.index))
+
+    def engine_key(self, job, engine, homes):
+        import numpy as np
+
+        return (np.int64(engine.seqs), np.float32(engine.index))
+
+
+class StartRaises(Policy):
+    def start_run(self):
+        raise RuntimeError("start boom")
+
+    def key(self, job):
+        return (job.index,)
+
+
+class NamedFive(Policy):
+    name = 5
+
+    def key(self, job):
+        return (job.index,)
+
+
 class Plain(Policy):
     reads_backlog = True
 
@@ -295,6 +324,7 @@ def simulate(workload: str, policy: str, out) -> int:
         ("EngBad", "engine_key(job 'a', engine 0) returned str 'str', not a tuple of numbers or "
                    "None"),
         ("EngNaN", "engine_key(job 'probe', engine 0) returned (nan,): NaN orders with nothing"),
+        ("StartRaises", "start_run() raised RuntimeError: start boom"),
         ("ShareLater", "open_share(job 'a') returned nan, not a share from 0 to 1"),
         ("SetsName", "key(job 'a') raised AttributeError: the job is read-only to a policy: it "
                      "may not set 'name'"),
@@ -420,6 +450,37 @@ def test_a_name_of_another_policy_is_refused(package, workload, tmp_path, capsys
     with pytest.raises(PolicyLoadError, match=rf"the name of policy {package}:Named \(named "):
         load_policy(f"{package}:NamedAgain")
     assert get_policy(load_policy("marlaas.core.policies.fair:Fair")).name == "fair"  # itself
+
+
+def test_keys_of_numpy_scalars_run_as_plain_numbers(package, workload, tmp_path):
+    """A key of numpy scalars orders as the numbers it holds: the scheduler gets plain ints
+    and floats (compared, numpy scalars give a numpy bool, which the compiled scheduler
+    refused with a traceback: 'TypeError: bool object expected; got numpy.bool')."""
+    from marlaas.core.cluster import Cluster
+    from marlaas.core.cluster_spec import ClusterSpec
+    from marlaas.core.job_spec import JobSpec
+    from marlaas.core.jobs import JobState
+    from marlaas.core.scheduling import SchedulingSpec
+
+    path = f"{package}:NumpyKeys"
+    policy = get_policy(load_policy(path))
+    job = JobState(JobSpec(name="a", tenant="t"), 3, 1)
+    engine = Cluster.build(ClusterSpec(), SchedulingSpec().resolve()).engines[1]
+    key, engine_key = policy.key(job), policy.engine_key(job, engine, 0)
+    assert key == (job.remaining_tokens, 3) and engine_key == (0, 1.0)
+    assert [type(item) for item in key + engine_key] == [float, int, int, float]
+    assert simulate(workload, path, tmp_path / "o") == 0
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["policy"] == path
+
+
+def test_a_name_that_is_no_string_is_refused(package, workload, tmp_path, capsys):
+    path = f"{package}:NamedFive"
+    with pytest.raises(PolicyLoadError, match=r"NamedFive sets name = 5, not a string"):
+        load_policy(path)
+    assert simulate(workload, path, tmp_path / "o") == 2
+    err_lines = capsys.readouterr().err.strip().splitlines()
+    assert len(err_lines) == 1 and "NamedFive sets name = 5, not a string" in err_lines[0]
+    assert not (tmp_path / "o").exists()
 
 
 def test_a_name_that_is_another_import_path_is_refused(package):
