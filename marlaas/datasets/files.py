@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import csv
 import math
+import re
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,11 @@ MAX_FILE_BYTES = 2 * 1024**3
 SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".csv": "csv"}
 """File name endings -> formats (a folder is a ``save_to_disk`` dataset; a ``.json`` file is
 JSON lines or one array of row objects)."""
+
+
+_LINE_END = re.compile(r"\r\n?|\n")
+"""What ends a line of JSON lines: not str.splitlines's U+2028, U+2029 or U+0085, which JSON
+holds unescaped in a string (json.dumps(..., ensure_ascii=False) writes them so)."""
 
 
 _EXTRA = object()
@@ -70,6 +77,10 @@ def _text(value: Any, path: Path, row: int, column: str) -> str:
         if not math.isfinite(value):
             raise DatasetError(f"{path}: row {row}, column {column!r}: empty, expected text")
         return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, Decimal):  # a Parquet decimal column: 3.00 as 3, 2.50 as 2.5
+        if not value.is_finite():
+            raise DatasetError(f"{path}: row {row}, column {column!r}: empty, expected text")
+        return format(value.normalize(), "f")
     if not isinstance(value, str):
         raise DatasetError(f"{path}: row {row}, column {column!r}: a {type(value).__name__}, "
                            "expected text")  # fmt: skip
@@ -108,7 +119,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     if path.suffix.lower() == ".json" and text.lstrip().startswith("["):
         return _read_json_array(path, text)
     rows = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(_LINE_END.split(text), start=1):
         if not line.strip():
             continue
         try:
@@ -139,9 +150,25 @@ def _read_parquet(path: Path) -> list[dict[str, Any]]:
     import pyarrow.parquet as pq
 
     try:
-        return pq.read_table(path).to_pylist()
+        return _table_rows(pq.read_table(path))
     except (pa.ArrowException, OSError) as err:
         raise DatasetError(f"{path}: not a readable Parquet file ({_one_line(err)})") from None
+
+
+def _table_rows(table: Any) -> list[dict[str, Any]]:
+    """The rows of an Arrow table, a float32 or float16 column's values as the numbers they
+    are written as (a float32 0.1 as 0.1, not as the float64 0.10000000149011612 it holds,
+    which would be the answer's text)."""
+    import numpy as np
+    import pyarrow as pa
+
+    for i, field in enumerate(table.schema):
+        if pa.types.is_float32(field.type) or pa.types.is_float16(field.type):
+            kind = np.float32 if pa.types.is_float32(field.type) else np.float16
+            values = [None if v is None else float(str(kind(v)))
+                      for v in table.column(i).to_pylist()]  # fmt: skip
+            table = table.set_column(i, field.name, pa.array(values, type=pa.float64()))
+    return table.to_pylist()
 
 
 def _read_csv(path: Path) -> list[dict[str, Any]]:
@@ -190,7 +217,7 @@ def _read_saved(path: Path) -> list[dict[str, Any]]:
             raise DatasetError(f"{path}: a DatasetDict without a 'train' split "
                                f"(it has {sorted(data)}); save the split you want")  # fmt: skip
         data = data["train"]
-    return data.to_list()
+    return _table_rows(data.with_format("arrow")[:])  # its rows as selected, in its order
 
 
 def _one_line(err: BaseException) -> str:

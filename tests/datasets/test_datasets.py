@@ -58,6 +58,47 @@ def test_numbers_become_text_and_csv_keeps_what_is_written(tmp_path):
     ]
 
 
+def test_a_jsonl_string_may_hold_the_separators_json_leaves_unescaped(tmp_path):
+    """U+2028, U+2029 and U+0085 are text inside a JSON string (json.dumps with
+    ensure_ascii=False writes them as they are); only a newline ends a row. str.splitlines
+    split rows at them: 'line 1: not valid JSON (Unterminated string ...)'."""
+    rows = [{"prompt": f"a{c}b", "answer": "1"} for c in ("\u2028", "\u2029", "\x85", "\x0c")]
+    path = tmp_path / "sep.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\r\n" for r in rows),
+                    encoding="utf-8")  # fmt: skip
+    assert [p.prompt for p in read_problems(path, "prompt", "answer")] == [
+        r["prompt"] for r in rows
+    ]
+
+
+def test_parquet_float32_and_decimal_answers_are_the_numbers_written(tmp_path):
+    """A float32 0.1 is the answer '0.1' (it was '0.10000000149011612', the float64 it holds:
+    an answer no response gives), and a decimal column is a number too (it was refused: 'a
+    Decimal, expected text'), 3.00 as '3' as a float 3.0 is."""
+    from decimal import Decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({
+        "prompt": ["a", "b", "c", "d"],
+        "f32": pa.array([0.1, 2.5, 3.0, 0.3], type=pa.float32()),
+        "f16": pa.array([0.1, 2.5, 3.0, 0.3], type=pa.float16()),
+        "dec": pa.array([Decimal("0.10"), Decimal("2.50"), Decimal("3.00"), Decimal("0.30")],
+                        type=pa.decimal128(5, 2)),
+    })  # fmt: skip
+    path = tmp_path / "n.parquet"
+    pq.write_table(table, path)
+    expected = {"f32": ["0.1", "2.5", "3", "0.3"], "f16": ["0.1", "2.5", "3", "0.3"],
+                "dec": ["0.1", "2.5", "3", "0.3"]}  # fmt: skip
+    for column, answers in expected.items():
+        assert [p.answer for p in read_problems(path, "prompt", column)] == answers, column
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset(table).save_to_disk(tmp_path / "saved")
+    got = [p.answer for p in read_problems(tmp_path / "saved", "prompt", "f32")]
+    assert got == expected["f32"]
+
+
 @pytest.mark.parametrize(
     ("name", "text", "message"),
     [
