@@ -32,10 +32,28 @@ ALIKE_TOLERANCE = 1e-9
 to the float's precision)."""
 
 
+MAX_REWARD = 1e100
+"""The largest reward magnitude a step may give: an episode's sum of its turns' rewards, a
+group's mean and the squares of GRPO's standard deviation stay finite (rewards of 1.7e308, finite,
+summed to inf: the run ended in a traceback writing its journal; rewards of +-1e200 overflowed
+the advantages' squares)."""
+
+
+def _within(reward: numbers.Real) -> bool:
+    """Whether ``reward`` is finite and at most MAX_REWARD in magnitude (an int too large for a
+    float is not)."""
+    try:
+        value = float(reward)
+    except (OverflowError, TypeError, ValueError):
+        return False
+    return math.isfinite(value) and abs(value) <= MAX_REWARD
+
+
 class EnvResultError(TypeError):
     """An environment that broke its contract (marlaas.envs.base.Environment): a ``reset``
     that is not a coroutine or gives no text, a ``step`` that is not a coroutine or gives no
-    :class:`StepResult` of a finite number as reward, text as observation and a dict as info,
+    :class:`StepResult` of a finite number as reward (at most :data:`MAX_REWARD` in magnitude),
+    text as observation and a dict as info,
     or either of them raising SystemExit (``sys.exit``: an environment does not end the run).
     One line naming the environment's class and what it gave or did; the group's state is left as
     it was (a NaN reward once trained every adapter of the job into NaN weights, and an
@@ -176,9 +194,10 @@ def checked_step(env: Environment, result: Any) -> StepResult:
         raise EnvResultError(f"{where} returned {type(result).__name__} {shown(result)}, "
                              "not a StepResult")  # fmt: skip
     reward = result.reward
-    if not isinstance(reward, numbers.Real) or not math.isfinite(float(reward)):
+    if not (isinstance(reward, numbers.Real) and _within(reward)):
         raise EnvResultError(f"{where} returned the reward {type(reward).__name__} "
-                             f"{shown(reward)}; a reward is a finite number")  # fmt: skip
+                             f"{shown(reward)}; a reward is a finite number from "
+                             f"-{MAX_REWARD:g} to {MAX_REWARD:g}")  # fmt: skip
     if not isinstance(result.observation, str):
         raise EnvResultError(f"{where} returned the observation "
                              f"{type(result.observation).__name__} {shown(result.observation)}, "

@@ -77,6 +77,13 @@ GOOD = StepResult("ok", 0.5, False)
         (StepResult("", float("nan"), True), r"the reward float nan; a reward is a finite"),
         (StepResult("", float("inf"), True), r"the reward float inf"),
         (StepResult("", None, True), r"the reward NoneType None"),
+        (
+            StepResult("", 1.7e308, True),
+            r"the reward float 1.7e\+308; a reward is a finite "
+            r"number from -1e\+100 to 1e\+100",
+        ),
+        (StepResult("", -1e200, True), r"the reward float -1e\+200"),
+        (StepResult("", 10**400, True), r"the reward int 1000"),
         (StepResult("", "1.0", True), r"the reward str '1.0'"),
         (StepResult(12345, 0.1, False), r"the observation int 12345, not text"),
         (StepResult("", 0.1, True, info=[1]), r"the info list, not a dict"),
@@ -218,3 +225,19 @@ def test_under_ray_an_error_names_the_users_environment_not_the_proxy():
     proxy = ray_actors.RemoteEnv(None, ArithmeticEnv({}))
     assert _env_name(proxy) == "marlaas.envs.arithmetic:ArithmeticEnv"
     assert _env_name(ArithmeticEnv({})) == "marlaas.envs.arithmetic:ArithmeticEnv"
+
+
+def test_rewards_within_the_bound_keep_every_sum_and_advantage_finite():
+    """The bound is what keeps an episode's reward (a sum over its turns), a group's mean and
+    GRPO's advantages finite at the largest group and the most turns a job may have."""
+    import math
+    from types import SimpleNamespace
+
+    from marlaas.core import limits
+    from marlaas.executors.episodes import MAX_REWARD
+    from marlaas.executors.grpo import group_advantages
+
+    episode_reward = MAX_REWARD * limits.MAX_TURNS
+    samples = [SimpleNamespace(group_id="g", reward=episode_reward * (-1) ** i)
+               for i in range(limits.MAX_GROUP_SIZE)]  # fmt: skip
+    assert all(math.isfinite(a) for a in group_advantages(samples))
