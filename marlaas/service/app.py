@@ -130,11 +130,16 @@ def create_app(runner: ServiceRunner, data_dir: Path, max_streams: int = MAX_STR
 
     @app.middleware("http")
     async def timed(request: Request, call_next):
+        """Time the request, labelled by what the API serves, never by the client's text: a
+        route's template (``other`` for any path no route has) and a method one of the routes
+        answers (``other`` for the rest): a label per path or method a client makes up would
+        be a new series each, and ``/metrics`` would grow without bound."""
         started = time.perf_counter()
         response = await call_next(request)
         route = request.scope.get("route")
         path = getattr(route, "path", "other")
-        metrics.latency.labels(request.method, path, str(response.status_code)).observe(
+        method = request.method if request.method in served_methods else "other"
+        metrics.latency.labels(method, path, str(response.status_code)).observe(
             time.perf_counter() - started
         )
         return response
@@ -258,6 +263,7 @@ def create_app(runner: ServiceRunner, data_dir: Path, max_streams: int = MAX_STR
         """The dashboard: every job of the key's holder, live (the key in the page's #key=)."""
         return resources.files("marlaas.service").joinpath("dashboard.html").read_text()
 
+    served_methods = frozenset(m for r in app.routes for m in getattr(r, "methods", None) or ())
     return app
 
 

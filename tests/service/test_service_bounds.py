@@ -427,3 +427,26 @@ def test_a_body_still_coming_after_its_answer_is_cut_without_a_second_answer(tmp
                 assert time.monotonic() - started < CUT_WITHIN_S, "still open"
     finally:
         service.stop()
+
+
+@pytest.mark.parametrize("base", protocols())
+def test_metrics_name_no_method_or_path_a_client_made_up(tmp_path, base):
+    """/metrics labelled each request's latency with its method as sent: h11 takes any token
+    as a method, so every method a client (no key needed) made up was a new series, and
+    /metrics, and the service's memory, grew with each."""
+    service = serve(tmp_path / "data", base=base)
+    try:
+        for i in range(30):
+            with socket.create_connection(address(service)) as sock:
+                sock.sendall(f"MADEUP{i} /v1/jobs HTTP/1.1\r\nHost: marlaas\r\n"
+                             f"Connection: close\r\n\r\n".encode())  # fmt: skip
+                read_until_closed(sock, CUT_WITHIN_S)
+        for i in range(30):
+            assert httpx.get(f"{service.url}/made/up/{i}").status_code == 404
+        text = httpx.get(f"{service.url}/metrics").text
+        assert "MADEUP" not in text and "/made/up" not in text
+        series = {line.split("{")[1].split(",le=")[0] for line in text.splitlines()
+                  if line.startswith("marlaas_request_seconds_count")}  # fmt: skip
+        assert len(series) <= 3, series  # GET /metrics, GET other 404, other /v1/jobs 405
+    finally:
+        service.stop()
