@@ -4,7 +4,7 @@ reference answer, with an optional reward for the response's format.
 Options of every such environment: ``instruction`` (text appended to each prompt, after a
 blank line; default none), ``format_pattern`` (a regular expression the whole stripped
 response must match for the format reward) and ``format_reward`` (added when it matches;
-default 0). Reward = 1 for a correct answer + the format reward.
+from 0 to 1, default 0). Reward = 1 for a correct answer + the format reward.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class FormatReward:
 
     def __init__(self, env: Environment) -> None:
         self.pattern = compile_option(env._arg("format_pattern", "", str), "format_pattern")
-        self.reward = float(env._arg("format_reward", 0.0, (int, float)))
+        self.reward = float(env._arg("format_reward", 0.0, (int, float), 0, 1))
         if self.reward and self.pattern is None:
             raise ValueError(f"{type(env).__name__}: format_reward needs a format_pattern")
 

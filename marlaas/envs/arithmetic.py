@@ -6,21 +6,25 @@ import random
 
 from marlaas.envs.base import Environment, StepResult, is_bare_number, parse_number
 
+MAX_OPERAND = 10**9
+"""The largest operand an arithmetic or calculator environment draws (max_operand)."""
+
 
 class ArithmeticEnv(Environment):
     """Reward 1 for the right sum + `format_bonus` for a bare number.
 
     The answer is the number after the last '=', else the first number (see parse_number).
 
-    Options: `max_operand` (int, default 99), `format_bonus` (float, default 0.1).
+    Options: `max_operand` (int from 0 to 10^9, default 99), `format_bonus` (float from 0 to
+    1, default 0.1).
     """
 
     options = ("max_operand", "format_bonus")
 
     def __init__(self, args=None) -> None:
         super().__init__(args)
-        self.max_operand: int = self._arg("max_operand", 99, int)
-        self.format_bonus: float = float(self._arg("format_bonus", 0.1, (int, float)))
+        self.max_operand: int = self._arg("max_operand", 99, int, 0, MAX_OPERAND)
+        self.format_bonus: float = float(self._arg("format_bonus", 0.1, (int, float), 0, 1))
         self.answer: int | None = None
 
     async def reset(self, seed: int) -> str:

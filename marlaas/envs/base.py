@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import math
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -71,15 +72,37 @@ class Environment(abc.ABC):
     async def step(self, action: str) -> StepResult:
         """Score one model turn `action`."""
 
-    def _arg(self, name: str, default: Any, kind: type | tuple[type, ...]) -> Any:
-        """Read option `name` from args, checking its type (bool is not accepted as a number)."""
+    def _arg(self, name: str, default: Any, kind: type | tuple[type, ...],
+             low: float | None = None, high: float | None = None) -> Any:  # fmt: skip
+        """Read option `name` from args, checking its type (bool is not accepted as a number)
+        and, for a number, that it is finite and within [`low`, `high`]: a value the episode
+        cannot use (an empty range to draw from, a prompt of a billion characters, a NaN
+        reward) is refused when the job is checked, not when its first episode runs."""
         value = self.args.get(name, default)
         bad_bool = isinstance(value, bool) and kind is not bool and bool not in _as_tuple(kind)
         if bad_bool or not isinstance(value, kind):
-            raise ValueError(
-                f"{type(self).__name__}: option {name!r} must be {kind}, got {value!r}"
-            )
+            raise ValueError(f"{type(self).__name__}: option {name!r} must be "
+                             f"{_kind_name(kind)}, got {value!r:.80}")  # fmt: skip
+        if low is None and high is None:
+            return value
+        low = -math.inf if low is None else low
+        high = math.inf if high is None else high
+        finite = isinstance(value, int) or math.isfinite(value)  # (an int may be past float's)
+        if not (finite and low <= value <= high):
+            raise ValueError(f"{type(self).__name__}: option {name!r} must be from {low:,} to "
+                             f"{high:,}, got {value!r:.80}")  # fmt: skip
         return value
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    """What an option of ``kind`` is, in words: ``a whole number``, ``a number``."""
+    kinds = set(_as_tuple(kind))
+    if kinds == {int}:
+        return "a whole number"
+    if kinds <= {int, float}:
+        return "a number"
+    names = {str: "text", bool: "true or false", list: "a list", dict: "a mapping"}
+    return " or ".join(names.get(k, k.__name__) for k in _as_tuple(kind))
 
 
 def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:

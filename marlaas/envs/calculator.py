@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 import re
 
+from marlaas.core.limits import MAX_TURNS
+from marlaas.envs.arithmetic import MAX_OPERAND
 from marlaas.envs.base import Environment, StepResult, parse_number
 from marlaas.envs.safe_eval import UnsafeExpression, safe_eval
 
@@ -17,15 +19,16 @@ class CalculatorEnv(Environment):
     A turn containing `CALC: <expr>` gets `RESULT: <value>` back and the episode goes on; any
     other turn is the final answer (the number after its last "="). After `max_turns` turns the
     episode ends with reward 0. A tool's latency is the workload's `env.latency_s`.
-    Options: `max_turns` (int, default 4), `max_operand` (int, default 99).
+    Options: `max_turns` (int from 1 to 256, default 4), `max_operand` (int from 2 to 10^9,
+    default 99).
     """
 
     options = ("max_turns", "max_operand")
 
     def __init__(self, args=None) -> None:
         super().__init__(args)
-        self.max_turns: int = self._arg("max_turns", 4, int)
-        self.max_operand: int = self._arg("max_operand", 99, int)
+        self.max_turns: int = self._arg("max_turns", 4, int, 1, MAX_TURNS)
+        self.max_operand: int = self._arg("max_operand", 99, int, 2, MAX_OPERAND)
         self.answer: int | None = None
         self.turns = 0
         self.tool_calls = 0

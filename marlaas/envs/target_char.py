@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import string
 
+from marlaas.core.limits import MAX_TOKENS
 from marlaas.envs.base import Environment, StepResult
 
 
@@ -12,7 +13,7 @@ class TargetCharEnv(Environment):
     """Reward = fraction of generated characters equal to `target` (0 for an empty answer).
 
     Options: `target` (one character, default "a"), `prompt_len` (characters of the random
-    lowercase prompt, default 4). A slow verifier is the workload's `env.latency_s`.
+    lowercase prompt, from 1 to 2^20, default 4). A slow verifier is the workload's `env.latency_s`.
     """
 
     options = ("target", "prompt_len")
@@ -22,7 +23,7 @@ class TargetCharEnv(Environment):
         self.target: str = self._arg("target", "a", str)
         if len(self.target) != 1:
             raise ValueError(f"TargetCharEnv: 'target' must be one character, got {self.target!r}")
-        self.prompt_len: int = self._arg("prompt_len", 4, int)
+        self.prompt_len: int = self._arg("prompt_len", 4, int, 1, MAX_TOKENS)
 
     async def reset(self, seed: int) -> str:
         """A random lowercase prompt of `prompt_len` characters drawn from `seed`."""

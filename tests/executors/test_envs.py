@@ -50,6 +50,35 @@ def test_bad_args_are_rejected():
         make_env("target_char", {"target": "ab"})
 
 
+@pytest.mark.parametrize(("name", "args", "says"), [
+    ("arithmetic", {"max_operand": -1}, "'max_operand' must be from 0 to 1,000,000,000, got -1"),
+    ("arithmetic", {"max_operand": 10**30}, "'max_operand' must be from 0 to 1,000,000,000"),
+    ("arithmetic", {"format_bonus": float("nan")}, "'format_bonus' must be from 0 to 1, got nan"),
+    ("arithmetic", {"max_operand": 9.5}, "'max_operand' must be a whole number, got 9.5"),
+    ("calculator", {"max_operand": 1}, "'max_operand' must be from 2 to 1,000,000,000, got 1"),
+    ("calculator", {"max_turns": 0}, "'max_turns' must be from 1 to 256, got 0"),
+    ("target_char", {"prompt_len": 0}, "'prompt_len' must be from 1 to 1,048,576, got 0"),
+    ("target_char", {"prompt_len": 10**9}, "'prompt_len' must be from 1 to 1,048,576"),
+    ("exact_match", {"format_pattern": "x", "format_reward": float("inf")},
+     "'format_reward' must be from 0 to 1, got inf"),
+])  # fmt: skip
+def test_an_option_its_episodes_cannot_use_is_refused_when_made(name, args, says):
+    """A number option was checked for its type alone: an arithmetic environment of
+    max_operand -1 was made, and its first reset raised "empty range for randrange()"; a
+    target_char prompt of 10^9 characters was drawn, a character at a time; a NaN bonus
+    reached the rewards."""
+    with pytest.raises(ValueError) as err:
+        make_env(name, args)
+    assert says in str(err.value)
+
+
+def test_options_at_their_bounds_make_episodes():
+    prompt = run(make_env("arithmetic", {"max_operand": 0, "format_bonus": 1}).reset(1))
+    assert prompt.startswith("What is 0+0?")
+    assert len(run(make_env("target_char", {"prompt_len": 1}).reset(1))) == 1
+    assert "What is 2*2+2?" in run(make_env("calculator", {"max_operand": 2}).reset(1))
+
+
 def test_target_char_reward():
     env = make_env("target_char", {"target": "a"})
     assert len(run(env.reset(0))) == 4

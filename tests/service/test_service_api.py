@@ -96,6 +96,16 @@ BAD_SPECS = [
     (b"[" * 100_000 + b"]" * 100_000, 422, "nested too deeply"),
     (b'{"name": "x", ' + json.dumps(JOB)[1:].encode(), 422, "duplicate key 'name'"),
     (b" " * (1024 * 1024 + 1), 413, "over"),
+    # an environment's option its episodes cannot use: was 201, and the job failed on its
+    # first episode (ValueError: empty range for randrange()), or held the service's memory
+    (json.dumps({**JOB, "env": {"name": "arithmetic", "args": {"max_operand": -1}}}).encode(),
+     422, "env.args: ArithmeticEnv: option 'max_operand' must be from 0 to 1,000,000,000"),
+    (json.dumps({**JOB, "env": {"name": "target_char", "args": {"prompt_len": 10**9}}}).encode(),
+     422, "env.args: TargetCharEnv: option 'prompt_len' must be from 1 to 1,048,576"),
+    (json.dumps({**JOB, "env": {"name": "calculator", "args": {"max_turns": 0}}}).encode(),
+     422, "env.args: CalculatorEnv: option 'max_turns' must be from 1 to 256"),
+    (b'{"name": "x", "env": {"name": "arithmetic", "args": {"format_bonus": NaN}}}', 422,
+     "option 'format_bonus' must be from 0 to 1, got nan"),
 ]  # fmt: skip
 
 
