@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import os
 import tarfile
 import time
@@ -23,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from marlaas import strict_json
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 URL_ENV, KEY_ENV = "MARLAAS_URL", "MARLAAS_API_KEY"
@@ -78,7 +79,7 @@ class Client:
     def submit(self, spec: dict) -> dict:
         """Submit a job spec; ``{id, state}``. A number JSON cannot carry (NaN, infinity) is a
         ValueError naming its field; nothing is sent."""
-        where = _non_finite(spec)
+        where = strict_json.non_finite(spec, "spec")
         if where is not None:
             raise ValueError(f"{where}: not a finite number (JSON carries no NaN or infinity)")
         return self._call("POST", "/v1/jobs", json=spec)
@@ -182,23 +183,6 @@ def _checked_url(url: str) -> str:
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise ValueError(f"{url!r} is not an http:// or https:// URL with a host")
     return url
-
-
-def _non_finite(value, where: str = "spec") -> str | None:
-    """The dotted path of the first NaN or infinite number in ``value``, else None."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return where
-    if isinstance(value, dict):
-        items = value.items()
-    elif isinstance(value, list):
-        items = enumerate(value)
-    else:
-        return None
-    for key, inner in items:
-        found = _non_finite(inner, f"{where}.{key}")
-        if found is not None:
-            return found
-    return None
 
 
 def _not_ours(response: httpx.Response) -> str:

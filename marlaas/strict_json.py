@@ -5,6 +5,7 @@ RecursionError traceback)."""
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 
@@ -23,6 +24,25 @@ def loads(text: str | bytes) -> Any:
         return json.loads(text, object_pairs_hook=_unique_keys)
     except RecursionError:
         raise TooDeepError("nested too deeply") from None
+
+
+def non_finite(value: Any, where: str) -> str | None:
+    """The dotted path, from ``where``, of the first NaN or infinite number in ``value`` (dicts
+    and lists within), else None: JSON carries neither, and a reader that took one (Python's
+    ``json``, as its ``NaN`` and ``Infinity``) cannot write it back as JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return None
+    for key, inner in items:
+        found = non_finite(inner, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}")
+        if found is not None:
+            return found
+    return None
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from marlaas import strict_json
 from marlaas.core.feasibility import why_infeasible
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.validation_message import format_validation_error
@@ -35,6 +36,10 @@ def job_from_request(body: Any, tenant: str, config: ServiceConfig) -> JobSpec:
     for key in SET_BY_SERVICE:
         if key in body:
             raise JobRequestError(f"{key}: set by the service, not by the job spec")
+    where = strict_json.non_finite(body, "job")
+    if where is not None:  # anywhere: env.args too, which no schema types
+        raise JobRequestError(f"{where.removeprefix('job.')}: not a finite number (JSON "
+                              "carries no NaN or infinity)")  # fmt: skip
     _no_files(body, "")
     if body.get("dataset") is not None:
         raise JobRequestError("dataset: a tenant's job cannot name a file on the server "

@@ -104,8 +104,13 @@ BAD_SPECS = [
      422, "env.args: TargetCharEnv: option 'prompt_len' must be from 1 to 1,048,576"),
     (json.dumps({**JOB, "env": {"name": "calculator", "args": {"max_turns": 0}}}).encode(),
      422, "env.args: CalculatorEnv: option 'max_turns' must be from 1 to 256"),
+    # NaN and infinity anywhere, env.args (which no schema types) too: the store could not
+    # write them (a 500 with a traceback)
     (b'{"name": "x", "env": {"name": "arithmetic", "args": {"format_bonus": NaN}}}', 422,
-     "option 'format_bonus' must be from 0 to 1, got nan"),
+     "env.args.format_bonus: not a finite number"),
+    (b'{"name": "x", "env": {"name": "python_exec", "args": {"tasks": [{"prompt": "p", '
+     b'"func": "f", "tests": [[[1], 2]], "note": -Infinity}]}}}', 422,
+     "env.args.tasks[0].note: not a finite number (JSON carries no NaN or infinity)"),
 ]  # fmt: skip
 
 
