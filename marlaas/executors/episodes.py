@@ -24,7 +24,7 @@ from marlaas.datasets import Problem
 from marlaas.envs.base import Environment, StepResult
 from marlaas.executors.env_loops import EnvLoop
 from marlaas.executors.rollout import Completion, TrainSample
-from marlaas.import_path import shown
+from marlaas.import_path import one_line, shown
 
 _PLACEHOLDER = "@@MARLAAS_RESPONSE@@"
 ALIKE_TOLERANCE = 1e-9
@@ -68,6 +68,14 @@ class EnvStateError(EnvResultError):
     environment)."""
 
 
+class EnvCallError(RuntimeError):
+    """What an environment's call (``reset``, ``reset_problem``, ``step``) raised, as one line
+    naming the environment's class and the call: ``environment pkg.mod:Cls: step() raised
+    KeyError: 'x'`` (the run's reason once said ``EnvStep of job 'j' failed 4 times in a row:
+    KeyError: 'x'``, which named neither the environment nor its call). Retried as other
+    failed work."""
+
+
 class EnvTimeoutError(RuntimeError):
     """An environment call (``reset``, ``step``) that did not return within its job's
     ``env.timeout_s``: one line naming the environment's class, the call, the job and the
@@ -93,7 +101,9 @@ async def guarded_call(env: Environment, method: str, call: Callable[[], Any]) -
     awaitable (a plain ``def`` where the interface says ``async def``), or when it raises
     SystemExit (``sys.exit`` in an environment: raised out of the event loop it once ended
     the run with the environment's exit status, no message, and "Task was destroyed but it
-    is pending!"). KeyboardInterrupt goes on as it came: it is Ctrl-C."""
+    is pending!"). KeyboardInterrupt goes on as it came: it is Ctrl-C; what else it raises is
+    EnvCallError naming the environment and the call (one already named is raised as it
+    is: a RemoteEnv's, whose actor named it)."""
     try:
         value = call()
         if not inspect.isawaitable(value):
@@ -105,6 +115,13 @@ async def guarded_call(env: Environment, method: str, call: Callable[[], Any]) -
         raise EnvResultError(f"environment {_env_name(env)}: {method}() raised "
                              f"SystemExit({shown(exit_.code)}); an environment must not end "
                              "the process (raise an exception instead)") from None  # fmt: skip
+    except (EnvResultError, EnvCallError, EnvTimeoutError):
+        raise
+    except Exception as exc:
+        if f"{type(env).__module__}:{type(env).__qualname__}" == REMOTE_ENV:
+            raise  # its actor named what the environment raised; the rest is Ray's, named
+        raise EnvCallError(f"environment {_env_name(env)}: {method}() raised "
+                           f"{one_line(exc)}") from exc  # fmt: skip
 
 
 async def env_call(

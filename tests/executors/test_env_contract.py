@@ -14,6 +14,7 @@ import pytest
 
 from marlaas.envs.base import Environment, StepResult
 from marlaas.executors.episodes import (
+    EnvCallError,
     EnvResultError,
     EnvTimeoutError,
     GroupEpisode,
@@ -166,10 +167,35 @@ def test_a_reset_that_hangs_is_one_error_within_the_jobs_bound():
 def test_a_call_within_its_bound_and_an_environments_own_timeout_are_not_the_bound():
     group = episode(Scripted(GOOD))
     assert asyncio.run(step_envs(group, last_turn=False, fmt=Chars(), timeout_s=5)) == (2, 0.5)
-    with pytest.raises(TimeoutError, match="the verifier's own") as err:
+    with pytest.raises(EnvCallError, match=r"Raises: step\(\) raised TimeoutError: the "
+                       "verifier's own") as err:  # fmt: skip
         asyncio.run(step_envs(episode(Raises(TimeoutError("the verifier's own"))),
                               last_turn=False, fmt=Chars(), timeout_s=5))  # fmt: skip
     assert not isinstance(err.value, EnvTimeoutError)
+    assert isinstance(err.value.__cause__, TimeoutError)
+
+
+@pytest.mark.parametrize("method", ["reset", "step"])
+def test_what_an_environment_raises_names_it_and_the_call(method):
+    """A KeyError in a user's step once reached the run's reason as it was: "EnvStep of job
+    'j' failed 4 times in a row: KeyError: 'answer'", naming neither the environment nor the
+    call."""
+
+    class Broken(Scripted):
+        async def reset(self, seed: int) -> str:
+            if method == "reset":
+                raise KeyError("answer")
+            return "go"
+
+        async def step(self, action: str):
+            raise KeyError("answer")
+
+    says = rf"environment test_env_contract:.*Broken: {method}\(\) raised KeyError: 'answer'"
+    with pytest.raises(EnvCallError, match=says):
+        if method == "reset":
+            asyncio.run(start_group("j", 0, 0, [Broken(None)], 1, Chars()))
+        else:
+            asyncio.run(step_envs(episode(Broken(None)), last_turn=False, fmt=Chars()))
 
 
 def test_the_workloads_env_timeout_is_bounded_and_defaults_to_ten_minutes():

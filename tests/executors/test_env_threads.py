@@ -18,7 +18,7 @@ from marlaas.envs import make_env
 from marlaas.envs.base import Environment, StepResult
 from marlaas.executors.env_loops import EnvLoop, EnvLoops
 from marlaas.executors.episode_runner import EpisodeRunner
-from marlaas.executors.episodes import EnvResultError, EnvTimeoutError, env_call
+from marlaas.executors.episodes import EnvCallError, EnvResultError, EnvTimeoutError, env_call
 from tests.episode_fakes import CharFormat, OneTokenEngine
 from tests.system_tools import needs_bwrap
 
@@ -202,8 +202,10 @@ def test_a_call_given_up_on_is_cancelled_on_its_loop_and_errors_come_back_as_rai
             asyncio.run(env_call(env, "step", lambda: env.step("x"), "j", 0.2, loop))
         assert Hangs.cancelled.wait(5.0)
         bad = Raises({"error": ValueError("the verifier's own")})
-        with pytest.raises(ValueError, match=r"^the verifier's own$"):
+        with pytest.raises(EnvCallError, match=r"step\(\) raised ValueError: the verifier's "
+                           r"own$") as raised:  # fmt: skip
             asyncio.run(env_call(bad, "step", lambda: bad.step("x"), "j", 5.0, loop))
+        assert type(raised.value.__cause__) is ValueError
         exits = Raises({"error": SystemExit(3)})
         with pytest.raises(EnvResultError, match=r"step\(\) raised SystemExit\(3\)"):
             asyncio.run(env_call(exits, "step", lambda: exits.step("x"), "j", None, loop))

@@ -25,7 +25,13 @@ from marlaas.datasets.problems import Problem
 from marlaas.envs import make_env
 from marlaas.envs.base import Environment, StepResult
 from marlaas.executors import ray_actors
-from marlaas.executors.episodes import EnvResultError, EnvTimeoutError, start_group, step_envs
+from marlaas.executors.episodes import (
+    EnvCallError,
+    EnvResultError,
+    EnvTimeoutError,
+    start_group,
+    step_envs,
+)
 from marlaas.executors.ray_actors import (
     EnvActor,
     EnvActorDied,
@@ -115,12 +121,14 @@ def test_a_sync_step_and_sys_exit_are_the_in_process_errors_and_the_actor_lives(
 
 
 def test_a_reset_error_is_the_environments_own_not_rays_traceback(ray_cluster):
-    """What a ``reset`` raised in the actor is raised as it was (as ``step``'s was): a
-    ValueError with its message, not RayTaskError(ValueError) and its traceback."""
+    """What a ``reset`` raised in the actor is raised as in process (as ``step``'s was): an
+    EnvCallError naming the environment, the call and the ValueError with its message, not
+    RayTaskError(ValueError) and its traceback."""
     env = remote(pool(), mode="reset raises")
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(EnvCallError) as err:
         asyncio.run(start_group("j", 0, 0, [env], 1, Chars(), timeout_s=20))
-    assert type(err.value) is ValueError and str(err.value) == "reset boom"
+    name = f"{Misbehaves.__module__}:Misbehaves"
+    assert str(err.value) == f"environment {name}: reset() raised ValueError: reset boom"
 
 
 def test_a_job_with_a_dataset_resets_on_its_problem_in_the_actors(ray_cluster):
@@ -285,7 +293,8 @@ def test_a_state_that_stops_pickling_in_the_actor_is_named_too(ray_cluster):
         "or leave it out in __getstate__"
     )
     raises = RemoteEnv(pool(), RaisesTypeError({}))
-    with pytest.raises(TypeError, match=r"^my own TypeError$"):
+    with pytest.raises(EnvCallError, match=r"RaisesTypeError: reset\(\) raised TypeError: my "
+                       "own TypeError$"):  # fmt: skip
         asyncio.run(start_group("j", 0, 0, [raises], 1, Chars(), timeout_s=20))
 
 
