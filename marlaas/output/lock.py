@@ -16,18 +16,20 @@ def lock_path(out: Path) -> Path:
     return out.with_name(f".{out.name}.lock")
 
 
-def lock_folder(out: Path) -> int:
+def lock_folder(out: Path, option: str = "--out") -> int:
     """Hold ``out``'s lock (beside it) for as long as the returned descriptor stays open;
-    OutputError when another marlaas command holds it."""
-    return lock_beside(Path(out))
+    OutputError when another marlaas command holds it (naming ``option``, the one that
+    gave ``out``)."""
+    return lock_beside(Path(out), option)
 
 
-def lock_beside(out: Path) -> int:
+def lock_beside(out: Path, option: str = "--out") -> int:
     """Take ``out``'s lock, creating its parent folder if needed; the descriptor holds it.
-    OutputError when another command holds it or the parent is not writable."""
+    OutputError when another command holds it (the error says to choose another ``option``)
+    or the parent is not writable."""
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        return _lock(out)
+        return _lock(out, option)
     except FileExistsError as err:  # a parent that is no folder: say what it is
         try:
             os.stat(err.filename)
@@ -39,7 +41,7 @@ def lock_beside(out: Path) -> int:
         raise OutputError(f"{out}: cannot write there ({reason(err)})") from None
 
 
-def _lock(out: Path) -> int:
+def _lock(out: Path, option: str) -> int:
     path = lock_path(out)
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
@@ -49,7 +51,7 @@ def _lock(out: Path) -> int:
             os.close(fd)
             raise OutputError(
                 f"{out}: another marlaas command is writing it (lock {path.name} held); wait "
-                "for it to finish or choose another --out"
+                f"for it to finish or choose another {option}"
             ) from None
         try:
             same = os.path.samestat(os.fstat(fd), os.stat(path))

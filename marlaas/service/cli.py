@@ -79,7 +79,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         created = not data.exists()
         make_data_folder(data)
-        lock = lock_folder(data)
+        lock = lock_folder(data, "--data")
         opened = open_to_others(data)
         if opened:
             print(f"marlaas: warning: {opened}", file=sys.stderr)

@@ -275,3 +275,22 @@ def test_serve_on_a_port_in_use_is_one_line_and_writes_nothing(tmp_path, capsys)
     says = f"serve: cannot listen on 127.0.0.1:{port} (Address already in use)"
     assert err == f"marlaas: error: {says}"
     assert not (tmp_path / "data").exists()
+
+
+def test_serve_on_a_data_folder_another_command_holds_names_data_not_out(tmp_path, capsys):
+    """The refusal said to "choose another --out", an option serve does not have."""
+    from marlaas.output.lock import lock_folder, unlock
+
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("service: {max_sequence_tokens: 64}\n")
+    data = tmp_path / "data"
+    data.mkdir()
+    held = lock_folder(data)  # as a service serving it holds it
+    try:
+        assert main(["serve", str(cluster), "--simulate", "--port", "0",
+                     "--data", str(data)]) == 2  # fmt: skip
+    finally:
+        unlock(data, held)
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("wait for it to finish or choose another --data"), err
+    assert "--out" not in err and "\n" not in err
