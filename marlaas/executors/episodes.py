@@ -15,6 +15,7 @@ import asyncio
 import inspect
 import math
 import numbers
+import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -53,7 +54,7 @@ class EnvResultError(TypeError):
     """An environment that broke its contract (marlaas.envs.base.Environment): a ``reset``
     that is not a coroutine or gives no text, a ``step`` that is not a coroutine or gives no
     :class:`StepResult` of a finite number as reward (at most :data:`MAX_REWARD` in magnitude),
-    text as observation and a dict as info,
+    Unicode text as observation (a prompt too), a bool as done and a dict as info,
     or either of them raising SystemExit (``sys.exit``: an environment does not end the run).
     One line naming the environment's class and what it gave or did; the group's state is left as
     it was (a NaN reward once trained every adapter of the job into NaN weights, and an
@@ -200,7 +201,33 @@ async def env_reset(
         got = f"{type(prompt).__name__} {shown(prompt)}"
         raise EnvResultError(f"environment {_env_name(env)}: {method}() returned {got}, not "
                              "the prompt text")  # fmt: skip
+    bad = _not_unicode(prompt)
+    if bad is not None:
+        raise EnvResultError(f"environment {_env_name(env)}: {method}() returned a prompt "
+                             f"that is not Unicode text ({bad})")  # fmt: skip
     return prompt
+
+
+def _not_unicode(text: str) -> str | None:
+    """Why ``text`` cannot be tokenized (None: it can): a lone surrogate (``'\\ud800'``, from
+    a wrongly decoded byte or a JSON escape), which has no UTF-8 encoding (the tokenizer's
+    error was "TypeError: TextEncodeInput must be Union[TextInputSequence, ...]")."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return f"a lone surrogate {text[err.start]!r} at character {err.start}"
+    return None
+
+
+def _is_done(done: object) -> bool:
+    """Whether ``done`` is a flag: a bool (numpy's too), or 0 or 1 (a string such as
+    ``"no"`` is not: true as a flag, it ended every episode)."""
+    numpy = sys.modules.get("numpy")  # imported by whoever made a numpy bool, if anyone
+    if isinstance(done, bool) or (numpy is not None and isinstance(done, numpy.bool_)):
+        return True
+    return isinstance(done, numbers.Integral) and done in (0, 1)
 
 
 def checked_step(env: Environment, result: Any) -> StepResult:
@@ -219,6 +246,13 @@ def checked_step(env: Environment, result: Any) -> StepResult:
         raise EnvResultError(f"{where} returned the observation "
                              f"{type(result.observation).__name__} {shown(result.observation)}, "
                              "not text")  # fmt: skip
+    bad = _not_unicode(result.observation)
+    if bad is not None:
+        raise EnvResultError(f"{where} returned an observation that is not Unicode text "
+                             f"({bad})")  # fmt: skip
+    if not _is_done(result.done):
+        raise EnvResultError(f"{where} returned done {type(result.done).__name__} "
+                             f"{shown(result.done)}, not True or False")  # fmt: skip
     if not isinstance(result.info, Mapping):
         raise EnvResultError(f"{where} returned the info {type(result.info).__name__}, "
                              "not a dict")  # fmt: skip

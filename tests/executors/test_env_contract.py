@@ -88,6 +88,13 @@ GOOD = StepResult("ok", 0.5, False)
         (StepResult("", "1.0", True), r"the reward str '1.0'"),
         (StepResult(12345, 0.1, False), r"the observation int 12345, not text"),
         (StepResult("", 0.1, True, info=[1]), r"the info list, not a dict"),
+        (StepResult("", 0.1, "no"), r"returned done str 'no', not True or False"),
+        (StepResult("", 0.1, None), r"returned done NoneType None, not True or False"),
+        (
+            StepResult("ok\udcff", 0.1, False),
+            r"an observation that is not Unicode text \(a "
+            r"lone surrogate '\\udcff' at character 2\)",
+        ),
         (None, r"step\(\) returned NoneType None, not a StepResult"),
         (("", 1.0, True, {}), r"returned tuple .*not a StepResult"),
     ],
@@ -112,6 +119,27 @@ def test_a_prompt_that_is_not_text_is_named():
     with pytest.raises(EnvResultError, match=r"NumberPrompt: reset\(\) returned int 42, not the "
                        "prompt text"):  # fmt: skip
         asyncio.run(start_group("j", 0, 0, [NumberPrompt(None)], 1, Chars()))
+
+
+def test_a_prompt_that_is_not_unicode_is_named():
+    """A lone surrogate has no UTF-8: the tokenizer's error was "TypeError: TextEncodeInput
+    must be Union[TextInputSequence, Tuple[InputSequence, InputSequence]]"."""
+
+    class Surrogate(Scripted):
+        async def reset(self, seed: int):
+            return "ab\ud800"
+
+    says = r"Surrogate: reset\(\) returned a prompt that is not Unicode text \(a lone surrogate "
+    with pytest.raises(EnvResultError, match=says + r"'\\ud800' at character 2\)"):
+        asyncio.run(start_group("j", 0, 0, [Surrogate(None)], 1, Chars()))
+
+
+def test_flags_of_numpy_and_0_or_1_are_done_flags():
+    import numpy as np
+
+    group = episode(Scripted(StepResult("", 1, np.bool_(True))), Scripted(StepResult("", 1, 0)))
+    asyncio.run(step_envs(group, last_turn=False, fmt=Chars()))
+    assert [s.done for s in group.samples] == [True, False]
 
 
 def test_valid_results_still_score():
