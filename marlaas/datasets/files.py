@@ -86,6 +86,14 @@ def _text(value: Any, path: Path, row: int, column: str) -> str:
                            "expected text")  # fmt: skip
     if not value.strip():
         raise DatasetError(f"{path}: row {row}, column {column!r}: empty, expected text")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as err:  # a JSON escape "\ud800": no tokenizer takes it
+            raise DatasetError(
+                f"{path}: row {row}, column {column!r}: a lone surrogate "
+                f"{value[err.start]!r} at character {err.start}, not Unicode text"
+            ) from None
     return value
 
 

@@ -113,6 +113,8 @@ def test_parquet_float32_and_decimal_answers_are_the_numbers_written(tmp_path):
         ("flag.jsonl", '{"prompt": "a", "answer": true}\n', "row 1, column 'answer': a boolean"),
         ("cols.csv", "question,solution\na,1\n", "no column 'prompt' (it has ['question', "),
         ("empty.jsonl", "", "has no rows"),
+        ("surrogate.jsonl", '{"prompt": "ab\\ud800", "answer": "1"}\n',
+         "row 1, column 'prompt': a lone surrogate '\\ud800' at character 2, not Unicode"),
         ("mixed.json", '[{"prompt": "a", "answer": "1"}, 3]', "row 2: a JSON int, expected"),
         ("data.txt", "a,1\n", "unknown dataset format '.txt'"),
         ("bad.parquet", "not parquet", "not a readable Parquet file"),
