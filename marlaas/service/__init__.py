@@ -17,3 +17,8 @@ last durable step.
     realtime.py  the simulator on the wall clock (``--simulate``)
     app.py       the HTTP API (FastAPI), the dashboard and the metrics
 """
+
+MAX_ID = 2**31 - 1
+"""The largest job or event id the service has: its tables' ids are INTEGER, 32 bits on
+PostgreSQL. A job id past it in a request is 422 (the database refused it: a 500), a
+``Last-Event-ID`` past it streams from the start, as any value that is no event's id."""

@@ -41,6 +41,7 @@ from starlette.requests import ClientDisconnect
 
 from marlaas import strict_json
 from marlaas.drive.inbox import InboxClosedError
+from marlaas.service import MAX_ID
 from marlaas.service import store as S
 from marlaas.service.requests import JobRequestError, job_from_request
 from marlaas.service.runner import ServiceRunner
@@ -70,7 +71,7 @@ MAX_DETAIL_CHARS = 2000
 SKIPPED_FILES = ("optimizer.pt",)
 """What an adapter download leaves out: the optimizer state is the trainer's."""
 
-JobId = Annotated[int, PathParam(ge=1, le=2**62)]
+JobId = Annotated[int, PathParam(ge=1, le=MAX_ID)]
 
 
 @dataclass(frozen=True)
@@ -341,10 +342,12 @@ def _json(body: bytes):
 
 
 def _last_event_id(request: Request) -> int:
-    """The ``Last-Event-ID`` a reconnecting client sends: an event id, ASCII digits (0 for
-    anything else: a header is Latin-1, where ``'\u00b2'.isdigit()`` holds too)."""
+    """The ``Last-Event-ID`` a reconnecting client sends: an event id, ASCII digits up to
+    :data:`~marlaas.service.MAX_ID` (0 for anything else: a header is Latin-1, where
+    ``'\u00b2'.isdigit()`` holds too)."""
     value = request.headers.get("last-event-id", "0").strip()
-    return int(value) if value.isascii() and value.isdigit() and len(value) < 19 else 0
+    digits = value.isascii() and value.isdigit() and len(value) <= len(str(MAX_ID))
+    return int(value) if digits and int(value) <= MAX_ID else 0
 
 
 def _key_still_valid(request: Request, who: Caller):

@@ -8,6 +8,7 @@ import argparse
 import sys
 
 from marlaas.run_options import bounded_int, path_arg
+from marlaas.service import MAX_ID
 from marlaas.service.stack import require_service_stack
 from marlaas.terminal import UsageError
 
@@ -118,7 +119,7 @@ def _fetch(client, args: argparse.Namespace) -> int:
 
 
 def _id_argument(parser: argparse.ArgumentParser, required: bool = True) -> None:
-    kind = bounded_int(1, 2**62)
+    kind = bounded_int(1, MAX_ID)
     if required:
         parser.add_argument("id", type=kind, help="the job's id")
     else:

@@ -164,6 +164,24 @@ def test_a_last_event_id_of_no_ascii_digits_streams_from_the_start_and_frees_its
         service.client(service.operator_key).cancel(job["id"])
 
 
+@pytest.mark.parametrize("last", ["2147483648", "999999999999999999"])
+def test_a_last_event_id_past_every_id_streams_from_the_start(service, last):
+    """No event's id is past 2^31 - 1: on PostgreSQL (INTEGER ids) such a Last-Event-ID was
+    a 200 whose stream ended at once with a traceback in the log ("integer out of range");
+    on SQLite it waited for events that could never come."""
+    key = service.key("alice")
+    client = service.client(key)
+    job = client.submit(JOB)["id"]
+    client.wait(job, 0.1, 60)
+    everything = [event.id for event in client.events(job)]
+    headers = {"Authorization": f"Bearer {key}", "Last-Event-ID": last}
+    url = f"{service.url}/v1/jobs/{job}/events"
+    with httpx.stream("GET", url, headers=headers, timeout=30) as answer:
+        assert answer.status_code == 200
+        ids = [int(line[3:]) for line in answer.iter_lines() if line.startswith("id:")]
+    assert ids == everything and len(ids) >= 5
+
+
 def test_the_service_holds_at_most_max_streams_of_every_key_together_and_frees_each_place(
     tmp_path, db_url
 ):
