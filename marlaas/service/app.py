@@ -187,7 +187,8 @@ def create_app(runner: ServiceRunner, data_dir: Path, max_streams: int = MAX_STR
 
     @app.get("/v1/jobs")
     def list_jobs(who: Who) -> list[dict]:
-        """Your jobs, newest first (the operator's key: every tenant's)."""
+        """Your jobs, newest first: every queued or running one and the newest 1,000 that
+        ended (the operator's key: every tenant's)."""
         jobs = store.jobs(who.tenant_id)
         for job in jobs:
             job["versions"] = _versions(runner, job)

@@ -30,6 +30,8 @@ QUEUED, RUNNING, DONE, CANCELLED, FAILED, REFUSED = (
 )  # fmt: skip
 ENDED = (DONE, CANCELLED, FAILED, REFUSED)
 LIVE = (QUEUED, RUNNING)
+MAX_LISTED_ENDED = 1000
+"""Jobs that ended a list of jobs shows, the newest (with every queued or running one)."""
 
 
 class TenantError(ValueError):
@@ -181,13 +183,18 @@ class JobStore:
         with self._session() as session:
             return session.scalar(select(Job.state).where(Job.id == job_id))
 
-    def jobs(self, tenant_id: int | None = None, limit: int = 1000) -> list[dict]:
-        """The newest ``limit`` jobs (of one tenant), newest first."""
+    def jobs(self, tenant_id: int | None = None, limit: int = MAX_LISTED_ENDED) -> list[dict]:
+        """Every queued or running job (of one tenant) and the newest ``limit`` that ended,
+        newest first: jobs that ended, however many (a tenant's refused submissions have no
+        bound), never hide one that runs."""
         with self._session() as session:
             query = select(Job, Tenant.name).join(Tenant, Tenant.id == Job.tenant_id)
             if tenant_id is not None:
                 query = query.where(Job.tenant_id == tenant_id)
-            rows = session.execute(query.order_by(Job.id.desc()).limit(limit)).all()
+            live = session.execute(query.where(Job.state.in_(LIVE))).all()
+            ended = session.execute(query.where(Job.state.not_in(LIVE))
+                                    .order_by(Job.id.desc()).limit(limit)).all()  # fmt: skip
+            rows = sorted([*live, *ended], key=lambda row: row[0].id, reverse=True)
             rewards = self._rewards(session, [job.id for job, _ in rows])
             return [self._view(session, job, name, rewards.get(job.id, [])) for job, name in rows]
 

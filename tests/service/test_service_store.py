@@ -294,3 +294,27 @@ def test_serve_on_a_data_folder_another_command_holds_names_data_not_out(tmp_pat
     err = capsys.readouterr().err.strip()
     assert err.endswith("wait for it to finish or choose another --data"), err
     assert "--out" not in err and "\n" not in err
+
+
+def test_jobs_that_ended_however_many_never_hide_one_that_runs(store):
+    """The list was the newest 1,000 jobs: a tenant's 1,000 refused submissions (no quota
+    bounds them; 30 s of requests) hid every other tenant's running jobs from the operator's
+    list and dashboard, and its own from itself."""
+    from marlaas.core.job_spec import JobSpec
+
+    alice, bob = (store.add_tenant(name) for name in ("alice", "bob"))
+    alice, bob = store.authenticate(alice), store.authenticate(bob)
+    spec = JobSpec.model_validate({"name": "x", "tenant": "alice"})
+    queued = store.add_job(alice, spec, 0.0)
+    running = store.add_job(alice, spec, 0.0)
+    store.set_state(running, "running")
+    mine = store.add_job(bob, spec, 0.0)
+    store.set_state(mine, "running")
+    refused = [store.add_job(bob, spec, 0.0) for _ in range(5)]
+    for job in refused:
+        store.set_state(job, "refused", "a quota")
+    newest = refused[::-1]
+    assert [j["id"] for j in store.jobs(None, limit=3)] == [*newest[:3], mine, running, queued]
+    assert [j["id"] for j in store.jobs(bob.id, limit=2)] == [*newest[:2], mine]
+    assert [j["id"] for j in store.jobs(alice.id, limit=0)] == [running, queued]
+    assert len(store.jobs(None)) == 8  # under the limit: every job
