@@ -39,6 +39,10 @@ USER_ERRORS = (
     ("marlaas.eventlog", "EventLogError"),
     ("marlaas.drive.loop", "RunError"),
     ("marlaas.envs.registry", "EnvLoadError"),
+    ("marlaas.executors.episodes", "EnvCallError"),  # evaluate's: a run retries its work
+    ("marlaas.executors.episodes", "EnvResultError"),
+    ("marlaas.executors.episodes", "EnvTimeoutError"),
+    ("marlaas.datasets.files", "DatasetError"),  # a file edited before evaluate reads it
     ("marlaas.policy_path", "PolicyLoadError"),
     ("marlaas.envs.sandbox_runtime", "SandboxUnavailable"),
     ("marlaas.executors.adapter_store", "AdapterError"),

@@ -222,6 +222,55 @@ def test_evaluate_scores_only_the_jobs_asked_for_and_keeps_the_others_rows(
         rewards.write_text(kept)
 
 
+RAISING_ENV = """
+from marlaas.envs.base import Environment, StepResult
+
+
+class Raises(Environment):
+    async def reset(self, seed):
+        return "abcd"
+
+    async def step(self, action):
+        raise KeyError("answer")
+
+
+class SaysMaybe(Raises):
+    async def step(self, action):
+        return StepResult("", 1.0, "maybe")
+"""
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ("Raises", "environment raising_env:Raises: step() raised KeyError: 'answer'"),
+        ("SaysMaybe", "environment raising_env:SaysMaybe: step() returned done str 'maybe', "
+                      "not True or False"),
+    ],
+)  # fmt: skip
+def test_evaluate_names_an_environment_that_raises_in_one_line(
+    quiet_run, tiny_model_dir, tmp_path, capsys, monkeypatch, env, says
+):
+    """What a user's environment raised (or a contract it broke) in evaluate was a traceback:
+    a run retries such work and names it in its reason, evaluate raised it as it came."""
+    (tmp_path / "raising_env.py").write_text(RAISING_ENV)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out, _done = quiet_run
+    before = sorted(p.name for p in out.iterdir())
+    own = out / "eval.json"
+    kept = own.read_text() if own.is_file() else None
+    args = [str(TRACE), "--set", f"base_model.path={tiny_model_dir}", "--set",
+            f"jobs.emit-a.env={{name: 'raising_env:{env}'}}", "--run", str(out), "--jobs",
+            "emit-a", "--prompts", "1", "--backend", "hf", "--quiet"]  # fmt: skip
+    assert main(["evaluate", *args]) == 2
+    skip = ("plain Python", "it/s]")  # a stale build's notice, transformers' loading bars
+    err = [line for line in capsys.readouterr().err.splitlines()
+           if line.strip() and not any(s in line for s in skip)]  # fmt: skip
+    assert err == [f"marlaas: error: {says}"]
+    assert sorted(p.name for p in out.iterdir()) == before  # nothing written
+    assert (own.read_text() if own.is_file() else None) == kept
+
+
 @pytest.mark.slow
 def test_vllm_start_up_prints_no_log(quiet_run, tiny_model_dir, tmp_path):
     """vLLM's ~30 lines of engine start-up (here through evaluate, which quiets the libraries
