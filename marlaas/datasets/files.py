@@ -60,8 +60,13 @@ def read_problems(path: str | Path, prompt_column: str, answer_column: str) -> l
             )
     problems = []
     for i, row in enumerate(rows, start=1):
-        prompt = _text(row.get(prompt_column), path, i, prompt_column)
-        answer = _text(row.get(answer_column), path, i, answer_column)
+        for column in (prompt_column, answer_column):
+            if column not in row:  # a JSON row without it (a CSV row short of it has None)
+                raise DatasetError(
+                    f"{path}: row {i}: no column {column!r} (it has {sorted(row)[:20]})"
+                )
+        prompt = _text(row[prompt_column], path, i, prompt_column)
+        answer = _text(row[answer_column], path, i, answer_column)
         problems.append(Problem(prompt, answer, f"{path}, row {i}"))
     return problems
 
@@ -74,8 +79,9 @@ def _text(value: Any, path: Path, row: int, column: str) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        if not math.isfinite(value):
-            raise DatasetError(f"{path}: row {row}, column {column!r}: empty, expected text")
+        if not math.isfinite(value):  # JSON's NaN, Infinity or 1e400, Parquet's NaN
+            raise DatasetError(f"{path}: row {row}, column {column!r}: {value!r}, not a "
+                               "finite number, expected text")  # fmt: skip
         return str(int(value)) if value.is_integer() else repr(value)
     if isinstance(value, Decimal):  # a Parquet decimal column: 3.00 as 3, 2.50 as 2.5
         if not value.is_finite():
