@@ -154,9 +154,15 @@ class EpisodeRunner:
         if not live:
             return 0, 0, 0
         context = round(sum(len(s.context) for s in live) / len(live))
-        room = self.max_model_len - max(len(s.context) for s in live)
-        if room <= 0:
-            raise EpisodeError(f"{d.job}: the prompt does not fit max_model_len")
+        longest_context = max(len(s.context) for s in live)
+        room = self.max_model_len - longest_context
+        if room <= 0:  # only a first turn's: a later turn's full context ended its episode
+            call = "reset_problem() of a dataset row" if spec.dataset is not None else "reset()"
+            raise EpisodeError(
+                f"{d.job}: group {d.group}'s prompt is {longest_context:,} tokens (environment "
+                f"{spec.env.name}'s {call}), and max_model_len is {self.max_model_len:,} "
+                "tokens: no room to generate"
+            )
         seed = self.group_seed(d.job, d.group) * 131 + d.turn
         groups = await engine.generate(
             d.job, version, prompts, n, min(d.max_new_tokens, room), rl.temperature, seed

@@ -295,3 +295,25 @@ def test_rewards_within_the_bound_keep_every_sum_and_advantage_finite():
     samples = [SimpleNamespace(group_id="g", reward=episode_reward * (-1) ** i)
                for i in range(limits.MAX_GROUP_SIZE)]  # fmt: skip
     assert all(math.isfinite(a) for a in group_advantages(samples))
+
+
+def test_a_prompt_longer_than_the_context_names_the_environment_and_its_length():
+    """It said 'j: the prompt does not fit max_model_len', naming neither the environment
+    nor how long the prompt was."""
+    from marlaas.core.job_spec import JobSpec
+    from marlaas.core.work import Generate
+    from marlaas.executors.episode_runner import EpisodeError, EpisodeRunner
+    from tests.episode_fakes import CharFormat, OneTokenEngine
+
+    class LongPrompt(Scripted):
+        async def reset(self, seed: int) -> str:
+            return "y" * 20
+
+    spec = JobSpec(name="j", tenant="t", env={"name": "long"})
+    runner = EpisodeRunner({"j": spec}, CharFormat(), max_model_len=8, seed=0,
+                           make_env=lambda name, args: LongPrompt(None))  # fmt: skip
+    runner.admit("j", 0)
+    with pytest.raises(EpisodeError, match=r"^j: group 0's prompt is 20 tokens \(environment "
+                       r"long's reset\(\)\), and max_model_len is 8 tokens: no room to "
+                       "generate$"):  # fmt: skip
+        asyncio.run(runner.generate(Generate(1, "j", 0, 0, 0, "e", 0, 2, 0, 4), OneTokenEngine()))
