@@ -227,6 +227,14 @@ class NamedAsPath(Policy):
         return (-job.index,)
 
 
+class RefusesEvery(Policy):
+    def key(self, job):
+        return (job.index,)
+
+    def engine_key(self, job, engine, homes):
+        return None
+
+
 class NumpyKeys(Policy):
     """Keys and engine keys of numpy scalars, as a key computed with numpy comes."""
 
@@ -471,6 +479,20 @@ def test_keys_of_numpy_scalars_run_as_plain_numbers(package, workload, tmp_path)
     assert [type(item) for item in key + engine_key] == [float, int, int, float]
     assert simulate(workload, path, tmp_path / "o") == 0
     assert json.loads((tmp_path / "o" / "summary.json").read_text())["policy"] == path
+
+
+def test_a_run_a_policy_stalls_by_refusing_every_engine_names_it(
+    package, workload, tmp_path, capsys
+):
+    """It said 'the run stalled at t=0.0 s; unfinished: ['a', 'b']', naming no policy."""
+    path = f"{package}:RefusesEvery"
+    assert simulate(workload, path, tmp_path / "o") == 2
+    err_lines = capsys.readouterr().err.strip().splitlines()
+    assert len(err_lines) == 1 and err_lines[0] == (
+        f"marlaas: error: the run stalled at t=0.0 s; unfinished: ['a', 'b'] (policy {path!r} "
+        "ranks engines: an engine_key of None for every engine a group fits leaves it unplaced)"
+    )
+    assert not (tmp_path / "o").exists()
 
 
 def test_a_name_that_is_no_string_is_refused(package, workload, tmp_path, capsys):

@@ -147,7 +147,8 @@ def _loop(
         if not scheduler.running and due is None:
             if inbox.closed and not inbox.stopped:
                 stuck = sorted(j.name for j in scheduler.jobs.values())
-                raise RunError(f"the run stalled at t={now:.1f} s; unfinished: {stuck}")
+                raise RunError(f"the run stalled at t={now:.1f} s; unfinished: {stuck}"
+                               f"{_stall_hint(scheduler.policy)}")  # fmt: skip
             inbox.wait()  # nothing runs: the run waits for a tenant
             clock = executor.now()
             now = clock if clock > now else now
@@ -192,6 +193,16 @@ def _loop(
         batches += 1
         decision_round()
     return now, batches, failures
+
+
+def _stall_hint(policy) -> str:
+    """What a stalled run's error adds about its policy: one that ranks engines may refuse
+    every engine a group fits (``engine_key`` None), and the group then waits for good (the
+    error named only the unfinished jobs, not the policy that held them)."""
+    if not getattr(policy, "ranks_engines", False):
+        return ""
+    return (f" (policy {policy.name!r} ranks engines: an engine_key of None for every engine "
+            "a group fits leaves it unplaced)")  # fmt: skip
 
 
 def _piece(decision) -> tuple[str, str, int]:
