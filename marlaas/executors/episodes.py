@@ -116,6 +116,12 @@ async def guarded_call(env: Environment, method: str, call: Callable[[], Any]) -
         raise EnvResultError(f"environment {_env_name(env)}: {method}() raised "
                              f"SystemExit({shown(exit_.code)}); an environment must not end "
                              "the process (raise an exception instead)") from None  # fmt: skip
+    except asyncio.CancelledError:
+        if _cancelled_here():
+            raise  # the call itself was cancelled: given up at its bound, or its group failed
+        raise EnvCallError(f"environment {_env_name(env)}: {method}() raised CancelledError "
+                           "of its own (an inner task or call cancelled, not this call)"
+                           ) from None  # fmt: skip
     except (EnvResultError, EnvCallError, EnvTimeoutError):
         raise
     except Exception as exc:
@@ -206,6 +212,16 @@ async def env_reset(
         raise EnvResultError(f"environment {_env_name(env)}: {method}() returned a prompt "
                              f"that is not Unicode text ({bad})")  # fmt: skip
     return prompt
+
+
+def _cancelled_here() -> bool:
+    """Whether the task running now was asked to cancel (a CancelledError an environment's
+    call raised is then the call's own cancellation). An environment's own CancelledError (a
+    task of its own that it awaited was cancelled) once ended the run in a traceback. Python
+    3.10 cannot tell them apart: there, every CancelledError is the call's."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return task is None or cancelling is None or cancelling() > 0
 
 
 def _not_unicode(text: str) -> str | None:

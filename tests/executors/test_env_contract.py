@@ -317,3 +317,33 @@ def test_a_prompt_longer_than_the_context_names_the_environment_and_its_length()
                        r"long's reset\(\)\), and max_model_len is 8 tokens: no room to "
                        "generate$"):  # fmt: skip
         asyncio.run(runner.generate(Generate(1, "j", 0, 0, 0, "e", 0, 2, 0, 4), OneTokenEngine()))
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="Task.cancelling() is 3.11's")
+def test_a_cancelled_error_of_the_environments_own_is_its_error_not_the_runs_end():
+    """A CancelledError a step raised, not being cancelled itself (an inner task of its own
+    that was cancelled), went up through the run's loop as a cancellation: train ended in a
+    traceback ('asyncio.exceptions.CancelledError'). A call given up at its bound is still
+    cancelled as before (test_a_step_that_hangs_is_one_error_within_the_jobs_bound)."""
+
+    class OwnCancel(Scripted):
+        async def step(self, action: str):
+            inner = asyncio.ensure_future(asyncio.sleep(10))
+            inner.cancel()
+            return await inner
+
+    from marlaas.executors.env_loops import EnvLoop
+    from marlaas.executors.episodes import env_call
+
+    says = r"OwnCancel: step\(\) raised CancelledError of its own"
+    with pytest.raises(EnvCallError, match=says):
+        asyncio.run(step_envs(episode(OwnCancel(None)), last_turn=False, fmt=Chars(),
+                              timeout_s=5))  # fmt: skip
+    loop = EnvLoop("marlaas-env-test")  # on the job's own thread, as a run calls it
+    try:
+        env = OwnCancel(None)
+        with pytest.raises(EnvCallError, match=says):
+            asyncio.run(env_call(env, "step", lambda: env.step("x"), "j", 5.0, loop))
+    finally:
+        loop.stop()
+    assert loop.join(10.0)
