@@ -124,7 +124,9 @@ async def guarded_call(env: Environment, method: str, call: Callable[[], Any]) -
                            ) from None  # fmt: skip
     except (EnvResultError, EnvCallError, EnvTimeoutError):
         raise
-    except Exception as exc:
+    except BaseException as exc:  # a BaseException of the user's own too (pytest.fail's)
+        if isinstance(exc, KeyboardInterrupt | GeneratorExit):
+            raise  # Ctrl-C is Ctrl-C
         if f"{type(env).__module__}:{type(env).__qualname__}" == REMOTE_ENV:
             raise  # its actor named what the environment raised; the rest is Ray's, named
         raise EnvCallError(f"environment {_env_name(env)}: {method}() raised "

@@ -347,3 +347,16 @@ def test_a_cancelled_error_of_the_environments_own_is_its_error_not_the_runs_end
     finally:
         loop.stop()
     assert loop.join(10.0)
+
+
+def test_a_base_exception_of_the_environments_own_is_its_error_not_the_runs_end():
+    """A BaseException subclass of the user's (as pytest.fail raises) went up through the
+    run's loop: train ended in a traceback. Ctrl-C inside a step is still Ctrl-C
+    (test_ctrl_c_inside_an_environment_is_still_ctrl_c)."""
+
+    class Weird(BaseException):
+        pass
+
+    group = episode(Raises(Weird("odd")))
+    with pytest.raises(EnvCallError, match=r"Raises: step\(\) raised Weird: odd$"):
+        asyncio.run(step_envs(group, last_turn=False, fmt=Chars()))
