@@ -38,6 +38,10 @@ class Environments:
         """Ready jobs whose key may have moved (or that are not queued yet) since the last
         start with free workers: they are queued with their key then, not at every change
         (while the workers are all busy, as they often are, no order is needed)."""
+        self._keys: dict[int, tuple] = {}
+        """Stale jobs' keys as the scheduler computed them at their last change (given to
+        set_ready): the key at the next start too, unless the job changed since (it is then
+        in ``ledger.touched``, and keyed again)."""
         self._group_sizes = Least()
         """The admitted jobs' group sizes: no group starts with fewer free workers than the
         smallest."""
@@ -51,14 +55,20 @@ class Environments:
         self.set_ready(job.index, False)
         self._group_sizes.remove(job.group_size)
 
-    def set_ready(self, index: int, ready: bool) -> None:
-        """The job changed: whether it has groups waiting for an environment step."""
+    def set_ready(self, index: int, ready: bool, key: tuple | None = None) -> None:
+        """The job changed: whether it has groups waiting for an environment step (``key``:
+        its policy key now, if the caller has it and it moves only when the job changes)."""
         if ready:
             self.ready.add(index)
             self._stale.add(index)
+            if key is None:
+                self._keys.pop(index, None)
+            else:
+                self._keys[index] = key
         elif index in self.ready:
             self.ready.discard(index)
             self._stale.discard(index)
+            self._keys.pop(index, None)
             self._queue.discard(index)
 
     def start(self, now: float, out: list[Decision]) -> None:
@@ -66,13 +76,22 @@ class Environments:
         smallest = self._group_sizes.value
         if not self.ready or self.free < smallest:
             return
-        queue, policy, jobs, stale = self._queue, self.policy, self.jobs, self._stale
-        for index in self.ledger.touched:  # keys may have moved since the jobs' refresh
+        queue, policy, jobs, stale, keys = (
+            self._queue,
+            self.policy,
+            self.jobs,
+            self._stale,
+            self._keys,
+        )
+        touched = self.ledger.touched
+        for index in touched:  # keys may have moved since the jobs' refresh
             if index in self.ready:
                 stale.add(index)
         for index in stale:
-            queue.put(index, policy.key(jobs[index]))
+            key = None if index in touched else keys.get(index)
+            queue.put(index, policy.key(jobs[index]) if key is None else key)
         stale.clear()
+        keys.clear()
         visited = []
         while self.free >= smallest and (popped := queue.pop()) is not None:
             visited.append(popped)

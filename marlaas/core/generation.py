@@ -129,6 +129,11 @@ class Generation:
                 engine.evict(adapter)
                 out.append(EvictAdapter(ledger.new_id(), job.name, version, engine.name))
 
+    def key_of(self, index: int) -> tuple:
+        """A ready job's policy key as last indexed (its key now, unless it changed since:
+        then it is in ``ledger.touched``)."""
+        return self._key[index]
+
     def has_work(self, job: JobState) -> bool:
         """Whether ``job`` has a group to generate now (a continuing episode or a new group)."""
         return bool(job.ready_gen) or job.next_group_allowed(self.barrier_limit(job))

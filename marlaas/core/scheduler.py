@@ -426,9 +426,12 @@ class Scheduler:
             limit = self._round_limit.get(job.name, job.published) if barrier else None
             gen = bool(job.ready_gen) or job.next_group_allowed(limit)
             env = bool(job.ready_env)
+            key = None
             if gen:
-                if not (after_generation and index in generation.ready):  # else: as the
-                    key = self.policy.key(job)  # placement round left it
+                if after_generation and index in generation.ready:
+                    key = generation.key_of(index)  # as the placement round left it
+                else:
+                    key = self.policy.key(job)
                     generation.set_ready(index, True, key, after_generation)
             elif index in generation.ready:
                 generation.set_ready(index, False)
@@ -436,8 +439,8 @@ class Scheduler:
                 train_ready.add(index)
             else:
                 train_ready.discard(index)
-            if env or index in environments.ready:
-                environments.set_ready(index, env)
+            if env or index in environments.ready:  # the key, unless the backlog moves it
+                environments.set_ready(index, env, None if self._reads_backlog else key)
             vote(index, (None if gen else job.waiting_on(limit), job.trainer_vote()))
         touched.clear()
 

@@ -10,15 +10,18 @@ key, each starting as many groups as free workers allow.
 
 from __future__ import annotations
 
+import collections
 import heapq
+import itertools
 import random
 import types
 
 import pytest
 
 from marlaas import compiled
+from marlaas.core.environments import Environments
 from marlaas.core.generation import next_group
-from marlaas.core.policies import get_policy, policy_names
+from marlaas.core.policies import Policy, get_policy, policy_names
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.workload import parse_workload
 from marlaas.drive import FixedExecutor, drive
@@ -58,6 +61,62 @@ def reference_start(self, now, out, engines):
 def reference_env_start(self, now, out):
     for job in sorted((self.jobs[i] for i in self.ready), key=self.policy.key):
         self.start_job(job, now, out)
+
+
+class _Ledger:
+    """What Environments.start writes through: new ids, the jobs changed, the work begun."""
+
+    def __init__(self) -> None:
+        self.touched: set[int] = set()
+        self._ids = itertools.count(1)
+
+    def new_id(self) -> int:
+        return next(self._ids)
+
+    def begin(self, decision, now, out, engine=None, trainer=None) -> None:
+        out.append(decision)
+
+
+def _waiting_job(index: int, rank: int) -> types.SimpleNamespace:
+    """A job with one group of 4 samples waiting for an environment step."""
+    group = types.SimpleNamespace(index=0, turn=0)
+    rl = types.SimpleNamespace(group_size=4, turns=1)
+    return types.SimpleNamespace(
+        index=index, name=f"j{index}", rank=rank, group_size=4, spec=types.SimpleNamespace(rl=rl),
+        groups={0: group}, ready_env=collections.deque([0]), in_env=0, step_of=lambda g: 0,
+    )  # fmt: skip
+
+
+class _ByRank(Policy):
+    name = "by-rank (test)"
+
+    def __init__(self) -> None:
+        self.keyed: list[int] = []
+
+    def key(self, job) -> tuple:
+        self.keyed.append(job.index)
+        return (job.rank, job.index)
+
+
+def test_a_waiting_job_is_keyed_again_when_it_changed_after_its_key_was_given():
+    """The environment stage takes a waiting job's key from the scheduler's refresh (no
+    second key), unless the job changed since (``ledger.touched``): then its new key orders
+    it. Workers for one group only: the first job in key order starts."""
+    for changed, first in ((False, "j0"), (True, "j1")):
+        policy, ledger = _ByRank(), _Ledger()
+        jobs = {0: _waiting_job(0, rank=1), 1: _waiting_job(1, rank=2)}
+        stage = Environments(jobs, {j.name: j for j in jobs.values()}, ledger, policy, 4)
+        for index, job in jobs.items():
+            stage.add_job(job)
+            stage.set_ready(index, True, policy.key(job))
+        policy.keyed.clear()
+        if changed:
+            jobs[1].rank = 0  # its key moves after the refresh that gave the stage its key
+            ledger.touched.add(1)
+        out: list = []
+        stage.start(0.0, out)
+        assert [step.job for step in out] == [first]
+        assert policy.keyed == ([1] if changed else [])
 
 
 def random_workload(rng: random.Random, preset: str | None) -> dict:
