@@ -30,6 +30,13 @@ URL_ENV, KEY_ENV = "MARLAAS_URL", "MARLAAS_API_KEY"
 ENDED = ("done", "cancelled", "failed", "refused")
 REFUSED_EVENT = "refused"
 """The event that ends a stream whose key was revoked while it ran (a ServiceError, 401)."""
+STREAM_SILENCE_S = 45.0
+"""How long an event stream may send nothing, not even the ping the service sends every 15 s,
+before the client takes the connection as lost and reconnects [s]: a service that froze, or
+a network that dropped it without a word, is not waited on forever."""
+RECONNECT_S = 60.0
+"""How long :meth:`Client.events` tries to reconnect to a service it lost before it gives up
+(ServiceError, status 0) [s]."""
 
 
 class ServiceError(RuntimeError):
@@ -112,33 +119,47 @@ class Client:
             time.sleep(poll_s)
 
     def events(self, job_id: int, last_id: int = 0, retry_s: float = 1.0,
-               max_retries: int = 60) -> Iterator[Event]:  # fmt: skip
+               reconnect_s: float | None = None) -> Iterator[Event]:  # fmt: skip
         """The job's events as they come, until it has ended; reconnects (Last-Event-ID)
-        when the connection drops, e.g. while the service restarts. A key revoked while the
-        stream runs ends it with ServiceError (401)."""
-        failures = 0
+        when the stream ends before the job has (a service that stops, SIGTERM or Ctrl-C,
+        ends its streams), when the connection drops (``kill -9``) or when nothing, not even a
+        ping, came for :data:`STREAM_SILENCE_S`; after ``reconnect_s`` (default
+        :data:`RECONNECT_S`) without reaching the service, ServiceError (status 0). A key
+        revoked while the stream runs ends it with ServiceError (401)."""
+        reconnect_s = RECONNECT_S if reconnect_s is None else reconnect_s
+        lost_at: float | None = None
         while True:
             headers = {"Last-Event-ID": str(last_id)} if last_id else {}
             try:
-                with self._http.stream("GET", f"/v1/jobs/{int(job_id)}/events",
-                                       headers=headers, timeout=None) as response:  # fmt: skip
+                path = f"/v1/jobs/{int(job_id)}/events"
+                with self._http.stream("GET", path, headers=headers,
+                                       timeout=STREAM_SILENCE_S) as response:  # fmt: skip
                     if response.status_code != 200:
                         response.read()
                         raise _error(response)
+                    lost_at, ended = None, False
                     for event in _parse_sse(response.iter_lines()):
                         if event.kind == REFUSED_EVENT:  # the key was revoked mid-stream
                             raise ServiceError(
                                 int(event.data.get("status", 401)),
                                 str(event.data.get("detail", "key refused")),
                             )
-                        last_id, failures = event.id, 0
+                        last_id = event.id
+                        ended = event.kind == "state" and event.data.get("state") in ENDED
                         yield event
-                return
+                if ended or self.job(job_id)["state"] in ENDED:
+                    return
             except (httpx.TransportError, httpx.RemoteProtocolError):
-                failures += 1
-                if failures > max_retries:
-                    raise ServiceError(0, f"lost {self.url} and could not reconnect") from None
-                time.sleep(retry_s)
+                pass
+            except ServiceError as err:
+                if err.status != 0:  # a refusal; 0: self.job could not reach the service
+                    raise
+            now = time.monotonic()
+            lost_at = now if lost_at is None else lost_at
+            if now - lost_at > reconnect_s:
+                raise ServiceError(0, f"lost {self.url} and could not reconnect within "
+                                   f"{reconnect_s:g} s") from None  # fmt: skip
+            time.sleep(retry_s)
 
     def fetch(self, job_id: int, out: str | Path, version: int | None = None) -> Path:
         """Download an adapter version (default: the newest) and unpack it into ``out``,

@@ -122,11 +122,12 @@ class Served:
 
 def serve(data: Path, db_url: str | None = None, cluster: dict | None = None,
           speed: float = 200.0, max_streams: int | None = None, unacked_s: float | None = None,
-          **limits) -> Served:  # fmt: skip
-    """Start a simulated service on a free loopback port (uvicorn in a thread), the server
-    ``serve`` starts (:mod:`marlaas.service.server`); ``max_streams``: its ``--max-streams``
-    (None: the default); ``unacked_s`` and ``limits`` (``read_s``, ``body_rate``,
-    ``max_connections``, ``base``): its bounds, where a test needs them shorter."""
+          port: int = 0, **limits) -> Served:  # fmt: skip
+    """Start a simulated service on loopback (uvicorn in a thread), the server ``serve``
+    starts (:mod:`marlaas.service.server`), on ``port`` (0: a free one); ``max_streams``: its
+    ``--max-streams`` (None: the default); ``unacked_s`` and ``limits`` (``read_s``,
+    ``body_rate``, ``max_connections``, ``base``): its bounds, where a test needs them
+    shorter."""
     import uvicorn
 
     from marlaas.service import server as bounds
@@ -147,7 +148,7 @@ def serve(data: Path, db_url: str | None = None, cluster: dict | None = None,
     runner.start(30)
     max_streams = MAX_STREAMS if max_streams is None else max_streams
     app = create_app(runner, data, max_streams)
-    listening = bounds.listening_socket("127.0.0.1", 0, unacked_s or bounds.UNACKED_S)
+    listening = bounds.listening_socket("127.0.0.1", port, unacked_s or bounds.UNACKED_S)
     port = listening.getsockname()[1]
     limits.setdefault("max_connections", bounds.connection_limit(max_streams))
     config = bounds.server_config(app, "127.0.0.1", port, log_level="error", **limits)

@@ -28,7 +28,7 @@ def follow(client, job_id: int, seen: list, ended: list) -> threading.Thread:
 
     def run() -> None:
         try:
-            for event in client.events(job_id, max_retries=0):
+            for event in client.events(job_id, reconnect_s=0):
                 seen.append(event)
             ended.append(None)
         except ServiceError as err:

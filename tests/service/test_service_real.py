@@ -250,7 +250,7 @@ def test_kill_9_and_a_restart_continue_every_job_with_nothing_lost_or_twice(refe
     assert (a, b) == (ref_a, ref_b)  # the same job numbers: the same samples
     seen: list = []
     listener = threading.Thread(target=lambda: seen.extend(
-        Client(service.url, keys["alice"]).events(a, retry_s=0.5, max_retries=600)),
+        Client(service.url, keys["alice"]).events(a, retry_s=0.5, reconnect_s=300)),
         daemon=True)  # fmt: skip
     listener.start()
     operator = Client(service.url, (data / "operator.key").read_text().strip())

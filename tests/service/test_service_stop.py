@@ -21,3 +21,97 @@ def test_a_service_stopped_while_a_job_runs_stops_without_a_driver_error(tmp_pat
     service.stop()  # asserts that the driver did not stop on its own
     assert not service.runner.alive
     assert service.runner.error is None
+
+
+def test_an_event_stream_goes_on_through_a_stop_and_a_start_of_the_service(tmp_path, monkeypatch):
+    """A service that stops (SIGTERM, Ctrl-C) ends its event streams cleanly, which the
+    client took for the job's end: ``events`` returned mid-job, and ``marlaas watch`` exited
+    1 ("cannot reach") at once, instead of following the job on the restarted service."""
+    import threading
+    from urllib.parse import urlsplit
+
+    from sse_starlette.sse import AppStatus
+
+    service = serve(tmp_path / "data", speed=5.0)
+    key = service.key("alice")
+    client = service.client(key)
+    job = client.submit({**JOB, "rl": {**JOB["rl"], "steps": 100_000}})["id"]
+    seen: list = []
+    follower = threading.Thread(target=lambda: seen.extend(
+        client.events(job, retry_s=0.1)), daemon=True)  # fmt: skip
+    follower.start()
+    deadline = time.monotonic() + 30
+    while sum(event.kind == "step" for event in seen) < 2:
+        assert time.monotonic() < deadline, seen
+        time.sleep(0.05)
+    # what SIGTERM sets for the streams (uvicorn's signal handler, which a server on a
+    # thread has not): each ends cleanly, as they do when `marlaas serve` stops
+    monkeypatch.setattr(AppStatus, "should_exit", True)
+    service.stop()
+    monkeypatch.setattr(AppStatus, "should_exit", False)
+    time.sleep(1)
+    assert follower.is_alive(), "the stream ended with the service; the job had not"
+    service = serve(tmp_path / "data", speed=5.0, port=urlsplit(service.url).port)
+    try:
+        before = len(seen)
+        while len(seen) == before:  # it reconnected: the new service's events come
+            assert time.monotonic() < deadline + 30, seen[-3:]
+            time.sleep(0.05)
+        service.client(key).cancel(job)
+        follower.join(30)
+        assert not follower.is_alive()
+    finally:
+        service.stop()
+    ids = [event.id for event in seen]
+    assert ids == sorted(set(ids))  # none twice (Last-Event-ID)
+    assert (seen[-1].kind, seen[-1].data["state"]) == ("state", "cancelled")
+
+
+def test_an_event_stream_that_falls_silent_is_given_up(monkeypatch):
+    """A service that froze (SIGSTOP, a host gone without a word) left ``marlaas watch``
+    waiting forever: the stream had no read timeout. The service pings every 15 s; a stream
+    silent for STREAM_SILENCE_S is taken as lost, and a service not reached again in
+    RECONNECT_S is ServiceError (status 0)."""
+    import socket
+    import threading
+
+    from marlaas import client as client_module
+    from marlaas.client import Client, ServiceError
+
+    monkeypatch.setattr(client_module, "STREAM_SILENCE_S", 0.5, raising=False)
+    monkeypatch.setattr(client_module, "RECONNECT_S", 1.0, raising=False)
+    frozen = socket.socket()
+    frozen.bind(("127.0.0.1", 0))
+    frozen.listen(16)
+    held = []
+
+    def answer_then_freeze() -> None:
+        """A stream's headers and one event, then nothing: the process froze (the kernel
+        still takes the connections that come next, and nobody answers them)."""
+        connection, _ = frozen.accept()
+        held.append(connection)
+        connection.recv(65_536)
+        connection.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                           b"transfer-encoding: chunked\r\n\r\n"
+                           b"20\r\nid: 1\r\nevent: step\r\ndata: {}\r\n\r\n\r\n")  # fmt: skip
+
+    threading.Thread(target=answer_then_freeze, daemon=True).start()
+    outcome: list = []
+
+    def follow() -> None:
+        client = Client(f"http://127.0.0.1:{frozen.getsockname()[1]}", "k")
+        try:
+            outcome.extend(client.events(1, retry_s=0.1))
+        except ServiceError as err:
+            outcome.append(err)
+
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    follower.join(20)
+    frozen.close()
+    for connection in held:
+        connection.close()
+    assert not follower.is_alive(), "still waiting on a silent stream"
+    assert [event.id for event in outcome[:-1]] == [1]
+    assert isinstance(outcome[-1], ServiceError) and outcome[-1].status == 0, outcome
+    assert "could not reconnect within 1 s" in str(outcome[-1])
