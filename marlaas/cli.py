@@ -55,6 +55,7 @@ USER_ERRORS = (
     ("marlaas.ray_cluster", "RayUnavailableError"),
     ("marlaas.output.errors", "OutputError"),
     ("marlaas.service.db", "DatabaseError"),
+    ("marlaas.service.keys", "SecretError"),
     ("marlaas.terminal", "UsageError"),
 )
 """(module, class) of the errors printed as one line: an error whose module was never

@@ -387,9 +387,17 @@ def _traffic(args: argparse.Namespace) -> int:
     saved = _data_folder(args.data, create=False) / CONFIG_FILE  # read only: nothing made
     if not saved.is_file():
         raise UsageError(f"traffic: {args.data} has no {CONFIG_FILE}; has it been served?")
+    try:
+        config = ServiceConfig.model_validate_json(saved.read_bytes())
+    except ValueError as err:  # pydantic's ValidationError: not JSON, or not a cluster file
+        from marlaas.core.validation_message import format_validation_error
+
+        raise UsageError(
+            f"traffic: {saved}: damaged ({format_validation_error(err, 'config')}); `marlaas "
+            "serve` writes it again (the cluster file the service runs with)"
+        ) from None
     store = _open_store(args)
     try:
-        config = ServiceConfig.model_validate_json(saved.read_text())
         workload = traffic_workload(store, config)
     finally:
         store.close()

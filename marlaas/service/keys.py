@@ -28,15 +28,28 @@ def key_hash(secret: bytes, key: str) -> str:
     return hmac.new(secret, key.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
 
 
-def load_secret(data_dir: Path) -> bytes:
-    """The service's secret in ``data_dir``, made (owner-only) on first use."""
+class SecretError(RuntimeError):
+    """The keys' secret is damaged, or missing while keys made with it exist (one line)."""
+
+
+def load_secret(data_dir: Path, keys_made: int = 0) -> bytes:
+    """The service's secret in ``data_dir``, made (owner-only) on first use. SecretError when
+    it is damaged, or missing while ``keys_made`` tenants' keys were made with it: a new
+    secret would refuse every one of them, 401 with no word of why."""
     path = Path(data_dir) / SECRET_FILE
+    if keys_made and not path.exists():
+        raise SecretError(
+            f"{path}: missing, and the database holds {keys_made} tenant(s)' keys made with it: "
+            "restore it from a backup of the data folder (if it is lost for good, put 32 "
+            f"random bytes there, `head -c 32 /dev/urandom > {path}`, and give every tenant "
+            "a new key: tenants revoke, then tenants add)"
+        )
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         secret = path.read_bytes()
         if len(secret) < 32:
-            raise ValueError(f"{path}: damaged (shorter than 32 bytes); restore it") from None
+            raise SecretError(f"{path}: damaged (shorter than 32 bytes); restore it") from None
         return secret
     with os.fdopen(fd, "wb") as handle:
         handle.write(secrets.token_bytes(32))

@@ -66,7 +66,13 @@ class JobStore:
         self.url = url
         self.engine, self._session = open_database(url)
         self._sqlite = self.engine.dialect.name == "sqlite"
-        self._secret = keys.load_secret(data_dir)
+        try:
+            with self._session() as session:
+                made = session.scalar(select(func.count(Tenant.id)))
+            self._secret = keys.load_secret(data_dir, made)
+        except BaseException:
+            self.engine.dispose()
+            raise
 
     def close(self) -> None:
         """Close every connection."""

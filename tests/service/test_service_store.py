@@ -4,6 +4,7 @@ listed and revoked, the schema migrated by Alembic, on SQLite and on PostgreSQL.
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
@@ -35,6 +36,7 @@ def test_a_key_is_kept_only_as_its_keyed_hash(store, tmp_path, db_url):
     if db_url is None:  # nowhere in the database file either
         assert key.encode() not in (tmp_path / "service.db").read_bytes()
     (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "secret.key").write_bytes(os.urandom(32))
     other = JobStore(database_url(tmp_path, db_url), tmp_path / "elsewhere")
     try:  # another secret: the same key no longer matches (the hash is keyed)
         assert other.authenticate(key) is None
@@ -151,6 +153,40 @@ def test_traffic_and_tenants_list_on_a_folder_never_served_make_nothing(tmp_path
         assert "no such data folder" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
     assert list(empty.iterdir()) == []
+
+
+def test_a_damaged_or_missing_secret_or_config_is_one_line_and_makes_no_new_secret(
+    tmp_path, capsys
+):
+    """A damaged secret.key or config.json was a traceback; a missing secret.key was made
+    anew, silently, and every tenant's key was refused from then on (401, no word of why)."""
+    data = tmp_path / "data"
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("service: {max_sequence_tokens: 64}\n")
+    assert main(["tenants", "add", "alice", "--data", str(data)]) == 0
+    capsys.readouterr()
+    (data / "config.json").write_text("{bad")
+    out = str(tmp_path / "w.yaml")
+    assert main(["traffic", "--data", str(data), "--out", out]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"marlaas: error: traffic: {data / 'config.json'}: damaged (")
+    assert "\n" not in err and "Traceback" not in err
+    secret = data / "secret.key"
+    secret.write_bytes(b"short")
+    assert main(["tenants", "list", "--data", str(data)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"marlaas: error: {secret}: damaged (shorter than 32 bytes); restore it"
+    )
+    secret.unlink()
+    for args in (
+        ["tenants", "list", "--data", str(data)],
+        ["serve", str(cluster), "--simulate", "--port", "0", "--data", str(data)],
+    ):
+        assert main(args) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"marlaas: error: {secret}: missing, and the database holds 1 "
+                              "tenant(s)' keys made with it: restore it"), err  # fmt: skip
+        assert "\n" not in err and not secret.exists()
 
 
 def test_serve_refuses_another_base_model_for_a_data_folders_adapters(tmp_path, capsys):
