@@ -157,7 +157,10 @@ class EpisodeRunner:
         longest_context = max(len(s.context) for s in live)
         room = self.max_model_len - longest_context
         if room <= 0:  # only a first turn's: a later turn's full context ended its episode
-            call = "reset_problem() of a dataset row" if spec.dataset is not None else "reset()"
+            call = "reset()"
+            if spec.dataset is not None:  # which row: the file's, named as loading names it
+                row = self._prompt_sets[d.job].train_problem(d.group, self.seed).source
+                call = f"reset_problem() of {row}"
             raise EpisodeError(
                 f"{d.job}: group {d.group}'s prompt is {longest_context:,} tokens (environment "
                 f"{spec.env.name}'s {call}), and max_model_len is {self.max_model_len:,} "

@@ -254,3 +254,26 @@ def test_resume_refuses_a_dataset_edited_since_the_run_started(tmp_path):
     older = copy.deepcopy(recorded)
     del older["jobs"][job]["dataset"]  # a run from before the digest was recorded
     check_same_workload(older, edited)
+
+
+def test_a_dataset_prompt_longer_than_the_context_names_its_row(tmp_path):
+    """A row whose prompt leaves no room under max_model_len said 'JOB: the prompt does not
+    fit max_model_len', naming neither the environment, the file nor the row."""
+    import asyncio
+
+    from marlaas.core.work import Generate
+    from marlaas.executors.episode_runner import EpisodeError, EpisodeRunner
+
+    spec = load_workload(write(tmp_path)).jobs[0]
+    runner = EpisodeRunner({spec.name: spec}, CharFormat(), max_model_len=5, seed=0)
+    runner.admit(spec.name, 0)
+    with pytest.raises(EpisodeError) as err:
+        asyncio.run(runner.generate(Generate(0, spec.name, 0, 0, 0, "e", 0, 2, 0, 4),
+                                    OneTokenEngine()))  # fmt: skip
+    problem = runner._prompt_sets[spec.name].train_problem(0, 0)  # group 0's, seed 0
+    assert problem.source.startswith(f"{(tmp_path / 'data' / 'p.jsonl').resolve()}, row ")
+    assert str(err.value).startswith(
+        f"{spec.name}: group 0's prompt is {len(problem.prompt)} tokens (environment "
+        f"exact_match's reset_problem() of {problem.source}), "
+    ), str(err.value)
+    assert str(err.value).endswith("), and max_model_len is 5 tokens: no room to generate")
