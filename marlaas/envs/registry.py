@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from marlaas.envs.base import Environment
-from marlaas.import_path import import_subclass, one_line
+from marlaas.import_path import import_subclass, one_line, shown
 
 BUILTINS: dict[str, str] = {
     "arithmetic": "marlaas.envs.arithmetic:ArithmeticEnv",
@@ -72,6 +72,11 @@ def check_env(spec: str, args: dict[str, Any] | None = None) -> None:
     (an option the class does not declare in ``options``, or a value of the wrong kind)."""
     cls = resolve_env(spec)
     declared = getattr(cls, "options", None)
+    if declared is not None and not _names(declared):
+        raise EnvLoadError(
+            f"{spec}: its options is {type(declared).__name__} {shown(declared, 80)}, not a "
+            "tuple of option names (one name is ('name',): a tuple needs its comma)"
+        )
     unknown = sorted(set(args or {}) - set(declared)) if declared is not None else []
     if unknown:
         raise EnvLoadError(
@@ -83,6 +88,15 @@ def check_env(spec: str, args: dict[str, Any] | None = None) -> None:
         raise
     except Exception as exc:  # a user's class: whatever it raises is one line
         raise EnvLoadError(f"{spec}: making it failed ({one_line(exc)})") from exc
+
+
+def _names(declared: object) -> bool:
+    """Whether an environment's ``options`` is a tuple (list, set) of names: a string is not
+    (``options = ("target")``, the comma forgotten, took the option names 't', 'a', 'r', ...
+    and refused 'target' as unknown)."""
+    return isinstance(declared, tuple | list | set | frozenset) and all(
+        isinstance(name, str) for name in declared
+    )
 
 
 def _import(path: str) -> type[Environment]:

@@ -10,6 +10,7 @@ import pytest
 
 from marlaas.datasets import Problem
 from marlaas.envs import EnvLoadError, check_env, make_env
+from marlaas.envs.base import Environment, StepResult
 
 
 def score(name: str, answer: str, response: str, **args):
@@ -86,6 +87,25 @@ def test_answer_environments_take_their_prompts_from_a_dataset():
         asyncio.run(make_env("arithmetic").reset_problem(Problem("q", "1")))
     with pytest.raises(EnvLoadError, match="unknown option"):
         check_env("math", {"tolerance": 0.1})
+
+
+class OneOption(Environment):
+    options = "target"  # written ("target"): the comma forgotten, a string, not a tuple
+
+    async def reset(self, seed: int) -> str:
+        return "go"
+
+    async def step(self, action: str) -> StepResult:
+        return StepResult("", 1.0, True)
+
+
+def test_options_that_are_no_tuple_of_names_are_refused_saying_so():
+    """options = ("target") is the string 'target': its option names were taken to be 't',
+    'a', 'r', ..., and 'target' itself refused: "unknown option(s) ['target']; it takes ['a',
+    'e', 'g', 'r', 't', 't']"."""
+    says = r"OneOption: its options is str 'target', not a tuple of option names \(one name is "
+    with pytest.raises(EnvLoadError, match=says):
+        check_env(f"{__name__}:OneOption", {"target": "a"})
 
 
 def test_reasoning_gym_task_by_name_scored_by_its_own_score_answer():
