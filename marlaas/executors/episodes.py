@@ -239,9 +239,10 @@ def _not_unicode(text: str) -> str | None:
     return None
 
 
-def _is_done(done: object) -> bool:
-    """Whether ``done`` is a flag: a bool (numpy's too), or 0 or 1 (a string such as
-    ``"no"`` is not: true as a flag, it ended every episode)."""
+def _is_flag(done: object) -> bool:
+    """Whether ``done`` (or ``info["correct"]``) is a flag: a bool (numpy's too), or 0 or 1
+    (a string such as ``"no"`` is not: true as a flag, it ended every episode, and counted
+    as correct in ``evaluate``)."""
     numpy = sys.modules.get("numpy")  # imported by whoever made a numpy bool, if anyone
     if isinstance(done, bool) or (numpy is not None and isinstance(done, numpy.bool_)):
         return True
@@ -268,12 +269,17 @@ def checked_step(env: Environment, result: Any) -> StepResult:
     if bad is not None:
         raise EnvResultError(f"{where} returned an observation that is not Unicode text "
                              f"({bad})")  # fmt: skip
-    if not _is_done(result.done):
+    if not _is_flag(result.done):
         raise EnvResultError(f"{where} returned done {type(result.done).__name__} "
                              f"{shown(result.done)}, not True or False")  # fmt: skip
     if not isinstance(result.info, Mapping):
         raise EnvResultError(f"{where} returned the info {type(result.info).__name__}, "
                              "not a dict")  # fmt: skip
+    if "correct" in result.info and not _is_flag(result.info["correct"]):  # evaluate's score
+        correct = result.info["correct"]
+        raise EnvResultError(f"{where} returned info['correct'] {type(correct).__name__} "
+                             f"{shown(correct)}, not True or False (evaluate counts it as "
+                             "the answer's verdict)")  # fmt: skip
     return result
 
 

@@ -91,6 +91,12 @@ GOOD = StepResult("ok", 0.5, False)
         (StepResult("", 0.1, "no"), r"returned done str 'no', not True or False"),
         (StepResult("", 0.1, None), r"returned done NoneType None, not True or False"),
         (
+            StepResult("", 0.1, True, {"correct": "no"}),
+            r"returned info\['correct'\] str 'no', "
+            r"not True or False \(evaluate counts",
+        ),
+        (StepResult("", 0.1, True, {"correct": 0.3}), r"returned info\['correct'\] float 0.3"),
+        (
             StepResult("ok\udcff", 0.1, False),
             r"an observation that is not Unicode text \(a "
             r"lone surrogate '\\udcff' at character 2\)",
