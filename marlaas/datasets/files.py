@@ -190,6 +190,7 @@ def _read_csv(path: Path) -> list[dict[str, Any]]:
     the header has None in its missing columns. A header with a name twice, or a row with
     more cells than the header (an unquoted comma in a prompt), is refused: either would
     drop cells without a word."""
+    reader = None
     try:
         with path.open(encoding="utf-8-sig", newline="") as f:  # a BOM is not a column
             reader = csv.DictReader(f, restkey=_EXTRA)
@@ -210,8 +211,10 @@ def _read_csv(path: Path) -> list[dict[str, Any]]:
             return rows
     except UnicodeDecodeError as err:
         raise DatasetError(f"{path}: not UTF-8 text ({err.reason})") from None
-    except csv.Error as err:
-        raise DatasetError(f"{path}: not a readable CSV file ({_one_line(err)})") from None
+    except csv.Error as err:  # a cell past csv's field size limit, say: where it is
+        line = reader.reader.line_num if reader is not None else 0  # the csv reader's own
+        where = f"line {line}: " if line else ""
+        raise DatasetError(f"{path}: {where}not a readable CSV file ({_one_line(err)})") from None
 
 
 def _read_saved(path: Path) -> list[dict[str, Any]]:

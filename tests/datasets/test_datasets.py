@@ -113,6 +113,8 @@ def test_parquet_float32_and_decimal_answers_are_the_numbers_written(tmp_path):
         ("flag.jsonl", '{"prompt": "a", "answer": true}\n', "row 1, column 'answer': a boolean"),
         ("cols.csv", "question,solution\na,1\n", "no column 'prompt' (it has ['question', "),
         ("empty.jsonl", "", "has no rows"),
+        ("huge.csv", "prompt,answer\na,1\nb,2\n" + "x" * 200_000 + ",3\n",
+         "line 4: not a readable CSV file (field larger than field limit"),
         ("nan.jsonl", '{"prompt": "a", "answer": NaN}\n',
          "row 1, column 'answer': nan, not a finite number, expected text"),
         ("inf.jsonl", '{"prompt": "a", "answer": 1e400}\n',
