@@ -74,6 +74,7 @@ def _serve(args: argparse.Namespace) -> int:
         require_ray("serve --ray", args.ray)
     data = _data_folder(args.data, create=False)  # every check before anything is written
     if not args.simulate:
+        _check_environments(config, args.cluster)
         _check_base_model(data, config, base_dir)
     listening = _listening_socket(args.host, args.port)  # a port in use: nothing written
     try:
@@ -208,6 +209,23 @@ def _base_model(config, base_dir: Path) -> dict:
     from marlaas.executors.resume import base_model_identity
 
     return base_model_identity(config.base_model.name, model_dir_of(config, base_dir))
+
+
+def _check_environments(config, cluster: str) -> None:
+    """Refuse a real service one of whose ``service.environments`` cannot run on this host
+    (``python_exec`` without its sandbox), as ``marlaas train`` refuses such a workload:
+    every job that named it was taken (201) and failed at its first step."""
+    from marlaas.envs import resolve_env
+
+    for name in config.service.environments:
+        try:
+            resolve_env(name).check_runtime()
+        except RuntimeError as err:
+            raise UsageError(
+                f"serve: {cluster}: service.environments names {name!r}, which cannot run on "
+                f"this host ({' '.join(str(err).split())}); remove it from the list, or serve "
+                "where it runs"
+            ) from None
 
 
 def _check_base_model(data: Path, config, base_dir: Path) -> None:

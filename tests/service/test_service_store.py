@@ -354,3 +354,22 @@ def test_jobs_that_ended_however_many_never_hide_one_that_runs(store):
     assert [j["id"] for j in store.jobs(bob.id, limit=2)] == [*newest[:2], mine]
     assert [j["id"] for j in store.jobs(alice.id, limit=0)] == [running, queued]
     assert len(store.jobs(None)) == 8  # under the limit: every job
+
+
+def test_serve_refuses_an_environment_that_cannot_run_on_this_host(tmp_path, capsys, monkeypatch):
+    """A real service that lists python_exec where its sandbox cannot run took every job
+    that named it (201), and each failed at its first step (SandboxUnavailable, 4 times);
+    ``marlaas train`` refuses such a workload before any model loads."""
+    from marlaas.envs import sandbox_runtime
+
+    monkeypatch.setattr(sandbox_runtime, "_probe", lambda: "`bwrap` not found on PATH")
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("service: {max_sequence_tokens: 64, environments: [arithmetic, "
+                       "python_exec]}\n")  # fmt: skip
+    data = tmp_path / "data"
+    assert main(["serve", str(cluster), "--port", "0", "--data", str(data)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"marlaas: error: serve: {cluster}: service.environments names "
+                          "'python_exec', which cannot run on this host (the code sandbox is "
+                          "unavailable: `bwrap` not found on PATH; install bubblewrap")  # fmt: skip
+    assert "\n" not in err and not data.exists()
