@@ -403,3 +403,53 @@ def test_a_submission_the_stopping_service_cannot_take_is_503_and_leaves_nothing
     assert client.cancel(slow["id"])["state"] == "cancelling"
     live = {job_id: cancelled for job_id, _, _, cancelled in service.store.live_jobs()}
     assert live == {slow["id"]: True}  # what a restart submits again: cancelled
+
+
+def test_an_adapter_download_is_made_as_it_is_sent_not_held_whole(tmp_path, monkeypatch):
+    """It was built whole in memory (a BytesIO, then its bytes) before a byte was sent:
+    every download at once of a large adapter held all of it in the service's memory. Now
+    it is read and compressed a chunk at a time."""
+    import os
+    import tarfile
+    import tracemalloc
+
+    from tests.service.conftest import serve
+
+    service = serve(tmp_path / "data")
+    try:
+        key = service.key("alice")
+        client = service.client(key)
+        job = client.submit(JOB)["id"]
+        client.wait(job, 0.1, 60)
+        folder = service.runner.adapter_path(job, 0)  # as a real run writes it
+        folder.mkdir(parents=True)
+        weights = os.urandom(24 << 20)  # incompressible: the archive is as large
+        (folder / "adapter_model.safetensors").write_bytes(weights)
+        (folder / "adapter_config.json").write_text('{"r": 8}')
+        (folder / "optimizer.pt").write_bytes(b"the trainer's")
+        (folder / "empty.txt").write_bytes(b"")
+        monkeypatch.setattr(service.runner, "adapter_versions", lambda job_id: [0])
+        got = tmp_path / "got.tar.gz"
+        tracemalloc.start()
+        try:
+            with httpx.stream("GET", f"{service.url}/v1/jobs/{job}/adapters/0", timeout=60,
+                              headers={"Authorization": f"Bearer {key}"}) as answer, \
+                    open(got, "wb") as out:  # fmt: skip
+                assert answer.status_code == 200
+                for chunk in answer.iter_bytes():
+                    out.write(chunk)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert peak < (8 << 20), f"{peak:,} bytes at once for a {len(weights):,}-byte adapter"
+        with tarfile.open(got) as tar:
+            names = tar.getnames()
+            assert tar.extractfile(f"job{job}-v0/adapter_model.safetensors").read() == weights
+            assert tar.extractfile(f"job{job}-v0/empty.txt").read() == b""
+        root = f"job{job}-v0"
+        assert names == [f"{root}/adapter_config.json", f"{root}/adapter_model.safetensors",
+                         f"{root}/empty.txt"]  # fmt: skip
+        fetched = client.fetch(job, tmp_path / "adapter", version=0)  # the client unpacks it
+        assert (fetched / "adapter_config.json").read_text() == '{"r": 8}'
+    finally:
+        service.stop()
