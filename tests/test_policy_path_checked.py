@@ -241,7 +241,7 @@ class NumpyKeys(Policy):
     def key(self, job):
         import numpy as np
 
-        return (np.float64(job.remaining_tokens), np.int64(job.index))
+        return (np.float64(job.remaining_tokens), np.bool_(job.index > 0), np.int64(job.index))
 
     def engine_key(self, job, engine, homes):
         import numpy as np
@@ -475,8 +475,8 @@ def test_keys_of_numpy_scalars_run_as_plain_numbers(package, workload, tmp_path)
     job = JobState(JobSpec(name="a", tenant="t"), 3, 1)
     engine = Cluster.build(ClusterSpec(), SchedulingSpec().resolve()).engines[1]
     key, engine_key = policy.key(job), policy.engine_key(job, engine, 0)
-    assert key == (job.remaining_tokens, 3) and engine_key == (0, 1.0)
-    assert [type(item) for item in key + engine_key] == [float, int, int, float]
+    assert key == (job.remaining_tokens, True, 3) and engine_key == (0, 1.0)
+    assert [type(item) for item in key + engine_key] == [float, bool, int, int, float]
     assert simulate(workload, path, tmp_path / "o") == 0
     assert json.loads((tmp_path / "o" / "summary.json").read_text())["policy"] == path
 
