@@ -275,8 +275,9 @@ class Generation:
         indexed, dropped, needs, keys = self._needs.indexed, self._dropped, self._need, self._key
         seqs, tokens = self._max_seqs - engine.seqs, self._kv_tokens - engine.tokens  # free
         by_name, push = self._by_name, heapq.heappush
-        seen: set[int] = set()
-        for name, _ in engine.resident:
+        # each job with a version resident here, once: engine.versions is a plain dict, which
+        # iterates faster than engine.resident's LRU order and holds no job twice
+        for name in engine.versions:
             index = by_name[name].index
             need = needs.get(index)
             if (
@@ -285,9 +286,7 @@ class Generation:
                 and need[1] <= tokens
                 and index in indexed
                 and index not in dropped
-                and index not in seen
             ):
-                seen.add(index)
                 push(candidates, (keys[index], index, -1))
         if engine.index in self._offered:
             return
