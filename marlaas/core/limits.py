@@ -27,7 +27,9 @@ MAX_KV_TOKENS = 1_000_000_000_000
 MAX_LORA_RANK = 1_024
 MAX_STALENESS = 1_000
 """Staleness bound [adapter versions]."""
-MAX_TEMPERATURE = 100.0
+MAX_TEMPERATURE = 2.0
+"""Sampling temperature: vLLM refuses more (as OpenAI's API does), so a job above it was
+taken, by a workload or the service, and failed at its first generation."""
 MAX_LEARNING_RATE = 10.0
 MAX_CLIP_EPS = 1.0
 """PPO clip of the ratio to the step's starting policy, clip(u, 1 - eps, 1 + eps): at 1 its

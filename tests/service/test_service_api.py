@@ -91,6 +91,9 @@ BAD_SPECS = [
      422, "cannot name a file"),
     (json.dumps({**JOB, "lora_rank": 64}).encode(), 422, "max_lora_rank"),
     (json.dumps({**JOB, "rl": {**JOB["rl"], "max_new_tokens": 4000}}).encode(), 422, "tokens"),
+    # vLLM samples at temperatures up to 2: such a job was 201, and failed generating
+    (json.dumps({**JOB, "rl": {**JOB["rl"], "temperature": 100}}).encode(), 422,
+     "rl.temperature: Input should be less than or equal to 2"),
     (json.dumps({**JOB, "name": "bad name!"}).encode(), 422, "name"),
     (b"{" + b'"name": "x", ' * 2 + b"}", 422, "not JSON"),
     (b"[" * 100_000 + b"]" * 100_000, 422, "nested too deeply"),
