@@ -42,6 +42,7 @@ USER_ERRORS = (
     ("marlaas.executors.episodes", "EnvCallError"),  # evaluate's: a run retries its work
     ("marlaas.executors.episodes", "EnvResultError"),
     ("marlaas.executors.episodes", "EnvTimeoutError"),
+    ("marlaas.executors.episode_runner", "EpisodeError"),  # evaluate's: a prompt too long
     ("marlaas.datasets.files", "DatasetError"),  # a file edited before evaluate reads it
     ("marlaas.policy_path", "PolicyLoadError"),
     ("marlaas.envs.sandbox_runtime", "SandboxUnavailable"),

@@ -205,8 +205,9 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     async def go():
         sizing = EngineSizing.of_workload(workload)
+        max_model_len = min(max_positions(model_dir), 2048)
         try:
-            gen = make_generator(backend, model_dir, sizing, min(max_positions(model_dir), 2048))
+            gen = make_generator(backend, model_dir, sizing, max_model_len)
         except Exception as err:
             failed = model_load_error(err, model_dir, f"the {backend} engine")
             if failed is None:
@@ -216,6 +217,7 @@ def _evaluate(args: argparse.Namespace) -> int:
             return await evaluate(
                 workload, store, gen, args.prompts, progress=not args.quiet,
                 versions=args.versions, trained_at=trained_at, jobs=jobs,
+                max_model_len=max_model_len,
             )  # fmt: skip
         finally:
             await gen.close()

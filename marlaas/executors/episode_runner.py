@@ -32,6 +32,18 @@ class EpisodeError(RuntimeError):
     """An episode that cannot go on (e.g. its prompt does not fit the context)."""
 
 
+def prompt_too_long(
+    spec: JobSpec, which: str, tokens: int, call: str, max_model_len: int
+) -> EpisodeError:
+    """The error of a first turn whose prompt (``tokens`` long, of ``which``: a group, a
+    held-out problem) leaves no room under ``max_model_len``, naming the job's environment
+    and the ``call`` that gave it."""
+    return EpisodeError(
+        f"{spec.name}: {which}'s prompt is {tokens:,} tokens (environment {spec.env.name}'s "
+        f"{call}), and max_model_len is {max_model_len:,} tokens: no room to generate"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class RewardPoint:
     """One training step of one job: the reward curve's point and the trainer's statistics."""
@@ -161,11 +173,8 @@ class EpisodeRunner:
             if spec.dataset is not None:  # which row: the file's, named as loading names it
                 row = self._prompt_sets[d.job].train_problem(d.group, self.seed).source
                 call = f"reset_problem() of {row}"
-            raise EpisodeError(
-                f"{d.job}: group {d.group}'s prompt is {longest_context:,} tokens (environment "
-                f"{spec.env.name}'s {call}), and max_model_len is {self.max_model_len:,} "
-                "tokens: no room to generate"
-            )
+            raise prompt_too_long(spec, f"group {d.group}", longest_context, call,
+                                  self.max_model_len)  # fmt: skip
         seed = self.group_seed(d.job, d.group) * 131 + d.turn
         groups = await engine.generate(
             d.job, version, prompts, n, min(d.max_new_tokens, room), rl.temperature, seed

@@ -25,6 +25,7 @@ from marlaas.envs import make_env
 from marlaas.envs.job_dataset import job_prompt_set
 from marlaas.executors.adapter_store import AdapterStore
 from marlaas.executors.env_loops import EnvLoop, EnvLoops
+from marlaas.executors.episode_runner import prompt_too_long
 from marlaas.executors.episodes import (
     ChatFormat,
     add_completions,
@@ -121,6 +122,7 @@ async def evaluate(
     versions: str = "last",
     trained_at: dict[tuple[str, int], float] | None = None,
     jobs: Sequence[JobSpec] | None = None,
+    max_model_len: int | None = None,
 ) -> pd.DataFrame:
     """One row per job (of ``jobs``, default the workload's) and model (``base``, ``trained``
     at each version of ``versions``, see :func:`pick_versions`): accuracy with its Wilson
@@ -128,7 +130,10 @@ async def evaluate(
     (``prompts``: the first so many).
     ``trained_at``: (job, version) -> the run's time that version was made [s] (the report
     plots accuracy against it).
-    ``progress``: a bar per job on stderr (episodes done)."""
+    ``progress``: a bar per job on stderr (episodes done).
+    ``max_model_len``: the generator's context [tokens] (None: unbounded): a turn generates
+    what room is left, an episode whose context is full ends as in training, and a first
+    prompt that leaves no room is :func:`prompt_too_long` (it was the engine's traceback)."""
     fmt = ChatFormat(generator.tokenizer, chat_template)
     trained_at = trained_at or {}
     rows = []
@@ -137,7 +142,7 @@ async def evaluate(
         for spec in workload.jobs if jobs is None else jobs:
             rows += await _evaluate_job(
                 spec, store, generator, fmt, loops.of(spec.name), prompts, progress, versions,
-                trained_at,
+                trained_at, max_model_len,
             )  # fmt: skip
             loops.release(spec.name)
     finally:
@@ -148,7 +153,7 @@ async def evaluate(
 async def _evaluate_job(
     spec: JobSpec, store: AdapterStore, generator, fmt: ChatFormat, loop: EnvLoop,
     prompts: int | None, progress: bool, versions: str,
-    trained_at: dict[tuple[str, int], float],
+    trained_at: dict[tuple[str, int], float], max_model_len: int | None = None,
 ) -> list[dict]:  # fmt: skip
     """The rows of :func:`evaluate` for one job, its environments on ``loop``."""
     rows = []
@@ -163,7 +168,8 @@ async def _evaluate_job(
             await generator.publish(spec.name, version, str(store.path(spec.name, version)))
         bar.set_postfix_str(label if adapter is None else f"v{version}", refresh=False)
         episodes = await asyncio.gather(*(
-            _counted(_episode(spec, i, item, adapter, version, generator, fmt, loop), bar)
+            _counted(_episode(spec, i, item, adapter, version, generator, fmt, loop,
+                              max_model_len), bar)
             for i, item in enumerate(items)
         ))  # fmt: skip
         correct = sum(c for c, _ in episodes)
@@ -190,7 +196,7 @@ async def _counted(episode, bar):
 
 async def _episode(
     spec: JobSpec, i: int, item: Problem | int, adapter, version: int, generator, fmt,
-    loop: EnvLoop,
+    loop: EnvLoop, max_model_len: int | None = None,
 ) -> tuple[bool, float]:  # fmt: skip
     [env] = await new_envs(make_env, spec, 1, loop)  # built where its calls run
     problem, seed = (item, 0) if isinstance(item, Problem) else (None, item)
@@ -203,10 +209,19 @@ async def _episode(
     for turn in range(turns):
         if sample.done:
             break
+        room = spec.rl.max_new_tokens
+        if max_model_len is not None:
+            left = max_model_len - len(sample.context)
+            if turn == 0 and left <= 0:
+                call = f"reset_problem() of {problem.source}" if problem else f"reset({seed})"
+                raise prompt_too_long(spec, f"held-out problem {i}", len(sample.context), call,
+                                      max_model_len)  # fmt: skip
+            if turn > 0 and left <= 1:
+                break  # no room left in the context: the episode ends here, as in training
+            room = min(room, left)
         [[completion]] = await generator.generate(
-            adapter, version, [sample.context], 1, spec.rl.max_new_tokens, temperature=0.0,
-            seed=i,
-        )  # fmt: skip
+            adapter, version, [sample.context], 1, room, temperature=0.0, seed=i
+        )
         add_completions([sample], [completion])
         await step_envs(episode, turn == turns - 1, fmt, timeout_s=timeout_s)
     info = sample.info

@@ -174,3 +174,67 @@ def test_evaluate_run_checks_each_version_once(tmp_path, monkeypatch):
             str(store.path(job, v) / store_module.WEIGHTS_FILE)
             for job in ("emit-a", "emit-z") for v in scored
         )  # fmt: skip
+
+
+class _NoAdapters:
+    def versions(self, job: str) -> list[int]:
+        return []
+
+
+class _Asks:
+    """A generator's stand-in that records the max_new_tokens it is asked for."""
+
+    tokenizer = None
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[int, int]] = []
+
+    async def generate(self, adapter, version, prompts, n, max_new_tokens, temperature, seed):
+        from marlaas.executors.rollout import Completion
+
+        self.asked.append((len(prompts[0]), max_new_tokens))
+        return [[Completion(tuple(p), (1,), (0.0,), "x", "stop") for _ in range(n)]
+                for p in prompts]  # fmt: skip
+
+
+def test_evaluate_keeps_each_turn_within_max_model_len(monkeypatch):
+    """evaluate asked the engine for the job's max_new_tokens whatever the context: a prompt
+    longer than the model's context was vLLM's traceback ('VLLMValidationError: This model's
+    maximum context length is 512 tokens ...'), and a later turn's context past it too. A
+    first prompt that leaves no room is one error naming the environment and its length; a
+    turn generates what room is left, and an episode whose context is full ends there."""
+    import asyncio
+
+    from marlaas.core.job_spec import JobSpec
+    from marlaas.envs.base import Environment, StepResult
+    from marlaas.executors import evaluate as evaluation
+    from marlaas.executors.episode_runner import EpisodeError
+    from tests.episode_fakes import CharFormat
+
+    class Talks(Environment):
+        async def reset(self, seed: int) -> str:
+            return "p" * int(self.args["prompt"])
+
+        async def step(self, action: str) -> StepResult:
+            return StepResult("o" * 5, 0.0, False)
+
+    monkeypatch.setattr(evaluation, "ChatFormat", lambda tokenizer, template: CharFormat())
+    monkeypatch.setattr(evaluation, "make_env", lambda name, args: Talks(args))
+
+    def run(prompt: int) -> _Asks:
+        spec = JobSpec(name="j", tenant="t", env={"name": "talks", "args": {"prompt": prompt}},
+                       rl={"turns": 4, "max_new_tokens": 6})  # fmt: skip
+        asks = _Asks()
+        asyncio.run(evaluation.evaluate(None, _NoAdapters(), asks, prompts=1, jobs=[spec],
+                                        max_model_len=16))  # fmt: skip
+        return asks
+
+    with pytest.raises(EpisodeError, match=r"^j: held-out problem 0's prompt is 20 tokens "
+                       r"\(environment talks's reset\(4294967296\)\), and max_model_len is 16 "
+                       "tokens: no room to generate$"):  # fmt: skip
+        run(20)
+    # (context, max_new_tokens asked) per turn; each turn adds 1 token and a 5-token reply
+    assert run(4).asked == [(4, 6), (10, 6)]  # turn 2's context, 16, is full: it ends
+    assert run(8).asked == [(8, 6), (14, 2)]  # 2 tokens left: 2 asked, not 6
+    assert run(9).asked == [(9, 6)]  # turn 1's context, 15, leaves 1: it ends, as in training
+    assert run(14).asked == [(14, 2)]
