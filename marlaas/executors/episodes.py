@@ -109,8 +109,11 @@ async def guarded_call(env: Environment, method: str, call: Callable[[], Any]) -
         value = call()
         if not inspect.isawaitable(value):
             got = type(value).__name__
+            fix = "declare it async def"
+            if inspect.isasyncgen(value):  # an async def that yields: it was told to be one
+                fix = "it yields: return the value instead"
             raise EnvResultError(f"environment {_env_name(env)}: {method}() returned {got}, "
-                                 "not a coroutine (declare it async def)")  # fmt: skip
+                                 f"not a coroutine ({fix})")  # fmt: skip
         return await value
     except SystemExit as exit_:
         raise EnvResultError(f"environment {_env_name(env)}: {method}() raised "

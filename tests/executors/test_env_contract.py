@@ -121,6 +121,19 @@ def test_a_step_that_is_not_a_coroutine_is_named():
         asyncio.run(step_envs(group, last_turn=False, fmt=Chars()))
 
 
+def test_a_step_that_yields_is_told_to_return():
+    """An async def with yield is an async generator: it was told 'declare it async def',
+    which it is."""
+
+    class Yields(Scripted):
+        async def step(self, action: str):
+            yield StepResult("", 1.0, True)
+
+    with pytest.raises(EnvResultError, match=r"Yields: step\(\) returned async_generator, not a "
+                       r"coroutine \(it yields: return the value instead\)$"):  # fmt: skip
+        asyncio.run(step_envs(episode(Yields(None)), last_turn=False, fmt=Chars()))
+
+
 def test_a_prompt_that_is_not_text_is_named():
     with pytest.raises(EnvResultError, match=r"NumberPrompt: reset\(\) returned int 42, not the "
                        "prompt text"):  # fmt: skip
