@@ -50,6 +50,13 @@ class BaseModelSpec(StrictSpec):
     the working folder). Nothing is downloaded."""
 
 
+def group_turns(job: JobSpec) -> int:
+    """The work the simulator models for ``job``: steps x (prompts_per_step + resample_alike)
+    x turns (a workload's jobs together hold at most ``limits.MAX_GROUP_TURNS``)."""
+    rl = job.rl
+    return rl.steps * (rl.prompts_per_step + rl.resample_alike) * rl.turns
+
+
 class Workload(StrictSpec):
     """A whole workload file."""
 
@@ -125,10 +132,7 @@ class Workload(StrictSpec):
         unknown = sorted(set(self.prices.pools) - pools)
         if unknown:
             raise ValueError(f"prices.pools: no pool named {unknown[0]!r} (pools: {sorted(pools)})")
-        work = sum(
-            j.rl.steps * (j.rl.prompts_per_step + j.rl.resample_alike) * j.rl.turns
-            for j in self.jobs
-        )
+        work = sum(group_turns(j) for j in self.jobs)
         if work > L.MAX_GROUP_TURNS:
             raise ValueError(
                 f"jobs: {work:,} group-turns in all (steps x (prompts_per_step + "

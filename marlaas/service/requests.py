@@ -17,7 +17,9 @@ from pydantic import ValidationError
 from marlaas import strict_json
 from marlaas.core.feasibility import why_infeasible
 from marlaas.core.job_spec import JobSpec
+from marlaas.core.limits import MAX_GROUP_TURNS
 from marlaas.core.validation_message import format_validation_error
+from marlaas.core.workload import group_turns
 from marlaas.service.config import ServiceConfig
 
 SET_BY_SERVICE = ("tenant", "weight", "arrival_s", "cancel_after_s")
@@ -76,6 +78,13 @@ def check_envelope(job: JobSpec, config: ServiceConfig) -> None:
         raise JobRequestError(
             f"rl: an episode reaches {longest:,} tokens (prompt, turns, responses and "
             f"observations); this service's engines hold {limits.max_sequence_tokens:,}"
+        )
+    work = group_turns(job)
+    if work > MAX_GROUP_TURNS:  # no workload holds it: the service's traffic could not
+        raise JobRequestError(
+            f"rl: {work:,} group-turns (steps x (prompts_per_step + resample_alike) x turns); "
+            f"at most {MAX_GROUP_TURNS:,}, the most a workload holds (marlaas traffic writes "
+            "this service's submissions as one)"
         )
     reason = why_infeasible(job, config.cluster)
     if reason is not None:

@@ -91,6 +91,11 @@ BAD_SPECS = [
      422, "cannot name a file"),
     (json.dumps({**JOB, "lora_rank": 64}).encode(), 422, "max_lora_rank"),
     (json.dumps({**JOB, "rl": {**JOB["rl"], "max_new_tokens": 4000}}).encode(), 422, "tokens"),
+    # more work than any workload holds: it was 201, and `marlaas traffic` then could not
+    # write the service's submissions at all, every tenant's ("6,400,000 group-turns in all")
+    (json.dumps({**JOB, "rl": {**JOB["rl"], "steps": 100_000, "prompts_per_step": 64}}).encode(),
+     422, "rl: 6,400,000 group-turns (steps x (prompts_per_step + resample_alike) x turns); "
+     "at most 2,000,000"),
     # vLLM samples at temperatures up to 2: such a job was 201, and failed generating
     (json.dumps({**JOB, "rl": {**JOB["rl"], "temperature": 100}}).encode(), 422,
      "rl.temperature: Input should be less than or equal to 2"),
