@@ -18,6 +18,7 @@ import multiprocessing
 import os
 import pickle
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -69,7 +70,7 @@ def run_tasks(
     finish. An error ``fn`` raises is raised here (its traceback as its cause); a worker that
     dies running a task is :class:`WorkerDied`. Leaving early (an error, Ctrl-C, SIGTERM, the
     iterator closed) terminates the workers at once, and waits until they are gone."""
-    ctx = multiprocessing.get_context()
+    ctx = multiprocessing.get_context(start_method())
     todo = iter(tasks)
     workers: list[_Worker] = []
     try:
@@ -96,6 +97,15 @@ def run_tasks(
                     live.remove(worker)  # done: it was told to stop
     finally:
         _stop(workers)
+
+
+def start_method() -> str | None:
+    """How a worker process starts: the platform's default (on Linux a fork, which starts at
+    once with what this process has imported), but a fresh interpreter (``spawn``) in a
+    process that has used Ray: Ray's gRPC threads outlive ``ray.shutdown()``, and a process
+    forked after them can die of SIGSEGV (a sweep worker did, in a test session that had run
+    Ray's tests first)."""
+    return "spawn" if "ray" in sys.modules else None
 
 
 class _Worker:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,14 @@ def fail_unrebuilt(x: int) -> int:
     raise Unrebuilt("left", "right")
 
 
+MARK = "as imported"
+"""Changed by a test as it runs: a forked worker sees the change, a spawned one does not."""
+
+
+def mark(x: int) -> str:
+    return MARK
+
+
 def slow(x: int) -> int:
     if x:
         time.sleep(60)
@@ -78,9 +87,12 @@ def slow(x: int) -> int:
 
 
 def all_children() -> set[int]:
-    listed = subprocess.run(["ps", "-o", "pid=", "--ppid", str(os.getpid())],
+    """This process's live children but multiprocessing's resource tracker (a process that
+    spawns starts one, which ends with it)."""
+    listed = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(os.getpid())],
                             capture_output=True, text=True, check=False).stdout  # fmt: skip
-    return {int(p) for p in listed.split() if alive(int(p))}
+    rows = [line.split(maxsplit=1) for line in listed.splitlines() if line.strip()]
+    return {int(r[0]) for r in rows if "resource_tracker" not in r[-1] and alive(int(r[0]))}
 
 
 @pytest.fixture
@@ -114,6 +126,18 @@ def test_an_error_that_does_not_come_back_whole_keeps_its_message_and_traceback(
     with pytest.raises(RuntimeError, match="Unrebuilt: left and right") as err:
         list(run_tasks(fail_unrebuilt, [(0, 0), (1, 1)], 2))
     assert "fail_unrebuilt" in str(err.value.__cause__)
+    assert children() == []
+
+
+def test_a_process_that_used_ray_spawns_its_workers_instead_of_forking(monkeypatch, children):
+    """Ray's gRPC threads outlive ray.shutdown(), and a worker forked after them died of
+    SIGSEGV (ci81, a test session that had run Ray's tests): such a process starts its
+    workers as fresh interpreters; another forks them (they see what it changed)."""
+    monkeypatch.setattr(sys.modules[__name__], "MARK", "changed here")
+    monkeypatch.delitem(sys.modules, "ray", raising=False)
+    assert set(dict(run_tasks(mark, [(0, 0), (1, 1)], 2)).values()) == {"changed here"}
+    monkeypatch.setitem(sys.modules, "ray", types.ModuleType("ray"))
+    assert set(dict(run_tasks(mark, [(0, 0), (1, 1)], 2)).values()) == {"as imported"}
     assert children() == []
 
 
