@@ -166,12 +166,22 @@ async def _call_within(
     timeout_s: float | None,
     loop: EnvLoop | None,
 ) -> Any:
-    """:func:`env_call`'s call and its bound."""
+    """:func:`env_call`'s call and its bound. A cancellation that comes back from the call,
+    this task not being cancelled, is the environment's own (a step that cancelled the task
+    it runs in): EnvCallError, as :func:`guarded_call` makes of an inner task's (it once went
+    on to the run as a cancellation of the run: a traceback)."""
     work = guarded_call(env, method, call)
     if loop is not None:
         work = loop.call(work)
-    return await bounded(work, timeout_s, lambda: f"environment {_env_name(env)}: {method}() "
-                         f"of job {job!r}")  # fmt: skip
+    try:
+        return await bounded(work, timeout_s, lambda: f"environment {_env_name(env)}: "
+                             f"{method}() of job {job!r}")  # fmt: skip
+    except asyncio.CancelledError:
+        if _cancelled_here():
+            raise  # this call was cancelled: its group failed, or the run ends
+        raise EnvCallError(f"environment {_env_name(env)}: {method}() raised CancelledError "
+                           "of its own (it cancelled its own task, not the run)"
+                           ) from None  # fmt: skip
 
 
 async def bounded(work: Awaitable[Any], timeout_s: float | None, what: Callable[[], str]) -> Any:

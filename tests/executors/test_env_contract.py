@@ -368,6 +368,53 @@ def test_a_cancelled_error_of_the_environments_own_is_its_error_not_the_runs_end
     assert loop.join(10.0)
 
 
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="Task.cancelling() is 3.11's")
+def test_a_step_that_cancels_its_own_task_is_its_error_not_the_runs_end():
+    """A step that cancelled the task it runs in (asyncio.current_task().cancel()) was that
+    task's cancellation, which the call's bound and the job's loop passed on to the run as
+    one: train ended in a traceback (asyncio.exceptions.CancelledError, status 1), as it did
+    for a CancelledError of an inner task. The run's own cancellation still goes through
+    (test_a_call_given_up_on_is_cancelled_on_its_loop_and_errors_come_back_as_raised)."""
+
+    class CancelsItself(Scripted):
+        async def step(self, action: str):
+            asyncio.current_task().cancel()
+            await asyncio.sleep(0)
+            return GOOD
+
+    from marlaas.executors.env_loops import EnvLoop
+    from marlaas.executors.episodes import env_call
+
+    says = r"CancelsItself: step\(\) raised CancelledError of its own"
+    with pytest.raises(EnvCallError, match=says):
+        asyncio.run(step_envs(episode(CancelsItself(None)), last_turn=False, fmt=Chars(),
+                              timeout_s=5))  # fmt: skip
+    loop = EnvLoop("marlaas-env-test")  # on the job's own thread, as a run calls it
+    try:
+        env = CancelsItself(None)
+        with pytest.raises(EnvCallError, match=says):
+            asyncio.run(env_call(env, "step", lambda: env.step("x"), "j", 5.0, loop))
+
+        class Sleeps(Scripted):
+            async def step(self, action: str):
+                await asyncio.sleep(30)
+
+        async def cancelled_by_the_run():  # the run's cancellation is still one
+            slow = Sleeps(None)
+            call = asyncio.ensure_future(
+                env_call(slow, "step", lambda: slow.step("x"), "j", 20.0, loop)
+            )
+            await asyncio.sleep(0.2)
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+
+        asyncio.run(cancelled_by_the_run())
+    finally:
+        loop.stop()
+    assert loop.join(10.0)
+
+
 def test_a_base_exception_of_the_environments_own_is_its_error_not_the_runs_end():
     """A BaseException subclass of the user's (as pytest.fail raises) went up through the
     run's loop: train ended in a traceback. Ctrl-C inside a step is still Ctrl-C
