@@ -253,13 +253,14 @@ def _not_unicode(text: str) -> str | None:
 
 
 def _is_flag(done: object) -> bool:
-    """Whether ``done`` (or ``info["correct"]``) is a flag: a bool (numpy's too), or 0 or 1
-    (a string such as ``"no"`` is not: true as a flag, it ended every episode, and counted
-    as correct in ``evaluate``)."""
+    """Whether ``done`` (or ``info["correct"]``) is a flag: a bool (numpy's too), or a
+    number 0 or 1 of any kind (``float(ok)``, a numpy float: as ``bool`` reads it); a string
+    such as ``"no"`` is not (true as a flag, it ended every episode, and counted as correct
+    in ``evaluate``), nor a partial score such as 0.3."""
     numpy = sys.modules.get("numpy")  # imported by whoever made a numpy bool, if anyone
     if isinstance(done, bool) or (numpy is not None and isinstance(done, numpy.bool_)):
         return True
-    return isinstance(done, numbers.Integral) and done in (0, 1)
+    return isinstance(done, numbers.Real) and done in (0, 1)
 
 
 def checked_step(env: Environment, result: Any) -> StepResult:

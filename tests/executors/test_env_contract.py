@@ -161,6 +161,25 @@ def test_flags_of_numpy_and_0_or_1_are_done_flags():
     assert [s.done for s in group.samples] == [True, False]
 
 
+def test_a_number_0_or_1_of_any_kind_is_a_flag():
+    """A flag computed as a number (info['correct'] = float(ok), a numpy mean of 0/1 scores)
+    was refused as 'info['correct'] float 1.0, not True or False', in training too, where
+    evaluate counts it as it always did (bool(1.0)); 0.3 is still no flag."""
+    import numpy as np
+
+    group = episode(
+        Scripted(StepResult("", 1.0, 1.0, {"correct": 1.0})),
+        Scripted(StepResult("", 0.0, np.float64(0.0), {"correct": np.float32(0.0)})),
+    )
+    asyncio.run(step_envs(group, last_turn=False, fmt=Chars()))
+    assert [s.done for s in group.samples] == [True, False]
+    assert [bool(s.info["correct"]) for s in group.samples] == [True, False]
+    for flag in (float("nan"), 0.3, 2):
+        with pytest.raises(EnvResultError, match=r"info\['correct'\] .*, not True or False"):
+            asyncio.run(step_envs(episode(Scripted(StepResult("", 1.0, True, {"correct": flag}))),
+                                  last_turn=False, fmt=Chars()))  # fmt: skip
+
+
 def test_valid_results_still_score():
     group = episode(Scripted(GOOD), Scripted(StepResult("", 1, True)))
     added, mean = asyncio.run(step_envs(group, last_turn=False, fmt=Chars()))
