@@ -34,6 +34,9 @@ BASE_MODEL_FILE = "base_model.json"
 OURS = {"service.db", "service.db-wal", "service.db-shm", "secret.key", "operator.key",
         "adapters", CONFIG_FILE, BASE_MODEL_FILE}  # fmt: skip
 """What a data folder of ours may hold; a folder with anything else is not taken."""
+RESERVED_DESCRIPTORS = 512
+"""File descriptors ``serve`` keeps for itself beyond its connections: the database's, the
+adapters' and the model's files, the engines', trainers' and environments' own."""
 DATA_FOLDER_MODE = 0o700
 """A new data folder's permissions: owner-only. It holds every tenant's adapters and job
 specs, and the database; another user of the host reads none of them."""
@@ -72,6 +75,8 @@ def _serve(args: argparse.Namespace) -> int:
         from marlaas.ray_cluster import require_ray
 
         require_ray("serve --ray", args.ray)
+    max_streams = MAX_STREAMS if args.max_streams is None else args.max_streams
+    _ensure_descriptors(connection_limit(max_streams), args.max_streams is not None)
     data = _data_folder(args.data, create=False)  # every check before anything is written
     if not args.simulate:
         _check_environments(config, args.cluster)
@@ -118,7 +123,6 @@ def _serve(args: argparse.Namespace) -> int:
 
             stack.enter_context(ray_session(args.ray))
         runner.start()
-        max_streams = MAX_STREAMS if args.max_streams is None else args.max_streams
         app = create_app(runner, data, max_streams)
         server = uvicorn.Server(server_config(
             app, args.host, args.port, connection_limit(max_streams), log_level=args.log_level,
@@ -144,6 +148,29 @@ def _serve(args: argparse.Namespace) -> int:
         listening.close()
         stack.close()
         unlock(data, lock)
+
+
+def _ensure_descriptors(connections: int, asked: bool) -> None:
+    """Let this process open ``connections`` + :data:`RESERVED_DESCRIPTORS` files: the soft
+    ``RLIMIT_NOFILE`` is raised to that, within the hard one. The connection limit is there so
+    that clients cannot take the descriptors the database and the adapters need; under a
+    soft limit of 1,024 (many systems') a ``--max-streams`` of 500 or more let them take
+    every one (EMFILE on the database, on an adapter's save). A hard limit too low for them
+    is one line (``asked``: the limit comes from --max-streams, which it names)."""
+    import resource
+
+    needed = connections + RESERVED_DESCRIPTORS
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        cause = "--max-streams" if asked else "the default --max-streams (256)"
+        raise UsageError(
+            f"serve: {connections:,} connections ({cause}) and {RESERVED_DESCRIPTORS} files "
+            f"of the service's own need {needed:,} file descriptors; this process may open "
+            f"{hard:,} (ulimit -Hn): raise the limit, or give a smaller --max-streams"
+        )
+    resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
 
 
 def _listening_socket(host: str, port: int) -> socket.socket:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -373,3 +375,50 @@ def test_serve_refuses_an_environment_that_cannot_run_on_this_host(tmp_path, cap
                           "'python_exec', which cannot run on this host (the code sandbox is "
                           "unavailable: `bwrap` not found on PATH; install bubblewrap")  # fmt: skip
     assert "\n" not in err and not data.exists()
+
+
+def _serve_under(limits: tuple[int, int], *args: str) -> subprocess.Popen:
+    """``marlaas serve ARGS`` in a process whose RLIMIT_NOFILE is ``limits`` (soft, hard)."""
+    import resource
+    import sys
+
+    return subprocess.Popen(
+        [sys.executable, "-m", "marlaas", "serve", *args],
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, limits),
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def test_serve_makes_room_for_its_connections_and_its_own_files(tmp_path):
+    """The connection limit keeps clients from taking the descriptors the database and the
+    adapters need; but serve ran under whatever soft RLIMIT_NOFILE it was given (1,024 on
+    many systems), so from --max-streams 500 on, or under a lower limit, clients could take
+    them all. serve raises the soft limit to its connections + 512, and refuses, in one line,
+    a hard limit below that."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("service: {max_sequence_tokens: 64}\n")
+    common = (str(cluster), "--simulate", "--port", "0")
+    refused = _serve_under((600, 600), *common, "--data", str(tmp_path / "a"))
+    try:
+        _, err = refused.communicate(timeout=60)
+    finally:
+        refused.kill()  # (it served, before: none is left running)
+        refused.wait()
+    assert refused.returncode == 2, err
+    assert err.strip().endswith(
+        "serve: 528 connections (the default --max-streams (256)) and 512 files of the "
+        "service's own need 1,040 file descriptors; this process may open 600 (ulimit -Hn): "
+        "raise the limit, or give a smaller --max-streams"), err  # fmt: skip
+    assert not (tmp_path / "a").exists()
+    served = _serve_under((600, 4096), *common, "--max-streams", "1000",
+                          "--data", str(tmp_path / "b"))  # fmt: skip
+    try:
+        for line in served.stderr:
+            if "serving on" in line:
+                break
+        limits = Path(f"/proc/{served.pid}/limits").read_text()
+    finally:
+        served.terminate()
+        served.communicate(timeout=60)
+    (row,) = [line for line in limits.splitlines() if line.startswith("Max open files")]
+    assert row.split()[3:5] == ["1784", "4096"], row  # 1,000 + 16 + 256 + 512
