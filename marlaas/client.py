@@ -12,11 +12,13 @@ A refusal of the service is a :class:`ServiceError` with its HTTP status and rea
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import os
 import tarfile
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,17 +171,26 @@ class Client:
             if not versions:
                 raise ServiceError(404, f"job {job_id} has no adapter version to fetch yet")
             version = versions[-1]
-        response = self._http.get(f"/v1/jobs/{int(job_id)}/adapters/{int(version)}")
+        try:
+            response = self._http.get(f"/v1/jobs/{int(job_id)}/adapters/{int(version)}")
+        except httpx.TransportError as err:  # unreachable, or lost mid-download
+            raise ServiceError(0, f"cannot fetch from {self.url}: {err}") from None
         if response.status_code != 200:
             raise _error(response)
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=io.BytesIO(response.content), mode="r:gz") as tar:
-            for member in tar.getmembers():
-                if not member.isfile():
-                    continue
-                member.name = Path(member.name).name  # flat: the folder's files only
-                tar.extract(member, out, filter="data")
+        try:  # the whole archive is read before a file is written
+            with tarfile.open(fileobj=io.BytesIO(response.content), mode="r:gz") as tar:
+                members = tar.getmembers()
+                for member in members:
+                    if not member.isfile():
+                        continue
+                    member.name = Path(member.name).name  # flat: the folder's files only
+                    tar.extract(member, out, filter="data")
+        except (tarfile.ReadError, EOFError, zlib.error, gzip.BadGzipFile) as err:
+            # the service sends the archive as it makes it: one it could not finish ends short
+            raise ServiceError(0, f"job {job_id}'s adapter version {version} came cut short or "
+                               f"damaged ({err}); fetch it again") from None  # fmt: skip
         return out
 
     def _call(self, method: str, path: str, ok=(200, 201, 202), **kwargs):

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, BinaryIO
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi import Path as PathParam
@@ -235,9 +235,11 @@ def create_app(runner: ServiceRunner, data_dir: Path, max_streams: int = MAX_STR
         if version not in job["versions"]:
             raise HTTPException(404, f"job {job_id} has no adapter version {version} to fetch "
                                 f"(versions: {job['versions']})")  # fmt: skip
-        folder = runner.adapter_path(job_id, version)
-        files = [path for path in sorted(folder.iterdir()) if path.is_file()
-                 and not path.is_symlink() and path.name not in SKIPPED_FILES]  # fmt: skip
+        try:  # opened before the answer: a file removed meanwhile is sent whole all the same
+            files = _open_files(runner.adapter_path(job_id, version))
+        except OSError as err:
+            raise HTTPException(404, f"job {job_id}'s adapter version {version} is no longer "
+                                f"there ({err.strerror or err})") from None  # fmt: skip
         name = f"job{job_id}-v{version}.tar.gz"
         return StreamingResponse(
             _tar_gz(files, f"job{job_id}-v{version}"),
@@ -473,27 +475,47 @@ def _versions(runner: ServiceRunner, job: dict) -> list[int]:
     return [v for v in runner.adapter_versions(job["id"]) if v <= job["step"]]
 
 
-def _tar_gz(files: list[Path], root: str) -> Iterator[bytes]:
-    """``files`` as a .tar.gz, each under ``root/``, made as it is sent, a chunk at a time:
-    a download holds :data:`DOWNLOAD_CHUNK_BYTES` of the service's memory, not the whole
-    adapter (a rank-64 adapter of a 7B model is hundreds of MB, and every tenant's
-    downloads at once were held whole)."""
+def _open_files(folder: Path) -> list[tuple[str, BinaryIO]]:
+    """``folder``'s files a download sends (not :data:`SKIPPED_FILES`, nor links), by name,
+    each opened: the download reads them as it goes, and a file removed after this (a restart
+    dropping a version) is still read whole. OSError when one cannot be opened."""
+    files: list[tuple[str, BinaryIO]] = []
+    try:
+        for path in sorted(folder.iterdir()):
+            if path.is_file() and not path.is_symlink() and path.name not in SKIPPED_FILES:
+                files.append((path.name, open(path, "rb")))  # noqa: SIM115 (closed by _tar_gz)
+    except OSError:
+        for _, handle in files:
+            handle.close()
+        raise
+    return files
+
+
+def _tar_gz(files: list[tuple[str, BinaryIO]], root: str) -> Iterator[bytes]:
+    """``files`` (name, open file) as a .tar.gz, each under ``root/``, made as it is sent, a
+    chunk at a time: a download holds :data:`DOWNLOAD_CHUNK_BYTES` of the service's memory,
+    not the whole adapter (a rank-64 adapter of a 7B model is hundreds of MB, and every
+    tenant's downloads at once were held whole). It closes the files. A file that shrank
+    meanwhile ends the answer short: the client finds the archive cut, and says so."""
     gzip = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 31: the gzip format
-    for path in files:
-        with open(path, "rb") as handle:
+    try:
+        for name, handle in files:
             stat = os.fstat(handle.fileno())
-            info = tarfile.TarInfo(f"{root}/{path.name}")
+            info = tarfile.TarInfo(f"{root}/{name}")
             info.size, info.mtime, info.mode = stat.st_size, int(stat.st_mtime), 0o644
             yield gzip.compress(info.tobuf(tarfile.GNU_FORMAT))
             left = info.size
             while left:
                 block = handle.read(min(DOWNLOAD_CHUNK_BYTES, left))
                 if not block:
-                    raise OSError(f"{path}: shrank as it was sent")
+                    raise OSError(f"{handle.name}: shrank as it was sent")
                 left -= len(block)
                 yield gzip.compress(block)
-        yield gzip.compress(bytes(-info.size % tarfile.BLOCKSIZE))
-    yield gzip.compress(bytes(2 * tarfile.BLOCKSIZE)) + gzip.flush()  # the end of the archive
+            yield gzip.compress(bytes(-info.size % tarfile.BLOCKSIZE))
+        yield gzip.compress(bytes(2 * tarfile.BLOCKSIZE)) + gzip.flush()  # the archive's end
+    finally:
+        for _, handle in files:
+            handle.close()
 
 
 def _cut(text: str) -> str:

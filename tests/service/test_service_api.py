@@ -5,8 +5,11 @@ change nothing."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -459,5 +462,83 @@ def test_an_adapter_download_is_made_as_it_is_sent_not_held_whole(tmp_path, monk
                          f"{root}/empty.txt"]  # fmt: skip
         fetched = client.fetch(job, tmp_path / "adapter", version=0)  # the client unpacks it
         assert (fetched / "adapter_config.json").read_text() == '{"r": 8}'
+    finally:
+        service.stop()
+
+
+def _adapter_on_disk(service, job: int, monkeypatch) -> tuple[Path, bytes]:
+    """Job ``job``'s adapter version 0 as a real run writes it (3 MiB of weights)."""
+    import os
+
+    folder = service.runner.adapter_path(job, 0)
+    folder.mkdir(parents=True)
+    weights = os.urandom(3 << 20)
+    (folder / "adapter_model.safetensors").write_bytes(weights)
+    (folder / "adapter_config.json").write_text('{"r": 8}')
+    monkeypatch.setattr(service.runner, "adapter_versions", lambda job_id: [0])
+    return folder, weights
+
+
+def test_an_adapter_download_cut_short_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
+    """Sent as it is made (ef001cf), a download whose file shrank mid-way ends short after
+    its 200: the client's unpacking raised EOFError ('Compressed file ended before the
+    end-of-stream marker was reached'), and `marlaas fetch` ended in a traceback."""
+    from marlaas.service import app as service_app
+    from tests.service.conftest import serve
+
+    service = serve(tmp_path / "data")
+    try:
+        client = service.client(service.key("alice"))
+        job = client.submit(JOB)["id"]
+        client.wait(job, 0.1, 60)
+        folder, _ = _adapter_on_disk(service, job, monkeypatch)
+        made = service_app._tar_gz
+
+        def shrinking(files, root):
+            for i, chunk in enumerate(made(files, root)):
+                if i == 4:  # its first MiB is read: cut the weights there
+                    os.truncate(folder / "adapter_model.safetensors", 1 << 20)
+                yield chunk
+
+        monkeypatch.setattr(service_app, "_tar_gz", shrinking)
+        with pytest.raises(ServiceError) as err:
+            client.fetch(job, tmp_path / "adapter", version=0)
+        assert err.value.status == 0
+        assert f"job {job}'s adapter version 0 came cut short or damaged (" in str(err.value)
+        assert "fetch it again" in str(err.value)
+        assert not any((tmp_path / "adapter").iterdir())
+    finally:
+        service.stop()
+
+
+def test_an_adapter_file_removed_while_it_is_sent_is_sent_whole(tmp_path, monkeypatch):
+    """A download opened each file only when it reached it: one removed meanwhile (the
+    version dropped) cut the answer short after its 200. They are opened before the answer;
+    a version gone before that is a 404 saying so."""
+    from marlaas.service import app as service_app
+    from tests.service.conftest import serve
+
+    service = serve(tmp_path / "data")
+    try:
+        client = service.client(service.key("alice"))
+        job = client.submit(JOB)["id"]
+        client.wait(job, 0.1, 60)
+        folder, weights = _adapter_on_disk(service, job, monkeypatch)
+        made = service_app._tar_gz
+
+        def removing(files, root):
+            for i, chunk in enumerate(made(files, root)):
+                if i == 0:  # adapter_config.json's header: the weights are not read yet
+                    shutil.rmtree(folder)
+                yield chunk
+
+        monkeypatch.setattr(service_app, "_tar_gz", removing)
+        fetched = client.fetch(job, tmp_path / "adapter", version=0)
+        assert (fetched / "adapter_model.safetensors").read_bytes() == weights
+        assert (fetched / "adapter_config.json").read_text() == '{"r": 8}'
+        with pytest.raises(ServiceError) as err:  # gone before the request
+            client.fetch(job, tmp_path / "again", version=0)
+        assert err.value.status == 404
+        assert f"job {job}'s adapter version 0 is no longer there (" in str(err.value)
     finally:
         service.stop()
