@@ -79,7 +79,7 @@ def _serve(args: argparse.Namespace) -> int:
     _ensure_descriptors(connection_limit(max_streams), args.max_streams is not None)
     data = _data_folder(args.data, create=False)  # every check before anything is written
     if not args.simulate:
-        _check_environments(config, args.cluster)
+        config = _check_environments(config, args.cluster)
         _check_base_model(data, config, base_dir)
     listening = _listening_socket(args.host, args.port)  # a port in use: nothing written
     try:
@@ -238,21 +238,34 @@ def _base_model(config, base_dir: Path) -> dict:
     return base_model_identity(config.base_model.name, model_dir_of(config, base_dir))
 
 
-def _check_environments(config, cluster: str) -> None:
-    """Refuse a real service one of whose ``service.environments`` cannot run on this host
-    (``python_exec`` without its sandbox), as ``marlaas train`` refuses such a workload:
-    every job that named it was taken (201) and failed at its first step."""
+def _check_environments(config, cluster: str):
+    """``config`` with the environments a real service offers: one that
+    ``service.environments`` lists and that cannot run on this host (``python_exec`` without
+    its sandbox) is refused, as ``marlaas train`` refuses such a workload (every job naming it
+    was taken, 201, and failed at its first step); where the cluster file lists none, the
+    default ones that cannot run are left out, saying so (a job naming one is then 422)."""
     from marlaas.envs import resolve_env
 
+    listed = "environments" in config.service.model_fields_set
+    offered = []
     for name in config.service.environments:
         try:
             resolve_env(name).check_runtime()
         except RuntimeError as err:
-            raise UsageError(
-                f"serve: {cluster}: service.environments names {name!r}, which cannot run on "
-                f"this host ({' '.join(str(err).split())}); remove it from the list, or serve "
-                "where it runs"
-            ) from None
+            why = " ".join(str(err).split())
+            if listed:
+                raise UsageError(
+                    f"serve: {cluster}: service.environments names {name!r}, which cannot run "
+                    f"on this host ({why}); remove it from the list, or serve where it runs"
+                ) from None
+            print(f"marlaas: warning: serve: environment {name!r} is not offered: it cannot "
+                  f"run on this host ({why})", file=sys.stderr)  # fmt: skip
+            continue
+        offered.append(name)
+    if offered == config.service.environments:
+        return config
+    service = config.service.model_copy(update={"environments": offered})
+    return config.model_copy(update={"service": service})
 
 
 def _check_base_model(data: Path, config, base_dir: Path) -> None:

@@ -422,3 +422,33 @@ def test_serve_makes_room_for_its_connections_and_its_own_files(tmp_path):
         served.communicate(timeout=60)
     (row,) = [line for line in limits.splitlines() if line.startswith("Max open files")]
     assert row.split()[3:5] == ["1784", "4096"], row  # 1,000 + 16 + 256 + 512
+
+
+def test_serve_leaves_out_a_default_environment_that_cannot_run_here(tmp_path, capsys,
+                                                                    monkeypatch):  # fmt: skip
+    """Where bubblewrap is missing, a real service whose cluster file lists no environments
+    (the default ones: python_exec among them) refused to start, naming python_exec, which the
+    operator never asked for: the quick start's cluster file without `environments:` could not
+    be served there at all. The default ones that cannot run are left out, saying so; a job
+    naming one is 422."""
+    from marlaas.envs import sandbox_runtime
+    from marlaas.service.cli import _check_environments
+    from marlaas.service.config import load_config
+    from marlaas.service.requests import JobRequestError, job_from_request
+
+    monkeypatch.setattr(sandbox_runtime, "_probe", lambda: "`bwrap` not found on PATH")
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("service: {max_sequence_tokens: 64}\n")
+    config, _ = load_config(cluster)
+    offered = _check_environments(config, str(cluster))
+    assert offered.service.environments == ["arithmetic", "calculator", "target_char"]
+    err = capsys.readouterr().err.strip()
+    assert err == ("marlaas: warning: serve: environment 'python_exec' is not offered: it "
+                   "cannot run on this host (the code sandbox is unavailable: `bwrap` not found "
+                   "on PATH; " + sandbox_runtime.INSTALL_HINT + ")")  # fmt: skip
+    job = {"name": "j", "env": {"name": "python_exec", "args": {"tasks": [
+        {"prompt": "p", "func": "f", "tests": [[[1], 2]]}]}}}  # fmt: skip
+    with pytest.raises(JobRequestError, match="'python_exec' is not one of this service's"):
+        job_from_request(job, "alice", offered)
+    monkeypatch.setattr(sandbox_runtime, "_probe", lambda: sandbox_runtime.Runtime)  # it runs
+    assert _check_environments(config, str(cluster)) is config
