@@ -452,3 +452,26 @@ def test_serve_leaves_out_a_default_environment_that_cannot_run_here(tmp_path, c
         job_from_request(job, "alice", offered)
     monkeypatch.setattr(sandbox_runtime, "_probe", lambda: sandbox_runtime.Runtime)  # it runs
     assert _check_environments(config, str(cluster)) is config
+
+
+def test_serve_stopped_as_it_starts_says_what_it_left(tmp_path, capsys, monkeypatch):
+    """SIGTERM or Ctrl-C while the executor was built (the model loading: tens of seconds)
+    said "nothing was written", though the data folder, its database and keys were."""
+    import signal
+
+    from marlaas.interrupts import Interrupted
+    from marlaas.service.runner import ServiceRunner
+
+    def interrupted(self, timeout_s=None):
+        raise Interrupted(signal.SIGTERM)
+
+    monkeypatch.setattr(ServiceRunner, "start", interrupted)
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("service: {max_sequence_tokens: 64}\n")
+    data = tmp_path / "data"
+    assert main(["serve", str(cluster), "--simulate", "--port", "0",
+                 "--data", str(data)]) == 143  # fmt: skip
+    assert capsys.readouterr().err.strip().endswith(
+        "marlaas: interrupted (SIGTERM); the service stopped; its jobs continue from their "
+        "last durable step when it starts again")  # fmt: skip
+    assert (data / "service.db").exists()
