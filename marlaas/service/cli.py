@@ -438,6 +438,7 @@ def _tenants_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _traffic(args: argparse.Namespace) -> int:
     from marlaas.atomic import write_durably
+    from marlaas.core.limits import MAX_GROUP_TURNS, MAX_JOBS
     from marlaas.out_folder import claim_file
     from marlaas.service.config import ServiceConfig
     from marlaas.service.traffic import is_traffic_file, traffic_workload, traffic_yaml
@@ -456,11 +457,15 @@ def _traffic(args: argparse.Namespace) -> int:
         ) from None
     store = _open_store(args)
     try:
-        workload = traffic_workload(store, config)
+        workload, left_out = traffic_workload(store, config)
     finally:
         store.close()
     with claim_file(args.out, "traffic workload", is_traffic_file) as path:
         write_durably(path, traffic_yaml(workload))
+    if left_out:
+        print(f"marlaas: warning: traffic: the oldest {left_out:,} submissions are left out: "
+              f"a workload holds at most {MAX_JOBS:,} jobs and {MAX_GROUP_TURNS:,} group-turns "
+              "in all (the newest that fit are written)", file=sys.stderr)  # fmt: skip
     print(f"wrote {args.out} ({len(workload.jobs)} jobs, {len(workload.tenants)} tenants); "
           f"replay it: marlaas simulate {args.out} --out RUN")  # fmt: skip
     return 0

@@ -9,15 +9,20 @@ from pathlib import Path
 import yaml
 
 from marlaas.core.job_spec import JobSpec
-from marlaas.core.workload import Workload
+from marlaas.core.limits import MAX_GROUP_TURNS, MAX_JOBS
+from marlaas.core.workload import Workload, group_turns
 from marlaas.service.config import ServiceConfig
 from marlaas.service.store import JobStore, core_name
 
 HEADER = "# marlaas traffic: a service's submissions as a workload file"
 
 
-def traffic_workload(store: JobStore, config: ServiceConfig) -> Workload:
-    """Every submission in ``store`` as a job of ``config``'s cluster, at its time."""
+def traffic_workload(store: JobStore, config: ServiceConfig) -> tuple[Workload, int]:
+    """Every submission in ``store`` as a job of ``config``'s cluster, at its time, and how
+    many were left out: the newest that one workload holds (:data:`~marlaas.core.limits.
+    MAX_JOBS` jobs, :data:`~marlaas.core.limits.MAX_GROUP_TURNS` group-turns in all). Jobs
+    each within the service's envelope can together be more (two of 1.5 M group-turns, refused
+    for a quota or not), and the traffic of every tenant could not be written at all."""
     rows, tenants = store.traffic()
     if not rows:
         from marlaas.core.workload import WorkloadError
@@ -30,7 +35,13 @@ def traffic_workload(store: JobStore, config: ServiceConfig) -> Workload:
         jobs.append(spec.model_copy(update={
             "name": core_name(row["id"]), "arrival_s": submitted_s, "cancel_after_s": cancel,
         }))  # fmt: skip
-    return config.workload(jobs, tenants)
+    kept, work = 0, 0
+    for job in reversed(jobs):  # the newest that fit
+        work += group_turns(job)
+        if kept == MAX_JOBS or work > MAX_GROUP_TURNS:
+            break
+        kept += 1
+    return config.workload(jobs[len(jobs) - kept :], tenants), len(jobs) - kept
 
 
 def traffic_yaml(workload: Workload) -> str:

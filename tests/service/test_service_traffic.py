@@ -79,3 +79,30 @@ def test_a_traffic_file_keeps_a_tenant_that_never_submitted(tmp_path):
     loaded = load_workload(path)
     assert [j.tenant for j in loaded.jobs] == ["carol"]
     assert loaded.tenants["erin"].max_queued_jobs == 0
+
+
+def test_traffic_past_what_a_workload_holds_writes_the_newest_that_fit(tmp_path, capsys):
+    """Each job within the service's envelope (fdcc98d bounds one to 2,000,000 group-turns),
+    two of 1,500,000 together were more than a workload holds: `marlaas traffic` then wrote
+    nothing at all, every tenant's traffic ('3,000,000 group-turns in all ... at most
+    2,000,000 fit one run'), and so it would with more than 10,000 submissions. It writes the
+    newest submissions that fit, saying how many older ones it left out."""
+    served = serve(tmp_path / "data")
+    try:
+        (tmp_path / "data" / "config.json").write_text(json.dumps(CLUSTER))  # as serve saves it
+        client = served.client(served.key("erin", max_active_jobs=4, max_queued_jobs=4))
+        big = {**JOB, "rl": {**JOB["rl"], "steps": 100_000, "prompts_per_step": 15}}
+        ids = [client.submit(big)["id"], client.submit(big)["id"], client.submit(JOB)["id"]]
+        for job in ids[:2]:
+            client.cancel(job)
+    finally:
+        served.stop()
+    capsys.readouterr()
+    out = tmp_path / "day.yaml"
+    assert main(["traffic", "--data", str(tmp_path / "data"), "--out", str(out)]) == 0
+    err = capsys.readouterr().err.strip()
+    assert err == ("marlaas: warning: traffic: the oldest 1 submissions are left out: a "
+                   "workload holds at most 10,000 jobs and 2,000,000 group-turns in all (the "
+                   "newest that fit are written)")  # fmt: skip
+    day = load_workload(out)
+    assert [j.name for j in day.jobs] == [f"j{ids[1]}", f"j{ids[2]}"]
