@@ -26,6 +26,7 @@ from marlaas.envs.base import Environment, StepResult
 from marlaas.executors.env_loops import EnvLoop
 from marlaas.executors.rollout import Completion, TrainSample
 from marlaas.import_path import one_line, shown
+from marlaas.interrupts import Interrupted
 
 _PLACEHOLDER = "@@MARLAAS_RESPONSE@@"
 ALIKE_TOLERANCE = 1e-9
@@ -102,7 +103,8 @@ async def guarded_call(env: Environment, method: str, call: Callable[[], Any]) -
     awaitable (a plain ``def`` where the interface says ``async def``), or when it raises
     SystemExit (``sys.exit`` in an environment: raised out of the event loop it once ended
     the run with the environment's exit status, no message, and "Task was destroyed but it
-    is pending!"). KeyboardInterrupt goes on as it came: it is Ctrl-C; what else it raises is
+    is pending!"). KeyboardInterrupt and SIGTERM's Interrupted go on as they came; what else
+    it raises (a BaseException of the user's own too) is
     EnvCallError naming the environment and the call (one already named is raised as it
     is: a RemoteEnv's, whose actor named it)."""
     try:
@@ -128,8 +130,8 @@ async def guarded_call(env: Environment, method: str, call: Callable[[], Any]) -
     except (EnvResultError, EnvCallError, EnvTimeoutError):
         raise
     except BaseException as exc:  # a BaseException of the user's own too (pytest.fail's)
-        if isinstance(exc, KeyboardInterrupt | GeneratorExit):
-            raise  # Ctrl-C is Ctrl-C
+        if isinstance(exc, KeyboardInterrupt | Interrupted | GeneratorExit):
+            raise  # Ctrl-C is Ctrl-C, SIGTERM is SIGTERM
         if f"{type(env).__module__}:{type(env).__qualname__}" == REMOTE_ENV:
             raise  # its actor named what the environment raised; the rest is Ray's, named
         raise EnvCallError(f"environment {_env_name(env)}: {method}() raised "

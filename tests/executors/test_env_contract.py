@@ -309,6 +309,19 @@ def test_ctrl_c_inside_an_environment_is_still_ctrl_c():
         asyncio.run(step_envs(group, last_turn=False, fmt=Chars(), timeout_s=5))
 
 
+def test_sigterm_inside_an_environment_is_still_sigterm():
+    """SIGTERM's Interrupted, raised in the main thread while a step ran there (a runner
+    without env threads), was made the environment's EnvCallError, retried as its failure
+    (244bc2f): the run went on, where SIGTERM stops it (status 143)."""
+    from marlaas.interrupts import Interrupted
+
+    group = episode(Raises(Interrupted(15)))
+    with pytest.raises(Interrupted):
+        asyncio.run(step_envs(group, last_turn=False, fmt=Chars(), timeout_s=5))
+    with pytest.raises(Interrupted):
+        asyncio.run(step_envs(episode(Raises(Interrupted(15))), last_turn=False, fmt=Chars()))
+
+
 def test_under_ray_an_error_names_the_users_environment_not_the_proxy():
     ray_actors = pytest.importorskip("marlaas.executors.ray_actors")
     from marlaas.envs.arithmetic import ArithmeticEnv
