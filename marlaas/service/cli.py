@@ -55,7 +55,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from marlaas.output.lock import lock_folder, unlock
-    from marlaas.service.app import MAX_STREAMS, OPERATOR_KEY_FILE, create_app
+    from marlaas.service.app import OPERATOR_KEY_FILE, create_app
     from marlaas.service.config import load_config
     from marlaas.service.keys import new_key
     from marlaas.service.runner import ServiceRunner
@@ -75,8 +75,7 @@ def _serve(args: argparse.Namespace) -> int:
         from marlaas.ray_cluster import require_ray
 
         require_ray("serve --ray", args.ray)
-    max_streams = MAX_STREAMS if args.max_streams is None else args.max_streams
-    _ensure_descriptors(connection_limit(max_streams), args.max_streams is not None)
+    max_streams = _ensure_descriptors(args.max_streams)
     data = _data_folder(args.data, create=False)  # every check before anything is written
     if not args.simulate:
         config = _check_environments(config, args.cluster)
@@ -150,27 +149,44 @@ def _serve(args: argparse.Namespace) -> int:
         unlock(data, lock)
 
 
-def _ensure_descriptors(connections: int, asked: bool) -> None:
-    """Let this process open ``connections`` + :data:`RESERVED_DESCRIPTORS` files: the soft
-    ``RLIMIT_NOFILE`` is raised to that, within the hard one. The connection limit is there so
-    that clients cannot take the descriptors the database and the adapters need; under a
-    soft limit of 1,024 (many systems') a ``--max-streams`` of 500 or more let them take
-    every one (EMFILE on the database, on an adapter's save). A hard limit too low for them
-    is one line (``asked``: the limit comes from --max-streams, which it names)."""
+def _ensure_descriptors(asked: int | None) -> int:
+    """The event streams the service takes at once (``asked``: --max-streams; None: the
+    default), after letting this process open their connections + :data:`RESERVED_DESCRIPTORS`
+    files: the soft ``RLIMIT_NOFILE`` is raised to that, within the hard one. The connection
+    limit is there so that clients cannot take the descriptors the database and the adapters
+    need; under a soft limit of 1,024 (many systems') a ``--max-streams`` of 500 or more let
+    them take every one (EMFILE on the database, on an adapter's save). A hard limit too low
+    for an asked --max-streams is one line; the default is lowered to what it allows, saying
+    so (a hard limit of 1,024 allows 240 streams, not 256: refusing it refused the plain
+    ``marlaas serve`` on such a host), and refused only where it allows none."""
     import resource
 
-    needed = connections + RESERVED_DESCRIPTORS
+    from marlaas.service.app import MAX_STREAMS
+    from marlaas.service.server import connection_limit
+
+    max_streams = MAX_STREAMS if asked is None else asked
+    needed = connection_limit(max_streams) + RESERVED_DESCRIPTORS
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= needed:
-        return
+        return max_streams
     if hard != resource.RLIM_INFINITY and hard < needed:
-        cause = "--max-streams" if asked else "the default --max-streams (256)"
-        raise UsageError(
-            f"serve: {connections:,} connections ({cause}) and {RESERVED_DESCRIPTORS} files "
-            f"of the service's own need {needed:,} file descriptors; this process may open "
-            f"{hard:,} (ulimit -Hn): raise the limit, or give a smaller --max-streams"
-        )
+        room = max_streams - (needed - hard)  # the streams the hard limit leaves room for
+        if asked is None and room >= 1:
+            print(f"marlaas: warning: serve: --max-streams {room} (not {MAX_STREAMS}): this "
+                  f"process may open {hard:,} files (ulimit -Hn), and each stream's connection "
+                  f"is one of them", file=sys.stderr)  # fmt: skip
+            max_streams, needed = room, hard
+        else:
+            cause = "--max-streams" if asked is not None else "the default --max-streams (256)"
+            connections = connection_limit(max_streams)
+            raise UsageError(
+                f"serve: {connections:,} connections ({cause}) and {RESERVED_DESCRIPTORS} "
+                f"files of the service's own need {needed:,} file descriptors; this process "
+                f"may open {hard:,} (ulimit -Hn): raise the limit, or give a smaller "
+                "--max-streams"
+            )
     resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+    return max_streams
 
 
 def _listening_socket(host: str, port: int) -> socket.socket:

@@ -475,3 +475,31 @@ def test_serve_stopped_as_it_starts_says_what_it_left(tmp_path, capsys, monkeypa
         "marlaas: interrupted (SIGTERM); the service stopped; its jobs continue from their "
         "last durable step when it starts again")  # fmt: skip
     assert (data / "service.db").exists()
+
+
+def test_serve_under_a_hard_limit_of_1024_lowers_its_default_streams(tmp_path):
+    """0b846d8 refused every hard RLIMIT_NOFILE under 1,040 (528 connections + 512): the plain
+    `marlaas serve`, no --max-streams given, on a host or container whose hard limit is 1,024
+    (`docker run --ulimit nofile=1024:1024`, LimitNOFILE=1024) would not start, though it did
+    before. The default is lowered to the streams that limit allows (240), saying so."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("service: {max_sequence_tokens: 64}\n")
+    served = _serve_under((1024, 1024), str(cluster), "--simulate", "--port", "0",
+                          "--data", str(tmp_path / "data"))  # fmt: skip
+    lines = []
+    try:
+        for line in served.stderr:
+            lines.append(line)
+            if "serving on" in line or "error" in line:
+                break
+        limits = Path(f"/proc/{served.pid}/limits").read_text()
+    finally:
+        served.terminate()
+        served.communicate(timeout=60)
+    assert (
+        "marlaas: warning: serve: --max-streams 240 (not 256): this process may open 1,024 "
+        "files (ulimit -Hn), and each stream's connection is one of them\n" in lines
+    ), lines
+    assert any("serving on" in line for line in lines), lines
+    (row,) = [line for line in limits.splitlines() if line.startswith("Max open files")]
+    assert row.split()[3:5] == ["1024", "1024"], row  # 240 + 16 + 256 + 512
