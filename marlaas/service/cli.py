@@ -94,6 +94,10 @@ def _serve(args: argparse.Namespace) -> int:
     stack = ExitStack()  # the Ray session of --ray
     try:
         store = _store_in(data, args.db, created)  # first: if it fails, nothing is written
+        args.interrupt_hint = (  # from here on, a Ctrl-C or SIGTERM leaves the data folder
+            "the service stopped; its jobs continue from their last durable step when it "
+            "starts again"
+        )
         _write_once(data / OPERATOR_KEY_FILE, new_key())
         if not args.simulate:
             _record_base_model(data, config, base_dir)
@@ -128,10 +132,6 @@ def _serve(args: argparse.Namespace) -> int:
             access_log=args.log_level == "debug",
         ))  # fmt: skip
         runner.on_stop = lambda: setattr(server, "should_exit", True)
-        args.interrupt_hint = (
-            "the service stopped; its jobs continue from their last durable step when it "
-            "starts again"
-        )
         port = listening.getsockname()[1]  # --port 0: the one the system gave
         print(f"marlaas: serving on http://{args.host}:{port} (API docs at /docs)",
               file=sys.stderr, flush=True)  # fmt: skip
