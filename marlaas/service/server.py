@@ -51,6 +51,11 @@ UNACKED_S = 45.0
 """How long data the server sent may stay unacknowledged before the kernel drops the
 connection [s] (``TCP_USER_TIMEOUT``): a client gone without a word, or one that stopped
 reading, is cut then."""
+SHUTDOWN_GRACE_S = 5.0
+"""How long a stopping server (SIGTERM, Ctrl-C) lets the answers in progress finish [s];
+then it cuts them: an adapter download to a client that reads slowly, or not at all, held the
+stop for as long as that client liked (45 s for one that stopped reading; for one that reads a
+little, until the whole adapter went)."""
 OTHER_CONNECTIONS = 256
 """Connections the server keeps open for requests, beyond its event streams' places (every
 tenant's ``max_streams`` and the operator's own)."""
@@ -103,12 +108,13 @@ def server_config(app, host: str, port: int, max_connections: int, log_level: st
                   base: type[asyncio.Protocol] = AutoHTTPProtocol) -> uvicorn.Config:  # fmt: skip
     """uvicorn's settings for the service's ``app``: a request read whole in ``read_s`` (a
     body: one more second for each ``body_rate`` bytes), at most ``max_connections`` open at
-    once, idle connections kept :data:`KEEP_ALIVE_S`; ``base``: uvicorn's HTTP protocol to
+    once, idle connections kept :data:`KEEP_ALIVE_S`, the answers in progress when it stops
+    cut after :data:`SHUTDOWN_GRACE_S`; ``base``: uvicorn's HTTP protocol to
     bound (h11's or httptools', the one uvicorn picks)."""
     protocol = bounded_protocol(base, read_s, max_connections, body_rate)
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="off",
                           access_log=access_log, timeout_keep_alive=KEEP_ALIVE_S,
-                          http=protocol)  # fmt: skip
+                          timeout_graceful_shutdown=SHUTDOWN_GRACE_S, http=protocol)  # fmt: skip
 
 
 def bounded_protocol(base: type[asyncio.Protocol], read_s: float, max_connections: int,

@@ -115,3 +115,39 @@ def test_an_event_stream_that_falls_silent_is_given_up(monkeypatch):
     assert [event.id for event in outcome[:-1]] == [1]
     assert isinstance(outcome[-1], ServiceError) and outcome[-1].status == 0, outcome
     assert "could not reconnect within 1 s" in str(outcome[-1])
+
+
+def test_a_download_to_a_client_that_stopped_reading_does_not_hold_the_stop(tmp_path, monkeypatch):
+    """A stopping server waited for every answer in progress to finish: an adapter download
+    to a client that stopped reading held SIGTERM until the kernel gave up on that client
+    (45 s, ``UNACKED_S``), and one to a client that reads a little, until the whole adapter
+    went. The answers still in progress SHUTDOWN_GRACE_S after the stop are cut."""
+    import os
+    import socket
+    import threading
+
+    from marlaas.service.server import SHUTDOWN_GRACE_S
+
+    service = serve(tmp_path / "data")
+    key = service.key("alice")
+    client = service.client(key)
+    job = client.submit(JOB)["id"]
+    client.wait(job, 0.1, 60)
+    folder = service.runner.adapter_path(job, 0)  # as a real run writes it
+    folder.mkdir(parents=True)
+    (folder / "adapter_model.safetensors").write_bytes(os.urandom(64 << 20))
+    monkeypatch.setattr(service.runner, "adapter_versions", lambda job_id: [0])
+    host, port = service.url.removeprefix("http://").split(":")
+    with socket.socket() as stalled:
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stalled.connect((host, int(port)))
+        stalled.sendall(f"GET /v1/jobs/{job}/adapters/0 HTTP/1.1\r\nHost: marlaas\r\n"
+                        f"Authorization: Bearer {key}\r\n\r\n".encode())  # fmt: skip
+        assert stalled.recv(12) == b"HTTP/1.1 200"  # and then it reads no more
+        time.sleep(1)
+        started = time.monotonic()
+        stopper = threading.Thread(target=service.stop, daemon=True)
+        stopper.start()
+        stopper.join(SHUTDOWN_GRACE_S + 20)
+        assert not stopper.is_alive(), "the server still waits on the download"
+    assert time.monotonic() - started < SHUTDOWN_GRACE_S + 20
