@@ -291,7 +291,7 @@ def checked_step(env: Environment, result: Any) -> StepResult:
     if not isinstance(result.info, Mapping):
         raise EnvResultError(f"{where} returned the info {type(result.info).__name__}, "
                              "not a dict")  # fmt: skip
-    if "correct" in result.info and not _is_flag(result.info["correct"]):  # evaluate's score
+    if result.info.get("correct") is not None and not _is_flag(result.info["correct"]):
         correct = result.info["correct"]
         raise EnvResultError(f"{where} returned info['correct'] {type(correct).__name__} "
                              f"{shown(correct)}, not True or False (evaluate counts it as "

@@ -225,7 +225,8 @@ async def _episode(
         add_completions([sample], [completion])
         await step_envs(episode, turn == turns - 1, fmt, timeout_s=timeout_s)
     info = sample.info
-    correct = bool(info["correct"]) if "correct" in info else sample.reward >= 1.0
+    verdict = info.get("correct")  # None: no verdict, as when the step gives none
+    correct = bool(verdict) if verdict is not None else sample.reward >= 1.0
     return correct, sample.reward
 
 

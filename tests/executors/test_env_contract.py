@@ -180,6 +180,15 @@ def test_a_number_0_or_1_of_any_kind_is_a_flag():
                                   last_turn=False, fmt=Chars()))  # fmt: skip
 
 
+def test_a_correct_of_none_is_no_verdict():
+    """An environment that has no verdict yet (an intermediate turn) may say
+    info['correct'] = None: it was refused as 'NoneType None, not True or False' in training,
+    every such step failing; evaluate then scores the episode by its reward."""
+    group = episode(Scripted(StepResult("", 0.0, False, {"correct": None})))
+    asyncio.run(step_envs(group, last_turn=False, fmt=Chars()))
+    assert group.samples[0].info["correct"] is None and not group.samples[0].done
+
+
 def test_valid_results_still_score():
     group = episode(Scripted(GOOD), Scripted(StepResult("", 1, True)))
     added, mean = asyncio.run(step_envs(group, last_turn=False, fmt=Chars()))

@@ -337,3 +337,29 @@ def test_evaluate_gives_up_a_constructor_that_blocks_its_thread(valve, monkeypat
     with pytest.raises(EnvTimeoutError, match=said):  # the old code: no error (built at 8 s)
         asyncio.run(evaluation.evaluate(None, NoAdapters(), OneTokenEngine(), prompts=2,
                                         jobs=[spec]))  # fmt: skip
+
+
+class NoVerdict(Environment):
+    """Rewards 1 or 0 by the episode's seed and gives no verdict (``info['correct']`` None)."""
+
+    async def reset(self, seed: int) -> str:
+        self.seed = seed
+        return "go"
+
+    async def step(self, action: str) -> StepResult:
+        return StepResult("", float(self.seed % 2 == 0), True, {"correct": None})
+
+
+def test_evaluate_scores_an_episode_without_a_verdict_by_its_reward(monkeypatch):
+    """``info['correct'] = None`` is no verdict: the episode is correct when its reward is at
+    least 1, as when the step gives no ``correct`` (it was refused as the environment's
+    contract error: 'info['correct'] NoneType None, not True or False')."""
+    from marlaas.executors import evaluate as evaluation
+
+    monkeypatch.setattr(evaluation, "ChatFormat", lambda tokenizer, template: CharFormat())
+    monkeypatch.setattr(evaluation, "make_env", lambda name, args: NoVerdict())
+    spec = JobSpec(name="j", tenant="t", env={"name": "no-verdict"})
+    rows = asyncio.run(evaluation.evaluate(None, NoAdapters(), OneTokenEngine(), prompts=4,
+                                           jobs=[spec]))  # fmt: skip
+    [outcomes] = rows["outcomes"]
+    assert outcomes.count("1") == 2 and len(outcomes) == 4
