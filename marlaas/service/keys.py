@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import os
 import secrets
+import time
 from pathlib import Path
 
 SECRET_FILE = "secret.key"
@@ -47,12 +48,28 @@ def load_secret(data_dir: Path, keys_made: int = 0) -> bytes:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        secret = path.read_bytes()
-        if len(secret) < 32:
-            raise SecretError(f"{path}: damaged (shorter than 32 bytes); restore it") from None
-        return secret
+        return _read_secret(path, keys_made)
     with os.fdopen(fd, "wb") as handle:
         handle.write(secrets.token_bytes(32))
         handle.flush()
         os.fsync(handle.fileno())
     return path.read_bytes()
+
+
+SECRET_WRITE_S = 2.0
+"""How long a reader waits for the secret another command has just made to be written [s]."""
+
+
+def _read_secret(path: Path, keys_made: int) -> bytes:
+    """The secret in ``path``, which exists: one shorter than 32 bytes is waited on for up to
+    :data:`SECRET_WRITE_S`, as another command (``serve`` and a first ``tenants add`` at once)
+    may have made it and not yet written it, and then is SecretError. A reader refused such a
+    file at once: a first start beside another one failed, 'damaged; restore it'."""
+    deadline = time.monotonic() + SECRET_WRITE_S
+    while len(secret := path.read_bytes()) < 32:
+        if time.monotonic() > deadline:
+            hint = ("restore it" if keys_made else "no tenant's key was made with it: remove it "
+                    "and start again")  # fmt: skip
+            raise SecretError(f"{path}: damaged (shorter than 32 bytes); {hint}")
+        time.sleep(0.05)
+    return secret
