@@ -94,6 +94,11 @@ def _serve(args: argparse.Namespace) -> int:
     stack = ExitStack()  # the Ray session of --ray
     try:
         store = _store_in(data, args.db, created)  # first: if it fails, nothing is written
+        try:
+            store.hold()  # one service to a database (two data folders may name one --db)
+        except BaseException:
+            store.close()
+            raise
         args.interrupt_hint = (  # from here on, a Ctrl-C or SIGTERM leaves the data folder
             "the service stopped; its jobs continue from their last durable step when it "
             "starts again"

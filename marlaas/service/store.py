@@ -11,24 +11,37 @@ rows are all in place (:meth:`JobStore.step_done`, one transaction after the tra
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, select, text, update
 
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.tenant_spec import TenantSpec
 from marlaas.executors.journal import json_values
 from marlaas.service import keys
-from marlaas.service.db import Job, JobEvent, Part, Step, Tenant, WorkRow, open_database
+from marlaas.service.db import (
+    DatabaseError,
+    Job,
+    JobEvent,
+    Part,
+    Step,
+    Tenant,
+    WorkRow,
+    open_database,
+)
 
 QUEUED, RUNNING, DONE, CANCELLED, FAILED, REFUSED = (
     "queued", "running", "done", "cancelled", "failed", "refused",
 )  # fmt: skip
 ENDED = (DONE, CANCELLED, FAILED, REFUSED)
+SERVICE_LOCK = 0x6D61726C61617321
+"""The PostgreSQL advisory lock a service holds on its database ("marlaas!")."""
 LIVE = (QUEUED, RUNNING)
 MAX_LISTED_ENDED = 1000
 """Jobs that ended a list of jobs shows, the newest (with every queued or running one)."""
@@ -64,6 +77,9 @@ class JobStore:
 
     def __init__(self, url: str, data_dir: Path) -> None:
         self.url = url
+        self._held = None
+        """What holds the database for one service (:meth:`hold`): a descriptor, or a
+        connection."""
         self.engine, self._session = open_database(url)
         self._sqlite = self.engine.dialect.name == "sqlite"
         try:
@@ -74,8 +90,37 @@ class JobStore:
             self.engine.dispose()
             raise
 
+    def hold(self) -> None:
+        """Hold the database for one service while this store is open: another ``serve`` on
+        it is DatabaseError (two drivers would run the same jobs, each writing their steps).
+        The data folder's lock does not cover it: two data folders can name one ``--db``.
+        SQLite: an exclusive ``flock`` of the database file (SQLite's own locks are ``fcntl``
+        ones, apart); PostgreSQL: an advisory lock, held by a connection of its own."""
+        shown = self.engine.url.render_as_string(hide_password=True)
+        refused = DatabaseError(f"database {shown}: another marlaas serve is serving it (one "
+                                "service to a database); stop that one first")  # fmt: skip
+        if self._sqlite:
+            fd = os.open(self.engine.url.database, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise refused from None
+            self._held = fd
+            return
+        connection = self.engine.connect()
+        if not connection.scalar(text("SELECT pg_try_advisory_lock(:key)"), {"key": SERVICE_LOCK}):
+            connection.close()
+            raise refused
+        self._held = connection
+
     def close(self) -> None:
-        """Close every connection."""
+        """Close every connection (and give the database back, if held)."""
+        held, self._held = self._held, None
+        if isinstance(held, int):
+            os.close(held)
+        elif held is not None:
+            held.close()
         self.engine.dispose()
 
     # ----------------------------------------------------------------------------- tenants

@@ -503,3 +503,43 @@ def test_serve_under_a_hard_limit_of_1024_lowers_its_default_streams(tmp_path):
     assert any("serving on" in line for line in lines), lines
     (row,) = [line for line in limits.splitlines() if line.startswith("Max open files")]
     assert row.split()[3:5] == ["1024", "1024"], row  # 240 + 16 + 256 + 512
+
+
+def test_one_service_to_a_database_however_many_data_folders_name_it(tmp_path, db_url):
+    """The lock was the data folder's: two services on two data folders with one --db both
+    ran, each submitting the same live jobs again and writing their steps (two drivers on job
+    1: it went on at both, its steps from either)."""
+    import shutil
+    import sys
+
+    url = db_url or f"sqlite:///{tmp_path / 'shared.db'}"
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("service: {max_sequence_tokens: 64}\n")
+    marlaas = [sys.executable, "-m", "marlaas"]
+    first, second = tmp_path / "first", tmp_path / "second"
+    subprocess.run([*marlaas, "tenants", "add", "alice", "--data", str(first), "--db", url],
+                   check=True, capture_output=True)  # fmt: skip
+    second.mkdir(mode=0o700)
+    shutil.copy(first / "secret.key", second / "secret.key")  # the same keys: it may serve
+    serving = subprocess.Popen([*marlaas, "serve", str(cluster), "--simulate", "--port", "0",
+                                "--data", str(first), "--db", url],
+                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+    other = None
+    try:
+        for line in serving.stderr:
+            if "serving on" in line:
+                break
+        other = subprocess.Popen([*marlaas, "serve", str(cluster), "--simulate", "--port",
+                                  "0", "--data", str(second), "--db", url],
+                                 stderr=subprocess.PIPE, text=True)  # fmt: skip
+        _, err = other.communicate(timeout=60)
+        assert other.returncode == 2, err
+        assert err.strip().splitlines()[-1].endswith(
+            ": another marlaas serve is serving it (one service to a database); stop that "
+            "one first"), err  # fmt: skip
+        assert "secret" not in err
+    finally:
+        for process in (serving, other):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
