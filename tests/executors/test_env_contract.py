@@ -379,66 +379,50 @@ def test_a_prompt_longer_than_the_context_names_the_environment_and_its_length()
         asyncio.run(runner.generate(Generate(1, "j", 0, 0, 0, "e", 0, 2, 0, 4), OneTokenEngine()))
 
 
-@pytest.mark.skipif(sys.version_info < (3, 11), reason="Task.cancelling() is 3.11's")
-def test_a_cancelled_error_of_the_environments_own_is_its_error_not_the_runs_end():
-    """A CancelledError a step raised, not being cancelled itself (an inner task of its own
-    that was cancelled), went up through the run's loop as a cancellation: train ended in a
-    traceback ('asyncio.exceptions.CancelledError'). A call given up at its bound is still
-    cancelled as before (test_a_step_that_hangs_is_one_error_within_the_jobs_bound)."""
+class OwnCancel(Scripted):
+    """A step that awaits an inner task of its own that was cancelled."""
 
-    class OwnCancel(Scripted):
-        async def step(self, action: str):
-            inner = asyncio.ensure_future(asyncio.sleep(10))
-            inner.cancel()
-            return await inner
+    async def step(self, action: str):
+        inner = asyncio.ensure_future(asyncio.sleep(10))
+        inner.cancel()
+        return await inner
 
-    from marlaas.executors.env_loops import EnvLoop
-    from marlaas.executors.episodes import env_call
 
-    says = r"OwnCancel: step\(\) raised CancelledError of its own"
-    with pytest.raises(EnvCallError, match=says):
-        asyncio.run(step_envs(episode(OwnCancel(None)), last_turn=False, fmt=Chars(),
-                              timeout_s=5))  # fmt: skip
-    loop = EnvLoop("marlaas-env-test")  # on the job's own thread, as a run calls it
-    try:
-        env = OwnCancel(None)
-        with pytest.raises(EnvCallError, match=says):
-            asyncio.run(env_call(env, "step", lambda: env.step("x"), "j", 5.0, loop))
-    finally:
-        loop.stop()
-    assert loop.join(10.0)
+class CancelsItself(Scripted):
+    """A step that cancels the task it runs in."""
+
+    async def step(self, action: str):
+        asyncio.current_task().cancel()
+        await asyncio.sleep(0)
+        return GOOD
+
+
+class Sleeps(Scripted):
+    async def step(self, action: str):
+        await asyncio.sleep(30)
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="Task.cancelling() is 3.11's")
-def test_a_step_that_cancels_its_own_task_is_its_error_not_the_runs_end():
-    """A step that cancelled the task it runs in (asyncio.current_task().cancel()) was that
-    task's cancellation, which the call's bound and the job's loop passed on to the run as
-    one: train ended in a traceback (asyncio.exceptions.CancelledError, status 1), as it did
-    for a CancelledError of an inner task. The run's own cancellation still goes through
-    (test_a_call_given_up_on_is_cancelled_on_its_loop_and_errors_come_back_as_raised)."""
-
-    class CancelsItself(Scripted):
-        async def step(self, action: str):
-            asyncio.current_task().cancel()
-            await asyncio.sleep(0)
-            return GOOD
-
+@pytest.mark.parametrize("cls", [OwnCancel, CancelsItself])
+def test_a_cancelled_error_of_the_environments_own_is_its_error_not_the_runs_end(cls):
+    """A CancelledError a step raised, not being cancelled by the run (an inner task of its
+    own that was cancelled; the step cancelled the task it runs in), went up through the run's
+    loop as a cancellation: train ended in a traceback ('asyncio.exceptions.CancelledError',
+    status 1). It is the environment's error, in the run's loop and on the job's own thread;
+    the run's own cancellation of a call still goes through (and a call given up at its bound
+    is cancelled as before: test_a_step_that_hangs_is_one_error_within_the_jobs_bound)."""
     from marlaas.executors.env_loops import EnvLoop
     from marlaas.executors.episodes import env_call
 
-    says = r"CancelsItself: step\(\) raised CancelledError of its own"
+    says = rf"{cls.__name__}: step\(\) raised CancelledError of its own"
     with pytest.raises(EnvCallError, match=says):
-        asyncio.run(step_envs(episode(CancelsItself(None)), last_turn=False, fmt=Chars(),
+        asyncio.run(step_envs(episode(cls(None)), last_turn=False, fmt=Chars(),
                               timeout_s=5))  # fmt: skip
     loop = EnvLoop("marlaas-env-test")  # on the job's own thread, as a run calls it
     try:
-        env = CancelsItself(None)
+        env = cls(None)
         with pytest.raises(EnvCallError, match=says):
             asyncio.run(env_call(env, "step", lambda: env.step("x"), "j", 5.0, loop))
-
-        class Sleeps(Scripted):
-            async def step(self, action: str):
-                await asyncio.sleep(30)
 
         async def cancelled_by_the_run():  # the run's cancellation is still one
             slow = Sleeps(None)
