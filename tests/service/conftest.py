@@ -111,6 +111,19 @@ class Served:
 
         return Client(self.url, key)
 
+    def job_with_adapter(self, key: str, monkeypatch, weights: bytes) -> tuple[int, Path]:
+        """(id, folder) of a job of ``key``'s tenant, ended, with adapter version 0 on disk as
+        a real run writes it (a simulated service makes none): ``weights`` and a config."""
+        client = self.client(key)
+        job = client.submit(JOB)["id"]
+        client.wait(job, 0.1, 60)
+        folder = self.runner.adapter_path(job, 0)
+        folder.mkdir(parents=True)
+        (folder / "adapter_model.safetensors").write_bytes(weights)
+        (folder / "adapter_config.json").write_text('{"r": 8}')
+        monkeypatch.setattr(self.runner, "adapter_versions", lambda job_id: [0])
+        return job, folder
+
     def stop(self) -> None:
         """Stop the server and the driver; a driver that died on its own fails the test."""
         self.server.should_exit = True

@@ -9,7 +9,6 @@ import os
 import shutil
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -430,16 +429,10 @@ def test_an_adapter_download_is_made_as_it_is_sent_not_held_whole(tmp_path, monk
     try:
         key = service.key("alice")
         client = service.client(key)
-        job = client.submit(JOB)["id"]
-        client.wait(job, 0.1, 60)
-        folder = service.runner.adapter_path(job, 0)  # as a real run writes it
-        folder.mkdir(parents=True)
         weights = os.urandom(24 << 20)  # incompressible: the archive is as large
-        (folder / "adapter_model.safetensors").write_bytes(weights)
-        (folder / "adapter_config.json").write_text('{"r": 8}')
+        job, folder = service.job_with_adapter(key, monkeypatch, weights)
         (folder / "optimizer.pt").write_bytes(b"the trainer's")
         (folder / "empty.txt").write_bytes(b"")
-        monkeypatch.setattr(service.runner, "adapter_versions", lambda job_id: [0])
         got = tmp_path / "got.tar.gz"
         tracemalloc.start()
         try:
@@ -466,19 +459,6 @@ def test_an_adapter_download_is_made_as_it_is_sent_not_held_whole(tmp_path, monk
         service.stop()
 
 
-def _adapter_on_disk(service, job: int, monkeypatch) -> tuple[Path, bytes]:
-    """Job ``job``'s adapter version 0 as a real run writes it (3 MiB of weights)."""
-    import os
-
-    folder = service.runner.adapter_path(job, 0)
-    folder.mkdir(parents=True)
-    weights = os.urandom(3 << 20)
-    (folder / "adapter_model.safetensors").write_bytes(weights)
-    (folder / "adapter_config.json").write_text('{"r": 8}')
-    monkeypatch.setattr(service.runner, "adapter_versions", lambda job_id: [0])
-    return folder, weights
-
-
 def test_an_adapter_download_cut_short_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
     """Sent as it is made (ef001cf), a download whose file shrank mid-way ends short after
     its 200: the client's unpacking raised EOFError ('Compressed file ended before the
@@ -488,10 +468,9 @@ def test_an_adapter_download_cut_short_is_one_line_and_writes_nothing(tmp_path, 
 
     service = serve(tmp_path / "data")
     try:
-        client = service.client(service.key("alice"))
-        job = client.submit(JOB)["id"]
-        client.wait(job, 0.1, 60)
-        folder, _ = _adapter_on_disk(service, job, monkeypatch)
+        key = service.key("alice")
+        client = service.client(key)
+        job, folder = service.job_with_adapter(key, monkeypatch, os.urandom(3 << 20))
         made = service_app._tar_gz
 
         def shrinking(files, root):
@@ -520,10 +499,10 @@ def test_an_adapter_file_removed_while_it_is_sent_is_sent_whole(tmp_path, monkey
 
     service = serve(tmp_path / "data")
     try:
-        client = service.client(service.key("alice"))
-        job = client.submit(JOB)["id"]
-        client.wait(job, 0.1, 60)
-        folder, weights = _adapter_on_disk(service, job, monkeypatch)
+        key = service.key("alice")
+        client = service.client(key)
+        weights = os.urandom(3 << 20)
+        job, folder = service.job_with_adapter(key, monkeypatch, weights)
         made = service_app._tar_gz
 
         def removing(files, root):

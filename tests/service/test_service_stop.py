@@ -130,13 +130,7 @@ def test_a_download_to_a_client_that_stopped_reading_does_not_hold_the_stop(tmp_
 
     service = serve(tmp_path / "data")
     key = service.key("alice")
-    client = service.client(key)
-    job = client.submit(JOB)["id"]
-    client.wait(job, 0.1, 60)
-    folder = service.runner.adapter_path(job, 0)  # as a real run writes it
-    folder.mkdir(parents=True)
-    (folder / "adapter_model.safetensors").write_bytes(os.urandom(64 << 20))
-    monkeypatch.setattr(service.runner, "adapter_versions", lambda job_id: [0])
+    job, _ = service.job_with_adapter(key, monkeypatch, os.urandom(64 << 20))
     host, port = service.url.removeprefix("http://").split(":")
     with socket.socket() as stalled:
         stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
