@@ -13,7 +13,7 @@ from marlaas.core import limits as L
 from marlaas.core.cluster_spec import ClusterSpec
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.scheduling import SchedulingSpec
-from marlaas.core.spec_fields import Count, StrictSpec, check_name, check_policy
+from marlaas.core.spec_fields import Amount, Count, StrictSpec, check_name, check_policy
 from marlaas.core.tenant_spec import TenantSpec
 from marlaas.core.validation_message import format_validation_error
 from marlaas.core.workload import BaseModelSpec, Workload, WorkloadError, parse_workload
@@ -30,6 +30,12 @@ class ServiceLimits(StrictSpec):
     max_sequence_tokens: Count(L.MAX_TOKENS) = 2048
     """The longest sequence a job's episode may reach [tokens]: its longest prompt, every
     turn's response and observation (the engines' KV cache is sized for it)."""
+    max_env_step_s: Amount(L.MAX_LATENCY_S + L.MAX_ENV_TIMEOUT_S, positive=True) = 900.0
+    """The longest one environment step of a job may hold the environment workers it takes
+    [s]: its ``env.timeout_s`` plus its declared ``env.latency_s`` at its longest (a
+    lognormal's p99.99). Work in flight ends before a job does, so this also bounds how long
+    another tenant's job waits behind such a step, and a cancelled job in ``cancelling``
+    (a job with a day's latency took every worker for that day)."""
     environments: list[str] = Field(default_factory=lambda: list(DEFAULT_ENVIRONMENTS))
     """The environments tenants may name (registered names only: a tenant never names an
     import path)."""

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from marlaas import strict_json
+from marlaas.core.distributions import largest
 from marlaas.core.feasibility import why_infeasible
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.limits import MAX_GROUP_TURNS
@@ -66,6 +67,13 @@ def check_envelope(job: JobSpec, config: ServiceConfig) -> None:
             f"{limits.environments}"
         )
     _check_env_args(job)
+    step_s = job.env.timeout_s + largest(job.env.latency_s, tail=True)
+    if step_s > limits.max_env_step_s:
+        raise JobRequestError(
+            f"env: one step may take {step_s:,g} s (timeout_s {job.env.timeout_s:,g} s + "
+            f"latency_s at its longest {step_s - job.env.timeout_s:,g} s); this service's "
+            f"max_env_step_s is {limits.max_env_step_s:,g} s"
+        )
     if job.lora_rank > limits.max_lora_rank:
         raise JobRequestError(
             f"lora_rank: {job.lora_rank} is above this service's max_lora_rank "

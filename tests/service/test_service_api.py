@@ -74,8 +74,22 @@ def test_a_revoked_key_is_refused(service):
     assert err.value.status == 401
 
 
+LONG_TAIL = {"dist": "lognormal", "median": 100, "sigma": 1.0}
+"""An environment latency of 100 s median whose p99.99 is 4,122 s [s]."""
+
 BAD_SPECS = [
     (b"{not json", 422, "not JSON"),
+    (  # its steps took every environment worker for a day, and a cancel waited for them
+        json.dumps({**JOB, "env": {"latency_s": {"dist": "constant", "value": 86400}}}).encode(),
+        422,
+        "env: one step may take 87,000 s (timeout_s 600 s + latency_s at its longest 86,400 s); "
+        "this service's max_env_step_s is 900 s",
+    ),
+    (  # a lognormal's median is well within, its p99.99 (x e^3.72) is not
+        json.dumps({**JOB, "env": {"timeout_s": 60, "latency_s": LONG_TAIL}}).encode(),
+        422,
+        "one step may take 4,182.38 s (timeout_s 60 s + latency_s at its longest 4,122.38 s)",
+    ),
     (b'["a list"]', 422, "JSON object"),
     (json.dumps({**JOB, "surprise": 1}).encode(), 422, "surprise: unknown field"),
     (json.dumps({**JOB, "rl": {"steps": -3}}).encode(), 422, "rl.steps"),
