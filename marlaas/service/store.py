@@ -46,6 +46,10 @@ LIVE = (QUEUED, RUNNING)
 MAX_LISTED_ENDED = 1000
 """Jobs that ended a list of jobs shows, the newest (with every queued or running one)."""
 
+LISTED_REWARDS = 200
+"""The rewards of a job's latest steps that the list of jobs carries (its sparkline); one job's
+own view carries every step's (a list of 1,000 jobs of 100,000 steps each was 100 M numbers)."""
+
 
 class TenantError(ValueError):
     """A tenant that cannot be added or revoked (a name in use, no such tenant)."""
@@ -246,7 +250,7 @@ class JobStore:
             ended = session.execute(query.where(Job.state.not_in(LIVE))
                                     .order_by(Job.id.desc()).limit(limit)).all()  # fmt: skip
             rows = sorted([*live, *ended], key=lambda row: row[0].id, reverse=True)
-            rewards = self._rewards(session, [job.id for job, _ in rows])
+            rewards = self._rewards(session, [job.id for job, _ in rows], LISTED_REWARDS)
             return [self._view(session, job, name, rewards.get(job.id, [])) for job, name in rows]
 
     def live_jobs(self) -> list[tuple[int, JobSpec, int, bool]]:
@@ -386,13 +390,24 @@ class JobStore:
     def _add_records(self, session, records: Iterable[dict], part: int) -> None:
         session.add_all(WorkRow(part=part, body=_dumps(json_values(r))) for r in records)
 
-    def _rewards(self, session, job_ids: list[int]) -> dict[int, list[float | None]]:
+    def _rewards(
+        self, session, job_ids: list[int], latest: int | None = None
+    ) -> dict[int, list[float | None]]:
+        """Each job's reward per step, in step order (``latest``: of its latest so many)."""
         if not job_ids:
             return {}
+        steps = select(Step.job_id, Step.step, Step.reward).where(Step.job_id.in_(job_ids))
+        if latest is not None:
+            newest_first = func.row_number().over(partition_by=Step.job_id,
+                                                  order_by=Step.step.desc())  # fmt: skip
+            ranked = steps.add_columns(newest_first.label("rank")).subquery()
+            steps = select(ranked.c.job_id, ranked.c.step, ranked.c.reward).where(
+                ranked.c.rank <= latest
+            )
+        ordered = steps.subquery()
         out: dict[int, list[float | None]] = {}
-        rows = session.execute(select(Step.job_id, Step.reward)
-                               .where(Step.job_id.in_(job_ids))
-                               .order_by(Step.job_id, Step.step))  # fmt: skip
+        rows = session.execute(select(ordered.c.job_id, ordered.c.reward)
+                               .order_by(ordered.c.job_id, ordered.c.step))  # fmt: skip
         for job_id, reward in rows:
             out.setdefault(job_id, []).append(reward)
         return out

@@ -358,6 +358,27 @@ def test_jobs_that_ended_however_many_never_hide_one_that_runs(store):
     assert len(store.jobs(None)) == 8  # under the limit: every job
 
 
+def test_the_list_of_jobs_carries_each_jobs_latest_rewards_and_one_job_all(store):
+    """The list carried every step's reward of every job listed: 1,000 jobs of 100,000 steps
+    each made every poll of the dashboard 100 M numbers. It carries the latest
+    LISTED_REWARDS of each (in step order); one job's own view carries all of them."""
+    from marlaas.core.job_spec import JobSpec
+    from marlaas.service.store import LISTED_REWARDS
+
+    alice = store.authenticate(store.add_tenant("alice"))
+    spec = JobSpec.model_validate({"name": "x", "tenant": "alice"})
+    long, short = store.add_job(alice, spec, 0.0), store.add_job(alice, spec, 0.0)
+    steps = LISTED_REWARDS + 30
+    for step in range(steps):
+        store.step_done(long, {"step": step, "mean_reward": step / 1000}, [], 0)
+    for step in range(3):
+        store.step_done(short, {"step": step, "mean_reward": None if step == 1 else -step}, [], 0)
+    listed = {job["id"]: job["rewards"] for job in store.jobs(None)}
+    assert listed[long] == [step / 1000 for step in range(30, steps)]
+    assert listed[short] == [0, None, -2]
+    assert store.job(long)["rewards"] == [step / 1000 for step in range(steps)]
+
+
 def test_serve_refuses_an_environment_that_cannot_run_on_this_host(tmp_path, capsys, monkeypatch):
     """A real service that lists python_exec where its sandbox cannot run took every job
     that named it (201), and each failed at its first step (SandboxUnavailable, 4 times);
