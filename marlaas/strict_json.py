@@ -53,3 +53,16 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise DuplicateKeyError(f"duplicate key {key[:80]!r}")
         obj[key] = value
     return obj
+
+
+def lone_surrogate(text: str) -> str | None:
+    """Why ``text`` is not Unicode text (None: it is): a lone surrogate (``'\\ud800'``, from a
+    JSON escape or a wrongly decoded byte), which has no UTF-8 encoding, so no tokenizer takes
+    it."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return f"a lone surrogate {text[err.start]!r} at character {err.start}"
+    return None

@@ -92,14 +92,9 @@ def _text(value: Any, path: Path, row: int, column: str) -> str:
                            "expected text")  # fmt: skip
     if not value.strip():
         raise DatasetError(f"{path}: row {row}, column {column!r}: empty, expected text")
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as err:  # a JSON escape "\ud800": no tokenizer takes it
-            raise DatasetError(
-                f"{path}: row {row}, column {column!r}: a lone surrogate "
-                f"{value[err.start]!r} at character {err.start}, not Unicode text"
-            ) from None
+    bad = strict_json.lone_surrogate(value)  # a JSON escape "\ud800": no tokenizer takes it
+    if bad is not None:
+        raise DatasetError(f"{path}: row {row}, column {column!r}: {bad}, not Unicode text")
     return value
 
 

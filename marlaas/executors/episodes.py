@@ -27,6 +27,7 @@ from marlaas.executors.env_loops import EnvLoop
 from marlaas.executors.rollout import Completion, TrainSample
 from marlaas.import_path import one_line, shown
 from marlaas.interrupts import Interrupted
+from marlaas.strict_json import lone_surrogate
 
 _PLACEHOLDER = "@@MARLAAS_RESPONSE@@"
 ALIKE_TOLERANCE = 1e-9
@@ -124,9 +125,9 @@ async def guarded_call(env: Environment, method: str, call: Callable[[], Any]) -
     except asyncio.CancelledError:
         if _cancelled_here():
             raise  # the call itself was cancelled: given up at its bound, or its group failed
-        raise EnvCallError(f"environment {_env_name(env)}: {method}() raised CancelledError "
-                           "of its own (an inner task or call cancelled, not this call)"
-                           ) from None  # fmt: skip
+        raise _own_cancellation(
+            env, method, "an inner task or call cancelled, not this call"
+        ) from None
     except (EnvResultError, EnvCallError, EnvTimeoutError):
         raise
     except BaseException as exc:  # a BaseException of the user's own too (pytest.fail's)
@@ -181,9 +182,7 @@ async def _call_within(
     except asyncio.CancelledError:
         if _cancelled_here():
             raise  # this call was cancelled: its group failed, or the run ends
-        raise EnvCallError(f"environment {_env_name(env)}: {method}() raised CancelledError "
-                           "of its own (it cancelled its own task, not the run)"
-                           ) from None  # fmt: skip
+        raise _own_cancellation(env, method, "it cancelled its own task, not the run") from None
 
 
 async def bounded(work: Awaitable[Any], timeout_s: float | None, what: Callable[[], str]) -> Any:
@@ -224,11 +223,18 @@ async def env_reset(
         got = f"{type(prompt).__name__} {shown(prompt)}"
         raise EnvResultError(f"environment {_env_name(env)}: {method}() returned {got}, not "
                              "the prompt text")  # fmt: skip
-    bad = _not_unicode(prompt)
+    bad = lone_surrogate(prompt)
     if bad is not None:
         raise EnvResultError(f"environment {_env_name(env)}: {method}() returned a prompt "
                              f"that is not Unicode text ({bad})")  # fmt: skip
     return prompt
+
+
+def _own_cancellation(env: Environment, method: str, what: str) -> EnvCallError:
+    """The error for a CancelledError an environment's call raised while this task was not
+    cancelled (:func:`_cancelled_here`): the environment's own, ``what`` saying whose."""
+    return EnvCallError(f"environment {_env_name(env)}: {method}() raised CancelledError of "
+                        f"its own ({what})")  # fmt: skip
 
 
 def _cancelled_here() -> bool:
@@ -239,19 +245,6 @@ def _cancelled_here() -> bool:
     task = asyncio.current_task()
     cancelling = getattr(task, "cancelling", None)
     return task is None or cancelling is None or cancelling() > 0
-
-
-def _not_unicode(text: str) -> str | None:
-    """Why ``text`` cannot be tokenized (None: it can): a lone surrogate (``'\\ud800'``, from
-    a wrongly decoded byte or a JSON escape), which has no UTF-8 encoding (the tokenizer's
-    error was "TypeError: TextEncodeInput must be Union[TextInputSequence, ...]")."""
-    if text.isascii():
-        return None
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        return f"a lone surrogate {text[err.start]!r} at character {err.start}"
-    return None
 
 
 def _is_flag(done: object) -> bool:
@@ -281,7 +274,7 @@ def checked_step(env: Environment, result: Any) -> StepResult:
         raise EnvResultError(f"{where} returned the observation "
                              f"{type(result.observation).__name__} {shown(result.observation)}, "
                              "not text")  # fmt: skip
-    bad = _not_unicode(result.observation)
+    bad = lone_surrogate(result.observation)
     if bad is not None:
         raise EnvResultError(f"{where} returned an observation that is not Unicode text "
                              f"({bad})")  # fmt: skip
