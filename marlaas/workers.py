@@ -77,7 +77,7 @@ def run_tasks(
         for _ in range(processes):
             here, there = ctx.Pipe()
             process = ctx.Process(target=_serve, args=(there, fn, os.getpid()), daemon=True)
-            process.start()
+            _start_without_ctrl_c(process)
             there.close()
             workers.append(_Worker(process, here))
         live = list(workers)
@@ -97,6 +97,18 @@ def run_tasks(
                     live.remove(worker)  # done: it was told to stop
     finally:
         _stop(workers)
+
+
+def _start_without_ctrl_c(process: multiprocessing.process.BaseProcess) -> None:
+    """Start ``process`` with SIGINT blocked, so that a Ctrl-C while it starts is not raised in
+    it by the handler it inherits (it once exited with status 1, and the sweep ended on that
+    instead of on the Ctrl-C); the worker ignores SIGINT before it unblocks it, and here the
+    signal, if one came, is delivered once the start is done."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        process.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def start_method() -> str | None:
@@ -192,6 +204,7 @@ def _portable(exc: BaseException) -> BaseException:
 
 def _init_worker(parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked as it started
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's "raise Interrupted"
     with suppress(OSError, AttributeError):  # not Linux: the watchdog alone
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
