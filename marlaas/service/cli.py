@@ -182,7 +182,9 @@ def _ensure_descriptors(asked: int | None) -> int:
                   f"is one of them", file=sys.stderr)  # fmt: skip
             max_streams, needed = room, hard
         else:
-            cause = "--max-streams" if asked is not None else "the default --max-streams (256)"
+            cause = "--max-streams"
+            if asked is None:  # the figure MAX_STREAMS holds: the text follows the constant
+                cause = f"the default --max-streams ({MAX_STREAMS})"
             connections = connection_limit(max_streams)
             raise UsageError(
                 f"serve: {connections:,} connections ({cause}) and {RESERVED_DESCRIPTORS} "

@@ -445,6 +445,28 @@ def test_serve_makes_room_for_its_connections_and_its_own_files(tmp_path):
     assert row.split()[3:5] == ["1784", "4096"], row  # 1,000 + 16 + 256 + 512
 
 
+def test_the_descriptor_refusal_names_the_default_max_streams_it_holds(monkeypatch):
+    """serve's refusal of a hard RLIMIT_NOFILE too low for the default --max-streams wrote
+    "the default --max-streams (256)" as text: a default changed in app.MAX_STREAMS left the
+    line naming the old figure. It names the constant's."""
+    import resource
+
+    from marlaas.service import app
+    from marlaas.service.cli import _ensure_descriptors
+    from marlaas.terminal import UsageError
+
+    monkeypatch.setattr(app, "MAX_STREAMS", 300)
+    monkeypatch.setattr(resource, "getrlimit", lambda _which: (100, 100))
+    monkeypatch.setattr(resource, "setrlimit", lambda *_: pytest.fail("the limit was changed"))
+    with pytest.raises(UsageError) as refused:
+        _ensure_descriptors(None)
+    assert str(refused.value) == (
+        "serve: 572 connections (the default --max-streams (300)) and 512 files of the "
+        "service's own need 1,084 file descriptors; this process may open 100 (ulimit -Hn): "
+        "raise the limit, or give a smaller --max-streams"
+    )
+
+
 def test_serve_leaves_out_a_default_environment_that_cannot_run_here(tmp_path, capsys,
                                                                     monkeypatch):  # fmt: skip
     """Where bubblewrap is missing, a real service whose cluster file lists no environments
