@@ -371,20 +371,22 @@ def _data_arguments(parser: argparse.ArgumentParser) -> None:
                         "e.g. postgresql+psycopg://user@host/db)")  # fmt: skip
 
 
-def _open_store(args: argparse.Namespace):
+def _open_store(args: argparse.Namespace, with_keys: bool = True):
+    """The job store of ``--data`` (made, for ``tenants add``) on ``--db``; ``with_keys``
+    False: without the keys' secret (:class:`~marlaas.service.store.JobStore`)."""
     require_service_stack(("sqlalchemy", "alembic"))
     created = not Path(args.data).exists()
-    return _store_in(_data_folder(args.data), args.db, created)
+    return _store_in(_data_folder(args.data), args.db, created, with_keys)
 
 
-def _store_in(data: Path, db: str | None, created: bool):
+def _store_in(data: Path, db: str | None, created: bool, with_keys: bool = True):
     """The job store of ``data`` on ``db``; a database it cannot open removes ``data`` again
     when this command ``created`` it (empty: nothing was written yet), and is raised."""
     from marlaas.service.db import DatabaseError, database_url
     from marlaas.service.store import JobStore
 
     try:
-        return JobStore(database_url(data, db), data)
+        return JobStore(database_url(data, db), data, with_keys)
     except DatabaseError:
         if created:
             with suppress(OSError):
@@ -478,7 +480,7 @@ def _traffic(args: argparse.Namespace) -> int:
             f"traffic: {saved}: damaged ({format_validation_error(err, 'config')}); `marlaas "
             "serve` writes it again (the cluster file the service runs with)"
         ) from None
-    store = _open_store(args)
+    store = _open_store(args, with_keys=False)  # a reader of jobs: the secret is not its to make
     try:
         workload, left_out = traffic_workload(store, config)
     finally:

@@ -77,9 +77,11 @@ def _dumps(value) -> str:
 
 class JobStore:
     """The service's database, opened at ``url`` and migrated; ``data_dir`` holds the secret
-    the API keys' hashes are keyed with."""
+    the API keys' hashes are keyed with. ``with_keys=False`` opens it for a reader of jobs
+    that never makes or checks a key (``marlaas traffic``): the secret is neither read nor
+    made, and :meth:`add_tenant` and :meth:`authenticate` are refused."""
 
-    def __init__(self, url: str, data_dir: Path) -> None:
+    def __init__(self, url: str, data_dir: Path, with_keys: bool = True) -> None:
         self.url = url
         self._held = None
         """What holds the database for one service (:meth:`hold`): a descriptor, or a
@@ -87,9 +89,11 @@ class JobStore:
         self.engine, self._session = open_database(url)
         self._sqlite = self.engine.dialect.name == "sqlite"
         try:
-            with self._session() as session:
-                made = session.scalar(select(func.count(Tenant.id)))
-            self._secret = keys.load_secret(data_dir, made)
+            self._secret: bytes | None = None
+            if with_keys:
+                with self._session() as session:
+                    made = session.scalar(select(func.count(Tenant.id)))
+                self._secret = keys.load_secret(data_dir, made)
         except BaseException:
             self.engine.dispose()
             raise
@@ -127,6 +131,12 @@ class JobStore:
             held.close()
         self.engine.dispose()
 
+    def _keyed(self) -> bytes:
+        """The keys' secret; a store opened with ``with_keys=False`` has none to use."""
+        if self._secret is None:
+            raise RuntimeError("the job store was opened without the keys' secret (with_keys)")
+        return self._secret
+
     # ----------------------------------------------------------------------------- tenants
     def add_tenant(self, name: str, quota: TenantSpec | None = None) -> str:
         """Add tenant ``name``; returns its API key (not kept: only its keyed hash is). A
@@ -146,12 +156,12 @@ class JobStore:
                 raise TenantError(f"tenant {name!r} exists (revoke it first to give it a new "
                                   "key, or pick a name)")  # fmt: skip
             if known is not None:
-                known.key_hash, known.revoked_at = keys.key_hash(self._secret, key), None
+                known.key_hash, known.revoked_at = keys.key_hash(self._keyed(), key), None
                 known.max_active_jobs = quota.max_active_jobs
                 known.max_queued_jobs = quota.max_queued_jobs
                 return key
             session.add(Tenant(
-                name=name, key_hash=keys.key_hash(self._secret, key),
+                name=name, key_hash=keys.key_hash(self._keyed(), key),
                 max_active_jobs=quota.max_active_jobs, max_queued_jobs=quota.max_queued_jobs,
                 created_at=time.time(),
             ))  # fmt: skip
@@ -174,7 +184,7 @@ class JobStore:
 
     def authenticate(self, key: str) -> TenantView | None:
         """The tenant whose key ``key`` is, None when none (or it was revoked)."""
-        digest = keys.key_hash(self._secret, key)
+        digest = keys.key_hash(self._keyed(), key)
         with self._session() as session:
             row = session.scalar(select(Tenant).where(Tenant.key_hash == digest))
             if row is None or row.revoked_at is not None:

@@ -106,3 +106,36 @@ def test_traffic_past_what_a_workload_holds_writes_the_newest_that_fit(tmp_path,
                    "newest that fit are written)")  # fmt: skip
     day = load_workload(out)
     assert [j.name for j in day.jobs] == [f"j{ids[1]}", f"j{ids[2]}"]
+
+
+def test_traffic_neither_makes_nor_needs_the_keys_secret(tmp_path, capsys):
+    """`marlaas traffic` opened the job store as the service does, which makes ``secret.key``
+    where there is none: a load generator's reader of a data folder (or of a --db read from
+    a folder of its own) wrote the service's secret, and where the database held tenants it
+    refused to run at all ('secret.key: missing ... restore it'). It reads jobs and quotas,
+    never a key: it neither reads nor makes the secret."""
+    from marlaas.core.job_spec import JobSpec
+    from marlaas.service.db import database_url
+    from marlaas.service.store import JobStore
+
+    data = tmp_path / "data"
+    data.mkdir()
+    store = JobStore(database_url(data, None), data)
+    try:
+        store.add_tenant("frank")
+        (tenant,) = store.tenants()
+        store.add_job(tenant, JobSpec.model_validate({**JOB, "tenant": "frank"}), 1.0)
+    finally:
+        store.close()
+    (data / "config.json").write_text(json.dumps(CLUSTER))  # as serve saves it
+    (data / "secret.key").unlink()  # kept apart from the database, or lost
+    out = tmp_path / "day.yaml"
+    assert main(["traffic", "--data", str(data), "--out", str(out)]) == 0, capsys.readouterr()
+    assert not (data / "secret.key").exists()
+    assert [j.tenant for j in load_workload(out).jobs] == ["frank"]
+    fresh = tmp_path / "fresh"  # a folder that holds only the cluster file: nothing is made
+    fresh.mkdir()
+    (fresh / "config.json").write_text(json.dumps(CLUSTER))
+    assert main(["traffic", "--data", str(fresh), "--out", str(tmp_path / "none.yaml")]) == 2
+    assert "no submissions yet" in capsys.readouterr().err
+    assert not (fresh / "secret.key").exists()
