@@ -58,6 +58,10 @@ class Backlog:
         """Tokens generated so far (finished group turns) [tokens]."""
         self.busy_s = 0.0
         """Time with at least one live job so far [s]."""
+        self.busy_since_s = math.inf
+        """When the current busy stretch began: the last time a job became live while none
+        was [s since the run's start]; inf before the first job. A service that was idle
+        between two jobs starts a new stretch with the second."""
         self.seconds = math.inf
         """tokens / (generated / busy_s) as of the last :meth:`advance` [s]; inf before any
         token was generated. Stored, not derived: a job that ends within a decision round
@@ -160,6 +164,8 @@ class Backlog:
         """Time moved to ``now`` [s]; ``live``: whether some job is live from now on."""
         if self._live and now > self._at:
             self.busy_s += now - self._at
+        elif live and not self._live:
+            self.busy_since_s = now
         self._at = now
         self._live = live
         rate = self.rate

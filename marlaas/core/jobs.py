@@ -220,6 +220,13 @@ class JobState:
         return backlog.end_s if backlog is not None else math.inf
 
     @property
+    def busy_since_s(self) -> float:
+        """When the current busy stretch began [s since the run's start] (core.backlog;
+        this job's arrival outside a scheduler)."""
+        backlog = self.backlog
+        return backlog.busy_since_s if backlog is not None else self.arrival_s
+
+    @property
     def longest_alone_s(self) -> float:
         """The longest remaining_alone_s among the live jobs [s] (core.backlog; this job's
         own outside a scheduler)."""

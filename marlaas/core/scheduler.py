@@ -317,6 +317,8 @@ class Scheduler:
         if ledger.touched:
             self._refresh_touched(after_generation=True)
         ledger.idle.update(now)
+        if not self.jobs:
+            self.backlog.advance(now, False)  # the last job ended: an idle spell begins
         return out
 
     def finish(self, now: float) -> RecordLog:

@@ -209,3 +209,33 @@ def test_bottleneck_sizes_jobs_by_tokens_while_the_cluster_binds_else_by_critica
     assert [policy.key(j) for j in jobs] == [get_policy("horizon").key(j) for j in jobs]
     backlog.seconds = 1.0  # the critical paths bind: the long job is promoted, then paths
     assert policy.key(long) < policy.key(wordy_job) < policy.key(waits)
+
+
+def test_a_busy_stretch_begins_when_a_job_comes_to_an_idle_scheduler():
+    backlog = Backlog()
+    assert backlog.busy_since_s == math.inf  # no job yet
+    backlog.advance(0.0, True)
+    backlog.advance(300.0, True)
+    assert backlog.busy_since_s == 0.0 and backlog.busy_s == 300.0
+    backlog.advance(500.0, False)  # the last job ended at 500 s
+    backlog.advance(700.0, True)  # the next came at 700 s
+    assert backlog.busy_since_s == 700.0 and backlog.busy_s == 500.0
+    backlog.advance(900.0, True)
+    assert backlog.busy_since_s == 700.0 and backlog.busy_s == 700.0
+
+
+def test_a_job_that_comes_after_an_idle_spell_starts_a_new_busy_stretch():
+    seen: dict[str, set[float]] = {}
+
+    def watch(decision, now, scheduler):
+        for job in scheduler.jobs.values():
+            seen.setdefault(job.name, set()).add(job.busy_since_s)
+
+    jobs = [job_spec("a"), job_spec("b", steps=6) | {"arrival_s": 1000.0},
+            job_spec("c") | {"arrival_s": 1001.0}]  # fmt: skip
+    run = run_fixed(workload(jobs), "split-progress", on_decision=watch)
+    assert run.result.job_finish_s["a"] < 1000.0  # the cluster was idle when b came
+    assert seen == {"a": {0.0}, "b": {1000.0}, "c": {1000.0}}  # c came while b ran
+    idle_s = 1000.0 - run.result.job_finish_s["a"]
+    busy_s = run.scheduler.backlog.busy_s  # the token rate's time: the idle spell left out
+    assert busy_s == pytest.approx(run.result.makespan_s - idle_s)

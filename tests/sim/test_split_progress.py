@@ -9,10 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from benchmarks.unseen_workloads import main as write_unseen_workloads
-from marlaas.core.cluster_spec import ClusterSpec
 from marlaas.core.policies import get_policy
 from marlaas.core.policies.split_progress import BIG_SHARE, PACE_CAP, is_big, slowdown
-from marlaas.core.scheduler import Scheduler
 from marlaas.sim.alone import alone_times
 from marlaas.sim.run import simulate_run
 from marlaas.workload_file import load_workload
@@ -28,7 +26,8 @@ def _view(index: int, **fields) -> SimpleNamespace:
     base = {"index": index, "weight": 1.0, "arrival_s": 0.0, "attained_tokens": 0.0,
             "remaining_tokens": 9.0e6, "alone_s": BIG, "remaining_alone_s": BIG,
             "backlog_s": math.inf, "backlog_end_s": 2000.0, "longest_alone_s": BIG,
-            "longest_alone_jobs": 2, "runner_up_late_s": 0.0}  # fmt: skip
+            "longest_alone_jobs": 2, "runner_up_late_s": 0.0,
+            "busy_since_s": 0.0}  # fmt: skip
     return SimpleNamespace(**(base | fields))
 
 
@@ -104,8 +103,6 @@ def test_a_job_that_arrived_while_others_ran_is_promoted_by_its_pace_so_far():
     # than alone. Its 720 s left are 0.65 of the backlog (1,100 s): below the 0.8 margin at
     # its alone pace, above it at its pace so far (capped at PACE_CAP: 720 x 1.33 = 958 s)
     policy = get_policy("split-progress")
-    first = _view(1, alone_s=100.0, remaining_alone_s=50.0, remaining_tokens=1.0e5)
-    assert policy.key(first) < (math.inf,)  # keyed: the earliest arrival the policy has seen
     now, backlog = 1330.0, 1100.0
     late = _view(0, arrival_s=700.0, alone_s=960.0, remaining_alone_s=720.0,
                  attained_tokens=4.0e6, backlog_s=backlog, backlog_end_s=now + backlog,
@@ -126,20 +123,18 @@ def test_a_job_that_arrived_while_others_ran_is_promoted_by_its_pace_so_far():
     assert slowdown(steady) == 1.0 and policy.key(steady)[0] > -math.inf
 
 
-def test_an_instance_given_to_a_new_run_forgets_the_earlier_run_s_first_arrival():
-    # marlaas.simulate(workload, policy) with one instance run after run: a scheduler starts
-    # the policy's figures again, so the first jobs of a run whose first arrival is 700 s are
-    # not late arrivals of a run before it that began at 0 s (they would be promoted early)
+def test_a_job_that_came_to_an_idle_cluster_is_not_a_late_arrival():
+    # a service idle between two busy spells: the second spell's first job (700 s) is not
+    # late against the first spell's (0 s), however slowly it went
     policy = get_policy("split-progress")
-    policy.key(_view(1, alone_s=100.0, remaining_alone_s=50.0, remaining_tokens=1.0e5))
-    Scheduler(ClusterSpec(), policy=policy)  # the next run takes the instance
     now, backlog = 1330.0, 1100.0
-    first = _view(0, arrival_s=700.0, alone_s=960.0, remaining_alone_s=720.0,
-                  backlog_s=backlog, backlog_end_s=now + backlog, longest_alone_s=720.0,
-                  longest_alone_jobs=1)  # fmt: skip
-    assert slowdown(first) == PACE_CAP
-    assert policy.key(first)[0] > -math.inf  # this run's first job: the rule as it was
-    assert policy.first_arrival_s == 700.0
+    job = _view(0, arrival_s=700.0, alone_s=960.0, remaining_alone_s=720.0,
+                backlog_s=backlog, backlog_end_s=now + backlog, longest_alone_s=720.0,
+                longest_alone_jobs=1, busy_since_s=700.0)  # fmt: skip
+    assert slowdown(job) == PACE_CAP
+    assert policy.key(job)[0] > -math.inf  # the spell's first job: the rule as it was
+    job.busy_since_s = 0.0  # the same job, had the cluster been busy since 0 s
+    assert policy.key(job)[0] == -math.inf
 
 
 def test_jobs_submitted_together_keep_the_horizon_rule_at_their_alone_pace():

@@ -100,6 +100,13 @@ class JobView(Protocol):
         ``backlog_s`` holds level, it moves on with the clock between re-keys."""
 
     @property
+    def busy_since_s(self) -> float:
+        """When the current busy stretch began [s since the run's start]: the last time a
+        job became live while none was. A job with a later ``arrival_s`` arrived while
+        others ran; every job of a workload submitted at once arrived at it. The same
+        figure for every live job, and it moves only when no job is live."""
+
+    @property
     def longest_alone_s(self) -> float:
         """The longest ``remaining_alone_s`` among the live jobs [s] (this one's included):
         with ``backlog_s``, the earliest the backlog can end. A key that reads it is
@@ -175,10 +182,9 @@ class Policy:
 
     def start_run(self) -> None:
         """A scheduler took this instance for a new run, before any key: a policy that keeps
-        figures between keys (split-progress: the earliest arrival it has keyed) starts them
-        again here, so that an instance given to one run after another (``marlaas.simulate``
-        with a Policy) orders each as a fresh one would. An instance serves one run at a
-        time. Default: nothing."""
+        figures between keys starts them again here, so that an instance given to one run
+        after another (``marlaas.simulate`` with a Policy) orders each as a fresh one would.
+        An instance serves one run at a time. Default: nothing."""
 
     def key(self, job: JobView) -> tuple:
         """Sort key: lower is served first. Must end with job.index for determinism."""

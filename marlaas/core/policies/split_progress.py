@@ -67,10 +67,9 @@ arrival over the alone time it has done (:func:`slowdown`, 1 before its first st
 not count yet, and promoted by its alone pace alone it ended after fifo's makespan (rand-0,
 rand-30: 1.01-1.06x); one that kept its alone pace is promoted as before. The jobs that
 arrived first (every job of a workload submitted at once: paper-32, paper-8) keep the rule as
-it was: their pace so far is the backlog's own. Which job arrived first is the one figure the
-policy keeps between keys (the earliest arrival it has keyed,
-:attr:`SplitProgress.first_arrival_s`), started again for each run
-(:meth:`SplitProgress.start_run`): an instance serves one run at a time.
+it was: their pace so far is the backlog's own. Which jobs arrived first is the busy
+stretch's: a job that arrived when no other was live (``JobView.busy_since_s``: a batch
+run's first arrivals, or a service's job after an idle spell) is not late.
 """
 
 import math
@@ -183,20 +182,8 @@ class SplitProgress(Policy):
     )
     reads_backlog = True
 
-    def __init__(self) -> None:
-        self.first_arrival_s = math.inf
-        """The earliest arrival among the jobs keyed so far in this run [s]: a job that
-        arrived later arrived while others ran, and the horizon rule weighs its path by its
-        pace so far."""
-
-    def start_run(self) -> None:
-        """A new run: no job keyed yet (an earlier run's first arrival would make this one's
-        first jobs late arrivals)."""
-        self.first_arrival_s = math.inf
-
     def key(self, job: JobView) -> tuple:
-        self.first_arrival_s = min(self.first_arrival_s, job.arrival_s)
-        pace = slowdown(job) if job.arrival_s > self.first_arrival_s else 1.0
+        pace = slowdown(job) if job.arrival_s > job.busy_since_s else 1.0
         if holds_the_horizon_alone(job, pace):
             return (-math.inf, -job.remaining_alone_s, job.arrival_s, job.index)
         alone = max(job.alone_s, 1.0)
