@@ -16,7 +16,14 @@ from marlaas.core.least import Least
 from marlaas.core.ledger import Ledger, Running
 from marlaas.core.need_index import NeedIndex
 from marlaas.core.policies import Policy
-from marlaas.core.work import Decision, EvictAdapter, Generate, LoadAdapter, WorkDone
+from marlaas.core.work import (
+    AbortGeneration,
+    Decision,
+    EvictAdapter,
+    Generate,
+    LoadAdapter,
+    WorkDone,
+)
 
 BarrierLimit = Callable[[JobState], int | None]
 """The step a job may not generate for yet under the step barrier (None: no barrier)."""
@@ -128,6 +135,18 @@ class Generation:
                 engine = engines[index]
                 engine.evict(adapter)
                 out.append(EvictAdapter(ledger.new_id(), job.name, version, engine.name))
+
+    def abort_all(self, job: JobState, out: list[Decision]) -> None:
+        """A cancelled job's generations in flight are stopped on their engines
+        (:class:`AbortGeneration`, in the order they started): their completions come back
+        at once and free the room they held. Its adapter loads in flight finish (short; the
+        group waiting for one is never started) and its groups waiting for their load's round
+        never start (:meth:`_generate_after_load`)."""
+        ledger, name = self.ledger, job.name
+        for work_id, running in list(ledger.running.items()):
+            d = running.decision
+            if type(d) is Generate and d.job == name:
+                out.append(AbortGeneration(ledger.new_id(), name, work_id, d.engine))
 
     def key_of(self, index: int) -> tuple:
         """A ready job's policy key as last indexed (its key now, unless it changed since:

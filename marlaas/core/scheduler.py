@@ -12,7 +12,8 @@ A job enters by ``submit`` and is refused there if it can never fit the cluster;
 (queued) until admission, in policy order, within ``max_active_jobs`` and the tenant quotas;
 the admission round refuses the newest waiting jobs beyond the queue bounds. Every per-job
 structure is built when the job is admitted and torn down when it ends: finished, or
-cancelled once its work in flight has come back (discarded). An ended job leaves a
+cancelled once its work in flight has come back (discarded; its generations in flight are
+stopped at the cancel, :class:`~marlaas.core.work.AbortGeneration`). An ended job leaves a
 :class:`~marlaas.core.outcomes.JobOutcome` (``take_ended``).
 
 The mechanism enforces every capacity rule (engine sequences, KV tokens and adapter slots,
@@ -267,9 +268,12 @@ class Scheduler:
 
     def cancel(self, name: str, now: float) -> str | None:
         """The tenant cancelled job ``name`` at ``now`` [s]: a queued job ends at once; an
-        active one takes no new work, and ends (``cancelled``) once its work in flight has
-        come back, which is discarded. Returns the job's state after the cancel (None: no
-        such job lives, e.g. it has ended)."""
+        active one takes no new work, its generations in flight are stopped on their engines
+        by the next decision round (:class:`AbortGeneration`: their room is free at once),
+        and it ends (``cancelled``) once its work in flight has come back, which is
+        discarded (a stopped generation's at once; an environment step, adapter load,
+        training step or sync when it finishes). Returns the job's state after the cancel
+        (None: no such job lives, e.g. it has ended)."""
         job = self._by_name.get(name)
         if job is None or job.done or job.cancelled:
             return None if job is None else self.status(name)
@@ -287,6 +291,8 @@ class Scheduler:
         job.resample.clear()
         self.ledger.touched.add(job.index)  # its work sets and votes are withdrawn
         self._ending[job.index] = job
+        if job.in_gen:  # its groups stop decoding in the next round (at ``now``)
+            self.ledger.due.append(lambda t, out: self.generation.abort_all(job, out))
         return CANCELLING
 
     # ----------------------------------------------------------------------------- decide

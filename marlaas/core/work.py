@@ -10,7 +10,8 @@ Devices, engines and trainers are named by strings; engine-specific ids (vLLM's
 lora_int_id) never appear here. A job's life in an executor is bracketed by two more instant
 decisions: :class:`AdmitJob` (build the job's state: its environments, its adapter's first
 version, its episodes) and :class:`ReleaseJob` (drop it), so that an executor holds nothing
-of a job outside that span.
+of a job outside that span. A cancelled job's generation in flight is stopped by one more,
+:class:`AbortGeneration`: its own completion comes back at once, with what it generated.
 """
 
 from __future__ import annotations
@@ -71,6 +72,23 @@ class Generate:
     shared_tokens: int = 0
     """Prompt tokens per sample the samples share (cluster.engine.prefix_caching): held and
     prefilled once on the engine; 0 without prefix caching."""
+
+
+@dataclass(slots=True)
+class AbortGeneration:
+    """Stop the generation ``generate`` (a cancelled job's :class:`Generate` in flight on
+    ``engine``) now (instant): its sequences leave the engine's batch and free their KV and
+    batch room for the others. Its own :class:`WorkDone` comes back as soon as the engine
+    let it go (a simulator: at once), with the tokens generated so far; the core discards
+    it as every completion of a cancelled job. A generation whose completion is already on
+    its way (it finished meanwhile) is left as it is."""
+
+    work_id: int
+    job: str
+    generate: int
+    """The work id of the Generate to stop."""
+    engine: str
+    """The engine it runs on (the Generate's)."""
 
 
 @dataclass(slots=True)
@@ -175,9 +193,10 @@ Decision = (
     | Sync
     | AdmitJob
     | ReleaseJob
+    | AbortGeneration
 )
 
-INSTANT = (EvictAdapter, SwapOut, AdmitJob, ReleaseJob)
+INSTANT = (EvictAdapter, SwapOut, AdmitJob, ReleaseJob, AbortGeneration)
 """Decisions that complete when started: no WorkDone comes back for them."""
 
 

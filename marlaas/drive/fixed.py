@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from marlaas.core.work import (
     INSTANT,
+    AbortGeneration,
     Decision,
     EnvStep,
     Generate,
@@ -56,6 +57,9 @@ class FixedExecutor:
     def start(self, decision: Decision, now: float) -> None:
         """Schedule the decision's completion (instant decisions complete now)."""
         self.started.append((now, decision))
+        if isinstance(decision, AbortGeneration):
+            self._abort(decision.generate, now)
+            return
         if isinstance(decision, INSTANT):
             return
         ok = self.outcome(decision) if self.outcome is not None else True
@@ -67,6 +71,17 @@ class FixedExecutor:
         done = WorkDone(decision.work_id, ok=ok, tokens=tokens if ok else 0, alike=alike)
         end = now + self.durations_s[type(decision)]
         heapq.heappush(self._queue, (end, decision.work_id, done))
+
+    def _abort(self, work_id: int, now: float) -> None:
+        """Generation ``work_id`` stops at ``now`` [s]: its completion comes back then, with
+        the tokens of the time it ran (``tokens_per_seq`` over its whole duration)."""
+        for i, (end, wid, done) in enumerate(self._queue):
+            if wid == work_id and end > now:
+                ran = self.durations_s[Generate]
+                share = 1.0 - (end - now) / ran if ran > 0 else 1.0
+                self._queue[i] = (now, wid, WorkDone(wid, done.ok, int(done.tokens * share)))
+                heapq.heapify(self._queue)
+                return
 
     def wait(self, until: float | None) -> Completions | None:
         """The earliest completion, or None when ``until`` comes first."""

@@ -42,12 +42,18 @@ class _Users:
 
 class _Group:
     """What the running sequences of one group share: their context offset (prompt - progress
-    at admission) [tokens], their adapter's users, and how many of them still run."""
+    at admission) [tokens], their adapter's users, how many of them still run, and the
+    progress at their admission with their lengths [tokens] (what a stopped group had
+    generated)."""
 
-    def __init__(self, offset: float, users: _Users, left: int) -> None:
+    def __init__(
+        self, offset: float, users: _Users, left: int, start: float, lengths: list
+    ) -> None:
         self.offset = offset
         self.users = users
         self.left = left
+        self.start = start
+        self.lengths = lengths
 
 
 class EngineModel:
@@ -183,7 +189,7 @@ class EngineModel:
         if users is None:
             users = self.adapters[adapter] = _Users(adapter)
         users.count += n
-        group = _Group(offset, users, n)
+        group = _Group(offset, users, n, progress, lengths)
         self._seqs += [(progress + length, first + k, group) for k, length in enumerate(lengths)]
         self._seqs.sort()  # the same order as inserting one by one: seq ids are unique
         self._seq_ids += n
@@ -191,6 +197,39 @@ class EngineModel:
         self.running += n
         self.context_offset += offset * n
         return prefill_s
+
+    def abort(self, now: float, work_id: int) -> tuple[int, int] | None:
+        """Stop group ``work_id`` at ``now`` [s]: its running sequences leave the batch (their
+        KV and batch room are free; the iterations after ``now`` cost what the smaller batch
+        costs). Returns (tokens it generated, its longest sample's tokens) [tokens], or None
+        when no such group runs. A prefill under way is not shortened."""
+        self.advance(now)
+        groups = self._groups
+        found = [entry for entry in groups if entry[1] == work_id]
+        if not found:
+            return None
+        groups.remove(found[0])  # work ids are unique: the first field that differs
+        heapq.heapify(groups)
+        group = found[0][2]
+        if group.left:
+            self._seqs = [seq for seq in self._seqs if seq[2] is not group]
+            users = group.users
+            self.running -= group.left
+            self.context_offset -= group.offset * group.left
+            users.count -= group.left
+            if not users.count:
+                del self.adapters[users.adapter]
+            group.left = 0
+        if not self.running:
+            self.context_offset = 0.0
+        done = math.floor(max(self.progress - group.start, 0.0) + _EPS)  # iterations it ran
+        made = [length if length < done else done for length in group.lengths]
+        return sum(made), max(made)
+
+    @property
+    def groups(self) -> int:
+        """Groups on the engine whose completion is not reported yet."""
+        return len(self._groups)
 
     def next_group_done_s(self) -> float | None:
         """When the next group finishes [s], if nothing is admitted before."""

@@ -29,6 +29,7 @@ import simpy
 from marlaas.core.cluster import Cluster
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.work import (
+    AbortGeneration,
     AdmitJob,
     Decision,
     EnvStep,
@@ -121,6 +122,7 @@ class SimPyExecutor:
             LoadAdapter: self._start_load, SwapIn: self._start_swap, Train: self._start_train,
             Sync: self._start_sync, EvictAdapter: self._start_nothing,
             SwapOut: self._start_nothing, AdmitJob: self._admit, ReleaseJob: self._release,
+            AbortGeneration: self._abort,
         }  # fmt: skip
 
     # ----------------------------------------------------------------------------- protocol
@@ -165,6 +167,25 @@ class SimPyExecutor:
 
     def _start_nothing(self, d: EvictAdapter | SwapOut, now: float) -> None:
         """Evictions and swap-outs cost nothing here."""
+
+    def _abort(self, d: AbortGeneration, now: float) -> None:
+        """A cancelled job's group stops decoding at ``now``: its sequences leave the
+        engine's batch (the others go on at the smaller batch's pace) and its completion
+        comes back at ``now`` with the tokens generated so far. A group whose completion is
+        already on its way (it ended at ``now``, or had nothing to generate) is left."""
+        if d.generate not in self._tokens:
+            return
+        stopped = self.engines[d.engine].abort(now, d.generate)
+        del self._tokens[d.generate]
+        tokens, longest = stopped if stopped is not None else (0, 0)
+        self._after(0.0, WorkDone(d.generate, tokens=tokens, longest_tokens=longest))
+        pending = self._wakes.get(d.engine)
+        if pending is not None and pending.callbacks and not self.engines[d.engine].groups:
+            pending.callbacks.clear()  # no group left to wake it for
+            self._superseded += 1
+        self._wake(d.engine)
+        if self.shared_compute:
+            self._share_processor(now)
 
     def _admit(self, d: AdmitJob, now: float) -> None:
         """A job's state: its spec and its draws, seeded as the core seeds its prompts."""

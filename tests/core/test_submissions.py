@@ -10,7 +10,15 @@ import pytest
 from marlaas.core.outcomes import JobOutcome
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.tenant_spec import TenantSpec
-from marlaas.core.work import AdmitJob, EvictAdapter, Generate, ReleaseJob, SwapOut, Train
+from marlaas.core.work import (
+    AbortGeneration,
+    AdmitJob,
+    EvictAdapter,
+    Generate,
+    ReleaseJob,
+    SwapOut,
+    Train,
+)
 from marlaas.core.workload import parse_workload
 from marlaas.drive import FixedExecutor, drive
 from marlaas.drive.inbox import (
@@ -131,7 +139,7 @@ def test_a_job_cancelled_mid_step_has_its_work_in_flight_discarded_and_holds_not
     discarded = mine[mine.outcome == "cancelled"]
     assert len(discarded) >= 1 and (discarded.end_s >= cancel.at).all()
     assert (mine[mine.outcome != "cancelled"].end_s <= cancel.at).all()
-    teardown = (ReleaseJob, EvictAdapter, SwapOut)  # all it may still get: its release
+    teardown = (ReleaseJob, EvictAdapter, SwapOut, AbortGeneration)  # its stops, release
     assert all(isinstance(d, teardown) for now, d in started if d.job == "j1" and now > cancel.at)
     assert released and all(left == [] for left in released)  # freed as soon as it ended
     assert outcome.end_s == discarded.end_s.max()  # it ended when its last work came back

@@ -1,0 +1,78 @@
+"""The simulator enacts AbortGeneration exactly: the stopped group's sequences leave the
+engine's batch at the abort time, its completion comes back then with what it generated,
+and the other groups on the engine decode at the smaller batch's pace from then on."""
+
+from __future__ import annotations
+
+from marlaas.core.scheduler import Scheduler
+from marlaas.core.work import AbortGeneration, AdmitJob, Generate
+from marlaas.core.workload import parse_workload
+from marlaas.eventlog import records_to_frame
+from marlaas.sim.cost_model import CostModel
+from marlaas.sim.engine_model import EngineModel
+from marlaas.sim.executor import SimPyExecutor
+from marlaas.sim.run import simulate
+from tests.core.test_submissions import sim_workload
+
+
+def test_an_aborted_group_leaves_the_batch_and_the_others_finish_sooner():
+    def engine_with_two() -> EngineModel:
+        engine = EngineModel(CostModel())
+        engine.admit(0.0, 1, [2000] * 8, 500.0, "a")
+        engine.admit(0.0, 2, [400] * 8, 500.0, "b")
+        return engine
+
+    kept, stopped = engine_with_two(), engine_with_two()
+    at = 2.0
+    before = stopped.iteration_s(at)
+    tokens, longest = stopped.abort(at, 1)
+    ran = int(stopped.progress)  # iterations since both were admitted (at progress 0)
+    assert (tokens, longest) == (8 * ran, ran) and 0 < ran < 400
+    assert stopped.running == 8 and set(stopped.adapters) == {"b"}
+    assert stopped.iteration_s(at) < before  # half the sequences, their context, an adapter
+    assert stopped.groups == 1 and stopped.abort(at, 1) is None  # stopped once
+    assert stopped.next_group_done_s() < kept.next_group_done_s()
+    assert stopped.pop_finished(stopped.next_group_done_s()) == [2]
+
+
+def executor_with_two(abort_at: float | None):
+    """A simulator running one long group of job a and one short of job b on one engine,
+    a's aborted at ``abort_at`` [s] (None: not): {work id: (end [s], tokens)}."""
+    work = sim_workload(jobs=2, steps=1)
+    cluster = Scheduler.for_workload(work).cluster
+    executor = SimPyExecutor(cluster, seed=0)
+    engine = cluster.engines[0].name
+    for index, spec in enumerate(work.jobs):
+        executor.start(AdmitJob(100 + index, spec.name, spec, index, 0, 1), 0.0)
+    for work_id, spec in zip((1, 2), work.jobs, strict=True):
+        executor.start(Generate(work_id, spec.name, 0, 0, 0, engine, 0, 4, 64, 4000), 0.0)
+    ends = {}
+    if abort_at is not None:
+        assert executor.wait(abort_at) is None  # neither finished by then
+        executor.start(AbortGeneration(3, work.jobs[0].name, 1, engine), abort_at)
+    while len(ends) < 2:
+        at, events = executor.wait(None)
+        ends.update({e.work_id: (at, e.tokens) for e in events})
+    return ends
+
+
+def test_the_simulator_reports_the_aborted_group_at_once_and_frees_the_engine():
+    whole = executor_with_two(None)
+    at = 0.5 * min(end for end, _ in whole.values())
+    cut = executor_with_two(at)
+    assert cut[1][0] == at  # a's completion comes back at the abort
+    assert 0 < cut[1][1] < whole[1][1]  # with the tokens it generated until then
+    assert cut[2][0] < whole[2][0]  # b decodes alone from then on: it ends sooner
+    assert cut[2][1] == whole[2][1]  # and generates the same
+
+
+def test_a_simulated_run_with_cancels_is_the_same_every_time_and_ends_at_the_cancels():
+    data = sim_workload(jobs=3, steps=4).model_dump()
+    data["jobs"][1]["cancel_after_s"] = 0.3  # its first groups decode (0.08-0.5 s)
+    runs = [simulate(parse_workload(data)) for _ in range(2)]
+    first, second = (records_to_frame(r.records) for r in runs)
+    assert first.equals(second)
+    rows = first[(first.job == "j1") & (first.kind == "generate")]
+    stopped = rows[rows.outcome == "cancelled"]
+    assert len(stopped) and (stopped.end_s == 0.3).all()
+    assert runs[0].jobs["j1"].state == "cancelled"
