@@ -31,6 +31,7 @@ class Environment(abc.ABC):
     workload with a misspelt option is refused on load. Everything random is drawn from `seed`,
     so an episode is reproducible. Latency beyond the environment's own computation is the
     workload's `env.latency_s`, which the executor waits: environments do not sleep.
+    `close()` releases what an instance holds once its episode is over (optional).
     """
 
     options: ClassVar[tuple[str, ...] | None] = None
@@ -71,6 +72,17 @@ class Environment(abc.ABC):
     @abc.abstractmethod
     async def step(self, action: str) -> StepResult:
         """Score one model turn `action`."""
+
+    async def close(self) -> None:
+        """Release what this instance holds (a subprocess, a connection, a temporary folder):
+        a real run calls it once per instance it made, when the instance's episode is over
+        (its group trained or given up, its job finished, cancelled or failed) or the run
+        stops (its end, Ctrl-C, SIGTERM, the service's stop). It runs where the instance's
+        calls ran, within the job's ``env.timeout_s`` and at most
+        :data:`marlaas.executors.env_instances.CLOSE_TIMEOUT_S`; what it raises, or a close
+        that does not return in time, is one warning naming the environment and the job, and
+        the run goes on. The default holds nothing and does nothing."""
+        return None
 
     def _arg(self, name: str, default: Any, kind: type | tuple[type, ...],
              low: float | None = None, high: float | None = None) -> Any:  # fmt: skip

@@ -117,6 +117,15 @@ class EnvLoops:
             loop = self._loops[job] = EnvLoop(f"marlaas-env-{job}")
         return loop
 
+    def running(self, job: str) -> EnvLoop | None:
+        """``job``'s loop, if it has one (none is started)."""
+        return self._loops.get(job)
+
+    def detach(self, job: str) -> EnvLoop | None:
+        """``job``'s loop, if it has one, no longer among these (its caller stops it once the
+        job's environments are closed); a later :meth:`of` starts a new one."""
+        return self._loops.pop(job, None)
+
     def release(self, job: str) -> None:
         """``job`` ended: stop its loop, if it has one (not waited for)."""
         loop = self._loops.pop(job, None)

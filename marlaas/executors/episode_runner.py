@@ -16,12 +16,12 @@ from marlaas.core.work import EnvStep, Generate, Train
 from marlaas.datasets import PromptSet
 from marlaas.envs import Environment, make_env
 from marlaas.envs.job_dataset import job_prompt_set
+from marlaas.executors.env_instances import Closings, close_envs, new_envs
 from marlaas.executors.env_loops import EnvLoops
 from marlaas.executors.episodes import (
     ChatFormat,
     GroupEpisode,
     add_completions,
-    new_envs,
     start_group,
     step_envs,
 )
@@ -85,7 +85,11 @@ class EpisodeRunner:
     ``env_threads``: each job's environment calls run on an event loop in a thread of its
     own (:mod:`marlaas.executors.env_loops`), so that one blocking its thread stalls neither
     the run nor another job; False where the environments run elsewhere already (Ray's
-    actors: ``make_env`` gives proxies that only await). :meth:`close` stops the threads."""
+    actors: ``make_env`` gives proxies that only await). :meth:`close` stops the threads.
+
+    Every environment it makes is closed once (:mod:`marlaas.executors.env_instances`): a
+    group's when it is trained (:meth:`release`) or its start failed, a job's left when the job
+    is released, every one left when the run stops (:meth:`close`)."""
 
     def __init__(
         self,
@@ -102,6 +106,8 @@ class EpisodeRunner:
         """A new environment for one sample's episode (here, or in an actor of a pool)."""
         self.env_loops = EnvLoops() if env_threads else None
         """Each job's loop of its environment calls (None: they run on the caller's loop)."""
+        self._closings = Closings()
+        """The environments being closed in the background."""
         self._index: dict[str, int] = {}
         self._episodes: dict[tuple[str, int], GroupEpisode] = {}
         self._prompt_sets: dict[str, PromptSet] = {}
@@ -113,20 +119,68 @@ class EpisodeRunner:
         self._index[job] = index
 
     def release_job(self, job: str) -> None:
-        """A job ended: forget it and its episodes (a cancelled job's unfinished ones)."""
+        """A job ended (finished, cancelled or failed): forget it and its episodes (a
+        cancelled job's unfinished ones); their environments are closed in the background,
+        then its environment thread stops. Call it on the run's loop."""
+        spec = self.specs[job]
         del self._index[job]
         self._prompt_sets.pop(job, None)
+        envs = []
         for key in [key for key in self._episodes if key[0] == job]:
-            del self._episodes[key]
-        if self.env_loops is not None:
-            self.env_loops.release(job)
+            envs += [s.env for s in self._episodes.pop(key).samples]
+        loop = None if self.env_loops is None else self.env_loops.detach(job)
+        stop = None if loop is None else loop.stop
+        self._closings.start(envs, job, spec.env.timeout_s, loop, then=stop)
 
-    def close(self) -> list[str]:
-        """The run ended: stop every job's environment thread (their calls still running
-        are cancelled, given a few seconds to end:
+    async def close(self) -> list[str]:
+        """The run ended: close every environment left (each within its bound), wait for
+        the closes in the background, then stop every job's environment thread (their calls
+        still running are cancelled, given a few seconds to end:
         :meth:`~marlaas.executors.env_loops.EnvLoops.close`); the names of threads left
         running, blocked in an environment's call."""
-        return [] if self.env_loops is None else self.env_loops.close()
+        by_job: dict[str, list] = {}
+        for (job, _), episode in self._episodes.items():
+            by_job.setdefault(job, []).extend(s.env for s in episode.samples)
+        self._episodes.clear()
+        await asyncio.gather(*(
+            close_envs(envs, job, self.specs[job].env.timeout_s, self._loop_of(job))
+            for job, envs in by_job.items()
+        ))  # fmt: skip
+        await self._closings.finish()
+        if self.env_loops is None:
+            return []
+        return await asyncio.to_thread(self.env_loops.close)
+
+    def _loop_of(self, job: str):
+        """``job``'s environment loop, if it has one already (None: this loop's)."""
+        return None if self.env_loops is None else self.env_loops.running(job)
+
+    def _close_group(self, job: str, envs: list[Environment]) -> None:
+        """Close a group's environments in the background (its episode is over)."""
+        spec = self.specs.get(job)
+        timeout_s = None if spec is None else spec.env.timeout_s
+        self._closings.start(envs, job, timeout_s, self._loop_of(job))
+
+    async def _start(self, d: Generate, spec: JobSpec) -> GroupEpisode:
+        """A new group's episode: its environments made and reset (closed again when that
+        fails: a retry makes new ones)."""
+        loop = None if self.env_loops is None else self.env_loops.of(d.job)
+        envs = await new_envs(self.make_env, spec, d.seqs, loop)
+        try:
+            seed = self.group_seed(d.job, d.group)
+            problem = None
+            if spec.dataset is not None:
+                if d.job not in self._prompt_sets:
+                    self._prompt_sets[d.job] = job_prompt_set(spec)
+                problem = self._prompt_sets[d.job].train_problem(d.group, self.seed)
+            episode, _ = await start_group(
+                d.job, d.group, d.version, envs, seed, self.fmt, problem, spec.env.timeout_s,
+                loop,
+            )  # fmt: skip
+        except BaseException:
+            self._close_group(d.job, envs)
+            raise
+        return episode
 
     def group_seed(self, job: str, group: int) -> int:
         """Seed of a group's prompt (groups are numbered on over resumed parts, so a resumed
@@ -141,18 +195,7 @@ class EpisodeRunner:
         if d.turn == 0:
             episode = self._episodes.get(key)
             if episode is None:  # a retried first turn keeps its prompt
-                loop = None if self.env_loops is None else self.env_loops.of(d.job)
-                envs = await new_envs(self.make_env, spec, d.seqs, loop)
-                seed = self.group_seed(d.job, d.group)
-                problem = None
-                if spec.dataset is not None:
-                    if d.job not in self._prompt_sets:
-                        self._prompt_sets[d.job] = job_prompt_set(spec)
-                    problem = self._prompt_sets[d.job].train_problem(d.group, self.seed)
-                episode, _ = await start_group(
-                    d.job, d.group, version, envs, seed, self.fmt, problem, spec.env.timeout_s,
-                    loop,
-                )  # fmt: skip
+                episode = await self._start(d, spec)
                 self._episodes[key] = episode
             live = episode.samples
             prompts, n = [live[0].context], d.seqs
@@ -210,6 +253,9 @@ class EpisodeRunner:
         return samples, sum(e.mean_reward for e in sampled) / len(sampled)
 
     def release(self, d: Train) -> None:
-        """Forget the episodes of a trained step (its dropped groups' too)."""
+        """Forget the episodes of a trained step (its dropped groups' too); their
+        environments are closed in the background. Call it on the run's loop."""
+        envs = []
         for g in (*d.groups, *d.dropped):
-            del self._episodes[(d.job, g)]
+            envs += [s.env for s in self._episodes.pop((d.job, g)).samples]
+        self._close_group(d.job, envs)

@@ -409,30 +409,6 @@ class GroupEpisode:
         return out
 
 
-async def new_envs(
-    make: Callable[[str, dict], Environment], spec: Any, n: int, loop: EnvLoop | None
-) -> list[Environment]:
-    """``n`` new environments of ``spec``'s job (a JobSpec), made by ``make``, on ``loop``
-    (the job's, which runs their calls: what one binds to the running loop in its
-    constructor, a client session, is bound to the loop that uses it; a slow constructor
-    holds its job only) within the job's ``env.timeout_s`` as its calls are (behind a call
-    that blocks the thread they would wait as long as it does); None: here, at once."""
-    if loop is None:
-        return _made(make, spec, n)
-    late = f"environment {spec.env.name}: __init__() of job {spec.name!r}"
-    return await bounded(loop.call(_make(make, spec, n)), spec.env.timeout_s, lambda: late)
-
-
-def _made(make: Callable[[str, dict], Environment], spec: Any, n: int) -> list[Environment]:
-    """``n`` new environments of ``spec``'s job."""
-    return [make(spec.env.name, spec.env.args) for _ in range(n)]
-
-
-async def _make(make: Callable[[str, dict], Environment], spec: Any, n: int):
-    """:func:`_made`, as a coroutine (to run on the job's loop)."""
-    return _made(make, spec, n)
-
-
 async def start_group(
     job: str,
     group: int,

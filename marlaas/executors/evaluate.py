@@ -21,15 +21,15 @@ from tqdm import tqdm
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.workload import Workload
 from marlaas.datasets import Problem
-from marlaas.envs import make_env
+from marlaas.envs import Environment, make_env
 from marlaas.envs.job_dataset import job_prompt_set
 from marlaas.executors.adapter_store import AdapterStore
+from marlaas.executors.env_instances import close_envs, new_envs
 from marlaas.executors.env_loops import EnvLoop, EnvLoops
 from marlaas.executors.episode_runner import prompt_too_long
 from marlaas.executors.episodes import (
     ChatFormat,
     add_completions,
-    new_envs,
     start_group,
     step_envs,
 )
@@ -198,7 +198,21 @@ async def _episode(
     spec: JobSpec, i: int, item: Problem | int, adapter, version: int, generator, fmt,
     loop: EnvLoop, max_model_len: int | None = None,
 ) -> tuple[bool, float]:  # fmt: skip
+    """One held-out episode greedily on ``adapter`` at ``version`` (None: the base model):
+    (correct, reward). Its environment is made and closed on ``loop``."""
     [env] = await new_envs(make_env, spec, 1, loop)  # built where its calls run
+    try:
+        return await _play(env, spec, i, item, adapter, version, generator, fmt, loop,
+                           max_model_len)  # fmt: skip
+    finally:
+        await close_envs([env], spec.name, spec.env.timeout_s, loop)
+
+
+async def _play(
+    env: Environment, spec: JobSpec, i: int, item: Problem | int, adapter, version: int,
+    generator, fmt, loop: EnvLoop, max_model_len: int | None,
+) -> tuple[bool, float]:  # fmt: skip
+    """:func:`_episode`'s turns on ``env``."""
     problem, seed = (item, 0) if isinstance(item, Problem) else (None, item)
     timeout_s = spec.env.timeout_s
     episode, _ = await start_group(

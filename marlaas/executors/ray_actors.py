@@ -15,10 +15,11 @@ whose call finds its actor gone raises :class:`ActorEnded` at once instead of wa
 restart that will not come (a training step in flight once held a stopped run for 300 s).
 
 Environments are a pool of stateless actors: an episode's environment object travels with
-each call (``reset``, ``reset_problem``, ``step``) and comes back with its new state, so a dead
-actor loses no episode (the step in flight fails and is retried on another actor). A state
-that Ray cannot pickle, on the way to the actor or back, is an EnvStateError naming the
-environment and what did not pickle (:func:`state_error`), not Ray's TypeError. The actor
+each call (``reset``, ``reset_problem``, ``step``, ``close``) and comes back with its new
+state, so a dead actor loses no episode (the step in flight fails and is retried on another
+actor). A state that Ray cannot pickle, on the way to the actor or back, is an
+EnvStateError naming the environment and what did not pickle (:func:`state_error`), not Ray's
+TypeError. The actor
 checks the call as a call in process is checked (a coroutine, no ``sys.exit``:
 :func:`marlaas.executors.episodes.guarded_call`), and a call the executor gives up on (its
 ``env.timeout_s`` passed) is cancelled in the actor too; an actor whose cancelled call does
@@ -52,7 +53,7 @@ RESTART_WAIT_S = 300.0
 """How long a forwarder waits for a restarted actor to answer [s] (a model loads again)."""
 POLL_S = 0.2
 """Between two calls to an actor that is restarting [s]."""
-ENV_METHODS = ("reset", "reset_problem", "step")
+ENV_METHODS = ("reset", "reset_problem", "step", "close")
 """The environment methods an EnvActor runs."""
 ENV_CANCEL_GRACE_S = 10.0
 """How long a cancelled environment call has to end in its actor [s] before the actor is
@@ -125,8 +126,8 @@ class TrainerActor(_Holder):
 
 @ray.remote(max_restarts=-1, max_task_retries=0)
 class EnvActor:
-    """Runs environments' ``reset``, ``reset_problem`` and ``step`` (a code sandbox stays a
-    sandbox here), each checked as in process."""
+    """Runs environments' ``reset``, ``reset_problem``, ``step`` and ``close`` (a code sandbox
+    stays a sandbox here), each checked as in process."""
 
     async def call(self, env: Environment, method: str, *args) -> tuple[Environment, Any]:
         """(the environment after ``env.method(*args)``, what it returned); a ``method`` that
@@ -375,6 +376,11 @@ class RemoteEnv(Environment):
     async def step(self, action: str) -> StepResult:
         """The environment's ``step``, in an actor."""
         return await self._run("step", action)
+
+    async def close(self) -> None:
+        """The environment's ``close`` (its episode is over, or the run stops), in an actor
+        as its other calls (what its state names, e.g. a remote sandbox's id, is released)."""
+        await self._run("close")
 
     async def _run(self, method: str, *args) -> Any:
         """``env.method(*args)`` in the pool's next actor; the environment's new state is kept

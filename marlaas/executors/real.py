@@ -8,7 +8,8 @@
     AdmitJob      the job's state: its spec, its episodes, its adapter's first version
                   (written to the store by a trainer, in the background: the job's first
                   load or swap waits for it), a resumed job's leftovers of a killed save
-    ReleaseJob    the job's state is dropped (its adapters left the engines and trainers)
+    ReleaseJob    the job's state is dropped (its adapters left the engines and trainers),
+                  its environments closed (``Environment.close``, in the background)
     EnvStep       every sample's environment step, then the workload's declared latency
     SwapIn        the trainer loads the job's adapter and optimizer state from the store
     SwapOut       the trainer drops the job's state (instant; it is in the store)
@@ -278,7 +279,7 @@ class RealExecutor:
         elif isinstance(decision, AdmitJob):
             self._admit(decision)
         elif isinstance(decision, ReleaseJob):
-            self._release(decision)
+            runner.run(self._release(decision))
         else:
             task = runner.get_loop().create_task(self._work(decision))
             task.add_done_callback(read_interrupt)
@@ -343,7 +344,9 @@ class RealExecutor:
         await self._restored_trainer(first)
         await asyncio.to_thread(self.trainers.create, job, spec, self.seed)
 
-    def _release(self, d: ReleaseJob) -> None:
+    async def _release(self, d: ReleaseJob) -> None:
+        """Drop the job's state; its environments are closed in the background (on this
+        loop, which runs it)."""
         self.episodes.release_job(d.job)
         created = self._created.pop(d.job, None)
         if created is not None and not created.done():  # cancelled before its first load
@@ -524,8 +527,8 @@ class RealExecutor:
         await asyncio.gather(*pending, return_exceptions=True)
         self._tasks.clear()
         self._created.clear()
-        if self.episodes is not None:  # the jobs' environment threads (their calls cancelled)
-            await asyncio.to_thread(self.episodes.close)
+        if self.episodes is not None:  # every environment closed, then the jobs' threads
+            await self.episodes.close()  # (their calls cancelled)
         for engine, job, version in sorted(self._loaded):
             if not self.backends.owns(engine):
                 await self.backends.engines[engine].retire(job, version)

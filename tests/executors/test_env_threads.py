@@ -123,7 +123,7 @@ def test_a_step_that_blocks_its_thread_is_given_up_within_its_bound_while_the_ru
     assert other == (0, 1.0, True)  # another job's step went on while the stuck one blocked
     assert ticks_then >= 1 and ticks >= 10  # so did the run loop: ~30 ticks in 0.3 s
     Blocks.release.set()  # its call returns: its stopped thread ends
-    assert runner.close() == []
+    assert asyncio.run(runner.close()) == []
 
 
 def test_a_thread_still_blocked_when_the_run_ends_is_named_and_left_behind(valve):
@@ -159,8 +159,12 @@ def test_each_job_calls_its_environments_on_its_own_thread_and_loop():
     assert len({a_thread, b_thread, run_thread}) == 3
     for job, thread in (("a", a_thread), ("b", b_thread)):  # built where they are called
         assert {s.env.built_on for s in runner._episodes[(job, 0)].samples} == {thread}
-    runner.release_job("a")  # its thread ends; the other job's goes on
-    assert runner.close() == []
+
+    async def ending() -> list[str]:
+        runner.release_job("a")  # its thread ends; the other job's goes on
+        return await runner.close()
+
+    assert asyncio.run(ending()) == []
 
 
 def test_without_threads_the_calls_run_on_the_callers_loop():
@@ -170,7 +174,7 @@ def test_without_threads_the_calls_run_on_the_callers_loop():
     asyncio.run(first_turn(runner, "a", 0))
     [sample, _] = runner._episodes[("a", 0)].samples
     assert sample.env.where[0][0] == threading.get_ident()
-    assert runner.close() == []
+    assert asyncio.run(runner.close()) == []
 
 
 class Hangs(Quick):
@@ -314,7 +318,7 @@ def test_a_new_groups_environments_are_built_within_the_bound_while_the_thread_i
     assert given_up_s < RELEASE_AFTER_S / 2  # at its bound (0.3 s), not at the valve's release
     assert ("stuck", 1) not in runner._episodes  # a retry builds them again
     Blocks.release.set()
-    assert runner.close() == []
+    assert asyncio.run(runner.close()) == []
 
 
 class BuildBlocks(Quick):

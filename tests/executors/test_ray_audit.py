@@ -481,3 +481,32 @@ def test_a_client_address_without_a_port_is_left_to_ray(address):
     from marlaas.ray_cluster import _check_reachable
 
     assert _check_reachable(address) is None
+
+
+class ClosesInActor(Misbehaves):
+    """Its close records the process it ran in (``mode`` "close raises": it raises)."""
+
+    closed_in: int | None = None
+
+    async def close(self) -> None:
+        self.closed_in = os.getpid()
+        if self.args.get("mode") == "close raises":
+            raise OSError("the sandbox is gone")
+
+
+def test_a_close_runs_in_the_actor_and_what_it_raises_is_a_warning(ray_cluster, caplog):
+    """Under Ray an environment's close runs in the pool's actors, as its other calls; what it
+    raises is one warning naming the environment and the job, as in process."""
+    from marlaas.executors.env_instances import close_envs
+
+    envs = pool()
+    closing, raising = remote(envs, ClosesInActor), remote(envs, ClosesInActor, "close raises")
+    with caplog.at_level("WARNING", logger="marlaas.real"):
+        assert asyncio.run(close_envs([closing], "j", 20.0, None)) == 0
+        assert asyncio.run(close_envs([raising], "j", 20.0, None)) == 1
+    assert closing.env.closed_in not in (None, os.getpid())  # an actor's process
+    name = f"{ClosesInActor.__module__}:ClosesInActor"
+    assert caplog.records[-1].getMessage() == (
+        f"environment {name} of job 'j': close() raised OSError: the sandbox is gone; the run "
+        "goes on"
+    )

@@ -1,0 +1,246 @@
+"""A real run closes every environment instance it made exactly once (Environment.close):
+when its group is trained, when its job finishes, is cancelled or fails, and when the run
+stops (its end, Ctrl-C). Environments had no way to release what they hold (a subprocess, a
+connection, a temporary folder): it leaked with every episode. A close that raises or hangs is
+one warning naming the environment and the job, and the run goes on. No model: the engine and
+the trainer are faked (tests.executors.closing_envs)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+
+from marlaas.core.scheduler import Scheduler
+from marlaas.core.work import Train
+from marlaas.drive import RunError, drive
+from marlaas.drive.inbox import Cancel, Inbox, Submit, workload_inbox
+from marlaas.executors.adapter_store import AdapterStore
+from marlaas.executors.backends import EngineSizing
+from marlaas.executors.env_instances import CLOSE_TIMEOUT_S, close_envs, new_envs
+from marlaas.executors.real import RealExecutor
+from marlaas.workload_file import load_workload
+from tests.executors import closing_envs
+from tests.executors.closing_envs import BlocksOnClose, FakeBackends, closes, model_dir
+
+ENVS = "tests.executors.closing_envs"
+
+WORKLOAD = """\
+name: closing
+seed: 0
+policy: fair
+base_model: {{name: fake, path: {model}}}
+cluster:
+  pools:
+    - {{name: rollout, role: inference, devices: 1}}
+    - {{name: train, role: training, devices: 1}}
+  engine: {{max_seqs: 64, kv_tokens: 8192, adapter_slots: 4}}
+  trainer: {{adapter_slots: 4}}
+  env_workers: 64
+  shared_compute: true
+jobs:
+{jobs}
+"""
+
+JOB = """\
+  - name: {name}
+    tenant: {name}
+    lora_rank: 8
+    rl: {{steps: {steps}, prompts_per_step: 2, group_size: 2, max_new_tokens: 1,
+         max_staleness: 1}}
+    prompt_tokens: {{dist: constant, value: 2}}
+    response_tokens: {{dist: constant, value: 1}}
+    env: {{name: "{env}", args: {args}, timeout_s: {timeout_s}}}
+"""
+
+
+def workload(tmp_path, jobs: dict[str, str], steps: int = 3, timeout_s: float = 5.0,
+             args: dict[str, str] | None = None):  # fmt: skip
+    """A workload of one job per entry of ``jobs`` (name -> class of closing_envs); its
+    options from ``args`` (name -> a YAML mapping). Counting starts after it is loaded."""
+    model = model_dir(tmp_path)
+    text = WORKLOAD.format(model=model, jobs="".join(
+        JOB.format(name=name, steps=steps, env=f"{ENVS}:{cls}", timeout_s=timeout_s,
+                   args=(args or {}).get(name, "{}"))
+        for name, cls in jobs.items()
+    ))  # fmt: skip
+    path = tmp_path / "w.yaml"
+    path.write_text(text)
+    loaded = load_workload(path)
+    closing_envs.forget()  # loading made an instance of each to check its options
+    return loaded
+
+
+def executor_of(loaded, scheduler, tmp_path) -> RealExecutor:
+    return RealExecutor(EngineSizing.of_workload(loaded), scheduler.cluster,
+                        store=AdapterStore(tmp_path / "adapters"), backends=FakeBackends(),
+                        model_dir=model_dir(tmp_path))  # fmt: skip
+
+
+def run(tmp_path, loaded, inbox=None, **drive_options):
+    """Drive ``loaded`` on a real executor with fake backends; the run's result."""
+    scheduler = Scheduler.for_workload(loaded)
+    with executor_of(loaded, scheduler, tmp_path) as executor:
+        return drive(scheduler, executor, inbox or workload_inbox(loaded), **drive_options)
+
+
+def closed_once() -> bool:
+    made = closes()
+    return bool(made) and made == [1] * len(made)
+
+
+def test_every_environment_is_closed_once_when_its_job_finishes(tmp_path):
+    result = run(tmp_path, workload(tmp_path, {"a": "Counted", "b": "Counted"}))
+    assert {o.state for o in result.jobs.values()} == {"finished"}
+    assert len(closes()) >= 2 * 3 * 2 * 2  # jobs x steps x prompts x samples
+    assert closed_once(), closes()
+
+
+def test_a_cancelled_jobs_environments_are_closed_once(tmp_path):
+    loaded = workload(tmp_path, {"a": "Counted", "b": "Counted"}, steps=20)
+    inbox = Inbox()
+    for job in loaded.jobs:
+        inbox.put(Submit(job), 0.0)
+
+    def cancel_a(decision, event, now):
+        if isinstance(decision, Train) and decision.job == "a" and event.ok:
+            inbox.put(Cancel("a"))
+            inbox.put(Cancel("b"))
+            inbox.close()
+
+    result = run(tmp_path, loaded, inbox, observers=[cancel_a])
+    assert {o.state for o in result.jobs.values()} == {"cancelled"}
+    assert closed_once(), closes()
+
+
+def test_a_failed_jobs_environments_are_closed_once_and_the_others_go_on(tmp_path):
+    """Under the service a job whose work keeps failing ends failed (it is cancelled)."""
+    loaded = workload(tmp_path, {"bad": "Counted", "good": "Counted"},
+                      args={"bad": "{fail: true}"})  # fmt: skip
+    failed = []
+    result = run(tmp_path, loaded, on_job_failed=lambda job, why: failed.append(job))
+    assert set(failed) == {"bad"} and result.jobs["good"].state == "finished"
+    assert closed_once(), closes()
+
+
+def test_a_batch_run_stopped_by_failing_work_closes_every_environment_once(tmp_path):
+    loaded = workload(tmp_path, {"bad": "Counted"}, args={"bad": "{fail: true}"})
+    with pytest.raises(RunError, match="this step fails"):
+        run(tmp_path, loaded)
+    assert closed_once(), closes()
+
+
+def test_ctrl_c_closes_every_environment_once(tmp_path):
+    loaded = workload(tmp_path, {"a": "Counted", "b": "Counted"}, steps=20)
+
+    def ctrl_c(decision, event, now):
+        if isinstance(decision, Train) and event.ok:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, loaded, observers=[ctrl_c])
+    assert closed_once(), closes()
+
+
+def test_a_close_that_raises_is_one_warning_and_the_run_goes_on(tmp_path, caplog):
+    loaded = workload(tmp_path, {"a": "RaisesOnClose", "b": "Counted"})
+    with caplog.at_level(logging.WARNING, logger="marlaas.real"):
+        result = run(tmp_path, loaded)
+    assert {o.state for o in result.jobs.values()} == {"finished"}
+    assert closed_once(), closes()
+    warned = {r.getMessage() for r in caplog.records if "close()" in r.getMessage()}
+    assert warned == {
+        f"environment {ENVS}:RaisesOnClose of job 'a': close() raised OSError: the server is "
+        "gone (4 of 4 instances); the run goes on"  # a step's groups: 2 prompts x 2 samples
+    }
+
+
+@pytest.mark.parametrize("cls", ["HangsOnClose", "BlocksOnClose"])
+def test_a_close_that_hangs_is_given_up_at_its_bound_and_the_run_goes_on(tmp_path, caplog, cls):
+    """A close that awaits forever, or blocks its job's thread, is given up at the job's
+    env.timeout_s; the run ends, and so do the other jobs. (Behind one that blocks the job's
+    thread, the job's later closes wait, and are given up at the bound before they start, as
+    its later steps would be.)"""
+    BlocksOnClose.release.clear()
+    loaded = workload(tmp_path, {"a": cls, "b": "Counted"}, steps=2, timeout_s=0.3)
+    started = time.monotonic()
+    try:
+        with caplog.at_level(logging.WARNING, logger="marlaas.real"):
+            result = run(tmp_path, loaded)
+    finally:
+        BlocksOnClose.release.set()
+    assert time.monotonic() - started < 20.0
+    assert {o.state for o in result.jobs.values()} == {"finished"}
+    if cls == "HangsOnClose":
+        assert closed_once(), closes()
+    else:
+        assert 1 in closes() and set(closes()) <= {0, 1}, closes()
+    warned = [r.getMessage() for r in caplog.records if "close()" in r.getMessage()]
+    assert warned and all(
+        m.startswith(f"environment {ENVS}:{cls} of job 'a': close() did not return within "
+                     "0.3 s") for m in warned
+    ), warned  # fmt: skip
+
+
+def test_a_close_is_bounded_even_where_the_jobs_calls_are_not(caplog):
+    from tests.executors.closing_envs import HangsOnClose
+
+    closing_envs.forget()
+    env = HangsOnClose()
+    with caplog.at_level(logging.WARNING, logger="marlaas.real"):
+        failed = asyncio.run(asyncio.wait_for(close_envs([env], "j", None, None),
+                                              CLOSE_TIMEOUT_S + 5))  # fmt: skip
+    assert failed == 1 and closes() == [1]
+    assert caplog.records[-1].getMessage() == (
+        f"environment {ENVS}:HangsOnClose of job 'j': close() did not return within "
+        f"{CLOSE_TIMEOUT_S:g} s; the run goes on"
+    )
+
+
+def test_a_close_that_is_no_coroutine_is_named(caplog):
+    class Plain(closing_envs.Counted):
+        def close(self):  # not async: the interface says async def
+            return None
+
+    closing_envs.forget()
+    with caplog.at_level(logging.WARNING, logger="marlaas.real"):
+        assert asyncio.run(close_envs([Plain()], "j", 1.0, None)) == 1
+    assert (
+        caplog.records[-1]
+        .getMessage()
+        .endswith(
+            "Plain of job 'j': close() returned NoneType, not a coroutine (declare it async def); "
+            "the run goes on"
+        )
+    )
+
+
+def test_environments_made_before_one_that_cannot_be_made_are_closed(tmp_path):
+    loaded = workload(tmp_path, {"a": "FailsToBuild"})
+    spec = loaded.jobs[0]
+    with pytest.raises(ValueError, match="no third one"):
+        asyncio.run(new_envs(lambda name, args: closing_envs.FailsToBuild(args), spec, 4, None))
+    assert closes() == [1, 1]
+
+
+def test_evaluate_closes_each_episodes_environment_once(monkeypatch):
+    """``marlaas evaluate`` closes each held-out episode's environment, a failed one's too."""
+    from marlaas.core.job_spec import JobSpec
+    from marlaas.executors import evaluate as evaluation
+    from tests.episode_fakes import CharFormat, OneTokenEngine
+    from tests.executors.test_env_threads import NoAdapters
+
+    monkeypatch.setattr(evaluation, "ChatFormat", lambda tokenizer, template: CharFormat())
+    spec = JobSpec(name="j", tenant="t", env={"name": f"{ENVS}:Counted"})
+    closing_envs.forget()
+    rows = asyncio.run(evaluation.evaluate(None, NoAdapters(), OneTokenEngine(), prompts=3,
+                                           jobs=[spec]))  # fmt: skip
+    assert list(rows["correct"]) == [3] and closes() == [1, 1, 1]
+    failing = JobSpec(name="f", tenant="t", env={"name": f"{ENVS}:Counted", "args": {"fail": True}})
+    closing_envs.forget()
+    with pytest.raises(Exception, match="this step fails"):
+        asyncio.run(evaluation.evaluate(None, NoAdapters(), OneTokenEngine(), prompts=2,
+                                        jobs=[failing]))  # fmt: skip
+    assert closes() == [1, 1]
