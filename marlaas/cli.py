@@ -39,9 +39,9 @@ USER_ERRORS = (
     ("marlaas.eventlog", "EventLogError"),
     ("marlaas.drive.loop", "RunError"),
     ("marlaas.envs.registry", "EnvLoadError"),
-    ("marlaas.executors.episodes", "EnvCallError"),  # evaluate's: a run retries its work
-    ("marlaas.executors.episodes", "EnvResultError"),
-    ("marlaas.executors.episodes", "EnvTimeoutError"),
+    ("marlaas.executors.env_contract", "EnvCallError"),  # evaluate's: a run retries its work
+    ("marlaas.executors.env_contract", "EnvResultError"),
+    ("marlaas.executors.env_contract", "EnvTimeoutError"),
     ("marlaas.executors.episode_runner", "EpisodeError"),  # evaluate's: a prompt too long
     ("marlaas.datasets.files", "DatasetError"),  # a file edited before evaluate reads it
     ("marlaas.policy_path", "PolicyLoadError"),

@@ -8,7 +8,7 @@ folder): :meth:`marlaas.envs.base.Environment.close` releases it. The episode ru
 instance once its episode is over (its group trained, given up on, or its job ended: finished,
 cancelled or failed) and every instance left when the run stops (its end, Ctrl-C, SIGTERM, the
 service's stop). A close is the user's code, called as the other calls are
-(:func:`marlaas.executors.episodes.env_call`: on the job's loop, checked, bounded), within the
+(:func:`marlaas.executors.env_contract.env_call`: on the job's loop, checked, bounded), within the
 job's ``env.timeout_s`` and at most :data:`CLOSE_TIMEOUT_S`; one that raises, or does not
 return in time, is one warning naming the environment and the job, never the run's failure.
 During the run the closes go on in the background (:class:`Closings`), so that a slow one
@@ -23,8 +23,8 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from marlaas.envs.base import Environment
+from marlaas.executors.env_contract import EnvTimeoutError, bounded, env_call, env_name
 from marlaas.executors.env_loops import EnvLoop
-from marlaas.executors.episodes import EnvTimeoutError, _env_name, bounded, env_call
 
 log = logging.getLogger("marlaas.real")
 
@@ -76,7 +76,7 @@ async def close_envs(
     failed: dict[tuple[str, str], int] = {}
     for env, reason in zip(envs, reasons, strict=True):
         if reason is not None:
-            key = (_env_name(env), reason)
+            key = (env_name(env), reason)
             failed[key] = failed.get(key, 0) + 1
     for (name, reason), count in failed.items():
         each = f" ({count} of {len(envs)} instances)" if len(envs) > 1 else ""
@@ -94,7 +94,7 @@ async def _close(env: Environment, job: str, bound: float, loop: EnvLoop | None)
         return f"did not return within {bound:g} s"
     except Exception as err:  # whatever it raised, or the contract it broke: a warning
         text = " ".join(str(err).split()) or type(err).__name__
-        text = text.removeprefix(f"environment {_env_name(env)}: ")
+        text = text.removeprefix(f"environment {env_name(env)}: ")
         return text.removeprefix("close() ") if text.startswith("close() ") else f"failed: {text}"
     return None
 

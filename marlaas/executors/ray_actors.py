@@ -21,7 +21,7 @@ actor). A state that Ray cannot pickle, on the way to the actor or back, is an
 EnvStateError naming the environment and what did not pickle (:func:`state_error`), not Ray's
 TypeError. The actor
 checks the call as a call in process is checked (a coroutine, no ``sys.exit``:
-:func:`marlaas.executors.episodes.guarded_call`), and a call the executor gives up on (its
+:func:`marlaas.executors.env_contract.guarded_call`), and a call the executor gives up on (its
 ``env.timeout_s`` passed) is cancelled in the actor too; an actor whose cancelled call does
 not end within ``ENV_CANCEL_GRACE_S`` (its thread is blocked) is killed and restarted.
 """
@@ -43,7 +43,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from marlaas.envs.base import Environment, StepResult
-from marlaas.executors.episodes import EnvStateError
+from marlaas.executors.env_contract import EnvStateError
 from marlaas.executors.placement import BackendRestarted
 
 if TYPE_CHECKING:
@@ -132,10 +132,10 @@ class EnvActor:
     async def call(self, env: Environment, method: str, *args) -> tuple[Environment, Any]:
         """(the environment after ``env.method(*args)``, what it returned); a ``method`` that
         is no coroutine, or that calls ``sys.exit``, is EnvResultError naming the environment
-        (:func:`~marlaas.executors.episodes.guarded_call`), not this actor's end. What the
+        (:func:`~marlaas.executors.env_contract.guarded_call`), not this actor's end. What the
         call raised comes back as :class:`EnvRaised`, so that the caller tells it from Ray's
         failure to pickle the environment's new state on its way back."""
-        from marlaas.executors.episodes import guarded_call
+        from marlaas.executors.env_contract import guarded_call
 
         if method not in ENV_METHODS:
             raise ValueError(f"EnvActor runs {', '.join(ENV_METHODS)}, not {method!r}")

@@ -13,15 +13,8 @@ import time
 import pytest
 
 from marlaas.envs.base import Environment, StepResult
-from marlaas.executors.episodes import (
-    EnvCallError,
-    EnvResultError,
-    EnvTimeoutError,
-    GroupEpisode,
-    Sample,
-    start_group,
-    step_envs,
-)
+from marlaas.executors.env_contract import EnvCallError, EnvResultError, EnvTimeoutError
+from marlaas.executors.episodes import GroupEpisode, Sample, start_group, step_envs
 from marlaas.executors.rollout import Completion
 
 
@@ -334,11 +327,11 @@ def test_sigterm_inside_an_environment_is_still_sigterm():
 def test_under_ray_an_error_names_the_users_environment_not_the_proxy():
     ray_actors = pytest.importorskip("marlaas.executors.ray_actors")
     from marlaas.envs.arithmetic import ArithmeticEnv
-    from marlaas.executors.episodes import _env_name
+    from marlaas.executors.env_contract import env_name
 
     proxy = ray_actors.RemoteEnv(None, ArithmeticEnv({}))
-    assert _env_name(proxy) == "marlaas.envs.arithmetic:ArithmeticEnv"
-    assert _env_name(ArithmeticEnv({})) == "marlaas.envs.arithmetic:ArithmeticEnv"
+    assert env_name(proxy) == "marlaas.envs.arithmetic:ArithmeticEnv"
+    assert env_name(ArithmeticEnv({})) == "marlaas.envs.arithmetic:ArithmeticEnv"
 
 
 def test_rewards_within_the_bound_keep_every_sum_and_advantage_finite():
@@ -349,7 +342,7 @@ def test_rewards_within_the_bound_keep_every_sum_and_advantage_finite():
     from types import SimpleNamespace
 
     from marlaas.core import limits
-    from marlaas.executors.episodes import MAX_REWARD
+    from marlaas.executors.env_contract import MAX_REWARD
     from marlaas.executors.grpo import group_advantages
 
     episode_reward = MAX_REWARD * limits.MAX_TURNS
@@ -412,8 +405,8 @@ def test_a_cancelled_error_of_the_environments_own_is_its_error_not_the_runs_end
     status 1). It is the environment's error, in the run's loop and on the job's own thread;
     the run's own cancellation of a call still goes through (and a call given up at its bound
     is cancelled as before: test_a_step_that_hangs_is_one_error_within_the_jobs_bound)."""
+    from marlaas.executors.env_contract import env_call
     from marlaas.executors.env_loops import EnvLoop
-    from marlaas.executors.episodes import env_call
 
     says = rf"{cls.__name__}: step\(\) raised CancelledError of its own"
     with pytest.raises(EnvCallError, match=says):

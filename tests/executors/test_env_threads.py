@@ -16,9 +16,9 @@ from marlaas.core.job_spec import JobSpec
 from marlaas.core.work import EnvStep, Generate
 from marlaas.envs import make_env
 from marlaas.envs.base import Environment, StepResult
+from marlaas.executors.env_contract import EnvCallError, EnvResultError, EnvTimeoutError, env_call
 from marlaas.executors.env_loops import EnvLoop, EnvLoops
 from marlaas.executors.episode_runner import EpisodeRunner
-from marlaas.executors.episodes import EnvCallError, EnvResultError, EnvTimeoutError, env_call
 from tests.episode_fakes import CharFormat, OneTokenEngine
 from tests.system_tools import needs_bwrap
 

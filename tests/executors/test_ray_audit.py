@@ -1,7 +1,7 @@
 """``--ray`` as a hostile user meets it: environments that break their contract, hang or end
 their actor's process; a run stopped while a training step is in flight; a job with a
 dataset; a sweep whose policy raises or ends its worker. Each behaves as it does in process
-(marlaas.executors.episodes, the process pool of marlaas.sweep), on a local Ray cluster this
+(marlaas.executors.env_contract, the process pool of marlaas.sweep), on a local Ray cluster this
 module starts (no model: dummy actors and environments, a few seconds each)."""
 
 from __future__ import annotations
@@ -25,13 +25,8 @@ from marlaas.datasets.problems import Problem
 from marlaas.envs import make_env
 from marlaas.envs.base import Environment, StepResult
 from marlaas.executors import ray_actors
-from marlaas.executors.episodes import (
-    EnvCallError,
-    EnvResultError,
-    EnvTimeoutError,
-    start_group,
-    step_envs,
-)
+from marlaas.executors.env_contract import EnvCallError, EnvResultError, EnvTimeoutError
+from marlaas.executors.episodes import start_group, step_envs
 from marlaas.executors.ray_actors import (
     EnvActor,
     EnvActorDied,
