@@ -27,6 +27,7 @@ from typing import Any
 
 from marlaas.core.policies import Policy
 from marlaas.import_path import one_line, shown
+from marlaas.numpy_values import is_numpy_bool
 from marlaas.policy_views import ReadOnlyEngine, ReadOnlyJob, view, viewed
 
 
@@ -176,7 +177,7 @@ def _plain_key(value: object) -> tuple | None:
                 return None
             continue
         plain = False
-        if not isinstance(item, (numbers.Real, str)) and not _numpy_bool(item):
+        if not isinstance(item, (numbers.Real, str)) and not is_numpy_bool(item):
             return None
     if plain:
         return value
@@ -187,12 +188,6 @@ def _plain_key(value: object) -> tuple | None:
     return None if any(item != item for item in key) else key
 
 
-def _numpy_bool(item: object) -> bool:
-    """Whether ``item`` is a numpy bool (numpy imported by whoever made one, if anyone)."""
-    numpy = sys.modules.get("numpy")
-    return numpy is not None and isinstance(item, numpy.bool_)
-
-
 def _plain_item(item: object) -> int | float | str:
     """A key's item as a plain ``int`` (``bool`` kept), ``float`` or ``str``."""
     kind = type(item)
@@ -200,7 +195,7 @@ def _plain_item(item: object) -> int | float | str:
         return item  # type: ignore[return-value]
     if isinstance(item, str):
         return str.__str__(item)
-    if _numpy_bool(item):  # not a numbers.Real: np.any(...) > 0's result
+    if is_numpy_bool(item):  # not a numbers.Real: np.any(...) > 0's result
         return bool(item)
     if isinstance(item, numbers.Integral):
         return operator.index(item)

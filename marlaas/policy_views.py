@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import sys
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from enum import Enum
@@ -28,6 +27,7 @@ from types import BuiltinMethodType, FunctionType, MethodType
 from typing import Any, ClassVar, SupportsIndex
 
 from marlaas.core.policies import EngineView, JobView
+from marlaas.numpy_values import loaded_numpy
 
 _AS_THEY_ARE = (int, float, complex, str, bytes, bool, type(None), range, Enum, type, FunctionType)
 """Values that cannot be changed, given to a policy as they are (and plain functions)."""
@@ -259,7 +259,7 @@ def read_only(value: Any) -> Any:
         return frozenset(value)
     if isinstance(value, Mapping):
         return ReadOnlyMapping(value)
-    numpy = sys.modules.get("numpy")  # imported by whoever made the array, if anyone
+    numpy = loaded_numpy()  # imported by whoever made the array, if anyone
     if numpy is not None and isinstance(value, numpy.generic):
         return value  # a numpy scalar: unchangeable
     if numpy is not None and isinstance(value, numpy.ndarray):

@@ -21,7 +21,6 @@ import asyncio
 import inspect
 import math
 import numbers
-import sys
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -29,6 +28,7 @@ from marlaas.envs.base import Environment, StepResult
 from marlaas.executors.env_loops import EnvLoop
 from marlaas.import_path import one_line, shown
 from marlaas.interrupts import Interrupted
+from marlaas.numpy_values import is_numpy_bool
 from marlaas.strict_json import lone_surrogate
 
 MAX_REWARD = 1e100
@@ -248,8 +248,7 @@ def _is_flag(done: object) -> bool:
     number 0 or 1 of any kind (``float(ok)``, a numpy float: as ``bool`` reads it); a string
     such as ``"no"`` is not (true as a flag, it ended every episode, and counted as correct
     in ``evaluate``), nor a partial score such as 0.3."""
-    numpy = sys.modules.get("numpy")  # imported by whoever made a numpy bool, if anyone
-    if isinstance(done, bool) or (numpy is not None and isinstance(done, numpy.bool_)):
+    if isinstance(done, bool) or is_numpy_bool(done):
         return True
     return isinstance(done, numbers.Real) and done in (0, 1)
 
