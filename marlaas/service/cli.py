@@ -137,6 +137,7 @@ def _serve(args: argparse.Namespace) -> int:
             access_log=args.log_level == "debug",
         ))  # fmt: skip
         runner.on_stop = lambda: setattr(server, "should_exit", True)
+        listening.listen(server.config.backlog)  # uvicorn accepts them once it has started
         port = listening.getsockname()[1]  # --port 0: the one the system gave
         print(f"marlaas: serving on http://{args.host}:{port} (API docs at /docs)",
               file=sys.stderr, flush=True)  # fmt: skip

@@ -315,6 +315,32 @@ def test_serve_on_a_port_in_use_is_one_line_and_writes_nothing(tmp_path, capsys)
     assert not (tmp_path / "data").exists()
 
 
+def test_serve_listens_before_it_says_it_serves(tmp_path, monkeypatch, capsys):
+    """serve printed "serving on http://..." with its socket bound but not yet listening
+    (uvicorn listens once it has started): a client that connected on that line, as a
+    script waiting for it does, was refused (ECONNREFUSED; seen restarting a service in a
+    test). It listens before it says so; connections wait in the backlog."""
+    import socket
+
+    import uvicorn
+
+    connected = []
+
+    def run(self, sockets):  # what a client does the moment the line is printed
+        del self
+        assert "serving on http://127.0.0.1:" in capsys.readouterr().err
+        with socket.socket() as client:
+            client.settimeout(5)
+            connected.append(client.connect_ex(sockets[0].getsockname()))
+
+    monkeypatch.setattr(uvicorn.Server, "run", run)
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("service: {max_sequence_tokens: 64}\n")
+    assert main(["serve", str(cluster), "--simulate", "--port", "0",
+                 "--data", str(tmp_path / "data")]) == 0  # fmt: skip
+    assert connected == [0]
+
+
 def test_serve_on_a_data_folder_another_command_holds_names_data_not_out(tmp_path, capsys):
     """The refusal said to "choose another --out", an option serve does not have."""
     from marlaas.output.lock import lock_folder, unlock
