@@ -21,6 +21,7 @@ from marlaas.executors.adapter_store import AdapterStore
 from marlaas.executors.backends import EngineSizing
 from marlaas.executors.env_instances import CLOSE_TIMEOUT_S, close_envs, new_envs
 from marlaas.executors.real import RealExecutor
+from marlaas.interrupts import Interrupted
 from marlaas.workload_file import load_workload
 from tests.executors import closing_envs
 from tests.executors.closing_envs import BlocksOnClose, FakeBackends, closes, model_dir
@@ -132,15 +133,17 @@ def test_a_batch_run_stopped_by_failing_work_closes_every_environment_once(tmp_p
     assert closed_once(), closes()
 
 
-def test_ctrl_c_closes_every_environment_once(tmp_path):
+@pytest.mark.parametrize("signal", [KeyboardInterrupt, lambda: Interrupted(15)],
+                         ids=["SIGINT", "SIGTERM"])  # fmt: skip
+def test_ctrl_c_and_sigterm_close_every_environment_once(tmp_path, signal):
     loaded = workload(tmp_path, {"a": "Counted", "b": "Counted"}, steps=20)
 
-    def ctrl_c(decision, event, now):
+    def interrupt(decision, event, now):
         if isinstance(decision, Train) and event.ok:
-            raise KeyboardInterrupt
+            raise signal()  # as the signal handler raises it in the main thread
 
-    with pytest.raises(KeyboardInterrupt):
-        run(tmp_path, loaded, observers=[ctrl_c])
+    with pytest.raises((KeyboardInterrupt, Interrupted)):
+        run(tmp_path, loaded, observers=[interrupt])
     assert closed_once(), closes()
 
 
