@@ -3,7 +3,9 @@
 Adapters are loaded from the folders PeftTrainer.save_adapter writes, into one PeftModel, one
 PEFT adapter per (name, version). Concurrent `generate` calls are coalesced: requests that
 arrive while a batch runs are sampled together in the next batch, each row with its own
-adapter (PEFT mixed-adapter batches, `adapter_names=`), like vLLM's multi-LoRA batches.
+adapter (PEFT mixed-adapter batches, `adapter_names=`), like vLLM's multi-LoRA batches. A
+cancelled call (an aborted generation) stops sampling its rows at the batch's next decode
+step; its rows stay in the batch's tensors until the batch ends (no continuous batching).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ class _Row:
     temperature: float
     adapter: str | None
     version: int
+    stopped: bool = False
+    """Its caller was cancelled (its generation aborted): it samples no more tokens."""
 
 
 @dataclass
@@ -168,7 +172,12 @@ class HFGenerator:
         self._queue.append(_Pending(rows, future))
         if self._worker is None or self._worker.done():
             self._worker = asyncio.create_task(self._drain())
-        flat = await future
+        try:
+            flat = await future
+        except asyncio.CancelledError:  # aborted: its rows stop at the next decode step
+            for row in rows:
+                row.stopped = True
+            raise
         return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     async def close(self) -> None:
@@ -211,8 +220,14 @@ class HFGenerator:
             return self._sample_locked(rows)
 
     def _sample_locked(self, rows: list[_Row]) -> list[Completion]:
+        """The batch's decode loop. A row whose caller was cancelled (``stopped``, read at
+        every step) samples no more: it stays in the batch's tensors until the others are
+        done, and a batch of only stopped rows ends at its next step (or is not started)."""
         from transformers import DynamicCache
 
+        if all(r.stopped for r in rows):
+            return [Completion(tuple(r.prompt_ids), (), (), "", "length", r.adapter, r.version)
+                    for r in rows]  # fmt: skip
         self.batches_run += 1
         b, plen = len(rows), max(len(r.prompt_ids) for r in rows)
         ids = torch.full((b, plen), self.pad_id, dtype=torch.long)
@@ -250,7 +265,7 @@ class HFGenerator:
             logp = torch.log_softmax(logits, dim=-1)
             nxt = torch.empty(b, dtype=torch.long)
             for i, r in enumerate(rows):
-                if done[i] or t >= r.max_new_tokens:
+                if done[i] or t >= r.max_new_tokens or r.stopped:
                     done[i] = True
                     nxt[i] = self.pad_id
                     continue

@@ -5,6 +5,10 @@
     Generate      one call on the engine the decision names (vLLM or HF + PEFT generator)
     LoadAdapter   that engine loads the adapter version from the adapter store
     EvictAdapter  that engine drops it (instant; the only way an adapter leaves an engine)
+    AbortGeneration  a cancelled job's Generate in flight is stopped (instant): its task is
+                  cancelled, which aborts its requests in the engine (vLLM's abort_request;
+                  the HF generator stops its rows at the next decode step), and its WorkDone
+                  comes back then (tokens 0: an aborted request's tokens are not returned)
     AdmitJob      the job's state: its spec, its episodes, its adapter's first version
                   (written to the store by a trainer, in the background: the job's first
                   load or swap waits for it), a resumed job's leftovers of a killed save
@@ -53,6 +57,7 @@ import pandas as pd
 from marlaas.core.cluster import Cluster
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.work import (
+    AbortGeneration,
     AdmitJob,
     Decision,
     EnvStep,
@@ -172,6 +177,8 @@ class RealExecutor:
         self._unwaited: set[asyncio.Task] = set()
         """First versions still being written for jobs that ended before they were needed."""
         self._tasks: dict[asyncio.Task, Decision] = {}
+        self._aborted: set[int] = set()
+        """Work ids of the generations an AbortGeneration cancelled, until they came back."""
         self._setting_up: asyncio.Task | None = None
         """:meth:`open`'s setup while it runs (cancelled by a close that interrupts it)."""
         self.trainers: TrainerPool | None = None  # built by open()
@@ -278,6 +285,8 @@ class RealExecutor:
             self._swap_out(decision)
         elif isinstance(decision, AdmitJob):
             self._admit(decision)
+        elif isinstance(decision, AbortGeneration):
+            self._abort(decision)
         elif isinstance(decision, ReleaseJob):
             runner.run(self._release(decision))
         else:
@@ -325,8 +334,12 @@ class RealExecutor:
         for task in done:
             if task is waiter:
                 continue
-            self._tasks.pop(task)
-            event, end = task.result()
+            decision = self._tasks.pop(task)
+            if task.cancelled() and decision.work_id in self._aborted:  # before it began
+                self._aborted.discard(decision.work_id)
+                event, end = WorkDone(decision.work_id), self.now()
+            else:
+                event, end = task.result()
             self._finished.append((end, event.work_id, event))
 
     def _admit(self, d: AdmitJob) -> None:
@@ -338,6 +351,18 @@ class RealExecutor:
         if d.version == 0:
             create = self._create_first(d.job, d.spec)
             self._created[d.job] = self._opened().get_loop().create_task(create)
+
+    def _abort(self, d: AbortGeneration) -> None:
+        """Cancel the task of generation ``d.generate``: the generator aborts its requests in
+        the engine as the cancellation reaches them, and the task comes back with its
+        WorkDone (:meth:`_work`). A task that has already ended is left: its own completion
+        comes back."""
+        for task, decision in self._tasks.items():
+            if decision.work_id == d.generate:
+                if not task.done():
+                    self._aborted.add(d.generate)
+                    task.cancel()
+                return
 
     async def _create_first(self, job: str, spec: JobSpec) -> None:
         first = next(iter(self.trainers.trainers))
@@ -368,6 +393,11 @@ class RealExecutor:
         }[type(d)]  # fmt: skip
         try:
             outcome = await handler(d)
+        except asyncio.CancelledError:
+            if d.work_id not in self._aborted:  # the run is stopping
+                raise
+            self._aborted.discard(d.work_id)  # stopped by an AbortGeneration: done now
+            return WorkDone(d.work_id), self.now()
         except Exception as exc:
             self._check_disk(d, exc)
             why = " ".join(f"{type(exc).__name__}: {exc}".split())

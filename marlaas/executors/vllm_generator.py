@@ -190,7 +190,9 @@ class VLLMGenerator:
         """Sample `n` completions per prompt (one engine request each); groups in prompt order.
 
         Log-probs are the sampled tokens' raw (untempered) log-probs. Sample k of prompt i uses
-        a seed derived from (seed, i, k), so results do not depend on batching.
+        a seed derived from (seed, i, k), so results do not depend on batching. Cancelling
+        the call aborts its requests in the engine (in process: :meth:`_submit`; a child
+        process's AsyncLLM aborts a request whose ``generate`` is cancelled itself).
         """
         lora = None
         if adapter is not None:
@@ -262,17 +264,31 @@ class VLLMGenerator:
         )
 
     async def _submit(self, request_id, prompt, params, lora):
-        """Add a request to the in-process engine; resolve when it finishes."""
+        """Add a request to the in-process engine; resolve when it finishes. A caller
+        cancelled meanwhile (the request's generation was aborted) has the request aborted
+        in the engine: it leaves the batch before the engine's next step, and its KV blocks
+        are free."""
         fut = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = fut
         try:
             await self._engine_call("add_request", request_id, prompt, params, None, lora)
+            if self._pump_task is None or self._pump_task.done():
+                self._pump_task = asyncio.create_task(self._pump())
+            return await fut
+        except asyncio.CancelledError:
+            self._abort(request_id)
+            raise
         except BaseException:
             self._waiting.pop(request_id, None)
             raise
-        if self._pump_task is None or self._pump_task.done():
-            self._pump_task = asyncio.create_task(self._pump())
-        return await fut
+
+    def _abort(self, request_id: str) -> None:
+        """Abort a request in the in-process engine (vLLM's ``abort_request``), queued on the
+        engine thread before the engine's next step, without waiting for it (a request that
+        already finished, or was never added, is no request of the engine's: nothing)."""
+        self._waiting.pop(request_id, None)
+        if self._thread is not None:
+            self._thread.submit(self.engine.abort_request, [request_id])
 
     async def _pump(self) -> None:
         """Step the engine while requests are waiting; hand finished outputs to their callers."""

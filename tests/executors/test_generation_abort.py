@@ -1,0 +1,161 @@
+"""An aborted generation (its call cancelled: the real executor's AbortGeneration) stops in
+the engine: vLLM aborts its requests before its next step, the HF generator stops its rows
+at the next decode step; the other calls in the same batches get what they get alone."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+LONG, SHORT = ["a long answer"], ["hi"]
+
+
+async def long_and_short(gen, long_tokens: int, running) -> tuple[list, float]:
+    """A long call and a short one at once; the long one is cancelled once
+    ``running()`` says it decodes. Returns (the short call's groups, seconds from the cancel
+    until the generator has nothing running)."""
+    long = asyncio.create_task(gen.generate(None, 0, LONG, *long_call(long_tokens)))
+    short = asyncio.create_task(gen.generate(None, 0, SHORT, 2, 8, temperature=1.0, seed=3))
+    while not running():
+        await asyncio.sleep(0.001)
+    assert not long.done()
+    long.cancel()
+    cancelled_at = time.monotonic()
+    with contextlib.suppress(asyncio.CancelledError):
+        await long
+    groups = await short
+    await idle(gen)
+    return groups, time.monotonic() - cancelled_at
+
+
+def long_call(tokens: int) -> tuple:
+    """(samples, max_new_tokens, temperature, seed) of the long call: seeded so that one of
+    its samples runs to the cap on the tiny model (greedy ends after 33 tokens)."""
+    return 4, tokens, 1.0, 11
+
+
+async def idle(gen) -> None:
+    """Wait until the generator runs nothing (HF: its batch worker; vLLM: its engine pump)."""
+    task = getattr(gen, "_worker", None) or getattr(gen, "_pump_task", None)
+    if task is not None:
+        await task
+
+
+@pytest.fixture(scope="module")
+def hf(tiny_model_dir):
+    from marlaas.executors.hf_generator import HFGenerator
+
+    return HFGenerator(tiny_model_dir)
+
+
+def test_hf_an_aborted_call_stops_sampling_at_the_next_step(hf):
+    async def whole() -> float:
+        started = time.monotonic()
+        groups = await hf.generate(None, 0, LONG, *long_call(400))
+        assert max(len(c.completion_ids) for c in groups[0]) == 400
+        return time.monotonic() - started
+
+    alone = asyncio.run(hf.generate(None, 0, SHORT, 2, 8, temperature=1.0, seed=3))
+    full_s = asyncio.run(whole())
+    assert full_s > 0.5, "the long call must run long enough to be cut"
+    started = time.monotonic()
+    groups, after_cancel_s = asyncio.run(
+        long_and_short(hf, 400, lambda: time.monotonic() > started + 0.1 * full_s)
+    )
+    assert after_cancel_s < 0.5 * full_s  # the batch ended soon after the cancel
+    assert [c.completion_ids for c in groups[0]] == [c.completion_ids for c in alone[0]]
+
+
+def test_hf_rows_of_a_cancelled_call_in_a_batch_not_started_are_never_sampled(hf):
+    from marlaas.executors.hf_generator import _Row
+
+    row = _Row("__base__", [1, 2, 3], 0, 50, 1.0, None, -1, stopped=True)
+    before = hf.batches_run
+    (completion,) = hf._sample([row])
+    assert completion.completion_ids == () and hf.batches_run == before
+
+
+@pytest.mark.slow
+def test_vllm_an_aborted_call_leaves_the_engine_before_its_next_step(vllm_generator):
+    gen = vllm_generator
+    alone = asyncio.run(gen.generate(None, 0, SHORT, 2, 8, temperature=1.0, seed=3))
+    steps_before = len(gen.meter.steps)
+    asyncio.run(gen.generate(None, 0, LONG, *long_call(100)))
+    whole = len(gen.meter.steps) - steps_before  # a step decodes one token of each request
+    assert whole >= 50, "the long call must run long enough to be cut"
+    steps_before = len(gen.meter.steps)
+    groups, _ = asyncio.run(
+        long_and_short(gen, 100, lambda: len(gen.meter.steps) >= steps_before + 3)
+    )
+    assert gen.engine.get_num_unfinished_requests() == 0 and not gen._waiting
+    assert [c.completion_ids for c in groups[0]] == [c.completion_ids for c in alone[0]]
+    assert len(gen.meter.steps) - steps_before < whole / 2  # the long requests were cut
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["hf", "vllm"])
+def test_a_real_run_cancelled_during_a_long_generation_ends_at_the_cancel(
+    tiny_model_dir, tmp_path, backend
+):
+    """A real run whose only job is cancelled while its groups decode 400 tokens each: the
+    engine stops them, and the job ends right after the cancel, not when they would have."""
+    if backend == "vllm":
+        try:
+            import vllm  # noqa: F401
+        except Exception as exc:
+            pytest.skip(f"vllm not importable: {exc}")
+    from marlaas.core.scheduler import Scheduler
+    from marlaas.core.work import AbortGeneration, Generate
+    from marlaas.drive import drive
+    from marlaas.drive.inbox import Cancel, Inbox, Submit
+    from marlaas.eventlog import records_to_frame
+    from marlaas.executors.adapter_store import AdapterStore
+    from marlaas.executors.backends import EngineSizing
+    from marlaas.executors.local import LocalExecutor
+    from tests.core.fixed_driver import Watched
+    from tests.executors.test_driver import tiny_workload
+
+    workload = tiny_workload(tiny_model_dir, **{
+        "jobs.emit-a.rl.max_new_tokens": 400, "jobs.emit-a.rl.steps": 2,
+        "jobs.emit-a.response_tokens": {"dist": "constant", "value": 400},
+    })  # fmt: skip
+    workload = workload.model_copy(update={"jobs": workload.jobs[:1]})
+    scheduler = Scheduler.for_workload(workload)
+    inbox = Inbox()
+    inbox.put(Submit(workload.jobs[0]), 0.0)
+    started: list = []
+    cancel: dict = {}
+
+    def on_start(decision, now):
+        started.append((now, decision))
+        if isinstance(decision, Generate) and not cancel:  # cancel once it decodes a while
+            cancel["timer"] = threading.Timer(1.0, cancel_now)
+            cancel["timer"].start()
+
+    def cancel_now():
+        cancel["at"] = executor.now()
+        inbox.put(Cancel("emit-a"))  # at once: the loop stamps it with its clock
+
+    store = AdapterStore(tmp_path / "adapters")
+    with LocalExecutor(
+        EngineSizing.of_workload(workload), scheduler.cluster, store=store,
+        model_dir=tiny_model_dir, backend=backend,
+    ) as executor:  # fmt: skip
+        result = drive(scheduler, Watched(executor, on_start), inbox,
+                       on_ended=lambda outcome: inbox.close())  # fmt: skip
+    outcome = result.jobs["emit-a"]
+    assert outcome.state == "cancelled"
+    aborts = [now for now, d in started if isinstance(d, AbortGeneration)]
+    assert aborts and min(aborts) >= cancel["at"]
+    assert outcome.end_s - cancel["at"] < 0.5  # the engine let its groups go at once
+    rows = records_to_frame(result.records)
+    generated = rows[rows["kind"] == "generate"]
+    assert (generated["outcome"] == "cancelled").all()
+    assert (generated["end_s"] <= outcome.end_s).all()
