@@ -230,8 +230,12 @@ class EngineForwarder:
         self.ended = True
 
     async def _call(self, method: str, *args) -> Any:
+        ref = self.actor.call.remote(self.incarnation, method, *args)
         try:
-            return await self.actor.call.remote(self.incarnation, method, *args)
+            return await ref
+        except asyncio.CancelledError:  # e.g. an aborted generation: cancelled in the actor
+            ray.cancel(ref)  # too (an async actor's call is cancelled in its event loop)
+            raise
         except (RayTaskError, RayActorError) as err:
             _raise_unless_restarted(err)
         await self._reconnect()
@@ -252,7 +256,9 @@ class EngineForwarder:
             self.incarnation, self.restarted = incarnation, True
 
     async def generate(self, *args) -> list:
-        """See :meth:`marlaas.executors.rollout.Generator.generate`."""
+        """See :meth:`marlaas.executors.rollout.Generator.generate`. Cancelled (an aborted
+        generation), the call is cancelled in the actor, where the generator aborts its
+        requests in the engine."""
         return await self._call("generate", *args)
 
     async def publish(self, adapter: str, version: int, adapter_dir: str) -> None:
