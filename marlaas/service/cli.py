@@ -61,7 +61,7 @@ def _serve(args: argparse.Namespace) -> int:
     from marlaas.service.runner import ServiceRunner
     from marlaas.service.server import connection_limit, server_config
 
-    config, base_dir = load_config(args.cluster)
+    config, base_dir = load_config(args.cluster, args.policy)
     cost = None
     if args.cost:
         if not args.simulate:
@@ -130,7 +130,10 @@ def _serve(args: argparse.Namespace) -> int:
             from marlaas.ray_cluster import ray_session
 
             stack.enter_context(ray_session(args.ray))
-        runner.start()
+        try:
+            runner.start()
+        except BaseException as err:
+            raise _driver_stopped(err, args.cluster) from None
         app = create_app(runner, data, max_streams)
         server = uvicorn.Server(server_config(
             app, args.host, args.port, connection_limit(max_streams), log_level=args.log_level,
@@ -147,12 +150,28 @@ def _serve(args: argparse.Namespace) -> int:
             runner.stop()
             store.close()
         if runner.error is not None:
-            raise runner.error
+            raise _driver_stopped(runner.error, args.cluster) from None
         return 0
     finally:
         listening.close()
         stack.close()
         unlock(data, lock)
+
+
+def _driver_stopped(err: BaseException, cluster: str) -> BaseException:
+    """What ``serve`` exits with when its driver stopped on ``err``: for a policy that raised
+    (or returned what is not a key), one line naming the policy, the call and what it raised,
+    and what to do (every job is kept at its last durable step, and continues on the next
+    start); any other error as it is."""
+    from marlaas.policy_path import PolicyError
+
+    if not isinstance(err, PolicyError):
+        return err
+    return UsageError(
+        f"serve: the service stopped: {err}. Every job is kept at its last durable step and "
+        f"continues when the service starts again: fix the policy, or serve {cluster} "
+        "--policy NAME with another"
+    )
 
 
 def _ensure_descriptors(asked: int | None) -> int:
@@ -336,6 +355,9 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("cluster", help="cluster file: a workload file without jobs, with an "
                         "optional service: block (see traces/service/tiny.yaml)")  # fmt: skip
     _data_arguments(parser)
+    parser.add_argument("--policy", help="ordering, in place of the cluster file's: a bundled "
+                        "policy's name, or your own by import path pkg.module:Class "
+                        "(docs/policies.md)")  # fmt: skip
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--port", type=bounded_int(0, 65_535), default=8000,
                         help="TCP port to listen on")  # fmt: skip
@@ -466,14 +488,20 @@ def _traffic(args: argparse.Namespace) -> int:
     from marlaas.atomic import write_durably
     from marlaas.core.limits import MAX_GROUP_TURNS, MAX_JOBS
     from marlaas.out_folder import claim_file
-    from marlaas.service.config import ServiceConfig
+    from marlaas.service.config import ServiceConfig, load_named_policy
     from marlaas.service.traffic import is_traffic_file, traffic_workload, traffic_yaml
 
     saved = _data_folder(args.data, create=False) / CONFIG_FILE  # read only: nothing made
     if not saved.is_file():
         raise UsageError(f"traffic: {args.data} has no {CONFIG_FILE}; has it been served?")
+    text = saved.read_bytes()
+    plain = None
+    with suppress(ValueError):  # not JSON: said below, as damaged
+        plain = json.loads(text)
+    if isinstance(plain, dict):  # a policy by import path is loaded before it is checked
+        load_named_policy(plain.get("policy"), str(saved))
     try:
-        config = ServiceConfig.model_validate_json(saved.read_bytes())
+        config = ServiceConfig.model_validate_json(text)
     except ValueError as err:  # pydantic's ValidationError: not JSON, or not a cluster file
         from marlaas.core.validation_message import format_validation_error
 

@@ -81,8 +81,23 @@ class ServiceConfig(StrictSpec):
         return parse_workload(data, source=f"{self.name} traffic")
 
 
-def load_config(path: str | Path) -> tuple[ServiceConfig, Path]:
-    """The cluster file at ``path`` and the folder its relative paths start from."""
+def load_named_policy(name: object, source: str) -> None:
+    """Register the policy ``name`` if it is an import path (``pkg.module:Class``) before the
+    schema checks it: what is wrong with it is a WorkloadError from ``source``, one line."""
+    from marlaas.policy_path import PolicyLoadError, load_policy
+
+    if isinstance(name, str):
+        try:
+            load_policy(name)
+        except PolicyLoadError as err:
+            raise WorkloadError(f"{source}: {err}") from None
+
+
+def load_config(path: str | Path, policy: str | None = None) -> tuple[ServiceConfig, Path]:
+    """The cluster file at ``path`` and the folder its relative paths start from; ``policy``
+    (``serve --policy``) replaces the file's. A policy named by import path
+    (``pkg.module:Class``, docs/policies.md) is loaded and checked first, as a workload
+    file's is."""
     from marlaas.workload_file import read_yaml
 
     data: Any = read_yaml(path, what="cluster file")
@@ -93,6 +108,9 @@ def load_config(path: str | Path) -> tuple[ServiceConfig, Path]:
             f"{path}: jobs: a service's jobs come from its tenants (marlaas submit); give "
             "`marlaas serve` a cluster file without jobs: or arrivals:"
         )
+    if policy is not None:
+        data = {**data, "policy": policy}
+    load_named_policy(data.get("policy"), str(path) if policy is None else "--policy")
     try:
         config = ServiceConfig.model_validate(data)
     except ValidationError as err:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from pathlib import Path
 
 from marlaas.core.job_spec import JobSpec
@@ -38,6 +39,8 @@ log = logging.getLogger("marlaas.service")
 ADAPTERS_DIR = "adapters"
 ANSWER_WAIT_S = 30.0
 """How long a submission waits for the scheduler's answer before it is reported queued [s]."""
+ANSWER_POLL_S = 0.1
+"""How often a submission waiting for its answer looks whether the driver stopped [s]."""
 
 
 class ServiceRunner:
@@ -71,6 +74,8 @@ class ServiceRunner:
         """Set once the executor is built and the store's live jobs are submitted again."""
         self.error: BaseException | None = None
         """What stopped the driver, if it stopped on its own."""
+        self.stopped = threading.Event()
+        """Set once the driver's thread has ended (its inbox then takes nothing more)."""
         self._gauges: Gauges | None = None
         self._offset = 0.0
         self._executor = None
@@ -123,8 +128,10 @@ class ServiceRunner:
         """Record and submit ``tenant``'s job; (id, state, reason) once the scheduler's
         admission round answered (queued or running; refused with the reason: the row stays,
         refused, and the traffic replays it). A submission the inbox does not take
-        (InboxClosedError: the service is stopping) leaves nothing in the store: its row is
-        removed before the error reaches the caller. One whose answer takes over
+        (InboxClosedError: the service is stopping), or that the driver stopped before
+        answering (a policy that raised: no scheduler will ever answer it), leaves nothing in
+        the store: its row is removed before the error reaches the caller (unless the driver
+        had admitted it: then it is reported as the store has it). One whose answer takes over
         :data:`ANSWER_WAIT_S` is reported queued and stays a job."""
         self._send_quota(tenant)
         job_id = self.store.add_job(tenant, spec, self.now())
@@ -141,8 +148,15 @@ class ServiceRunner:
         except InboxClosedError:
             self.store.forget_unsent(job_id)
             raise
-        if not heard.wait(ANSWER_WAIT_S):
-            return job_id, S.QUEUED, ""
+        deadline = time.monotonic() + ANSWER_WAIT_S
+        while not heard.wait(ANSWER_POLL_S):
+            if self.stopped.is_set() and not heard.is_set():
+                if self.store.forget_unsent(job_id):
+                    raise InboxClosedError("the driver stopped before the scheduler answered")
+                state = (self.store.job(job_id) or {}).get("state", S.QUEUED)
+                return job_id, state, ""
+            if time.monotonic() > deadline:
+                return job_id, S.QUEUED, ""
         admission = answer[0]
         if admission.state == REFUSED:
             return job_id, S.REFUSED, admission.reason
@@ -201,12 +215,26 @@ class ServiceRunner:
 
     # ----------------------------------------------------------------------------- driver
     def _run(self) -> None:
+        """The driver's thread. What stops it on its own is kept in :attr:`error` (health
+        reports it, ``serve`` exits with it): a policy that raised is one log line (its
+        traceback at debug level: the policy's own code, not the service's); the inbox is
+        stopped first, so that no submission waits on a driver that is gone. Every store write
+        is one transaction, so the jobs stand at their last durable step, and a restart
+        continues them."""
         try:
             self._drive()
         except BaseException as err:  # the service reports it (health, logs) and stops
-            log.exception("the driver stopped")
+            from marlaas.policy_path import PolicyError
+
+            self.inbox.stop()
+            if isinstance(err, PolicyError):
+                log.error("the driver stopped: %s", err)
+                log.debug("the policy's traceback", exc_info=err)
+            else:
+                log.exception("the driver stopped")
             self.error = err
         finally:
+            self.stopped.set()
             self.ready.set()
             if self.on_stop is not None:
                 self.on_stop()

@@ -218,17 +218,19 @@ class JobStore:
             self._event(session, job.id, "state", {"state": QUEUED})
             return job.id
 
-    def forget_unsent(self, job_id: int) -> None:
+    def forget_unsent(self, job_id: int) -> bool:
         """Remove job ``job_id`` and its events: a submission that never reached the
-        scheduler (its inbox was closed: the service is stopping), answered 503. Only a job
-        still queued is removed; any other is left as it is."""
+        scheduler (its inbox was closed: the service is stopping), or that the driver stopped
+        before answering, answered 503. Only a job still queued is removed (True); any other
+        is left as it is (False)."""
         with self._session.begin() as session:
             self._lock(session, job_id)
             job = session.get(Job, job_id)
             if job is None or job.state != QUEUED:
-                return
+                return False
             session.execute(delete(JobEvent).where(JobEvent.job_id == job_id))
             session.delete(job)
+            return True
 
     def job(self, job_id: int, tenant_id: int | None = None) -> dict | None:
         """Job ``job_id`` as the API shows it (None: no such job, or another tenant's)."""

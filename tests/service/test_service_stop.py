@@ -4,6 +4,9 @@ start) instead of dying with "the executor reported nothing"."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
+
+import pytest
 
 from tests.service.conftest import JOB, serve
 
@@ -145,3 +148,150 @@ def test_a_download_to_a_client_that_stopped_reading_does_not_hold_the_stop(tmp_
         stopper.join(SHUTDOWN_GRACE_S + 20)
         assert not stopper.is_alive(), "the server still waits on the download"
     assert time.monotonic() - started < SHUTDOWN_GRACE_S + 20
+
+
+def _serve_process(cluster, data, *args: str, env: dict | None = None):
+    """``marlaas serve CLUSTER --simulate`` in a process of its own, on a free port, from the
+    repository's root (so that ``tests.service.raising_policy`` imports); (process, URL) once
+    it serves. Its stderr is read to that line; the rest stays in the pipe."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "marlaas", "serve", str(cluster), "--data", str(data),
+         "--simulate", "--speed", "50", "--port", "0", "--log-level", "warning", *args],
+        cwd=root, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(root), **(env or {})},
+    )  # fmt: skip
+    seen = []
+    for line in process.stderr:
+        seen.append(line)
+        if "serving on " in line:
+            return process, line.split("serving on ")[1].split()[0]
+    process.wait(30)
+    raise AssertionError(f"serve did not start: {''.join(seen)}")
+
+
+def test_a_policy_that_raises_stops_the_service_in_one_line_and_a_restart_continues(tmp_path):
+    """A policy by import path whose key raised while `serve` ran killed the driver with a
+    traceback in the log (and `serve` did not take a policy by import path at all: 'unknown
+    policy'). Now the service stops, its log and its exit one line naming the policy, the
+    call and what it raised, status 2; every job stays at its last durable step, and `serve`
+    started again (here with --policy fair) continues them: each step recorded once."""
+    import json
+    import re
+    import signal
+    import subprocess
+
+    from marlaas.client import Client, ServiceError
+    from marlaas.service.db import database_url
+    from marlaas.service.store import JobStore
+    from tests.service.conftest import CLUSTER
+    from tests.service.raising_policy import RAISE_AT_ENV
+
+    cluster, data = tmp_path / "cluster.json", tmp_path / "data"
+    cluster.write_text(json.dumps(CLUSTER))  # YAML's superset: the cluster file
+    data.mkdir(mode=0o700)  # as serve and tenants add make it
+    store = JobStore(database_url(data, None), data)
+    try:
+        key = store.add_tenant("alice")
+    finally:
+        store.close()
+    policy = "tests.service.raising_policy:RaiseOnNthKey"
+    process, url = _serve_process(cluster, data, "--policy", policy, env={RAISE_AT_ENV: "150"})
+    try:
+        client, submitted = Client(url, key), []
+        job = {**JOB, "rl": {**JOB["rl"], "steps": 40}}
+        for _ in range(3):
+            try:
+                submitted.append(client.submit(job)["id"])
+            except ServiceError as err:  # the driver stopped meanwhile: 503, nothing kept
+                assert err.status in (0, 503), err
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+        process.wait()
+    assert process.returncode == 2, err
+    assert "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    logged = [line for line in lines if " ERROR " in line]
+    assert len(logged) == 1 and re.fullmatch(
+        r".* ERROR marlaas\.service: the driver stopped: policy '" + re.escape(policy)
+        + r"': key\(job 'j\d+'\) raised RuntimeError: key call 150 fails", logged[0]
+    ), err  # fmt: skip
+    assert re.fullmatch(
+        r"marlaas: error: serve: the service stopped: policy '" + re.escape(policy)
+        + r"': key\(job 'j\d+'\) raised RuntimeError: key call 150 fails\. Every job is kept at "
+        r"its last durable step and continues when the service starts again: fix the policy, "
+        r"or serve \S+ --policy NAME with another", lines[-1]
+    ), err  # fmt: skip
+    store = JobStore(database_url(data, None), data)
+    try:
+        jobs = {j["id"]: j for j in store.jobs()}
+        assert sorted(jobs) == submitted  # a submission the driver never answered: no row
+        assert all(j["state"] in ("queued", "running") and j["step"] < 40 for j in jobs.values())
+    finally:
+        store.close()
+    process, url = _serve_process(cluster, data, "--policy", "fair")
+    try:
+        client = Client(url, key)
+        states = [client.wait(job_id, 0.1, 120)["state"] for job_id in submitted]
+    except ServiceError as lost:  # what the service said, if it stopped
+        process.kill()
+        raise AssertionError(f"{lost}: {process.communicate(timeout=60)[1]}") from None
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.communicate(timeout=60)
+        except (subprocess.TimeoutExpired, ValueError):  # ValueError: read already
+            process.kill()
+            process.wait()
+    assert states == ["done"] * len(submitted)
+    store = JobStore(database_url(data, None), data)
+    try:
+        for job_id in submitted:
+            assert [p["step"] for p in store.steps(job_id)] == list(range(40))
+            steps = [e[2]["step"] for e in store.events_after(job_id, 0, 10_000) if e[1] == "step"]
+            assert steps == list(range(40)), steps  # each step once, across the restart
+    finally:
+        store.close()
+
+
+def test_a_submission_whose_admission_the_policy_fails_is_503_and_leaves_nothing(
+    tmp_path, monkeypatch
+):
+    """A policy that raised in the admission round of a submission stopped the driver while
+    the request waited for the scheduler's answer: it waited its 30 s, was answered 201
+    "queued" (by a service already gone), and its row stayed, a job no scheduler had seen.
+    The request learns that the driver stopped: 503, and the row is removed."""
+    import httpx
+
+    from marlaas.client import ServiceError
+    from marlaas.policy_path import PolicyError, load_policy
+    from tests.service.conftest import CLUSTER
+    from tests.service.raising_policy import RAISE_FOR_ENV
+
+    policy = load_policy("tests.service.raising_policy:RaiseOnNthKey")
+    monkeypatch.setenv(RAISE_FOR_ENV, "j2")
+    service = serve(tmp_path / "data", cluster={**CLUSTER, "policy": policy})
+    try:
+        client = service.client(service.key("alice"))
+        first = client.submit(JOB)["id"]
+        started = time.monotonic()
+        with pytest.raises(ServiceError) as refused:
+            client.submit(JOB)
+        assert refused.value.status == 503 and time.monotonic() - started < 10
+        assert isinstance(service.runner.error, PolicyError)
+        assert str(service.runner.error) == (
+            f"policy {policy!r}: key(job 'j2') raised RuntimeError: job j2 fails"
+        )
+        health = httpx.get(f"{service.url}/v1/health", timeout=10)
+        assert health.status_code == 503 and "job j2 fails" in health.json()["error"]
+        assert [j["id"] for j in service.store.jobs()] == [first]  # j2 left nothing
+    finally:
+        service.server.should_exit = True
+        service.thread.join(30)
+        service.runner.stop(30)
+        service.store.close()
