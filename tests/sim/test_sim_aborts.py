@@ -4,6 +4,8 @@ and the other groups on the engine decode at the smaller batch's pace from then 
 
 from __future__ import annotations
 
+import pytest
+
 from marlaas.core.scheduler import Scheduler
 from marlaas.core.work import AbortGeneration, AdmitJob, Generate
 from marlaas.core.workload import parse_workload
@@ -29,6 +31,8 @@ def test_an_aborted_group_leaves_the_batch_and_the_others_finish_sooner():
     ran = int(stopped.progress)  # iterations since both were admitted (at progress 0)
     assert (tokens, longest) == (8 * ran, ran) and 0 < ran < 400
     assert stopped.running == 8 and set(stopped.adapters) == {"b"}
+    held = stopped.context_offset + stopped.running * stopped.progress  # the batch's KV
+    assert held == pytest.approx(8 * (500.0 + stopped.progress))  # b's alone: a's is free
     assert stopped.iteration_s(at) < before  # half the sequences, their context, an adapter
     assert stopped.groups == 1 and stopped.abort(at, 1) is None  # stopped once
     assert stopped.next_group_done_s() < kept.next_group_done_s()
