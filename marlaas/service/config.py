@@ -20,6 +20,15 @@ from marlaas.core.workload import BaseModelSpec, Workload, WorkloadError, parse_
 from marlaas.envs.registry import env_names
 
 DEFAULT_ENVIRONMENTS = ("arithmetic", "calculator", "python_exec", "target_char")
+SANDBOX_MEMORY_MB, SANDBOX_PROCESSES, SANDBOX_OUTPUT_BYTES = 65_536, 4_096, 256 * 1024 * 1024
+"""The sandbox's own bounds (:class:`marlaas.envs.sandbox.SandboxLimits`): the highest caps a
+``service:`` block may set on what a tenant's job asks of it."""
+SANDBOX_CAPS = (
+    ("memory_mb", "max_sandbox_memory_mb", " MiB"),
+    ("max_processes", "max_sandbox_processes", ""),
+    ("max_output_bytes", "max_sandbox_output_bytes", " bytes"),
+)
+"""(the sandbox's limit, the ``service:`` field that caps it, its unit as written)."""
 
 
 class ServiceLimits(StrictSpec):
@@ -36,6 +45,17 @@ class ServiceLimits(StrictSpec):
     lognormal's p99.99). Work in flight ends before a job does, so this also bounds how long
     another tenant's job waits behind such a step, and a cancelled job in ``cancelling``
     (a job with a day's latency took every worker for that day)."""
+    max_sandbox_memory_mb: Count(SANDBOX_MEMORY_MB) = 2048
+    """The most address space a job's sandboxed code may ask for, per process [MiB]
+    (``python_exec``'s ``memory_mb``, default 512; the sandbox's own bound is 65,536):
+    every environment worker runs one such process at a time on the service's host."""
+    max_sandbox_processes: Count(SANDBOX_PROCESSES) = 64
+    """The most processes and threads a job's sandboxed code may ask for at once
+    (``python_exec``'s ``max_processes``, default 32; the sandbox's own bound is 4,096)."""
+    max_sandbox_output_bytes: Count(SANDBOX_OUTPUT_BYTES, low=1024) = 8 * 1024 * 1024
+    """The most output (stdout and stderr) a job's sandboxed code may ask to have read
+    [bytes], held in the service's memory (``python_exec``'s ``max_output_bytes``, default
+    1 MiB; the sandbox's own bound is 256 MiB)."""
     environments: list[str] = Field(default_factory=lambda: list(DEFAULT_ENVIRONMENTS))
     """The environments tenants may name (registered names only: a tenant never names an
     import path)."""

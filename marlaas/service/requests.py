@@ -21,7 +21,7 @@ from marlaas.core.job_spec import JobSpec
 from marlaas.core.limits import MAX_GROUP_TURNS
 from marlaas.core.validation_message import format_validation_error
 from marlaas.core.workload import group_turns
-from marlaas.service.config import ServiceConfig
+from marlaas.service.config import SANDBOX_CAPS, ServiceConfig, ServiceLimits
 
 SET_BY_SERVICE = ("tenant", "weight", "arrival_s", "cancel_after_s")
 """Fields of a job spec a tenant may not set: the tenant comes from the API key (and its share
@@ -66,7 +66,7 @@ def check_envelope(job: JobSpec, config: ServiceConfig) -> None:
             f"env.name: {job.env.name!r} is not one of this service's environments "
             f"{limits.environments}"
         )
-    _check_env_args(job)
+    _check_env_args(job, limits)
     step_s = job.env.timeout_s + largest(job.env.latency_s, tail=True)
     if step_s > limits.max_env_step_s:
         raise JobRequestError(
@@ -115,15 +115,38 @@ def _no_files(node: Any, where: str) -> None:
             _no_files(value, f"{where}[{i}]")
 
 
-def _check_env_args(job: JobSpec) -> None:
+def _check_env_args(job: JobSpec, limits: ServiceLimits) -> None:
     from marlaas.envs import EnvLoadError, check_env, resolve_env
 
     try:
         check_env(job.env.name, job.env.args)
     except (EnvLoadError, ValueError, TypeError) as err:
         raise JobRequestError(f"env.args: {' '.join(str(err).split())}") from None
+    _check_sandbox(job, limits)
     if resolve_env(job.env.name).needs_dataset:
         raise JobRequestError(
             f"env.name: {job.env.name!r} checks a dataset's answers, and a "
             "service job has no dataset (datasets are for workload files)"
         )
+
+
+def _check_sandbox(job: JobSpec, limits: ServiceLimits) -> None:
+    """Refuse a job whose environment runs code in the sandbox with limits above the
+    service's caps (``max_sandbox_*``): a tenant set ``python_exec``'s memory up to 64 GiB a
+    process and 4,096 processes, on the service's host. The limits are the environment's
+    own (its defaults included, which a cap lowered below them refuses too), read from the
+    instance the spec makes (its constructor has no side effects)."""
+    from marlaas.envs import resolve_env
+    from marlaas.envs.sandbox import SandboxLimits
+
+    asked = getattr(resolve_env(job.env.name)(job.env.args), "limits", None)
+    if not isinstance(asked, SandboxLimits):
+        return
+    for field, cap_field, unit in SANDBOX_CAPS:
+        value, cap = getattr(asked, field), getattr(limits, cap_field)
+        if value > cap:
+            given = "" if field in (job.env.args or {}) else " (the environment's default)"
+            raise JobRequestError(
+                f"env.args.{field}: {value:,}{unit}{given} is above this service's "
+                f"{cap_field} ({cap:,}{unit})"
+            )

@@ -135,7 +135,43 @@ BAD_SPECS = [
     (b'{"name": "x", "env": {"name": "python_exec", "args": {"tasks": [{"prompt": "p", '
      b'"func": "f", "tests": [[[1], 2]], "note": -Infinity}]}}}', 422,
      "env.args.tasks[0].note: not a finite number (JSON carries no NaN or infinity)"),
+    # the sandbox's own bounds were the only ones: a tenant's code took 64 GiB a process and
+    # 4,096 processes on the service's host; the operator's caps (service: max_sandbox_*)
+    (json.dumps({**JOB, "env": {"name": "python_exec", "args": {"memory_mb": 65536}}}).encode(),
+     422, "env.args.memory_mb: 65,536 MiB is above this service's max_sandbox_memory_mb "
+     "(2,048 MiB)"),
+    (json.dumps({**JOB, "env": {"name": "python_exec", "args": {"max_processes": 4096}}}).encode(),
+     422, "env.args.max_processes: 4,096 is above this service's max_sandbox_processes (64)"),
+    (json.dumps({**JOB, "env": {"name": "python_exec",
+                                "args": {"max_output_bytes": 256 << 20}}}).encode(),
+     422, "env.args.max_output_bytes: 268,435,456 bytes is above this service's "
+     "max_sandbox_output_bytes (8,388,608 bytes)"),
 ]  # fmt: skip
+
+
+def test_the_operators_sandbox_caps_bound_what_a_job_asks_and_its_defaults():
+    """A job within the service's sandbox caps is taken; one above is refused naming the
+    field, the value and the cap, a cap the operator lowered below the environment's default
+    included (the job that sets nothing asks for the default)."""
+    from marlaas.service.config import ServiceConfig
+    from marlaas.service.requests import JobRequestError, job_from_request
+    from tests.service.conftest import CLUSTER
+
+    config = ServiceConfig.model_validate(CLUSTER)
+    asks = {"memory_mb": 2048, "max_processes": 64, "max_output_bytes": 8 << 20}
+    taken = job_from_request({**JOB, "env": {"name": "python_exec", "args": asks}}, "a", config)
+    assert taken.env.args == asks
+    lowered = ServiceConfig.model_validate(
+        {**CLUSTER, "service": {**CLUSTER["service"], "max_sandbox_memory_mb": 256}}
+    )
+    with pytest.raises(JobRequestError) as refused:
+        job_from_request({**JOB, "env": {"name": "python_exec"}}, "a", lowered)
+    assert str(refused.value) == (
+        "env.args.memory_mb: 512 MiB (the environment's default) is above this service's "
+        "max_sandbox_memory_mb (256 MiB)"
+    )
+    with pytest.raises(ValueError, match="max_sandbox_processes"):  # the sandbox's own bound
+        ServiceConfig.model_validate({**CLUSTER, "service": {"max_sandbox_processes": 5000}})
 
 
 @pytest.mark.parametrize(("body", "status", "says"), BAD_SPECS)
