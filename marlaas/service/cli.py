@@ -511,7 +511,7 @@ def _traffic(args: argparse.Namespace) -> int:
         ) from None
     store = _open_store(args, with_keys=False)  # a reader of jobs: the secret is not its to make
     try:
-        workload, left_out = traffic_workload(store, config)
+        workload, left_out, unkept = traffic_workload(store, config)
     finally:
         store.close()
     with claim_file(args.out, "traffic workload", is_traffic_file) as path:
@@ -520,6 +520,11 @@ def _traffic(args: argparse.Namespace) -> int:
         print(f"marlaas: warning: traffic: the oldest {left_out:,} submissions are left out: "
               f"a workload holds at most {MAX_JOBS:,} jobs and {MAX_GROUP_TURNS:,} group-turns "
               "in all (the newest that fit are written)", file=sys.stderr)  # fmt: skip
+    if unkept:
+        print(f"marlaas: warning: traffic: {unkept:,} older refused submissions are left out: "
+              "the service keeps the spec of each tenant's newest refused ones only (service: "
+              f"refused_specs_kept, {config.service.refused_specs_kept})",
+              file=sys.stderr)  # fmt: skip
     print(f"wrote {args.out} ({len(workload.jobs)} jobs, {len(workload.tenants)} tenants); "
           f"replay it: marlaas simulate {args.out} --out RUN")  # fmt: skip
     return 0

@@ -56,6 +56,10 @@ class ServiceLimits(StrictSpec):
     """The most output (stdout and stderr) a job's sandboxed code may ask to have read
     [bytes], held in the service's memory (``python_exec``'s ``max_output_bytes``, default
     1 MiB; the sandbox's own bound is 256 MiB)."""
+    refused_specs_kept: Count(L.MAX_JOBS, low=0) = 16
+    """The refused submissions (a quota) of each tenant whose job spec the store keeps, the
+    newest: an older one keeps its row and reason, and ``marlaas traffic`` leaves it out.
+    Refusals have no bound, and each spec may be 1 MiB."""
     environments: list[str] = Field(default_factory=lambda: list(DEFAULT_ENVIRONMENTS))
     """The environments tenants may name (registered names only: a tenant never names an
     import path)."""

@@ -245,6 +245,10 @@ class ServiceRunner:
         for tenant in self.store.tenants():
             self._send_quota(tenant)
         part, self._offset = self.store.new_part()
+        dropped = self.store.drop_refused_specs(config.service.refused_specs_kept)
+        if dropped:
+            log.info("dropped the specs of %d older refused submissions (refused_specs_kept "
+                     "%d per tenant)", dropped, config.service.refused_specs_kept)  # fmt: skip
         with self._open_executor(scheduler) as executor:
             self._executor = executor
             self._resubmit(executor)
@@ -334,7 +338,8 @@ class ServiceRunner:
             else:
                 self.store.set_state(job_id, S.FAILED, failed)
         else:
-            self.store.set_state(job_id, S.REFUSED, outcome.reason)
+            kept = self.config.service.refused_specs_kept
+            self.store.set_state(job_id, S.REFUSED, outcome.reason, refused_kept=kept)
         if self._gauges is not None:
             self._gauges.count_jobs()  # the job's last completion came before its end
 

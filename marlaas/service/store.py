@@ -44,6 +44,9 @@ SERVICE_LOCK = 0x6D61726C61617321
 """The PostgreSQL advisory lock a service holds on its database ("marlaas!")."""
 LIVE = (QUEUED, RUNNING)
 MAX_LISTED_ENDED = 1000
+DROPPED_SPEC = ""
+"""What a refused submission's spec becomes once it is past the ones kept (``service:
+refused_specs_kept``): its row and its reason stay, ``traffic`` leaves it out."""
 """Jobs that ended a list of jobs shows, the newest (with every queued or running one)."""
 
 LISTED_REWARDS = 200
@@ -285,8 +288,15 @@ class JobStore:
                 self._event(session, job_id, "state", {"state": "cancelling"})
             return bool(done)
 
-    def set_state(self, job_id: int, state: str, reason: str = "") -> None:
-        """Job ``job_id`` is now ``state`` (an ended state is final)."""
+    def set_state(
+        self, job_id: int, state: str, reason: str = "", refused_kept: int | None = None
+    ) -> None:
+        """Job ``job_id`` is now ``state`` (an ended state is final). A refusal with
+        ``refused_kept`` also drops the spec of the tenant's refused submission that is now
+        one past the newest ``refused_kept`` (its row and reason stay): a tenant's refused
+        submissions have no bound, and their specs (up to 1 MiB each) were all kept. One row
+        a refusal, in the same transaction: every older one's was dropped before (and
+        :meth:`drop_refused_specs` drops them all where the bound was larger, or none)."""
         with self._session.begin() as session:
             self._lock(session, job_id)
             job = session.get(Job, job_id)
@@ -296,6 +306,38 @@ class JobStore:
             if state in ENDED:
                 job.ended_at = time.time()
             self._event(session, job_id, "state", {"state": state, "reason": reason})
+            if state == REFUSED and refused_kept is not None:
+                past = self._first_refused_past(session, job.tenant_id, refused_kept)
+                if past is not None:
+                    session.execute(update(Job).where(Job.id == past, Job.spec != DROPPED_SPEC)
+                                    .values(spec=DROPPED_SPEC))  # fmt: skip
+
+    def drop_refused_specs(self, kept: int) -> int:
+        """Drop the spec of every refused submission of each tenant but its newest ``kept``
+        (their rows and reasons stay); how many were dropped. Once, when the service starts:
+        a smaller bound than the last start's, or a store from before the bound."""
+        dropped = 0
+        with self._session.begin() as session:
+            for tenant_id in session.scalars(select(Tenant.id)).all():
+                past = self._first_refused_past(session, tenant_id, kept)
+                if past is None:
+                    continue
+                dropped += session.execute(
+                    update(Job)
+                    .where(Job.tenant_id == tenant_id, Job.state == REFUSED, Job.id <= past,
+                           Job.spec != DROPPED_SPEC)
+                    .values(spec=DROPPED_SPEC)
+                ).rowcount  # fmt: skip
+        return dropped
+
+    @staticmethod
+    def _first_refused_past(session, tenant_id: int, kept: int) -> int | None:
+        """The id of the tenant's refused submission just past its newest ``kept``, if any."""
+        return session.scalar(
+            select(Job.id)
+            .where(Job.tenant_id == tenant_id, Job.state == REFUSED)
+            .order_by(Job.id.desc()).offset(kept).limit(1)
+        )  # fmt: skip
 
     def step_done(self, job_id: int, point: dict, records: Iterable[dict], part: int) -> None:
         """A step of job ``job_id`` is durable: its reward point and the event-log rows so far,
@@ -348,11 +390,12 @@ class JobStore:
 
     def traffic(self) -> tuple[list[tuple[dict, float, float | None]], dict[str, TenantSpec]]:
         """Every submission as (job row, submitted_s, cancelled_s), oldest first, and the
-        tenants' quotas: the service's traffic."""
+        tenants' quotas: the service's traffic. A refused one whose spec was dropped
+        (:data:`DROPPED_SPEC`) has ``spec`` None."""
         with self._session() as session:
             rows = session.execute(select(Job).order_by(Job.id)).scalars().all()
-            jobs = [({"id": r.id, "spec": json.loads(r.spec)}, r.submitted_s, r.cancelled_s)
-                    for r in rows]  # fmt: skip
+            jobs = [({"id": r.id, "spec": json.loads(r.spec) if r.spec != DROPPED_SPEC else None},
+                     r.submitted_s, r.cancelled_s) for r in rows]  # fmt: skip
         tenants = {t.name: t.quota for t in self.tenants()}
         return jobs, tenants
 

@@ -360,6 +360,28 @@ def test_serve_on_a_data_folder_another_command_holds_names_data_not_out(tmp_pat
     assert "--out" not in err and "\n" not in err
 
 
+def test_a_start_drops_the_specs_of_refused_submissions_past_a_lowered_bound(store):
+    """``service.refused_specs_kept`` lowered between two starts (or a store from before the
+    bound) left the older refusals' specs: a refusal drops one spec, the one just past the
+    bound. The start drops every one past it, each tenant's newest kept."""
+    from marlaas.core.job_spec import JobSpec
+
+    alice = store.authenticate(store.add_tenant("alice"))
+    bob = store.authenticate(store.add_tenant("bob"))
+    ids = {}
+    for tenant in (alice, bob):
+        spec = JobSpec.model_validate({"name": "x", "tenant": tenant.name})
+        ids[tenant.name] = [store.add_job(tenant, spec, 0.0) for _ in range(5)]
+        for job in ids[tenant.name]:
+            store.set_state(job, "refused", "a quota")  # no bound: every spec kept
+    assert store.drop_refused_specs(2) == 6
+    assert store.drop_refused_specs(2) == 0
+    rows, _ = store.traffic()
+    kept = {row["id"] for row, _, _ in rows if row["spec"] is not None}
+    assert kept == {*ids["alice"][-2:], *ids["bob"][-2:]}
+    assert all(store.job(job)["reason"] == "a quota" for job in ids["alice"] + ids["bob"])
+
+
 def test_jobs_that_ended_however_many_never_hide_one_that_runs(store):
     """The list was the newest 1,000 jobs: a tenant's 1,000 refused submissions (no quota
     bounds them; 30 s of requests) hid every other tenant's running jobs from the operator's

@@ -139,3 +139,53 @@ def test_traffic_neither_makes_nor_needs_the_keys_secret(tmp_path, capsys):
     assert main(["traffic", "--data", str(fresh), "--out", str(tmp_path / "none.yaml")]) == 2
     assert "no submissions yet" in capsys.readouterr().err
     assert not (fresh / "secret.key").exists()
+
+
+def test_refused_submissions_keep_the_spec_of_each_tenants_newest_only(tmp_path, db_url,
+                                                                       capsys):  # fmt: skip
+    """A tenant's refused submissions have no bound, and the store kept each one's spec:
+    30 near 1 MiB each made about 70 MB of the job store. The spec of each tenant's newest
+    ``service.refused_specs_kept`` refusals is kept; an older one keeps its row and reason,
+    and `traffic` leaves it out, saying so. On SQLite and PostgreSQL."""
+    from sqlalchemy import func, select
+
+    from marlaas.service.db import Job
+
+    cluster = {**CLUSTER, "service": {**CLUSTER["service"], "refused_specs_kept": 4}}
+    served = serve(tmp_path / "data", db_url, cluster=cluster)
+    try:
+        (tmp_path / "data" / "config.json").write_text(json.dumps(cluster))  # as serve saves it
+        gina = served.client(served.key("gina", max_active_jobs=1, max_queued_jobs=0))
+        hal = served.client(served.key("hal", max_active_jobs=1, max_queued_jobs=0))
+        long = {**JOB, "rl": {**JOB["rl"], "steps": 100_000}}  # holds the quota
+        running = [gina.submit(long)["id"], hal.submit(long)["id"]]
+        task = {"prompt": "p" * 200_000, "func": "f", "tests": [[[1], 2]]}
+        big = {**long, "env": {"name": "python_exec", "args": {"tasks": [task]}}}
+        for client, times in ((gina, 12), (hal, 2)):
+            for _ in range(times):
+                with pytest.raises(Exception, match="429"):
+                    client.submit(big)
+        gina.cancel(running[0])
+        hal.cancel(running[1])
+        with served.store._session() as session:
+            columns = (Job.id, Job.tenant_id, Job.state, Job.reason, func.length(Job.spec))
+            rows = session.execute(select(*columns).order_by(Job.id)).all()
+    finally:
+        served.stop()
+    refused = [row for row in rows if row.state == "refused"]
+    assert len(refused) == 14 and all(row.reason for row in refused)  # every row, its reason
+    tenants = sorted({row.tenant_id for row in refused})
+    gina_kept = [row[4] > 200_000 for row in refused if row.tenant_id == tenants[0]]
+    assert gina_kept == [False] * 8 + [True] * 4  # the newest 4 of 12
+    assert [row[4] > 200_000 for row in refused if row.tenant_id == tenants[1]] == [True] * 2
+    assert sum(row[4] for row in refused) < 7 * 201_000  # 6 specs, not 14
+    out = tmp_path / "day.yaml"
+    at = ["--db", db_url] if db_url else []
+    capsys.readouterr()
+    assert main(["traffic", "--data", str(tmp_path / "data"), *at, "--out", str(out)]) == 0
+    assert capsys.readouterr().err.strip() == (
+        "marlaas: warning: traffic: 8 older refused submissions are left out: the service "
+        "keeps the spec of each tenant's newest refused ones only (service: "
+        "refused_specs_kept, 4)"
+    )
+    assert len(load_workload(out).jobs) == 2 + 6
