@@ -137,7 +137,7 @@ def _serve(args: argparse.Namespace) -> int:
         app = create_app(runner, data, max_streams)
         server = uvicorn.Server(server_config(
             app, args.host, args.port, connection_limit(max_streams), log_level=args.log_level,
-            access_log=args.log_level == "debug",
+            access_log=args.log_level == "debug", max_per_address=args.max_per_address,
         ))  # fmt: skip
         runner.on_stop = lambda: setattr(server, "should_exit", True)
         listening.listen(server.config.backlog)  # uvicorn accepts them once it has started
@@ -381,6 +381,11 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
                         "tenant together; one more is 429 (default: 256; each key holds 16 "
                         "at most; the operator's are not counted); the server keeps N + 272 "
                         "connections open at most")  # fmt: skip
+    parser.add_argument("--max-connections-per-address", type=bounded_int(1, 1_000_000),
+                        metavar="N", dest="max_per_address", help="connections open at once "
+                        "from one client address; one more is 503, closed unread (default: no "
+                        "such bound; not behind a reverse proxy, whose address every "
+                        "connection has: bound them there)")  # fmt: skip
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
                         default="info", help="the service's log (stderr); debug also logs "
                         "every request and the libraries' chatter")  # fmt: skip

@@ -19,6 +19,11 @@ descriptors for long. uvicorn itself sets none of them:
 - **at most** ``max_connections`` **open at once**: one more is answered 503 and closed at
   once, unread, so that clients cannot take the file descriptors the database and the
   adapters need.
+- **at most** ``max_per_address`` **open at once from one client address** where it is set
+  (``serve --max-connections-per-address``; none by default: behind a reverse proxy, every
+  connection comes from the proxy's address): one more is answered 503 and closed at once,
+  unread, so that one client cannot take every place of ``max_connections`` and keep the
+  others out.
 
 ``serve`` and the service's tests start their server with :func:`listening_socket` and
 :func:`server_config`, so that the tests run the server that serves.
@@ -105,28 +110,33 @@ def connection_limit(max_streams: int) -> int:
 def server_config(app, host: str, port: int, max_connections: int, log_level: str = "info",
                   access_log: bool = False, read_s: float = REQUEST_READ_S,
                   body_rate: float = BODY_BYTES_PER_S,
-                  base: type[asyncio.Protocol] = AutoHTTPProtocol) -> uvicorn.Config:  # fmt: skip
+                  base: type[asyncio.Protocol] = AutoHTTPProtocol,
+                  max_per_address: int | None = None) -> uvicorn.Config:  # fmt: skip
     """uvicorn's settings for the service's ``app``: a request read whole in ``read_s`` (a
     body: one more second for each ``body_rate`` bytes), at most ``max_connections`` open at
-    once, idle connections kept :data:`KEEP_ALIVE_S`, the answers in progress when it stops
-    cut after :data:`SHUTDOWN_GRACE_S`; ``base``: uvicorn's HTTP protocol to
-    bound (h11's or httptools', the one uvicorn picks)."""
-    protocol = bounded_protocol(base, read_s, max_connections, body_rate)
+    once (and ``max_per_address`` from one client address, where it is set), idle
+    connections kept :data:`KEEP_ALIVE_S`, the answers in progress when it stops cut after
+    :data:`SHUTDOWN_GRACE_S`; ``base``: uvicorn's HTTP protocol to bound (h11's or
+    httptools', the one uvicorn picks)."""
+    protocol = bounded_protocol(base, read_s, max_connections, body_rate, max_per_address)
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="off",
                           access_log=access_log, timeout_keep_alive=KEEP_ALIVE_S,
                           timeout_graceful_shutdown=SHUTDOWN_GRACE_S, http=protocol)  # fmt: skip
 
 
 def bounded_protocol(base: type[asyncio.Protocol], read_s: float, max_connections: int,
-                     body_rate: float = BODY_BYTES_PER_S) -> type[asyncio.Protocol]:  # fmt: skip
+                     body_rate: float = BODY_BYTES_PER_S,
+                     max_per_address: int | None = None) -> type[asyncio.Protocol]:  # fmt: skip
     """uvicorn's HTTP protocol ``base`` with :class:`RequestDeadline`'s bounds."""
-    fields = {"read_s": read_s, "max_connections": max_connections, "body_rate": body_rate}
+    fields = {"read_s": read_s, "max_connections": max_connections, "body_rate": body_rate,
+              "max_per_address": max_per_address}  # fmt: skip
     return type(f"Bounded{base.__name__}", (RequestDeadline, base), fields)
 
 
 class RequestDeadline:
     """What uvicorn's HTTP protocols (h11's and httptools' alike) lack: a deadline to read
-    each request, and at most ``max_connections`` open at once. A mixin, put before the
+    each request, at most ``max_connections`` open at once, and at most ``max_per_address``
+    of them from one client address (None: no such bound). A mixin, put before the
     protocol class (:func:`bounded_protocol`); it reads the state both keep: ``cycle``, the
     request being answered (made once its headers are in; its ``more_body`` turns False once
     its body is, ``response_started`` and ``response_complete`` as it is answered), ``flow``
@@ -144,6 +154,7 @@ class RequestDeadline:
     read_s: float = REQUEST_READ_S
     body_rate: float = BODY_BYTES_PER_S
     max_connections: int | None = None
+    max_per_address: int | None = None
     _timer: asyncio.TimerHandle | None = None
     _since = 0.0
     """When the clock started (monotonic) [s]."""
@@ -158,6 +169,8 @@ class RequestDeadline:
         super().connection_made(transport)
         if self.max_connections is not None and len(self.connections) > self.max_connections:
             self._refuse_connection()
+        elif self.max_per_address is not None and self._from_here() > self.max_per_address:
+            self._refuse_address()
         else:
             self._start_clock(heard=False)
 
@@ -246,6 +259,22 @@ class RequestDeadline:
                     "this one is closed", self._peer(), self.max_connections)  # fmt: skip
         self._answer(503, f"the service holds {self.max_connections} connections open "
                      "already (its limit): try again later")  # fmt: skip
+        self.transport.close()
+
+    def _from_here(self) -> int:
+        """The connections open from this one's client address, this one included (a count
+        over every open connection: at most ``max_connections``, once per connection)."""
+        host = self.client[0] if self.client else None
+        return sum(1 for other in self.connections
+                   if (other.client[0] if other.client else None) == host)  # fmt: skip
+
+    def _refuse_address(self) -> None:
+        """One connection past ``max_per_address`` from its address: 503, closed unread."""
+        log.warning("503 to %s: it holds %d connections open, the most one address may; this "
+                    "one is closed", self._peer(), self.max_per_address)  # fmt: skip
+        self._answer(503, f"your address holds {self.max_per_address} connections open "
+                     "already (the service's limit per address): close one, or try again "
+                     "later")  # fmt: skip
         self.transport.close()
 
     def _answer(self, status: int, detail: str) -> None:

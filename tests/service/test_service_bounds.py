@@ -450,3 +450,55 @@ def test_metrics_name_no_method_or_path_a_client_made_up(tmp_path, base):
         assert len(series) <= 3, series  # GET /metrics, GET other 404, other /v1/jobs 405
     finally:
         service.stop()
+
+
+def test_one_address_past_its_limit_is_503_and_another_address_is_served(tmp_path):
+    """One client could hold every connection the server keeps (a limit for the whole
+    service, not per client), keeping every other client out while it held them. With
+    ``serve --max-connections-per-address N``, its N+1-th is 503, closed unread; a client
+    from another address (127.0.0.2, on loopback) is still served."""
+    service = serve(tmp_path / "data", max_connections=8, max_per_address=2)
+    held = [socket.create_connection(address(service)) for _ in range(2)]
+    try:
+        with socket.create_connection(address(service)) as one_more:
+            answer = read_until_closed(one_more, CUT_WITHIN_S)
+            assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), answer
+            assert b"your address holds 2 connections open already" in answer
+        with socket.create_connection(address(service), source_address=("127.0.0.2", 0)) as other:
+            other.sendall(b"GET /v1/health HTTP/1.1\r\nHost: m\r\nConnection: close\r\n\r\n")
+            assert read_until_closed(other, CUT_WITHIN_S).startswith(b"HTTP/1.1 200 OK\r\n")
+        held.pop().close()  # a place is given back to this address
+
+        def served() -> bool:
+            try:
+                return httpx.get(f"{service.url}/v1/health", timeout=5).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        assert wait_for(served, 10)
+    finally:
+        for sock in held:
+            sock.close()
+        service.stop()
+
+
+def test_serve_takes_its_limit_per_address_from_the_command_line(tmp_path, monkeypatch):
+    """``--max-connections-per-address N`` reaches the server's protocol; none by default
+    (behind a reverse proxy every connection has the proxy's address)."""
+    import uvicorn
+
+    from marlaas.cli import main
+
+    bounds = []
+
+    def run(self, sockets) -> None:  # what the server would be started with
+        del sockets
+        bounds.append(self.config.http.max_per_address)
+
+    monkeypatch.setattr(uvicorn.Server, "run", run)
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("service: {max_sequence_tokens: 64}\n")
+    for extra in ([], ["--max-connections-per-address", "32"]):
+        assert main(["serve", str(cluster), "--simulate", "--port", "0",
+                     "--data", str(tmp_path / "data"), *extra]) == 0  # fmt: skip
+    assert bounds == [None, 32]
