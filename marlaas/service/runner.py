@@ -153,8 +153,8 @@ class ServiceRunner:
             if self.stopped.is_set() and not heard.is_set():
                 if self.store.forget_unsent(job_id):
                     raise InboxClosedError("the driver stopped before the scheduler answered")
-                state = (self.store.job(job_id) or {}).get("state", S.QUEUED)
-                return job_id, state, ""
+                job = self.store.job(job_id) or {}
+                return job_id, job.get("state", S.QUEUED), job.get("reason", "")
             if time.monotonic() > deadline:
                 return job_id, S.QUEUED, ""
         admission = answer[0]
