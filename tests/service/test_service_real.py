@@ -69,16 +69,19 @@ def marlaas(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 class Service:
     """``marlaas serve`` in a child process, on ``port``."""
 
-    def __init__(self, cluster: Path, data: Path, port: int) -> None:
+    def __init__(self, cluster: Path, data: Path, port: int, *args: str,
+                 env: dict | None = None) -> None:  # fmt: skip
         self.cluster, self.data, self.port = cluster, data, port
+        self.args, self.env = args, env or {}
+        """More arguments of ``serve``, and of its environment."""
         self.url = f"http://127.0.0.1:{port}"
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> Service:
-        env = python_path_first(REPO)
+        env = python_path_first(REPO, base={**os.environ, **self.env})
         command = [sys.executable, "-m", "marlaas.cli", "serve", str(self.cluster), "--data",
                    str(self.data), "--port", str(self.port), "--backend", "hf",
-                   "--log-level", "warning"]  # fmt: skip
+                   "--log-level", "warning", *self.args]  # fmt: skip
         self.log = open(self.data.parent / f"serve-{self.port}.log", "a")  # noqa: SIM115
         self.proc = subprocess.Popen(command, env=env, stdout=self.log, stderr=self.log)
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -238,10 +241,8 @@ def test_two_tenants_learn_fetch_their_adapters_and_never_reach_each_other(refer
 
 @pytest.mark.slow
 def test_kill_9_and_a_restart_continue_every_job_with_nothing_lost_or_twice(reference, setup):
-    import torch
-
     root, _, cluster = setup
-    ref_service, _, (ref_a, ref_b), ref_jobs = reference
+    _, _, (ref_a, ref_b), _ = reference
     data = root / "killed"
     keys = {name: add_tenant(data, name) for name in ("alice", "bob")}
     port = free_port()
@@ -265,16 +266,30 @@ def test_kill_9_and_a_restart_continue_every_job_with_nothing_lost_or_twice(refe
         listener.join(60)
     finally:
         service.stop()
+    assert_as_the_reference(data, jobs, reference)
+    step_events = [e.data["step"] for e in seen if e.kind == "step"]
+    assert step_events == list(range(STEPS))  # reconnected with Last-Event-ID: none lost
+    assert [e.id for e in seen] == sorted({e.id for e in seen})
+    assert seen[-1].data["state"] == "done"
+
+
+def assert_as_the_reference(data: Path, jobs: dict[int, dict], reference) -> None:
+    """Every job of the service on ``data`` (``jobs``: as it ended) finished with each step
+    once, its rewards and final adapter the ``reference``'s, its optimizer state taken up
+    again at every restart."""
+    import torch
+
     from marlaas.service.db import database_url
     from marlaas.service.store import JobStore
 
+    ref_service, _, _, ref_jobs = reference
     store = JobStore(database_url(data, None), data)
     try:
         records = store.records()
-        steps = {job_id: [p["step"] for p in store.steps(job_id)] for job_id in (a, b)}
+        steps = {job_id: [p["step"] for p in store.steps(job_id)] for job_id in jobs}
     finally:
         store.close()
-    for job_id in (a, b):
+    for job_id in jobs:
         assert jobs[job_id]["state"] == "done" and jobs[job_id]["step"] == STEPS
         assert steps[job_id] == list(range(STEPS))
         trained = sorted(r["step"] for r in records if r["kind"] == "train"
@@ -292,7 +307,47 @@ def test_kill_9_and_a_restart_continue_every_job_with_nothing_lost_or_twice(refe
         assert drift < 0.05, drift  # float noise of batches composed otherwise after the kill
     ends = [r["end_s"] for r in records]
     assert max(ends) > 0
-    step_events = [e.data["step"] for e in seen if e.kind == "step"]
-    assert step_events == list(range(STEPS))  # reconnected with Last-Event-ID: none lost
-    assert [e.id for e in seen] == sorted({e.id for e in seen})
-    assert seen[-1].data["state"] == "done"
+
+
+@pytest.mark.slow
+def test_a_policy_that_raises_mid_run_stops_the_service_and_a_restart_continues(reference,
+                                                                               setup):  # fmt: skip
+    """A policy by import path that raises while the real service trains (here: once told
+    to, after some durable steps) stops it in one line, status 2, no traceback; started again
+    under another policy, every job finishes as the undisturbed reference's did: each step
+    once, the same rewards and adapters (the jobs are on-policy: the schedule does not
+    change their samples)."""
+    from tests.service.raising_policy import RAISE_WHEN_ENV
+
+    root, _, cluster = setup
+    _, _, (ref_a, ref_b), _ = reference
+    data, told = root / "policy-raised", root / "fail-now"
+    keys = {name: add_tenant(data, name) for name in ("alice", "bob")}
+    port = free_port()
+    policy = "tests.service.raising_policy:RaiseOnNthKey"
+    service = Service(cluster, data, port, "--policy", policy,
+                      env={RAISE_WHEN_ENV: str(told)}).start()  # fmt: skip
+    try:
+        a, b = submit_both(service, keys)
+        assert (a, b) == (ref_a, ref_b)  # the same job numbers: the same samples
+        operator = Client(service.url, (data / "operator.key").read_text().strip())
+        wait_until(lambda: sum(j["step"] for j in operator.jobs()) >= 4, poll_s=0.05)
+        told.touch()
+        assert service.proc.wait(120) == 2, service.tail()
+    finally:
+        if service.proc.poll() is None:
+            service.kill()
+        service.log.close()
+    said = service.tail()
+    assert "Traceback" not in said, said
+    assert f"the driver stopped: policy '{policy}': key(job " in said, said
+    last = said.strip().splitlines()[-1]
+    assert last.startswith(f"marlaas: error: serve: the service stopped: policy '{policy}'"), said
+    assert 4 <= durable_steps(data) < 2 * STEPS  # stopped midway
+    service = Service(cluster, data, port, "--policy", "fair").start()
+    try:
+        jobs = {a: Client(service.url, keys["alice"]).wait(a, 0.2, RUN_TIMEOUT_S),
+                b: Client(service.url, keys["bob"]).wait(b, 0.2, RUN_TIMEOUT_S)}  # fmt: skip
+    finally:
+        service.stop()
+    assert_as_the_reference(data, jobs, reference)
