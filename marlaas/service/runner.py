@@ -127,7 +127,8 @@ class ServiceRunner:
     def submit(self, tenant: S.TenantView, spec: JobSpec) -> tuple[int, str, str]:
         """Record and submit ``tenant``'s job; (id, state, reason) once the scheduler's
         admission round answered (queued or running; refused with the reason: the row stays,
-        refused, and the traffic replays it). A submission the inbox does not take
+        refused, and the traffic replays it while the store keeps its spec, ``service:
+        refused_specs_kept``). A submission the inbox does not take
         (InboxClosedError: the service is stopping), or that the driver stopped before
         answering (a policy that raised: no scheduler will ever answer it), leaves nothing in
         the store: its row is removed before the error reaches the caller (unless the driver
