@@ -35,18 +35,36 @@ must not hold it (as long as Ray's grace for a cancelled call, ENV_CANCEL_GRACE_
 
 
 async def new_envs(
-    make: Callable[[str, dict], Environment], spec: Any, n: int, loop: EnvLoop | None
+    make: Callable[[str, dict], Environment],
+    spec: Any,
+    n: int,
+    loop: EnvLoop | None,
+    closings: Closings | None = None,
 ) -> list[Environment]:
     """``n`` new environments of ``spec``'s job (a JobSpec), made by ``make``, on ``loop``
     (the job's, which runs their calls: what one binds to the running loop in its
     constructor, a client session, is bound to the loop that uses it; a slow constructor
     holds its job only) within the job's ``env.timeout_s`` as its calls are (behind a call
     that blocks the thread they would wait as long as it does); None: here, at once. When
-    one cannot be made, those made before it are closed."""
-    if loop is None:
+    one cannot be made, those made before it are closed.
+
+    A making given up (its bound passed, or this call cancelled: an AbortGeneration) is not
+    interrupted on ``loop`` (a constructor cannot be): the instances it still makes are
+    closed once it ends (:func:`_close_when_made`), in the background of ``closings`` (a
+    job's closes and its loop's stop come after it), else before this call raises."""
+    if loop is None:  # made at once: nothing can give up on it midway
         return await _make(make, spec, n)
+    made = asyncio.wrap_future(loop.submit(_make(make, spec, n)))
     late = f"environment {spec.env.name}: __init__() of job {spec.name!r}"
-    return await bounded(loop.call(_make(make, spec, n)), spec.env.timeout_s, lambda: late)
+    try:
+        return await bounded(asyncio.shield(made), spec.env.timeout_s, lambda: late)
+    except BaseException:  # given up: what it makes is closed, not dropped with its value
+        closing = _close_when_made(made, spec, loop)
+        if closings is None:
+            await closing
+        else:
+            closings.spawn(closing, spec.name)
+        raise
 
 
 async def _make(make: Callable[[str, dict], Environment], spec: Any, n: int) -> list[Environment]:
@@ -62,6 +80,37 @@ async def _make(make: Callable[[str, dict], Environment], spec: Any, n: int) -> 
     return made
 
 
+async def _close_when_made(made: asyncio.Future, spec: Any, loop: EnvLoop) -> None:
+    """Close the environments of a making its caller gave up on (``made``: its value), once it
+    ends, on ``loop``; it is waited for within the close's bound (one still making then is a
+    warning: what it makes is left unclosed)."""
+    bound = close_bound(spec.env.timeout_s)
+    try:
+        envs = await asyncio.wait_for(asyncio.shield(made), bound)
+    except asyncio.TimeoutError:
+        log.warning("environment %s of job %r: __init__() still running %g s after its "
+                    "making was given up; what it makes is not closed", spec.env.name,
+                    spec.name, bound)  # fmt: skip
+        made.add_done_callback(_retrieve)
+        return
+    except Exception:  # it failed: it closed those it made
+        return
+    await close_envs(envs, spec.name, spec.env.timeout_s, loop)
+
+
+def _retrieve(future: asyncio.Future) -> None:
+    """Read the outcome of a making no one waits for any more (no "exception was never
+    retrieved")."""
+    if not future.cancelled():
+        future.exception()
+
+
+def close_bound(timeout_s: float | None) -> float:
+    """How long a close is waited for [s]: the job's ``env.timeout_s``, at most
+    :data:`CLOSE_TIMEOUT_S`."""
+    return CLOSE_TIMEOUT_S if timeout_s is None else min(timeout_s, CLOSE_TIMEOUT_S)
+
+
 async def close_envs(
     envs: Sequence[Environment], job: str, timeout_s: float | None, loop: EnvLoop | None
 ) -> int:
@@ -71,7 +120,7 @@ async def close_envs(
     return in time is a warning naming the environment and the job (one line for the
     instances that failed alike); returns how many failed. Ctrl-C, SIGTERM and the
     cancellation of this call go on as they came."""
-    bound = CLOSE_TIMEOUT_S if timeout_s is None else min(timeout_s, CLOSE_TIMEOUT_S)
+    bound = close_bound(timeout_s)
     reasons = await asyncio.gather(*(_close(env, job, bound, loop) for env in envs))
     failed: dict[tuple[str, str], int] = {}
     for env, reason in zip(envs, reasons, strict=True):
@@ -119,9 +168,10 @@ class Closings:
         ``then`` once the job's earlier closes ended too (e.g. stop the job's loop, which the
         closes run on). Call it on the run's loop."""
         if envs or then is not None:
-            self._spawn(self._closed(envs, job, timeout_s, loop, then), job)
+            self.spawn(self._closed(envs, job, timeout_s, loop, then), job)
 
-    def _spawn(self, work: Coroutine[Any, Any, None], job: str) -> None:
+    def spawn(self, work: Coroutine[Any, Any, None], job: str) -> None:
+        """Run ``work`` (closes of ``job``'s) in a task of the running loop, among these."""
         task = asyncio.get_running_loop().create_task(work)
         self._tasks[task] = job
         task.add_done_callback(lambda done: self._tasks.pop(done, None))

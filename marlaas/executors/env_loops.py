@@ -21,6 +21,7 @@ awaits them: no thread is needed there.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import threading
@@ -53,6 +54,14 @@ class EnvLoop:
         finally:
             asyncio.set_event_loop(None)
             self.loop.close()
+
+    def submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future:
+        """Run ``coro`` on this loop, to its end (its caller's cancellation does not reach
+        it): its outcome, a future of any thread."""
+        if self._stopping:
+            coro.close()
+            raise RuntimeError(f"{self.name}: the environment loop was stopped")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     async def call(self, coro: Coroutine[Any, Any, Any]) -> Any:
         """The value of ``coro``, run on this loop, awaited from the caller's loop. Cancelling

@@ -165,7 +165,7 @@ class EpisodeRunner:
         """A new group's episode: its environments made and reset (closed again when that
         fails: a retry makes new ones)."""
         loop = None if self.env_loops is None else self.env_loops.of(d.job)
-        envs = await new_envs(self.make_env, spec, d.seqs, loop)
+        envs = await new_envs(self.make_env, spec, d.seqs, loop, self._closings)
         try:
             seed = self.group_seed(d.job, d.group)
             problem = None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from pathlib import Path
 
 from marlaas.envs import Environment, StepResult
@@ -89,6 +90,20 @@ class FailsToBuild(Counted):
     def __init__(self, args=None) -> None:
         if len(MADE) % 3 == 2:
             raise ValueError("no third one")
+        super().__init__(args)
+
+
+class SlowToBuild(Counted):
+    """A constructor that takes ``BUILD_S`` of its thread (a blocking connect) before it is
+    made."""
+
+    BUILD_S = 0.2
+    building = threading.Event()
+    """Set when one starts to be made."""
+
+    def __init__(self, args=None) -> None:
+        self.building.set()
+        time.sleep(self.BUILD_S)
         super().__init__(args)
 
 

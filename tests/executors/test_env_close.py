@@ -228,6 +228,56 @@ def test_environments_made_before_one_that_cannot_be_made_are_closed(tmp_path):
     assert closes() == [1, 1]
 
 
+def test_environments_made_after_their_making_was_given_up_are_closed(tmp_path):
+    """A group's constructors run on the job's thread, where a blocking one cannot be
+    interrupted: the making given up at the job's env.timeout_s, or cancelled (an
+    AbortGeneration of a cancelled job's first turn), goes on there, and the instances it
+    still makes are closed once, on that thread (they were dropped with the lost value,
+    never closed: a process of their own each, leaked)."""
+    from marlaas.executors.env_contract import EnvTimeoutError
+    from marlaas.executors.env_instances import Closings
+    from marlaas.executors.env_loops import EnvLoop
+
+    spec = workload(tmp_path, {"a": "SlowToBuild"}, timeout_s=0.5).jobs[0]
+    made = closing_envs.SlowToBuild  # 0.2 s each
+    loop = EnvLoop("marlaas-env-a")
+
+    async def given_up() -> None:
+        with pytest.raises(EnvTimeoutError, match="__init__"):  # 3 x 0.2 s, bound 0.5 s
+            await new_envs(lambda name, args: made(args), spec, 3, loop)
+        assert closes() == [1, 1, 1]  # closed before it raised (no closings)
+        closings = Closings()
+        making = asyncio.ensure_future(
+            new_envs(lambda name, args: made(args), spec, 2, loop, closings)
+        )
+        await asyncio.sleep(0.1)
+        making.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await making
+        await closings.finish()  # in their background
+
+    try:
+        asyncio.run(given_up())
+        assert closes() == [1] * 5
+    finally:
+        loop.stop()
+        assert loop.join(10.0)
+
+
+def test_a_job_cancelled_while_its_environments_are_made_closes_each_once(tmp_path):
+    """The cancel's AbortGeneration cancels the first turns while their constructors run on
+    the job's thread (2 groups x 2 samples x 0.2 s from about t=0; the cancel at 0.3 s):
+    those made still are closed, once."""
+    loaded = workload(tmp_path, {"a": "SlowToBuild"}, steps=20)
+    inbox = Inbox()
+    inbox.put(Submit(loaded.jobs[0]), 0.0)
+    inbox.put(Cancel("a"), 0.3)
+    inbox.close()
+    result = run(tmp_path, loaded, inbox)
+    assert result.jobs["a"].state == "cancelled"
+    assert closed_once(), closes()
+
+
 def test_evaluate_closes_each_episodes_environment_once(monkeypatch):
     """``marlaas evaluate`` closes each held-out episode's environment, a failed one's too."""
     from marlaas.core.job_spec import JobSpec
