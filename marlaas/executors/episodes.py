@@ -13,15 +13,18 @@ made under the environment-call contract (:mod:`marlaas.executors.env_contract`)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from typing import TypeVar
 
 from marlaas.datasets import Problem
 from marlaas.envs.base import Environment, StepResult
 from marlaas.executors.env_contract import checked_step, env_call, env_reset
 from marlaas.executors.env_loops import EnvLoop
 from marlaas.executors.rollout import Completion, TrainSample
+
+T = TypeVar("T")
 
 _PLACEHOLDER = "@@MARLAAS_RESPONSE@@"
 ALIKE_TOLERANCE = 1e-9
@@ -165,12 +168,43 @@ async def start_group(
         calls = [(env, "reset", partial(env.reset, seed)) for env in envs]
     else:
         calls = [(env, "reset_problem", partial(env.reset_problem, problem)) for env in envs]
-    prompts = await asyncio.gather(
-        *(env_reset(env, method, call, job, timeout_s, loop) for env, method, call in calls)
+    prompts = await _together(
+        [env_reset(env, method, call, job, timeout_s, loop) for env, method, call in calls]
     )
     ids = fmt.prompt(prompts[0])
     samples = [Sample(env=env, context=list(ids)) for env in envs]
     return GroupEpisode(job, group, version, samples, prompts[0], loop), ids
+
+
+async def _together(calls: Sequence[Awaitable[T]]) -> list[T]:
+    """The values of a group's environment ``calls``, run at once. When one fails, those
+    still running are cancelled and waited for before its error is raised, and so they are
+    when this is cancelled: no call outlives its group's, so that a close or a retry of the
+    same instance never runs beside it (``asyncio.gather`` left them running: a sibling's
+    reset went on after the group's closes, its process started after its close). Each ends
+    at once when cancelled (:func:`~marlaas.executors.env_contract.env_call` does not wait
+    for a call given up on)."""
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    failed: list[asyncio.Future] = []  # in the order they failed
+
+    def note(task: asyncio.Future) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            failed.append(task)
+
+    for task in tasks:
+        task.add_done_callback(note)
+    try:
+        if tasks:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        left = [task for task in tasks if not task.done()]
+        for task in left:
+            task.cancel()
+        if left:
+            await asyncio.wait(left)
+    if failed:
+        return failed[0].result()  # raises the first error
+    return [task.result() for task in tasks]
 
 
 def add_completions(samples: Sequence[Sample], completions: Sequence[Completion]) -> int:
@@ -204,11 +238,11 @@ async def step_envs(
     """
     acting = [s for s in episode.samples if not s.done and s.action is not None]
     job, loop = episode.job, episode.loop
-    results: list[StepResult] = await asyncio.gather(
-        *(
+    results: list[StepResult] = await _together(
+        [
             env_call(s.env, "step", partial(s.env.step, s.action.text), job, timeout_s, loop)
             for s in acting
-        )
+        ]
     )
     results = [checked_step(s.env, r) for s, r in zip(acting, results, strict=True)]
     observations = []  # what each sample's context gets next (None: its episode ends)

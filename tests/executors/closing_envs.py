@@ -9,6 +9,7 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import ClassVar
 
 from marlaas.envs import Environment, StepResult
 from marlaas.executors.rollout import Completion, TrainStats
@@ -105,6 +106,47 @@ class SlowToBuild(Counted):
         self.building.set()
         time.sleep(self.BUILD_S)
         super().__init__(args)
+
+
+class Overlaps(Counted):
+    """Option ``fail`` ("reset" or "step"): that call of a group's first instance (of 2)
+    raises at once; every other call takes 0.2 s (a process started, a file written). Records
+    in ``OVERLAPS`` a close that came while one of its calls ran, and a call that ended after
+    its close."""
+
+    OVERLAPS: ClassVar[list[str]] = []
+    CALL_S = 0.2
+
+    def __init__(self, args=None) -> None:
+        super().__init__(args)
+        self.first = len(MADE) % 2 == 1
+        self.busy = 0
+        self.closed = False
+
+    async def reset(self, seed: int) -> str:
+        return await self._call("reset")
+
+    async def step(self, action: str) -> StepResult:
+        await self._call("step")
+        return StepResult("", 1.0, True)
+
+    async def _call(self, what: str) -> str:
+        if self.first and self.args.get("fail") == what:
+            raise RuntimeError(f"this {what} fails")
+        self.busy += 1
+        try:
+            await asyncio.sleep(self.CALL_S)
+        finally:
+            self.busy -= 1
+        if self.closed:
+            self.OVERLAPS.append(f"{what} ended after its close")
+        return "go"
+
+    async def close(self) -> None:
+        if self.busy:
+            self.OVERLAPS.append("close while a call ran")
+        self.closed = True
+        await super().close()
 
 
 # ------------------------------------------------------------------- backends with no model

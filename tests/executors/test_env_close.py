@@ -278,6 +278,40 @@ def test_a_job_cancelled_while_its_environments_are_made_closes_each_once(tmp_pa
     assert closed_once(), closes()
 
 
+@pytest.mark.parametrize("threads", [True, False], ids=["env-threads", "run-loop"])
+@pytest.mark.parametrize("fail", ["reset", "step"])
+def test_a_close_waits_for_the_other_calls_of_its_group(fail, threads):
+    """A group's calls run at once: when one fails, its siblings still running are cancelled
+    and waited for before the failure goes on, so that no close (nor a retry) runs beside a
+    call of the same instance (a sibling's reset went on after the group's closes: its
+    process, started after its close, leaked)."""
+    from marlaas.core.job_spec import JobSpec
+    from marlaas.core.work import EnvStep, Generate
+    from marlaas.executors.env_contract import EnvCallError
+    from marlaas.executors.episode_runner import EpisodeRunner
+    from tests.episode_fakes import CharFormat, OneTokenEngine
+
+    closing_envs.forget()
+    closing_envs.Overlaps.OVERLAPS.clear()
+    env = {"name": f"{ENVS}:Overlaps", "args": {"fail": fail}, "timeout_s": 5.0}
+    runner = EpisodeRunner({"a": JobSpec(name="a", tenant="a", env=env)}, CharFormat(),
+                           max_model_len=4096, seed=0, env_threads=threads)  # fmt: skip
+    runner.admit("a", 0)
+
+    async def scenario() -> None:
+        first = Generate(1, "a", 0, 0, 0, "e", 0, 2, 0, 4)
+        with pytest.raises(EnvCallError, match=f"this {fail} fails"):
+            await runner.generate(first, OneTokenEngine())
+            await runner.env_step(EnvStep(2, "a", 0, 0, 0, 2, True))
+        runner.release_job("a")  # the job failed
+        assert await runner.close() == []
+        await asyncio.sleep(2 * closing_envs.Overlaps.CALL_S)  # a call left running ends
+
+    asyncio.run(scenario())
+    assert closing_envs.Overlaps.OVERLAPS == []
+    assert closed_once(), closes()
+
+
 def test_evaluate_closes_each_episodes_environment_once(monkeypatch):
     """``marlaas evaluate`` closes each held-out episode's environment, a failed one's too."""
     from marlaas.core.job_spec import JobSpec
