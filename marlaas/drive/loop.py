@@ -17,6 +17,7 @@ of Python's garbage collector collected less often (:mod:`marlaas.drive.collecto
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -72,12 +73,14 @@ def drive(
     """
     started = time.perf_counter()
     ended: dict[str, JobOutcome] = {}
-    inbox.set_waker(executor.wake)
+    wakes = _Wakes(executor.wake)
+    inbox.set_waker(wakes.wake)
     try:
         with fewer_collections():
             now, batches, failures = _loop(
-                scheduler, executor, inbox, max_failures, observers, on_ended, on_job_failed, ended
-            )
+                scheduler, executor, inbox, wakes, max_failures, observers, on_ended,
+                on_job_failed, ended,
+            )  # fmt: skip
     finally:
         inbox.set_waker(None)
     records = scheduler.finish(now)
@@ -99,10 +102,27 @@ def drive(
     return result
 
 
+@mypyc_attr(native_class=False)
+class _Wakes:
+    """The executor's wake-ups by the inbox (a put, a close, a stop), counted: from any
+    thread, each counted before the executor hears it."""
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        self._wake = wake
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def wake(self) -> None:
+        with self._lock:
+            self.count += 1
+        self._wake()
+
+
 def _loop(
     scheduler: Scheduler,
     executor: Executor,
     inbox: Inbox,
+    wakes: _Wakes,
     max_failures: int,
     observers: Sequence[Observer],
     on_ended: OnEnded | None,
@@ -110,9 +130,18 @@ def _loop(
     ended: dict[str, JobOutcome],
 ) -> tuple[float, int, int]:
     """The loop of :func:`drive`: (now [s], batches, failures). The work in flight is the
-    scheduler's to track (instant decisions report nothing)."""
+    scheduler's to track (instant decisions report nothing).
+
+    A ``wait`` for work (no ``until``) answers None only when woken (Executor.wake), and a
+    wake-up makes at most one wait answer None, though maybe a later one than the wait in
+    progress when it came (a close between two waits) and maybe none (it came with a
+    completion): so such answers never outnumber the inbox's wake-ups (``wakes``), and one
+    more is an executor that reports nothing while work runs. (A closed inbox's wake-up was
+    taken for that: closing the inbox from another thread while work ran stopped the run.)"""
     streak: Counter[tuple[str, str, int]] = Counter()
     failures = batches = 0
+    unanswered = 0
+    """Waits for work that answered None (each owed to a wake-up)."""
     now = 0.0
     heard: list[tuple[Callable[[Admission], None], str]] = []
     """(callback, job) of submissions whose submitter waits for the round after them."""
@@ -159,8 +188,10 @@ def _loop(
         if finished is None:
             if inbox.stopped:  # woken by stop(): the run ends, its work left in flight
                 break
-            if due is None and inbox.closed:
-                raise RunError(f"the executor reported nothing while {scheduler.running} ran")
+            if due is None:
+                unanswered += 1
+                if unanswered > wakes.count and inbox.closed:
+                    raise RunError(f"the executor reported nothing while {scheduler.running} ran")
             clock = executor.now()
             now = clock if clock > now else now  # max(now, clock), without a call
             take_inbox()
