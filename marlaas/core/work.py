@@ -11,7 +11,7 @@ lora_int_id) never appear here. A job's life in an executor is bracketed by two 
 decisions: :class:`AdmitJob` (build the job's state: its environments, its adapter's first
 version, its episodes) and :class:`ReleaseJob` (drop it), so that an executor holds nothing
 of a job outside that span. A cancelled job's generation in flight is stopped by one more,
-:class:`AbortGeneration`: its own completion comes back at once, with what it generated.
+:class:`AbortGeneration`: its own completion comes back at once, with no tokens.
 """
 
 from __future__ import annotations
@@ -79,9 +79,11 @@ class AbortGeneration:
     """Stop the generation ``generate`` (a cancelled job's :class:`Generate` in flight on
     ``engine``) now (instant): its sequences leave the engine's batch and free their KV and
     batch room for the others. Its own :class:`WorkDone` comes back as soon as the engine
-    let it go (a simulator: at once), with the tokens generated so far; the core discards
-    it as every completion of a cancelled job. A generation whose completion is already on
-    its way (it finished meanwhile) is left as it is."""
+    let it go (a simulator: at once), with no tokens in every executor (an aborted
+    request's tokens are not returned: the event logs and the token rate the core measures
+    are alike in both worlds); the core discards it as every completion of a cancelled job.
+    A generation whose completion is already on its way (it finished meanwhile) is left as
+    it is, and comes back with its tokens."""
 
     work_id: int
     job: str

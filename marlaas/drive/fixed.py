@@ -74,12 +74,10 @@ class FixedExecutor:
 
     def _abort(self, work_id: int, now: float) -> None:
         """Generation ``work_id`` stops at ``now`` [s]: its completion comes back then, with
-        the tokens of the time it ran (``tokens_per_seq`` over its whole duration)."""
+        no tokens (as every executor's: an aborted request's tokens are not returned)."""
         for i, (end, wid, done) in enumerate(self._queue):
             if wid == work_id and end > now:
-                ran = self.durations_s[Generate]
-                share = 1.0 - (end - now) / ran if ran > 0 else 1.0
-                self._queue[i] = (now, wid, WorkDone(wid, done.ok, int(done.tokens * share)))
+                self._queue[i] = (now, wid, WorkDone(wid, done.ok, 0))
                 heapq.heapify(self._queue)
                 return
 

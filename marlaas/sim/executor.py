@@ -171,14 +171,16 @@ class SimPyExecutor:
     def _abort(self, d: AbortGeneration, now: float) -> None:
         """A cancelled job's group stops decoding at ``now``: its sequences leave the
         engine's batch (the others go on at the smaller batch's pace) and its completion
-        comes back at ``now`` with the tokens generated so far. A group whose completion is
-        already on its way (it ended at ``now``, or had nothing to generate) is left."""
+        comes back at ``now`` with no tokens, as the real executor's (an aborted request's
+        tokens are not returned): the event log and the core's token rate
+        (``backlog.generated``, which backlog policies read) are the same in both worlds.
+        A group whose completion is already on its way (it ended at ``now``, or had
+        nothing to generate) is left."""
         if d.generate not in self._tokens:
             return
-        stopped = self.engines[d.engine].abort(now, d.generate)
+        self.engines[d.engine].abort(now, d.generate)
         del self._tokens[d.generate]
-        tokens, longest = stopped if stopped is not None else (0, 0)
-        self._after(0.0, WorkDone(d.generate, tokens=tokens, longest_tokens=longest))
+        self._after(0.0, WorkDone(d.generate, tokens=0, longest_tokens=0))
         pending = self._wakes.get(d.engine)
         if pending is not None and pending.callbacks and not self.engines[d.engine].groups:
             pending.callbacks.clear()  # no group left to wake it for

@@ -1,6 +1,7 @@
 """The simulator enacts AbortGeneration exactly: the stopped group's sequences leave the
-engine's batch at the abort time, its completion comes back then with what it generated,
-and the other groups on the engine decode at the smaller batch's pace from then on."""
+engine's batch at the abort time, its completion comes back then with no tokens (what the
+real executor reports: an aborted request's tokens are not returned), and the other groups
+on the engine decode at the smaller batch's pace from then on."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def executor_with_two(abort_at: float | None):
         executor.start(AbortGeneration(3, work.jobs[0].name, 1, engine), abort_at)
     while len(ends) < 2:
         at, events = executor.wait(None)
-        ends.update({e.work_id: (at, e.tokens) for e in events})
+        ends.update({e.work_id: (at, (e.tokens, e.longest_tokens)) for e in events})
     return ends
 
 
@@ -65,7 +66,7 @@ def test_the_simulator_reports_the_aborted_group_at_once_and_frees_the_engine():
     at = 0.5 * min(end for end, _ in whole.values())
     cut = executor_with_two(at)
     assert cut[1][0] == at  # a's completion comes back at the abort
-    assert 0 < cut[1][1] < whole[1][1]  # with the tokens it generated until then
+    assert cut[1][1] == (0, 0)  # with no tokens, as the real executor's (tokens, longest)
     assert cut[2][0] < whole[2][0]  # b decodes alone from then on: it ends sooner
     assert cut[2][1] == whole[2][1]  # and generates the same
 
@@ -80,3 +81,25 @@ def test_a_simulated_run_with_cancels_is_the_same_every_time_and_ends_at_the_can
     stopped = rows[rows.outcome == "cancelled"]
     assert len(stopped) and (stopped.end_s == 0.3).all()
     assert runs[0].jobs["j1"].state == "cancelled"
+    assert (stopped.tokens == 0).all() and (stopped.longest_tokens == 0).all()  # as for real
+
+
+def test_an_aborted_groups_tokens_leave_the_backlogs_token_rate_as_a_real_run_would():
+    """The core's measured token rate (backlog.generated, read by the backlog policies) takes
+    what the executor reports: the simulator's partial tokens of a stopped group made the
+    simulated rate differ from the real run's (0 tokens) after every cancel."""
+    from marlaas.drive import drive
+    from marlaas.drive.inbox import workload_inbox
+
+    data = sim_workload(jobs=2, steps=1).model_dump()
+    data["jobs"][0]["cancel_after_s"] = 0.3  # its first groups decode (0.08-0.5 s)
+    work = parse_workload(data)
+    scheduler = Scheduler.for_workload(work)
+    result = drive(scheduler, SimPyExecutor(scheduler.cluster, seed=work.seed),
+                   workload_inbox(work))  # fmt: skip
+    frame = records_to_frame(result.records)
+    generated = frame[frame.kind == "generate"]
+    stopped = generated[(generated.outcome == "cancelled") & (generated.end_s == 0.3)]
+    assert len(stopped)
+    assert scheduler.backlog.generated == generated.tokens.sum()  # the stopped added 0
+    assert (stopped.tokens == 0).all()
