@@ -168,6 +168,9 @@ class RealExecutor:
         self._unsynced: dict[tuple[str, str], list[TrainSample]] = {}
         """(trainer, job) -> the samples of a trained step whose version is not synced yet."""
         self._restoring: dict[str, asyncio.Lock] = {}
+        self._restores: set[asyncio.Task] = set()
+        """Restores of restarted engines under way (each runs to its end even when the call
+        that needed it was aborted: :meth:`_restored_engine`)."""
         self._specs: dict[str, JobSpec] = {}
         """The admitted jobs' specs (shared with the trainers and the episodes)."""
         self._bounds: dict[str, int] = {}
@@ -490,17 +493,30 @@ class RealExecutor:
     # ----------------------------------------------------------------------------- restarts
     async def _restored_engine(self, name: str) -> Generator:
         """Engine ``name``, given back the adapters this executor loaded there when it was
-        restarted since its last use (the core still counts them as loaded)."""
+        restarted since its last use (the core still counts them as loaded).
+
+        The restore runs as a task of its own, shielded from its caller's cancellation: a
+        Generate aborted meanwhile (AbortGeneration) returns at once, and the restore goes
+        on to its end. Cut short, it left the engine holding some of the adapters and still
+        ``restarted``, and the next call's restore published them all again: the first
+        was refused as already published, and so was every call's after it."""
         engine = self.backends.engines[name]
         if getattr(engine, "restarted", False):
-            async with self._restoring.setdefault(name, asyncio.Lock()):
-                if engine.restarted:
-                    for _, job, version in sorted(e for e in self._loaded if e[0] == name):
-                        await engine.publish(job, version, str(self.store.path(job, version)))
-                    engine.restarted = False
-                    log.warning("engine %s restarted: %d adapters loaded again", name,
-                                sum(e[0] == name for e in self._loaded))  # fmt: skip
+            restore = asyncio.ensure_future(self._restore_engine(name, engine))
+            self._restores.add(restore)
+            restore.add_done_callback(self._restores.discard)
+            await asyncio.shield(restore)
         return engine
+
+    async def _restore_engine(self, name: str, engine: Generator) -> None:
+        """See :meth:`_restored_engine` (one restore at a time per engine)."""
+        async with self._restoring.setdefault(name, asyncio.Lock()):
+            if engine.restarted:
+                for _, job, version in sorted(e for e in self._loaded if e[0] == name):
+                    await engine.publish(job, version, str(self.store.path(job, version)))
+                engine.restarted = False
+                log.warning("engine %s restarted: %d adapters loaded again", name,
+                            sum(e[0] == name for e in self._loaded))  # fmt: skip
 
     async def _restored_trainer(self, name: str) -> None:
         """Give trainer ``name``, when it was restarted since its last use, the jobs this
@@ -549,7 +565,7 @@ class RealExecutor:
     async def _shutdown(self) -> None:
         if self._tasks and self.trainers is not None:  # stopped with work in flight:
             self.trainers.interrupt()  # its training step ends at the next micro-batch
-        pending = [*self._tasks, *self._created.values(), *self._unwaited]
+        pending = [*self._tasks, *self._created.values(), *self._unwaited, *self._restores]
         if self._setting_up is not None and not self._setting_up.done():
             pending.append(self._setting_up)  # open() interrupted (Ctrl-C): no more actors
         for task in pending:
