@@ -222,12 +222,21 @@ class HFGenerator:
     def _sample_locked(self, rows: list[_Row]) -> list[Completion]:
         """The batch's decode loop. A row whose caller was cancelled (``stopped``, read at
         every step) samples no more: it stays in the batch's tensors until the others are
-        done, and a batch of only stopped rows ends at its next step (or is not started)."""
+        done, and a batch of only stopped rows ends at its next step. A row stopped before
+        its batch starts is not in it: its job may have ended since, and its adapter been
+        retired (the rows of a later part of a coalesced batch; a forward pass naming an
+        adapter that is gone fails for every row in it)."""
         from transformers import DynamicCache
 
-        if all(r.stopped for r in rows):
-            return [Completion(tuple(r.prompt_ids), (), (), "", "length", r.adapter, r.version)
-                    for r in rows]  # fmt: skip
+        if any(r.stopped for r in rows):
+            sampled = iter(self._sample_locked([r for r in rows if not r.stopped]))
+            return [
+                Completion(tuple(r.prompt_ids), (), (), "", "length", r.adapter, r.version)
+                if r.stopped else next(sampled)
+                for r in rows
+            ]  # fmt: skip
+        if not rows:
+            return []
         self.batches_run += 1
         b, plen = len(rows), max(len(r.prompt_ids) for r in rows)
         ids = torch.full((b, plen), self.pad_id, dtype=torch.long)

@@ -159,3 +159,33 @@ def test_a_real_run_cancelled_during_a_long_generation_ends_at_the_cancel(
     generated = rows[rows["kind"] == "generate"]
     assert (generated["outcome"] == "cancelled").all()
     assert (generated["end_s"] <= outcome.end_s).all()
+
+
+def test_hf_a_stopped_row_waiting_in_a_later_part_of_a_batch_leaves_its_adapter_alone(
+    hf, tiny_model_dir, tmp_path
+):
+    """A call aborted while its rows wait in a part of a batch not started yet (batches are
+    sampled max_batch_size rows at a time) has its job's adapter retired as soon as the job
+    ends, before that part starts: its rows must not name the adapter in the part's forward
+    pass, or the other calls sampled beside them fail with it (PEFT: no such adapter)."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from marlaas.executors.hf_generator import BASE, _Row
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    config = LoraConfig(r=2, target_modules=["q_proj", "v_proj"])
+    get_peft_model(model, config).save_pretrained(tmp_path / "kept")
+    asyncio.run(hf.publish("kept", 1, tmp_path / "kept"))  # a PeftModel from here on
+    try:
+
+        def live() -> _Row:
+            return _Row(BASE, [1, 2, 3], 5, 6, 1.0, None, -1)
+
+        retired = _Row("gone__v1", [1, 2, 3], 0, 50, 1.0, "gone", 1, stopped=True)
+        (alone,) = hf._sample([live()])
+        beside, stopped = hf._sample([live(), retired])
+    finally:
+        asyncio.run(hf.retire("kept", 1))
+    assert beside.completion_ids == alone.completion_ids
+    assert stopped.completion_ids == () and stopped.adapter == "gone"
