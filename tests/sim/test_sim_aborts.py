@@ -99,7 +99,6 @@ def test_an_aborted_groups_tokens_leave_the_backlogs_token_rate_as_a_real_run_wo
                    workload_inbox(work))  # fmt: skip
     frame = records_to_frame(result.records)
     generated = frame[frame.kind == "generate"]
-    stopped = generated[(generated.outcome == "cancelled") & (generated.end_s == 0.3)]
-    assert len(stopped)
-    assert scheduler.backlog.generated == generated.tokens.sum()  # the stopped added 0
-    assert (stopped.tokens == 0).all()
+    at_cancel = (generated.outcome == "cancelled") & (generated.end_s == 0.3)
+    assert at_cancel.any()
+    assert scheduler.backlog.generated == generated[~at_cancel].tokens.sum()  # they added 0
