@@ -385,8 +385,19 @@ class RemoteEnv(Environment):
 
     async def close(self) -> None:
         """The environment's ``close`` (its episode is over, or the run stops), in an actor
-        as its other calls (what its state names, e.g. a remote sandbox's id, is released)."""
-        await self._run("close")
+        as its other calls (what its state names, e.g. a remote sandbox's id, is released).
+        An actor that died (during the close, or restarting: a call then fails as on a dead
+        actor) leaves the state as it was before, as a step on a dead actor, which the run
+        retries: the close is made again in the pool's next actor, ``POLL_S`` apart, until
+        it returns or its bound passes (its caller's:
+        :func:`~marlaas.executors.env_contract.env_call`). Ray cannot tell whether the dead
+        actor ran it: a close may run twice."""
+        while True:
+            try:
+                await self._run("close")
+                return
+            except EnvActorDied:
+                await asyncio.sleep(POLL_S)
 
     async def _run(self, method: str, *args) -> Any:
         """``env.method(*args)`` in the pool's next actor; the environment's new state is kept

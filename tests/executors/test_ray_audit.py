@@ -505,3 +505,30 @@ def test_a_close_runs_in_the_actor_and_what_it_raises_is_a_warning(ray_cluster, 
         f"environment {name} of job 'j': close() raised OSError: the sandbox is gone; the run "
         "goes on"
     )
+
+
+class DiesOnFirstClose(Misbehaves):
+    """Its first close ends its actor's process (``args["marker"]``, a file, says whether it
+    came before); the next one writes "closed" there."""
+
+    async def close(self) -> None:
+        marker = Path(self.args["marker"])
+        if not marker.exists():
+            marker.write_text("died")
+            os._exit(7)
+        marker.write_text("closed")
+
+
+def test_a_close_whose_actor_died_is_made_again_in_a_live_one(ray_cluster, tmp_path, caplog):
+    """An actor that dies during a close leaves the environment's state as it was before it
+    (only a call that returned brings its state back): the close is made again, in the pool's
+    next actor (the dead one restarted), as a step on a dead actor is retried; it was one
+    warning, and what the state named (a remote sandbox) was never released."""
+    from marlaas.executors.env_instances import close_envs
+
+    marker = tmp_path / "closed"
+    env = RemoteEnv(pool(), DiesOnFirstClose({"marker": str(marker)}))
+    with caplog.at_level("WARNING", logger="marlaas.real"):
+        assert asyncio.run(close_envs([env], "j", 30.0, None)) == 0
+    assert marker.read_text() == "closed"
+    assert not [r for r in caplog.records if "close()" in r.getMessage()]
