@@ -174,13 +174,16 @@ class SimPyExecutor:
         comes back at ``now`` with no tokens, as the real executor's (an aborted request's
         tokens are not returned): the event log and the core's token rate
         (``backlog.generated``, which backlog policies read) are the same in both worlds.
-        A group whose completion is already on its way (it ended at ``now``, or had
-        nothing to generate) is left."""
-        if d.generate not in self._tokens:
+        A group whose completion is already on its way is reported as it would have been:
+        one that had nothing to generate, or whose engine's wake-up reported it, is left; one
+        whose last sample ended at ``now``, its wake-up of that time not yet run, comes back
+        with every token it generated (it finished before its abort)."""
+        whole = self._tokens.pop(d.generate, None)
+        if whole is None:
             return
-        self.engines[d.engine].abort(now, d.generate)
-        del self._tokens[d.generate]
-        self._after(0.0, WorkDone(d.generate, tokens=0, longest_tokens=0))
+        made = self.engines[d.engine].abort(now, d.generate)
+        tokens, longest = whole if made == whole else (0, 0)
+        self._after(0.0, WorkDone(d.generate, tokens=tokens, longest_tokens=longest))
         pending = self._wakes.get(d.engine)
         if pending is not None and pending.callbacks and not self.engines[d.engine].groups:
             pending.callbacks.clear()  # no group left to wake it for

@@ -102,3 +102,30 @@ def test_an_aborted_groups_tokens_leave_the_backlogs_token_rate_as_a_real_run_wo
     at_cancel = (generated.outcome == "cancelled") & (generated.end_s == 0.3)
     assert at_cancel.any()
     assert scheduler.backlog.generated == generated[~at_cancel].tokens.sum()  # they added 0
+
+
+def test_a_group_that_ended_at_the_abort_is_reported_once_with_its_tokens():
+    """An abort racing with the group's own completion: the group's last sample ended at the
+    abort's time, its engine's wake-up at that time not yet run (events of one time run one
+    by one, and the decision round came between). It is left, as its completion is on its
+    way: reported once, with every token it generated, as the real executor reports a
+    generation that finished before its abort. It was stopped instead, with no tokens."""
+    whole = executor_with_two(None)
+    first, (at, tokens) = min(whole.items(), key=lambda item: item[1][0])
+    assert tokens[0] > 0
+    work = sim_workload(jobs=2, steps=1)
+    cluster = Scheduler.for_workload(work).cluster
+    executor = SimPyExecutor(cluster, seed=0)
+    engine = cluster.engines[0].name
+    for index, spec in enumerate(work.jobs):
+        executor.start(AdmitJob(100 + index, spec.name, spec, index, 0, 1), 0.0)
+    for work_id, spec in zip((1, 2), work.jobs, strict=True):
+        executor.start(Generate(work_id, spec.name, 0, 0, 0, engine, 0, 4, 64, 4000), 0.0)
+    executor.env.run(until=at)  # the clock at `at`, its events of that time not run yet
+    job = work.jobs[first - 1].name
+    executor.start(AbortGeneration(3, job, first, engine), at)
+    reported = []
+    while len(reported) < 2:
+        when, events = executor.wait(None)
+        reported += [(e.work_id, when, (e.tokens, e.longest_tokens)) for e in events]
+    assert [r for r in reported if r[0] == first] == [(first, at, tokens)]
