@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
@@ -49,16 +50,19 @@ async def new_envs(
     one cannot be made, those made before it are closed.
 
     A making given up (its bound passed, or this call cancelled: an AbortGeneration) is not
-    interrupted on ``loop`` (a constructor cannot be): the instances it still makes are
-    closed once it ends (:func:`_close_when_made`), in the background of ``closings`` (a
-    job's closes and its loop's stop come after it), else before this call raises."""
+    interrupted on ``loop`` (a constructor cannot be): it makes no more after the one it is
+    in, and those it made are closed once it ends (:func:`_close_when_made`), in the
+    background of ``closings`` (a job's closes and its loop's stop come after it), else
+    before this call raises."""
     if loop is None:  # made at once: nothing can give up on it midway
         return await _make(make, spec, n)
-    made = asyncio.wrap_future(loop.submit(_make(make, spec, n)))
+    given_up = threading.Event()
+    made = asyncio.wrap_future(loop.submit(_make(make, spec, n, given_up)))
     late = f"environment {spec.env.name}: __init__() of job {spec.name!r}"
     try:
         return await bounded(asyncio.shield(made), spec.env.timeout_s, lambda: late)
     except BaseException:  # given up: what it makes is closed, not dropped with its value
+        given_up.set()
         closing = _close_when_made(made, spec, loop)
         if closings is None:
             await closing
@@ -67,12 +71,20 @@ async def new_envs(
         raise
 
 
-async def _make(make: Callable[[str, dict], Environment], spec: Any, n: int) -> list[Environment]:
+async def _make(
+    make: Callable[[str, dict], Environment],
+    spec: Any,
+    n: int,
+    given_up: threading.Event | None = None,
+) -> list[Environment]:
     """``n`` new environments of ``spec``'s job, made on the running loop (the job's); those
-    made are closed there when the next cannot be made."""
+    made are closed there when the next cannot be made. Fewer once ``given_up`` is set (its
+    caller's: those made go to :func:`_close_when_made`)."""
     made: list[Environment] = []
     try:
         for _ in range(n):
+            if given_up is not None and given_up.is_set():
+                break
             made.append(make(spec.env.name, spec.env.args))
     except BaseException:
         await close_envs(made, spec.name, spec.env.timeout_s, None)

@@ -232,8 +232,8 @@ def test_environments_made_after_their_making_was_given_up_are_closed(tmp_path):
     """A group's constructors run on the job's thread, where a blocking one cannot be
     interrupted: the making given up at the job's env.timeout_s, or cancelled (an
     AbortGeneration of a cancelled job's first turn), goes on there, and the instances it
-    still makes are closed once, on that thread (they were dropped with the lost value,
-    never closed: a process of their own each, leaked)."""
+    made are closed once, on that thread (they were dropped with the lost value, never
+    closed: a process of their own each, leaked); it makes no more after the one it is in."""
     from marlaas.executors.env_contract import EnvTimeoutError
     from marlaas.executors.env_instances import Closings
     from marlaas.executors.env_loops import EnvLoop
@@ -243,9 +243,9 @@ def test_environments_made_after_their_making_was_given_up_are_closed(tmp_path):
     loop = EnvLoop("marlaas-env-a")
 
     async def given_up() -> None:
-        with pytest.raises(EnvTimeoutError, match="__init__"):  # 3 x 0.2 s, bound 0.5 s
-            await new_envs(lambda name, args: made(args), spec, 3, loop)
-        assert closes() == [1, 1, 1]  # closed before it raised (no closings)
+        with pytest.raises(EnvTimeoutError, match="__init__"):  # 4 x 0.2 s, bound 0.5 s
+            await new_envs(lambda name, args: made(args), spec, 4, loop)
+        assert 1 <= len(closes()) < 4 and closes() == [1] * len(closes())  # before it raised
         closings = Closings()
         making = asyncio.ensure_future(
             new_envs(lambda name, args: made(args), spec, 2, loop, closings)
@@ -258,7 +258,7 @@ def test_environments_made_after_their_making_was_given_up_are_closed(tmp_path):
 
     try:
         asyncio.run(given_up())
-        assert closes() == [1] * 5
+        assert closes() == [1] * len(closes()) and len(closes()) < 6
     finally:
         loop.stop()
         assert loop.join(10.0)
