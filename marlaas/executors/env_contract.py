@@ -21,7 +21,7 @@ import asyncio
 import inspect
 import math
 import numbers
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 from marlaas.envs.base import Environment, StepResult
@@ -170,6 +170,7 @@ async def _call_within(
     it runs in): EnvCallError, as :func:`guarded_call` makes of an inner task's (it once went
     on to the run as a cancellation of the run: a traceback)."""
     work = guarded_call(env, method, call)
+    work = _after_its_calls(env, work) if method == "close" else _running(env, work)
     if loop is not None:
         work = loop.call(work)
     try:
@@ -179,6 +180,39 @@ async def _call_within(
         if _cancelled_here():
             raise  # this call was cancelled: its group failed, or the run ends
         raise _own_cancellation(env, method, "it cancelled its own task, not the run") from None
+
+
+_RUNNING: dict[int, set[asyncio.Task]] = {}
+"""id(instance) -> the tasks of its calls running now, each on the loop that runs it (an
+instance's calls all run on one loop, so each entry is read and changed by one thread only)."""
+
+
+async def _running(env: Environment, work: Coroutine[Any, Any, Any]) -> Any:
+    """``work`` (a call of ``env``), counted among ``env``'s calls running until it ends, on
+    the loop that runs it."""
+    task = asyncio.current_task()
+    calls = _RUNNING.setdefault(id(env), set())
+    calls.add(task)
+    try:
+        return await work
+    finally:
+        calls.discard(task)
+        if not calls:
+            del _RUNNING[id(env)]
+
+
+async def _after_its_calls(env: Environment, work: Coroutine[Any, Any, Any]) -> Any:
+    """``work`` (``env``'s close) once ``env``'s other calls running on this loop ended: a
+    call given up on (its bound passed, its group failed) is cancelled on its loop, where it
+    ends at its next ``await``, which may come after its caller moved on and the close was
+    queued; the close runs after it, not beside it (within the close's bound)."""
+    try:
+        while calls := _RUNNING.get(id(env)):
+            await asyncio.wait(list(calls))
+    except BaseException:  # given up before it began
+        work.close()
+        raise
+    return await work
 
 
 async def bounded(work: Awaitable[Any], timeout_s: float | None, what: Callable[[], str]) -> Any:

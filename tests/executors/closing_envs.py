@@ -149,6 +149,22 @@ class Overlaps(Counted):
         await super().close()
 
 
+class SlowToCancel(Overlaps):
+    """A step that takes 10 s and, when cancelled, takes ``CALL_S`` to clean up (a process
+    stopped) before it ends."""
+
+    async def step(self, action: str) -> StepResult:
+        self.busy += 1
+        try:
+            await asyncio.sleep(10.0)
+        except asyncio.CancelledError:
+            await asyncio.sleep(self.CALL_S)
+            raise
+        finally:
+            self.busy -= 1
+        return StepResult("", 1.0, True)
+
+
 # ------------------------------------------------------------------- backends with no model
 class ByteTokenizer:
     """One token per character, no chat template."""

@@ -312,6 +312,36 @@ def test_a_close_waits_for_the_other_calls_of_its_group(fail, threads):
     assert closed_once(), closes()
 
 
+@pytest.mark.parametrize("threads", [True, False], ids=["env-threads", "run-loop"])
+def test_a_close_waits_for_a_call_given_up_on_to_end(threads):
+    """A step given up at its bound is cancelled, and ends at its own pace (its cleanup takes
+    0.2 s): the close of its instance, queued meanwhile on its loop, runs after it, not beside
+    it (it ran at once, while the step still stopped its process)."""
+    from marlaas.core.job_spec import JobSpec
+    from marlaas.core.work import EnvStep, Generate
+    from marlaas.executors.env_contract import EnvTimeoutError
+    from marlaas.executors.episode_runner import EpisodeRunner
+    from tests.episode_fakes import CharFormat, OneTokenEngine
+
+    closing_envs.forget()
+    closing_envs.Overlaps.OVERLAPS.clear()
+    env = {"name": f"{ENVS}:SlowToCancel", "timeout_s": 0.3}
+    runner = EpisodeRunner({"a": JobSpec(name="a", tenant="a", env=env)}, CharFormat(),
+                           max_model_len=4096, seed=0, env_threads=threads)  # fmt: skip
+    runner.admit("a", 0)
+
+    async def scenario() -> None:
+        await runner.generate(Generate(1, "a", 0, 0, 0, "e", 0, 2, 0, 4), OneTokenEngine())
+        with pytest.raises(EnvTimeoutError, match="step"):
+            await runner.env_step(EnvStep(2, "a", 0, 0, 0, 2, True))
+        runner.release_job("a")  # the job failed
+        assert await runner.close() == []
+
+    asyncio.run(scenario())
+    assert closing_envs.Overlaps.OVERLAPS == []
+    assert closed_once(), closes()
+
+
 def test_evaluate_closes_each_episodes_environment_once(monkeypatch):
     """``marlaas evaluate`` closes each held-out episode's environment, a failed one's too."""
     from marlaas.core.job_spec import JobSpec
