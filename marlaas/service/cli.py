@@ -139,7 +139,7 @@ def _serve(args: argparse.Namespace) -> int:
             app, args.host, args.port, connection_limit(max_streams), log_level=args.log_level,
             access_log=args.log_level == "debug", max_per_address=args.max_per_address,
         ))  # fmt: skip
-        runner.on_stop = lambda: setattr(server, "should_exit", True)
+        runner.when_stopped(lambda: setattr(server, "should_exit", True))
         listening.listen(server.config.backlog)  # uvicorn accepts them once it has started
         port = listening.getsockname()[1]  # --port 0: the one the system gave
         print(f"marlaas: serving on http://{args.host}:{port} (API docs at /docs)",

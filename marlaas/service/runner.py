@@ -82,8 +82,9 @@ class ServiceRunner:
         self._quotas: dict[str, TenantSpec] = {}
         self._failed: dict[str, str] = {}
         self._thread: threading.Thread | None = None
-        self.on_stop = None
-        """Called (on the driver's thread) when the driver stops, e.g. to stop the server."""
+        self._on_stop = None
+        self._stopping = threading.Lock()
+        """Orders :meth:`when_stopped` with the driver's end: the callback is called once."""
 
     # ----------------------------------------------------------------------------- callers
     def start(self, timeout_s: float | None = None) -> None:
@@ -107,6 +108,17 @@ class ServiceRunner:
             except JobRequestError as err:
                 found.append(f"job {job_id}: {err}")
         return found
+
+    def when_stopped(self, callback) -> None:
+        """Call ``callback`` when the driver stops (on the driver's thread), e.g. to stop the
+        server; at once (on this thread) if it has stopped already: a driver that stopped
+        between :meth:`start` and this call (a policy that raised on the first round, keying
+        a job resumed from the store) found no one to tell, and ``serve`` went on serving."""
+        with self._stopping:
+            self._on_stop = callback
+            stopped = self.stopped.is_set()
+        if stopped:
+            callback()
 
     def stop(self, timeout_s: float | None = None) -> None:
         """Stop the driver: work in flight is left (the jobs resume on the next start)."""
@@ -235,10 +247,12 @@ class ServiceRunner:
                 log.exception("the driver stopped")
             self.error = err
         finally:
-            self.stopped.set()
+            with self._stopping:
+                self.stopped.set()
+                callback = self._on_stop
             self.ready.set()
-            if self.on_stop is not None:
-                self.on_stop()
+            if callback is not None:
+                callback()
 
     def _drive(self) -> None:
         config = self.config

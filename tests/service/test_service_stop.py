@@ -295,3 +295,65 @@ def test_a_submission_whose_admission_the_policy_fails_is_503_and_leaves_nothing
         service.thread.join(30)
         service.runner.stop(30)
         service.store.close()
+
+
+def test_a_policy_that_raises_as_the_service_starts_stops_it_too(tmp_path):
+    """A policy that raised on the first round after a restart (a job resumed from the store
+    is keyed at once) stopped the driver before ``serve`` had told it how to stop the server:
+    the driver found no one to tell, and ``serve`` went on serving, every submission 503 and
+    the health 503, and never exited. Now it exits 2 with the one line, however the two
+    threads run."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from marlaas.client import Client
+    from marlaas.service.db import database_url
+    from marlaas.service.store import JobStore
+    from tests.service.conftest import CLUSTER
+    from tests.service.raising_policy import RAISE_FOR_ENV
+
+    cluster, data = tmp_path / "cluster.json", tmp_path / "data"
+    cluster.write_text(json.dumps(CLUSTER))
+    data.mkdir(mode=0o700)
+    store = JobStore(database_url(data, None), data)
+    try:
+        key = store.add_tenant("alice")
+    finally:
+        store.close()
+    process, url = _serve_process(cluster, data)
+    try:
+        client = Client(url, key)
+        job = client.submit({**JOB, "rl": {**JOB["rl"], "steps": 100_000}})["id"]
+        deadline = time.monotonic() + 30
+        while client.job(job)["state"] != "running":  # resumed on the next start
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=60)
+    policy = "tests.service.raising_policy:RaiseOnNthKey"
+    root = Path(__file__).resolve().parents[2]
+    # serve as it is, its app made 1 s slower: the driver stops while serve makes it
+    slow_app = (
+        "import sys, time; import marlaas.service.app as app; made = app.create_app; "
+        "app.create_app = lambda *a: (time.sleep(1), made(*a))[1]; "
+        "from marlaas.cli import main; sys.exit(main())"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", slow_app, "serve", str(cluster), "--data", str(data),
+         "--simulate", "--speed", "50", "--port", "0", "--log-level", "warning",
+         "--policy", policy],
+        cwd=root, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(root), RAISE_FOR_ENV: f"j{job}"},
+    )  # fmt: skip
+    try:
+        _, err = process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, err = process.communicate()
+        raise AssertionError(f"serve still runs with its driver stopped: {err}") from None
+    assert process.returncode == 2, err
+    assert f"key(job 'j{job}') raised RuntimeError" in err.strip().splitlines()[-1], err
