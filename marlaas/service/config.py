@@ -45,9 +45,10 @@ class ServiceLimits(StrictSpec):
     lognormal's p99.99). Work in flight ends before a job does, so this also bounds how long
     another tenant's job waits behind such a step, and a cancelled job in ``cancelling``
     (a job with a day's latency took every worker for that day)."""
-    max_sandbox_memory_mb: Count(SANDBOX_MEMORY_MB) = 2048
+    max_sandbox_memory_mb: Count(SANDBOX_MEMORY_MB, low=64) = 2048
     """The most address space a job's sandboxed code may ask for, per process [MiB]
-    (``python_exec``'s ``memory_mb``, default 512; the sandbox's own bound is 65,536):
+    (``python_exec``'s ``memory_mb``, default 512; the sandbox's own bounds are 64 and
+    65,536: below 64, no job could run there):
     every environment worker runs one such process at a time on the service's host."""
     max_sandbox_processes: Count(SANDBOX_PROCESSES) = 64
     """The most processes and threads a job's sandboxed code may ask for at once

@@ -174,6 +174,22 @@ def test_the_operators_sandbox_caps_bound_what_a_job_asks_and_its_defaults():
         ServiceConfig.model_validate({**CLUSTER, "service": {"max_sandbox_processes": 5000}})
 
 
+@pytest.mark.parametrize(("field", "cap"), [
+    ("max_sandbox_memory_mb", 63), ("max_sandbox_memory_mb", -1), ("max_sandbox_processes", 0),
+    ("max_sandbox_output_bytes", 1023), ("max_sandbox_memory_mb", 65_537),
+])  # fmt: skip
+def test_a_sandbox_cap_no_job_could_meet_or_past_the_sandboxs_own_bound_is_refused(field, cap):
+    """A cap below what the sandbox takes at least (64 MiB of memory: python_exec refuses
+    less) was taken: the service then refused every python_exec job it listed, the one that
+    set nothing as 'above the cap' and the one that asked less as below the sandbox's own
+    bound. The cluster file is refused, naming the field."""
+    from marlaas.service.config import ServiceConfig
+    from tests.service.conftest import CLUSTER
+
+    with pytest.raises(ValueError, match=field):
+        ServiceConfig.model_validate({**CLUSTER, "service": {field: cap}})
+
+
 @pytest.mark.parametrize(("body", "status", "says"), BAD_SPECS)
 def test_a_bad_job_spec_gets_its_4xx_naming_what_is_wrong_and_changes_nothing(
     service, body, status, says
