@@ -44,10 +44,10 @@ SERVICE_LOCK = 0x6D61726C61617321
 """The PostgreSQL advisory lock a service holds on its database ("marlaas!")."""
 LIVE = (QUEUED, RUNNING)
 MAX_LISTED_ENDED = 1000
+"""Jobs that ended a list of jobs shows, the newest (with every queued or running one)."""
 DROPPED_SPEC = ""
 """What a refused submission's spec becomes once it is past the ones kept (``service:
 refused_specs_kept``): its row and its reason stay, ``traffic`` leaves it out."""
-"""Jobs that ended a list of jobs shows, the newest (with every queued or running one)."""
 
 LISTED_REWARDS = 200
 """The rewards of a job's latest steps that the list of jobs carries (its sparkline); one job's
@@ -292,10 +292,10 @@ class JobStore:
         self, job_id: int, state: str, reason: str = "", refused_kept: int | None = None
     ) -> None:
         """Job ``job_id`` is now ``state`` (an ended state is final). A refusal with
-        ``refused_kept`` also drops the spec of the tenant's refused submission that is now
-        one past the newest ``refused_kept`` (its row and reason stay): a tenant's refused
-        submissions have no bound, and their specs (up to 1 MiB each) were all kept. One row
-        a refusal, in the same transaction: every older one's was dropped before (and
+        ``refused_kept`` also drops, in the same transaction, the spec of each of the
+        tenant's refused submissions past its newest ``refused_kept`` (their rows and reasons
+        stay): a tenant's refused submissions have no bound, and their specs (up to 1 MiB
+        each) were all kept. Usually one row: every older one's was dropped before (and
         :meth:`drop_refused_specs` drops them all where the bound was larger, or none)."""
         with self._session.begin() as session:
             self._lock(session, job_id)
@@ -307,28 +307,31 @@ class JobStore:
                 job.ended_at = time.time()
             self._event(session, job_id, "state", {"state": state, "reason": reason})
             if state == REFUSED and refused_kept is not None:
-                past = self._first_refused_past(session, job.tenant_id, refused_kept)
-                if past is not None:
-                    session.execute(update(Job).where(Job.id == past, Job.spec != DROPPED_SPEC)
-                                    .values(spec=DROPPED_SPEC))  # fmt: skip
+                self._drop_refused_past(session, job.tenant_id, refused_kept)
 
     def drop_refused_specs(self, kept: int) -> int:
         """Drop the spec of every refused submission of each tenant but its newest ``kept``
         (their rows and reasons stay); how many were dropped. Once, when the service starts:
         a smaller bound than the last start's, or a store from before the bound."""
-        dropped = 0
         with self._session.begin() as session:
-            for tenant_id in session.scalars(select(Tenant.id)).all():
-                past = self._first_refused_past(session, tenant_id, kept)
-                if past is None:
-                    continue
-                dropped += session.execute(
-                    update(Job)
-                    .where(Job.tenant_id == tenant_id, Job.state == REFUSED, Job.id <= past,
-                           Job.spec != DROPPED_SPEC)
-                    .values(spec=DROPPED_SPEC)
-                ).rowcount  # fmt: skip
-        return dropped
+            return sum(self._drop_refused_past(session, tenant_id, kept)
+                       for tenant_id in session.scalars(select(Tenant.id)).all())  # fmt: skip
+
+    @classmethod
+    def _drop_refused_past(cls, session, tenant_id: int, kept: int) -> int:
+        """Drop the spec of each of the tenant's refused submissions but its newest ``kept``;
+        how many were dropped. Every one past them, not the one just past: a refusal of an
+        older submission after newer ones (a queued job refused past a quota lowered
+        meanwhile) falls further back than the one just past, whose spec was dropped."""
+        past = cls._first_refused_past(session, tenant_id, kept)
+        if past is None:
+            return 0
+        return session.execute(
+            update(Job)
+            .where(Job.tenant_id == tenant_id, Job.state == REFUSED, Job.id <= past,
+                   Job.spec != DROPPED_SPEC)
+            .values(spec=DROPPED_SPEC)
+        ).rowcount  # fmt: skip
 
     @staticmethod
     def _first_refused_past(session, tenant_id: int, kept: int) -> int | None:

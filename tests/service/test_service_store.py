@@ -407,6 +407,23 @@ def test_a_start_drops_the_specs_of_refused_submissions_past_a_lowered_bound(sto
     assert all(store.job(job)["reason"] == "a quota" for job in ids["alice"] + ids["bob"])
 
 
+def test_a_refusal_out_of_submission_order_keeps_no_spec_past_the_bound(store):
+    """A refusal dropped the one spec just past the tenant's newest ``refused_kept``: one of
+    an older submission refused after newer ones (a queued job refused past a quota lowered
+    meanwhile; refusals of one round in another order) fell further back, past a spec
+    already dropped, and its own spec stayed until the next start."""
+    from marlaas.core.job_spec import JobSpec
+
+    alice = store.authenticate(store.add_tenant("alice"))
+    spec = JobSpec.model_validate({"name": "x", "tenant": "alice"})
+    ids = [store.add_job(alice, spec, 0.0) for _ in range(4)]
+    for job in reversed(ids):  # the newest first
+        store.set_state(job, "refused", "a quota", refused_kept=1)
+    rows, _ = store.traffic()
+    assert {row["id"] for row, _, _ in rows if row["spec"] is not None} == {ids[-1]}
+    assert store.drop_refused_specs(1) == 0
+
+
 def test_jobs_that_ended_however_many_never_hide_one_that_runs(store):
     """The list was the newest 1,000 jobs: a tenant's 1,000 refused submissions (no quota
     bounds them; 30 s of requests) hid every other tenant's running jobs from the operator's
