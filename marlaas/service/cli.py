@@ -439,7 +439,7 @@ def _tenants(args: argparse.Namespace) -> int:
     if args.action != "add" and not Path(args.data).exists():  # they make nothing
         raise UsageError(f"tenants {args.action}: {args.data}: no such data folder "
                          "(`marlaas tenants add` or `marlaas serve` makes one)")  # fmt: skip
-    store = _open_store(args, with_keys=args.action == "add")  # list and revoke read no key
+    store = _open_store(args)
     try:
         if args.action == "list":
             counts = store.job_counts()

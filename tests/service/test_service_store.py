@@ -102,31 +102,6 @@ def test_tenants_commands_print_the_key_alone_on_the_last_line(tmp_path, capsys)
     assert main(["tenants", "revoke", "nobody", "--data", data]) == 2
 
 
-def test_tenants_list_and_revoke_neither_make_nor_need_the_keys_secret(tmp_path, capsys):
-    """`tenants list` and `tenants revoke` opened the job store as the service does: in a
-    data folder without ``secret.key`` (a --db read from a folder of its own, or the secret
-    lost) list made one where the database held no tenant, and both refused to run where it
-    held some ('secret.key: missing ... give every tenant a new key: tenants revoke, then
-    tenants add', which is the revoke refused). Neither reads or makes a key; only `tenants
-    add` needs the secret."""
-    data = tmp_path / "data"
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    assert main(["tenants", "list", "--data", str(empty)]) == 0
-    assert not (empty / "secret.key").exists()
-    assert main(["tenants", "add", "alice", "--data", str(data)]) == 0
-    (data / "secret.key").unlink()  # kept apart from the database, or lost
-    capsys.readouterr()
-    assert main(["tenants", "list", "--data", str(data)]) == 0, capsys.readouterr().err
-    assert "alice" in capsys.readouterr().out
-    assert main(["tenants", "revoke", "alice", "--data", str(data)]) == 0, capsys.readouterr()
-    assert main(["tenants", "list", "--data", str(data)]) == 0
-    assert "(revoked)" in capsys.readouterr().out
-    assert not (data / "secret.key").exists()
-    assert main(["tenants", "add", "bob", "--data", str(data)]) == 2  # still refused there
-    assert "secret.key: missing" in capsys.readouterr().err
-
-
 def test_a_data_folder_that_is_not_a_services_is_refused(tmp_path, capsys):
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "thesis.tex").write_text("keep me")
