@@ -514,6 +514,12 @@ def _traffic(args: argparse.Namespace) -> int:
             f"traffic: {saved}: damaged ({format_validation_error(err, 'config')}); `marlaas "
             "serve` writes it again (the cluster file the service runs with)"
         ) from None
+    from marlaas.service.db import DB_FILE
+
+    if args.db is None and not (Path(args.data) / DB_FILE).exists():  # opening it makes it
+        from marlaas.core.workload import WorkloadError
+
+        raise WorkloadError("the service has had no submissions yet: no traffic to write")
     store = _open_store(args, with_keys=False)  # a reader of jobs: the secret is not its to make
     try:
         workload, left_out, unkept = traffic_workload(store, config)

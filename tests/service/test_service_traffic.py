@@ -138,7 +138,7 @@ def test_traffic_neither_makes_nor_needs_the_keys_secret(tmp_path, capsys):
     (fresh / "config.json").write_text(json.dumps(CLUSTER))
     assert main(["traffic", "--data", str(fresh), "--out", str(tmp_path / "none.yaml")]) == 2
     assert "no submissions yet" in capsys.readouterr().err
-    assert not (fresh / "secret.key").exists()
+    assert sorted(p.name for p in fresh.iterdir()) == ["config.json"]  # no secret, no database
 
 
 def test_refused_submissions_keep_the_spec_of_each_tenants_newest_only(tmp_path, db_url,
