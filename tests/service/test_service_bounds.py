@@ -207,6 +207,14 @@ def test_a_request_not_sent_whole_in_time_is_408_and_its_connection_closed(tmp_p
         service.stop()
 
 
+def health_served(service) -> bool:
+    """Whether ``service`` answers its health check with 200 now."""
+    try:
+        return httpx.get(f"{service.url}/v1/health", timeout=5).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
 def test_a_connection_past_the_limit_is_503_and_closed_before_anything_is_read(tmp_path):
     service = serve(tmp_path / "data", max_connections=3)
     held = [socket.create_connection(address(service)) for _ in range(3)]
@@ -216,14 +224,7 @@ def test_a_connection_past_the_limit_is_503_and_closed_before_anything_is_read(t
             assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), answer
             assert b"3 connections open already" in answer
         held.pop().close()  # a place is given back
-
-        def served() -> bool:
-            try:
-                return httpx.get(f"{service.url}/v1/health", timeout=5).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        assert wait_for(served, 10)
+        assert wait_for(lambda: health_served(service), 10)
     finally:
         for sock in held:
             sock.close()
@@ -468,14 +469,7 @@ def test_one_address_past_its_limit_is_503_and_another_address_is_served(tmp_pat
             other.sendall(b"GET /v1/health HTTP/1.1\r\nHost: m\r\nConnection: close\r\n\r\n")
             assert read_until_closed(other, CUT_WITHIN_S).startswith(b"HTTP/1.1 200 OK\r\n")
         held.pop().close()  # a place is given back to this address
-
-        def served() -> bool:
-            try:
-                return httpx.get(f"{service.url}/v1/health", timeout=5).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        assert wait_for(served, 10)
+        assert wait_for(lambda: health_served(service), 10)
     finally:
         for sock in held:
             sock.close()

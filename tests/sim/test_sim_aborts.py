@@ -40,9 +40,9 @@ def test_an_aborted_group_leaves_the_batch_and_the_others_finish_sooner():
     assert stopped.pop_finished(stopped.next_group_done_s()) == [2]
 
 
-def executor_with_two(abort_at: float | None):
-    """A simulator running one long group of job a and one short of job b on one engine,
-    a's aborted at ``abort_at`` [s] (None: not): {work id: (end [s], tokens)}."""
+def two_groups_started():
+    """A simulator with one group of each of two jobs started on its one engine at 0 s (the
+    first's long, the second's short), their workload and the engine's name."""
     work = sim_workload(jobs=2, steps=1)
     cluster = Scheduler.for_workload(work).cluster
     executor = SimPyExecutor(cluster, seed=0)
@@ -51,6 +51,13 @@ def executor_with_two(abort_at: float | None):
         executor.start(AdmitJob(100 + index, spec.name, spec, index, 0, 1), 0.0)
     for work_id, spec in zip((1, 2), work.jobs, strict=True):
         executor.start(Generate(work_id, spec.name, 0, 0, 0, engine, 0, 4, 64, 4000), 0.0)
+    return executor, work, engine
+
+
+def executor_with_two(abort_at: float | None):
+    """A simulator running one long group of job a and one short of job b on one engine,
+    a's aborted at ``abort_at`` [s] (None: not): {work id: (end [s], tokens)}."""
+    executor, work, engine = two_groups_started()
     ends = {}
     if abort_at is not None:
         assert executor.wait(abort_at) is None  # neither finished by then
@@ -113,14 +120,7 @@ def test_a_group_that_ended_at_the_abort_is_reported_once_with_its_tokens():
     whole = executor_with_two(None)
     first, (at, tokens) = min(whole.items(), key=lambda item: item[1][0])
     assert tokens[0] > 0
-    work = sim_workload(jobs=2, steps=1)
-    cluster = Scheduler.for_workload(work).cluster
-    executor = SimPyExecutor(cluster, seed=0)
-    engine = cluster.engines[0].name
-    for index, spec in enumerate(work.jobs):
-        executor.start(AdmitJob(100 + index, spec.name, spec, index, 0, 1), 0.0)
-    for work_id, spec in zip((1, 2), work.jobs, strict=True):
-        executor.start(Generate(work_id, spec.name, 0, 0, 0, engine, 0, 4, 64, 4000), 0.0)
+    executor, work, engine = two_groups_started()
     executor.env.run(until=at)  # the clock at `at`, its events of that time not run yet
     job = work.jobs[first - 1].name
     executor.start(AbortGeneration(3, job, first, engine), at)
