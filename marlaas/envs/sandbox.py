@@ -34,6 +34,12 @@ from marlaas.envs.sandbox_runtime import (
 __all__ = ["SandboxLimits", "SandboxResult", "SandboxUnavailable", "require_sandbox", "run_python"]
 
 MiB = 1 << 20
+MEMORY_MB_BOUNDS = (64, 65_536)
+"""The lowest and highest ``memory_mb`` a sandbox takes [MiB]."""
+OUTPUT_BYTES_BOUNDS = (1024, 256 * MiB)
+"""The lowest and highest ``max_output_bytes`` a sandbox takes [bytes]."""
+PROCESSES_BOUNDS = (1, 4096)
+"""The lowest and highest ``max_processes`` a sandbox takes."""
 READ_CHUNK_BYTES = 64 * 1024
 KILL_GRACE_S = 5.0
 """How long bwrap may take to report its sandbox gone after the kill (then it is killed too)."""
@@ -72,9 +78,10 @@ class SandboxLimits:
 
     def __post_init__(self) -> None:
         _check("timeout_s", self.timeout_s, 0.1, 600.0, "s")
-        _check("memory_mb", self.memory_mb, 64, 65536, "MiB", integer=True)
-        _check("max_output_bytes", self.max_output_bytes, 1024, 256 * MiB, "bytes", integer=True)
-        _check("max_processes", self.max_processes, 1, 4096, "", integer=True)
+        _check("memory_mb", self.memory_mb, *MEMORY_MB_BOUNDS, "MiB", integer=True)
+        _check("max_output_bytes", self.max_output_bytes, *OUTPUT_BYTES_BOUNDS, "bytes",
+               integer=True)  # fmt: skip
+        _check("max_processes", self.max_processes, *PROCESSES_BOUNDS, "", integer=True)
         _check("file_size_bytes", self.file_size_bytes, 0, 1024 * MiB, "bytes", integer=True)
         _check("workspace_bytes", self.workspace_bytes, MiB, 1024 * MiB, "bytes", integer=True)
         _check("open_files", self.open_files, 16, 4096, "", integer=True)

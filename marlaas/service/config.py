@@ -18,11 +18,11 @@ from marlaas.core.tenant_spec import TenantSpec
 from marlaas.core.validation_message import format_validation_error
 from marlaas.core.workload import BaseModelSpec, Workload, WorkloadError, parse_workload
 from marlaas.envs.registry import env_names
+from marlaas.envs.sandbox import MEMORY_MB_BOUNDS, OUTPUT_BYTES_BOUNDS, PROCESSES_BOUNDS
 
 DEFAULT_ENVIRONMENTS = ("arithmetic", "calculator", "python_exec", "target_char")
-SANDBOX_MEMORY_MB, SANDBOX_PROCESSES, SANDBOX_OUTPUT_BYTES = 65_536, 4_096, 256 * 1024 * 1024
-"""The sandbox's own bounds (:class:`marlaas.envs.sandbox.SandboxLimits`): the highest caps a
-``service:`` block may set on what a tenant's job asks of it."""
+# The sandbox's own bounds (:class:`marlaas.envs.sandbox.SandboxLimits`) bound the caps a
+# ``service:`` block may set on what a tenant's job asks of it.
 SANDBOX_CAPS = (
     ("memory_mb", "max_sandbox_memory_mb", " MiB"),
     ("max_processes", "max_sandbox_processes", ""),
@@ -45,15 +45,17 @@ class ServiceLimits(StrictSpec):
     lognormal's p99.99). Work in flight ends before a job does, so this also bounds how long
     another tenant's job waits behind such a step, and a cancelled job in ``cancelling``
     (a job with a day's latency took every worker for that day)."""
-    max_sandbox_memory_mb: Count(SANDBOX_MEMORY_MB, low=64) = 2048
+    max_sandbox_memory_mb: Count(MEMORY_MB_BOUNDS[1], low=MEMORY_MB_BOUNDS[0]) = 2048
     """The most address space a job's sandboxed code may ask for, per process [MiB]
     (``python_exec``'s ``memory_mb``, default 512; the sandbox's own bounds are 64 and
     65,536: below 64, no job could run there):
     every environment worker runs one such process at a time on the service's host."""
-    max_sandbox_processes: Count(SANDBOX_PROCESSES) = 64
+    max_sandbox_processes: Count(PROCESSES_BOUNDS[1]) = 64
     """The most processes and threads a job's sandboxed code may ask for at once
     (``python_exec``'s ``max_processes``, default 32; the sandbox's own bound is 4,096)."""
-    max_sandbox_output_bytes: Count(SANDBOX_OUTPUT_BYTES, low=1024) = 8 * 1024 * 1024
+    max_sandbox_output_bytes: Count(OUTPUT_BYTES_BOUNDS[1], low=OUTPUT_BYTES_BOUNDS[0]) = (
+        8 * 1024 * 1024
+    )
     """The most output (stdout and stderr) a job's sandboxed code may ask to have read
     [bytes], held in the service's memory (``python_exec``'s ``max_output_bytes``, default
     1 MiB; the sandbox's own bound is 256 MiB)."""
