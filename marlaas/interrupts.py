@@ -13,9 +13,9 @@ the ``marlaas`` console script imports for tens of milliseconds before
   back at once. Nothing starts a thread or a process while they are blocked (both would
   inherit the mask);
 - while the command runs (:func:`take` ... :func:`give_back`), one handler raises
-  KeyboardInterrupt (SIGINT) or :class:`Interrupted` (SIGTERM) in the main thread, as Python's
-  own would, except while the main thread imports a module: then the signal waits for the
-  import to end (the handler is called again every :data:`RETRY_S` until then);
+  KeyboardInterrupt (SIGINT) or :class:`Interrupted` (SIGTERM, a KeyboardInterrupt too) in the
+  main thread, as Python's own would, except while the main thread imports a module: then the
+  signal waits for the import to end (the handler is called again every :data:`RETRY_S` until then);
 - an exception raised where Python cannot let it through (an at-fork callback such as
   logging's, a ``__del__``: "Exception ignored in ...") would be lost, and the command would
   go on as if no signal had come: ``sys.unraisablehook`` catches it while the handler is in
@@ -46,8 +46,13 @@ _IMPORT_MODULES = frozenset(("importlib._bootstrap", "importlib._bootstrap_exter
 """The modules of Python's import machinery (a frame of theirs: an import in progress)."""
 
 
-class Interrupted(BaseException):
-    """The process got SIGTERM (raised in the main thread, like KeyboardInterrupt for SIGINT)."""
+class Interrupted(KeyboardInterrupt):
+    """The process got SIGTERM (raised in the main thread, like KeyboardInterrupt for SIGINT).
+
+    A KeyboardInterrupt, so that whatever stops for Ctrl-C stops for it: asyncio lets only
+    KeyboardInterrupt and SystemExit out of a task's step and keeps any other exception as the
+    task's result, so a SIGTERM that landed inside a work task was swallowed and the run went
+    on to its end (exit 0). Catch it before KeyboardInterrupt to tell the two apart."""
 
     def __init__(self, number: int) -> None:
         super().__init__(f"signal {number}")

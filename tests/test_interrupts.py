@@ -171,3 +171,26 @@ def test_the_command_holds_signals_until_its_handler_is_in_place():
             f"print(held, end=' '); {PRINT_MASK}")  # fmt: skip
     out = mask_after(["-c", code]).splitlines()[-1]
     assert out == "[<Signals.SIGINT: 2>, <Signals.SIGTERM: 15>] []"
+
+
+@pytest.mark.parametrize(("number", "error"), [(signal.SIGINT, KeyboardInterrupt),
+                                               (signal.SIGTERM, Interrupted)])  # fmt: skip
+def test_a_signal_that_lands_inside_a_task_ends_the_event_loop(taken, number, error):
+    """The handler raises in whatever the main thread runs, often a task's step other than the
+    one the loop was asked to complete. asyncio lets only KeyboardInterrupt and SystemExit out
+    of a task's step; another exception becomes the task's result. SIGTERM's Interrupted was
+    such an exception: a real run took it into a work task and trained to its end, exit 0."""
+    import asyncio
+
+    async def work():
+        signal.raise_signal(number)  # the handler runs here, inside this task's step
+        await asyncio.sleep(30)
+
+    async def run():
+        asyncio.get_running_loop().create_task(work())
+        await asyncio.sleep(2)  # the run goes on: nothing awaits the work task
+        return "finished"
+
+    with pytest.raises(error) as raised:
+        asyncio.run(run())
+    assert raised.type is error
