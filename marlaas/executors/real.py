@@ -32,9 +32,8 @@ Where the engines, trainers and environments run is the business of its backends
 (:class:`~marlaas.executors.ray_backends.RayBackends`), behind the same methods, so the code
 below is the same for both. A backend that was restarted (a Ray actor that died) says so
 (``restarted``); before its next use this executor re-enacts its own record of what it put
-there: the adapters it loaded on an engine, the jobs it swapped onto a trainer at their latest
-synced version (from the store), and a trained step not yet synced (trained again from the
-same samples). The work in flight when it died failed back to the core, which retries it.
+there (:mod:`marlaas.executors.backend_restarts`). The work in flight when it died failed back
+to the core, which retries it.
 
 Its constructor only keeps its settings; :meth:`open` (or ``with``) builds the backends, and
 a job's state is built when the job is admitted. It runs its own asyncio loop: ``start``
@@ -73,55 +72,20 @@ from marlaas.core.work import (
 )
 from marlaas.drive.executor import Completions
 from marlaas.executors.adapter_store import AdapterStore
+from marlaas.executors.backend_restarts import BackendRecord
 from marlaas.executors.backends import EngineSizing, max_positions, model_load_error
+from marlaas.executors.disk_writes import disk_write_error, raise_if_disk_failed
 from marlaas.executors.engine_steps import StepMeter, steps_frame
 from marlaas.executors.episode_runner import EpisodeRunner, RewardPoint
 from marlaas.executors.episodes import ChatFormat
+from marlaas.executors.loop_interrupts import quiet_interrupts, read_interrupt
 from marlaas.executors.memory import tree_rss_mb
 from marlaas.executors.placement import BackendRestarted, Backends
-from marlaas.executors.rollout import Generator, TrainSample
 from marlaas.executors.trainers import TrainerPool
 from marlaas.executors.warmup import warm_up, warm_up_trainer
 from marlaas.executors.yardstick import yardstick
-from marlaas.output.errors import WriteError, disk_error, reason
 
 log = logging.getLogger("marlaas.real")
-
-
-def read_interrupt(task: asyncio.Task) -> None:
-    """Done callback of a work task: read the exception it ended with. ``_work`` turns every
-    error into a failed WorkDone, so a work task ends with one only when the run is
-    interrupted (the signal handler's KeyboardInterrupt or SystemExit, raised inside it),
-    which has already reached the caller through the event loop: read here, asyncio does not
-    print it again, with a traceback, as "Task exception was never retrieved" when the task
-    is collected."""
-    if not task.cancelled():
-        task.exception()
-
-
-def quiet_interrupts(loop: asyncio.AbstractEventLoop, context: dict) -> None:
-    """The event loop's exception handler: an interruption (KeyboardInterrupt, SIGTERM's
-    Interrupted: any exception that is not an Exception) has already reached the caller and
-    been reported in one line, so it is not printed again with a traceback (a work task that
-    ended with it and was collected before :func:`read_interrupt` read it); every other
-    error goes to asyncio's default handler."""
-    error = context.get("exception")
-    if error is not None and not isinstance(error, Exception):
-        return
-    loop.default_exception_handler(context)
-
-
-def disk_write_error(what: str, err: BaseException, where: Path) -> WriteError | None:
-    """The one-line WriteError (exit status 1: the machine's failure, not the workload's)
-    for ``err`` when it is a disk's, full, over its quota or failing
-    (:func:`marlaas.output.errors.disk_error`), raised while ``what`` (e.g. ``Sync of job
-    'a'``) wrote under ``where`` (named when the error names no file); None otherwise."""
-    failed = disk_error(err) if isinstance(err, Exception) else None  # Ctrl-C stays Ctrl-C
-    if failed is None:
-        return None
-    told = reason(failed) if failed.filename else f"{where}: {reason(failed)}"
-    return WriteError(f"{what} could not write ({told}); the run stopped: free space or mend "
-                      "the disk (the steps made durable are kept)")  # fmt: skip
 
 
 class RealExecutor:
@@ -161,16 +125,6 @@ class RealExecutor:
         self._max_model_len_asked = max_model_len
         self._max_model_len = 0  # known once open() read the model's config
         self._chat_template = chat_template
-        self._loaded: set[tuple[str, str, int]] = set()
-        """(engine, job, version) this executor loaded and has not evicted."""
-        self._on_trainer: dict[tuple[str, str], int] = {}
-        """(trainer, job) -> the version this executor swapped in or synced there last."""
-        self._unsynced: dict[tuple[str, str], list[TrainSample]] = {}
-        """(trainer, job) -> the samples of a trained step whose version is not synced yet."""
-        self._restoring: dict[str, asyncio.Lock] = {}
-        self._restores: set[asyncio.Task] = set()
-        """Restores of restarted engines under way (each runs to its end even when the call
-        that needed it was aborted: :meth:`_restored_engine`)."""
         self._specs: dict[str, JobSpec] = {}
         """The admitted jobs' specs (shared with the trainers and the episodes)."""
         self._bounds: dict[str, int] = {}
@@ -186,6 +140,8 @@ class RealExecutor:
         """:meth:`open`'s setup while it runs (cancelled by a close that interrupts it)."""
         self.trainers: TrainerPool | None = None  # built by open()
         self.episodes: EpisodeRunner | None = None  # built by open()
+        self.record: BackendRecord | None = None  # built by open()
+        """What this executor put on each engine and trainer, put back on one restarted."""
         self._finished: list[tuple[float, int, WorkDone]] = []
         self._runner: asyncio.Runner | None = None
         self._woken: asyncio.Event | None = None
@@ -224,6 +180,7 @@ class RealExecutor:
         self.warmup_s = await self._warm_up(backends)
         self.yardstick_s_per_token = await yardstick(backends.engines)
         self.trainers = TrainerPool(backends.trainers, self.store, self._specs)
+        self.record = BackendRecord(backends, self.store, self.trainers)
         self.episodes = EpisodeRunner(
             self._specs, ChatFormat(backends.tokenizer, self._chat_template),
             self._max_model_len, self.seed, make_env=backends.make_env,
@@ -369,7 +326,7 @@ class RealExecutor:
 
     async def _create_first(self, job: str, spec: JobSpec) -> None:
         first = next(iter(self.trainers.trainers))
-        await self._restored_trainer(first)
+        await self.record.restored_trainer(first)
         await asyncio.to_thread(self.trainers.create, job, spec, self.seed)
 
     async def _release(self, d: ReleaseJob) -> None:
@@ -402,26 +359,14 @@ class RealExecutor:
             self._aborted.discard(d.work_id)  # stopped by an AbortGeneration: done now
             return WorkDone(d.work_id), self.now()
         except Exception as exc:
-            self._check_disk(d, exc)
+            raise_if_disk_failed(d, exc, self.store.root)
             why = " ".join(f"{type(exc).__name__}: {exc}".split())
             log.warning("%s of %s failed: %s", type(d).__name__, d.job, why)
             return WorkDone(d.work_id, ok=False, error=why), self.now()
         return WorkDone(d.work_id, **outcome), self.now()
 
-    def _check_disk(self, d: Decision, exc: Exception) -> None:
-        """Raise :func:`disk_write_error` when ``exc`` is a disk's and ``d`` writes (loads,
-        swaps, training, syncs): work retried on a full
-        disk failed again and the run ended as a bad workload (status 2, "LoadAdapter ...
-        failed 4 times in a row: OSError: [Errno 28] ..."). The run stops; its durable steps
-        are kept."""
-        if isinstance(d, Generate | EnvStep):  # they write nothing: an environment's own
-            return  # failed read, say, is its work's failure, retried as any other
-        failed = disk_write_error(f"{type(d).__name__} of job {d.job!r}", exc, self.store.root)
-        if failed is not None:
-            raise failed from exc
-
     async def _generate(self, d: Generate) -> dict:
-        engine = await self._restored_engine(d.engine)
+        engine = await self.record.restored_engine(d.engine)
         tokens, longest, context = await self.episodes.generate(d, engine)
         return {"tokens": tokens, "longest_tokens": longest, "prompt_tokens": context}
 
@@ -431,41 +376,41 @@ class RealExecutor:
 
     async def _load(self, d: LoadAdapter) -> dict:
         await self._created_first(d.job)
-        engine = await self._restored_engine(d.engine)
+        engine = await self.record.restored_engine(d.engine)
         await engine.publish(d.job, d.version, str(self.store.path(d.job, d.version)))
-        self._loaded.add((d.engine, d.job, d.version))
+        self.record.loaded.add((d.engine, d.job, d.version))
         return {}
 
     async def _evict(self, d: EvictAdapter) -> None:
-        engine = await self._restored_engine(d.engine)
-        self._loaded.discard((d.engine, d.job, d.version))
+        engine = await self.record.restored_engine(d.engine)
+        self.record.loaded.discard((d.engine, d.job, d.version))
         with contextlib.suppress(BackendRestarted):  # a new engine holds nothing to retire
             await engine.retire(d.job, d.version)
 
     async def _swap_in(self, d: SwapIn) -> dict:
         await self._created_first(d.job)
-        await self._restored_trainer(d.trainer)
+        await self.record.restored_trainer(d.trainer)
         await asyncio.to_thread(self.trainers.swap_in, d.job, d.version, d.trainer)
-        self._on_trainer[(d.trainer, d.job)] = d.version
+        self.record.on_trainer[(d.trainer, d.job)] = d.version
         return {}
 
     def _swap_out(self, d: SwapOut) -> None:
         if getattr(self.backends.trainers[d.trainer], "restarted", False):
-            self._opened().run(self._restored_trainer(d.trainer))
-        self._on_trainer.pop((d.trainer, d.job), None)
-        self._unsynced.pop((d.trainer, d.job), None)
+            self._opened().run(self.record.restored_trainer(d.trainer))
+        self.record.on_trainer.pop((d.trainer, d.job), None)
+        self.record.unsynced.pop((d.trainer, d.job), None)
         with contextlib.suppress(BackendRestarted):  # a new trainer holds nothing to drop
             self.trainers.swap_out(d.job, d.trainer)
 
     async def _train(self, d: Train) -> dict:
-        await self._restored_trainer(d.trainer)
+        await self.record.restored_trainer(d.trainer)
         samples, mean_reward = self.episodes.batch(d)
         stats = await asyncio.to_thread(self.trainers.train, d.job, d.trainer, samples)
         if stats.version != d.version_out:
             raise RuntimeError(
                 f"{d.job}: trainer at version {stats.version}, expected {d.version_out}"
             )
-        self._unsynced[(d.trainer, d.job)] = samples
+        self.record.unsynced[(d.trainer, d.job)] = samples
         spec = self._specs[d.job]
         self.rewards.append(
             RewardPoint(
@@ -484,59 +429,11 @@ class RealExecutor:
         return {"tokens": stats.tokens, "prompt_tokens": unread}
 
     async def _sync(self, d: Sync) -> dict:
-        await self._restored_trainer(d.trainer)
+        await self.record.restored_trainer(d.trainer)
         await asyncio.to_thread(self.trainers.sync, d.job, d.version, d.trainer)
-        self._on_trainer[(d.trainer, d.job)] = d.version
-        self._unsynced.pop((d.trainer, d.job), None)
+        self.record.on_trainer[(d.trainer, d.job)] = d.version
+        self.record.unsynced.pop((d.trainer, d.job), None)
         return {}
-
-    # ----------------------------------------------------------------------------- restarts
-    async def _restored_engine(self, name: str) -> Generator:
-        """Engine ``name``, given back the adapters this executor loaded there when it was
-        restarted since its last use (the core still counts them as loaded).
-
-        The restore runs as a task of its own, shielded from its caller's cancellation: a
-        Generate aborted meanwhile (AbortGeneration) returns at once, and the restore goes
-        on to its end. Cut short, it left the engine holding some of the adapters and still
-        ``restarted``, and the next call's restore published them all again: the first
-        was refused as already published, and so was every call's after it."""
-        engine = self.backends.engines[name]
-        if getattr(engine, "restarted", False):
-            restore = asyncio.ensure_future(self._restore_engine(name, engine))
-            self._restores.add(restore)
-            restore.add_done_callback(self._restores.discard)
-            await asyncio.shield(restore)
-        return engine
-
-    async def _restore_engine(self, name: str, engine: Generator) -> None:
-        """See :meth:`_restored_engine` (one restore at a time per engine)."""
-        async with self._restoring.setdefault(name, asyncio.Lock()):
-            if engine.restarted:
-                for _, job, version in sorted(e for e in self._loaded if e[0] == name):
-                    await engine.publish(job, version, str(self.store.path(job, version)))
-                engine.restarted = False
-                log.warning("engine %s restarted: %d adapters loaded again", name,
-                            sum(e[0] == name for e in self._loaded))  # fmt: skip
-
-    async def _restored_trainer(self, name: str) -> None:
-        """Give trainer ``name``, when it was restarted since its last use, the jobs this
-        executor put there, each at its latest synced version from the store, and train again
-        a step whose version was not synced yet (the same samples)."""
-        trainer = self.backends.trainers[name]
-        if not getattr(trainer, "restarted", False):
-            return
-        async with self._restoring.setdefault(name, asyncio.Lock()):
-            if not trainer.restarted:
-                return
-            for (where, job), version in sorted(self._on_trainer.items()):
-                if where != name:
-                    continue
-                await asyncio.to_thread(self.trainers.swap_in, job, version, name)
-                samples = self._unsynced.get((name, job))
-                if samples is not None:
-                    await asyncio.to_thread(self.trainers.train, job, name, samples)
-            trainer.restarted = False
-            log.warning("trainer %s restarted: its jobs loaded again from the store", name)
 
     # ----------------------------------------------------------------------------- views
     def engine_adapters(self, engine: str) -> set[tuple[str, int]]:
@@ -565,7 +462,8 @@ class RealExecutor:
     async def _shutdown(self) -> None:
         if self._tasks and self.trainers is not None:  # stopped with work in flight:
             self.trainers.interrupt()  # its training step ends at the next micro-batch
-        pending = [*self._tasks, *self._created.values(), *self._unwaited, *self._restores]
+        restores = () if self.record is None else self.record.restores
+        pending = [*self._tasks, *self._created.values(), *self._unwaited, *restores]
         if self._setting_up is not None and not self._setting_up.done():
             pending.append(self._setting_up)  # open() interrupted (Ctrl-C): no more actors
         for task in pending:
@@ -575,10 +473,11 @@ class RealExecutor:
         self._created.clear()
         if self.episodes is not None:  # every environment closed, then the jobs' threads
             await self.episodes.close()  # (their calls cancelled)
-        for engine, job, version in sorted(self._loaded):
-            if not self.backends.owns(engine):
-                await self.backends.engines[engine].retire(job, version)
-        self._loaded.clear()
+        if self.record is not None:
+            for engine, job, version in sorted(self.record.loaded):
+                if not self.backends.owns(engine):
+                    await self.backends.engines[engine].retire(job, version)
+            self.record.loaded.clear()
         await self.backends.close()
 
     def __enter__(self) -> RealExecutor:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from marlaas.executors.real import RealExecutor
+from marlaas.executors.backend_restarts import BackendRecord
 
 
 class RestartedEngine:
@@ -27,27 +27,26 @@ class RestartedEngine:
         self.held.append((job, version))
 
 
-def executor_with(engine: RestartedEngine) -> RealExecutor:
-    executor = RealExecutor.__new__(RealExecutor)  # only what _restored_engine reads
-    executor.backends = SimpleNamespace(engines={"e0": engine})
-    executor.store = SimpleNamespace(path=lambda job, version: f"/adapters/{job}/{version}")
-    executor._restoring = {}
-    executor._restores = set()
-    executor._loaded = {("e0", "a", 1), ("e0", "b", 2), ("e0", "c", 3)}
-    return executor
+def record_with(engine: RestartedEngine) -> BackendRecord:
+    """The record of an executor that had loaded three adapters on ``engine`` (no trainer)."""
+    backends = SimpleNamespace(engines={"e0": engine}, trainers={})
+    store = SimpleNamespace(path=lambda job, version: f"/adapters/{job}/{version}")
+    record = BackendRecord(backends, store, trainers=None)
+    record.loaded = {("e0", "a", 1), ("e0", "b", 2), ("e0", "c", 3)}
+    return record
 
 
 def test_a_generate_aborted_while_its_engine_is_restored_leaves_the_restore_whole():
     engine = RestartedEngine()
-    executor = executor_with(engine)
+    record = record_with(engine)
 
     async def scenario() -> None:
-        aborted = asyncio.create_task(executor._restored_engine("e0"))
+        aborted = asyncio.create_task(record.restored_engine("e0"))
         while not engine.held:  # one adapter back, the others not yet
             await asyncio.sleep(0.001)
         aborted.cancel()  # what an AbortGeneration does to the Generate awaiting it
         await asyncio.gather(aborted, return_exceptions=True)
-        assert await executor._restored_engine("e0") is engine  # the next Generate
+        assert await record.restored_engine("e0") is engine  # the next Generate
 
     asyncio.run(scenario())
     assert sorted(engine.held) == [("a", 1), ("b", 2), ("c", 3)]

@@ -7,7 +7,7 @@ import gc
 
 import pytest
 
-from marlaas.executors.real import quiet_interrupts, read_interrupt
+from marlaas.executors.loop_interrupts import quiet_interrupts, read_interrupt
 
 
 def _reports_after_an_interrupted_task(callback) -> list[str]:
