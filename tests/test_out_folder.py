@@ -159,23 +159,33 @@ def test_a_second_writer_of_the_same_out_is_refused(tmp_path, capsys):
 
 
 def test_two_processes_racing_to_one_out(tmp_path):
-    """Two real processes, one folder: one writes it, the other is refused; never a mix."""
-    out = tmp_path / "run"
+    """Two real processes, one folder: one writes it, the other is refused; never a mix. The
+    one that holds the folder holds it until the other was refused (a refusal leaves a mark),
+    not for a fixed time: on a loaded machine the other could start after it let go, and both
+    write in turn."""
+    out, refused = tmp_path / "runs" / "run", tmp_path / "refused"
+    out.parent.mkdir()
     script = textwrap.dedent(f"""
-        import sys, time
+        import os, sys, time
         from marlaas.out_folder import claim
-        with claim({str(out)!r}, "simulation") as target, target.staged() as staging:
-            (staging / "who").write_text(sys.argv[1])
-            time.sleep(1.5)
+        try:
+            with claim({str(out)!r}, "simulation") as target, target.staged() as staging:
+                (staging / "who").write_text(sys.argv[1])
+                deadline = time.monotonic() + 60  # (never reached unless both hold it)
+                while not os.path.exists({str(refused)!r}) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+        except BaseException:
+            open({str(refused)!r}, "w").close()
+            raise
     """)
     procs = [
         subprocess.Popen([sys.executable, "-c", script, str(i)], stderr=subprocess.PIPE, text=True)
         for i in range(2)
     ]
-    results = [(p.wait(timeout=60), p.stderr.read()) for p in procs]
+    results = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
     assert sorted(code for code, _ in results) == [0, 1]
     assert any("another marlaas command is writing it" in err for _, err in results)
-    assert (out / "who").read_text() in ("0", "1") and entries(tmp_path) == ["run"]
+    assert (out / "who").read_text() in ("0", "1") and entries(out.parent) == ["run"]
 
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EACCES])
