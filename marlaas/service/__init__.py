@@ -16,6 +16,7 @@ last durable step.
     runner.py    the driver loop on its own thread, recording what happens in the store
     realtime.py  the simulator on the wall clock (``--simulate``)
     app.py       the HTTP API (FastAPI), the dashboard and the metrics
+    connections.py  the bounds on event streams and connections (``serve --help`` states them)
 """
 
 MAX_ID = 2**31 - 1

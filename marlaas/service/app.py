@@ -45,6 +45,7 @@ from marlaas import strict_json
 from marlaas.drive.inbox import InboxClosedError
 from marlaas.service import MAX_ID
 from marlaas.service import store as S
+from marlaas.service.connections import MAX_STREAMS, MAX_STREAMS_PER_CALLER
 from marlaas.service.requests import JobRequestError, job_from_request
 from marlaas.service.runner import ServiceRunner
 
@@ -56,11 +57,6 @@ EVENT_POLL_S = 0.5
 """How often an event stream looks for new events (and that its key is still valid) [s]."""
 MAX_LOGGED_PATH_CHARS, MAX_LOGGED_REASON_CHARS = 200, 300
 """How much of a refused request's path and reason its log line shows [characters]."""
-MAX_STREAMS_PER_CALLER = 16
-"""Event streams one key may hold open at once; one more is 429."""
-MAX_STREAMS = 256
-"""Event streams the service holds open at once, of every tenant together (``serve
---max-streams``); one more is 429: each polls the database, and many slow every request."""
 STREAM_PING_S = 15
 """How often an event stream sends a comment line when it has no event to send [s]: it keeps
 proxies from closing it, and it is what a client that vanished fails to acknowledge (the

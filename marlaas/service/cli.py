@@ -57,9 +57,10 @@ def _serve(args: argparse.Namespace) -> int:
     from marlaas.output.lock import lock_folder, unlock
     from marlaas.service.app import OPERATOR_KEY_FILE, create_app
     from marlaas.service.config import load_config
+    from marlaas.service.connections import connection_limit
     from marlaas.service.keys import new_key
     from marlaas.service.runner import ServiceRunner
-    from marlaas.service.server import connection_limit, server_config
+    from marlaas.service.server import server_config
 
     config, base_dir = load_config(args.cluster, args.policy)
     cost = None
@@ -186,26 +187,26 @@ def _ensure_descriptors(asked: int | None) -> int:
     ``marlaas serve`` on such a host), and refused only where it allows none."""
     import resource
 
-    from marlaas.service.app import MAX_STREAMS
-    from marlaas.service.server import connection_limit
+    from marlaas.service import connections as bounds  # read when called
 
-    max_streams = MAX_STREAMS if asked is None else asked
-    needed = connection_limit(max_streams) + RESERVED_DESCRIPTORS
+    default = bounds.MAX_STREAMS
+    max_streams = default if asked is None else asked
+    needed = bounds.connection_limit(max_streams) + RESERVED_DESCRIPTORS
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= needed:
         return max_streams
     if hard != resource.RLIM_INFINITY and hard < needed:
         room = max_streams - (needed - hard)  # the streams the hard limit leaves room for
         if asked is None and room >= 1:
-            print(f"marlaas: warning: serve: --max-streams {room} (not {MAX_STREAMS}): this "
+            print(f"marlaas: warning: serve: --max-streams {room} (not {default}): this "
                   f"process may open {hard:,} files (ulimit -Hn), and each stream's connection "
                   f"is one of them", file=sys.stderr)  # fmt: skip
             max_streams, needed = room, hard
         else:
             cause = "--max-streams"
-            if asked is None:  # the figure MAX_STREAMS holds: the text follows the constant
-                cause = f"the default --max-streams ({MAX_STREAMS})"
-            connections = connection_limit(max_streams)
+            if asked is None:  # the figure the constant holds: the text follows it
+                cause = f"the default --max-streams ({default})"
+            connections = bounds.connection_limit(max_streams)
             raise UsageError(
                 f"serve: {connections:,} connections ({cause}) and {RESERVED_DESCRIPTORS} "
                 f"files of the service's own need {needed:,} file descriptors; this process "
@@ -376,11 +377,15 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
                         "as Ray actors (the scheduler stays here): no ADDRESS starts a local "
                         "cluster, `auto` joins this machine's, HOST:PORT that head "
                         "(docs/ray.md)")  # fmt: skip
+    from marlaas.service import connections  # the figures, from where they are defined
+
+    per_key, streams = connections.MAX_STREAMS_PER_CALLER, connections.MAX_STREAMS
     parser.add_argument("--max-streams", type=bounded_int(1, 1_000_000), metavar="N",
                         help="event streams (GET /v1/jobs/{id}/events) open at once, of every "
-                        "tenant together; one more is 429 (default: 256; each key holds 16 "
-                        "at most; the operator's are not counted); the server keeps N + 272 "
-                        "connections open at most")  # fmt: skip
+                        f"tenant together; one more is 429 (default: {streams}; each key "
+                        f"holds {per_key} at most; the operator's are not counted); the "
+                        f"server keeps N + {connections.connection_limit(0)} connections "
+                        "open at most")  # fmt: skip
     parser.add_argument("--max-connections-per-address", type=bounded_int(1, 1_000_000),
                         metavar="N", dest="max_per_address", help="connections open at once "
                         "from one client address; one more is 503, closed unread (default: no "
@@ -399,22 +404,25 @@ def _data_arguments(parser: argparse.ArgumentParser) -> None:
                         "e.g. postgresql+psycopg://user@host/db)")  # fmt: skip
 
 
-def _open_store(args: argparse.Namespace, with_keys: bool = True):
+def _open_store(args: argparse.Namespace, with_keys: bool = True, read_only: bool = False):
     """The job store of ``--data`` (made, for ``tenants add``) on ``--db``; ``with_keys``
-    False: without the keys' secret (:class:`~marlaas.service.store.JobStore`)."""
+    False: without the keys' secret; ``read_only``: for a command that only reads, which
+    makes, migrates and writes nothing (:class:`~marlaas.service.store.JobStore`)."""
     require_service_stack(("sqlalchemy", "alembic"))
     created = not Path(args.data).exists()
-    return _store_in(_data_folder(args.data), args.db, created, with_keys)
+    data = _data_folder(args.data, create=not read_only)
+    return _store_in(data, args.db, created, with_keys, read_only)
 
 
-def _store_in(data: Path, db: str | None, created: bool, with_keys: bool = True):
+def _store_in(data: Path, db: str | None, created: bool, with_keys: bool = True,
+              read_only: bool = False):  # fmt: skip
     """The job store of ``data`` on ``db``; a database it cannot open removes ``data`` again
     when this command ``created`` it (empty: nothing was written yet), and is raised."""
     from marlaas.service.db import DatabaseError, database_url
     from marlaas.service.store import JobStore
 
     try:
-        return JobStore(database_url(data, db), data, with_keys)
+        return JobStore(database_url(data, db), data, with_keys, read_only)
     except DatabaseError:
         if created:
             with suppress(OSError):
@@ -436,37 +444,58 @@ def _tenants(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"tenants {args.action}: tenant name {shown_name(args.name)}: {err}"
             ) from None
-    if args.action != "add" and not Path(args.data).exists():  # they make nothing
-        raise UsageError(f"tenants {args.action}: {args.data}: no such data folder "
-                         "(`marlaas tenants add` or `marlaas serve` makes one)")  # fmt: skip
+    if args.action != "add":  # they make nothing
+        if not Path(args.data).exists():
+            raise UsageError(f"tenants {args.action}: {args.data}: no such data folder "
+                             "(`marlaas tenants add` or `marlaas serve` makes one)")  # fmt: skip
+        _data_folder(args.data, create=False)  # one of ours
+    if args.action == "list":
+        _list_tenants(args)
+        return 0
+    from marlaas.service.db import DB_FILE
+
+    if args.action == "revoke" and args.db is None and not (Path(args.data) / DB_FILE).exists():
+        raise UsageError(f"tenants revoke: no tenant named {args.name!r} ({args.data} has no "
+                         "database yet)")  # revoking makes neither it nor the secret  # fmt: skip
     store = _open_store(args)
     try:
-        if args.action == "list":
-            counts = store.job_counts()
-            print(f"{'tenant':<24s} {'active':>6s} {'queued':>6s}  jobs")
-            for tenant in store.tenants():
-                quota = tenant.quota
-                jobs = ", ".join(f"{n} {s}" for s, n in sorted(counts.get(tenant.name, {}).items()))
-                revoked = " (revoked)" if tenant.revoked else ""
-                print(f"{tenant.name + revoked:<24s} {_limit(quota.max_active_jobs):>6s} "
-                      f"{_limit(quota.max_queued_jobs):>6s}  {jobs or '-'}")  # fmt: skip
-            return 0
-        try:
-            if args.action == "add":
-                quota = TenantSpec(max_active_jobs=args.max_active_jobs,
-                                   max_queued_jobs=args.max_queued_jobs)  # fmt: skip
-                key = store.add_tenant(args.name, quota)
-                print(f"tenant {args.name} added; its API key (shown once, keep it):",
-                      file=sys.stderr)  # fmt: skip
-                print(key)
-            else:
-                store.revoke_tenant(args.name)
-                print(f"tenant {args.name}: key revoked")
-        except TenantError as err:
-            raise UsageError(f"tenants {args.action}: {err}") from None
-        return 0
+        if args.action == "add":
+            quota = TenantSpec(max_active_jobs=args.max_active_jobs,
+                               max_queued_jobs=args.max_queued_jobs)  # fmt: skip
+            key = store.add_tenant(args.name, quota)
+            print(f"tenant {args.name} added; its API key (shown once, keep it):",
+                  file=sys.stderr)  # fmt: skip
+            print(key)
+        else:
+            store.revoke_tenant(args.name)
+            print(f"tenant {args.name}: key revoked")
+    except TenantError as err:
+        raise UsageError(f"tenants {args.action}: {err}") from None
     finally:
         store.close()
+    return 0
+
+
+def _list_tenants(args: argparse.Namespace) -> None:
+    """``tenants list``: it only reads, so it opens the job store read-only (it migrated the
+    database, and made it and the keys' secret in a data folder that had none); the secret is
+    checked where there is one (a damaged or missing one is the operator's to hear of)."""
+    from marlaas.service.db import DB_FILE
+
+    counts, tenants = {}, []
+    if args.db is not None or (Path(args.data) / DB_FILE).exists():  # else none: not made
+        store = _open_store(args, read_only=True)
+        try:
+            counts, tenants = store.job_counts(), store.tenants()
+        finally:
+            store.close()
+    print(f"{'tenant':<24s} {'active':>6s} {'queued':>6s}  jobs")
+    for tenant in tenants:
+        quota = tenant.quota
+        jobs = ", ".join(f"{n} {s}" for s, n in sorted(counts.get(tenant.name, {}).items()))
+        revoked = " (revoked)" if tenant.revoked else ""
+        print(f"{tenant.name + revoked:<24s} {_limit(quota.max_active_jobs):>6s} "
+              f"{_limit(quota.max_queued_jobs):>6s}  {jobs or '-'}")  # fmt: skip
 
 
 def _limit(value: int | None) -> str:
@@ -520,7 +549,7 @@ def _traffic(args: argparse.Namespace) -> int:
         from marlaas.core.workload import WorkloadError
 
         raise WorkloadError("the service has had no submissions yet: no traffic to write")
-    store = _open_store(args, with_keys=False)  # a reader of jobs: the secret is not its to make
+    store = _open_store(args, with_keys=False, read_only=True)  # it reads: nothing is written
     try:
         workload, left_out, unkept = traffic_workload(store, config)
     finally:

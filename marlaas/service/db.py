@@ -2,7 +2,9 @@
 
 SQLite in the data folder by default (WAL, so readers never wait for the driver's writes),
 PostgreSQL by URL: the same code path. The schema is Alembic's (``migrations/``): a database
-is migrated to the newest revision when the service or a ``tenants`` command opens it.
+is migrated to the newest revision when a command that writes opens it (``serve``, ``tenants
+add`` and ``revoke``); a command that only reads (``traffic``, ``tenants list``) opens it
+read-only and migrates nothing (:func:`open_database`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 DB_FILE = "service.db"
+MIGRATIONS = Path(__file__).parent / "migrations"
+"""Alembic's scripts: the schema's revisions."""
 
 
 class Base(DeclarativeBase):
@@ -118,28 +122,82 @@ def database_url(data_dir: Path, url: str | None) -> str:
     return url or f"sqlite:///{Path(data_dir).resolve() / DB_FILE}"
 
 
-def open_database(url: str) -> tuple[Engine, sessionmaker]:
+def open_database(url: str, read_only: bool = False) -> tuple[Engine, sessionmaker]:
     """An engine on ``url``, migrated to the newest schema, and its session factory;
     DatabaseError, one line, for a URL SQLAlchemy cannot read, a driver it lacks or a
-    database it cannot reach or open."""
+    database it cannot reach or open. ``read_only``: for a command that only reads (``marlaas
+    traffic``, ``tenants list``): the database is opened read-only (SQLite: ``mode=ro``, its
+    file's bytes untouched; PostgreSQL: read-only transactions) and not migrated; a schema
+    other than the newest is DatabaseError, saying to let ``marlaas serve`` migrate it (a
+    reader migrated it, writing to a database it was only asked to read)."""
     sqlite = url.startswith("sqlite")
+    options: dict = {"pool_pre_ping": not sqlite}
+    if sqlite:
+        options["connect_args"] = {"check_same_thread": False, "timeout": 30}
+        if read_only:
+            options["creator"] = _read_only_sqlite(url)
+    elif read_only:
+        options["connect_args"] = {"options": "-c default_transaction_read_only=on"}
     try:
-        engine = create_engine(
-            url,
-            connect_args={"check_same_thread": False, "timeout": 30} if sqlite else {},
-            pool_pre_ping=not sqlite,
-        )
+        engine = create_engine(url, **options)
     except (SQLAlchemyError, ImportError) as err:
         raise DatabaseError(f"database {_shown(url)}: not a usable database URL "
                             f"({_reason(err)})") from None  # fmt: skip
     if sqlite:
-        event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "connect", _sqlite_read_only if read_only else _sqlite_pragmas)
     try:
-        migrate(engine)
+        if read_only:
+            _check_schema(engine, _shown(url))
+        else:
+            migrate(engine)
     except SQLAlchemyError as err:
         engine.dispose()
         raise DatabaseError(f"database {_shown(url)}: cannot open it ({_reason(err)})") from None
+    except BaseException:
+        engine.dispose()
+        raise
     return engine, sessionmaker(engine, expire_on_commit=False)
+
+
+def _read_only_sqlite(url: str):
+    """A connection factory opening ``url``'s SQLite file read-only (``mode=ro``): nothing it
+    runs writes the file, and a file that is not there is an error, not a new database."""
+    import sqlite3
+    from urllib.parse import quote
+
+    path = make_url(url).database or ""
+    uri = f"file:{quote(str(Path(path).resolve()))}?mode=ro"
+
+    def connect() -> sqlite3.Connection:
+        return sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=30)
+
+    return connect
+
+
+def _check_schema(engine: Engine, shown: str) -> None:
+    """DatabaseError unless the database's schema is the newest revision, which this code
+    reads: a reader neither makes the tables nor migrates them."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    with engine.connect() as connection:
+        current = MigrationContext.configure(connection).get_current_revision()
+    scripts = ScriptDirectory(str(MIGRATIONS))
+    head = scripts.get_current_head()
+    if current == head:
+        return
+    if current is None:
+        raise DatabaseError(f"database {shown}: holds no service's tables (`marlaas serve` or "
+                            "`marlaas tenants add` makes them)")  # fmt: skip
+    if current in {script.revision for script in scripts.walk_revisions()}:
+        raise DatabaseError(
+            f"database {shown}: its schema is revision {current}, older than this marlaas's "
+            f"{head}, and this command only reads: start `marlaas serve` on it once, which "
+            "migrates it (back up the data folder first)"
+        )
+    raise DatabaseError(f"database {shown}: its schema is revision {current!r}, which this "
+                        "marlaas does not know (a newer version made it): use that "
+                        "version")  # fmt: skip
 
 
 class DatabaseError(RuntimeError):
@@ -169,13 +227,20 @@ def _sqlite_pragmas(connection, _record) -> None:
     cursor.close()
 
 
+def _sqlite_read_only(connection, _record) -> None:
+    cursor = connection.cursor()
+    cursor.execute("PRAGMA query_only=ON")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
 def migrate(engine: Engine) -> None:
     """Bring the database to Alembic's newest revision (a new one gets every table)."""
     from alembic import command
     from alembic.config import Config
 
     config = Config()
-    config.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+    config.set_main_option("script_location", str(MIGRATIONS))
     with engine.begin() as connection:
         config.attributes["connection"] = connection
         command.upgrade(config, "head")

@@ -33,8 +33,9 @@ class SecretError(RuntimeError):
     """The keys' secret is damaged, or missing while keys made with it exist (one line)."""
 
 
-def load_secret(data_dir: Path, keys_made: int = 0) -> bytes:
-    """The service's secret in ``data_dir``, made (owner-only) on first use. SecretError when
+def load_secret(data_dir: Path, keys_made: int = 0, make: bool = True) -> bytes | None:
+    """The service's secret in ``data_dir``, made (owner-only) on first use; ``make`` False
+    (a command that only reads): None where there is none yet, nothing made. SecretError when
     it is damaged, or missing while ``keys_made`` tenants' keys were made with it: a new
     secret would refuse every one of them, 401 with no word of why."""
     path = Path(data_dir) / SECRET_FILE
@@ -45,6 +46,8 @@ def load_secret(data_dir: Path, keys_made: int = 0) -> bytes:
             f"random bytes there, `head -c 32 /dev/urandom > {path}`, and give every tenant "
             "a new key: tenants revoke, then tenants add)"
         )
+    if not make:
+        return _read_secret(path, keys_made) if path.exists() else None
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:

@@ -61,9 +61,6 @@ SHUTDOWN_GRACE_S = 5.0
 then it cuts them: an adapter download to a client that reads slowly, or not at all, held the
 stop for as long as that client liked (45 s for one that stopped reading; for one that reads a
 little, until the whole adapter went)."""
-OTHER_CONNECTIONS = 256
-"""Connections the server keeps open for requests, beyond its event streams' places (every
-tenant's ``max_streams`` and the operator's own)."""
 
 
 def listening_socket(host: str, port: int, unacked_s: float = UNACKED_S) -> socket.socket:
@@ -96,15 +93,6 @@ def _bound_unacknowledged(sock: socket.socket, unacked_s: float) -> None:
         log.warning("the system refused TCP_USER_TIMEOUT (%s): a client gone without closing "
                     "its connection keeps its event stream until the kernel gives up on it "
                     "(about 15 minutes)", err.strerror or err)  # fmt: skip
-
-
-def connection_limit(max_streams: int) -> int:
-    """Connections open at once for a service of ``max_streams`` event streams: each stream
-    holds one, the operator's 16 are not counted in ``max_streams``, and requests need
-    :data:`OTHER_CONNECTIONS` more."""
-    from marlaas.service.app import MAX_STREAMS_PER_CALLER
-
-    return max_streams + MAX_STREAMS_PER_CALLER + OTHER_CONNECTIONS
 
 
 def server_config(app, host: str, port: int, max_connections: int, log_level: str = "info",

@@ -82,21 +82,25 @@ class JobStore:
     """The service's database, opened at ``url`` and migrated; ``data_dir`` holds the secret
     the API keys' hashes are keyed with. ``with_keys=False`` opens it for a reader of jobs
     that never makes or checks a key (``marlaas traffic``): the secret is neither read nor
-    made, and :meth:`add_tenant` and :meth:`authenticate` are refused."""
+    made, and :meth:`add_tenant` and :meth:`authenticate` are refused. ``read_only``: for a
+    command that only reads (``traffic``, ``tenants list``): the database is opened
+    read-only and not migrated (:func:`~marlaas.service.db.open_database`), and the secret is
+    checked where ``with_keys``, never made."""
 
-    def __init__(self, url: str, data_dir: Path, with_keys: bool = True) -> None:
+    def __init__(self, url: str, data_dir: Path, with_keys: bool = True,
+                 read_only: bool = False) -> None:  # fmt: skip
         self.url = url
         self._held = None
         """What holds the database for one service (:meth:`hold`): a descriptor, or a
         connection."""
-        self.engine, self._session = open_database(url)
+        self.engine, self._session = open_database(url, read_only)
         self._sqlite = self.engine.dialect.name == "sqlite"
         try:
             self._secret: bytes | None = None
             if with_keys:
                 with self._session() as session:
                     made = session.scalar(select(func.count(Tenant.id)))
-                self._secret = keys.load_secret(data_dir, made)
+                self._secret = keys.load_secret(data_dir, made, make=not read_only)
         except BaseException:
             self.engine.dispose()
             raise

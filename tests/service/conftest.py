@@ -146,6 +146,7 @@ def serve(data: Path, db_url: str | None = None, cluster: dict | None = None,
     from marlaas.service import server as bounds
     from marlaas.service.app import MAX_STREAMS, OPERATOR_KEY_FILE, create_app
     from marlaas.service.cli import make_data_folder
+    from marlaas.service.connections import connection_limit
     from marlaas.service.db import database_url
     from marlaas.service.keys import new_key
     from marlaas.service.runner import ServiceRunner
@@ -163,7 +164,7 @@ def serve(data: Path, db_url: str | None = None, cluster: dict | None = None,
     app = create_app(runner, data, max_streams)
     listening = bounds.listening_socket("127.0.0.1", port, unacked_s or bounds.UNACKED_S)
     port = listening.getsockname()[1]
-    limits.setdefault("max_connections", bounds.connection_limit(max_streams))
+    limits.setdefault("max_connections", connection_limit(max_streams))
     config = bounds.server_config(app, "127.0.0.1", port, log_level="error", **limits)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listening]}, daemon=True)

@@ -512,15 +512,15 @@ def test_serve_makes_room_for_its_connections_and_its_own_files(tmp_path):
 
 def test_the_descriptor_refusal_names_the_default_max_streams_it_holds(monkeypatch):
     """serve's refusal of a hard RLIMIT_NOFILE too low for the default --max-streams wrote
-    "the default --max-streams (256)" as text: a default changed in app.MAX_STREAMS left the
+    "the default --max-streams (256)" as text: a default changed in MAX_STREAMS left the
     line naming the old figure. It names the constant's."""
     import resource
 
-    from marlaas.service import app
+    from marlaas.service import connections
     from marlaas.service.cli import _ensure_descriptors
     from marlaas.terminal import UsageError
 
-    monkeypatch.setattr(app, "MAX_STREAMS", 300)
+    monkeypatch.setattr(connections, "MAX_STREAMS", 300)
     monkeypatch.setattr(resource, "getrlimit", lambda _which: (100, 100))
     monkeypatch.setattr(resource, "setrlimit", lambda *_: pytest.fail("the limit was changed"))
     with pytest.raises(UsageError) as refused:
