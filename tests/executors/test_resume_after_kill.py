@@ -35,22 +35,29 @@ from tests.tiny_cluster import tiny_cluster_yaml
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 6
 JOBS = ("emit-a", "emit-z")
+PROMPTS, GROUP = 2, 4
+HELD_AFTER = 2 * len(JOBS) * PROMPTS * GROUP
+"""Environment steps taken before the rest wait for the release file: each job's first two
+steps' (on-policy, a job's next step starts once its last one trained), so a held run makes
+3 or 4 durable steps of the 12 and no more."""
 
 
-def workload_text(model: Path) -> str:
-    """Two tenants on the tiny model, on-policy, one CPU for generation and training; each
-    environment step waits 0.25 s, so that a run lasts seconds even on an idle machine and a
-    signal sent after its first durable steps lands while it still trains (without the wait,
-    a starved test process could see the run end first)."""
+def workload_text(model: Path, release: Path) -> str:
+    """Two tenants on the tiny model, on-policy, one CPU for generation and training. Their
+    environment (tests/executors/held_env.py) holds every step past the first
+    :data:`HELD_AFTER` until the file ``release`` exists: a run signalled or killed after its
+    first durable steps is still training then, on any machine (an environment latency only
+    made that likely: on a loaded machine the test process could see the run end first)."""
     jobs = "".join(
         f"""  - name: emit-{c}
     tenant: t{c}
     lora_rank: 8
-    rl: {{steps: {STEPS}, prompts_per_step: 2, group_size: 4, max_new_tokens: 8,
+    rl: {{steps: {STEPS}, prompts_per_step: {PROMPTS}, group_size: {GROUP}, max_new_tokens: 8,
          max_staleness: 0, learning_rate: 0.02}}
     prompt_tokens: {{dist: constant, value: 24}}
     response_tokens: {{dist: constant, value: 8}}
-    env: {{name: target_char, args: {{target: {c}}}, latency_s: {{dist: constant, value: 0.25}}}}
+    env: {{name: "tests.executors.held_env:HeldTargetChar",
+          args: {{target: {c}, release: {json.dumps(str(release))}, after: {HELD_AFTER}}}}}
 """
         for c in "az"
     )
@@ -89,19 +96,23 @@ def adapter(out: Path, job: str, version: int) -> dict:
 def test_a_killed_run_resumes_to_the_same_adapters_and_one_history(
     tiny_model_dir, tmp_path, capsys
 ):
-    workload = tmp_path / "w.yaml"
-    workload.write_text(workload_text(tiny_model_dir))
+    workload, release = tmp_path / "w.yaml", tmp_path / "release"
+    workload.write_text(workload_text(tiny_model_dir, release))
     full, part = tmp_path / "full", tmp_path / "part"
+    release.touch()  # the reference runs through
     assert main(train_args(workload, full)) == 0
 
+    release.unlink()  # the run to kill is held after its first durable steps
     env = python_path_first(REPO)
     command = [sys.executable, "-m", "marlaas.cli", *train_args(workload, part)]
     proc = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + KILL_TIMEOUT_S
     while durable_steps(part) < 3 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
+    assert proc.poll() is None, f"the run to kill ended first (status {proc.returncode})"
     proc.send_signal(signal.SIGKILL)
     assert proc.wait() == -signal.SIGKILL
+    release.touch()
     done_before = durable_steps(part)
     assert 3 <= done_before < len(JOBS) * STEPS  # killed midway
     assert read_manifest(part)["status"] == "partial"
@@ -152,7 +163,7 @@ def test_without_resume_an_unfinished_run_is_refused(tiny_model_dir, tmp_path, c
     from marlaas.output.manifest import write_manifest
 
     workload = tmp_path / "w.yaml"
-    workload.write_text(workload_text(tiny_model_dir))
+    workload.write_text(workload_text(tiny_model_dir, tmp_path / "release"))
     out = tmp_path / "run"
     (out / "adapters" / "emit-a" / "v3").mkdir(parents=True)
     write_manifest(out, "real", "partial")
@@ -167,8 +178,8 @@ def test_without_resume_an_unfinished_run_is_refused(tiny_model_dir, tmp_path, c
 def test_ctrl_c_or_sigterm_stops_training_with_one_line_and_resume_finishes(
     tiny_model_dir, tmp_path, capsys, sig
 ):
-    workload = tmp_path / "w.yaml"
-    workload.write_text(workload_text(tiny_model_dir))
+    workload, release = tmp_path / "w.yaml", tmp_path / "release"
+    workload.write_text(workload_text(tiny_model_dir, release))  # held after its first steps
     out = tmp_path / "run"
     env = python_path_first(REPO)
     command = [sys.executable, "-m", "marlaas.cli", *train_args(workload, out)]
@@ -178,8 +189,10 @@ def test_ctrl_c_or_sigterm_stops_training_with_one_line_and_resume_finishes(
     deadline = time.monotonic() + KILL_TIMEOUT_S
     while durable_steps(out) < 2 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
+    assert proc.poll() is None, f"the run to stop ended first (status {proc.returncode})"
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=KILL_TIMEOUT_S)
+    release.touch()
     assert proc.returncode == 128 + sig, err
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]  # (transformers' loading bars come before it)
