@@ -173,23 +173,34 @@ def test_the_command_holds_signals_until_its_handler_is_in_place():
     assert out == "[<Signals.SIGINT: 2>, <Signals.SIGTERM: 15>] []"
 
 
+@pytest.mark.parametrize("inside", ["task", "callback"])
 @pytest.mark.parametrize(("number", "error"), [(signal.SIGINT, KeyboardInterrupt),
                                                (signal.SIGTERM, Interrupted)])  # fmt: skip
-def test_a_signal_that_lands_inside_a_task_ends_the_event_loop(taken, number, error):
-    """The handler raises in whatever the main thread runs, often a task's step other than the
-    one the loop was asked to complete. asyncio lets only KeyboardInterrupt and SystemExit out
-    of a task's step; another exception becomes the task's result. SIGTERM's Interrupted was
-    such an exception: a real run took it into a work task and trained to its end, exit 0."""
+def test_a_signal_that_lands_inside_a_task_or_a_callback_ends_the_event_loop(
+    taken, number, error, inside
+):
+    """The handler raises in whatever the main thread runs: often a task's step other than the
+    one the loop was asked to complete, or a callback (a thread's result handed to the loop).
+    asyncio lets only KeyboardInterrupt and SystemExit out of either; another exception
+    becomes the task's result, or goes to the loop's exception handler (the real executor's
+    keeps it quiet). SIGTERM's Interrupted was such an exception: a real run took it so and
+    trained to its end, exit 0."""
     import asyncio
+
+    from marlaas.executors.real import quiet_interrupts
 
     async def work():
         signal.raise_signal(number)  # the handler runs here, inside this task's step
         await asyncio.sleep(30)
 
     async def run():
-        asyncio.get_running_loop().create_task(work())
-        await asyncio.sleep(2)  # the run goes on: nothing awaits the work task
-        return "finished"
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(quiet_interrupts)  # as the real executor's loop
+        work_task = loop.create_task(work()) if inside == "task" else None
+        if work_task is None:
+            loop.call_soon(signal.raise_signal, number)
+        await asyncio.sleep(2)  # the run goes on: nothing awaits the work
+        return work_task
 
     with pytest.raises(error) as raised:
         asyncio.run(run())
