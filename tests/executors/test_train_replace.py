@@ -6,6 +6,7 @@ backend, CPU): seconds each."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import subprocess
@@ -34,9 +35,16 @@ STUB_MODEL = {
 """A model folder that passes the checks before any work, and fails to load."""
 
 
-def workload_text(model: Path, steps: int = 2) -> str:
+def workload_text(model: Path, steps: int = 2, held_until: Path | None = None) -> str:
     """One tenant on the tiny model; each environment step waits 0.2 s, so that the first
-    durable step comes a while after the model loads."""
+    durable step comes a while after the model loads. ``held_until``: every environment step
+    waits until that file exists (tests/executors/held_env.py), so that the run makes no
+    durable step before it, on any machine."""
+    env = "{name: target_char, args: {target: a}"
+    if held_until is not None:
+        release = json.dumps(str(held_until))
+        env = ('{name: "tests.executors.held_env:HeldTargetChar", '
+               f"args: {{target: a, after: 0, release: {release}}}")  # fmt: skip
     return (
         tiny_cluster_yaml("replace-tiny", model, adapter_slots=2)
         + f"""jobs:
@@ -47,7 +55,7 @@ def workload_text(model: Path, steps: int = 2) -> str:
          max_staleness: 0, learning_rate: 0.02}}
     prompt_tokens: {{dist: constant, value: 24}}
     response_tokens: {{dist: constant, value: 8}}
-    env: {{name: target_char, args: {{target: a}}, latency_s: {{dist: constant, value: 0.2}}}}
+    env: {env}, latency_s: {{dist: constant, value: 0.2}}}}
 """
     )
 
@@ -174,12 +182,14 @@ def reached(out: Path, point: str) -> bool:
 
 @pytest.mark.parametrize("point", KILL_POINTS)
 def test_kill_9_before_the_first_durable_step_and_the_next_command_puts_the_old_run_back(
-    old_run, capsys, point
+    old_run, capsys, point, tiny_model_dir, tmp_path_factory
 ):
     workload, out, before = old_run
+    held = tmp_path_factory.mktemp("held")  # the new run makes no durable step: it is killed
+    (held / "w.yaml").write_text(workload_text(tiny_model_dir, held_until=held / "never"))
     env = python_path_first(REPO)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "marlaas", *train_args(workload, out)], env=env,
+        [sys.executable, "-m", "marlaas", *train_args(held / "w.yaml", out)], env=env,
         stderr=subprocess.DEVNULL, preexec_fn=_signals_as_a_shell_sets,
     )  # fmt: skip
     deadline = time.monotonic() + 300
