@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 from marlaas.envs.base import Environment, StepResult
-from marlaas.executors.env_loops import EnvLoop
+from marlaas.executors.env_loops import EnvLoop, outcome
 from marlaas.import_path import one_line, shown
 from marlaas.interrupts import Interrupted
 from marlaas.numpy_values import is_numpy_bool
@@ -119,7 +119,7 @@ async def guarded_call(env: Environment, method: str, call: Callable[[], Any]) -
                              f"SystemExit({shown(exit_.code)}); an environment must not end "
                              "the process (raise an exception instead)") from None  # fmt: skip
     except asyncio.CancelledError:
-        if _cancelled_here():
+        if cancelled_here():
             raise  # the call itself was cancelled: given up at its bound, or its group failed
         raise _own_cancellation(
             env, method, "an inner task or call cancelled, not this call"
@@ -177,7 +177,7 @@ async def _call_within(
         return await bounded(work, timeout_s, lambda: f"environment {env_name(env)}: "
                              f"{method}() of job {job!r}")  # fmt: skip
     except asyncio.CancelledError:
-        if _cancelled_here():
+        if cancelled_here():
             raise  # this call was cancelled: its group failed, or the run ends
         raise _own_cancellation(env, method, "it cancelled its own task, not the run") from None
 
@@ -218,10 +218,14 @@ async def _after_its_calls(env: Environment, work: Coroutine[Any, Any, Any]) -> 
 async def bounded(work: Awaitable[Any], timeout_s: float | None, what: Callable[[], str]) -> Any:
     """The value of ``work`` within ``timeout_s`` [s] (None: unbounded); EnvTimeoutError
     ``<what()> did not return within <timeout_s> s (its env.timeout_s)`` when it takes
-    longer. The late work is cancelled, not waited for."""
+    longer. The late work is cancelled, not waited for.
+
+    What ``work`` raises is raised here, in the caller's task, Ctrl-C and SIGTERM too: raised
+    in the task that runs ``work``, asyncio lets a KeyboardInterrupt out of the event loop at
+    once, and its caller cannot first end what it has to (a stopping run's other closes)."""
     if timeout_s is None:
         return await work
-    task = asyncio.ensure_future(work)
+    task = asyncio.ensure_future(outcome(work))
     task.add_done_callback(_retrieve)
     try:
         done, _ = await asyncio.wait({task}, timeout=timeout_s)
@@ -231,7 +235,10 @@ async def bounded(work: Awaitable[Any], timeout_s: float | None, what: Callable[
     if not done:
         raise EnvTimeoutError(f"{what()} did not return within {timeout_s:g} s (its "
                               "env.timeout_s)")  # fmt: skip
-    return task.result()
+    value, error = task.result()
+    if error is not None:
+        raise error
+    return value
 
 
 def _retrieve(task: asyncio.Task) -> None:
@@ -262,12 +269,12 @@ async def env_reset(
 
 def _own_cancellation(env: Environment, method: str, what: str) -> EnvCallError:
     """The error for a CancelledError an environment's call raised while this task was not
-    cancelled (:func:`_cancelled_here`): the environment's own, ``what`` saying whose."""
+    cancelled (:func:`cancelled_here`): the environment's own, ``what`` saying whose."""
     return EnvCallError(f"environment {env_name(env)}: {method}() raised CancelledError of "
                         f"its own ({what})")  # fmt: skip
 
 
-def _cancelled_here() -> bool:
+def cancelled_here() -> bool:
     """Whether the task running now was asked to cancel (a CancelledError an environment's
     call raised is then the call's own cancellation). An environment's own CancelledError (a
     task of its own that it awaited was cancelled) once ended the run in a traceback. Python

@@ -13,6 +13,11 @@ job's ``env.timeout_s`` and at most :data:`CLOSE_TIMEOUT_S`; one that raises, or
 return in time, is one warning naming the environment and the job, never the run's failure.
 During the run the closes go on in the background (:class:`Closings`), so that a slow one
 holds no tenant's work.
+
+A stopping run's closes run at once, under one deadline: those of the instances left and those
+still going on in the background end within :data:`CLOSE_TIMEOUT_S` of the stop
+(:meth:`Closings.finish`), each of them run to its end or its bound even when another one is
+interrupted (Ctrl-C, SIGTERM, its cancellation), which goes on once they all ended.
 """
 
 from __future__ import annotations
@@ -20,11 +25,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from marlaas.envs.base import Environment
-from marlaas.executors.env_contract import EnvTimeoutError, bounded, env_call, env_name
+from marlaas.executors.env_contract import (
+    EnvTimeoutError,
+    bounded,
+    cancelled_here,
+    env_call,
+    env_name,
+)
 from marlaas.executors.env_loops import EnvLoop
 
 log = logging.getLogger("marlaas.real")
@@ -63,7 +75,7 @@ async def new_envs(
         return await bounded(asyncio.shield(made), spec.env.timeout_s, lambda: late)
     except BaseException:  # given up: what it makes is closed, not dropped with its value
         given_up.set()
-        closing = _close_when_made(made, spec, loop)
+        closing = _close_when_made(made, spec, loop, closings)
         if closings is None:
             await closing
         else:
@@ -92,11 +104,15 @@ async def _make(
     return made
 
 
-async def _close_when_made(made: asyncio.Future, spec: Any, loop: EnvLoop) -> None:
+async def _close_when_made(
+    made: asyncio.Future, spec: Any, loop: EnvLoop, closings: Closings | None
+) -> None:
     """Close the environments of a making its caller gave up on (``made``: its value), once it
     ends, on ``loop``; it is waited for within the close's bound (one still making then is a
-    warning: what it makes is left unclosed)."""
-    bound = close_bound(spec.env.timeout_s)
+    warning: what it makes is left unclosed), and the closes are bounded too, each bound
+    ending at the latest at the deadline of ``closings`` (its run's stop)."""
+    until = None if closings is None else closings.until
+    bound = close_bound(spec.env.timeout_s, until)
     try:
         envs = await asyncio.wait_for(asyncio.shield(made), bound)
     except asyncio.TimeoutError:
@@ -107,7 +123,8 @@ async def _close_when_made(made: asyncio.Future, spec: Any, loop: EnvLoop) -> No
         return
     except Exception:  # it failed: it closed those it made
         return
-    await close_envs(envs, spec.name, spec.env.timeout_s, loop)
+    until = None if closings is None else closings.until
+    await close_envs(envs, spec.name, spec.env.timeout_s, loop, until)
 
 
 def _retrieve(future: asyncio.Future) -> None:
@@ -117,46 +134,69 @@ def _retrieve(future: asyncio.Future) -> None:
         future.exception()
 
 
-def close_bound(timeout_s: float | None) -> float:
+def close_bound(timeout_s: float | None, until: float | None = None) -> float:
     """How long a close is waited for [s]: the job's ``env.timeout_s``, at most
-    :data:`CLOSE_TIMEOUT_S`."""
-    return CLOSE_TIMEOUT_S if timeout_s is None else min(timeout_s, CLOSE_TIMEOUT_S)
+    :data:`CLOSE_TIMEOUT_S`, and at most until ``until`` (a ``time.monotonic()`` deadline:
+    a stopping run's, :meth:`Closings.finish`; 0 once it passed)."""
+    bound = CLOSE_TIMEOUT_S if timeout_s is None else min(timeout_s, CLOSE_TIMEOUT_S)
+    if until is not None:
+        bound = max(0.0, min(bound, until - time.monotonic()))
+    return bound
 
 
 async def close_envs(
-    envs: Sequence[Environment], job: str, timeout_s: float | None, loop: EnvLoop | None
+    envs: Sequence[Environment],
+    job: str,
+    timeout_s: float | None,
+    loop: EnvLoop | None,
+    until: float | None = None,
 ) -> int:
     """Call ``close()`` of every one of ``envs`` (``job``'s), all at once, each on ``loop``
     (the job's thread of its own; None: this loop) within ``timeout_s`` [s] (the job's
-    ``env.timeout_s``) and at most :data:`CLOSE_TIMEOUT_S`. A close that raises or does not
-    return in time is a warning naming the environment and the job (one line for the
-    instances that failed alike); returns how many failed. Ctrl-C, SIGTERM and the
-    cancellation of this call go on as they came."""
-    bound = close_bound(timeout_s)
-    reasons = await asyncio.gather(*(_close(env, job, bound, loop) for env in envs))
+    ``env.timeout_s``), at most :data:`CLOSE_TIMEOUT_S` and at most until ``until``
+    (:func:`close_bound`). A close that raises or does not return in time is a warning naming
+    the environment and the job (one line for the instances that failed alike); returns how
+    many failed. Every close runs to its end (or its bound) even when one is interrupted:
+    Ctrl-C, SIGTERM or a cancellation that ended one goes on once they all ended, as it
+    came, and so does the cancellation of this call (which cancels them)."""
+    bound = close_bound(timeout_s, until)
+    outcomes = await asyncio.gather(*(_close(env, job, bound, loop) for env in envs))
     failed: dict[tuple[str, str], int] = {}
-    for env, reason in zip(envs, reasons, strict=True):
-        if reason is not None:
+    for env, reason in zip(envs, outcomes, strict=True):
+        if isinstance(reason, str):
             key = (env_name(env), reason)
             failed[key] = failed.get(key, 0) + 1
     for (name, reason), count in failed.items():
         each = f" ({count} of {len(envs)} instances)" if len(envs) > 1 else ""
         log.warning("environment %s of job %r: close() %s%s; the run goes on", name, job,
                     reason, each)  # fmt: skip
+    for interruption in outcomes:
+        if isinstance(interruption, BaseException):
+            raise interruption
     return sum(failed.values())
 
 
-async def _close(env: Environment, job: str, bound: float, loop: EnvLoop | None) -> str | None:
+async def _close(
+    env: Environment, job: str, bound: float, loop: EnvLoop | None
+) -> str | BaseException | None:
     """Why ``env``'s close failed (``raised KeyError: 'x'``, ``did not return within 2 s``);
-    None when it returned."""
+    None when it returned; the interruption that ended it (Ctrl-C, SIGTERM, its cancellation),
+    kept for :func:`close_envs` to raise once the other closes ended: raised in this task,
+    asyncio would let a KeyboardInterrupt out of the event loop at once, and a gather would
+    leave the other closes behind."""
+    if bound <= 0:  # the run's stop deadline passed before it began (Closings.finish)
+        return (f"was not called: the run's closes were given up {CLOSE_TIMEOUT_S:g} s after "
+                "it stopped")  # fmt: skip
     try:
         await env_call(env, "close", env.close, job, bound, loop)
     except EnvTimeoutError:
-        return f"did not return within {bound:g} s"
+        return f"did not return within {bound:.3g} s"
     except Exception as err:  # whatever it raised, or the contract it broke: a warning
         text = " ".join(str(err).split()) or type(err).__name__
         text = text.removeprefix(f"environment {env_name(env)}: ")
         return text.removeprefix("close() ") if text.startswith("close() ") else f"failed: {text}"
+    except BaseException as interruption:  # Ctrl-C, SIGTERM, a cancellation: raised after
+        return interruption
     return None
 
 
@@ -167,6 +207,11 @@ class Closings:
     def __init__(self) -> None:
         self._tasks: dict[asyncio.Task, str] = {}
         """Each close in the background -> its job."""
+        self.until: float | None = None
+        """The run's stop deadline (``time.monotonic()``, set by :meth:`finish`): no close is
+        waited for past it."""
+        self._interruptions: list[BaseException] = []
+        """What ended closes that were interrupted (Ctrl-C, SIGTERM), for :meth:`finish`."""
 
     def start(
         self,
@@ -184,9 +229,35 @@ class Closings:
 
     def spawn(self, work: Coroutine[Any, Any, None], job: str) -> None:
         """Run ``work`` (closes of ``job``'s) in a task of the running loop, among these."""
-        task = asyncio.get_running_loop().create_task(work)
+        task = asyncio.get_running_loop().create_task(self._kept(work))
         self._tasks[task] = job
-        task.add_done_callback(lambda done: self._tasks.pop(done, None))
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task) -> None:
+        """Done callback of a close's task: no longer among these, its error read (no "Task
+        exception was never retrieved": :meth:`finish` waits for the tasks, not their
+        values)."""
+        self._tasks.pop(task, None)
+        if not task.cancelled():
+            task.exception()
+
+    async def _kept(self, work: Coroutine[Any, Any, None]) -> None:
+        """``work``; once the run is stopping (:meth:`finish`), the interruption it ends with
+        is kept for :meth:`finish` to raise (raised in this task, a KeyboardInterrupt would
+        leave the event loop at once, before the other closes ended). Before, it goes on at
+        once (Ctrl-C stops the run), and so does this task's own cancellation, always."""
+        try:
+            await work
+        except asyncio.CancelledError as err:
+            if self.until is None or cancelled_here():
+                raise
+            self._interruptions.append(err)
+        except Exception:
+            raise
+        except BaseException as err:  # Ctrl-C, SIGTERM
+            if self.until is None:
+                raise
+            self._interruptions.append(err)
 
     async def _closed(
         self,
@@ -198,16 +269,34 @@ class Closings:
     ) -> None:
         try:
             if envs:
-                await close_envs(envs, job, timeout_s, loop)
+                await close_envs(envs, job, timeout_s, loop, self.until)
         finally:
             if then is not None:
                 this = asyncio.current_task()
                 earlier = [t for t, of in self._tasks.items() if of == job and t is not this]
-                if earlier:
-                    await asyncio.wait(earlier)
-                then()
+                try:
+                    if earlier:
+                        await asyncio.wait(earlier)
+                finally:
+                    then()
 
     async def finish(self) -> None:
-        """Wait for every close started (each is bounded)."""
+        """Wait for every close started, the run stopping, under one deadline: each ends
+        within :data:`CLOSE_TIMEOUT_S` from now at the latest (:attr:`until`; the closes of
+        a given-up making's instances, which wait for the making first, were the ones that
+        could go on longer), the closes started now and those in the background at once.
+        Then raise the first interruption a close ended with (Ctrl-C, SIGTERM), or this
+        call's own cancellation, which cuts no close short."""
+        until = time.monotonic() + CLOSE_TIMEOUT_S
+        self.until = until if self.until is None else min(self.until, until)
+        cancelled: asyncio.CancelledError | None = None
         while self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            try:
+                await asyncio.wait(list(self._tasks))
+            except asyncio.CancelledError as err:  # the closes go on to their ends first
+                cancelled = err
+        interruptions, self._interruptions = self._interruptions, []
+        if interruptions:
+            raise interruptions[0]
+        if cancelled is not None:
+            raise cancelled

@@ -26,7 +26,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any
 
 log = logging.getLogger("marlaas.real")
@@ -69,7 +69,7 @@ class EnvLoop:
         if self._stopping:
             coro.close()
             raise RuntimeError(f"{self.name}: the environment loop was stopped")
-        future = asyncio.run_coroutine_threadsafe(_outcome(coro), self.loop)
+        future = asyncio.run_coroutine_threadsafe(outcome(coro), self.loop)
         value, error = await asyncio.wrap_future(future)
         if error is not None:
             raise error
@@ -101,15 +101,18 @@ class EnvLoop:
         return not self._thread.is_alive()
 
 
-async def _outcome(coro: Coroutine[Any, Any, Any]) -> tuple[Any, BaseException | None]:
-    """(value, None) or (None, what ``coro`` raised): the error travels back as a value, so
-    that a call given up on whose cancellation ends in an error is not logged on its loop as
-    "exception was never retrieved". Its cancellation is raised as it came."""
+async def outcome(work: Awaitable[Any]) -> tuple[Any, BaseException | None]:
+    """(value, None) or (None, what ``work`` raised), for its caller to raise in its own task
+    (on its own loop): the error travels back as a value, so that a call given up on whose
+    cancellation ends in an error is not logged on its loop as "exception was never
+    retrieved", and a KeyboardInterrupt (Ctrl-C, SIGTERM) does not leave the event loop from
+    the task that runs ``work`` before its caller sees it. Its cancellation is raised as it
+    came."""
     try:
-        return await coro, None
+        return await work, None
     except asyncio.CancelledError:
         raise
-    except BaseException as err:  # raised again in the caller's loop
+    except BaseException as err:  # raised again by the caller
         return None, err
 
 

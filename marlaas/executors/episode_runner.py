@@ -16,7 +16,7 @@ from marlaas.core.work import EnvStep, Generate, Train
 from marlaas.datasets import PromptSet
 from marlaas.envs import Environment, make_env
 from marlaas.envs.job_dataset import job_prompt_set
-from marlaas.executors.env_instances import Closings, close_envs, new_envs
+from marlaas.executors.env_instances import Closings, new_envs
 from marlaas.executors.env_loops import EnvLoops
 from marlaas.executors.episodes import (
     ChatFormat,
@@ -133,23 +133,26 @@ class EpisodeRunner:
         self._closings.start(envs, job, spec.env.timeout_s, loop, then=stop)
 
     async def close(self) -> list[str]:
-        """The run ended: close every environment left (each within its bound), wait for
-        the closes in the background, then stop every job's environment thread (their calls
-        still running are cancelled, given a few seconds to end:
-        :meth:`~marlaas.executors.env_loops.EnvLoops.close`); the names of threads left
-        running, blocked in an environment's call."""
+        """The run ended: close every environment left, at once with the closes still going
+        on in the background, under one deadline (each within its bound, and all within
+        :data:`~marlaas.executors.env_instances.CLOSE_TIMEOUT_S` from now:
+        :meth:`~marlaas.executors.env_instances.Closings.finish`), then stop every job's
+        environment thread (their calls still running are cancelled, given a few seconds to
+        end: :meth:`~marlaas.executors.env_loops.EnvLoops.close`); the names of threads left
+        running, blocked in an environment's call. Every close runs to its end or its bound
+        when one is interrupted (Ctrl-C, SIGTERM, a cancellation), and so does the threads'
+        stop; the interruption is raised then."""
         by_job: dict[str, list] = {}
         for (job, _), episode in self._episodes.items():
             by_job.setdefault(job, []).extend(s.env for s in episode.samples)
         self._episodes.clear()
-        await asyncio.gather(*(
-            close_envs(envs, job, self.specs[job].env.timeout_s, self._loop_of(job))
-            for job, envs in by_job.items()
-        ))  # fmt: skip
-        await self._closings.finish()
-        if self.env_loops is None:
-            return []
-        return await asyncio.to_thread(self.env_loops.close)
+        for job, envs in by_job.items():
+            self._closings.start(envs, job, self.specs[job].env.timeout_s, self._loop_of(job))
+        try:
+            await self._closings.finish()
+        finally:
+            stuck = [] if self.env_loops is None else await asyncio.to_thread(self.env_loops.close)
+        return stuck
 
     def _loop_of(self, job: str):
         """``job``'s environment loop, if it has one already (None: this loop's)."""

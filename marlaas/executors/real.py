@@ -471,14 +471,16 @@ class RealExecutor:
         await asyncio.gather(*pending, return_exceptions=True)
         self._tasks.clear()
         self._created.clear()
-        if self.episodes is not None:  # every environment closed, then the jobs' threads
-            await self.episodes.close()  # (their calls cancelled)
-        if self.record is not None:
-            for engine, job, version in sorted(self.record.loaded):
-                if not self.backends.owns(engine):
-                    await self.backends.engines[engine].retire(job, version)
-            self.record.loaded.clear()
-        await self.backends.close()
+        try:  # every environment closed, then the jobs' threads (their calls cancelled)
+            if self.episodes is not None:
+                await self.episodes.close()
+        finally:  # the backends too when a close was interrupted (raised after them)
+            if self.record is not None:
+                for engine, job, version in sorted(self.record.loaded):
+                    if not self.backends.owns(engine):
+                        await self.backends.engines[engine].retire(job, version)
+                self.record.loaded.clear()
+            await self.backends.close()
 
     def __enter__(self) -> RealExecutor:
         return self.open()
