@@ -14,6 +14,7 @@ step's samples come from the same adapter version whatever the asynchronous sche
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -29,7 +30,6 @@ pytest.importorskip("peft")
 
 from marlaas.client import Client
 from tests.child_env import python_path_first
-from tests.service.conftest import free_port
 from tests.tiny_cluster import tiny_cluster_yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,26 +67,41 @@ def marlaas(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 
 class Service:
-    """``marlaas serve`` in a child process, on ``port``."""
+    """``marlaas serve`` in a child process, on ``port`` (0: the one the system gives it, read
+    from what serve says; a port found free beforehand can be taken by another process before
+    serve binds it)."""
 
-    def __init__(self, cluster: Path, data: Path, port: int, *args: str,
+    def __init__(self, cluster: Path, data: Path, port: int = 0, *args: str,
                  env: dict | None = None) -> None:  # fmt: skip
         self.cluster, self.data, self.port = cluster, data, port
         self.args, self.env = args, env or {}
         """More arguments of ``serve``, and of its environment."""
-        self.url = f"http://127.0.0.1:{port}"
         self.proc: subprocess.Popen | None = None
+        self.log_path = data.parent / f"serve-{data.name}.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> Service:
         env = python_path_first(REPO, base={**os.environ, **self.env})
         command = [sys.executable, "-m", "marlaas.cli", "serve", str(self.cluster), "--data",
                    str(self.data), "--port", str(self.port), "--backend", "hf",
                    "--log-level", "warning", *self.args]  # fmt: skip
-        self.log = open(self.data.parent / f"serve-{self.port}.log", "a")  # noqa: SIM115
+        self.log = open(self.log_path, "a")  # noqa: SIM115
+        said_before = self.log.tell()
         self.proc = subprocess.Popen(command, env=env, stdout=self.log, stderr=self.log)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, self.tail()
+            if self.port == 0:
+                with open(self.log_path) as said:
+                    said.seek(said_before)
+                    serving = re.search(r"serving on http://127\.0\.0\.1:(\d+)", said.read())
+                if serving is None:
+                    time.sleep(0.2)
+                    continue
+                self.port = int(serving[1])
             try:
                 if httpx.get(f"{self.url}/v1/health", timeout=2).json()["status"] == "ok":
                     return self
@@ -96,7 +111,7 @@ class Service:
         raise AssertionError(f"the service did not start: {self.tail()}")
 
     def tail(self) -> str:
-        return (self.data.parent / f"serve-{self.port}.log").read_text()[-3000:]
+        return self.log_path.read_text()[-3000:]
 
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
@@ -186,7 +201,7 @@ def reference(setup):
     root, _, cluster = setup
     data = root / "reference"
     keys = {name: add_tenant(data, name) for name in ("alice", "bob")}
-    service = Service(cluster, data, free_port()).start()
+    service = Service(cluster, data).start()
     try:
         a, b = submit_both(service, keys)
         alice, bob = Client(service.url, keys["alice"]), Client(service.url, keys["bob"])
@@ -245,8 +260,7 @@ def test_kill_9_and_a_restart_continue_every_job_with_nothing_lost_or_twice(refe
     _, _, (ref_a, ref_b), _ = reference
     data = root / "killed"
     keys = {name: add_tenant(data, name) for name in ("alice", "bob")}
-    port = free_port()
-    service = Service(cluster, data, port).start()
+    service = Service(cluster, data).start()
     a, b = submit_both(service, keys)
     assert (a, b) == (ref_a, ref_b)  # the same job numbers: the same samples
     seen: list = []
@@ -259,7 +273,7 @@ def test_kill_9_and_a_restart_continue_every_job_with_nothing_lost_or_twice(refe
     service.kill()
     killed_at = durable_steps(data)
     assert 4 <= killed_at < 2 * STEPS  # killed midway
-    service = Service(cluster, data, port).start()
+    service = Service(cluster, data, service.port).start()  # the listener's URL
     try:
         jobs = {a: Client(service.url, keys["alice"]).wait(a, 0.2, RUN_TIMEOUT_S),
                 b: Client(service.url, keys["bob"]).wait(b, 0.2, RUN_TIMEOUT_S)}  # fmt: skip
@@ -323,9 +337,8 @@ def test_a_policy_that_raises_mid_run_stops_the_service_and_a_restart_continues(
     _, _, (ref_a, ref_b), _ = reference
     data, told = root / "policy-raised", root / "fail-now"
     keys = {name: add_tenant(data, name) for name in ("alice", "bob")}
-    port = free_port()
     policy = "tests.service.raising_policy:RaiseOnNthKey"
-    service = Service(cluster, data, port, "--policy", policy,
+    service = Service(cluster, data, 0, "--policy", policy,
                       env={RAISE_WHEN_ENV: str(told)}).start()  # fmt: skip
     try:
         a, b = submit_both(service, keys)
@@ -344,7 +357,7 @@ def test_a_policy_that_raises_mid_run_stops_the_service_and_a_restart_continues(
     last = said.strip().splitlines()[-1]
     assert last.startswith(f"marlaas: error: serve: the service stopped: policy '{policy}'"), said
     assert 4 <= durable_steps(data) < 2 * STEPS  # stopped midway
-    service = Service(cluster, data, port, "--policy", "fair").start()
+    service = Service(cluster, data, 0, "--policy", "fair").start()
     try:
         jobs = {a: Client(service.url, keys["alice"]).wait(a, 0.2, RUN_TIMEOUT_S),
                 b: Client(service.url, keys["bob"]).wait(b, 0.2, RUN_TIMEOUT_S)}  # fmt: skip
