@@ -149,17 +149,21 @@ def test_rss_figures_of_this_process(tmp_path):
 
 
 def test_monitor_sees_children_and_its_peak_is_at_least_every_sample():
-    allocate = "import time; b = bytearray(80 * 2**20); b[::4096] = b'x' * 20480; time.sleep(3)"
+    # the child holds its memory until told (its stdin closed), not for a fixed time: a test
+    # process starved on a loaded machine would see it end first
+    allocate = ("import sys; b = bytearray(80 * 2**20); b[::4096] = b'x' * 20480; "
+                "sys.stdin.read()")  # fmt: skip
     with MemoryMonitor(period_s=0.05) as monitor:
-        child = subprocess.Popen([sys.executable, "-c", allocate])
+        child = subprocess.Popen([sys.executable, "-c", allocate], stdin=subprocess.PIPE)
         try:
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
                 if child.pid in descendants() and rss_mb(child.pid) > 80:
                     break
                 time.sleep(0.05)
             sampled = monitor.mark()
         finally:
+            child.stdin.close()
             child.wait(timeout=30)
     summary = monitor.summary()
     assert sampled >= rss_mb() + 80 - 5  # this process and the child's 80 MiB
