@@ -39,9 +39,15 @@ class LocalBackends:
         trainers: dict | None = None,
         micro_batch_size: int = 8,
         activation_checkpointing: bool = True,
+        sandbox_caps=None,
     ) -> None:
         self.model_dir, self.backend = model_dir, backend
         self.micro_batch_size, self.checkpointing = micro_batch_size, activation_checkpointing
+        self.sandbox_caps = sandbox_caps
+        """The operator's bound on every sandbox made in this process while the backends are
+        open (a :class:`~marlaas.envs.sandbox.SandboxCaps`, set by :meth:`open`, the caps
+        before it put back by :meth:`close`; None: none)."""
+        self._caps_before: list = []
         self._given = dict(generators or {})
         self._given_trainers = trainers
         self.engines: dict = dict(self._given)
@@ -52,7 +58,12 @@ class LocalBackends:
     async def open(
         self, sizing: EngineSizing, cluster: Cluster, max_model_len: int, seed: int
     ) -> None:
-        """Build the engines, then the trainers, each on its device."""
+        """Bound the sandboxes of this process (``sandbox_caps``), then build the engines,
+        then the trainers, each on its device."""
+        if self.sandbox_caps is not None and not self._caps_before:
+            from marlaas.envs.sandbox import cap_sandboxes
+
+            self._caps_before.append(cap_sandboxes(self.sandbox_caps))
         devices = physical_devices(cluster, gpu_count())
         for engine in cluster.engines:
             if engine.name not in self.engines:
@@ -93,10 +104,16 @@ class LocalBackends:
         return engine not in self._given
 
     async def close(self) -> None:
-        """Shut down the engines built here."""
-        for name, engine in self.engines.items():
-            if name not in self._given:
-                await engine.close()
+        """Shut down the engines built here; put back the sandbox caps :meth:`open` found."""
+        try:
+            for name, engine in self.engines.items():
+                if name not in self._given:
+                    await engine.close()
+        finally:
+            if self._caps_before:
+                from marlaas.envs.sandbox import cap_sandboxes
+
+                cap_sandboxes(self._caps_before.pop())
 
 
 class LocalExecutor(RealExecutor):

@@ -127,7 +127,15 @@ class TrainerActor(_Holder):
 @ray.remote(max_restarts=-1, max_task_retries=0)
 class EnvActor:
     """Runs environments' ``reset``, ``reset_problem``, ``step`` and ``close`` (a code sandbox
-    stays a sandbox here), each checked as in process."""
+    stays a sandbox here), each checked as in process. ``sandbox_caps``: the operator's
+    bound on every sandbox made in this actor's process (:func:`~marlaas.envs.sandbox.
+    cap_sandboxes`; a restarted actor is given them again)."""
+
+    def __init__(self, sandbox_caps=None) -> None:
+        if sandbox_caps is not None:
+            from marlaas.envs.sandbox import cap_sandboxes
+
+            cap_sandboxes(sandbox_caps)
 
     async def call(self, env: Environment, method: str, *args) -> tuple[Environment, Any]:
         """(the environment after ``env.method(*args)``, what it returned); a ``method`` that

@@ -57,8 +57,12 @@ class RayBackends:
         strategy: str = "PACK",
         micro_batch_size: int = 8,
         activation_checkpointing: bool = True,
+        sandbox_caps=None,
     ) -> None:
         self.model_dir, self.backend = Path(model_dir).resolve(), backend
+        self.sandbox_caps = sandbox_caps
+        """The operator's bound on every sandbox the environment actors make (a
+        :class:`~marlaas.envs.sandbox.SandboxCaps`; None: none)."""
         self.env_workers, self.env_actors = env_workers, max(1, min(env_actors, env_workers))
         self.cpus_per_actor, self.strategy = cpus_per_actor, strategy
         self.trainer_kwargs = {
@@ -132,7 +136,7 @@ class RayBackends:
                 kwargs = {**self.trainer_kwargs, "devices": devices, "sampled_in": sampled_in}
                 handles[name] = TrainerActor.options(**options).remote(self.model_dir, kwargs)
         per_actor = math.ceil(self.env_workers / self.env_actors)
-        envs = [EnvActor.options(num_cpus=0, max_concurrency=per_actor).remote()
+        envs = [EnvActor.options(num_cpus=0, max_concurrency=per_actor).remote(self.sandbox_caps)
                 for _ in range(self.env_actors)]  # fmt: skip
         self.actors = {**handles, **{f"env{i}": a for i, a in enumerate(envs)}}
         answers = await asyncio.gather(

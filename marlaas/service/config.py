@@ -18,7 +18,12 @@ from marlaas.core.tenant_spec import TenantSpec
 from marlaas.core.validation_message import format_validation_error
 from marlaas.core.workload import BaseModelSpec, Workload, WorkloadError, parse_workload
 from marlaas.envs.registry import env_names
-from marlaas.envs.sandbox import MEMORY_MB_BOUNDS, OUTPUT_BYTES_BOUNDS, PROCESSES_BOUNDS
+from marlaas.envs.sandbox import (
+    MEMORY_MB_BOUNDS,
+    OUTPUT_BYTES_BOUNDS,
+    PROCESSES_BOUNDS,
+    SandboxCaps,
+)
 
 DEFAULT_ENVIRONMENTS = ("arithmetic", "calculator", "python_exec", "target_char")
 # The sandbox's own bounds (:class:`marlaas.envs.sandbox.SandboxLimits`) bound the caps a
@@ -66,6 +71,15 @@ class ServiceLimits(StrictSpec):
     environments: list[str] = Field(default_factory=lambda: list(DEFAULT_ENVIRONMENTS))
     """The environments tenants may name (registered names only: a tenant never names an
     import path)."""
+
+    def sandbox_caps(self) -> SandboxCaps:
+        """The ``max_sandbox_*`` caps as the sandbox enforces them on every sandbox the
+        service's environments make (:func:`marlaas.envs.sandbox.cap_sandboxes`): those a
+        job's spec asks for are checked at its submission, and those an environment makes
+        otherwise (a user's environment holding a ``python_exec``) where it makes them."""
+        caps = {field: getattr(self, cap) for field, cap, _ in SANDBOX_CAPS}
+        names = tuple((field, f"this service's {cap}") for field, cap, _ in SANDBOX_CAPS)
+        return SandboxCaps(**caps, names=names)
 
     @field_validator("environments")
     @classmethod

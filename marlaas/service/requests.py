@@ -135,18 +135,51 @@ def _check_sandbox(job: JobSpec, limits: ServiceLimits) -> None:
     service's caps (``max_sandbox_*``): a tenant set ``python_exec``'s memory up to 64 GiB a
     process and 4,096 processes, on the service's host. The limits are the environment's
     own (its defaults included, which a cap lowered below them refuses too), read from the
-    instance the spec makes (its constructor has no side effects)."""
+    instance the spec makes (its constructor has no side effects), and from the environments
+    it holds (a user's environment wrapping a ``python_exec``). Limits an environment makes
+    only as it runs are refused where the sandbox is made
+    (:meth:`~marlaas.service.config.ServiceLimits.sandbox_caps`)."""
     from marlaas.envs import resolve_env
+
+    env = resolve_env(job.env.name)(job.env.args)
+    for where, asked in _sandbox_limits(env, ""):
+        for field, cap_field, unit in SANDBOX_CAPS:
+            value, cap = getattr(asked, field), getattr(limits, cap_field)
+            if value <= cap:
+                continue
+            if not where:  # the environment's own: named by its option
+                given = "" if field in (job.env.args or {}) else " (the environment's default)"
+                raise JobRequestError(
+                    f"env.args.{field}: {value:,}{unit}{given} is above this service's "
+                    f"{cap_field} ({cap:,}{unit})"
+                )
+            raise JobRequestError(
+                f"env: {job.env.name!r} holds an environment (its {where}) whose sandbox's "
+                f"{field}, {value:,}{unit}, is above this service's {cap_field} "
+                f"({cap:,}{unit})"
+            )
+
+
+MAX_HELD_DEPTH = 3
+"""How deep :func:`_sandbox_limits` looks into the environments an environment holds."""
+
+
+def _sandbox_limits(env: object, where: str, depth: int = 0):
+    """(where, SandboxLimits) of ``env`` (its ``limits``: where is ``""``) and of the
+    environments it holds in its attributes (directly, or in a list, tuple or dict), as
+    ``attribute.limits``."""
+    from marlaas.envs.base import Environment
     from marlaas.envs.sandbox import SandboxLimits
 
-    asked = getattr(resolve_env(job.env.name)(job.env.args), "limits", None)
-    if not isinstance(asked, SandboxLimits):
+    own = getattr(env, "limits", None)
+    if isinstance(own, SandboxLimits):
+        yield where, own
+    if depth >= MAX_HELD_DEPTH:
         return
-    for field, cap_field, unit in SANDBOX_CAPS:
-        value, cap = getattr(asked, field), getattr(limits, cap_field)
-        if value > cap:
-            given = "" if field in (job.env.args or {}) else " (the environment's default)"
-            raise JobRequestError(
-                f"env.args.{field}: {value:,}{unit}{given} is above this service's "
-                f"{cap_field} ({cap:,}{unit})"
-            )
+    for name, value in vars(env).items() if hasattr(env, "__dict__") else ():
+        values = value.values() if isinstance(value, dict) else value
+        held = values if isinstance(value, list | tuple | dict) else [value]
+        for item in held:
+            if isinstance(item, Environment) and item is not env:
+                path = f"{where}.{name}" if where else name
+                yield from _sandbox_limits(item, path, depth + 1)

@@ -314,7 +314,8 @@ class ServiceRunner:
         return open_real_executor(
             sizing, scheduler.cluster, store=AdapterStore(self.data_dir / ADAPTERS_DIR),
             model_dir=model_dir, backend=resolve_backend(self.backend), seed=scheduler.seed,
-            env_workers=self.config.cluster.env_workers, **self.options,
+            env_workers=self.config.cluster.env_workers, sandbox_caps=limits.sandbox_caps(),
+            **self.options,
         )  # fmt: skip
 
     def _resubmit(self, executor) -> None:

@@ -5,6 +5,9 @@ caps hold for every sandbox a job's environment makes."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+import pytest
 
 from marlaas.cli import main
 from tests.service.conftest import CLUSTER, JOB
@@ -127,3 +130,150 @@ def test_the_reading_commands_leave_the_job_store_as_they_found_it(tmp_path, mon
         f"marlaas: error: tenants revoke: no tenant named 'frank' ({fresh} has no database yet)"
     )
     assert list(fresh.iterdir()) == []
+
+
+WRAPPERS = {"wraps_python_exec": "WrapsPythonExec", "makes_its_sandbox": "MakesItsSandbox"}
+"""Registered names of tests.service.wrapped_sandboxes' environments -> their classes."""
+
+
+@pytest.fixture
+def wrappers(monkeypatch):
+    """The wrapping environments, registered for the test; a cluster that offers them, with a
+    2,048 MiB cap on a sandbox's memory (the default)."""
+    from marlaas.envs import registry
+    from marlaas.service.config import ServiceConfig
+    from tests.service import wrapped_sandboxes
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    for name, cls in WRAPPERS.items():
+        registry.register_env(name)(getattr(wrapped_sandboxes, cls))
+    offered = ["arithmetic", "python_exec", *WRAPPERS]
+    return ServiceConfig.model_validate(
+        {**CLUSTER, "service": {**CLUSTER["service"], "environments": offered}}
+    )
+
+
+def test_a_job_whose_environment_holds_a_python_exec_past_the_caps_is_refused(wrappers):
+    """The service checked the sandbox caps (service: max_sandbox_*) against the limits of
+    the environment a job names, where they are its own (``python_exec``'s ``env.args``): a
+    user's environment holding a ``python_exec`` of 4,096 MiB was taken under a 2,048 MiB cap.
+    The environments it holds are checked too, 422 naming the field and the cap."""
+    from marlaas.service.requests import JobRequestError, job_from_request
+
+    job = {**JOB, "env": {"name": "wraps_python_exec"}}
+    with pytest.raises(JobRequestError) as refused:
+        job_from_request(job, "alice", wrappers)
+    assert str(refused.value) == (
+        "env: 'wraps_python_exec' holds an environment (its inner) whose sandbox's memory_mb, "
+        "4,096 MiB, is above this service's max_sandbox_memory_mb (2,048 MiB)"
+    )
+    within = {**JOB, "env": {"name": "wraps_python_exec", "args": {"memory_mb": 1024}}}
+    assert job_from_request(within, "alice", wrappers).env.args == {"memory_mb": 1024}
+
+
+REFUSED = ("sandbox memory_mb: 4,096 MiB is above 2,048 MiB, the most this service's "
+           "max_sandbox_memory_mb allows; the sandbox was not started")  # fmt: skip
+
+
+def test_the_services_backends_cap_every_sandbox_made_in_their_process(wrappers):
+    """A sandbox an environment makes as it runs (its limits nowhere to see at submission) is
+    held to the service's caps where it is made: the service's backends bound every sandbox
+    of the process while they are open (sandbox.cap_sandboxes), and put back what was there
+    when they close. Past a cap, no sandbox is started: the step raises, one line."""
+    import asyncio
+
+    from marlaas.core.scheduler import Scheduler
+    from marlaas.envs import make_env
+    from marlaas.envs.sandbox import SandboxCapError, cap_sandboxes
+    from marlaas.executors.local import LocalBackends
+
+    class Engine:
+        tokenizer = None
+
+        async def close(self) -> None:
+            pass
+
+    config = wrappers
+    cluster = Scheduler(config.cluster, config.scheduling, config.policy, config.seed).cluster
+    engines = {engine.name: Engine() for engine in cluster.engines}
+    backends = LocalBackends(Path("unused"), "hf", generators=engines, trainers={},
+                             sandbox_caps=config.service.sandbox_caps())  # fmt: skip
+
+    async def steps() -> list:
+        said = []
+        for name in WRAPPERS:
+            env = backends.make_env(name, {})
+            await env.reset(0)
+            try:
+                said.append((await env.step("print(1)")).reward)
+            except SandboxCapError as err:
+                said.append(str(err))
+        return said
+
+    assert cap_sandboxes(None) is None
+    asyncio.run(backends.open(None, cluster, 64, 0))
+    try:
+        assert asyncio.run(steps()) == [REFUSED, REFUSED]
+    finally:
+        asyncio.run(backends.close())
+    assert cap_sandboxes(None) is None  # put back
+    env = make_env("makes_its_sandbox", {})  # a batch run sets no caps: the sandbox runs
+    assert asyncio.run(env.step("")).reward in (0.0, 1.0)
+
+
+def test_the_service_gives_its_caps_to_the_executors_backends(monkeypatch, wrappers, tmp_path):
+    """The service opens its real executor with the sandbox caps of its cluster file: they
+    reach the backends (in this process, or each Ray environment actor)."""
+    from contextlib import nullcontext
+
+    from marlaas.core.scheduler import Scheduler
+    from marlaas.executors import open_real
+    from marlaas.service.runner import ServiceRunner
+
+    given = {}
+    monkeypatch.setattr(open_real, "open_real_executor",
+                        lambda *args, **kwargs: given.update(kwargs) or nullcontext())  # fmt: skip
+    model = tmp_path / "model"  # what the service reads of it before the executor opens
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 2,
+        "hidden_size": 64, "max_position_embeddings": 512}))  # fmt: skip
+    (model / "model.safetensors").write_bytes(b"weights")
+    (model / "tokenizer.json").write_text("{}")
+    config = wrappers.model_copy(update={"base_model": wrappers.base_model.model_copy(
+        update={"path": str(model)})})  # fmt: skip
+    config = config.model_copy(update={"service": config.service.model_copy(
+        update={"max_sandbox_processes": 8, "max_sequence_tokens": 256})})  # fmt: skip
+    runner = ServiceRunner(config, tmp_path, tmp_path, store=None)
+    scheduler = Scheduler(config.cluster, config.scheduling, config.policy, config.seed)
+    runner._open_executor(scheduler)
+    caps = given["sandbox_caps"]
+    assert (caps.memory_mb, caps.max_processes, caps.max_output_bytes) == (2048, 8, 8 * 2**20)
+
+
+@pytest.mark.slow
+def test_a_ray_environment_actor_holds_the_services_caps(wrappers):
+    """Under `serve --ray` the environments run in Ray actors, other processes: the caps
+    travel to each actor (a restarted one is given them again), and a sandbox made there past
+    them is refused as in the service's process."""
+    pytest.importorskip("ray")
+    import asyncio
+
+    from marlaas.envs import make_env
+    from marlaas.executors.ray_actors import EnvActor, EnvPool, RemoteEnv
+    from marlaas.ray_cluster import ray_session
+
+    with ray_session(None, num_cpus=1):
+        actor = EnvActor.options(num_cpus=0).remote(wrappers.service.sandbox_caps())
+        env = RemoteEnv(EnvPool([actor]), make_env("makes_its_sandbox", {}))
+
+        async def step() -> str:
+            await env.reset(0)
+            try:
+                await env.step("")
+            except Exception as err:
+                return str(err)
+            return "ran"
+
+        said = asyncio.run(step())
+    assert said.endswith(REFUSED), said
