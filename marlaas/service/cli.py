@@ -79,8 +79,13 @@ def _serve(args: argparse.Namespace) -> int:
     max_streams = _ensure_descriptors(args.max_streams)
     data = _data_folder(args.data, create=False)  # every check before anything is written
     if not args.simulate:
+        from marlaas.executors.backends import ModelDirError
+
         config = _check_environments(config, args.cluster)
-        _check_base_model(data, config, base_dir)
+        try:
+            _check_base_model(data, config, base_dir)
+        except ModelDirError as err:  # named by its field: the file is the cluster file
+            raise ModelDirError(f"{args.cluster}: {err}") from None
     listening = _listening_socket(args.host, args.port)  # a port in use: nothing written
     try:
         created = not data.exists()

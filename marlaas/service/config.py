@@ -141,7 +141,7 @@ def load_config(path: str | Path, policy: str | None = None) -> tuple[ServiceCon
     file's is."""
     from marlaas.workload_file import read_yaml
 
-    data: Any = read_yaml(path, what="cluster file")
+    data: Any = read_yaml(path, what="cluster")  # "no such cluster file"
     if not isinstance(data, dict):
         raise WorkloadError(f"{path}: a cluster file must be a mapping")
     if "jobs" in data or "arrivals" in data:

@@ -277,3 +277,21 @@ def test_a_ray_environment_actor_holds_the_services_caps(wrappers):
 
         said = asyncio.run(step())
     assert said.endswith(REFUSED), said
+
+
+def test_serve_names_the_cluster_file_it_cannot_read_or_use(tmp_path, capsys):
+    """`serve` on a cluster file that is not there said 'no such cluster file file'; and a
+    real service's cluster file without base_model.path was refused naming the field but not
+    the file (the line spoke of 'the workload'). Both name the cluster file, once; nothing
+    is made."""
+    data = tmp_path / "data"
+    missing = tmp_path / "nowhere.yaml"
+    assert main(["serve", str(missing), "--data", str(data), "--simulate", "--port", "0"]) == 2
+    assert capsys.readouterr().err.strip() == f"marlaas: error: {missing}: no such cluster file"
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("service: {max_sequence_tokens: 64, environments: [arithmetic]}\n")
+    assert main(["serve", str(cluster), "--data", str(data), "--port", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"marlaas: error: {cluster}: base_model.path: a real run needs the "
+                          "base model's local folder"), err  # fmt: skip
+    assert "\n" not in err and not data.exists()
