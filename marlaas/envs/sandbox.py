@@ -17,8 +17,9 @@ import json
 import math
 import os
 import signal
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import psutil
 
@@ -31,16 +32,9 @@ from marlaas.envs.sandbox_runtime import (
     unprivileged,
 )
 
-__all__ = [
-    "SandboxCapError",
-    "SandboxCaps",
-    "SandboxLimits",
-    "SandboxResult",
-    "SandboxUnavailable",
-    "cap_sandboxes",
-    "require_sandbox",
-    "run_python",
-]
+_T = TypeVar("_T")
+
+__all__ = ["SandboxLimits", "SandboxResult", "SandboxUnavailable", "require_sandbox", "run_python"]
 
 MiB = 1 << 20
 MEMORY_MB_BOUNDS = (64, 65_536)
@@ -107,55 +101,6 @@ class SandboxLimits:
         ]
 
 
-CAPPED = (("memory_mb", " MiB"), ("max_processes", ""), ("max_output_bytes", " bytes"))
-"""The limits a :class:`SandboxCaps` bounds, and their units as written."""
-
-
-@dataclass(frozen=True, slots=True)
-class SandboxCaps:
-    """The most any sandbox of this process may be given (:func:`cap_sandboxes`): an
-    operator's bound over the limits a job's environment asks for (``marlaas serve``'s
-    ``service: max_sandbox_*``), checked where a sandbox is made (:func:`run_python`), so that
-    it holds whichever environment made the limits (``python_exec``, or a user's environment
-    holding one, or calling :func:`run_python` itself)."""
-
-    memory_mb: int
-    max_processes: int
-    max_output_bytes: int
-    names: tuple[tuple[str, str], ...] = ()
-    """(limit, the name of its cap where it was set, e.g. ``service.max_sandbox_memory_mb``),
-    for refusals to name it."""
-
-    def refusal(self, limits: SandboxLimits) -> str | None:
-        """Why ``limits`` are past these caps (the first limit past its cap), or None."""
-        named = dict(self.names)
-        for field, unit in CAPPED:
-            asked, cap = getattr(limits, field), getattr(self, field)
-            if asked > cap:
-                return (f"sandbox {field}: {asked:,}{unit} is above {cap:,}{unit}, the most "
-                        f"{named.get(field, 'the caps')} allows; the sandbox was not "
-                        "started")  # fmt: skip
-        return None
-
-
-class SandboxCapError(ValueError):
-    """A sandbox asked for more than this process's :class:`SandboxCaps` (one line)."""
-
-
-_caps: SandboxCaps | None = None
-"""The caps of every sandbox this process makes (:func:`cap_sandboxes`); None: none."""
-
-
-def cap_sandboxes(caps: SandboxCaps | None) -> SandboxCaps | None:
-    """Bound every sandbox this process makes from now on by ``caps`` (None: no bound), and
-    return the caps they replace (to put back). Set by the one who runs environments for an
-    operator: the service's backends, in the service's process and in each Ray environment
-    actor; a sandbox past them is :class:`SandboxCapError` and is never started."""
-    global _caps
-    previous, _caps = _caps, caps
-    return previous
-
-
 @dataclass(frozen=True, slots=True)
 class SandboxResult:
     """How a sandbox run ended and what it wrote (at most `max_output_bytes` in all)."""
@@ -175,12 +120,8 @@ async def run_python(
     """Run `script` with `python -I -S` in a fresh sandbox; `inputs` become read-only files.
 
     The script is /sandbox/main.py and each input /sandbox/<name>; /work is the working
-    directory. Raises SandboxUnavailable when there is no sandbox (never runs unsandboxed),
-    SandboxCapError when ``limits`` are past this process's caps (:func:`cap_sandboxes`).
+    directory. Raises SandboxUnavailable when there is no sandbox (never runs unsandboxed).
     """
-    refused = _caps.refusal(limits) if _caps is not None else None
-    if refused is not None:
-        raise SandboxCapError(refused)
     runtime = require_sandbox()
     files = {"main.py": script.encode(), **inputs}
     with contextlib.ExitStack() as stack:
@@ -232,7 +173,7 @@ async def _supervise(
     init_pidfd = None
     outcome = "timeout"
     try:
-        init_pidfd = await asyncio.wait_for(_open_init(proc, info_fd), limits.timeout_s)
+        init_pidfd = await _within(_open_init(proc, info_fd), limits.timeout_s)
         remaining_s = max(0.0, deadline - loop.time())
         await asyncio.wait(
             {work, over_cap}, timeout=remaining_s, return_when=asyncio.FIRST_COMPLETED
@@ -247,8 +188,14 @@ async def _supervise(
         over_cap.cancel()
         await _kill(proc, init_pidfd)
         # The pumps drain what the dead sandbox left in its pipes (kept up to the cap).
-        with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
-            await asyncio.wait_for(work, KILL_GRACE_S)
+        try:
+            await _within(work, KILL_GRACE_S)
+        except asyncio.TimeoutError:
+            pass
+        except asyncio.CancelledError:
+            if _asked_to_cancel():
+                raise  # this step is given up (its bound, its group failed, the run stops)
+            # else only the pumps' tasks were cancelled (their loop stops): what they read
     return SandboxResult(outcome, proc.returncode, bytes(capture.stdout), bytes(capture.stderr))
 
 
@@ -284,7 +231,7 @@ async def _kill(proc: asyncio.subprocess.Process, init_pidfd: int | None) -> Non
                 signal.pidfd_send_signal(init_pidfd, signal.SIGKILL)
             await _exited(init_pidfd, KILL_GRACE_S)
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(proc.wait(), KILL_GRACE_S)
+            await _within(proc.wait(), KILL_GRACE_S)
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -298,13 +245,35 @@ async def _kill(proc: asyncio.subprocess.Process, init_pidfd: int | None) -> Non
             os.close(init_pidfd)
 
 
+async def _within(work: Awaitable[_T], timeout_s: float) -> _T:
+    """The value of ``work`` within ``timeout_s`` [s], else asyncio.TimeoutError (``work`` is
+    then cancelled, as it is when this call is). Not asyncio.wait_for: on Python 3.11 it
+    returns the value of a ``work`` that ended as its caller was cancelled, and the
+    cancellation is lost (the sandbox's step, given up by its caller, went on)."""
+    task = asyncio.ensure_future(work)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    finally:
+        if not task.done():
+            task.cancel()
+    if not done:
+        raise asyncio.TimeoutError
+    return task.result()
+
+
+def _asked_to_cancel() -> bool:
+    """Whether the task running now was asked to cancel (Python 3.10 cannot tell: yes)."""
+    cancelling = getattr(asyncio.current_task(), "cancelling", None)
+    return cancelling is None or cancelling() > 0
+
+
 async def _exited(pidfd: int, timeout_s: float) -> None:
     """Return once the process of `pidfd` has exited (its fd turns readable), or after timeout."""
     loop = asyncio.get_running_loop()
     gone = loop.create_future()
     loop.add_reader(pidfd, lambda: gone.done() or gone.set_result(None))
     try:
-        await asyncio.wait_for(gone, timeout_s)
+        await _within(gone, timeout_s)
     except asyncio.TimeoutError:
         pass
     finally:

@@ -492,3 +492,29 @@ def test_interpreter_needs_no_site_packages():
     assert found[0][0] == os.path.realpath(getattr(sys, "_base_executable", sys.executable))
     assert not any("site-packages" in path for _, binds in found for path in binds)
     assert not any(path.startswith(sys.prefix + "/") for _, binds in found for path in binds)
+
+
+@needs_bwrap
+def test_a_step_cancelled_as_its_sandbox_is_killed_is_cancelled(monkeypatch):
+    """A cancellation (the step's bound passed, its group failed, the run stops) that comes
+    while the sandbox is being killed and its pipes drained was swallowed there, with the
+    drain's own: the step returned a result, and its episode went on where its caller had
+    given it up (a stopping run waited for it)."""
+    from marlaas.envs import sandbox
+
+    killed = sandbox._kill
+
+    async def kill_then_cancelled(proc, init_pidfd):
+        await killed(proc, init_pidfd)
+        asyncio.current_task().cancel()  # delivered at the drain's await
+
+    monkeypatch.setattr(sandbox, "_kill", kill_then_cancelled)
+
+    async def cancelled() -> bool:
+        try:
+            await run_python("print('hi')", {}, SandboxLimits(10))
+        except asyncio.CancelledError:
+            return True
+        return False
+
+    assert run(cancelled())
