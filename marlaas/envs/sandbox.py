@@ -34,7 +34,16 @@ from marlaas.envs.sandbox_runtime import (
 
 _T = TypeVar("_T")
 
-__all__ = ["SandboxLimits", "SandboxResult", "SandboxUnavailable", "require_sandbox", "run_python"]
+__all__ = [
+    "SandboxCapError",
+    "SandboxCaps",
+    "SandboxLimits",
+    "SandboxResult",
+    "SandboxUnavailable",
+    "cap_sandboxes",
+    "require_sandbox",
+    "run_python",
+]
 
 MiB = 1 << 20
 MEMORY_MB_BOUNDS = (64, 65_536)
@@ -101,6 +110,55 @@ class SandboxLimits:
         ]
 
 
+CAPPED = (("memory_mb", " MiB"), ("max_processes", ""), ("max_output_bytes", " bytes"))
+"""The limits a :class:`SandboxCaps` bounds, and their units as written."""
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxCaps:
+    """The most any sandbox of this process may be given (:func:`cap_sandboxes`): an
+    operator's bound over the limits a job's environment asks for (``marlaas serve``'s
+    ``service: max_sandbox_*``), checked where a sandbox is made (:func:`run_python`), so that
+    it holds whichever environment made the limits (``python_exec``, or a user's environment
+    holding one, or calling :func:`run_python` itself)."""
+
+    memory_mb: int
+    max_processes: int
+    max_output_bytes: int
+    names: tuple[tuple[str, str], ...] = ()
+    """(limit, the name of its cap where it was set, e.g. ``service.max_sandbox_memory_mb``),
+    for refusals to name it."""
+
+    def refusal(self, limits: SandboxLimits) -> str | None:
+        """Why ``limits`` are past these caps (the first limit past its cap), or None."""
+        named = dict(self.names)
+        for field, unit in CAPPED:
+            asked, cap = getattr(limits, field), getattr(self, field)
+            if asked > cap:
+                return (f"sandbox {field}: {asked:,}{unit} is above {cap:,}{unit}, the most "
+                        f"{named.get(field, 'the caps')} allows; the sandbox was not "
+                        "started")  # fmt: skip
+        return None
+
+
+class SandboxCapError(ValueError):
+    """A sandbox asked for more than this process's :class:`SandboxCaps` (one line)."""
+
+
+_caps: SandboxCaps | None = None
+"""The caps of every sandbox this process makes (:func:`cap_sandboxes`); None: none."""
+
+
+def cap_sandboxes(caps: SandboxCaps | None) -> SandboxCaps | None:
+    """Bound every sandbox this process makes from now on by ``caps`` (None: no bound), and
+    return the caps they replace (to put back). Set by the one who runs environments for an
+    operator: the service's backends, in the service's process and in each Ray environment
+    actor; a sandbox past them is :class:`SandboxCapError` and is never started."""
+    global _caps
+    previous, _caps = _caps, caps
+    return previous
+
+
 @dataclass(frozen=True, slots=True)
 class SandboxResult:
     """How a sandbox run ended and what it wrote (at most `max_output_bytes` in all)."""
@@ -120,8 +178,12 @@ async def run_python(
     """Run `script` with `python -I -S` in a fresh sandbox; `inputs` become read-only files.
 
     The script is /sandbox/main.py and each input /sandbox/<name>; /work is the working
-    directory. Raises SandboxUnavailable when there is no sandbox (never runs unsandboxed).
+    directory. Raises SandboxUnavailable when there is no sandbox (never runs unsandboxed),
+    SandboxCapError when ``limits`` are past this process's caps (:func:`cap_sandboxes`).
     """
+    refused = _caps.refusal(limits) if _caps is not None else None
+    if refused is not None:
+        raise SandboxCapError(refused)
     runtime = require_sandbox()
     files = {"main.py": script.encode(), **inputs}
     with contextlib.ExitStack() as stack:
