@@ -139,7 +139,7 @@ def _serve(args: argparse.Namespace) -> int:
         try:
             runner.start()
         except BaseException as err:
-            raise _driver_stopped(err, args.cluster) from None
+            raise _driver_stopped(err, args.cluster, store.url) from None
         app = create_app(runner, data, max_streams)
         server = uvicorn.Server(server_config(
             app, args.host, args.port, connection_limit(max_streams), log_level=args.log_level,
@@ -156,7 +156,7 @@ def _serve(args: argparse.Namespace) -> int:
             runner.stop()
             store.close()
         if runner.error is not None:
-            raise _driver_stopped(runner.error, args.cluster) from None
+            raise _driver_stopped(runner.error, args.cluster, store.url) from None
         return 0
     finally:
         listening.close()
@@ -164,13 +164,24 @@ def _serve(args: argparse.Namespace) -> int:
         unlock(data, lock)
 
 
-def _driver_stopped(err: BaseException, cluster: str) -> BaseException:
+def _driver_stopped(err: BaseException, cluster: str, url: str) -> BaseException:
     """What ``serve`` exits with when its driver stopped on ``err``: for a policy that raised
     (or returned what is not a key), one line naming the policy, the call and what it raised,
     and what to do (every job is kept at its last durable step, and continues on the next
-    start); any other error as it is."""
+    start); for the job store's database (at ``url``) that failed (its disk full, its server
+    gone), one line too, where it was SQLAlchemy's traceback; any other error as it is."""
+    from sqlalchemy.exc import SQLAlchemyError
+
     from marlaas.policy_path import PolicyError
 
+    if isinstance(err, SQLAlchemyError):
+        from marlaas.service.db import failed_database
+
+        return failed_database(
+            url, err, "the service stopped: every job is kept at its last durable step and "
+            "continues when the service starts again: see to the database (its disk, its "
+            "server), then serve again"
+        )  # fmt: skip
     if not isinstance(err, PolicyError):
         return err
     return UsageError(

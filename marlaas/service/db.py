@@ -204,6 +204,13 @@ class DatabaseError(RuntimeError):
     """A database the service cannot open (its URL, driver or server), in one line."""
 
 
+def failed_database(url: str, err: BaseException, then: str) -> DatabaseError:
+    """DatabaseError, one line, for the database at ``url`` that failed with ``err`` (a
+    SQLAlchemyError: the driver's own message, without SQLAlchemy's statement and links), and
+    ``then``: what it means and what to do."""
+    return DatabaseError(f"database {_shown(url)}: {_reason(err)}; {then}")
+
+
 def _shown(url: str) -> str:
     """``url`` without its password (or a placeholder, when it is not a URL at all)."""
     try:

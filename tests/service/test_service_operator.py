@@ -295,3 +295,29 @@ def test_serve_names_the_cluster_file_it_cannot_read_or_use(tmp_path, capsys):
     assert err.startswith(f"marlaas: error: {cluster}: base_model.path: a real run needs the "
                           "base model's local folder"), err  # fmt: skip
     assert "\n" not in err and not data.exists()
+
+
+def test_a_database_that_fails_under_the_service_stops_it_in_one_line(capsys):
+    """The job store's database failing under a running service (its disk full, its
+    PostgreSQL server gone) stopped the driver, and `serve` exited with SQLAlchemy's
+    traceback, the statement and its parameters included. It exits 2 with one line: the
+    database, the driver's reason, and what it means for the jobs."""
+    import sqlite3
+
+    from sqlalchemy.exc import OperationalError
+
+    from marlaas.service.cli import _driver_stopped
+    from marlaas.service.db import DatabaseError
+    from marlaas.terminal import error_line
+
+    failed = OperationalError("INSERT INTO steps (job_id, step) VALUES (?, ?)", (3, 7),
+                              sqlite3.OperationalError("database or disk is full"))  # fmt: skip
+    stopped = _driver_stopped(failed, "cluster.yaml", "sqlite:////srv/data/service.db")
+    assert isinstance(stopped, DatabaseError)
+    assert error_line(stopped) == (
+        "marlaas: error: database sqlite:////srv/data/service.db: database or disk is full; "
+        "the service stopped: every job is kept at its last durable step and continues when "
+        "the service starts again: see to the database (its disk, its server), then serve again"
+    )
+    other = RuntimeError("an executor's own")
+    assert _driver_stopped(other, "cluster.yaml", "sqlite:////srv/data/service.db") is other
