@@ -23,7 +23,9 @@ TypeError. The actor
 checks the call as a call in process is checked (a coroutine, no ``sys.exit``:
 :func:`marlaas.executors.env_contract.guarded_call`), and a call the executor gives up on (its
 ``env.timeout_s`` passed) is cancelled in the actor too; an actor whose cancelled call does
-not end within ``ENV_CANCEL_GRACE_S`` (its thread is blocked) is killed and restarted.
+not end within ``ENV_CANCEL_GRACE_S`` (its thread is blocked) is killed and restarted. The
+instance's next call (its close, a retried step) waits for the call given up on to end there,
+so that two copies of one environment's state never run at once (:class:`RemoteEnv`).
 """
 
 from __future__ import annotations
@@ -373,11 +375,20 @@ def _kill_if_stuck(actor, ref) -> None:
 
 
 class RemoteEnv(Environment):
-    """One episode's environment, whose ``reset`` and ``step`` run in the pool's actors."""
+    """One episode's environment, whose ``reset`` and ``step`` run in the pool's actors.
+
+    Each call runs on a copy of the state (``env``), which comes back only when the call
+    returned. A call given up on runs on in its actor until its cancellation ends there (its
+    cleanup), or the actor is killed (:meth:`EnvPool.give_up`): the instance's next call waits
+    for that first (:meth:`_given_up_ended`), so that two copies of one environment never run
+    at once, as in process no close runs beside another call of its instance. What the
+    given-up copy did stays in its actor, as a call's on an actor that died."""
 
     def __init__(self, pool: EnvPool, env: Environment) -> None:
         super().__init__(env.args)
         self.pool, self.env = pool, env
+        self._given_up: ray.ObjectRef | None = None
+        """The call given up on last, until it ended in its actor."""
 
     async def reset(self, seed: int) -> str:
         """The environment's ``reset``, in an actor."""
@@ -415,6 +426,7 @@ class RemoteEnv(Environment):
         cancelled in the actor too, so that a hung environment does not keep one of the
         actor's concurrent calls for good (:meth:`EnvPool.give_up`). A state that Ray cannot
         pickle, before the call or after it, is EnvStateError (:func:`state_error`)."""
+        await self._given_up_ended()
         actor = self.pool.next_actor()
         try:
             ref = actor.call.remote(self.env, method, *args)
@@ -424,6 +436,7 @@ class RemoteEnv(Environment):
             new_env, value = await ref
         except asyncio.CancelledError:
             self.pool.give_up(actor, ref)
+            self._given_up = ref
             raise
         except RayTaskError as err:
             cause = _cause(err)
@@ -440,3 +453,19 @@ class RemoteEnv(Environment):
                                f"died ({textwrap.shorten(str(err), 200)})") from None  # fmt: skip
         self.env = new_env
         return value
+
+    async def _given_up_ended(self) -> None:
+        """Wait until the call given up on last has ended in its actor (its cleanup after the
+        cancellation; a copy that blocks the actor's thread ends when the actor is killed,
+        ``ENV_CANCEL_GRACE_S`` after). Made at once, the instance's close ran in another
+        actor beside it, on the state from before it. Within this call's bound (its
+        caller's): given up on meanwhile, it leaves the wait to the next call."""
+        ref = self._given_up
+        if ref is None:
+            return
+        ended = asyncio.wrap_future(ref.future())
+        await asyncio.wait({ended})
+        if not ended.cancelled():  # read: TaskCancelledError, RayActorError (killed), none
+            ended.exception()
+        if self._given_up is ref:
+            self._given_up = None

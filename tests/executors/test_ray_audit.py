@@ -532,3 +532,68 @@ def test_a_close_whose_actor_died_is_made_again_in_a_live_one(ray_cluster, tmp_p
         assert asyncio.run(close_envs([env], "j", 30.0, None)) == 0
     assert marker.read_text() == "closed"
     assert not [r for r in caplog.records if "close()" in r.getMessage()]
+
+
+class SlowToCancel(Environment):
+    """Its first step (of all its copies) takes an hour; cancelled, it takes 1 s to stop
+    what it started. Each call notes its start (a step numbered by the copy of the state it
+    runs on) and such a stop in ``args["journal"]``, a file (the copies run in the actors'
+    processes)."""
+
+    def __init__(self, args=None) -> None:
+        super().__init__(args)
+        self.steps = 0
+
+    def note(self, what: str) -> None:
+        with open(self.args["journal"], "a") as journal:
+            journal.write(f"{what}\n")
+
+    async def reset(self, seed: int) -> str:
+        return "go"
+
+    async def step(self, action: str) -> StepResult:
+        first = not Path(self.args["journal"]).exists()  # the first step of any copy
+        self.steps += 1
+        self.note(f"step {self.steps} starts")
+        if first:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                await asyncio.sleep(1.0)
+                self.note("step 1 stopped")
+                raise
+        return StepResult("", 1.0, True)
+
+    async def close(self) -> None:
+        self.note("close")
+
+
+@pytest.mark.parametrize("then", ["close", "step"])
+def test_a_call_given_up_on_has_ended_in_its_actor_before_the_instances_next_call(
+    ray_cluster, tmp_path, then
+):
+    """Each call runs on a copy of the environment's state in an actor: a step given up at
+    its bound runs on in its actor until its cancellation has ended there, and the instance's
+    next call (its close, a retried step) waits for it, as in process a close waits for the
+    calls given up on (test_env_close). Made at once, it ran in another actor beside the
+    given-up copy, on the state from before it: two copies of one environment at once."""
+    from marlaas.executors.env_contract import env_call
+    from marlaas.executors.env_instances import close_envs
+
+    journal = tmp_path / "journal"
+    env = RemoteEnv(pool(actors=2), SlowToCancel({"journal": str(journal)}))
+
+    async def scenario() -> None:
+        for _ in range(2):  # each actor started (a call sent before would wait for it)
+            await env.reset(0)
+        with pytest.raises(EnvTimeoutError, match=r"step\(\) of job 'j' did not return"):
+            await env_call(env, "step", lambda: env.step("x"), "j", 1.0, None)
+        if then == "close":
+            assert await close_envs([env], "j", 20.0, None) == 0
+        else:
+            result = await env_call(env, "step", lambda: env.step("x"), "j", 20.0, None)
+            assert result.reward == 1.0
+
+    asyncio.run(scenario())
+    after = "close" if then == "close" else "step 1 starts"  # the state from before the step
+    assert journal.read_text().splitlines() == ["step 1 starts", "step 1 stopped", after]
