@@ -121,6 +121,7 @@ def create_app(runner: ServiceRunner, data_dir: Path, max_streams: int = MAX_STR
     streams = OpenStreams(MAX_STREAMS_PER_CALLER, max_streams)
     app = FastAPI(title="MARLaaS", version="1", summary="Multi-tenant RL fine-tuning")
     app.state.store, app.state.operator_key, app.state.streams = store, operator_key, streams
+    app.state.runner = runner
 
     @app.exception_handler(RequestValidationError)
     async def invalid_parameter(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -293,6 +294,7 @@ def caller(request: Request) -> Caller:
         _refused(request, 401, "unknown or revoked API key")
         raise HTTPException(401, "unknown or revoked API key",
                             headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+    state.runner.take_quota(tenant)  # `tenants quota`, `tenants add`: from its next request
     return Caller(tenant)
 
 

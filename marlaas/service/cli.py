@@ -460,6 +460,13 @@ def _tenants(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"tenants {args.action}: tenant name {shown_name(args.name)}: {err}"
             ) from None
+    if args.action in ("list", "revoke"):
+        given = [flag for flag, value in (("--max-active-jobs", args.max_active_jobs),
+                                          ("--max-queued-jobs", args.max_queued_jobs))
+                 if value is not None]  # fmt: skip
+        if given:
+            raise UsageError(f"tenants {args.action}: {given[0]} is for tenants add and "
+                             "tenants quota")  # fmt: skip
     if args.action != "add":  # they make nothing
         if not Path(args.data).exists():
             raise UsageError(f"tenants {args.action}: {args.data}: no such data folder "
@@ -470,18 +477,25 @@ def _tenants(args: argparse.Namespace) -> int:
         return 0
     from marlaas.service.db import DB_FILE
 
-    if args.action == "revoke" and args.db is None and not (Path(args.data) / DB_FILE).exists():
-        raise UsageError(f"tenants revoke: no tenant named {args.name!r} ({args.data} has no "
-                         "database yet)")  # revoking makes neither it nor the secret  # fmt: skip
+    if args.action != "add" and args.db is None and not (Path(args.data) / DB_FILE).exists():
+        # revoke, quota: they make neither the database nor the keys' secret
+        raise UsageError(f"tenants {args.action}: no tenant named {args.name!r} ({args.data} "
+                         "has no database yet)")  # fmt: skip
     store = _open_store(args)
     try:
+        quota = TenantSpec(max_active_jobs=args.max_active_jobs,
+                           max_queued_jobs=args.max_queued_jobs)  # fmt: skip
         if args.action == "add":
-            quota = TenantSpec(max_active_jobs=args.max_active_jobs,
-                               max_queued_jobs=args.max_queued_jobs)  # fmt: skip
             key = store.add_tenant(args.name, quota)
             print(f"tenant {args.name} added; its API key (shown once, keep it):",
                   file=sys.stderr)  # fmt: skip
             print(key)
+        elif args.action == "quota":
+            store.set_quota(args.name, quota)
+            print(
+                f"tenant {args.name}: at most {_limit(quota.max_active_jobs, 'active')} and "
+                f"{_limit(quota.max_queued_jobs, 'queued')} (from its next request)"
+            )
         else:
             store.revoke_tenant(args.name)
             print(f"tenant {args.name}: key revoked")
@@ -514,23 +528,27 @@ def _list_tenants(args: argparse.Namespace) -> None:
               f"{_limit(quota.max_queued_jobs):>6s}  {jobs or '-'}")  # fmt: skip
 
 
-def _limit(value: int | None) -> str:
+def _limit(value: int | None, what: str = "") -> str:
+    """A tenant's quota as listed (``-``: the cluster file's); with ``what``, in words."""
+    if what:
+        return f"the cluster file's {what}" if value is None else f"{value} {what}"
     return "-" if value is None else str(value)
 
 
 def _tenants_arguments(parser: argparse.ArgumentParser) -> None:
     from marlaas.core.limits import MAX_JOBS
 
-    parser.add_argument("action", choices=("add", "list", "revoke"), help="add a tenant "
-                        "(its API key printed once), list them, or revoke one's key")  # fmt: skip
-    parser.add_argument("name", nargs="?", help="the tenant (add, revoke)")
+    parser.add_argument("action", choices=("add", "list", "quota", "revoke"), help="add a "
+                        "tenant (its API key printed once), list them, set one's quotas (its "
+                        "key kept), or revoke one's key")  # fmt: skip
+    parser.add_argument("name", nargs="?", help="the tenant (add, quota, revoke)")
     _data_arguments(parser)
     parser.add_argument("--max-active-jobs", type=bounded_int(1, MAX_JOBS),
-                        help="add: its jobs admitted at once (default: the cluster "
-                        "file's)")  # fmt: skip
+                        help="add, quota: its jobs admitted at once (default: the "
+                        "cluster file's)")  # fmt: skip
     parser.add_argument("--max-queued-jobs", type=bounded_int(0, MAX_JOBS),
-                        help="add: its jobs waiting at once (default: the cluster "
-                        "file's)")  # fmt: skip
+                        help="add, quota: its jobs waiting at once (default: the "
+                        "cluster file's)")  # fmt: skip
     parser.set_defaults(func=_tenants)
 
 

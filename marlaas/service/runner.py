@@ -146,7 +146,7 @@ class ServiceRunner:
         the store: its row is removed before the error reaches the caller (unless the driver
         had admitted it: then it is reported as the store has it). One whose answer takes over
         :data:`ANSWER_WAIT_S` is reported queued and stays a job."""
-        self._send_quota(tenant)
+        self._send_quota(tenant)  # before its job: judged under them
         job_id = self.store.add_job(tenant, spec, self.now())
         answer: list[Admission] = []
         heard = threading.Event()
@@ -217,6 +217,14 @@ class ServiceRunner:
     def adapter_path(self, job_id: int, version: int) -> Path:
         """The folder of job ``job_id``'s adapter ``version``."""
         return self.data_dir / ADAPTERS_DIR / S.core_name(job_id) / f"v{version}"
+
+    def take_quota(self, tenant: S.TenantView) -> None:
+        """Tell the scheduler ``tenant``'s quotas (as the store has them on its request) when
+        they changed (``tenants quota``, ``tenants add``): a quota raised admits its queued
+        jobs with its next request of any kind, not only its next submission. Nothing once
+        the driver has stopped (its requests for jobs are still answered)."""
+        with contextlib.suppress(InboxClosedError):
+            self._send_quota(tenant)
 
     def _send_quota(self, tenant: S.TenantView) -> None:
         """Tell the scheduler ``tenant``'s quotas when they changed (``tenants add``)."""

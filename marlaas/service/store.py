@@ -174,6 +174,19 @@ class JobStore:
             ))  # fmt: skip
         return key
 
+    def set_quota(self, name: str, quota: TenantSpec) -> None:
+        """Give ``name`` the quotas ``quota`` (None in it: the cluster file's), its key kept:
+        they reach the scheduler with the tenant's next request, as those of ``add_tenant``."""
+        with self._session.begin() as session:
+            tenant = session.scalar(select(Tenant).where(Tenant.name == name))
+            if tenant is None:
+                raise TenantError(f"no tenant named {name!r}")
+            if tenant.revoked_at is not None:
+                raise TenantError(f"tenant {name!r} is revoked; `tenants add {name}` gives it a "
+                                  "new key and the quotas it names")  # fmt: skip
+            tenant.max_active_jobs = quota.max_active_jobs
+            tenant.max_queued_jobs = quota.max_queued_jobs
+
     def revoke_tenant(self, name: str) -> None:
         """Revoke ``name``'s key: its requests are refused from now on (its jobs stay)."""
         with self._session.begin() as session:

@@ -5,6 +5,7 @@ caps hold for every sandbox a job's environment makes."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -321,3 +322,50 @@ def test_a_database_that_fails_under_the_service_stops_it_in_one_line(capsys):
     )
     other = RuntimeError("an executor's own")
     assert _driver_stopped(other, "cluster.yaml", "sqlite:////srv/data/service.db") is other
+
+
+def test_an_operator_changes_a_tenants_quotas_without_changing_its_key(tmp_path, capsys):
+    """A tenant's quotas could be changed only by revoking its key and adding it again: a
+    new key to hand out, and its event streams ended, to give it one more job at once
+    (`tenants add` of a tenant that exists is refused). `tenants quota NAME` sets them as
+    `add` names them, the key kept; a running service takes them with the tenant's next
+    request: its queued job is admitted."""
+    from tests.service.conftest import serve
+
+    data = tmp_path / "data"
+    served = serve(data)
+    try:
+        key = served.key("bob", max_active_jobs=1, max_queued_jobs=1)
+        bob = served.client(key)
+        long = {**JOB, "rl": {**JOB["rl"], "steps": 100_000}}
+        first, second = bob.submit(long)["id"], bob.submit(long)["id"]
+        assert [bob.job(first)["state"], bob.job(second)["state"]] == ["running", "queued"]
+        assert main(["tenants", "quota", "bob", "--data", str(data), "--max-active-jobs",
+                     "2"]) == 0  # fmt: skip
+        assert capsys.readouterr().out.strip() == (
+            "tenant bob: at most 2 active and the cluster file's queued (from its next request)"
+        )
+        bob.jobs()  # its next request
+        deadline = time.monotonic() + 30
+        while bob.job(second)["state"] != "running":  # the same key: the quota reached it
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        for job in (first, second):
+            bob.cancel(job)
+    finally:
+        served.stop()
+    assert main(["tenants", "list", "--data", str(data)]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split()[:3] == ["bob", "2", "-"]
+    for args, says in (
+        (["quota", "nobody"], "tenants quota: no tenant named 'nobody'"),
+        (["revoke", "bob", "--max-active-jobs", "3"],
+         "tenants revoke: --max-active-jobs is for tenants add and tenants quota"),
+    ):  # fmt: skip
+        assert main(["tenants", *args, "--data", str(data)]) == 2
+        assert capsys.readouterr().err.strip() == f"marlaas: error: {says}"
+    assert main(["tenants", "revoke", "bob", "--data", str(data)]) == 0
+    assert main(["tenants", "quota", "bob", "--data", str(data)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "marlaas: error: tenants quota: tenant 'bob' is revoked; `tenants add bob` gives it a "
+        "new key and the quotas it names"
+    )
