@@ -22,7 +22,7 @@ from marlaas.service.stack import require_service_stack
 from marlaas.terminal import UsageError
 
 SERVE_HELP = "run MARLaaS as a service: tenants submit jobs over HTTP"
-TENANTS_HELP = "add, list or revoke a service's tenants (API keys)"
+TENANTS_HELP = "add, list, set the quotas of or revoke a service's tenants (API keys)"
 TRAFFIC_HELP = "write a service's submissions as a workload file (for marlaas simulate)"
 
 MAX_SPEED = 1e6

@@ -3,7 +3,7 @@
 SQLite in the data folder by default (WAL, so readers never wait for the driver's writes),
 PostgreSQL by URL: the same code path. The schema is Alembic's (``migrations/``): a database
 is migrated to the newest revision when a command that writes opens it (``serve``, ``tenants
-add`` and ``revoke``); a command that only reads (``traffic``, ``tenants list``) opens it
+add``, ``quota`` and ``revoke``); a command that only reads (``traffic``, ``tenants list``) opens it
 read-only and migrates nothing (:func:`open_database`).
 """
 
