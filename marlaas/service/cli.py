@@ -78,10 +78,13 @@ def _serve(args: argparse.Namespace) -> int:
         require_ray("serve --ray", args.ray)
     max_streams = _ensure_descriptors(args.max_streams)
     data = _data_folder(args.data, create=False)  # every check before anything is written
+    unoffered: list[str] = []  # the environments this host cannot run, left out
     if not args.simulate:
         from marlaas.executors.backends import ModelDirError
 
+        listed = config.service.environments
         config = _check_environments(config, args.cluster)
+        unoffered = [name for name in listed if name not in config.service.environments]
         try:
             _check_base_model(data, config, base_dir)
         except ModelDirError as err:  # named by its field: the file is the cluster file
@@ -118,6 +121,14 @@ def _serve(args: argparse.Namespace) -> int:
         runner = ServiceRunner(config, base_dir, data, store, simulate=args.simulate,
                                speed=args.speed, cost=cost, **options)  # fmt: skip
         misfits = runner.misfits()
+        if misfits and unoffered:  # the host, not the cluster file: the advice is the host's
+            store.close()
+            raise UsageError(
+                f"serve: {len(misfits)} queued or running job(s) need an environment this "
+                f"host cannot run ({', '.join(unoffered)}; the warning above says why): "
+                f"{'; '.join(misfits[:3])}{'; ...' if len(misfits) > 3 else ''}; serve "
+                "where it runs, or make it run here, to continue them"
+            )
         if misfits:
             store.close()
             raise UsageError(

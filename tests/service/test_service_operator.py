@@ -369,3 +369,50 @@ def test_an_operator_changes_a_tenants_quotas_without_changing_its_key(tmp_path,
         "marlaas: error: tenants quota: tenant 'bob' is revoked; `tenants add bob` gives it a "
         "new key and the quotas it names"
     )
+
+
+def test_jobs_a_host_cannot_run_are_refused_at_start_with_the_hosts_advice(tmp_path, capsys,
+                                                                          monkeypatch):  # fmt: skip
+    """A service restarted on a host where the sandbox is missing leaves python_exec out of
+    the default environments (a warning); its queued python_exec jobs then refused the start
+    saying to start with the cluster file they were submitted under and cancel them, or
+    keep its limits: the cluster file was that one, and cancelling was not the fix. The
+    refusal names the environment this host cannot run, and the host as what to change."""
+    from marlaas.core.job_spec import JobSpec
+    from marlaas.envs import sandbox_runtime
+    from marlaas.service.db import database_url
+    from marlaas.service.store import JobStore
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 2,
+        "hidden_size": 64, "max_position_embeddings": 512}))  # fmt: skip
+    (model / "model.safetensors").write_bytes(b"weights")
+    (model / "tokenizer.json").write_text("{}")
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(f"base_model: {{name: tiny, path: {model}}}\n"
+                       "service: {max_sequence_tokens: 256}\n")  # fmt: skip
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    store = JobStore(database_url(data, None), data)
+    try:
+        store.add_tenant("ann")
+        (tenant,) = store.tenants()
+        task = {"prompt": "p", "func": "f", "tests": [[[1], 2]]}
+        code = {**JOB, "env": {"name": "python_exec", "args": {"tasks": [task]}}}
+        job = store.add_job(tenant, JobSpec.model_validate({**code, "tenant": "ann"}), 1.0)
+    finally:
+        store.close()
+    monkeypatch.setattr(sandbox_runtime, "_probe", lambda: "`bwrap` not found on PATH")
+    assert main(["serve", str(cluster), "--data", str(data), "--port", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("marlaas: warning: serve: environment 'python_exec' is not offered")
+    assert err[1] == (
+        "marlaas: error: serve: 1 queued or running job(s) need an environment this host "
+        "cannot run (python_exec; the warning above says why): job "
+        f"{job}: env.name: 'python_exec' is not one of this service's environments "
+        "['arithmetic', 'calculator', 'target_char']; serve where it runs, or make it run "
+        "here, to continue them"
+    )
+    assert len(err) == 2
