@@ -15,7 +15,7 @@ pytest.importorskip("peft")
 
 LONG, SHORT = ["a long answer"], ["hi"]
 CANCEL_AFTER_STEPS = 20
-"""Decode steps of a real run's groups (400 tokens) before the test cancels its job."""
+"""Decode steps of a long call (400 tokens) before the test cancels it (or its job)."""
 
 
 async def long_and_short(gen, long_tokens: int, running) -> tuple[list, float]:
@@ -56,21 +56,32 @@ def hf(tiny_model_dir):
     return HFGenerator(tiny_model_dir)
 
 
-def test_hf_an_aborted_call_stops_sampling_at_the_next_step(hf):
-    async def whole() -> float:
-        started = time.monotonic()
-        groups = await hf.generate(None, 0, LONG, *long_call(400))
-        assert max(len(c.completion_ids) for c in groups[0]) == 400
-        return time.monotonic() - started
+def test_hf_an_aborted_call_stops_sampling_at_the_next_step(hf, monkeypatch):
+    """Counted in the generator's decode steps, not in seconds: the long call is cancelled
+    after CANCEL_AFTER_STEPS of them (it was at a tenth of its time alone, and a machine that
+    decodes it in under 0.5 s failed the test), and the batch must end within a few more."""
+    from marlaas.executors import hf_generator
 
+    steps, at_cancel = {"n": 0}, {}
+    share = hf_generator.share_threads
+
+    def counted(*args, **kwargs):  # called once a decode step
+        steps["n"] += 1
+        return share(*args, **kwargs)
+
+    def decoding() -> bool:
+        if steps["n"] >= CANCEL_AFTER_STEPS:
+            at_cancel.setdefault("n", steps["n"])
+        return bool(at_cancel)
+
+    monkeypatch.setattr(hf_generator, "share_threads", counted)
     alone = asyncio.run(hf.generate(None, 0, SHORT, 2, 8, temperature=1.0, seed=3))
-    full_s = asyncio.run(whole())
-    assert full_s > 0.5, "the long call must run long enough to be cut"
-    started = time.monotonic()
-    groups, after_cancel_s = asyncio.run(
-        long_and_short(hf, 400, lambda: time.monotonic() > started + 0.1 * full_s)
-    )
-    assert after_cancel_s < 0.5 * full_s  # the batch ended soon after the cancel
+    groups = asyncio.run(hf.generate(None, 0, LONG, *long_call(400)))
+    assert max(len(c.completion_ids) for c in groups[0]) == 400  # long enough to be cut
+    steps["n"] = 0
+    groups, _ = asyncio.run(long_and_short(hf, 400, decoding))
+    # the batch ended soon after the cancel: a few steps more, not the ~380 left to decode
+    assert steps["n"] - at_cancel["n"] < (400 - CANCEL_AFTER_STEPS) / 4, (steps, at_cancel)
     assert [c.completion_ids for c in groups[0]] == [c.completion_ids for c in alone[0]]
 
 
