@@ -229,16 +229,43 @@ async def bounded(work: Awaitable[Any], timeout_s: float | None, what: Callable[
     task.add_done_callback(_retrieve)
     try:
         done, _ = await asyncio.wait({task}, timeout=timeout_s)
-    finally:
-        if not task.done():
-            task.cancel()
+    except BaseException:  # this call cancelled (its group failed, the run stops), Ctrl-C
+        _give_up(task)
+        raise
     if not done:
+        _give_up(task)
         raise EnvTimeoutError(f"{what()} did not return within {timeout_s:g} s (its "
                               "env.timeout_s)")  # fmt: skip
     value, error = task.result()
     if error is not None:
         raise error
     return value
+
+
+def _give_up(task: asyncio.Task) -> None:
+    """Give up on ``task`` (:func:`bounded`'s work, its outcome a value): cancel it. An
+    interruption it carries (Ctrl-C or SIGTERM landed in it, before or during its
+    cancellation's cleanup) has no caller left to raise it: it is raised here, at once, or
+    from the task's done callback once it ends, and leaves the event loop as an
+    interruption raised in a task does (carried as a value no one read, it was lost: the run
+    went on)."""
+    if task.done():
+        _raise_carried(task)
+        return
+    task.cancel()
+    task.add_done_callback(_raise_carried)
+
+
+def _raise_carried(task: asyncio.Task) -> None:
+    """Raise the interruption (KeyboardInterrupt, SIGTERM's Interrupted, SystemExit) that
+    ``task``, a given-up :func:`outcome`, ended with as its value; nothing otherwise (its
+    value or error is no one's: the call was given up on). Raised in a done callback, it
+    leaves the event loop (asyncio lets these two out of a callback)."""
+    if task.cancelled() or task.exception() is not None:
+        return
+    _, error = task.result()
+    if isinstance(error, KeyboardInterrupt | SystemExit):
+        raise error
 
 
 def _retrieve(task: asyncio.Task) -> None:
