@@ -98,8 +98,13 @@ async def _make(
             if given_up is not None and given_up.is_set():
                 break
             made.append(make(spec.env.name, spec.env.args))
-    except BaseException:
-        await close_envs(made, spec.name, spec.env.timeout_s, None)
+    except BaseException as err:
+        try:
+            await close_envs(made, spec.name, spec.env.timeout_s, None)
+        except BaseException as closing:  # cancelled meanwhile: Ctrl-C that came first goes on
+            if _signal(err) and not _signal(closing):
+                raise err from None
+            raise
         raise
     return made
 
@@ -158,9 +163,20 @@ async def close_envs(
     the environment and the job (one line for the instances that failed alike); returns how
     many failed. Every close runs to its end (or its bound) even when one is interrupted:
     Ctrl-C, SIGTERM or a cancellation that ended one goes on once they all ended, as it
-    came, and so does the cancellation of this call (which cancels them)."""
+    came, and so does the cancellation of this call (which cancels them), after Ctrl-C or
+    SIGTERM that a close met (:func:`_first_interruption`)."""
     bound = close_bound(timeout_s, until)
-    outcomes = await asyncio.gather(*(_close(env, job, bound, loop) for env in envs))
+    closes = [asyncio.ensure_future(_close(env, job, bound, loop)) for env in envs]
+    cancelled: asyncio.CancelledError | None = None
+    try:
+        if closes:
+            await asyncio.wait(closes)
+    except asyncio.CancelledError as err:  # their values are read still: a kept Ctrl-C
+        cancelled = err
+        for close in closes:
+            close.cancel()
+        await asyncio.wait(closes)  # each ends at once (its call is given up on, not waited)
+    outcomes = [_outcome(close) for close in closes]
     failed: dict[tuple[str, str], int] = {}
     for env, reason in zip(envs, outcomes, strict=True):
         if isinstance(reason, str):
@@ -170,10 +186,32 @@ async def close_envs(
         each = f" ({count} of {len(envs)} instances)" if len(envs) > 1 else ""
         log.warning("environment %s of job %r: close() %s%s; the run goes on", name, job,
                     reason, each)  # fmt: skip
-    for interruption in outcomes:
-        if isinstance(interruption, BaseException):
-            raise interruption
+    interruption = _first_interruption([*outcomes, cancelled])
+    if interruption is not None:
+        raise interruption
     return sum(failed.values())
+
+
+def _outcome(close: asyncio.Task) -> object:
+    """What a :func:`_close` task ended with: its value, or a cancellation before it began."""
+    if close.cancelled():
+        return asyncio.CancelledError()
+    return close.exception() or close.result()
+
+
+def _first_interruption(outcomes: Sequence[object]) -> BaseException | None:
+    """The interruption to raise of ``outcomes`` (closes' outcomes, a cancellation): the first
+    Ctrl-C or SIGTERM (KeyboardInterrupt, SystemExit), else the first cancellation, else None.
+    A cancellation raised in its place lost the signal (the run's stop ended as cancelled,
+    or, its caller's AbortGeneration awaited, went on)."""
+    errors = [o for o in outcomes if isinstance(o, BaseException)]
+    signals = [e for e in errors if _signal(e)]
+    return (signals or errors or [None])[0]
+
+
+def _signal(error: BaseException) -> bool:
+    """Whether ``error`` is Ctrl-C or SIGTERM's (KeyboardInterrupt, Interrupted), or SystemExit."""
+    return isinstance(error, KeyboardInterrupt | SystemExit)
 
 
 async def _close(
@@ -285,8 +323,9 @@ class Closings:
         within :data:`CLOSE_TIMEOUT_S` from now at the latest (:attr:`until`; the closes of
         a given-up making's instances, which wait for the making first, were the ones that
         could go on longer), the closes started now and those in the background at once.
-        Then raise the first interruption a close ended with (Ctrl-C, SIGTERM), or this
-        call's own cancellation, which cuts no close short."""
+        Then raise the first interruption a close ended with (Ctrl-C, SIGTERM, before any
+        cancellation: :func:`_first_interruption`), or this call's own cancellation, which
+        cuts no close short."""
         until = time.monotonic() + CLOSE_TIMEOUT_S
         self.until = until if self.until is None else min(self.until, until)
         cancelled: asyncio.CancelledError | None = None
@@ -296,7 +335,6 @@ class Closings:
             except asyncio.CancelledError as err:  # the closes go on to their ends first
                 cancelled = err
         interruptions, self._interruptions = self._interruptions, []
-        if interruptions:
-            raise interruptions[0]
-        if cancelled is not None:
-            raise cancelled
+        interruption = _first_interruption([*interruptions, cancelled])
+        if interruption is not None:
+            raise interruption

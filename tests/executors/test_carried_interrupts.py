@@ -7,10 +7,13 @@ loop iterations, not timed."""
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 
+from marlaas.envs.base import Environment, StepResult
 from marlaas.executors.env_contract import EnvTimeoutError, bounded
+from marlaas.executors.env_instances import close_envs, new_envs
 from marlaas.interrupts import Interrupted
 
 
@@ -60,4 +63,82 @@ def test_an_interruption_in_a_call_whose_caller_was_cancelled_ends_the_loop(exc)
         return "the run went on"
 
     with pytest.raises(type(exc)):
+        asyncio.run(run())
+
+
+class Closes(Environment):
+    """An environment whose close does what ``close_with`` does."""
+
+    def __init__(self, close_with) -> None:
+        super().__init__({})
+        self.close_with = close_with
+
+    async def reset(self, seed: int) -> str:
+        return "go"
+
+    async def step(self, action: str) -> StepResult:
+        return StepResult("", 0.0, True, {})
+
+    async def close(self) -> None:
+        await self.close_with()
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt(), Interrupted(15)], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupted_close_is_raised_when_its_closes_are_cancelled(exc):
+    """One close met Ctrl-C (kept for the others to end first: env_instances._close) and the
+    closes were cancelled while another still ran (the run's loop ending, a cancelled making's
+    caller): the interruption is raised, not the cancellation (a gather of the closes raised
+    the cancellation, and the Ctrl-C a close had kept was lost with its value)."""
+
+    async def run() -> None:
+        interrupted, holding = asyncio.Event(), asyncio.Event()
+
+        async def interrupt() -> None:
+            interrupted.set()
+            raise exc
+
+        async def hold() -> None:
+            holding.set()
+            await asyncio.Event().wait()
+
+        envs = [Closes(interrupt), Closes(hold)]
+        closing = asyncio.ensure_future(close_envs(envs, "j", 3600, None))
+        await interrupted.wait()
+        await holding.wait()
+        await a_few_turns()  # the interrupted close has ended
+        closing.cancel()
+        await closing
+
+    with pytest.raises(type(exc)):
+        asyncio.run(run())
+
+
+def test_ctrl_c_in_a_constructor_is_raised_when_the_making_is_cancelled_while_closing():
+    """Ctrl-C met in a group's second constructor (made on the run's loop: under Ray) while the
+    first instance is closed again, and the making cancelled meanwhile (an AbortGeneration of
+    its Generate): Ctrl-C goes on, not the cancellation (the close's cancellation replaced it,
+    and the Generate, aborted, came back done: the run went on)."""
+
+    async def run() -> None:
+        holding = asyncio.Event()
+
+        async def hold() -> None:
+            holding.set()
+            await asyncio.Event().wait()
+
+        made: list[Environment] = []
+
+        def make(name: str, args: dict) -> Environment:
+            if made:
+                raise KeyboardInterrupt
+            made.append(Closes(hold))
+            return made[0]
+
+        spec = SimpleNamespace(name="j", env=SimpleNamespace(name="x", args={}, timeout_s=60))
+        making = asyncio.ensure_future(new_envs(make, spec, 2, None))
+        await holding.wait()
+        making.cancel()
+        await making
+
+    with pytest.raises(KeyboardInterrupt):
         asyncio.run(run())
