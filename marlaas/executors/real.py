@@ -48,8 +48,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -162,7 +163,7 @@ class RealExecutor:
         try:
             self._runner.run(self._setup())
         except BaseException as err:
-            self.close()
+            self._close_after(err)
             full = disk_write_error("building the engines and trainers", err, self.store.root)
             if full is not None:  # a library's error on a full disk is not the model's
                 raise full from err
@@ -471,19 +472,48 @@ class RealExecutor:
         await asyncio.gather(*pending, return_exceptions=True)
         self._tasks.clear()
         self._created.clear()
-        try:  # every environment closed, then the jobs' threads (their calls cancelled)
-            if self.episodes is not None:
-                await self.episodes.close()
-        finally:  # the backends too when a close was interrupted (raised after them)
-            if self.record is not None:
-                for engine, job, version in sorted(self.record.loaded):
-                    if not self.backends.owns(engine):
-                        await self.backends.engines[engine].retire(job, version)
-                self.record.loaded.clear()
-            await self.backends.close()
+        # Every environment closed, then the jobs' threads (their calls cancelled), the
+        # adapters this run loaded on engines it was given retired, and the backends closed:
+        # each of them when one before failed or was interrupted, and the first Ctrl-C or
+        # SIGTERM met raised after them all, else the first error (a retire's error raised
+        # in a `finally` replaced the interruption, and left the backends open).
+        failed: list[BaseException] = []
+        if self.episodes is not None:
+            await _noting(self.episodes.close(), failed)
+        if self.record is not None:
+            for engine, job, version in sorted(self.record.loaded):
+                if not self.backends.owns(engine):
+                    await _noting(self.backends.engines[engine].retire(job, version), failed)
+            self.record.loaded.clear()
+        await _noting(self.backends.close(), failed)
+        if failed:
+            raise next((e for e in failed if isinstance(e, KeyboardInterrupt | SystemExit)),
+                       failed[0])  # fmt: skip
 
     def __enter__(self) -> RealExecutor:
         return self.open()
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._close_after(exc)
+
+    def _close_after(self, exc: BaseException | None) -> None:
+        """:meth:`close`, the block ended by ``exc`` (None: it did not raise). When ``exc`` is
+        Ctrl-C or SIGTERM's (or SystemExit), an error of the close is a warning and the
+        interruption goes on: raised here, the error replaced it (the run ended as failed, not
+        interrupted)."""
+        try:
+            self.close()
+        except Exception as err:
+            if not isinstance(exc, KeyboardInterrupt | SystemExit):
+                raise
+            log.warning("the executor's close after the interruption failed: %s: %s",
+                        type(err).__name__, err)  # fmt: skip
+
+
+async def _noting(step: Coroutine[Any, Any, Any], failed: list[BaseException]) -> None:
+    """Await ``step`` of a stop; what it raises (Ctrl-C, SIGTERM, a cancellation, an error) is
+    added to ``failed`` for the stop to raise once its other steps ran."""
+    try:
+        await step
+    except BaseException as err:
+        failed.append(err)

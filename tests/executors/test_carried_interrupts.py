@@ -11,10 +11,23 @@ from types import SimpleNamespace
 
 import pytest
 
+from marlaas.core.scheduler import Scheduler
+from marlaas.core.work import Train
+from marlaas.drive import drive
+from marlaas.drive.inbox import workload_inbox
 from marlaas.envs.base import Environment, StepResult
+from marlaas.executors.adapter_store import AdapterStore
+from marlaas.executors.backends import EngineSizing
 from marlaas.executors.env_contract import EnvTimeoutError, bounded
 from marlaas.executors.env_instances import close_envs, new_envs
+from marlaas.executors.real import RealExecutor
 from marlaas.interrupts import Interrupted
+from marlaas.workload_file import load_workload
+from tests.executors import test_env_close
+from tests.executors.closing_envs import FakeBackends, OneTokenEngine, model_dir
+
+CLOSING = "tests.executors.closing_envs"
+STOPPING = "tests.executors.stopping_envs"
 
 
 async def interrupted_as_cancelled(started: asyncio.Event, ended: asyncio.Event, exc) -> None:
@@ -142,3 +155,56 @@ def test_ctrl_c_in_a_constructor_is_raised_when_the_making_is_cancelled_while_cl
 
     with pytest.raises(KeyboardInterrupt):
         asyncio.run(run())
+
+
+class EngineGone(OneTokenEngine):
+    """An engine this run did not build (a service's, passed in), whose actor is gone at the
+    stop: its retire fails."""
+
+    async def retire(self, adapter: str, version: int) -> None:
+        raise RuntimeError("engine e0: its Ray actor died")
+
+
+class SharedEngineBackends(FakeBackends):
+    """Fake backends whose engines were passed in (the run leaves them without its adapters),
+    whose retire fails; they note their close."""
+
+    closed = False
+
+    async def open(self, sizing, cluster, max_model_len: int, seed: int) -> None:
+        await super().open(sizing, cluster, max_model_len, seed)
+        self.engines = {name: EngineGone() for name in self.engines}
+
+    def owns(self, engine: str) -> bool:
+        return False
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.parametrize("env", [f"{CLOSING}:Counted", f"{STOPPING}:InterruptedOnClose"],
+                         ids=["closes", "its-closes-interrupted"])  # fmt: skip
+def test_ctrl_c_at_a_stop_whose_adapters_cannot_be_retired_stays_ctrl_c(env, tmp_path):
+    """Ctrl-C stops a run whose engines were passed in (its closes raise it again, as a signal
+    landing in them would, or not), and the retire of an adapter it loaded fails at the stop
+    (the engine's actor gone): the run ends as interrupted, its backends closed. The retire's
+    RuntimeError, raised in the stop's ``finally`` after the closes' Ctrl-C, or out of the
+    executor's ``__exit__`` after the block's, replaced Ctrl-C (the run ended as failed), and
+    the backends were left open."""
+    jobs = test_env_close.JOB.format(name="a", steps=20, env=env, timeout_s=5.0, args="{}")
+    path = tmp_path / "w.yaml"
+    path.write_text(test_env_close.WORKLOAD.format(model=model_dir(tmp_path), jobs=jobs))
+    loaded = load_workload(path)
+    scheduler = Scheduler.for_workload(loaded)
+    backends = SharedEngineBackends()
+    executor = RealExecutor(EngineSizing.of_workload(loaded), scheduler.cluster,
+                            store=AdapterStore(tmp_path / "adapters"), backends=backends,
+                            model_dir=model_dir(tmp_path))  # fmt: skip
+
+    def interrupt(decision, event, now):
+        if isinstance(decision, Train) and event.ok:
+            raise KeyboardInterrupt  # as the signal handler raises it in the main thread
+
+    with pytest.raises(KeyboardInterrupt), executor:
+        drive(scheduler, executor, workload_inbox(loaded), observers=[interrupt])
+    assert backends.closed
