@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import math
 import os
 import signal
-from collections.abc import Awaitable, Mapping
+import threading
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -41,6 +43,7 @@ __all__ = [
     "SandboxResult",
     "SandboxUnavailable",
     "cap_sandboxes",
+    "held_caps",
     "require_sandbox",
     "run_python",
 ]
@@ -145,18 +148,37 @@ class SandboxCapError(ValueError):
     """A sandbox asked for more than this process's :class:`SandboxCaps` (one line)."""
 
 
-_caps: SandboxCaps | None = None
-"""The caps of every sandbox this process makes (:func:`cap_sandboxes`); None: none."""
+_held: dict[int, SandboxCaps] = {}
+"""The caps every holder put on this process's sandboxes (:func:`cap_sandboxes`), by the
+holder's number: each of them bounds every sandbox made while it is held."""
+_held_lock = threading.Lock()
+_holders = itertools.count()
 
 
-def cap_sandboxes(caps: SandboxCaps | None) -> SandboxCaps | None:
-    """Bound every sandbox this process makes from now on by ``caps`` (None: no bound), and
-    return the caps they replace (to put back). Set by the one who runs environments for an
-    operator: the service's backends, in the service's process and in each Ray environment
-    actor; a sandbox past them is :class:`SandboxCapError` and is never started."""
-    global _caps
-    previous, _caps = _caps, caps
-    return previous
+def cap_sandboxes(caps: SandboxCaps) -> Callable[[], None]:
+    """Bound every sandbox this process makes by ``caps`` until the function returned is
+    called (its release; a second call does nothing). Held by the one who runs environments
+    for an operator: the service's backends, in the service's process and in each Ray
+    environment actor; a sandbox past them is :class:`SandboxCapError` and is never started.
+    Holders may overlap and release in any order (two services' backends in one process):
+    each one's caps hold until it releases them, and a release leaves the others' (a
+    holder that put back the caps it found, set and put back in turn, left the process
+    uncapped while one was still open, or capped for good once all had closed)."""
+    with _held_lock:
+        holder = next(_holders)
+        _held[holder] = caps
+
+    def release() -> None:
+        with _held_lock:
+            _held.pop(holder, None)
+
+    return release
+
+
+def held_caps() -> tuple[SandboxCaps, ...]:
+    """The caps held on this process's sandboxes now (:func:`cap_sandboxes`), oldest first."""
+    with _held_lock:
+        return tuple(_held.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,9 +203,10 @@ async def run_python(
     directory. Raises SandboxUnavailable when there is no sandbox (never runs unsandboxed),
     SandboxCapError when ``limits`` are past this process's caps (:func:`cap_sandboxes`).
     """
-    refused = _caps.refusal(limits) if _caps is not None else None
-    if refused is not None:
-        raise SandboxCapError(refused)
+    for caps in held_caps():
+        refused = caps.refusal(limits)
+        if refused is not None:
+            raise SandboxCapError(refused)
     runtime = require_sandbox()
     files = {"main.py": script.encode(), **inputs}
     with contextlib.ExitStack() as stack:

@@ -45,9 +45,9 @@ class LocalBackends:
         self.micro_batch_size, self.checkpointing = micro_batch_size, activation_checkpointing
         self.sandbox_caps = sandbox_caps
         """The operator's bound on every sandbox made in this process while the backends are
-        open (a :class:`~marlaas.envs.sandbox.SandboxCaps`, set by :meth:`open`, the caps
-        before it put back by :meth:`close`; None: none)."""
-        self._caps_before: list = []
+        open (a :class:`~marlaas.envs.sandbox.SandboxCaps`, held from :meth:`open` until
+        :meth:`close`, beside any other's; None: none)."""
+        self._release_caps = None
         self._given = dict(generators or {})
         self._given_trainers = trainers
         self.engines: dict = dict(self._given)
@@ -60,10 +60,10 @@ class LocalBackends:
     ) -> None:
         """Bound the sandboxes of this process (``sandbox_caps``), then build the engines,
         then the trainers, each on its device."""
-        if self.sandbox_caps is not None and not self._caps_before:
+        if self.sandbox_caps is not None and self._release_caps is None:
             from marlaas.envs.sandbox import cap_sandboxes
 
-            self._caps_before.append(cap_sandboxes(self.sandbox_caps))
+            self._release_caps = cap_sandboxes(self.sandbox_caps)
         devices = physical_devices(cluster, gpu_count())
         for engine in cluster.engines:
             if engine.name not in self.engines:
@@ -104,16 +104,15 @@ class LocalBackends:
         return engine not in self._given
 
     async def close(self) -> None:
-        """Shut down the engines built here; put back the sandbox caps :meth:`open` found."""
+        """Shut down the engines built here; release the sandbox caps :meth:`open` held."""
         try:
             for name, engine in self.engines.items():
                 if name not in self._given:
                     await engine.close()
         finally:
-            if self._caps_before:
-                from marlaas.envs.sandbox import cap_sandboxes
-
-                cap_sandboxes(self._caps_before.pop())
+            release, self._release_caps = self._release_caps, None
+            if release is not None:
+                release()
 
 
 class LocalExecutor(RealExecutor):

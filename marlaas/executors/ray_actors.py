@@ -131,7 +131,7 @@ class EnvActor:
     """Runs environments' ``reset``, ``reset_problem``, ``step`` and ``close`` (a code sandbox
     stays a sandbox here), each checked as in process. ``sandbox_caps``: the operator's
     bound on every sandbox made in this actor's process (:func:`~marlaas.envs.sandbox.
-    cap_sandboxes`; a restarted actor is given them again)."""
+    cap_sandboxes`, held for the actor's life; a restarted actor is given them again)."""
 
     def __init__(self, sandbox_caps=None) -> None:
         if sandbox_caps is not None:

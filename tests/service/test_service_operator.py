@@ -179,13 +179,13 @@ REFUSED = ("sandbox memory_mb: 4,096 MiB is above 2,048 MiB, the most this servi
 def test_the_services_backends_cap_every_sandbox_made_in_their_process(wrappers):
     """A sandbox an environment makes as it runs (its limits nowhere to see at submission) is
     held to the service's caps where it is made: the service's backends bound every sandbox
-    of the process while they are open (sandbox.cap_sandboxes), and put back what was there
-    when they close. Past a cap, no sandbox is started: the step raises, one line."""
+    of the process while they are open (sandbox.cap_sandboxes), and release them when they
+    close. Past a cap, no sandbox is started: the step raises, one line."""
     import asyncio
 
     from marlaas.core.scheduler import Scheduler
     from marlaas.envs import make_env
-    from marlaas.envs.sandbox import SandboxCapError, cap_sandboxes
+    from marlaas.envs.sandbox import SandboxCapError, held_caps
     from marlaas.executors.local import LocalBackends
 
     class Engine:
@@ -211,15 +211,70 @@ def test_the_services_backends_cap_every_sandbox_made_in_their_process(wrappers)
                 said.append(str(err))
         return said
 
-    assert cap_sandboxes(None) is None
+    assert held_caps() == ()
     asyncio.run(backends.open(None, cluster, 64, 0))
     try:
         assert asyncio.run(steps()) == [REFUSED, REFUSED]
     finally:
         asyncio.run(backends.close())
-    assert cap_sandboxes(None) is None  # put back
+    assert held_caps() == ()  # released
     env = make_env("makes_its_sandbox", {})  # a batch run sets no caps: the sandbox runs
     assert asyncio.run(env.step("")).reward in (0.0, 1.0)
+
+
+def test_backends_open_at_once_each_hold_their_caps_until_they_close(monkeypatch, wrappers):
+    """Two services' backends in one process (or a test's beside a service's), closed in the
+    order they were opened: each put back the caps it found, so the first one's close left
+    the second open with no caps at all (any sandbox ran), and the second's close left the
+    first one's caps on the process for good (a batch run after it was refused). Every open
+    backends' caps hold until it closes, whatever the order; closed, none is left."""
+    import asyncio
+
+    from marlaas.core.scheduler import Scheduler
+    from marlaas.envs import sandbox
+    from marlaas.envs.sandbox import SandboxCapError, SandboxLimits, run_python
+    from marlaas.executors.local import LocalBackends
+
+    class Engine:
+        tokenizer = None
+
+        async def close(self) -> None:
+            pass
+
+    def no_sandbox():  # past the caps' check: a sandbox would be started
+        raise sandbox.SandboxUnavailable("not started by this test")
+
+    monkeypatch.setattr(sandbox, "require_sandbox", no_sandbox)
+    config = wrappers
+    cluster = Scheduler(config.cluster, config.scheduling, config.policy, config.seed).cluster
+    service = config.service
+
+    def backends(memory_mb: int) -> LocalBackends:
+        capped = service.model_copy(update={"max_sandbox_memory_mb": memory_mb})
+        engines = {engine.name: Engine() for engine in cluster.engines}
+        return LocalBackends(Path("unused"), "hf", generators=engines, trainers={},
+                             sandbox_caps=capped.sandbox_caps())  # fmt: skip
+
+    def refused(memory_mb: int) -> str:
+        try:
+            asyncio.run(run_python("print(1)", {}, SandboxLimits(memory_mb=memory_mb)))
+        except SandboxCapError as err:
+            return str(err)
+        except sandbox.SandboxUnavailable:
+            return ""
+        raise AssertionError("the sandbox ran")
+
+    first, second = backends(2048), backends(1024)
+    asyncio.run(first.open(None, cluster, 64, 0))
+    asyncio.run(second.open(None, cluster, 64, 0))
+    try:
+        assert refused(1536).startswith("sandbox memory_mb: 1,536 MiB is above 1,024 MiB")
+        assert refused(4096).startswith("sandbox memory_mb: 4,096 MiB is above ")
+        asyncio.run(first.close())
+        assert refused(1536).startswith("sandbox memory_mb: 1,536 MiB is above 1,024 MiB")
+    finally:
+        asyncio.run(second.close())
+    assert refused(4096) == ""  # none left: a batch run's sandbox is not bounded
 
 
 def test_the_service_gives_its_caps_to_the_executors_backends(monkeypatch, wrappers, tmp_path):
