@@ -148,23 +148,87 @@ def test_a_hung_step_given_up_on_is_cancelled_in_the_actor(ray_cluster):
     assert reward == 1.0 and time.monotonic() - started < 15
 
 
+class BlocksItsThread(Environment):
+    """A step that tells the test it began (it writes its actor's pid to the file named by
+    ``args["began"]``), then blocks the actor's thread (``time.sleep``: no cancellation
+    reaches it)."""
+
+    async def reset(self, seed: int) -> str:
+        return "go"
+
+    async def step(self, action: str) -> StepResult:
+        Path(self.args["began"]).write_text(str(os.getpid()))
+        time.sleep(3600)
+        return StepResult("", 1.0, True)
+
+
+class CountsItsCalls:
+    """An actor's handle that sets ``second`` once a second call was sent to the actor."""
+
+    def __init__(self, actor) -> None:
+        self.actor, self.sent, self.second = actor, 0, threading.Event()
+        self.call = SimpleNamespace(remote=self._remote)
+
+    def _remote(self, *args):
+        ref = self.actor.call.remote(*args)
+        self.sent += 1
+        if self.sent == 2:
+            self.second.set()
+        return ref
+
+
+WAIT_S = 120.0
+"""How long a condition of the tests below is waited for before they fail [s] (no test
+waits that long unless what it checks is broken)."""
+
+
 def test_a_step_that_blocks_its_actors_thread_is_given_up_on_and_the_actor_restarts(
-    ray_cluster, monkeypatch
+    ray_cluster, monkeypatch, tmp_path
 ):
     """A step that blocks the actor's thread (``time.sleep`` in an async step) never sees its
     cancellation; the actor is killed once the grace has passed, and Ray restarts it: the
-    step queued behind the blocked one fails as on a dead actor (the run retries it) and the
-    next is served (they once waited behind the blocked one for good). The grace is long
-    enough for the second step to be queued behind the blocked one before the kill on a loaded
-    host (at 1 s it reached the restarted actor and was served: ci81)."""
-    monkeypatch.setattr(ray_actors, "ENV_CANCEL_GRACE_S", 3.0)
-    envs = pool(concurrency=1)
-    with pytest.raises(EnvTimeoutError, match=r"step\(\) of job 'j' did not return within 1 s"):
-        step_one(remote(envs, mode="block"), timeout_s=1.0)
-    started = time.monotonic()
-    with pytest.raises(EnvActorDied, match="Misbehaves: the Ray actor running its step"):
-        step_one(remote(envs), timeout_s=30.0)
-    assert served_once_restarted(envs) == 1.0 and time.monotonic() - started < 25
+    step queued behind the blocked one does not wait behind it for good (they once did): it
+    fails as on a dead actor (the run retries it), or, sent as the actor was killed, is
+    served by the restarted actor; and the next is served.
+
+    Counted, not timed: the step is given up on once it has begun in the actor (given up at
+    a 1 s bound, a step that had not begun on a loaded host was cancelled before it ran, and
+    nothing was killed), and the kill is held until the next step was sent (a test process
+    starved past the grace sent it to the restarted actor, which served it: "DID NOT RAISE
+    EnvActorDied", ci81 at a 1 s grace; 3 s did not rule it out)."""
+    held = CountsItsCalls(pool(concurrency=1).actors[0])
+    envs = EnvPool([held])
+    kill = ray_actors._kill_if_stuck
+
+    def kill_once_the_next_step_is_sent(actor, ref) -> None:
+        held.second.wait(WAIT_S)
+        kill(actor.actor, ref)
+
+    monkeypatch.setattr(ray_actors, "_kill_if_stuck", kill_once_the_next_step_is_sent)
+    monkeypatch.setattr(ray_actors, "ENV_CANCEL_GRACE_S", 0.5)  # the blocked step never ends
+    began = tmp_path / "began"
+    blocked = RemoteEnv(envs, BlocksItsThread({"began": str(began)}))
+
+    async def give_up_once_begun() -> None:
+        group = episode(blocked)
+        step = asyncio.ensure_future(step_envs(group, False, Chars(), timeout_s=WAIT_S))
+        deadline = time.monotonic() + WAIT_S
+        while not began.exists() and not step.done():
+            assert time.monotonic() < deadline, "the step did not begin in its actor"
+            await asyncio.sleep(0.05)
+        step.cancel()  # given up on, as at its bound or when its group fails
+        with pytest.raises(asyncio.CancelledError):
+            await step
+
+    asyncio.run(give_up_once_begun())
+    blocked_pid = int(began.read_text())
+    try:
+        (_, reward), group = step_one(remote(envs), timeout_s=WAIT_S)
+    except EnvActorDied as err:  # queued behind the blocked step, when its actor was killed
+        assert "Misbehaves: the Ray actor running its step" in str(err)
+    else:  # sent as the actor was killed: Ray sent it to the restarted actor
+        assert reward == 1.0 and group.samples[0].info["pid"] != blocked_pid
+    assert served_once_restarted(envs) == 1.0
 
 
 def test_an_environment_that_ends_its_actor_is_named_and_the_actor_restarts(ray_cluster):
