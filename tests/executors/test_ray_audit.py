@@ -636,11 +636,12 @@ class SlowToCancel(Environment):
 def test_a_call_given_up_on_has_ended_in_its_actor_before_the_instances_next_call(
     ray_cluster, tmp_path, then
 ):
-    """Each call runs on a copy of the environment's state in an actor: a step given up at
-    its bound runs on in its actor until its cancellation has ended there, and the instance's
-    next call (its close, a retried step) waits for it, as in process a close waits for the
-    calls given up on (test_env_close). Made at once, it ran in another actor beside the
-    given-up copy, on the state from before it: two copies of one environment at once."""
+    """Each call runs on a copy of the environment's state in an actor: a step given up on
+    (once it has begun there) runs on in its actor until its cancellation has ended there,
+    and the instance's next call (its close, a retried step) waits for it, as in process a
+    close waits for the calls given up on (test_env_close). Made at once, it ran in another
+    actor beside the given-up copy, on the state from before it: two copies of one
+    environment at once."""
     from marlaas.executors.env_contract import env_call
     from marlaas.executors.env_instances import close_envs
 
@@ -650,8 +651,14 @@ def test_a_call_given_up_on_has_ended_in_its_actor_before_the_instances_next_cal
     async def scenario() -> None:
         for _ in range(2):  # each actor started (a call sent before would wait for it)
             await env.reset(0)
-        with pytest.raises(EnvTimeoutError, match=r"step\(\) of job 'j' did not return"):
-            await env_call(env, "step", lambda: env.step("x"), "j", 1.0, None)
+        step = asyncio.ensure_future(env_call(env, "step", lambda: env.step("x"), "j", WAIT_S))
+        deadline = time.monotonic() + WAIT_S
+        while not journal.exists() and not step.done():  # given up at a 1 s bound, a step
+            assert time.monotonic() < deadline, "the step did not begin in its actor"
+            await asyncio.sleep(0.05)  # not begun yet on a loaded host was never run
+        step.cancel()  # given up on, as at its bound or when its group fails
+        with pytest.raises(asyncio.CancelledError):
+            await step
         if then == "close":
             assert await close_envs([env], "j", 20.0, None) == 0
         else:
