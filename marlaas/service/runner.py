@@ -80,6 +80,9 @@ class ServiceRunner:
         self._offset = 0.0
         self._executor = None
         self._quotas: dict[str, TenantSpec] = {}
+        """Each tenant's quotas as last sent to the scheduler."""
+        self._quotas_sent = threading.Lock()
+        """Orders the requests' sends of :attr:`_quotas` (requests run on many threads)."""
         self._failed: dict[str, str] = {}
         self._thread: threading.Thread | None = None
         self._on_stop = None
@@ -227,12 +230,22 @@ class ServiceRunner:
             self._send_quota(tenant)
 
     def _send_quota(self, tenant: S.TenantView) -> None:
-        """Tell the scheduler ``tenant``'s quotas when they changed (``tenants add``)."""
-        if self._quotas.get(tenant.name) != tenant.quota:
-            # put before it is noted: a submission on another thread that finds it noted
-            # then comes after it in the inbox, and is judged under these quotas
-            self.inbox.put(SetQuota(tenant.name, tenant.quota))
-            self._quotas[tenant.name] = tenant.quota
+        """Tell the scheduler ``tenant``'s quotas when they changed (``tenants add``,
+        ``tenants quota``). ``tenant`` is as a request's authentication read it, which may be
+        before a change another request has sent since: what is sent is the store's now, so
+        that a slow request never sends quotas older than those sent (the scheduler judged
+        the tenant's next jobs under the old ones), and the sends are one at a time (two at
+        once could leave the scheduler with one and :attr:`_quotas` noting the other)."""
+        with self._quotas_sent:
+            if self._quotas.get(tenant.name) == tenant.quota:
+                return
+            quota = self.store.quota(tenant.name)
+            if quota is None or self._quotas.get(tenant.name) == quota:
+                return
+            # put before it is noted, under the lock: a submission after it in the inbox is
+            # judged under these quotas
+            self.inbox.put(SetQuota(tenant.name, quota))
+            self._quotas[tenant.name] = quota
 
     # ----------------------------------------------------------------------------- driver
     def _run(self) -> None:

@@ -202,6 +202,12 @@ class JobStore:
             rows = session.scalars(select(Tenant).order_by(Tenant.id)).all()
             return [_tenant_view(row) for row in rows]
 
+    def quota(self, name: str) -> TenantSpec | None:
+        """``name``'s quotas as the store has them now (None: no such tenant)."""
+        with self._session() as session:
+            row = session.scalar(select(Tenant).where(Tenant.name == name))
+            return None if row is None else _tenant_view(row).quota
+
     def authenticate(self, key: str) -> TenantView | None:
         """The tenant whose key ``key`` is, None when none (or it was revoked)."""
         digest = keys.key_hash(self._keyed(), key)

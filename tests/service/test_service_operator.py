@@ -426,6 +426,46 @@ def test_an_operator_changes_a_tenants_quotas_without_changing_its_key(tmp_path,
     )
 
 
+def test_a_request_authenticated_before_a_quota_change_does_not_send_the_old_quota(tmp_path):
+    """Every request sends its tenant's quotas to the scheduler when they differ from those
+    sent, as its authentication read them: a request read before `tenants quota` and ending
+    after a newer one had sent the new quotas (a slow GET beside a submission) sent the old
+    ones again, and the scheduler judged the tenant's next jobs under them. The quotas sent
+    are the store's when they differ, and never older than those already sent."""
+    from marlaas.core.tenant_spec import TenantSpec
+    from marlaas.drive.inbox import SetQuota
+    from marlaas.service.config import ServiceConfig
+    from marlaas.service.db import database_url
+    from marlaas.service.runner import ServiceRunner
+    from marlaas.service.store import JobStore
+
+    class Inbox:
+        def __init__(self) -> None:
+            self.quotas = []
+
+        def put(self, item, at_s=None) -> None:
+            if isinstance(item, SetQuota):
+                self.quotas.append(item.quota.max_active_jobs)
+
+    data = tmp_path / "data"
+    data.mkdir()
+    store = JobStore(database_url(data, None), data)
+    try:
+        key = store.add_tenant("bob", TenantSpec(max_active_jobs=1))
+        runner = ServiceRunner(ServiceConfig.model_validate(CLUSTER), data, data, store,
+                               simulate=True)  # fmt: skip
+        runner.inbox = Inbox()
+        before = store.authenticate(key)  # a slow request's tenant, read now
+        runner.take_quota(before)
+        store.set_quota("bob", TenantSpec(max_active_jobs=3))  # `tenants quota bob`
+        runner.take_quota(store.authenticate(key))  # a request after it
+        runner.take_quota(before)  # the slow request goes on
+        runner.take_quota(store.authenticate(key))
+        assert runner.inbox.quotas == [1, 3]
+    finally:
+        store.close()
+
+
 def test_jobs_a_host_cannot_run_are_refused_at_start_with_the_hosts_advice(tmp_path, capsys,
                                                                           monkeypatch):  # fmt: skip
     """A service restarted on a host where the sandbox is missing leaves python_exec out of
