@@ -459,7 +459,6 @@ def _store_in(data: Path, db: str | None, created: bool, with_keys: bool = True,
 
 def _tenants(args: argparse.Namespace) -> int:
     from marlaas.core.spec_fields import check_name, shown_name
-    from marlaas.core.tenant_spec import TenantSpec
     from marlaas.service.store import TenantError
 
     if args.action != "list":  # the arguments are checked before the data folder is touched
@@ -492,10 +491,12 @@ def _tenants(args: argparse.Namespace) -> int:
         # revoke, quota: they make neither the database nor the keys' secret
         raise UsageError(f"tenants {args.action}: no tenant named {args.name!r} ({args.data} "
                          "has no database yet)")  # fmt: skip
+    if args.action == "quota" and args.max_active_jobs is args.max_queued_jobs is None:
+        raise UsageError("tenants quota: give --max-active-jobs or --max-queued-jobs (a number, "
+                         "or 'default' for the cluster file's); one left out is kept")  # fmt: skip
     store = _open_store(args)
     try:
-        quota = TenantSpec(max_active_jobs=args.max_active_jobs,
-                           max_queued_jobs=args.max_queued_jobs)  # fmt: skip
+        quota = _quota_given(args, store)
         if args.action == "add":
             key = store.add_tenant(args.name, quota)
             print(f"tenant {args.name} added; its API key (shown once, keep it):",
@@ -515,6 +516,47 @@ def _tenants(args: argparse.Namespace) -> int:
     finally:
         store.close()
     return 0
+
+
+def _quota_given(args: argparse.Namespace, store):
+    """The quotas the flags name, a TenantSpec (``default``: the cluster file's, None); for
+    ``quota``, one left out is the tenant's own as it stands (it was set back to the cluster
+    file's)."""
+    from marlaas.core.tenant_spec import TenantSpec
+
+    kept = TenantSpec()
+    if args.action == "quota":
+        kept = next((t.quota for t in store.tenants() if t.name == args.name), kept)
+    active, queued = args.max_active_jobs, args.max_queued_jobs
+    return TenantSpec(
+        max_active_jobs=kept.max_active_jobs if active is None else _or_none(active),
+        max_queued_jobs=kept.max_queued_jobs if queued is None else _or_none(queued),
+    )
+
+
+def _or_none(value: int | str) -> int | None:
+    """A quota flag's value: a number, or None for ``default`` (the cluster file's)."""
+    return None if value == QUOTA_DEFAULT else int(value)
+
+
+QUOTA_DEFAULT = "default"
+"""A quota flag's value that stands for the cluster file's quota."""
+
+
+def _quota_flag(low: int, high: int):
+    """An argparse ``type``: an integer in [low, high], or ``default``."""
+    number = bounded_int(low, high)
+
+    def parse(text: str) -> int | str:
+        if text == QUOTA_DEFAULT:
+            return text
+        try:
+            return number(text)
+        except argparse.ArgumentTypeError as err:
+            raise argparse.ArgumentTypeError(f"{err}, nor {QUOTA_DEFAULT!r}") from None
+
+    parse.__name__ = "quota"
+    return parse
 
 
 def _list_tenants(args: argparse.Namespace) -> None:
@@ -554,12 +596,12 @@ def _tenants_arguments(parser: argparse.ArgumentParser) -> None:
                         "key kept), or revoke one's key")  # fmt: skip
     parser.add_argument("name", nargs="?", help="the tenant (add, quota, revoke)")
     _data_arguments(parser)
-    parser.add_argument("--max-active-jobs", type=bounded_int(1, MAX_JOBS),
-                        help="add, quota: its jobs admitted at once (default: the "
-                        "cluster file's)")  # fmt: skip
-    parser.add_argument("--max-queued-jobs", type=bounded_int(0, MAX_JOBS),
-                        help="add, quota: its jobs waiting at once (default: the "
-                        "cluster file's)")  # fmt: skip
+    parser.add_argument("--max-active-jobs", type=_quota_flag(1, MAX_JOBS), metavar="N",
+                        help="add, quota: its jobs admitted at once, or 'default': the "
+                        "cluster file's (quota: left out, kept as it is)")  # fmt: skip
+    parser.add_argument("--max-queued-jobs", type=_quota_flag(0, MAX_JOBS), metavar="N",
+                        help="add, quota: its jobs waiting at once, or 'default': the "
+                        "cluster file's (quota: left out, kept as it is)")  # fmt: skip
     parser.set_defaults(func=_tenants)
 
 

@@ -398,8 +398,8 @@ def test_an_operator_changes_a_tenants_quotas_without_changing_its_key(tmp_path,
         assert main(["tenants", "quota", "bob", "--data", str(data), "--max-active-jobs",
                      "2"]) == 0  # fmt: skip
         assert capsys.readouterr().out.strip() == (
-            "tenant bob: at most 2 active and the cluster file's queued (from its next request)"
-        )
+            "tenant bob: at most 2 active and 1 queued (from its next request)"
+        )  # the quota left out is kept (it was set back to the cluster file's)
         bob.jobs()  # its next request
         deadline = time.monotonic() + 30
         while bob.job(second)["state"] != "running":  # the same key: the quota reached it
@@ -410,16 +410,22 @@ def test_an_operator_changes_a_tenants_quotas_without_changing_its_key(tmp_path,
     finally:
         served.stop()
     assert main(["tenants", "list", "--data", str(data)]) == 0
-    assert capsys.readouterr().out.splitlines()[1].split()[:3] == ["bob", "2", "-"]
+    assert capsys.readouterr().out.splitlines()[1].split()[:3] == ["bob", "2", "1"]
+    assert main(["tenants", "quota", "bob", "--data", str(data), "--max-queued-jobs",
+                 "default"]) == 0  # fmt: skip
+    assert main(["tenants", "list", "--data", str(data)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].split()[:3] == ["bob", "2", "-"]
     for args, says in (
-        (["quota", "nobody"], "tenants quota: no tenant named 'nobody'"),
+        (["quota", "nobody", "--max-active-jobs", "3"], "tenants quota: no tenant named 'nobody'"),
+        (["quota", "bob"], "tenants quota: give --max-active-jobs or --max-queued-jobs (a "
+         "number, or 'default' for the cluster file's); one left out is kept"),
         (["revoke", "bob", "--max-active-jobs", "3"],
          "tenants revoke: --max-active-jobs is for tenants add and tenants quota"),
     ):  # fmt: skip
         assert main(["tenants", *args, "--data", str(data)]) == 2
         assert capsys.readouterr().err.strip() == f"marlaas: error: {says}"
     assert main(["tenants", "revoke", "bob", "--data", str(data)]) == 0
-    assert main(["tenants", "quota", "bob", "--data", str(data)]) == 2
+    assert main(["tenants", "quota", "bob", "--data", str(data), "--max-active-jobs", "3"]) == 2
     assert capsys.readouterr().err.strip() == (
         "marlaas: error: tenants quota: tenant 'bob' is revoked; `tenants add bob` gives it a "
         "new key and the quotas it names"
