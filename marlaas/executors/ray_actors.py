@@ -464,8 +464,15 @@ class RemoteEnv(Environment):
         if ref is None:
             return
         ended = asyncio.wrap_future(ref.future())
+        ended.add_done_callback(_read_end)  # also when this wait is given up on first
         await asyncio.wait({ended})
-        if not ended.cancelled():  # read: TaskCancelledError, RayActorError (killed), none
-            ended.exception()
         if self._given_up is ref:
             self._given_up = None
+
+
+def _read_end(ended: asyncio.Future) -> None:
+    """Read how a call given up on ended in its actor (TaskCancelledError, RayActorError: it
+    was killed; or none), waited for or not (a wait given up on first left it unread, and
+    asyncio reported it with its traceback as "Future exception was never retrieved")."""
+    if not ended.cancelled():
+        ended.exception()

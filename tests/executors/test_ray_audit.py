@@ -668,3 +668,34 @@ def test_a_call_given_up_on_has_ended_in_its_actor_before_the_instances_next_cal
     asyncio.run(scenario())
     after = "close" if then == "close" else "step 1 starts"  # the state from before the step
     assert journal.read_text().splitlines() == ["step 1 starts", "step 1 stopped", after]
+
+
+def test_a_next_call_given_up_while_it_waits_for_a_given_up_one_leaves_no_error_unread():
+    """A close (or a retried step) given up on while it waited for the instance's call given
+    up on before it to end in its actor (RemoteEnv._given_up_ended): that call's end
+    (TaskCancelledError, the actor killed) is read, not reported by asyncio as "Future
+    exception was never retrieved" with its traceback once collected (no cluster needed: the
+    given-up call's ref is a stub)."""
+    import concurrent.futures
+    import gc
+
+    async def scenario() -> list[str]:
+        ended: concurrent.futures.Future = concurrent.futures.Future()  # Ray's, of the ref
+        reported: list[str] = []
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _, context: reported.append(context["message"]))
+        env = RemoteEnv(EnvPool([]), Misbehaves({}))
+        env._given_up = SimpleNamespace(future=lambda: ended)  # a step given up on before
+        close = asyncio.ensure_future(env.close())
+        for _ in range(3):  # waiting for the step given up on to end in its actor
+            await asyncio.sleep(0)
+        close.cancel()  # given up on at its bound
+        with pytest.raises(asyncio.CancelledError):
+            await close
+        ended.set_exception(RuntimeError("TaskCancelledError: the step was cancelled"))
+        for _ in range(3):  # its end handed to this loop
+            await asyncio.sleep(0)
+        gc.collect()
+        return reported
+
+    assert asyncio.run(scenario()) == []
