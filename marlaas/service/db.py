@@ -207,8 +207,8 @@ class DatabaseError(RuntimeError):
 def failed_database(url: str, err: BaseException, then: str) -> DatabaseError:
     """DatabaseError, one line, for the database at ``url`` that failed with ``err`` (a
     SQLAlchemyError: the driver's own message, without SQLAlchemy's statement and links), and
-    ``then``: what it means and what to do."""
-    return DatabaseError(f"database {_shown(url)}: {_reason(err)}; {then}")
+    ``then``: what it means and what to do (none: '')."""
+    return DatabaseError(f"database {_shown(url)}: {_reason(err)}" + (f"; {then}" if then else ""))
 
 
 def _shown(url: str) -> str:

@@ -258,12 +258,19 @@ class ServiceRunner:
         try:
             self._drive()
         except BaseException as err:  # the service reports it (health, logs) and stops
+            from sqlalchemy.exc import SQLAlchemyError
+
             from marlaas.policy_path import PolicyError
 
             self.inbox.stop()
             if isinstance(err, PolicyError):
                 log.error("the driver stopped: %s", err)
                 log.debug("the policy's traceback", exc_info=err)
+            elif isinstance(err, SQLAlchemyError):  # one line, as serve's: no statement
+                from marlaas.service.db import failed_database
+
+                log.error("the driver stopped: %s", failed_database(self.store.url, err, ""))
+                log.debug("the database's traceback", exc_info=err)
             else:
                 log.exception("the driver stopped")
             self.error = err

@@ -379,6 +379,45 @@ def test_a_database_that_fails_under_the_service_stops_it_in_one_line(capsys):
     assert _driver_stopped(other, "cluster.yaml", "sqlite:////srv/data/service.db") is other
 
 
+def test_a_database_that_fails_under_the_service_is_logged_in_one_line(tmp_path, caplog):
+    """serve's exit line for a database that failed under it is one line (above), but the
+    driver's thread logged it first with log.exception: SQLAlchemy's traceback, the statement
+    and its parameters, on serve's stderr above that line. The driver's log says it in one
+    line too, the traceback at debug level only."""
+    import logging
+    import sqlite3
+
+    from sqlalchemy.exc import OperationalError
+
+    from marlaas.service.config import ServiceConfig
+    from marlaas.service.db import database_url
+    from marlaas.service.runner import ServiceRunner
+    from marlaas.service.store import JobStore
+
+    data = tmp_path / "data"
+    data.mkdir()
+    store = JobStore(database_url(data, None), data)
+    try:
+        runner = ServiceRunner(ServiceConfig.model_validate(CLUSTER), data, data, store,
+                               simulate=True)  # fmt: skip
+
+        def fails() -> None:
+            full = sqlite3.OperationalError("database or disk is full")
+            raise OperationalError("INSERT INTO steps (job_id, step) VALUES (?, ?)", (3, 7), full)
+
+        runner._drive = fails
+        with caplog.at_level(logging.INFO, logger="marlaas"):
+            runner._run()
+    finally:
+        store.close()
+    assert isinstance(runner.error, OperationalError)
+    (record,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert record.exc_info is None
+    assert record.getMessage() == (
+        f"the driver stopped: database {database_url(data, None)}: database or disk is full"
+    )
+
+
 def test_an_operator_changes_a_tenants_quotas_without_changing_its_key(tmp_path, capsys):
     """A tenant's quotas could be changed only by revoking its key and adding it again: a
     new key to hand out, and its event streams ended, to give it one more job at once
