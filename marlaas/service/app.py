@@ -159,7 +159,7 @@ def create_app(runner: ServiceRunner, data_dir: Path, max_streams: int = MAX_STR
     def health() -> dict:
         """Whether the driver runs (no key needed)."""
         if runner.error is not None:
-            return JSONResponse({"status": "error", "error": str(runner.error)}, 503)
+            return JSONResponse({"status": "error", "error": runner.error_line}, 503)
         return {"status": "ok" if runner.ready.is_set() else "starting",
                 "simulated": runner.simulate}  # fmt: skip
 

@@ -130,6 +130,23 @@ class ServiceRunner:
             self._thread.join(timeout_s)
 
     @property
+    def error_line(self) -> str | None:
+        """What stopped the driver (:attr:`error`) in one line, for anyone to read
+        (``/v1/health`` needs no key); None while it runs."""
+        return None if self.error is None else self._said(self.error)
+
+    def _said(self, err: BaseException) -> str:
+        """``err`` in one line: a database's error as the driver said it, without the
+        statement and its values that SQLAlchemy's text holds (a job spec, a key's hash)."""
+        from sqlalchemy.exc import SQLAlchemyError
+
+        if isinstance(err, SQLAlchemyError):
+            from marlaas.service.db import failed_database
+
+            return str(failed_database(self.store.url, err, ""))
+        return " ".join(str(err).split()) or type(err).__name__
+
+    @property
     def alive(self) -> bool:
         """Whether the driver's thread runs."""
         return self._thread is not None and self._thread.is_alive()
@@ -267,9 +284,7 @@ class ServiceRunner:
                 log.error("the driver stopped: %s", err)
                 log.debug("the policy's traceback", exc_info=err)
             elif isinstance(err, SQLAlchemyError):  # one line, as serve's: no statement
-                from marlaas.service.db import failed_database
-
-                log.error("the driver stopped: %s", failed_database(self.store.url, err, ""))
+                log.error("the driver stopped: %s", self._said(err))
                 log.debug("the database's traceback", exc_info=err)
             else:
                 log.exception("the driver stopped")

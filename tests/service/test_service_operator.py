@@ -418,6 +418,35 @@ def test_a_database_that_fails_under_the_service_is_logged_in_one_line(tmp_path,
     )
 
 
+def test_health_names_a_failed_database_without_its_statement_or_values(tmp_path):
+    """/v1/health, which needs no key, answered a stopped driver's error as str(error): for
+    the job store's database failing, SQLAlchemy's text with the statement and its values (a
+    tenant's job spec, a key's hash) to anyone who asked. It answers the one line serve
+    logs."""
+    import sqlite3
+
+    import httpx
+    from sqlalchemy.exc import OperationalError
+
+    from marlaas.service.db import database_url
+    from tests.service.conftest import serve
+
+    data = tmp_path / "data"
+    served = serve(data)
+    try:
+        full = sqlite3.OperationalError("database or disk is full")
+        served.runner.error = OperationalError("INSERT INTO tenants (name, key_hash) VALUES "
+                                               "(?, ?)", ("eve", "a1b2c3"), full)  # fmt: skip
+        answer = httpx.get(f"{served.url}/v1/health", timeout=30)
+        assert answer.status_code == 503
+        assert answer.json()["error"] == (
+            f"database {database_url(data, None)}: database or disk is full"
+        )
+    finally:
+        served.runner.error = None
+        served.stop()
+
+
 def test_an_operator_changes_a_tenants_quotas_without_changing_its_key(tmp_path, capsys):
     """A tenant's quotas could be changed only by revoking its key and adding it again: a
     new key to hand out, and its event streams ended, to give it one more job at once
