@@ -19,12 +19,12 @@ import math
 import os
 import signal
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
 
 import psutil
 
+from marlaas.bounded_wait import within
 from marlaas.envs.sandbox_runtime import (
     INPUT_DIR,
     Runtime,
@@ -33,8 +33,6 @@ from marlaas.envs.sandbox_runtime import (
     require_sandbox,
     unprivileged,
 )
-
-_T = TypeVar("_T")
 
 __all__ = [
     "SandboxCapError",
@@ -258,7 +256,7 @@ async def _supervise(
     init_pidfd = None
     outcome = "timeout"
     try:
-        init_pidfd = await _within(_open_init(proc, info_fd), limits.timeout_s)
+        init_pidfd = await within(_open_init(proc, info_fd), limits.timeout_s)
         remaining_s = max(0.0, deadline - loop.time())
         await asyncio.wait(
             {work, over_cap}, timeout=remaining_s, return_when=asyncio.FIRST_COMPLETED
@@ -274,7 +272,7 @@ async def _supervise(
         await _kill(proc, init_pidfd)
         # The pumps drain what the dead sandbox left in its pipes (kept up to the cap).
         try:
-            await _within(work, KILL_GRACE_S)
+            await within(work, KILL_GRACE_S)
         except asyncio.TimeoutError:
             pass
         except asyncio.CancelledError:
@@ -316,7 +314,7 @@ async def _kill(proc: asyncio.subprocess.Process, init_pidfd: int | None) -> Non
                 signal.pidfd_send_signal(init_pidfd, signal.SIGKILL)
             await _exited(init_pidfd, KILL_GRACE_S)
         with contextlib.suppress(asyncio.TimeoutError):
-            await _within(proc.wait(), KILL_GRACE_S)
+            await within(proc.wait(), KILL_GRACE_S)
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -328,22 +326,6 @@ async def _kill(proc: asyncio.subprocess.Process, init_pidfd: int | None) -> Non
     finally:
         if init_pidfd is not None:
             os.close(init_pidfd)
-
-
-async def _within(work: Awaitable[_T], timeout_s: float) -> _T:
-    """The value of ``work`` within ``timeout_s`` [s], else asyncio.TimeoutError (``work`` is
-    then cancelled, as it is when this call is). Not asyncio.wait_for: on Python 3.11 it
-    returns the value of a ``work`` that ended as its caller was cancelled, and the
-    cancellation is lost (the sandbox's step, given up by its caller, went on)."""
-    task = asyncio.ensure_future(work)
-    try:
-        done, _ = await asyncio.wait({task}, timeout=timeout_s)
-    finally:
-        if not task.done():
-            task.cancel()
-    if not done:
-        raise asyncio.TimeoutError
-    return task.result()
 
 
 def _asked_to_cancel() -> bool:
@@ -358,7 +340,7 @@ async def _exited(pidfd: int, timeout_s: float) -> None:
     gone = loop.create_future()
     loop.add_reader(pidfd, lambda: gone.done() or gone.set_result(None))
     try:
-        await _within(gone, timeout_s)
+        await within(gone, timeout_s)
     except asyncio.TimeoutError:
         pass
     finally:

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from marlaas.bounded_wait import within
 from marlaas.envs.base import Environment
 from marlaas.executors.env_contract import (
     EnvTimeoutError,
@@ -119,7 +120,7 @@ async def _close_when_made(
     until = None if closings is None else closings.until
     bound = close_bound(spec.env.timeout_s, until)
     try:
-        envs = await asyncio.wait_for(asyncio.shield(made), bound)
+        envs = await within(asyncio.shield(made), bound)  # not wait_for: it loses a cancel
     except asyncio.TimeoutError:
         log.warning("environment %s of job %r: __init__() still running %g s after its "
                     "making was given up; what it makes is not closed", spec.env.name,

@@ -25,6 +25,7 @@ import logging
 import math
 from pathlib import Path
 
+from marlaas.bounded_wait import within
 from marlaas.core.cluster import Cluster
 from marlaas.executors.backends import BackendError, EngineSizing, sampling_dtype
 
@@ -109,7 +110,7 @@ class RayBackends:
                    for w in widths]  # fmt: skip
         self._group = placement_group(bundles, strategy=self.strategy)
         try:
-            await asyncio.wait_for(_awaited(self._group.ready()), PLACEMENT_WAIT_S)
+            await within(_awaited(self._group.ready()), PLACEMENT_WAIT_S)
         except Exception as err:
             raise PlacementError(
                 f"the Ray cluster cannot place {len(names)} actors ({', '.join(names)}: "
@@ -175,7 +176,7 @@ class RayBackends:
 
 
 async def _awaited(ref):
-    """An ObjectRef as a coroutine (for ``asyncio.wait_for``)."""
+    """An ObjectRef as a coroutine (for :func:`~marlaas.bounded_wait.within`)."""
     return await ref
 
 
