@@ -136,8 +136,6 @@ def open_database(url: str, read_only: bool = False) -> tuple[Engine, sessionmak
         options["connect_args"] = {"check_same_thread": False, "timeout": 30}
         if read_only:
             options["creator"] = _read_only_sqlite(url)
-    elif read_only:
-        options["connect_args"] = {"options": "-c default_transaction_read_only=on"}
     try:
         engine = create_engine(url, **options)
     except (SQLAlchemyError, ImportError) as err:
@@ -145,6 +143,8 @@ def open_database(url: str, read_only: bool = False) -> tuple[Engine, sessionmak
                             f"({_reason(err)})") from None  # fmt: skip
     if sqlite:
         event.listen(engine, "connect", _sqlite_read_only if read_only else _sqlite_pragmas)
+    elif read_only:  # on each connection: the URL's own options (a search_path) kept
+        event.listen(engine, "connect", _read_only_session)
     try:
         if read_only:
             _check_schema(engine, _shown(url))
@@ -239,6 +239,17 @@ def _sqlite_read_only(connection, _record) -> None:
     cursor.execute("PRAGMA query_only=ON")
     cursor.execute("PRAGMA busy_timeout=30000")
     cursor.close()
+
+
+def _read_only_session(connection, _record) -> None:
+    """Every transaction of this PostgreSQL connection read-only. Not the driver's
+    ``options`` (``-c default_transaction_read_only=on``): they replaced the URL's own, and a
+    store kept in a schema of its own (``?options=-csearch_path=...``) was read in another.
+    Committed: a SET rolled back is undone."""
+    cursor = connection.cursor()
+    cursor.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+    cursor.close()
+    connection.commit()
 
 
 def migrate(engine: Engine) -> None:

@@ -133,6 +133,39 @@ def test_the_reading_commands_leave_the_job_store_as_they_found_it(tmp_path, mon
     assert list(fresh.iterdir()) == []
 
 
+def test_a_read_only_postgresql_store_keeps_the_urls_connection_options(tmp_path, postgres,
+                                                                        capsys):  # fmt: skip
+    """A reading command opened PostgreSQL read-only by giving the driver its own ``options``
+    (``-c default_transaction_read_only=on``), which replaced the URL's: a store kept in a
+    schema of its own (``?options=-csearch_path=svc``, as the service writes it) was read
+    in ``public`` and refused as holding no service's tables. The URL's options are kept, and
+    nothing can be written."""
+    import psycopg
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from marlaas.service.store import JobStore
+
+    url = postgres.url()
+    with psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as c:
+        c.execute("CREATE SCHEMA svc")
+    url += "&options=-csearch_path%3Dsvc"
+    data = tmp_path / "data"
+    data.mkdir()
+    store = JobStore(url, data)
+    try:
+        store.add_tenant("frank")
+    finally:
+        store.close()
+    assert main(["tenants", "list", "--data", str(data), "--db", url]) == 0, capsys.readouterr()
+    assert capsys.readouterr().out.splitlines()[1].split()[0] == "frank"
+    reader = JobStore(url, data, read_only=True)
+    try:
+        with pytest.raises(SQLAlchemyError, match="read-only transaction"):
+            reader.add_tenant("gina")
+    finally:
+        reader.close()
+
+
 WRAPPERS = {"wraps_python_exec": "WrapsPythonExec", "makes_its_sandbox": "MakesItsSandbox"}
 """Registered names of tests.service.wrapped_sandboxes' environments -> their classes."""
 
