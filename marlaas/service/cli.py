@@ -120,13 +120,15 @@ def _serve(args: argparse.Namespace) -> int:
         options = {} if args.simulate else {"backend": args.backend, "ray": args.ray}
         runner = ServiceRunner(config, base_dir, data, store, simulate=args.simulate,
                                speed=args.speed, cost=cost, **options)  # fmt: skip
-        misfits = runner.misfits()
-        if misfits and unoffered:  # the host, not the cluster file: the advice is the host's
-            store.close()
+        found = runner.misfits()
+        misfits = [said for env, said in found if env not in unoffered]  # the cluster file's
+        hosts = [said for env, said in found if env in unoffered]  # this host cannot run them
+        if hosts and not misfits:  # the host, not the cluster file: the advice is the host's
+            store.close()  # (with misfits of the cluster file's too: theirs first)
             raise UsageError(
-                f"serve: {len(misfits)} queued or running job(s) need an environment this "
+                f"serve: {len(hosts)} queued or running job(s) need an environment this "
                 f"host cannot run ({', '.join(unoffered)}; the warning above says why): "
-                f"{'; '.join(misfits[:3])}{'; ...' if len(misfits) > 3 else ''}; serve "
+                f"{'; '.join(hosts[:3])}{'; ...' if len(hosts) > 3 else ''}; serve "
                 "where it runs, or make it run here, to continue them"
             )
         if misfits:

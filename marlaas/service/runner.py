@@ -98,10 +98,10 @@ class ServiceRunner:
         if self.error is not None:
             raise self.error
 
-    def misfits(self) -> list[str]:
-        """``job N: reason`` for every queued or running job of the store that this service's
-        envelope (its ``service:`` block) no longer admits: a service started with a smaller
-        envelope would fail them for good (:meth:`_resubmit`)."""
+    def misfits(self) -> list[tuple[str, str]]:
+        """(its environment, ``job N: reason``) for every queued or running job of the store
+        that this service's envelope (its ``service:`` block) no longer admits: a service
+        started with a smaller envelope would fail them for good (:meth:`_resubmit`)."""
         found = []
         for job_id, spec, durable, cancelled in self.store.live_jobs():
             if cancelled or durable >= spec.rl.steps:
@@ -109,7 +109,7 @@ class ServiceRunner:
             try:
                 check_envelope(spec, self.config)
             except JobRequestError as err:
-                found.append(f"job {job_id}: {err}")
+                found.append((spec.env.name, f"job {job_id}: {err}"))
         return found
 
     def when_stopped(self, callback) -> None:

@@ -618,3 +618,21 @@ def test_jobs_a_host_cannot_run_are_refused_at_start_with_the_hosts_advice(tmp_p
         "here, to continue them"
     )
     assert len(err) == 2
+
+    # A job that misfits for a reason of the cluster file's is not the host's to fix.
+    store = JobStore(database_url(data, None), data)
+    try:
+        (tenant,) = store.tenants()
+        ranked = {**JOB, "lora_rank": 16}
+        other = store.add_job(tenant, JobSpec.model_validate({**ranked, "tenant": "ann"}), 2.0)
+    finally:
+        store.close()
+    cluster.write_text(f"base_model: {{name: tiny, path: {model}}}\n"
+                       "service: {max_sequence_tokens: 256, max_lora_rank: 8}\n")  # fmt: skip
+    assert main(["serve", str(cluster), "--data", str(data), "--port", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[1].startswith(
+        "marlaas: error: serve: 1 queued or running job(s) no longer fit the service: block "
+        f"of {cluster} (job {other}: lora_rank"
+    ), err[1]
+    assert len(err) == 2
