@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 from pathlib import Path
 
 from marlaas.envs.target_char import TargetCharEnv
 
 HOLD_POLL_S = 0.02
 """How often a held step looks for its release file [s]."""
+HELD_ORPHAN_EXIT = 3
+"""The exit status of a held run whose parent (the test) ended without releasing it. The
+tests release and kill their runs in a ``finally``; this is for a test process killed
+outright, whose ``finally`` never ran."""
 
 
 class HeldTargetChar(TargetCharEnv):
@@ -31,6 +36,9 @@ class HeldTargetChar(TargetCharEnv):
 
     async def step(self, action: str):
         if next(HeldTargetChar._taken) >= self.after:
+            parent = os.getppid()
             while not self.release.exists():
+                if os.getppid() != parent:  # the test process is gone (killed): no release
+                    os._exit(HELD_ORPHAN_EXIT)  # will come, and a held run would wait for ever
                 await asyncio.sleep(HOLD_POLL_S)
         return await super().step(action)

@@ -11,12 +11,14 @@ batch with the other's, which moves log-probs by ~1e-7, hence a tolerance, not e
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -77,6 +79,23 @@ def _signals_as_a_shell_sets() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+@contextlib.contextmanager
+def released(release: Path) -> Iterator[list[subprocess.Popen]]:
+    """A list for the test to put the run it starts in; on the way out, however the block
+    ended (a failed assertion, a wait past its bound, pytest's own interrupt), the run's held
+    steps are released (``release`` made) and the run, if it still runs, is killed and
+    reaped: a held run left behind would wait for its release for ever."""
+    procs: list[subprocess.Popen] = []
+    try:
+        yield procs
+    finally:
+        release.touch()
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
 def durable_steps(out: Path) -> int:
     path = out / JOURNAL_FILE
     return len(read_journal(path).steps) if path.exists() else 0
@@ -105,14 +124,15 @@ def test_a_killed_run_resumes_to_the_same_adapters_and_one_history(
     release.unlink()  # the run to kill is held after its first durable steps
     env = python_path_first(REPO)
     command = [sys.executable, "-m", "marlaas.cli", *train_args(workload, part)]
-    proc = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + KILL_TIMEOUT_S
-    while durable_steps(part) < 3 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert proc.poll() is None, f"the run to kill ended first (status {proc.returncode})"
-    proc.send_signal(signal.SIGKILL)
-    assert proc.wait() == -signal.SIGKILL
-    release.touch()
+    with released(release) as started:
+        started.append(subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL))
+        proc = started[0]
+        deadline = time.monotonic() + KILL_TIMEOUT_S
+        while durable_steps(part) < 3 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert proc.poll() is None, f"the run to kill ended first (status {proc.returncode})"
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait() == -signal.SIGKILL
     done_before = durable_steps(part)
     assert 3 <= done_before < len(JOBS) * STEPS  # killed midway
     assert read_manifest(part)["status"] == "partial"
@@ -183,16 +203,19 @@ def test_ctrl_c_or_sigterm_stops_training_with_one_line_and_resume_finishes(
     out = tmp_path / "run"
     env = python_path_first(REPO)
     command = [sys.executable, "-m", "marlaas.cli", *train_args(workload, out)]
-    proc = subprocess.Popen(
-        command, env=env, stderr=subprocess.PIPE, text=True, preexec_fn=_signals_as_a_shell_sets
-    )
-    deadline = time.monotonic() + KILL_TIMEOUT_S
-    while durable_steps(out) < 2 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert proc.poll() is None, f"the run to stop ended first (status {proc.returncode})"
-    proc.send_signal(sig)
-    _, err = proc.communicate(timeout=KILL_TIMEOUT_S)
-    release.touch()
+    with released(release) as started:
+        started.append(subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True,
+                                        preexec_fn=_signals_as_a_shell_sets))  # fmt: skip
+        proc = started[0]
+        deadline = time.monotonic() + KILL_TIMEOUT_S
+        while durable_steps(out) < 2 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert proc.poll() is None, f"the run to stop ended first (status {proc.returncode})"
+        proc.send_signal(sig)
+        try:  # held, a run that goes on after the signal never ends by itself
+            _, err = proc.communicate(timeout=KILL_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the run went on {KILL_TIMEOUT_S} s after {sig.name}")
     assert proc.returncode == 128 + sig, err
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]  # (transformers' loading bars come before it)
