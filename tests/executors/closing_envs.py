@@ -108,6 +108,22 @@ class SlowToBuild(Counted):
         super().__init__(args)
 
 
+class HeldToBuild(Counted):
+    """A constructor that holds its thread (a blocking connect) until ``release`` is set, at
+    most ``HOLD_S``: a test gives up on its making while it is held, whatever the machine's
+    pace, and releases it after."""
+
+    HOLD_S = 30.0
+    release = threading.Event()
+    building = threading.Event()
+    """Set when one starts to be made."""
+
+    def __init__(self, args=None) -> None:
+        self.building.set()
+        self.release.wait(self.HOLD_S)
+        super().__init__(args)
+
+
 class Overlaps(Counted):
     """Option ``fail`` ("reset" or "step"): that call of a group's first instance (of 2)
     raises at once; every other call takes 0.2 s (a process started, a file written). Records

@@ -228,38 +228,67 @@ def test_environments_made_before_one_that_cannot_be_made_are_closed(tmp_path):
     assert closes() == [1, 1]
 
 
-def test_environments_made_after_their_making_was_given_up_are_closed(tmp_path):
+def test_environments_made_after_their_making_was_given_up_are_closed(tmp_path, monkeypatch):
     """A group's constructors run on the job's thread, where a blocking one cannot be
     interrupted: the making given up at the job's env.timeout_s, or cancelled (an
     AbortGeneration of a cancelled job's first turn), goes on there, and the instances it
     made are closed once, on that thread (they were dropped with the lost value, never
-    closed: a process of their own each, leaked); it makes no more after the one it is in."""
+    closed: a process of their own each, leaked); it makes no more after the one it is in.
+
+    Held, not timed: each constructor holds until the making was given up (its bound counted
+    from the first one's start, at 0.5 s, could pass before it began on a loaded machine, and
+    0.2 s constructors could all end before it); the closer waits for the making to end."""
+    from marlaas.executors import env_instances
     from marlaas.executors.env_contract import EnvTimeoutError
     from marlaas.executors.env_instances import Closings
     from marlaas.executors.env_loops import EnvLoop
 
-    spec = workload(tmp_path, {"a": "SlowToBuild"}, timeout_s=0.5).jobs[0]
-    made = closing_envs.SlowToBuild  # 0.2 s each
+    made = closing_envs.HeldToBuild
+    made.release.set()  # (the workload's load makes one)
+    spec = workload(tmp_path, {"a": "HeldToBuild"}, timeout_s=0.5).jobs[0]
+    made.release.clear()
+    made.building.clear()
+    bounded, closer = env_instances.bounded, env_instances._close_when_made
+
+    async def bounded_once_building(work, timeout_s, what):  # the making's bound
+        assert await asyncio.to_thread(made.building.wait, 30.0), "no constructor began"
+        return await bounded(work, timeout_s, what)
+
+    def released_once_given_up(making, *args):  # the closer of a making given up
+        made.release.set()  # its constructor goes on, and makes the instance it was making
+
+        async def once_made():
+            await asyncio.wait({making}, timeout=30.0)
+            assert making.done(), "the making given up did not end once released"
+            await closer(making, *args)
+
+        return once_made()
+
+    monkeypatch.setattr(env_instances, "bounded", bounded_once_building)
+    monkeypatch.setattr(env_instances, "_close_when_made", released_once_given_up)
     loop = EnvLoop("marlaas-env-a")
 
     async def given_up() -> None:
-        with pytest.raises(EnvTimeoutError, match="__init__"):  # 4 x 0.2 s, bound 0.5 s
+        with pytest.raises(EnvTimeoutError, match="__init__"):  # held in its first of 4
             await new_envs(lambda name, args: made(args), spec, 4, loop)
-        assert 1 <= len(closes()) < 4 and closes() == [1] * len(closes())  # before it raised
+        assert closes() == [1]  # made after it was given up, closed before it raised
+        made.release.clear()
+        made.building.clear()
         closings = Closings()
         making = asyncio.ensure_future(
             new_envs(lambda name, args: made(args), spec, 2, loop, closings)
         )
-        await asyncio.sleep(0.1)
-        making.cancel()
+        assert await asyncio.to_thread(made.building.wait, 30.0), "no constructor began"
+        making.cancel()  # held in its first of 2
         with pytest.raises(asyncio.CancelledError):
             await making
         await closings.finish()  # in their background
 
     try:
         asyncio.run(given_up())
-        assert closes() == [1] * len(closes()) and len(closes()) < 6
+        assert closes() == [1, 1]  # one made after each making was given up; no more
     finally:
+        made.release.set()
         loop.stop()
         assert loop.join(10.0)
 
