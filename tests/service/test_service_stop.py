@@ -74,35 +74,58 @@ def test_an_event_stream_that_falls_silent_is_given_up(monkeypatch):
     """A service that froze (SIGSTOP, a host gone without a word) left ``marlaas watch``
     waiting forever: the stream had no read timeout. The service pings every 15 s; a stream
     silent for STREAM_SILENCE_S is taken as lost, and a service not reached again in
-    RECONNECT_S is ServiceError (status 0)."""
-    import socket
+    RECONNECT_S is ServiceError (status 0).
+
+    The frozen service is a transport, not a socket served by a thread of the test: that
+    thread's answer, late on a loaded machine, could come after a silence limit short enough
+    for a test (0.5 s) and the event was lost. Here the stream's head and event come at once,
+    then a read past the stream's read timeout raises ReadTimeout as the socket's does (one
+    with no read timeout waits, as a socket would, until the test's bound)."""
     import threading
+
+    import httpx
 
     from marlaas import client as client_module
     from marlaas.client import Client, ServiceError
 
     monkeypatch.setattr(client_module, "STREAM_SILENCE_S", 0.5, raising=False)
     monkeypatch.setattr(client_module, "RECONNECT_S", 1.0, raising=False)
-    frozen = socket.socket()
-    frozen.bind(("127.0.0.1", 0))
-    frozen.listen(16)
-    held = []
+    frozen_for_good = threading.Event()
+    asked: list[tuple[str | None, float | None]] = []  # (Last-Event-ID, read timeout [s])
 
-    def answer_then_freeze() -> None:
-        """A stream's headers and one event, then nothing: the process froze (the kernel
-        still takes the connections that come next, and nobody answers them)."""
-        connection, _ = frozen.accept()
-        held.append(connection)
-        connection.recv(65_536)
-        connection.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                           b"transfer-encoding: chunked\r\n\r\n"
-                           b"20\r\nid: 1\r\nevent: step\r\ndata: {}\r\n\r\n\r\n")  # fmt: skip
+    def silent(request: httpx.Request, read_s: float | None):
+        """What a frozen service's socket gives a read: nothing, until the read timeout."""
+        if read_s is None:
+            frozen_for_good.wait(60.0)  # no read timeout: waits (the test fails at its bound)
+        raise httpx.ReadTimeout("nothing came", request=request)
 
-    threading.Thread(target=answer_then_freeze, daemon=True).start()
+    class Stream(httpx.SyncByteStream):
+        """The head's event, then silence."""
+
+        def __init__(self, request: httpx.Request, read_s: float | None) -> None:
+            self.request, self.read_s = request, read_s
+
+        def __iter__(self):
+            yield b"id: 1\nevent: step\ndata: {}\n\n"
+            silent(self.request, self.read_s)
+
+    class FrozenService(httpx.BaseTransport):
+        """A stream's head and one event, then nothing: the process froze (the kernel still
+        takes the connections that come next, and nobody answers them)."""
+
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            read_s = request.extensions["timeout"]["read"]
+            asked.append((request.headers.get("Last-Event-ID"), read_s))
+            if len(asked) > 1:  # a reconnection: no answer
+                silent(request, read_s)
+            return httpx.Response(200, headers={"content-type": "text/event-stream"},
+                                  stream=Stream(request, read_s))  # fmt: skip
+
+    client = Client("http://127.0.0.1:9", "k")
+    client._http = httpx.Client(base_url=client.url, transport=FrozenService())
     outcome: list = []
 
     def follow() -> None:
-        client = Client(f"http://127.0.0.1:{frozen.getsockname()[1]}", "k")
         try:
             outcome.extend(client.events(1, retry_s=0.1))
         except ServiceError as err:
@@ -110,14 +133,14 @@ def test_an_event_stream_that_falls_silent_is_given_up(monkeypatch):
 
     follower = threading.Thread(target=follow, daemon=True)
     follower.start()
-    follower.join(20)
-    frozen.close()
-    for connection in held:
-        connection.close()
+    follower.join(30)
+    frozen_for_good.set()
     assert not follower.is_alive(), "still waiting on a silent stream"
     assert [event.id for event in outcome[:-1]] == [1]
     assert isinstance(outcome[-1], ServiceError) and outcome[-1].status == 0, outcome
     assert "could not reconnect within 1 s" in str(outcome[-1])
+    assert asked[0] == (None, 0.5) and len(asked) > 1, asked  # silent for 0.5 s: lost
+    assert set(asked[1:]) == {("1", 0.5)}, asked  # reconnected after the event it had
 
 
 def test_a_download_to_a_client_that_stopped_reading_does_not_hold_the_stop(tmp_path, monkeypatch):
