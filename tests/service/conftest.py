@@ -4,7 +4,6 @@ loopback (the simulator on the wall clock, so that jobs run in seconds without a
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -74,13 +73,6 @@ def wait_for(condition, timeout_s: float) -> bool:
             return False
         time.sleep(0.05)
     return True
-
-
-def free_port() -> int:
-    """A TCP port free on loopback now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @dataclass
