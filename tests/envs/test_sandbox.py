@@ -1,9 +1,9 @@
 """The python_exec sandbox under attack: each attack fails and the host is unharmed.
 
-36 cases (pytest items). Tests that need bubblewrap are marked ``needs_bwrap``: skipped
-without it, saying how to install it, and failed instead in CI, which installs it
-(tests/system_tools.py); test_refuses_without_bwrap simulates a missing bwrap. Model code
-is written so that it scores 1.0 only if the attack works, unless the test says otherwise.
+Tests that need bubblewrap are marked ``needs_bwrap``: skipped without it, saying how to
+install it, and failed instead in CI, which installs it (tests/system_tools.py);
+test_refuses_without_bwrap simulates a missing bwrap. Model code is written so that it
+scores 1.0 only if the attack works, unless the test says otherwise.
 """
 
 from __future__ import annotations
