@@ -16,6 +16,57 @@ pytest.importorskip("peft")
 LONG, SHORT = ["a long answer"], ["hi"]
 CANCEL_AFTER_STEPS = 20
 """Decode steps of a long call (400 tokens) before the test cancels it (or its job)."""
+HOLD_S = 60.0
+"""The longest the HF generator's step :data:`CANCEL_AFTER_STEPS` is held for the cancel to
+stop its rows [s] (a bound for a loaded machine: past it the test fails, naming it)."""
+
+
+class HeldAtTheCancel:
+    """The HF generator's decode steps counted (``share_threads`` is called once a step), and
+    its step :data:`CANCEL_AFTER_STEPS` held on its thread until the rows of its batch that
+    ``cancelled`` picks are stopped (their call cancelled), at most :data:`HOLD_S`;
+    ``on_hold`` is called as the hold begins (it may send the cancel). The steps after the
+    cancel are then those of the engine, whatever the pace of the thread that cancels
+    (counted without the hold, a loaded machine could let the batch run on before the cancel
+    reached it)."""
+
+    def __init__(self, monkeypatch, cancelled=lambda row: True, on_hold=lambda: None) -> None:
+        from marlaas.executors import hf_generator
+
+        self.steps, self.at_cancel, self.stopped = 0, None, None
+        self.armed = True
+        """Whether steps are counted (and the hold comes)."""
+        share, sample = hf_generator.share_threads, hf_generator.HFGenerator._sample_locked
+        batch: list = []
+
+        def sample_locked(generator, rows):
+            batch[:] = rows
+            return sample(generator, rows)
+
+        def counted(*args, **kwargs):
+            if self.armed:
+                self.steps += 1
+                if self.steps == CANCEL_AFTER_STEPS:
+                    self._hold([r for r in batch if cancelled(r)], on_hold)
+            return share(*args, **kwargs)
+
+        monkeypatch.setattr(hf_generator.HFGenerator, "_sample_locked", sample_locked)
+        monkeypatch.setattr(hf_generator, "share_threads", counted)
+
+    def _hold(self, rows: list, on_hold) -> None:
+        self.at_cancel = self.steps
+        on_hold()
+        deadline = time.monotonic() + HOLD_S
+        while not all(r.stopped for r in rows) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        self.stopped = bool(rows) and all(r.stopped for r in rows)
+
+    def check(self) -> None:
+        """The cancel stopped the rows at the held step, and the batch ended within a quarter
+        of the ~380 steps it had left (it ends at that step)."""
+        assert self.at_cancel is not None, f"the calls ended in {self.steps} steps, uncut"
+        assert self.stopped, f"the cancel did not stop the rows within {HOLD_S:g} s"
+        assert self.steps - self.at_cancel < (400 - CANCEL_AFTER_STEPS) / 4, vars(self)
 
 
 async def long_and_short(gen, long_tokens: int, running) -> tuple[list, float]:
@@ -57,31 +108,18 @@ def hf(tiny_model_dir):
 
 
 def test_hf_an_aborted_call_stops_sampling_at_the_next_step(hf, monkeypatch):
-    """Counted in the generator's decode steps, not in seconds: the long call is cancelled
-    after CANCEL_AFTER_STEPS of them (it was at a tenth of its time alone, and a machine that
-    decodes it in under 0.5 s failed the test), and the batch must end within a few more."""
-    from marlaas.executors import hf_generator
-
-    steps, at_cancel = {"n": 0}, {}
-    share = hf_generator.share_threads
-
-    def counted(*args, **kwargs):  # called once a decode step
-        steps["n"] += 1
-        return share(*args, **kwargs)
-
-    def decoding() -> bool:
-        if steps["n"] >= CANCEL_AFTER_STEPS:
-            at_cancel.setdefault("n", steps["n"])
-        return bool(at_cancel)
-
-    monkeypatch.setattr(hf_generator, "share_threads", counted)
+    """Counted in the generator's decode steps, not in seconds: the long call is cancelled at
+    its step CANCEL_AFTER_STEPS, held there until the cancel stopped its rows (it was at a
+    tenth of its time alone, and a machine that decodes it in under 0.5 s failed the test),
+    and the batch must end there."""
+    held = HeldAtTheCancel(monkeypatch, cancelled=lambda row: row.max_new_tokens == 400)
+    held.armed = False
     alone = asyncio.run(hf.generate(None, 0, SHORT, 2, 8, temperature=1.0, seed=3))
     groups = asyncio.run(hf.generate(None, 0, LONG, *long_call(400)))
     assert max(len(c.completion_ids) for c in groups[0]) == 400  # long enough to be cut
-    steps["n"] = 0
-    groups, _ = asyncio.run(long_and_short(hf, 400, decoding))
-    # the batch ended soon after the cancel: a few steps more, not the ~380 left to decode
-    assert steps["n"] - at_cancel["n"] < (400 - CANCEL_AFTER_STEPS) / 4, (steps, at_cancel)
+    held.armed = True
+    groups, _ = asyncio.run(long_and_short(hf, 400, lambda: held.at_cancel is not None))
+    held.check()  # the batch ended at the cancel, not after the ~380 steps left to decode
     assert [c.completion_ids for c in groups[0]] == [c.completion_ids for c in alone[0]]
 
 
@@ -154,6 +192,8 @@ def test_a_real_run_cancelled_during_a_long_generation_ends_at_the_cancel(
         started.append((now, decision))
         if isinstance(decision, Generate):
             cancel["armed"] = True
+            if held is not None:
+                held.armed = True
 
     def counted(step):
         """``step`` (the engine's decode step), counted; the cancel once it decoded a while."""
@@ -168,10 +208,10 @@ def test_a_real_run_cancelled_during_a_long_generation_ends_at_the_cancel(
 
         return decode
 
-    if backend == "hf":
-        from marlaas.executors import hf_generator
-
-        monkeypatch.setattr(hf_generator, "share_threads", counted(hf_generator.share_threads))
+    held = None
+    if backend == "hf":  # held at the cancel until it stopped the rows
+        held = HeldAtTheCancel(monkeypatch, on_hold=lambda: cancel_now())
+        held.armed = False
     else:
         from marlaas.executors.engine_steps import StepMeter
 
@@ -179,6 +219,8 @@ def test_a_real_run_cancelled_during_a_long_generation_ends_at_the_cancel(
 
     def cancel_now():
         cancel["at"], cancel["steps"] = executor.now(), decoded["steps"]
+        if held is not None:
+            cancel["steps"] = held.steps
         inbox.put(Cancel("emit-a"))  # at once: the loop stamps it with its clock
 
     store = AdapterStore(tmp_path / "adapters")
@@ -188,12 +230,14 @@ def test_a_real_run_cancelled_during_a_long_generation_ends_at_the_cancel(
     ) as executor:  # fmt: skip
         result = drive(scheduler, Watched(executor, on_start), inbox,
                        on_ended=lambda outcome: inbox.close())  # fmt: skip
-        decoded_in_the_run = decoded["steps"]
+        decoded_in_the_run = decoded["steps"] if held is None else held.steps
     outcome = result.jobs["emit-a"]
     assert outcome.state == "cancelled"
     aborts = [now for now, d in started if isinstance(d, AbortGeneration)]
     assert aborts and min(aborts) >= cancel["at"]
     # the engine let its groups go at once: a few steps more, not the ~380 left to decode
+    if held is not None:
+        held.check()
     assert decoded_in_the_run - cancel["steps"] < (400 - CANCEL_AFTER_STEPS) / 4, decoded
     rows = records_to_frame(result.records)
     generated = rows[rows["kind"] == "generate"]
