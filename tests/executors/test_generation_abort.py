@@ -16,6 +16,8 @@ pytest.importorskip("peft")
 LONG, SHORT = ["a long answer"], ["hi"]
 CANCEL_AFTER_STEPS = 20
 """Decode steps of a long call (400 tokens) before the test cancels it (or its job)."""
+WAIT_S = 120.0
+"""The longest a test waits for the long call to reach the point of its cancel [s]."""
 HOLD_S = 60.0
 """The longest the HF generator's step :data:`CANCEL_AFTER_STEPS` is held for the cancel to
 stop its rows [s] (a bound for a loaded machine: past it the test fails, naming it)."""
@@ -75,7 +77,10 @@ async def long_and_short(gen, long_tokens: int, running) -> tuple[list, float]:
     until the generator has nothing running)."""
     long = asyncio.create_task(gen.generate(None, 0, LONG, *long_call(long_tokens)))
     short = asyncio.create_task(gen.generate(None, 0, SHORT, 2, 8, temperature=1.0, seed=3))
+    deadline = time.monotonic() + WAIT_S
     while not running():
+        assert not long.done(), "the long call ended before it was to be cancelled"
+        assert time.monotonic() < deadline, f"the long call did not decode within {WAIT_S:g} s"
         await asyncio.sleep(0.001)
     assert not long.done()
     long.cancel()
