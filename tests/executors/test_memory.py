@@ -160,7 +160,10 @@ def test_monitor_sees_children_and_its_peak_is_at_least_every_sample():
             while time.monotonic() < deadline:
                 if child.pid in descendants() and rss_mb(child.pid) > 80:
                     break
+                assert child.poll() is None, f"the child ended (status {child.returncode})"
                 time.sleep(0.05)
+            else:
+                pytest.fail("the child did not hold its 80 MiB within 60 s")
             sampled = monitor.mark()
         finally:
             child.stdin.close()
