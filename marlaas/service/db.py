@@ -220,9 +220,13 @@ def _shown(url: str) -> str:
 
 
 def _reason(err: BaseException) -> str:
-    """The driver's own message where there is one, without SQLAlchemy's links."""
+    """The driver's own message where there is one, without SQLAlchemy's links, its first
+    line: the reason. PostgreSQL's next lines hold a row's values (``DETAIL:  Key
+    (key_hash)=(...)``) or the statement (``LINE 1: ...``), which the line of a failed
+    database (``/v1/health`` included, read without a key) does not show."""
     cause = getattr(err, "orig", None) or err
-    return " ".join(str(cause).split("(Background on this error")[0].split())[:300]
+    text = str(cause).split("(Background on this error")[0].strip()
+    return " ".join((text.splitlines() or [""])[0].split())[:300]
 
 
 def _sqlite_pragmas(connection, _record) -> None:

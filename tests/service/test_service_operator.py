@@ -480,6 +480,28 @@ def test_health_names_a_failed_database_without_its_statement_or_values(tmp_path
         served.stop()
 
 
+def test_a_failed_databases_line_has_the_drivers_reason_without_values_or_sql():
+    """The one line of a database that failed (serve's exit, the driver's log, /v1/health)
+    held all of the driver's message on one line: PostgreSQL's holds a DETAIL with the row's
+    values (a key's hash) and, for a statement it could not run, a LINE of the SQL. The
+    line has the driver's first line, its reason."""
+    from sqlalchemy.exc import IntegrityError, ProgrammingError
+
+    from marlaas.service.db import failed_database
+
+    url = "postgresql+psycopg://marlaas:hunter2@db/marlaas"
+    for error, reason in (
+        (IntegrityError, 'duplicate key value violates unique constraint "tenants_key_hash_key"'
+                         "\nDETAIL:  Key (key_hash)=(5e8f1c) already exists."),
+        (ProgrammingError, 'syntax error at or near "SELEC"\nLINE 1: SELEC key_hash FROM '
+                           "tenants\n        ^"),
+    ):  # fmt: skip
+        failed = error("INSERT ...", ("5e8f1c",), Exception(reason))
+        first = reason.splitlines()[0]
+        said = str(failed_database(url, failed, ""))
+        assert said == f"database postgresql+psycopg://marlaas:***@db/marlaas: {first}"
+
+
 def test_an_operator_changes_a_tenants_quotas_without_changing_its_key(tmp_path, capsys):
     """A tenant's quotas could be changed only by revoking its key and adding it again: a
     new key to hand out, and its event streams ended, to give it one more job at once
