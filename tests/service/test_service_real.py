@@ -14,8 +14,10 @@ step's samples come from the same adapter version whatever the asynchronous sche
 from __future__ import annotations
 
 import os
+import random
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -141,6 +143,22 @@ def submit_both(service: Service, keys: dict[str, str]) -> tuple[int, int]:
     return a, b
 
 
+def port_below_the_ephemeral_range() -> int:
+    """A loopback port free now, below the system's ephemeral range, for a service restarted
+    on the port of its first start (a watcher's URL): the port 0 gives is ephemeral, and in
+    the seconds between a kill -9 and the restart's bind an outgoing connection could take
+    it; one below the range is taken only by a bind that names it."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for port in random.sample(range(max(1024, low - 8192), low), 64):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError(f"no free port below {low} in 64 tries")
+
+
 def wait_until(condition, timeout_s: float = RUN_TIMEOUT_S, poll_s: float = 0.1) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -260,7 +278,7 @@ def test_kill_9_and_a_restart_continue_every_job_with_nothing_lost_or_twice(refe
     _, _, (ref_a, ref_b), _ = reference
     data = root / "killed"
     keys = {name: add_tenant(data, name) for name in ("alice", "bob")}
-    service = Service(cluster, data).start()
+    service = Service(cluster, data, port_below_the_ephemeral_range()).start()
     a, b = submit_both(service, keys)
     assert (a, b) == (ref_a, ref_b)  # the same job numbers: the same samples
     seen: list = []
@@ -273,7 +291,7 @@ def test_kill_9_and_a_restart_continue_every_job_with_nothing_lost_or_twice(refe
     service.kill()
     killed_at = durable_steps(data)
     assert 4 <= killed_at < 2 * STEPS  # killed midway
-    service = Service(cluster, data, service.port).start()  # the listener's URL
+    service = Service(cluster, data, service.port).start()  # the listener's URL, still free
     try:
         jobs = {a: Client(service.url, keys["alice"]).wait(a, 0.2, RUN_TIMEOUT_S),
                 b: Client(service.url, keys["bob"]).wait(b, 0.2, RUN_TIMEOUT_S)}  # fmt: skip
