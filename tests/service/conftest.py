@@ -65,6 +65,40 @@ def db_url(request, tmp_path):
     return request.getfixturevalue("postgres").url()
 
 
+def store_with_a_job(data: Path) -> None:
+    """A data folder as a service leaves it: a tenant ``frank``, a job of his, the cluster file
+    saved."""
+    import json
+
+    from marlaas.core.job_spec import JobSpec
+    from marlaas.service.db import database_url
+    from marlaas.service.store import JobStore
+
+    data.mkdir()
+    store = JobStore(database_url(data, None), data)
+    try:
+        store.add_tenant("frank")
+        (tenant,) = store.tenants()
+        store.add_job(tenant, JobSpec.model_validate({**JOB, "tenant": "frank"}), 1.0)
+    finally:
+        store.close()
+    (data / "config.json").write_text(json.dumps(CLUSTER))  # as serve saves it
+
+
+def model_folder(path: Path) -> Path:
+    """A base model's folder with what the service reads of it before its executor opens (a
+    llama config of 512 positions; the weights and tokenizer are placeholders)."""
+    import json
+
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps({
+        "model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 2,
+        "hidden_size": 64, "max_position_embeddings": 512}))  # fmt: skip
+    (path / "model.safetensors").write_bytes(b"weights")
+    (path / "tokenizer.json").write_text("{}")
+    return path
+
+
 def wait_for(condition, timeout_s: float) -> bool:
     """Whether ``condition()`` turned true within ``timeout_s``."""
     deadline = time.monotonic() + timeout_s

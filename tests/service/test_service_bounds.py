@@ -233,19 +233,7 @@ def test_a_connection_past_the_limit_is_503_and_closed_before_anything_is_read(t
 
 def read_for(sock: socket.socket, seconds: float) -> tuple[bytes, bool]:
     """What the server sends on ``sock`` in ``seconds``, and whether it is still open then."""
-    received, end = b"", time.monotonic() + seconds
-    while (left := end - time.monotonic()) > 0:
-        sock.settimeout(left)
-        try:
-            chunk = sock.recv(65_536)
-        except TimeoutError:
-            break
-        except ConnectionResetError:
-            return received, False
-        if not chunk:
-            return received, False
-        received += chunk
-    return received, True
+    return read_until(sock, lambda _received: False, seconds)
 
 
 def read_until(sock: socket.socket, enough, timeout_s: float = CUT_WITHIN_S) -> tuple[bytes, bool]:

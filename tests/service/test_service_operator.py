@@ -4,14 +4,13 @@ caps hold for every sandbox a job's environment makes."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import pytest
 
 from marlaas.cli import main
-from tests.service.conftest import CLUSTER, JOB
+from tests.service.conftest import CLUSTER, JOB, model_folder, store_with_a_job
 
 
 def test_serve_help_states_the_stream_and_connection_bounds_it_is_built_from(monkeypatch,
@@ -34,23 +33,6 @@ def test_serve_help_states_the_stream_and_connection_bounds_it_is_built_from(mon
     assert "(default: 300; each key holds 8 at most;" in text
     assert "the server keeps N + 108 connections open at most" in text
     assert "256" not in text and "272" not in text
-
-
-def _store_with_a_job(data):
-    """A data folder as a service leaves it: a tenant, a job, the cluster file saved."""
-    from marlaas.core.job_spec import JobSpec
-    from marlaas.service.db import database_url
-    from marlaas.service.store import JobStore
-
-    data.mkdir()
-    store = JobStore(database_url(data, None), data)
-    try:
-        store.add_tenant("frank")
-        (tenant,) = store.tenants()
-        store.add_job(tenant, JobSpec.model_validate({**JOB, "tenant": "frank"}), 1.0)
-    finally:
-        store.close()
-    (data / "config.json").write_text(json.dumps(CLUSTER))  # as serve saves it
 
 
 def _as_found(data):
@@ -92,7 +74,7 @@ def test_the_reading_commands_leave_the_job_store_as_they_found_it(tmp_path, mon
     from marlaas.service import db
 
     data = tmp_path / "data"
-    _store_with_a_job(data)
+    store_with_a_job(data)
     before = _as_found(data)
     out = tmp_path / "day.yaml"
     assert main(["traffic", "--data", str(data), "--out", str(out)]) == 0, capsys.readouterr()
@@ -322,13 +304,7 @@ def test_the_service_gives_its_caps_to_the_executors_backends(monkeypatch, wrapp
     given = {}
     monkeypatch.setattr(open_real, "open_real_executor",
                         lambda *args, **kwargs: given.update(kwargs) or nullcontext())  # fmt: skip
-    model = tmp_path / "model"  # what the service reads of it before the executor opens
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps({
-        "model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 2,
-        "hidden_size": 64, "max_position_embeddings": 512}))  # fmt: skip
-    (model / "model.safetensors").write_bytes(b"weights")
-    (model / "tokenizer.json").write_text("{}")
+    model = model_folder(tmp_path / "model")  # what the service reads before the executor opens
     config = wrappers.model_copy(update={"base_model": wrappers.base_model.model_copy(
         update={"path": str(model)})})  # fmt: skip
     config = config.model_copy(update={"service": config.service.model_copy(
@@ -607,13 +583,7 @@ def test_jobs_a_host_cannot_run_are_refused_at_start_with_the_hosts_advice(tmp_p
     from marlaas.service.db import database_url
     from marlaas.service.store import JobStore
 
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps({
-        "model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 2,
-        "hidden_size": 64, "max_position_embeddings": 512}))  # fmt: skip
-    (model / "model.safetensors").write_bytes(b"weights")
-    (model / "tokenizer.json").write_text("{}")
+    model = model_folder(tmp_path / "model")
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(f"base_model: {{name: tiny, path: {model}}}\n"
                        "service: {max_sequence_tokens: 256}\n")  # fmt: skip

@@ -10,7 +10,7 @@ import yaml
 
 from marlaas.cli import main
 from marlaas.workload_file import load_workload
-from tests.service.conftest import CLUSTER, JOB, serve
+from tests.service.conftest import CLUSTER, JOB, serve, store_with_a_job
 
 
 def test_a_days_submissions_replay_in_the_simulator(tmp_path, capsys):
@@ -114,20 +114,8 @@ def test_traffic_neither_makes_nor_needs_the_keys_secret(tmp_path, capsys):
     a folder of its own) wrote the service's secret, and where the database held tenants it
     refused to run at all ('secret.key: missing ... restore it'). It reads jobs and quotas,
     never a key: it neither reads nor makes the secret."""
-    from marlaas.core.job_spec import JobSpec
-    from marlaas.service.db import database_url
-    from marlaas.service.store import JobStore
-
     data = tmp_path / "data"
-    data.mkdir()
-    store = JobStore(database_url(data, None), data)
-    try:
-        store.add_tenant("frank")
-        (tenant,) = store.tenants()
-        store.add_job(tenant, JobSpec.model_validate({**JOB, "tenant": "frank"}), 1.0)
-    finally:
-        store.close()
-    (data / "config.json").write_text(json.dumps(CLUSTER))  # as serve saves it
+    store_with_a_job(data)
     (data / "secret.key").unlink()  # kept apart from the database, or lost
     out = tmp_path / "day.yaml"
     assert main(["traffic", "--data", str(data), "--out", str(out)]) == 0, capsys.readouterr()
