@@ -103,8 +103,8 @@ class ServiceRunner:
         that this service's envelope (its ``service:`` block) no longer admits: a service
         started with a smaller envelope would fail them for good (:meth:`_resubmit`)."""
         found = []
-        for job_id, spec, durable, cancelled in self.store.live_jobs():
-            if cancelled or durable >= spec.rl.steps:
+        for job_id, spec, durable, cancelled, failed in self.store.live_jobs():
+            if cancelled or failed or durable >= spec.rl.steps:
                 continue
             try:
                 check_envelope(spec, self.config)
@@ -364,8 +364,11 @@ class ServiceRunner:
     def _resubmit(self, executor) -> None:
         """Submit every live job of the store again, at its last durable step."""
         store = getattr(executor, "store", None)  # the real executor's adapter store
-        for job_id, spec, durable, cancelled in self.store.live_jobs():
+        for job_id, spec, durable, cancelled, failed in self.store.live_jobs():
             name = S.core_name(job_id)
+            if failed:  # it failed, and the service stopped before the job's end
+                self.store.set_state(job_id, S.FAILED, failed)
+                continue
             if cancelled:
                 self.store.set_state(job_id, S.CANCELLED)
                 continue
@@ -405,6 +408,7 @@ class ServiceRunner:
     def _job_failed(self, name: str, reason: str) -> None:
         log.warning("job %s failed: %s", name, reason)
         self._failed[name] = reason
+        self.store.note_failure(int(name[1:]), reason)  # a restart before its end: failed
 
     def _count_jobs(self, _decision: Decision, _event: WorkDone, _now: float) -> None:
         """An observer: the gauges count the jobs after every completion."""

@@ -291,13 +291,25 @@ class JobStore:
             rewards = self._rewards(session, [job.id for job, _ in rows], LISTED_REWARDS)
             return [self._view(session, job, name, rewards.get(job.id, [])) for job, name in rows]
 
-    def live_jobs(self) -> list[tuple[int, JobSpec, int, bool]]:
-        """(id, spec, durable step, cancel requested) of every queued or running job, oldest
-        first: what a restarted service submits again."""
+    def live_jobs(self) -> list[tuple[int, JobSpec, int, bool, str]]:
+        """(id, spec, durable step, cancel requested, why it failed) of every queued or
+        running job, oldest first: what a restarted service submits again. Why it failed:
+        "" unless the job failed and was being stopped (:meth:`note_failure`)."""
         with self._session() as session:
             rows = session.scalars(select(Job).where(Job.state.in_(LIVE)).order_by(Job.id))
             return [(row.id, JobSpec.model_validate_json(row.spec), row.step,
-                     row.cancel_requested) for row in rows]  # fmt: skip
+                     row.cancel_requested, row.reason) for row in rows]  # fmt: skip
+
+    def note_failure(self, job_id: int, reason: str) -> None:
+        """Keep why live job ``job_id`` failed while the scheduler stops it (its work in
+        flight ends first): a service stopped before its end marks it failed with ``reason``
+        when it starts again, where it resumed the job (the reason was held in memory only).
+        The job's state is unchanged until its end; its reason is shown meanwhile."""
+        with self._session.begin() as session:
+            self._lock(session, job_id)
+            job = session.get(Job, job_id)
+            if job is not None and job.state in LIVE:
+                job.reason = reason
 
     def request_cancel(self, job_id: int, at_s: float) -> bool:
         """Mark a live job's cancel requested at ``at_s`` [s, run clock]; False if it ended."""

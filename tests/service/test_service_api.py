@@ -477,7 +477,7 @@ def test_a_submission_the_stopping_service_cannot_take_is_503_and_leaves_nothing
     assert rows(service.store)["jobs"] == jobs
     assert [j["id"] for j in client.jobs()] == [slow["id"], first["id"]]
     assert client.cancel(slow["id"])["state"] == "cancelling"
-    live = {job_id: cancelled for job_id, _, _, cancelled in service.store.live_jobs()}
+    live = {job_id: cancelled for job_id, _, _, cancelled, _ in service.store.live_jobs()}
     assert live == {slow["id"]: True}  # what a restart submits again: cancelled
 
 

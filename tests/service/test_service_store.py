@@ -246,6 +246,38 @@ def test_a_restart_continues_live_jobs_and_fails_one_that_no_longer_fits(tmp_pat
         served.stop()
 
 
+def test_a_job_that_failed_stays_failed_when_the_service_stops_before_its_end(tmp_path):
+    """A job that fails is cancelled in the scheduler, and ends once its work in flight has
+    (an environment step may hold it up to max_env_step_s). Why it failed was held in memory
+    only: a service stopped in between resumed it at its last durable step, as if it had not
+    failed. The reason is kept in the store at once, and a restart marks the job failed."""
+    from tests.service.conftest import JOB, serve
+
+    data = tmp_path / "data"
+    served = serve(data)
+    try:
+        client = served.client(served.key("alice", max_active_jobs=5))
+        long = {**JOB, "rl": {**JOB["rl"], "steps": 5000}}
+        failing, other = client.submit(long)["id"], client.submit(long)["id"]
+        # as the driver tells the service of a job whose work failed, the moment it does
+        served.runner._job_failed(f"j{failing}", "reset() of job 'j1' raised OSError: gone")
+        assert client.job(failing)["reason"] == "reset() of job 'j1' raised OSError: gone"
+    finally:
+        served.stop()  # before the job's end: its failure is not recorded by an end
+    served = serve(data)
+    try:
+        operator = served.client(served.operator_key)
+        after = operator.job(failing)
+        assert (after["state"], after["reason"]) == (
+            "failed",
+            "reset() of job 'j1' raised OSError: gone",
+        )
+        assert operator.job(other)["state"] in ("queued", "running")  # it continues
+        operator.cancel(other)
+    finally:
+        served.stop()
+
+
 def test_serve_refuses_a_cluster_file_its_live_jobs_no_longer_fit(tmp_path, capsys):
     """``marlaas serve`` with a smaller envelope failed every such job for good, silently."""
     from tests.service.conftest import CLUSTER, JOB, serve
