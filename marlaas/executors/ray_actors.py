@@ -435,8 +435,8 @@ class RemoteEnv(Environment):
         try:
             new_env, value = await ref
         except asyncio.CancelledError:
+            self._given_up = ref  # first: the next call waits for it whatever give_up does
             self.pool.give_up(actor, ref)
-            self._given_up = ref
             raise
         except RayTaskError as err:
             cause = _cause(err)

@@ -699,3 +699,27 @@ def test_a_next_call_given_up_while_it_waits_for_a_given_up_one_leaves_no_error_
         return reported
 
     assert asyncio.run(scenario()) == []
+
+
+def test_a_call_given_up_on_is_waited_for_by_the_next_even_when_giving_it_up_fails():
+    """RemoteEnv noted the call given up on only after the pool had given it up (cancelled in
+    its actor, a thread started to kill a stuck one): a give_up that raised (no thread could
+    start) left it unnoted, and the instance's next call ran beside the given-up copy (no
+    cluster needed: the actor and the ref are stubs)."""
+
+    class FailsToGiveUp(EnvPool):
+        def give_up(self, actor, ref) -> None:
+            raise RuntimeError("can't start new thread")
+
+    async def scenario():
+        ref = asyncio.get_running_loop().create_future()  # the call, as awaited
+        actor = SimpleNamespace(call=SimpleNamespace(remote=lambda *args: ref))
+        env = RemoteEnv(FailsToGiveUp([actor]), Misbehaves({}))
+        step = asyncio.ensure_future(env.step("x"))
+        await asyncio.sleep(0)  # sent: awaiting the actor's answer
+        step.cancel()  # given up on at its bound
+        with pytest.raises(RuntimeError, match="can't start new thread"):
+            await step
+        return env._given_up is ref
+
+    assert asyncio.run(scenario())
