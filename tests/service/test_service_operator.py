@@ -196,6 +196,7 @@ def test_the_services_backends_cap_every_sandbox_made_in_their_process(wrappers)
     held to the service's caps where it is made: the service's backends bound every sandbox
     of the process while they are open (sandbox.cap_sandboxes), and release them when they
     close. Past a cap, no sandbox is started: the step raises, one line."""
+    pytest.importorskip("torch")  # the real backends (a simulation-only install skips)
     import asyncio
 
     from marlaas.core.scheduler import Scheduler
@@ -243,6 +244,7 @@ def test_backends_open_at_once_each_hold_their_caps_until_they_close(monkeypatch
     the second open with no caps at all (any sandbox ran), and the second's close left the
     first one's caps on the process for good (a batch run after it was refused). Every open
     backends' caps hold until it closes, whatever the order; closed, none is left."""
+    pytest.importorskip("torch")  # the real backends (a simulation-only install skips)
     import asyncio
 
     from marlaas.core.scheduler import Scheduler
@@ -295,6 +297,7 @@ def test_backends_open_at_once_each_hold_their_caps_until_they_close(monkeypatch
 def test_the_service_gives_its_caps_to_the_executors_backends(monkeypatch, wrappers, tmp_path):
     """The service opens its real executor with the sandbox caps of its cluster file: they
     reach the backends (in this process, or each Ray environment actor)."""
+    pytest.importorskip("torch")  # the real backends (a simulation-only install skips)
     from contextlib import nullcontext
 
     from marlaas.core.scheduler import Scheduler
