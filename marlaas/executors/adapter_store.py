@@ -25,6 +25,13 @@ WEIGHTS_SHA256 = "weights_sha256"
 :data:`WEIGHTS_FILE` as it was written; checked wherever the weights are checked or loaded.
 A version saved before it was recorded has none, and its weights are checked as before
 (header and length only)."""
+OPTIMIZER_SHA256 = "optimizer_sha256"
+"""The key of :data:`META_FILE` that records the SHA-256 of :data:`OPTIMIZER_FILE` as it was
+written (a version saved with its optimizer state); checked wherever the state is checked or
+loaded. torch.load reads a byte changed in a tensor's data without a word, and a whole
+archive put in its place (another version's state) passes the archive's own checksums. A
+version saved before it was recorded has none, and its state is checked as before (the
+archive's checksums only)."""
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
 MAX_META_BYTES = 1024 * 1024
@@ -111,7 +118,9 @@ class AdapterStore:
 
     def check_optimizer(self, job: str, version: int) -> Path:
         """The optimizer state file of (job, version) when it is whole (torch.save's zip
-        archive, every member's checksum right); else an AdapterError naming it."""
+        archive, every member's checksum right) and, where marlaas's record of the version
+        holds its SHA-256 (:data:`OPTIMIZER_SHA256`), the bytes written; else an
+        AdapterError naming it."""
         path = self.path(job, version) / OPTIMIZER_FILE
         try:
             with zipfile.ZipFile(path) as archive:
@@ -121,6 +130,11 @@ class AdapterStore:
                                f"({type(err).__name__}: {err})") from None  # fmt: skip
         if bad is not None:
             raise AdapterError(f"{path}: damaged ({bad} fails its checksum)")
+        meta_path = path.parent / META_FILE
+        if meta_path.is_file():  # a whole archive, but another (another version's state)?
+            recorded = recorded_digest(_json_object(meta_path), meta_path, OPTIMIZER_SHA256)
+            if recorded is not None:
+                _check_digest(path, recorded)
         return path
 
     def latest_path(self, job: str) -> Path | None:
@@ -153,22 +167,60 @@ class AdapterStore:
 
 
 def weights_digest(path: Path) -> str:
-    """The SHA-256 (hex) of the weights file ``path`` (what :data:`WEIGHTS_SHA256` records)."""
+    """The SHA-256 (hex) of the file ``path`` (what :data:`WEIGHTS_SHA256` and
+    :data:`OPTIMIZER_SHA256` record)."""
     with open(path, "rb") as handle:
         return _digest_of_rest(handle, b"")
 
 
-def recorded_digest(meta: dict, meta_path: Path) -> str | None:
-    """The weights' SHA-256 that the record ``meta`` (read from ``meta_path``) holds; None
-    when it holds none (a version saved before it was recorded); an AdapterError naming the
-    field when it is no SHA-256."""
-    digest = meta.get(WEIGHTS_SHA256)
+def recorded_digest(meta: dict, meta_path: Path, key: str = WEIGHTS_SHA256) -> str | None:
+    """The SHA-256 that the record ``meta`` (read from ``meta_path``) holds under ``key``
+    (the weights', or :data:`OPTIMIZER_SHA256`); None when it holds none (a version saved
+    before it was recorded); an AdapterError naming the field when it is no SHA-256."""
+    digest = meta.get(key)
     if digest is None:
         return None
     if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
-        raise AdapterError(f"{meta_path}: {WEIGHTS_SHA256}: {str(digest)[:80]!r} is not a "
+        raise AdapterError(f"{meta_path}: {key}: {str(digest)[:80]!r} is not a "
                            "SHA-256 (64 lowercase hex digits)")  # fmt: skip
     return digest
+
+
+def read_optimizer(folder: Path) -> bytes:
+    """The bytes of ``folder``'s optimizer state, read once and, where marlaas's record of
+    the version holds their SHA-256 (:data:`OPTIMIZER_SHA256`), checked against it; an
+    AdapterError naming the file otherwise (what a trainer loads: torch.load takes a changed
+    byte in a tensor's data without a word)."""
+    meta_path = folder / META_FILE
+    recorded = (recorded_digest(_json_object(meta_path), meta_path, OPTIMIZER_SHA256)
+                if meta_path.exists() else None)  # fmt: skip
+    path = folder / OPTIMIZER_FILE
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise AdapterError(f"{path}: not readable ({err.strerror or err})") from None
+    if recorded is not None:
+        found = hashlib.sha256(data).hexdigest()
+        if found != recorded:
+            raise _digest_error(path, found, recorded)
+    return data
+
+
+def _check_digest(path: Path, recorded: str) -> None:
+    """AdapterError naming ``path`` when its bytes do not hash to ``recorded``."""
+    try:
+        with open(path, "rb") as handle:
+            found = _digest_of_rest(handle, b"")
+    except OSError as err:
+        raise AdapterError(f"{path}: not readable ({err.strerror or err})") from None
+    if found != recorded:
+        raise _digest_error(path, found, recorded)
+
+
+def _digest_error(path: Path, found: str, recorded: str) -> AdapterError:
+    """The error of a file ``path`` whose SHA-256 ``found`` is not the ``recorded`` one."""
+    return AdapterError(f"{path}: damaged: its SHA-256 is {found}, but {META_FILE} "
+                        f"recorded {recorded} when it was written")  # fmt: skip
 
 
 def read_weights(folder: Path) -> bytes:
@@ -221,8 +273,7 @@ def _check_weights(path: Path, handle: BinaryIO, size: int, recorded: str | None
     if end != size:
         raise AdapterError(f"{path}: damaged: {size:,} bytes, but its tensors end at {end:,}")
     if digest != recorded:
-        raise AdapterError(f"{path}: damaged: its SHA-256 is {digest}, but {META_FILE} "
-                           f"recorded {recorded} when it was written")  # fmt: skip
+        raise _digest_error(path, digest, recorded)
 
 
 def _digest_of_rest(handle: BinaryIO, start: bytes) -> str:

@@ -13,6 +13,7 @@ from marlaas.atomic import atomic_dir
 from marlaas.executors.adapter_store import (
     META_FILE,
     OPTIMIZER_FILE,
+    OPTIMIZER_SHA256,
     WEIGHTS_FILE,
     WEIGHTS_SHA256,
     read_weights,
@@ -68,7 +69,7 @@ def write_adapter(
     """Write `job`'s adapter to `out_dir`, atomically: what PEFT's save_pretrained writes for
     that one adapter, ``meta`` (job, version, rank, alpha) and the SHA-256 of the weights
     file as written (hashed from the page cache: adapters are small) as marlaas_adapter.json,
-    and the state of ``optimizer`` when given."""
+    and the state of ``optimizer`` when given (its SHA-256 recorded there too)."""
     with atomic_dir(out_dir, overwrite=overwrite) as tmp:
         model.save_pretrained(tmp, selected_adapters=[job])
         nested = tmp / job  # PEFT nests non-"default" adapters in a sub-folder
@@ -76,9 +77,10 @@ def write_adapter(
             for item in nested.iterdir():
                 item.rename(tmp / item.name)
             nested.rmdir()
-        digest = weights_digest(tmp / WEIGHTS_FILE)
-        (tmp / META_FILE).write_text(json.dumps({**meta, WEIGHTS_SHA256: digest}))
+        digests = {WEIGHTS_SHA256: weights_digest(tmp / WEIGHTS_FILE)}
         if optimizer is not None:  # through a Python file: a full disk is then an OSError
             with open(tmp / OPTIMIZER_FILE, "wb") as handle:  # (torch's own writer: no errno)
                 torch.save(optimizer.state_dict(), handle)
+            digests[OPTIMIZER_SHA256] = weights_digest(tmp / OPTIMIZER_FILE)
+        (tmp / META_FILE).write_text(json.dumps({**meta, **digests}))
     return Path(out_dir)

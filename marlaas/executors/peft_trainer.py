@@ -15,6 +15,7 @@ forward/backward pass holds, and their gradients accumulate before one optimizer
 
 from __future__ import annotations
 
+import io
 import re
 import threading
 import warnings
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from marlaas.executors.adapter_store import OPTIMIZER_FILE
+from marlaas.executors.adapter_store import OPTIMIZER_FILE, read_optimizer
 from marlaas.executors.completion_logprobs import (
     chunked_logprobs,
     full_logits_logprobs,
@@ -248,8 +249,9 @@ class PeftTrainer:
         opt = torch.optim.AdamW(params, lr=lr or self.lr, weight_decay=self.weight_decay)
         saved = Path(init_dir) / OPTIMIZER_FILE if init_dir is not None else None
         if saved is not None and saved.is_file():
+            state = io.BytesIO(read_optimizer(saved.parent))  # its recorded SHA-256 checked
             # read on the CPU: load_state_dict moves each state to its parameter's device
-            opt.load_state_dict(torch.load(saved, map_location="cpu", weights_only=True))
+            opt.load_state_dict(torch.load(state, map_location="cpu", weights_only=True))
         for p in params:
             p.requires_grad_(False)  # trainable only while its own step runs
         return _Job(rank, alpha, opt, params, version)

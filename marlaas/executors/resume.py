@@ -111,12 +111,16 @@ def cannot_continue(store: AdapterStore, job: str, done: int, rank: int | None =
     return ""
 
 
-def drop_undurable(store: AdapterStore, job: str, done: int, check_optimizer: bool = True) -> str:
+def drop_undurable(
+    store: AdapterStore, job: str, done: int, check_optimizer: bool = True,
+    rank: int | None = None,
+) -> str:  # fmt: skip
     """Remove ``job``'s versions past ``done`` (its last durable one, as its caller knows it
     for sure: they were saved by a step that never became durable); the reason it cannot go
     on exactly when version ``done`` is missing or damaged or lacks its optimizer state
-    (checked with ``check_optimizer``: :func:`cannot_continue`), else empty."""
-    lost = cannot_continue(store, job, done) if check_optimizer else ""
+    (checked with ``check_optimizer``: :func:`cannot_continue`, its adapter's files too given
+    the job's LoRA ``rank``), else empty."""
+    lost = cannot_continue(store, job, done, rank) if check_optimizer else ""
     for newer in store.versions(job):
         if newer > done:
             shutil.rmtree(store.path(job, newer))

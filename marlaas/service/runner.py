@@ -381,8 +381,10 @@ class ServiceRunner:
                 log.warning("job %s failed: it no longer fits this service: %s", name, err)
                 self.store.set_state(job_id, S.FAILED, f"it no longer fits this service: {err}")
                 continue
-            lost = "" if store is None else drop_undurable(store, name, durable)
+            lost = "" if store is None else drop_undurable(store, name, durable,
+                                                           rank=spec.lora_rank)  # fmt: skip
             if lost:
+                log.warning("job %s failed: %s", name, lost)
                 self.store.set_state(job_id, S.FAILED, lost)
                 continue
             core = spec.model_copy(update={"name": name})

@@ -175,6 +175,45 @@ def test_a_saved_adapter_records_its_checksum_and_a_flipped_byte_does_not_load(
     assert fresh.version("A") == 0
 
 
+def test_a_saved_optimizer_state_records_its_checksum_and_a_flipped_byte_does_not_load(
+    tiny_model_dir, tmp_path
+):
+    """A byte changed in a saved optimizer state's tensor data (Adam's moments) loaded
+    silently: torch.load does not check the archive's checksums, and the job went on
+    training from moments nobody wrote. The SHA-256 recorded when it was written refuses it
+    on the trainer's load (a resume, a swap-in), naming the file, and the job is not added;
+    a folder saved before checksums were recorded loads as before."""
+    from marlaas.executors.adapter_store import (
+        META_FILE,
+        OPTIMIZER_FILE,
+        OPTIMIZER_SHA256,
+        AdapterError,
+    )
+
+    trainer = PeftTrainer(tiny_model_dir, lr=1e-2)
+    trainer.add_job("A", seed=0)
+    trainer.train_step("A", _samples(trainer, "A", [1.0, 0.0]))
+    out = trainer.save_adapter("A", 1, tmp_path / "A" / "v1", optimizer=True)
+    state, meta_path = out / OPTIMIZER_FILE, out / META_FILE
+    meta = json.loads(meta_path.read_text())
+    assert meta[OPTIMIZER_SHA256] == hashlib.sha256(state.read_bytes()).hexdigest()
+    data = bytearray(state.read_bytes())
+    moments = torch.load(state, weights_only=True)["state"][0]["exp_avg"]
+    at = bytes(data).find(moments.numpy().tobytes())
+    assert at > 0
+    data[at + 2] ^= 0x40  # a byte of the first moment's data
+    state.write_bytes(bytes(data))
+    fresh = PeftTrainer(tiny_model_dir, lr=1e-2)
+    with pytest.raises(AdapterError, match=rf"^{re.escape(str(state))}: damaged: its "
+                       "SHA-256 is [0-9a-f]{64}, but"):  # fmt: skip
+        fresh.add_job("A", init_dir=out)
+    assert fresh.jobs == []
+    del meta[OPTIMIZER_SHA256]  # a version from before checksums: not checked
+    meta_path.write_text(json.dumps(meta))
+    fresh.add_job("A", init_dir=out)
+    assert fresh.version("A") == 1
+
+
 def test_bad_job_names_and_unknown_jobs(tiny_model_dir):
     trainer = PeftTrainer(tiny_model_dir)
     with pytest.raises(ValueError, match="job name"):

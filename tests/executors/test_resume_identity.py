@@ -15,6 +15,7 @@ from marlaas.executors.adapter_store import (
     CONFIG_FILE,
     META_FILE,
     OPTIMIZER_FILE,
+    OPTIMIZER_SHA256,
     WEIGHTS_FILE,
     WEIGHTS_SHA256,
     AdapterStore,
@@ -43,22 +44,26 @@ def test_an_rl_setting_added_since_the_run_started_counts_as_its_default():
         check_same_workload(recorded, tighter)
 
 
-def save_version(store: AdapterStore, job: str, version: int, optimizer: bool = True) -> Path:
-    """A whole adapter version as a trainer saves it (rank 16, small.yaml's), no torch: its
+def save_version(
+    store: AdapterStore, job: str, version: int, optimizer: bool = True, rank: int = 16
+) -> Path:
+    """A whole adapter version as a trainer saves it (``rank``: small.yaml's), no torch: its
     config, a safetensors file of one tensor, marlaas's record and the optimizer state, a
-    zip archive as torch.save writes; its record holds the weights' SHA-256."""
+    zip archive as torch.save writes; its record holds the SHA-256 of the weights and of
+    the optimizer state."""
     folder = store.path(job, version)
     folder.mkdir(parents=True)
-    (folder / CONFIG_FILE).write_text(json.dumps({"r": 16}))
+    (folder / CONFIG_FILE).write_text(json.dumps({"r": rank}))
     header = json.dumps({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}).encode()
     weights = len(header).to_bytes(8, "little") + header + bytes(range(16))
     (folder / WEIGHTS_FILE).write_bytes(weights)
-    meta = {"job": job, "version": version, "rank": 16,
+    meta = {"job": job, "version": version, "rank": rank,
             WEIGHTS_SHA256: hashlib.sha256(weights).hexdigest()}  # fmt: skip
-    (folder / META_FILE).write_text(json.dumps(meta))
     if optimizer:
         with zipfile.ZipFile(folder / OPTIMIZER_FILE, "w") as archive:
-            archive.writestr("archive/data.pkl", b"state" * 100)
+            archive.writestr("archive/data.pkl", b"state %d" % version * 100)
+        meta[OPTIMIZER_SHA256] = hashlib.sha256((folder / OPTIMIZER_FILE).read_bytes()).hexdigest()
+    (folder / META_FILE).write_text(json.dumps(meta))
     return folder
 
 
@@ -167,6 +172,50 @@ def test_a_flipped_byte_in_the_weights_data_is_named_by_the_recorded_checksum(tm
     del meta[WEIGHTS_SHA256]  # saved before checksums were recorded: not checked
     (folder / META_FILE).write_text(json.dumps(meta))
     assert check_resumable(store, load_workload(SMALL), {first: 2})[first] == 2
+
+
+def test_an_optimizer_state_that_is_not_the_one_written_is_named_by_its_recorded_checksum(
+    tmp_path,
+):
+    """Another whole archive in a version's optimizer state (here: the version before's)
+    passed the archive's own checksums, and the job resumed with Adam's moments of another
+    step. Its SHA-256 recorded as written names it; a version saved before it was recorded
+    is checked as before; a record whose checksum is no SHA-256 is named."""
+    first = load_workload(SMALL).jobs[0].name
+    store = store_of(tmp_path, first, range(3))
+    folder = store.path(first, 2)
+    state = folder / OPTIMIZER_FILE
+    state.write_bytes((store.path(first, 1) / OPTIMIZER_FILE).read_bytes())
+    with pytest.raises(ResumeError, match=rf"^{first}: {state}: damaged: its SHA-256 is "
+                       rf"[0-9a-f]{{64}}, but {META_FILE} recorded [0-9a-f]{{64}} when it was "
+                       "written; the run cannot be continued exactly"):  # fmt: skip
+        check_resumable(store, load_workload(SMALL), {first: 2})
+    meta = json.loads((folder / META_FILE).read_text())
+    (folder / META_FILE).write_text(json.dumps({**meta, OPTIMIZER_SHA256: 7}))
+    with pytest.raises(ResumeError, match=rf"{META_FILE}: {OPTIMIZER_SHA256}: '7' is not a "
+                       "SHA-256"):  # fmt: skip
+        check_resumable(store, load_workload(SMALL), {first: 2})
+    del meta[OPTIMIZER_SHA256]  # saved before checksums were recorded: its archive checked
+    (folder / META_FILE).write_text(json.dumps(meta))
+    assert check_resumable(store, load_workload(SMALL), {first: 2})[first] == 2
+
+
+def test_the_services_drop_checks_the_adapters_weights_given_the_jobs_rank(tmp_path):
+    """The service's restart checked a job's durable version for its optimizer state alone:
+    a changed byte in its weights was resumed from, and found only when a trainer loaded
+    it (the job's swap-in failing over and over). Given the job's rank, it is named."""
+    from marlaas.executors.resume import drop_undurable
+
+    first = load_workload(SMALL).jobs[0].name
+    store = store_of(tmp_path, first, range(3))
+    weights = store.path(first, 1) / WEIGHTS_FILE
+    data = bytearray(weights.read_bytes())
+    data[-3] ^= 0x10
+    weights.write_bytes(bytes(data))
+    assert drop_undurable(store, first, 1) == ""  # the optimizer state alone: whole
+    lost = drop_undurable(store, first, 1, rank=16)
+    assert lost.startswith(f"{first}: {weights}: damaged: its SHA-256 is "), lost
+    assert store.versions(first) == [0, 1]
 
 
 def test_damage_the_file_checks_do_not_expect_is_named_too(tmp_path):

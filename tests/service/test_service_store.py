@@ -683,3 +683,46 @@ def test_one_service_to_a_database_however_many_data_folders_name_it(tmp_path, d
             if process is not None and process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+def test_a_restart_fails_a_job_whose_durable_adapter_is_not_the_one_written(tmp_path, db_url):
+    """A restarted service checked a job's durable version for its optimizer state alone: a
+    byte changed in its adapter's weights was resumed from (found only once a trainer loaded
+    it). The job now fails at the restart, its reason naming the job and the file; the
+    versions past its durable one are removed, and a job whose version is whole goes on."""
+    from marlaas.core.job_spec import JobSpec
+    from marlaas.executors.adapter_store import WEIGHTS_FILE, AdapterStore
+    from marlaas.service.runner import ADAPTERS_DIR, ServiceRunner
+    from tests.executors.test_resume_identity import save_version
+    from tests.service.conftest import CLUSTER, JOB
+
+    store = JobStore(database_url(tmp_path, db_url), tmp_path)
+    try:
+        store.add_tenant("frank")
+        (tenant,) = store.tenants()
+        spec = JobSpec.model_validate({**JOB, "tenant": "frank"})
+        damaged, whole = (store.add_job(tenant, spec, 1.0) for _ in range(2))
+        adapters = AdapterStore(tmp_path / ADAPTERS_DIR)
+        for job_id in (damaged, whole):
+            store.set_state(job_id, "running")
+            store.step_done(job_id, {"step": 0, "mean_reward": 0.5}, [], 0)
+            for version in (0, 1, 2):  # version 2: a step that never became durable
+                save_version(adapters, f"j{job_id}", version, rank=spec.lora_rank)
+        weights = adapters.path(f"j{damaged}", 1) / WEIGHTS_FILE
+        data = bytearray(weights.read_bytes())
+        data[-3] ^= 0x10  # in the tensor's data: its header and length whole
+        weights.write_bytes(bytes(data))
+        runner = ServiceRunner(ServiceConfig.model_validate(CLUSTER), tmp_path, tmp_path, store)
+
+        class Executor:  # what _resubmit reads of the real executor: its adapter store
+            store = adapters
+
+        runner._resubmit(Executor())
+        failed = store.job(damaged)
+        assert failed["state"] == "failed", failed
+        assert failed["reason"].startswith(f"j{damaged}: {weights}: damaged: its SHA-256 is ")
+        assert store.job(whole)["state"] == "running"
+        assert [item.job.name for item in runner.inbox.take(0.0)] == [f"j{whole}"]
+        assert adapters.versions(f"j{damaged}") == adapters.versions(f"j{whole}") == [0, 1]
+    finally:
+        store.close()
