@@ -188,11 +188,20 @@ def _set_path(node: Any, parts: list[str], value: Any, full: str, done: str = ""
 
 
 def _list_item(items: list, key: str, full: str) -> Any:
+    """The item ``key`` names: by position (``jobs.0``) or by name (``jobs.math-a``); a digit
+    string that is the position of one item and the name of another is refused (names may be
+    digits: ``jobs.1`` would set one job where its writer meant the other)."""
+    by_name = [item for item in items if isinstance(item, dict) and item.get("name") == key]
     if key.isdigit() and int(key) < len(items):
-        return items[int(key)]
-    for item in items:
-        if isinstance(item, dict) and item.get("name") == key:
-            return item
+        at = items[int(key)]
+        if by_name and by_name[0] is not at:
+            raise WorkloadError(f"{full}: {key!r} is the position of item {at.get('name')!r} "
+                                "and the name of another item, and an override cannot tell "
+                                "which is meant; give the items names that are not digits "
+                                "(e.g. j1)")  # fmt: skip
+        return at
+    if by_name:
+        return by_name[0]
     raise WorkloadError(f"{full}: no list item {key!r}")
 
 
