@@ -120,7 +120,8 @@ def _simulate(args: argparse.Namespace) -> int:
 def _simulate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("workload", help="workload YAML file (see traces/)")
     run_options.add_run_arguments(parser)
-    parser.add_argument("--cost", metavar="PROFILE", help="cost profile: a bundled name "
+    parser.add_argument("--cost", metavar="PROFILE", type=run_options.profile_arg,
+                        help="cost profile: a bundled name "
                         "(h100-7b, a100-7b, cpu-tiny) or a YAML file from `marlaas calibrate`; "
                         "replaces the workload's cost model")  # fmt: skip
     parser.add_argument("--out", required=True, type=run_options.path_arg,

@@ -62,6 +62,18 @@ def path_arg(text: str) -> Path:
 path_arg.__name__ = "path"
 
 
+def profile_arg(text: str) -> str:
+    """An argparse ``type`` for ``--cost``: a bundled profile's name or a file, not ``''``
+    (which read as no ``--cost`` at all, and ran on the workload's own costs)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: an empty name; give a bundled profile's "
+                                         "name or a profile file")  # fmt: skip
+    return text
+
+
+profile_arg.__name__ = "profile"
+
+
 def load_run_workload(args: argparse.Namespace):
     """The workload of a ``simulate``/``train`` command: the file, ``--preset`` and ``--set``
     applied, and the policy (``--policy``, else the file's) checked."""

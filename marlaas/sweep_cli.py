@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from marlaas.run_options import path_arg
+from marlaas.run_options import path_arg, profile_arg
 
 HELP = "compare schedules (and overrides, job counts, seeds) in simulation"
 
@@ -37,7 +37,8 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", metavar="N[,N...]",
                         help="run the workload's first N jobs, per N (default: all)")  # fmt: skip
     parser.add_argument("--seeds", metavar="S[,S...]", help="seeds (default: the workload's)")
-    parser.add_argument("--cost", metavar="PROFILE", help="cost profile for every run: a "
+    parser.add_argument("--cost", metavar="PROFILE", type=profile_arg,
+                        help="cost profile for every run: a "
                         "bundled name (h100-7b, a100-7b, cpu-tiny) or a YAML file")  # fmt: skip
     parser.add_argument("--baseline", help="preset or policy the ratios compare to (default: "
                         "sequential when swept)")  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from marlaas.run_options import path_arg
+from marlaas.run_options import path_arg, profile_arg
 
 HELP = "the cheapest cluster, pool split and schedule that meets every job's deadline"
 
@@ -51,7 +51,8 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                         "instead of searching it (to check the search; slow)")  # fmt: skip
     parser.add_argument("--set", action="append", metavar="KEY=VALUE",
                         help="override a workload field, as in simulate (deadlines)")  # fmt: skip
-    parser.add_argument("--cost", metavar="PROFILE", help="cost profile: a bundled name "
+    parser.add_argument("--cost", metavar="PROFILE", type=profile_arg,
+                        help="cost profile: a bundled name "
                         "(h100-7b, a100-7b, cpu-tiny) or a YAML file; its name picks the "
                         "price in prices.profiles")  # fmt: skip
     parser.add_argument("--workers", type=int, help="processes (default: one per CPU core)")

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from marlaas.run_options import path_arg
+from marlaas.run_options import path_arg, profile_arg
 
 
 def _calibrate(args: argparse.Namespace) -> int:
@@ -108,7 +108,8 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
         "and environment times) and write the fidelity table."
     )
     parser.add_argument("run", type=Path, help="a real run folder")
-    parser.add_argument("--cost", metavar="PROFILE", help="cost profile (bundled name or "
+    parser.add_argument("--cost", metavar="PROFILE", type=profile_arg,
+                        help="cost profile (bundled name or "
                         "file); default: the run's workload's cost model")  # fmt: skip
     parser.add_argument("--out", required=True, type=path_arg, help="replay run folder to write")
     parser.add_argument("--devices", action="store_true", help="also list every device's row")
