@@ -461,7 +461,7 @@ def _store_in(data: Path, db: str | None, created: bool, with_keys: bool = True,
 
 def _tenants(args: argparse.Namespace) -> int:
     from marlaas.core.spec_fields import check_name, shown_name
-    from marlaas.service.store import TenantError
+    from marlaas.service.store import TenantError, new_tenant_name
 
     if args.action != "list":  # the arguments are checked before the data folder is touched
         if args.name is None:
@@ -487,6 +487,11 @@ def _tenants(args: argparse.Namespace) -> int:
     if args.action == "list":
         _list_tenants(args)
         return 0
+    if args.action == "add" and not Path(args.data).exists():
+        try:  # nothing stored there: a new tenant, refused before the folder is made
+            new_tenant_name(args.name)
+        except TenantError as err:
+            raise UsageError(f"tenants add: {err}") from None
     from marlaas.service.db import DB_FILE
 
     if args.action != "add" and args.db is None and not (Path(args.data) / DB_FILE).exists():
@@ -574,12 +579,15 @@ def _list_tenants(args: argparse.Namespace) -> None:
             counts, tenants = store.job_counts(), store.tenants()
         finally:
             store.close()
-    print(f"{'tenant':<24s} {'active':>6s} {'queued':>6s}  jobs")
-    for tenant in tenants:
+    from marlaas.service.tenant_names import shown_tenant
+
+    names = [shown_tenant(t.name) + (" (revoked)" if t.revoked else "") for t in tenants]
+    width = max([24, *map(len, names)])  # every row's columns line up under the longest
+    print(f"{'tenant':<{width}s} {'active':>6s} {'queued':>6s}  jobs")
+    for tenant, name in zip(tenants, names, strict=True):
         quota = tenant.quota
         jobs = ", ".join(f"{n} {s}" for s, n in sorted(counts.get(tenant.name, {}).items()))
-        revoked = " (revoked)" if tenant.revoked else ""
-        print(f"{tenant.name + revoked:<24s} {_limit(quota.max_active_jobs):>6s} "
+        print(f"{name:<{width}s} {_limit(quota.max_active_jobs):>6s} "
               f"{_limit(quota.max_queued_jobs):>6s}  {jobs or '-'}")  # fmt: skip
 
 

@@ -69,6 +69,18 @@ class TenantView:
     revoked: bool
 
 
+def new_tenant_name(name: str) -> str:
+    """``name`` when a new tenant may have it; a TenantError naming the name (cut short) and
+    what is wrong otherwise (:func:`~marlaas.service.tenant_names.check_tenant_name`)."""
+    from marlaas.core.spec_fields import shown_name
+    from marlaas.service.tenant_names import check_tenant_name
+
+    try:
+        return check_tenant_name(name)
+    except ValueError as err:
+        raise TenantError(f"tenant name {shown_name(name)}: {err}") from None
+
+
 def core_name(job_id: int) -> str:
     """The scheduler's (and the adapter store's) name for job ``job_id``."""
     return f"j{job_id}"
@@ -147,19 +159,23 @@ class JobStore:
     # ----------------------------------------------------------------------------- tenants
     def add_tenant(self, name: str, quota: TenantSpec | None = None) -> str:
         """Add tenant ``name``; returns its API key (not kept: only its keyed hash is). A
-        revoked tenant is given a new key (its old one stays refused) and ``quota``, and keeps
-        its jobs."""
-        from marlaas.core.spec_fields import check_name, shown_name
+        new tenant's name must follow :func:`~marlaas.service.tenant_names.check_tenant_name`
+        (a TenantError naming what is wrong otherwise). A revoked tenant is given a new key
+        (its old one stays refused) and ``quota``, and keeps its jobs (its name as stored,
+        even one from before the rule)."""
+        from marlaas.core.spec_fields import check_name
 
         try:
             check_name(name)
-        except ValueError as err:
-            raise TenantError(f"tenant name {shown_name(name)}: {err}") from None
+        except ValueError:  # a name never stored (a control character, a NUL): not looked up
+            new_tenant_name(name)
         quota = quota or TenantSpec()
         key = keys.new_key()
         with self._session.begin() as session:
             known = session.scalar(select(Tenant).where(Tenant.name == name))
-            if known is not None and known.revoked_at is None:
+            if known is None:
+                new_tenant_name(name)
+            elif known.revoked_at is None:
                 raise TenantError(f"tenant {name!r} exists (revoke it first to give it a new "
                                   "key, or pick a name)")  # fmt: skip
             if known is not None:

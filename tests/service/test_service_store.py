@@ -54,7 +54,7 @@ def test_tenants_are_added_once_listed_and_revoked(store):
         store.add_tenant("bad\nname")
     with pytest.raises(TenantError) as err:  # a long name is echoed cut short
         store.add_tenant("x" * 5000)
-    assert str(err.value) == f"tenant name {'x' * 40!r}...: at most 128 characters (got 5000)"
+    assert str(err.value) == f"tenant name {'x' * 40!r}...: at most 64 characters (got 5000)"
     store.add_tenant("bob", TenantSpec(max_queued_jobs=0))
     assert [(t.name, t.quota.max_queued_jobs) for t in store.tenants()] == [
         ("alice", None), ("bob", 0)]  # fmt: skip
@@ -62,6 +62,76 @@ def test_tenants_are_added_once_listed_and_revoked(store):
     assert [t.revoked for t in store.tenants()] == [False, True]
     with pytest.raises(TenantError, match="no tenant"):
         store.revoke_tenant("carol")
+
+
+RULE = "a tenant name is ASCII letters, digits, '-', '_' and '.' only"
+
+
+@pytest.mark.parametrize("name, says", [
+    ("", "must not be empty"),
+    ("a b", f"holds ' ': {RULE}"),
+    ("tab\tname", f"holds '\\t': {RULE}"),
+    ("nul\x00", f"holds '\\x00': {RULE}"),
+    ("café", f"holds 'é': {RULE}"),
+    ("a/b", f"holds '/': {RULE}"),
+    ("a:b", f"holds ':': {RULE}"),
+    (".hidden", "must not start with '.'"),
+    ("x" * 65, "at most 64 characters (got 65)"),
+])  # fmt: skip
+def test_a_new_tenants_name_is_letters_digits_dashes_underscores_and_dots(store, name, says):
+    """A tenant could be named with a space, a tab, a slash or 128 characters (any printable
+    name): `tenants list`'s columns then misaligned, and the name went as it was into log
+    lines and messages. A new tenant's name is refused, saying what is wrong with it."""
+    with pytest.raises(TenantError) as err:
+        store.add_tenant(name)
+    assert str(err.value).endswith(f": {says}"), str(err.value)
+    assert str(err.value).startswith("tenant name ")
+    assert store.tenants() == []
+    for good in ("a", "Team_1.prod-2", "x" * 64, "9lives"):
+        store.add_tenant(good)
+    assert [t.name for t in store.tenants()] == ["a", "Team_1.prod-2", "x" * 64, "9lives"]
+
+
+def test_a_tenant_stored_before_the_name_rule_is_listed_quoted_and_stays_usable(
+    store, tmp_path, db_url, capsys
+):
+    """A tenant named before the rule (here: a space, 100 characters) keeps its key, is
+    listed quoted in columns that line up, and its quotas are set, its key revoked and
+    given again by its name as stored."""
+    from marlaas.service import keys
+    from marlaas.service.db import Tenant
+
+    old_key, old_names = "an old key", ["old name", "y" * 100]
+    with store._session.begin() as session:
+        for number, name in enumerate(old_names):
+            key = old_key if number == 0 else f"{old_key} {number}"
+            session.add(Tenant(name=name, key_hash=keys.key_hash(store._keyed(), key),
+                               created_at=time.time()))  # fmt: skip
+    store.add_tenant("alice")
+    assert store.authenticate(old_key).name == "old name"
+    store.set_quota("old name", TenantSpec(max_active_jobs=3))
+    assert store.quota("old name").max_active_jobs == 3
+    db = [] if db_url is None else ["--db", db_url]
+    assert main(["tenants", "list", "--data", str(tmp_path), *db]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert [row.split("  ")[0] for row in rows[1:]] == ["'old name'", f"{'y' * 40!r}...",
+                                                        "alice"]  # fmt: skip
+    end = rows[0].index("queued") + len("queued")  # the quota columns end where the header's do
+    quotas = [row[end - 13 : end] for row in rows[1:]]
+    assert quotas == ["     3      -", "     -      -", "     -      -"], rows
+    store.revoke_tenant("old name")
+    assert store.authenticate(old_key) is None
+    new_key = store.add_tenant("old name")  # its name as stored: a new key
+    assert store.authenticate(new_key).name == "old name"
+
+
+def test_tenants_add_refuses_a_bad_name_before_it_makes_the_data_folder(tmp_path, capsys):
+    data = tmp_path / "fresh"
+    assert main(["tenants", "add", "a b", "--data", str(data)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"marlaas: error: tenants add: tenant name 'a b': holds ' ': {RULE}"
+    )
+    assert not data.exists()
 
 
 def test_a_revoked_tenant_added_again_gets_a_new_key_and_its_old_one_stays_refused(store):
