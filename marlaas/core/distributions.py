@@ -180,6 +180,11 @@ class Empirical(_Values):
     dist: Literal["empirical"]
     values: Annotated[list[Value], Field(min_length=1, max_length=MAX_VALUES)]
 
+    @field_validator("values", mode="before")
+    @classmethod
+    def _plain_values(cls, value: Any, info: ValidationInfo) -> Any:
+        return plain_number(cls, value, info)  # true or false in the list refused
+
 
 class Trace(_Values):
     """Token counts of a request trace file (Azure LLM trace, BurstGPT, Mooncake JSONL or

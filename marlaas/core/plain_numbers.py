@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from functools import cache
-from typing import Any
+from typing import Any, get_args, get_origin
 
 import numpy as np
 from pydantic import BaseModel, ValidationInfo
@@ -36,7 +36,23 @@ def plain_number(model: type[BaseModel], value: Any, info: ValidationInfo) -> An
     value = refuse_bool(model, value, info)
     if info.field_name and _count(model, info.field_name):
         return whole_number(value)
+    if (
+        isinstance(value, list | dict)
+        and info.field_name
+        and _numeric_items(model, info.field_name)
+    ):
+        refuse_bool_items(value)
     return value
+
+
+def refuse_bool_items(items: list | dict) -> None:
+    """ValueError naming the first item of ``items`` (a list's, or a mapping's value) that is
+    true or false: pydantic reads them as 1 and 0 in a list of numbers, as for one number."""
+    pairs = items.items() if isinstance(items, dict) else enumerate(items)
+    for key, item in pairs:
+        if isinstance(item, bool | np.bool_):
+            where = f"item {key}" if isinstance(items, list) else repr(key)
+            raise ValueError(f"{where}: {NOT_BOOL}")
 
 
 def whole_number(value: Any) -> Any:
@@ -85,6 +101,18 @@ def _count(model: type[BaseModel], name: str) -> bool:
     """Whether field ``name`` of ``model`` takes an int, and no float, text or bool."""
     kinds = _kinds(model, name)
     return int in kinds and not kinds & {float, str, bool}
+
+
+@cache
+def _numeric_items(model: type[BaseModel], name: str) -> bool:
+    """Whether field ``name`` of ``model`` is a list or mapping of numbers (int or float, not
+    bool): ``values: [...]`` of an empirical distribution, ``prices.pools``."""
+    for kind in _kinds(model, name):
+        if get_origin(kind) in (list, dict) and get_args(kind):
+            items = set(type_leaves(get_args(kind)[-1]))
+            if items & {int, float} and bool not in items:
+                return True
+    return False
 
 
 def _kinds(model: type[BaseModel], name: str) -> set[Any]:
