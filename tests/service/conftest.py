@@ -171,8 +171,8 @@ def serve(data: Path, db_url: str | None = None, cluster: dict | None = None,
 
     from marlaas.service import server as bounds
     from marlaas.service.app import MAX_STREAMS, OPERATOR_KEY_FILE, create_app
-    from marlaas.service.cli import make_data_folder
     from marlaas.service.connections import connection_limit
+    from marlaas.service.data_folder import make_data_folder
     from marlaas.service.db import database_url
     from marlaas.service.keys import new_key
     from marlaas.service.runner import ServiceRunner

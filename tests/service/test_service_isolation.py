@@ -13,7 +13,7 @@ import pytest
 
 from marlaas.cli import main
 from marlaas.client import ServiceError
-from marlaas.service.cli import open_to_others
+from marlaas.service.data_folder import open_to_others
 from tests.service.conftest import JOB, wait_for
 
 STREAM_END_S = 10.0

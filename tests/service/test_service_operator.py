@@ -374,8 +374,8 @@ def test_a_database_that_fails_under_the_service_stops_it_in_one_line(capsys):
 
     from sqlalchemy.exc import OperationalError
 
-    from marlaas.service.cli import _driver_stopped
     from marlaas.service.db import DatabaseError
+    from marlaas.service.serve_command import _driver_stopped
     from marlaas.terminal import error_line
 
     failed = OperationalError("INSERT INTO steps (job_id, step) VALUES (?, ?)", (3, 7),

@@ -15,9 +15,9 @@ from sqlalchemy import text
 
 from marlaas.cli import main
 from marlaas.core.tenant_spec import TenantSpec
-from marlaas.service.cli import _record_base_model
 from marlaas.service.config import ServiceConfig
 from marlaas.service.db import database_url, open_database
+from marlaas.service.serve_command import _record_base_model
 from marlaas.service.store import JobStore, TenantError
 
 
@@ -619,7 +619,7 @@ def test_the_descriptor_refusal_names_the_default_max_streams_it_holds(monkeypat
     import resource
 
     from marlaas.service import connections
-    from marlaas.service.cli import _ensure_descriptors
+    from marlaas.service.serve_command import _ensure_descriptors
     from marlaas.terminal import UsageError
 
     monkeypatch.setattr(connections, "MAX_STREAMS", 300)
@@ -642,9 +642,9 @@ def test_serve_leaves_out_a_default_environment_that_cannot_run_here(tmp_path, c
     be served there at all. The default ones that cannot run are left out, saying so; a job
     naming one is 422."""
     from marlaas.envs import sandbox_runtime
-    from marlaas.service.cli import _check_environments
     from marlaas.service.config import load_config
     from marlaas.service.requests import JobRequestError, job_from_request
+    from marlaas.service.serve_command import _check_environments
 
     monkeypatch.setattr(sandbox_runtime, "_probe", lambda: "`bwrap` not found on PATH")
     cluster = tmp_path / "cluster.yaml"
