@@ -88,8 +88,8 @@ def _quota_given(args: argparse.Namespace, store):
     from marlaas.core.tenant_spec import TenantSpec
 
     kept = TenantSpec()
-    if args.action == "quota":
-        kept = next((t.quota for t in store.tenants() if t.name == args.name), kept)
+    if args.action == "quota":  # the one tenant, read by its name (None: no such tenant)
+        kept = store.quota(args.name) or kept
     active, queued = args.max_active_jobs, args.max_queued_jobs
     return TenantSpec(
         max_active_jobs=kept.max_active_jobs if active is None else _or_none(active),

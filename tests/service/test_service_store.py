@@ -125,6 +125,39 @@ def test_a_tenant_stored_before_the_name_rule_is_listed_quoted_and_stays_usable(
     assert store.authenticate(new_key).name == "old name"
 
 
+def test_tenants_quota_reads_the_one_tenant_it_changes(tmp_path, db_url, monkeypatch, capsys):
+    """`tenants quota NAME` found the quota it keeps (a flag left out) by listing every
+    tenant of the store (JobStore.tenants: every row, each one's quotas), however many. It
+    reads the one tenant by its name (JobStore.quota), on SQLite and PostgreSQL."""
+    data, db = tmp_path / "data", [] if db_url is None else ["--db", db_url]
+    for name in ("alice", "bob"):
+        assert main(["tenants", "add", name, "--data", str(data), *db,
+                     "--max-queued-jobs", "1"]) == 0  # fmt: skip
+    capsys.readouterr()
+
+    def every_tenant(self):
+        raise AssertionError("tenants quota listed every tenant")
+
+    monkeypatch.setattr(JobStore, "tenants", every_tenant)
+    assert main(["tenants", "quota", "bob", "--data", str(data), *db,
+                 "--max-active-jobs", "2"]) == 0  # fmt: skip
+    assert capsys.readouterr().out.strip() == (
+        "tenant bob: at most 2 active and 1 queued (from its next request)"
+    )  # the queued quota left out: bob's own, kept
+    assert main(["tenants", "quota", "carol", "--data", str(data), *db,
+                 "--max-active-jobs", "2"]) == 2  # fmt: skip
+    assert capsys.readouterr().err.strip() == (
+        "marlaas: error: tenants quota: no tenant named 'carol'"
+    )
+    store = JobStore(database_url(data, db_url), data)
+    try:
+        assert store.quota("bob") == TenantSpec(max_active_jobs=2, max_queued_jobs=1)
+        assert store.quota("alice") == TenantSpec(max_queued_jobs=1)
+        assert store.quota("carol") is None
+    finally:
+        store.close()
+
+
 def test_tenants_add_refuses_a_bad_name_before_it_makes_the_data_folder(tmp_path, capsys):
     data = tmp_path / "fresh"
     assert main(["tenants", "add", "a b", "--data", str(data)]) == 2
