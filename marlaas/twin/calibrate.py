@@ -48,7 +48,7 @@ from marlaas.executors.declared_lengths import longer_prompts
 from marlaas.executors.host_share import busy_host_note
 from marlaas.executors.yardstick import run_yardstick
 from marlaas.run_files import SUMMARY_FILE, check_distinct
-from marlaas.sim.cost_model import CostModel, train_work
+from marlaas.sim.cost_model import MIN_DECODE_BASE_MS, CostModel, train_work
 from marlaas.table import text_table
 from marlaas.twin.decode_fit import features, fit_decode, predict, step_features
 from marlaas.twin.header import model_label, same_model
@@ -162,7 +162,7 @@ def calibrate(
             continue  # fitted as a rate, below
         values[name] = decode.coef[name] * scale
         if name == "decode_base_ms":
-            values[name] = max(values[name], 1e-6)  # the model needs a positive iteration time
+            values[name] = max(values[name], MIN_DECODE_BASE_MS)  # the clock must advance
         fitted.append(Fitted(name, values[name], unit, decode.rows, quality))
     per_token = decode.coef["prefill_s_per_token"]
     values["prefill_tokens_per_s"] = 1.0 / per_token if per_token > 0 else 1e9
@@ -362,7 +362,7 @@ def _with_decode(cost: CostModel, fit) -> CostModel:
     """``cost`` with the engine terms of another decode regression."""
     per_token = fit.coef["prefill_s_per_token"]
     update = {name: fit.coef[name] * 1e3 for name in fit.coef if name.endswith("_ms")}
-    update["decode_base_ms"] = max(update["decode_base_ms"], 1e-6)
+    update["decode_base_ms"] = max(update["decode_base_ms"], MIN_DECODE_BASE_MS)
     update["prefill_tokens_per_s"] = 1.0 / per_token if per_token > 0 else 1e9
     return cost.model_copy(update=update)
 

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import minimize
 
-from marlaas.sim.cost_model import CostModel
+from marlaas.sim.cost_model import MIN_DECODE_BASE_MS, CostModel
 from marlaas.sim.recording import Recording
 from marlaas.sim.run import simulate
 from marlaas.twin.operations import operations
@@ -105,7 +105,7 @@ def _vector(cost: CostModel) -> np.ndarray:
 def _cost(base: CostModel, v: np.ndarray) -> CostModel:
     values = dict(zip(ENGINE_TERMS, v.tolist(), strict=True))
     values["prefill_tokens_per_s"] = 1.0 / max(values["prefill_tokens_per_s"], 1e-12)
-    values["decode_base_ms"] = max(values["decode_base_ms"], 1e-6)
+    values["decode_base_ms"] = max(values["decode_base_ms"], MIN_DECODE_BASE_MS)
     return base.model_copy(update=values)
 
 
