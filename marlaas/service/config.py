@@ -66,8 +66,13 @@ class ServiceLimits(StrictSpec):
     1 MiB; the sandbox's own bound is 256 MiB)."""
     refused_specs_kept: Count(L.MAX_JOBS, low=0) = 16
     """The refused submissions (a quota) of each tenant whose job spec the store keeps, the
-    newest: an older one keeps its row and reason, and ``marlaas traffic`` leaves it out.
-    Refusals have no bound, and each spec may be 1 MiB."""
+    newest: an older one keeps its row and reason (up to :attr:`refused_kept`), and
+    ``marlaas traffic`` leaves it out. Each spec may be 1 MiB."""
+    refused_kept: Count(L.MAX_JOBS, low=1) = 1000
+    """The refused submissions (a quota) of each tenant the store keeps at all, the newest:
+    an older one is deleted (its row, reason and events; its id is then 404) as each new
+    refusal is recorded, and when the service starts. A tenant's refusals have no other
+    bound: one that submits in a loop past its quota added a row and two events each time."""
     environments: list[str] = Field(default_factory=lambda: list(DEFAULT_ENVIRONMENTS))
     """The environments tenants may name (registered names only: a tenant never names an
     import path)."""

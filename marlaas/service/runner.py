@@ -303,6 +303,10 @@ class ServiceRunner:
         for tenant in self.store.tenants():
             self._send_quota(tenant)
         part, self._offset = self.store.new_part()
+        deleted = self.store.delete_refused(config.service.refused_kept)
+        if deleted:
+            log.info("deleted %d older refused submissions (refused_kept %d per tenant)",
+                     deleted, config.service.refused_kept)  # fmt: skip
         dropped = self.store.drop_refused_specs(config.service.refused_specs_kept)
         if dropped:
             log.info("dropped the specs of %d older refused submissions (refused_specs_kept "
@@ -402,8 +406,10 @@ class ServiceRunner:
             else:
                 self.store.set_state(job_id, S.FAILED, failed)
         else:
-            kept = self.config.service.refused_specs_kept
-            self.store.set_state(job_id, S.REFUSED, outcome.reason, refused_kept=kept)
+            limits = self.config.service
+            self.store.set_state(job_id, S.REFUSED, outcome.reason,
+                                 refused_kept=limits.refused_specs_kept,
+                                 refused_rows_kept=limits.refused_kept)  # fmt: skip
         if self._gauges is not None:
             self._gauges.count_jobs()  # the job's last completion came before its end
 

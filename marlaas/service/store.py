@@ -340,14 +340,18 @@ class JobStore:
             return bool(done)
 
     def set_state(
-        self, job_id: int, state: str, reason: str = "", refused_kept: int | None = None
-    ) -> None:
+        self, job_id: int, state: str, reason: str = "", refused_kept: int | None = None,
+        refused_rows_kept: int | None = None,
+    ) -> None:  # fmt: skip
         """Job ``job_id`` is now ``state`` (an ended state is final). A refusal with
         ``refused_kept`` also drops, in the same transaction, the spec of each of the
         tenant's refused submissions past its newest ``refused_kept`` (their rows and reasons
         stay): a tenant's refused submissions have no bound, and their specs (up to 1 MiB
         each) were all kept. Usually one row: every older one's was dropped before (and
-        :meth:`drop_refused_specs` drops them all where the bound was larger, or none)."""
+        :meth:`drop_refused_specs` drops them all where the bound was larger, or none). With
+        ``refused_rows_kept``, the tenant's refused submissions past its newest
+        ``refused_rows_kept`` are deleted in it too, rows and events
+        (:meth:`delete_refused`)."""
         with self._session.begin() as session:
             self._lock(session, job_id)
             job = session.get(Job, job_id)
@@ -359,6 +363,35 @@ class JobStore:
             self._event(session, job_id, "state", {"state": state, "reason": reason})
             if state == REFUSED and refused_kept is not None:
                 self._drop_refused_past(session, job.tenant_id, refused_kept)
+            if state == REFUSED and refused_rows_kept is not None:
+                self._delete_refused_past(session, job.tenant_id, refused_rows_kept)
+
+    def delete_refused(self, kept: int) -> int:
+        """Delete every refused submission of each tenant but its newest ``kept`` (``kept``
+        >= 1), with its events; how many were deleted. Once, when the service starts (a
+        smaller bound than the last start's, or a store from before the bound); a refusal
+        deletes the one past it (:meth:`set_state`). A job that ran is never deleted."""
+        with self._session.begin() as session:
+            return sum(self._delete_refused_past(session, tenant_id, kept)
+                       for tenant_id in session.scalars(select(Tenant.id)).all())  # fmt: skip
+
+    @classmethod
+    def _delete_refused_past(cls, session, tenant_id: int, kept: int) -> int:
+        """Delete the tenant's refused submissions past its newest ``kept`` and their events
+        (a refused job has no steps); how many. The newest job of the store is never one of
+        them (``kept`` >= 1), so that SQLite never gives its id to another."""
+        if kept < 1:
+            raise ValueError(f"refused_kept must be at least 1, got {kept}")
+        past = cls._first_refused_past(session, tenant_id, kept)
+        if past is None:
+            return 0
+        doomed = (select(Job.id)
+                  .where(Job.tenant_id == tenant_id, Job.state == REFUSED, Job.id <= past)
+                  .scalar_subquery())  # fmt: skip
+        session.execute(delete(JobEvent).where(JobEvent.job_id.in_(doomed)))
+        return session.execute(
+            delete(Job).where(Job.tenant_id == tenant_id, Job.state == REFUSED, Job.id <= past)
+        ).rowcount
 
     def drop_refused_specs(self, kept: int) -> int:
         """Drop the spec of every refused submission of each tenant but its newest ``kept``

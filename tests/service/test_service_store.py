@@ -517,6 +517,36 @@ def test_a_start_drops_the_specs_of_refused_submissions_past_a_lowered_bound(sto
     assert all(store.job(job)["reason"] == "a quota" for job in ids["alice"] + ids["bob"])
 
 
+def test_a_start_deletes_the_refused_submissions_past_a_lowered_bound(store):
+    """A store from before ``service.refused_kept`` (or a bound lowered between two starts)
+    kept every refused row and its events. The start deletes each tenant's refused ones
+    past its newest ``refused_kept``, events included; jobs that did not end refused stay."""
+    from sqlalchemy import func, select
+
+    from marlaas.core.job_spec import JobSpec
+    from marlaas.service.db import JobEvent
+
+    alice = store.authenticate(store.add_tenant("alice"))
+    bob = store.authenticate(store.add_tenant("bob"))
+    ids = {}
+    for tenant in (alice, bob):
+        spec = JobSpec.model_validate({"name": "x", "tenant": tenant.name})
+        ids[tenant.name] = [store.add_job(tenant, spec, 0.0) for _ in range(6)]
+        for job in ids[tenant.name][1:]:
+            store.set_state(job, "refused", "a quota")  # no bound: every row kept
+        store.set_state(ids[tenant.name][0], "done")
+    assert store.delete_refused(2) == 6
+    assert store.delete_refused(2) == 0
+    left = {job["id"] for job in store.jobs()}
+    assert left == {*ids["alice"][:1], *ids["alice"][-2:], *ids["bob"][:1], *ids["bob"][-2:]}
+    with store._session() as session:
+        evented = set(session.scalars(select(JobEvent.job_id).distinct()).all())
+        assert evented == left
+        assert session.scalar(select(func.count(JobEvent.id))) == 6 * 2  # queued, then ended
+    with pytest.raises(ValueError, match="refused_kept must be at least 1, got 0"):
+        store.delete_refused(0)
+
+
 def test_a_refusal_out_of_submission_order_keeps_no_spec_past_the_bound(store):
     """A refusal dropped the one spec just past the tenant's newest ``refused_kept``: one of
     an older submission refused after newer ones (a queued job refused past a quota lowered

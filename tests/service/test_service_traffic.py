@@ -177,3 +177,54 @@ def test_refused_submissions_keep_the_spec_of_each_tenants_newest_only(tmp_path,
         "refused_specs_kept, 4)"
     )
     assert len(load_workload(out).jobs) == 2 + 6
+
+
+def test_a_tenants_refused_submissions_past_the_newest_kept_are_deleted(tmp_path, db_url,
+                                                                       capsys):  # fmt: skip
+    """Refused submissions past a tenant's newest ``refused_specs_kept`` lost their spec,
+    but each kept its row, reason and two events for good: a tenant submitting in a loop
+    past its quota grew the store without bound. Each tenant's newest
+    ``service.refused_kept`` are kept; an older one is deleted with its events as the next
+    refusal is recorded (its id then 404, as a job that never was), and jobs that ran are
+    never deleted. On SQLite and PostgreSQL."""
+    from sqlalchemy import select
+
+    from marlaas.client import ServiceError
+    from marlaas.service.db import Job, JobEvent
+
+    limits = {**CLUSTER["service"], "refused_kept": 5, "refused_specs_kept": 2}
+    cluster = {**CLUSTER, "service": limits}
+    served = serve(tmp_path / "data", db_url, cluster=cluster)
+    try:
+        (tmp_path / "data" / "config.json").write_text(json.dumps(cluster))  # as serve saves it
+        gina = served.client(served.key("gina", max_active_jobs=1, max_queued_jobs=0))
+        hal = served.client(served.key("hal", max_active_jobs=1, max_queued_jobs=0))
+        long = {**JOB, "rl": {**JOB["rl"], "steps": 100_000}}  # holds the quota
+        running = [gina.submit(long)["id"], hal.submit(long)["id"]]
+        refused: dict[str, list[int]] = {"gina": [], "hal": []}
+        for name, client, times in (("gina", gina, 12), ("hal", hal, 2)):
+            for _ in range(times):
+                with pytest.raises(ServiceError, match="429"):
+                    client.submit(long)
+                refused[name].append(max(job["id"] for job in client.jobs()))
+        assert len(set(refused["gina"])) == 12
+        with pytest.raises(ServiceError, match="404"):
+            gina.job(refused["gina"][0])
+        assert gina.job(refused["gina"][-5])["state"] == "refused"
+        gina.cancel(running[0])
+        hal.cancel(running[1])
+        with served.store._session() as session:
+            jobs = dict(session.execute(select(Job.id, Job.state)).all())
+            evented = set(session.scalars(select(JobEvent.job_id)).all())
+    finally:
+        served.stop()
+    kept = {*refused["gina"][-5:], *refused["hal"]}
+    assert {job for job, state in jobs.items() if state == "refused"} == kept
+    assert set(running) <= set(jobs)  # jobs that ran stay
+    assert evented == set(jobs)  # the deleted ones' events went with them
+    out = tmp_path / "day.yaml"
+    at = ["--db", db_url] if db_url else []
+    capsys.readouterr()
+    assert main(["traffic", "--data", str(tmp_path / "data"), *at, "--out", str(out)]) == 0
+    assert "3 older refused submissions are left out" in capsys.readouterr().err
+    assert len(load_workload(out).jobs) == 2 + 2 + 2  # the running ones, 2 specs each
