@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from marlaas.core.limits import MAX_ARRIVAL_S, MAX_STEPS
+from marlaas.core.validation_message import closest
 from marlaas.traces.csvrows import count, number, read_rows
 from marlaas.traces.errors import TraceError
 from marlaas.traces.formats import get_format, read_requests
@@ -64,9 +65,31 @@ class Arrival:
     """Training steps (rl.steps); None keeps the workload's."""
 
 
+KNOWN_COLUMNS = ("job", "tenant", "submit_s", "submit_time", "size")
+"""The columns an arrivals file's rows are read from."""
+OPTIONAL_COLUMNS = ("job", "size")
+"""The columns whose absence changes nothing but the result (the rows' jobs matched by tenant,
+the workload's rl.steps kept); other columns are the trace's own, and ignored."""
+
+
+def _check_optional_columns(path: str | Path, header: list[str]) -> None:
+    """TraceError for a column that is a likely misspelling of an optional column the header
+    lacks (``sizee``, ``Size``): read as one of the trace's own, it was ignored, and every
+    job kept its own rl.steps."""
+    absent = [c for c in OPTIONAL_COLUMNS if c not in header]
+    for column in header:
+        close = closest(column, absent) if column not in KNOWN_COLUMNS else None
+        if close is not None:
+            raise TraceError(path, f"column {column!r} is not one an arrivals file has; did "
+                             f"you mean {close!r}? (its columns: {', '.join(KNOWN_COLUMNS)}; "
+                             "others are ignored)", 1)  # fmt: skip
+
+
 def load_arrivals(path: str | Path) -> list[Arrival]:
     """Read an arrivals CSV into rows, in file order; bad rows raise :class:`TraceError`."""
     rows = list(read_rows(path, ("tenant",)))
+    if rows:
+        _check_optional_columns(path, list(rows[0][1]))
     stamps: list[float] = []
     out: list[Arrival] = []
     for line, row in rows:
