@@ -377,21 +377,20 @@ class JobStore:
 
     @classmethod
     def _delete_refused_past(cls, session, tenant_id: int, kept: int) -> int:
-        """Delete the tenant's refused submissions past its newest ``kept`` and their events
-        (a refused job has no steps); how many. The newest job of the store is never one of
-        them (``kept`` >= 1), so that SQLite never gives its id to another."""
+        """Delete the tenant's refused submissions past its newest ``kept`` and their events;
+        how many. One that made a durable step is kept (a job that ran, refused when a
+        restart submitted it again: its steps refer to it). The newest job of the store is
+        never one of them (``kept`` >= 1), so that SQLite never gives its id to another."""
         if kept < 1:
             raise ValueError(f"refused_kept must be at least 1, got {kept}")
         past = cls._first_refused_past(session, tenant_id, kept)
         if past is None:
             return 0
-        doomed = (select(Job.id)
-                  .where(Job.tenant_id == tenant_id, Job.state == REFUSED, Job.id <= past)
-                  .scalar_subquery())  # fmt: skip
+        stepless = ~select(Step.job_id).where(Step.job_id == Job.id).exists()
+        which = (Job.tenant_id == tenant_id, Job.state == REFUSED, Job.id <= past, stepless)
+        doomed = select(Job.id).where(*which).scalar_subquery()
         session.execute(delete(JobEvent).where(JobEvent.job_id.in_(doomed)))
-        return session.execute(
-            delete(Job).where(Job.tenant_id == tenant_id, Job.state == REFUSED, Job.id <= past)
-        ).rowcount
+        return session.execute(delete(Job).where(*which)).rowcount
 
     def drop_refused_specs(self, kept: int) -> int:
         """Drop the spec of every refused submission of each tenant but its newest ``kept``

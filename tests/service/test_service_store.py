@@ -547,6 +547,29 @@ def test_a_start_deletes_the_refused_submissions_past_a_lowered_bound(store):
         store.delete_refused(0)
 
 
+def test_a_refused_job_that_made_steps_is_never_deleted(store):
+    """A job that ran can end refused: a restart submits it again at its last durable step,
+    and a quota lowered meanwhile (or a cluster it no longer fits) refuses it. Deleting it
+    as a refused submission past the bound broke its steps' foreign key: the refusal's
+    transaction failed (IntegrityError: nothing recorded) and so did the start's
+    delete_refused. Only refused submissions without a step are deleted."""
+    from marlaas.core.job_spec import JobSpec
+
+    alice = store.authenticate(store.add_tenant("alice"))
+    spec = JobSpec.model_validate({"name": "x", "tenant": "alice"})
+    ran, *later = (store.add_job(alice, spec, 0.0) for _ in range(4))
+    store.set_state(ran, "running")
+    store.step_done(ran, {"step": 0, "mean_reward": 0.5}, [], 0)
+    store.set_state(ran, "refused", "a quota lowered", refused_rows_kept=1)
+    for job in later[:2]:
+        store.set_state(job, "refused", "a quota", refused_rows_kept=1)
+    assert store.job(ran)["state"] == "refused" and store.rewards(ran) == [0.5]
+    assert store.job(later[0]) is None and store.job(later[1])["state"] == "refused"
+    store.set_state(later[2], "done")
+    assert store.delete_refused(1) == 0
+    assert {job["id"] for job in store.jobs()} == {ran, *later[1:]}
+
+
 def test_a_refusal_out_of_submission_order_keeps_no_spec_past_the_bound(store):
     """A refusal dropped the one spec just past the tenant's newest ``refused_kept``: one of
     an older submission refused after newer ones (a queued job refused past a quota lowered
