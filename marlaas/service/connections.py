@@ -1,6 +1,6 @@
 """The service's bounds on event streams and connections, named once: the API
 (:mod:`marlaas.service.app`), the server (:mod:`marlaas.service.server`) and ``serve``'s help
-and checks (:mod:`marlaas.service.cli`) read them here. It imports nothing, so that
+and checks (:mod:`marlaas.service.serve_command`) read them here. It imports nothing, so that
 ``marlaas serve --help`` states them without the service's libraries (``serve --help`` wrote
 the figures out, and a change to one here would have left the help naming the old one)."""
 

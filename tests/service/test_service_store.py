@@ -495,20 +495,25 @@ def test_serve_on_a_data_folder_another_command_holds_names_data_not_out(tmp_pat
     assert "--out" not in err and "\n" not in err
 
 
+def jobs_of_alice_and_bob(store: JobStore, count: int) -> dict[str, list[int]]:
+    """``count`` queued jobs each of two new tenants, alice and bob, by tenant name."""
+    from marlaas.core.job_spec import JobSpec
+
+    ids = {}
+    for name in ("alice", "bob"):
+        tenant = store.authenticate(store.add_tenant(name))
+        spec = JobSpec.model_validate({"name": "x", "tenant": name})
+        ids[name] = [store.add_job(tenant, spec, 0.0) for _ in range(count)]
+    return ids
+
+
 def test_a_start_drops_the_specs_of_refused_submissions_past_a_lowered_bound(store):
     """``service.refused_specs_kept`` lowered between two starts (or a store from before the
     bound) left the older refusals' specs: a refusal drops one spec, the one just past the
     bound. The start drops every one past it, each tenant's newest kept."""
-    from marlaas.core.job_spec import JobSpec
-
-    alice = store.authenticate(store.add_tenant("alice"))
-    bob = store.authenticate(store.add_tenant("bob"))
-    ids = {}
-    for tenant in (alice, bob):
-        spec = JobSpec.model_validate({"name": "x", "tenant": tenant.name})
-        ids[tenant.name] = [store.add_job(tenant, spec, 0.0) for _ in range(5)]
-        for job in ids[tenant.name]:
-            store.set_state(job, "refused", "a quota")  # no bound: every spec kept
+    ids = jobs_of_alice_and_bob(store, 5)
+    for job in ids["alice"] + ids["bob"]:
+        store.set_state(job, "refused", "a quota")  # no bound: every spec kept
     assert store.drop_refused_specs(2) == 6
     assert store.drop_refused_specs(2) == 0
     rows, _ = store.traffic()
@@ -523,18 +528,13 @@ def test_a_start_deletes_the_refused_submissions_past_a_lowered_bound(store):
     past its newest ``refused_kept``, events included; jobs that did not end refused stay."""
     from sqlalchemy import func, select
 
-    from marlaas.core.job_spec import JobSpec
     from marlaas.service.db import JobEvent
 
-    alice = store.authenticate(store.add_tenant("alice"))
-    bob = store.authenticate(store.add_tenant("bob"))
-    ids = {}
-    for tenant in (alice, bob):
-        spec = JobSpec.model_validate({"name": "x", "tenant": tenant.name})
-        ids[tenant.name] = [store.add_job(tenant, spec, 0.0) for _ in range(6)]
-        for job in ids[tenant.name][1:]:
+    ids = jobs_of_alice_and_bob(store, 6)
+    for first, *rest in ids.values():
+        for job in rest:
             store.set_state(job, "refused", "a quota")  # no bound: every row kept
-        store.set_state(ids[tenant.name][0], "done")
+        store.set_state(first, "done")
     assert store.delete_refused(2) == 6
     assert store.delete_refused(2) == 0
     left = {job["id"] for job in store.jobs()}

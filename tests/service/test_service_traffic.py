@@ -4,6 +4,7 @@ as a workload file, and ``marlaas simulate`` runs it; the same admission code de
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -129,6 +130,25 @@ def test_traffic_neither_makes_nor_needs_the_keys_secret(tmp_path, capsys):
     assert sorted(p.name for p in fresh.iterdir()) == ["config.json"]  # no secret, no database
 
 
+def two_tenants_at_their_quota(tmp_path: Path, db_url: str | None, **limits):
+    """A service whose cluster file's ``service`` section adds ``limits`` (the file saved as
+    serve saves it), and its tenants gina and hal (1 active job, none queued), each running a
+    long job: another submission of theirs is refused. (the service, gina's client, hal's,
+    the long job, the running jobs' ids); the caller stops the service."""
+    cluster = {**CLUSTER, "service": {**CLUSTER["service"], **limits}}
+    served = serve(tmp_path / "data", db_url, cluster=cluster)
+    try:
+        (tmp_path / "data" / "config.json").write_text(json.dumps(cluster))  # as serve saves it
+        gina = served.client(served.key("gina", max_active_jobs=1, max_queued_jobs=0))
+        hal = served.client(served.key("hal", max_active_jobs=1, max_queued_jobs=0))
+        long = {**JOB, "rl": {**JOB["rl"], "steps": 100_000}}  # holds the quota
+        running = [gina.submit(long)["id"], hal.submit(long)["id"]]
+    except BaseException:
+        served.stop()
+        raise
+    return served, gina, hal, long, running
+
+
 def test_refused_submissions_keep_the_spec_of_each_tenants_newest_only(tmp_path, db_url,
                                                                        capsys):  # fmt: skip
     """A tenant's refused submissions have no bound, and the store kept each one's spec:
@@ -139,14 +159,10 @@ def test_refused_submissions_keep_the_spec_of_each_tenants_newest_only(tmp_path,
 
     from marlaas.service.db import Job
 
-    cluster = {**CLUSTER, "service": {**CLUSTER["service"], "refused_specs_kept": 4}}
-    served = serve(tmp_path / "data", db_url, cluster=cluster)
+    served, gina, hal, long, running = two_tenants_at_their_quota(
+        tmp_path, db_url, refused_specs_kept=4
+    )
     try:
-        (tmp_path / "data" / "config.json").write_text(json.dumps(cluster))  # as serve saves it
-        gina = served.client(served.key("gina", max_active_jobs=1, max_queued_jobs=0))
-        hal = served.client(served.key("hal", max_active_jobs=1, max_queued_jobs=0))
-        long = {**JOB, "rl": {**JOB["rl"], "steps": 100_000}}  # holds the quota
-        running = [gina.submit(long)["id"], hal.submit(long)["id"]]
         task = {"prompt": "p" * 200_000, "func": "f", "tests": [[[1], 2]]}
         big = {**long, "env": {"name": "python_exec", "args": {"tasks": [task]}}}
         for client, times in ((gina, 12), (hal, 2)):
@@ -192,15 +208,10 @@ def test_a_tenants_refused_submissions_past_the_newest_kept_are_deleted(tmp_path
     from marlaas.client import ServiceError
     from marlaas.service.db import Job, JobEvent
 
-    limits = {**CLUSTER["service"], "refused_kept": 5, "refused_specs_kept": 2}
-    cluster = {**CLUSTER, "service": limits}
-    served = serve(tmp_path / "data", db_url, cluster=cluster)
+    served, gina, hal, long, running = two_tenants_at_their_quota(
+        tmp_path, db_url, refused_kept=5, refused_specs_kept=2
+    )
     try:
-        (tmp_path / "data" / "config.json").write_text(json.dumps(cluster))  # as serve saves it
-        gina = served.client(served.key("gina", max_active_jobs=1, max_queued_jobs=0))
-        hal = served.client(served.key("hal", max_active_jobs=1, max_queued_jobs=0))
-        long = {**JOB, "rl": {**JOB["rl"], "steps": 100_000}}  # holds the quota
-        running = [gina.submit(long)["id"], hal.submit(long)["id"]]
         refused: dict[str, list[int]] = {"gina": [], "hal": []}
         for name, client, times in (("gina", gina, 12), ("hal", hal, 2)):
             for _ in range(times):
