@@ -2,7 +2,8 @@
 
 A tenant's name is shown in tables (``tenants list``), log lines and error messages, and an
 operator types it in commands: 1 to :data:`MAX_TENANT_NAME_CHARS` ASCII letters, digits,
-``-``, ``_`` and ``.``, not starting with ``.`` (nothing to quote, escape or misalign).
+``-``, ``_`` and ``.``, not starting with ``.`` or ``-`` (nothing to quote, escape or
+misalign, and never read as a command's option).
 A tenant stored before the rule may hold any other printable name: it is kept, listed
 quoted (:func:`shown_tenant`), and its quotas set, revoked and re-keyed by that name.
 """
@@ -30,6 +31,8 @@ def check_tenant_name(name: str) -> str:
                          "and '.' only")  # fmt: skip
     if name.startswith("."):
         raise ValueError("must not start with '.'")
+    if name.startswith("-"):  # `tenants revoke -rf` is an unknown option, not the tenant
+        raise ValueError("must not start with '-' (a command line reads it as an option)")
     return name
 
 

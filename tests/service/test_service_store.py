@@ -76,6 +76,7 @@ RULE = "a tenant name is ASCII letters, digits, '-', '_' and '.' only"
     ("a/b", f"holds '/': {RULE}"),
     ("a:b", f"holds ':': {RULE}"),
     (".hidden", "must not start with '.'"),
+    ("-rf", "must not start with '-' (a command line reads it as an option)"),
     ("x" * 65, "at most 64 characters (got 65)"),
 ])  # fmt: skip
 def test_a_new_tenants_name_is_letters_digits_dashes_underscores_and_dots(store, name, says):
