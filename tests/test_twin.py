@@ -684,6 +684,37 @@ def test_a_replay_charges_the_run_at_its_speed(runs, tmp_path):
     assert replay(slow, other)[1]["replayed_at_speed"] is None  # another model's yardstick
 
 
+def test_a_busy_hosts_yardstick_is_not_charged(runs, tmp_path, capsys):
+    """A run whose host was busy (others took 40% of the processors) timed its yardstick in a
+    moment of that load, not at the speed its host gave the run (docs/twin-log.md, 2026-12-07:
+    over runs of the same engine steps it told nothing of their time): its replay charges the
+    profile's own costs and says why, and a profile calibrated on such a run keeps no
+    yardstick; a quiet run is charged its speed as before."""
+    busy_host = {"cpus": 2, "other_cpu_s": 80.0, "steal_s": 0.0, "others_share": 0.4}
+    quiet_host = {**busy_host, "other_cpu_s": 2.0, "others_share": 0.01}
+    calib = [copy_run(runs["fair"], tmp_path / f"c{i}", host=quiet_host,
+                      engine_yardstick_s_per_token={"rollout/0": 4e-4})
+             for i in range(2)]  # fmt: skip
+    fit = calibrate(calib, refine_evaluations=0)
+    profile = CostProfile("p", fit.cost, "(mem)", "-", provenance(fit, "p"))
+    slow = {"engine_yardstick_s_per_token": {"rollout/0": 6e-4}}
+    busy = copy_run(runs["fair"], tmp_path / "busy", host=busy_host, **slow)
+    quiet = copy_run(runs["fair"], tmp_path / "quiet", host=quiet_host, **slow)
+    assert replay(busy, profile)[1]["replayed_at_speed"] is None
+    assert replay(quiet, profile)[1]["replayed_at_speed"] == pytest.approx(1.5**SPEED_PER_YARDSTICK)
+    assert calibrate([busy, calib[0]], refine_evaluations=0).yardstick_s_per_token is None
+    assert calibrate([quiet, calib[0]], refine_evaluations=0).yardstick_s_per_token == (
+        pytest.approx(5e-4))  # fmt: skip
+    assert main(["calibrate", *map(str, calib), "--out", str(tmp_path / "p.yaml")]) == 0
+    capsys.readouterr()
+    assert main(["replay", str(busy), "--cost", str(tmp_path / "p.yaml"), "--out",
+                 str(tmp_path / "r")]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "its yardstick timed that moment's load, not its speed: the replay charges the " \
+        "profile's own costs" in out  # fmt: skip
+    assert "the replay charges the profile's engine costs at" not in out
+
+
 def test_a_speed_is_set_only_between_two_measured_times():
     from marlaas.executors.yardstick import run_yardstick
 

@@ -106,7 +106,8 @@ class Calibration:
     yardstick_s_per_token: float | None = None
     """The runs' mean engine yardstick (marlaas.executors.yardstick) [s per generated token]:
     the speed their host gave them, which ``replay`` sets a run's against (None: not
-    measured)."""
+    measured, or a run's host was busy: its yardstick timed that moment's load,
+    :func:`marlaas.twin.replay.busy_yardstick`)."""
 
     def table(self) -> str:
         """The parameters as aligned text (what ``marlaas calibrate`` prints)."""
@@ -239,7 +240,8 @@ def calibrate(
         ]  # fmt: skip
     model = model_label(runs[0].workload)
     sticks = [s for s in (run_yardstick(r.summary) for r in runs) if s is not None]
-    stick = sum(sticks) / len(sticks) if sticks else None
+    busy = any(busy_host_note(r.summary.get("host")) for r in runs)  # timed the load, not the speed
+    stick = sum(sticks) / len(sticks) if sticks and not busy else None
     return Calibration(cost, fitted, [_describe(r) for r in runs], model, warnings, stick)
 
 

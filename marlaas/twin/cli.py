@@ -76,10 +76,14 @@ def _replay(args: argparse.Namespace) -> int:
     print(format_fidelity(table, devices=args.devices))
     note = busy_host_note(run.summary.get("host"))
     if note:  # the real run was slowed by what the replay cannot see
-        print(f"note: the real run's host was busy: {note}")
-    speed = speed_note(run_yardstick(run.summary), calibration_yardstick(profile, run))
-    if speed:
-        print(f"note: {speed}")
+        print(
+            f"note: the real run's host was busy: {note}; its yardstick timed that "
+            "moment's load, not its speed: the replay charges the profile's own costs"
+        )
+    else:
+        speed = speed_note(run_yardstick(run.summary), calibration_yardstick(profile, run))
+        if speed:
+            print(f"note: {speed}")
     out = args.out
     print(f"wrote {out}/ ({FIDELITY_FILE}; `marlaas report {args.run} {out} --out R` compares)")
     return 0

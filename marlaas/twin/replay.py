@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from marlaas.executors.host_share import busy_host_note
 from marlaas.executors.yardstick import run_yardstick
 from marlaas.sim.cost_profiles import CostProfile
 from marlaas.sim.recording import Recording
@@ -70,10 +71,24 @@ def replay(
 
 def run_speed(run: RealRun, profile: CostProfile | None) -> float | None:
     """The run's engines' yardstick over the calibration runs' that ``profile`` records: how
-    many times as slow its host ran the same fixed batch (None: either is unknown, or the
-    profile is of another model). The replay charges
-    :func:`marlaas.twin.speed.charged_speed` of it."""
+    many times as slow its host ran the same fixed batch (None: either is unknown, the
+    profile is of another model, or the run's host was busy: :func:`busy_yardstick`). The
+    replay charges :func:`marlaas.twin.speed.charged_speed` of it."""
+    if busy_yardstick(run):
+        return None
     return speed_ratio(run_yardstick(run.summary), calibration_yardstick(profile, run))
+
+
+def busy_yardstick(run: RealRun) -> bool:
+    """Whether the run's host was busy (its summary's ``host``: other processes took
+    :data:`~marlaas.executors.host_share.BUSY_HOST_SHARE` or more of the processors), so that
+    its yardstick, a second's batches at each end, timed the load of that moment rather than
+    the speed its host gave the run: over docs/twin-log.md's nine show-e runs of 2026-12-07
+    (others at 58-63%), whose engines made the same 4,299 steps in every run, a run's
+    yardstick correlates 0.24 with their total time (which correlates 0.99 with its makespan),
+    and charging it put 6 of 18 held-out replays within 10% of the makespan against 12 of 18 at
+    the profile's own speed (mean error 16.1% against 8.2%)."""
+    return busy_host_note(run.summary.get("host")) is not None
 
 
 def calibration_yardstick(profile: CostProfile | None, run: RealRun) -> object:
