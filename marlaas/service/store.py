@@ -49,6 +49,9 @@ DROPPED_SPEC = ""
 """What a refused submission's spec becomes once it is past the ones kept (``service:
 refused_specs_kept``): its row and its reason stay, ``traffic`` leaves it out."""
 
+QUOTA_FIELDS = ("max_active_jobs", "max_queued_jobs")
+"""The quotas a tenant's row keeps (:meth:`JobStore.set_quota` sets them by name)."""
+
 LISTED_REWARDS = 200
 """The rewards of a job's latest steps that the list of jobs carries (its sparkline); one job's
 own view carries every step's (a list of 1,000 jobs of 100,000 steps each was 100 M numbers)."""
@@ -190,9 +193,15 @@ class JobStore:
             ))  # fmt: skip
         return key
 
-    def set_quota(self, name: str, quota: TenantSpec) -> None:
-        """Give ``name`` the quotas ``quota`` (None in it: the cluster file's), its key kept:
-        they reach the scheduler with the tenant's next request, as those of ``add_tenant``."""
+    def set_quota(self, name: str, **changes: int | None) -> TenantSpec:
+        """Set the quotas ``changes`` names (``max_active_jobs``, ``max_queued_jobs``; None:
+        the cluster file's) of ``name``, its other quotas and its key kept; its quotas now.
+        Only the columns named are written, in one transaction: two operators changing
+        different quotas at once both keep theirs. They reach the scheduler with the
+        tenant's next request, as those of ``add_tenant``."""
+        unknown = sorted(set(changes) - set(QUOTA_FIELDS))
+        if unknown:
+            raise TypeError(f"set_quota: {', '.join(unknown)} is not a quota ({QUOTA_FIELDS})")
         with self._session.begin() as session:
             tenant = session.scalar(select(Tenant).where(Tenant.name == name))
             if tenant is None:
@@ -200,8 +209,9 @@ class JobStore:
             if tenant.revoked_at is not None:
                 raise TenantError(f"tenant {name!r} is revoked; `tenants add {name}` gives it a "
                                   "new key and the quotas it names")  # fmt: skip
-            tenant.max_active_jobs = quota.max_active_jobs
-            tenant.max_queued_jobs = quota.max_queued_jobs
+            session.execute(update(Tenant).where(Tenant.id == tenant.id).values(**changes))
+            session.refresh(tenant)
+            return _tenant_view(tenant).quota
 
     def revoke_tenant(self, name: str) -> None:
         """Revoke ``name``'s key: its requests are refused from now on (its jobs stay)."""

@@ -59,14 +59,13 @@ def _tenants(args: argparse.Namespace) -> int:
                          "or 'default' for the cluster file's); one left out is kept")  # fmt: skip
     store = open_store(args)
     try:
-        quota = _quota_given(args, store)
         if args.action == "add":
-            key = store.add_tenant(args.name, quota)
+            key = store.add_tenant(args.name, _quota_given(args))
             print(f"tenant {args.name} added; its API key (shown once, keep it):",
                   file=sys.stderr)  # fmt: skip
             print(key)
         elif args.action == "quota":
-            store.set_quota(args.name, quota)
+            quota = store.set_quota(args.name, **_quota_changes(args))
             print(
                 f"tenant {args.name}: at most {_limit(quota.max_active_jobs, 'active')} and "
                 f"{_limit(quota.max_queued_jobs, 'queued')} (from its next request)"
@@ -81,20 +80,18 @@ def _tenants(args: argparse.Namespace) -> int:
     return 0
 
 
-def _quota_given(args: argparse.Namespace, store):
-    """The quotas the flags name, a TenantSpec (``default``: the cluster file's, None); for
-    ``quota``, one left out is the tenant's own as it stands (it was set back to the cluster
-    file's)."""
+def _quota_changes(args: argparse.Namespace) -> dict[str, int | None]:
+    """The quotas the flags name, by field (None: ``default``, the cluster file's); one left
+    out is not among them."""
+    flags = {"max_active_jobs": args.max_active_jobs, "max_queued_jobs": args.max_queued_jobs}
+    return {field: _or_none(value) for field, value in flags.items() if value is not None}
+
+
+def _quota_given(args: argparse.Namespace):
+    """``add``'s quotas, a TenantSpec: those the flags name, the cluster file's for the others."""
     from marlaas.core.tenant_spec import TenantSpec
 
-    kept = TenantSpec()
-    if args.action == "quota":  # the one tenant, read by its name (None: no such tenant)
-        kept = store.quota(args.name) or kept
-    active, queued = args.max_active_jobs, args.max_queued_jobs
-    return TenantSpec(
-        max_active_jobs=kept.max_active_jobs if active is None else _or_none(active),
-        max_queued_jobs=kept.max_queued_jobs if queued is None else _or_none(queued),
-    )
+    return TenantSpec(**_quota_changes(args))
 
 
 def _or_none(value: int | str) -> int | None:

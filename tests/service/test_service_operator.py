@@ -565,7 +565,7 @@ def test_a_request_authenticated_before_a_quota_change_does_not_send_the_old_quo
         runner.inbox = Inbox()
         before = store.authenticate(key)  # a slow request's tenant, read now
         runner.take_quota(before)
-        store.set_quota("bob", TenantSpec(max_active_jobs=3))  # `tenants quota bob`
+        store.set_quota("bob", max_active_jobs=3)  # `tenants quota bob`
         runner.take_quota(store.authenticate(key))  # a request after it
         runner.take_quota(before)  # the slow request goes on
         runner.take_quota(store.authenticate(key))
