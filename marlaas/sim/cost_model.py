@@ -16,17 +16,15 @@ MAX_ITERATION_MS = 60_000.0
 """Largest per-iteration cost of decoding [ms] (a minute)."""
 MAX_FIXED_S = 86_400.0
 """Largest fixed cost of one piece of work [s] (a day)."""
-MIN_DECODE_BASE_MS = 1e-3
-"""Shortest fixed cost of a decode iteration [ms] (a microsecond, thousands of times below any
-engine's): a shorter one is below the simulated clock's resolution once the clock is large
-(a float near 10^8 s moves in steps of 1.5e-8 s), so a group's end came out at the time it was
-computed at, nothing advanced, and the run never ended (decode_base_ms 1e-6 with the other
-decode terms 0 and a job arriving at 10^8 s)."""
+MIN_DECODE_BASE_MS = 1e-6
+"""The floor calibrate and refine give a fitted decode_base_ms [ms]: an iteration takes some
+time (decode_base_ms > 0). It need not take one the clock can tell from nothing: a group whose
+time left is below the clock's resolution ends at its wake-up (EngineModel.pop_finished)."""
 MIN_RATE, MAX_RATE = 1.0, 1e12
 """Throughputs [tokens/s]: at least 1 (a smaller one makes times that overflow)."""
 
 Ms = Annotated[float, Field(ge=0, le=MAX_ITERATION_MS)]
-DecodeBaseMs = Annotated[float, Field(ge=MIN_DECODE_BASE_MS, le=MAX_ITERATION_MS)]
+PositiveMs = Annotated[float, Field(gt=0, le=MAX_ITERATION_MS)]
 Seconds = Annotated[float, Field(ge=0, le=MAX_FIXED_S)]
 Rate = Annotated[float, Field(ge=MIN_RATE, le=MAX_RATE)]
 
@@ -56,7 +54,7 @@ class CostModel(BaseModel):
     def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
         return refuse_bool(cls, value, info)
 
-    decode_base_ms: DecodeBaseMs = 6.0
+    decode_base_ms: PositiveMs = 6.0
     """Per decode iteration [ms]: 32 layers' weight reads at batch 1 [S1][S2] (fit intercept)."""
     decode_per_seq_ms: Ms = 0.026
     """Per running sequence and iteration [ms]: the linear ops' growth with batch [S1][S2]."""

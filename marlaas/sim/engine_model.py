@@ -126,18 +126,20 @@ class EngineModel:
         if not users.count:
             del self.adapters[users.adapter]
 
-    def advance(self, now: float) -> None:
-        """Move decode forward to ``now`` [s], ending the sequences that finish on the way."""
+    def advance(self, now: float, settle: bool = False) -> None:
+        """Move decode forward to ``now`` [s], ending the sequences that finish on the way;
+        with ``settle``, also those whose time left does not move a clock at ``now`` (below
+        its float resolution: near 2^34 s, 1.7e10 s, one step is 3.8e-6 s)."""
         clock, resume = self.clock_s, self.resume_s
         start = resume if resume > clock else clock  # max(clock, resume), without a call
-        if self.running and now > start:
+        if self.running and (now > start or (settle and now == start)):
             base, per_seq, per_kv = self.base_s, self.per_seq_s, self.per_kv_s
             per_adapter, slowdown, seqs = self.per_adapter_s, self.slowdown, self._seqs
             progress, offset, adapters = self.progress, self.context_offset, self.adapters
             # the counts as floats: the same values (exact), and float-only arithmetic is
             # the interpreter's fast path (an int operand takes its generic one)
             running, distinct = float(self.running), float(len(adapters))
-            while running and now > start:
+            while running and (now > start or settle):
                 # dt(n, C, L) of the module docstring now (alpha), and its growth per iteration
                 context = offset + running * progress
                 alpha = base + per_seq * running + per_kv * context
@@ -147,8 +149,9 @@ class EngineModel:
                 k = end - progress
                 needed = alpha * k + 0.5 * slope * k * k
                 if start + needed > now:
-                    dt = now - start  # solve alpha k + slope k^2 / 2 = dt, in the stable form
-                    progress += 2.0 * dt / (alpha + math.sqrt(alpha * alpha + 2.0 * slope * dt))
+                    if now > start:  # solve alpha k + slope k^2 / 2 = dt, in the stable form
+                        dt = now - start
+                        progress += 2.0 * dt / (alpha + math.sqrt(alpha * alpha + 2.0 * slope * dt))
                     break
                 progress = end  # the first sequence ends (as _end_sequence, inline)
                 start += needed
@@ -263,7 +266,12 @@ class EngineModel:
         return t
 
     def pop_finished(self, now: float) -> list[int]:
-        """Advance to ``now`` and return the work ids of groups whose last sample ended."""
+        """Advance to ``now`` and return the work ids of groups whose last sample ended.
+
+        ``now`` is a group's end as :meth:`next_group_done_s` computed it; where the time its
+        last iterations take is below the clock's resolution at ``now``, that end is ``now``
+        itself, no time passes, and :meth:`advance` alone would end nothing: the wake-up would
+        be scheduled at ``now`` again, for ever. Those sequences end here (settled)."""
         self.advance(now)
         limit = self.progress + _EPS * max(1.0, self.progress)
         seqs = self._seqs
@@ -271,6 +279,8 @@ class EngineModel:
             if seqs[0][0] > self.progress:
                 self.progress = seqs[0][0]
             self._end_sequence()
+        if seqs:
+            self.advance(now, settle=True)  # every one left ends later: its time left is > 0
         done = []
         groups = self._groups
         while groups and not groups[0][2].left:

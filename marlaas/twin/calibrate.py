@@ -163,7 +163,7 @@ def calibrate(
             continue  # fitted as a rate, below
         values[name] = decode.coef[name] * scale
         if name == "decode_base_ms":
-            values[name] = max(values[name], MIN_DECODE_BASE_MS)  # the clock must advance
+            values[name] = max(values[name], MIN_DECODE_BASE_MS)  # a positive iteration time
         fitted.append(Fitted(name, values[name], unit, decode.rows, quality))
     per_token = decode.coef["prefill_s_per_token"]
     values["prefill_tokens_per_s"] = 1.0 / per_token if per_token > 0 else 1e9

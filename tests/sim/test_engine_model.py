@@ -80,3 +80,18 @@ def test_more_adapters_in_a_batch_decode_slower():
             engine.admit(0.0, g, np.full(8, 100.0), 10.0, f"a{g % n_adapters}")
         times.append(engine.next_group_done_s())
     assert times[1] > times[0]
+
+
+@pytest.mark.parametrize("prompt", [0.0, 10.0])
+def test_a_group_whose_time_left_is_below_the_clocks_resolution_ends_at_its_wake_up(prompt):
+    # at 2^34 s (1.7e10 s, a clock valid inputs reach) a float moves in steps of 3.8e-6 s, and
+    # one token at 1 us an iteration (decode_base_ms 1e-3, the bound) is below it: the group's
+    # end is the time it was computed at, with (prompt 10) or without a prefill before it
+    cost = CostModel(decode_base_ms=1e-3, decode_per_seq_ms=0, decode_per_kv_token_ms=0,
+                     decode_per_adapter_ms=0, prefill_base_ms=0)  # fmt: skip
+    engine = EngineModel(cost)
+    now = 2.0**34
+    engine.admit(now, 1, [1], prompt, "a")
+    wake = engine.next_group_done_s()
+    assert engine.pop_finished(wake) == [1]
+    assert engine.next_group_done_s() is None and not engine.running

@@ -375,3 +375,17 @@ def test_a_run_processes_one_event_per_completion_however_often_engines_are_re_t
         finished += [d.work_id for d in completions[1]]
     assert sorted(finished) == list(range(1, 201))
     assert executor.steps <= len(finished) + 1  # 599 when the re-timed ones are popped too
+
+
+def test_decode_iterations_below_the_clocks_resolution_end(tmp_path):
+    """A job at 10^8 s decoding in 1e-9 s iterations (decode_base_ms 1e-6, the other terms 0):
+    a float there moves in steps of 1.5e-8 s, so a group's end is the time it is computed at,
+    and the run ends all the same (it never did: its wake-up came back at that time for ever)."""
+    path = tmp_path / "w.yaml"
+    path.write_text(
+        "jobs: [{name: j, tenant: t, arrival_s: 1.0e+8, rl: {steps: 2}}]\n"
+        "cost: {decode_base_ms: 1.0e-6, decode_per_seq_ms: 0, decode_per_kv_token_ms: 0,"
+        " decode_per_adapter_ms: 0}\n"
+    )
+    events, _ = simulate_run(load_workload(path))
+    assert list(events.loc[events.kind == "train", "step"]) == [0, 1]
