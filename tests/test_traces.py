@@ -185,6 +185,7 @@ def test_load_arrivals_seconds_and_timestamps(tmp_path):
         ("tenant,submit_time\nx,yesterday\n", "line 2: submit_time: 'yesterday' is not"),
         ("submit_s\n1\n", "line 1: missing column(s) ['tenant']"),
         ("tenant,submit_s,submit_time\nx,1,2024-01-01T00:00:00\n", "line 2: has both submit_s"),
+        ("tenant,submit_s,Size\nx,1,4\nx,2,\n", "line 1: column 'Size' is not one an arrivals"),
     ],
 )
 def test_bad_arrivals(tmp_path, text, message):
@@ -192,6 +193,13 @@ def test_bad_arrivals(tmp_path, text, message):
     with pytest.raises(TraceError) as err:
         load_arrivals(path)
     assert message in str(err.value)
+
+
+def test_a_traces_own_columns_near_size_or_job_are_ignored(tmp_path):
+    # a column one edit from size that holds no step counts, and columns near job (which
+    # match: tenant reads none of, and match: job finds missing): c11a48e refused 'site'
+    path = write(tmp_path, "a.csv", "tenant,submit_s,site,side,jobs,Job,bob\nt,0,eu-1,left,3,x,y\n")
+    assert [(row.job, row.size) for row in load_arrivals(path)] == [(None, None)]
 
 
 def _workload(tmp_path: Path, arrivals: dict, csv: str) -> Path:

@@ -66,30 +66,42 @@ class Arrival:
 
 
 KNOWN_COLUMNS = ("job", "tenant", "submit_s", "submit_time", "size")
-"""The columns an arrivals file's rows are read from."""
-OPTIONAL_COLUMNS = ("job", "size")
-"""The columns whose absence changes nothing but the result (the rows' jobs matched by tenant,
-the workload's rl.steps kept); other columns are the trace's own, and ignored."""
+"""The columns an arrivals file's rows are read from; others are the trace's own, and ignored."""
 
 
-def _check_optional_columns(path: str | Path, header: list[str]) -> None:
-    """TraceError for a column that is a likely misspelling of an optional column the header
-    lacks (``sizee``, ``Size``): read as one of the trace's own, it was ignored, and every
-    job kept its own rl.steps."""
-    absent = [c for c in OPTIONAL_COLUMNS if c not in header]
+def _check_misspelt_size(path: str | Path, rows: list[tuple[int, dict[str, str]]]) -> None:
+    """TraceError for a column that is a likely misspelling of ``size`` in a header without
+    one (``sizee``, ``Size``) and holds step counts: read as one of the trace's own, it was
+    ignored, and every job kept its own rl.steps. A column of other values (``site: eu-1``,
+    ``side: left``) is the trace's own. A misspelt ``job`` needs no check: ``match: job`` then
+    finds no job column, and ``match: tenant`` reads none."""
+    header = list(rows[0][1])
+    if "size" in header:
+        return
     for column in header:
-        close = closest(column, absent) if column not in KNOWN_COLUMNS else None
-        if close is not None:
+        if column in KNOWN_COLUMNS or closest(column, ["size"]) is None:
+            continue
+        values = [row[column] for _, row in rows if row[column]]
+        if values and all(_is_count(value) for value in values):
             raise TraceError(path, f"column {column!r} is not one an arrivals file has; did "
-                             f"you mean {close!r}? (its columns: {', '.join(KNOWN_COLUMNS)}; "
-                             "others are ignored)", 1)  # fmt: skip
+                             "you mean 'size'? (its columns: "
+                             f"{', '.join(KNOWN_COLUMNS)}; others are ignored)", 1)  # fmt: skip
+
+
+def _is_count(text: str) -> bool:
+    """Whether ``text`` reads as a ``size`` (a count of training steps)."""
+    try:
+        count("", 0, "size", text, high=MAX_STEPS)
+    except TraceError:
+        return False
+    return True
 
 
 def load_arrivals(path: str | Path) -> list[Arrival]:
     """Read an arrivals CSV into rows, in file order; bad rows raise :class:`TraceError`."""
     rows = list(read_rows(path, ("tenant",)))
     if rows:
-        _check_optional_columns(path, list(rows[0][1]))
+        _check_misspelt_size(path, rows)
     stamps: list[float] = []
     out: list[Arrival] = []
     for line, row in rows:
