@@ -450,7 +450,9 @@ def sweep_command(args: argparse.Namespace) -> int:
     profile = load_profile(args.cost, base=cost_of(workload)) if args.cost else None
     runs = plan(workload, policies, varying, jobs, seeds, presets, profile)
     schedules = presets + policies
-    baseline = args.baseline or ("sequential" if "sequential" in schedules else None)
+    baseline = args.baseline
+    if baseline is None:  # not `or`: --baseline '' (an unset variable) is refused, not the default
+        baseline = "sequential" if "sequential" in schedules else None
     if baseline is not None and baseline not in schedules:
         raise SweepError(f"--baseline {baseline!r} is not one of the presets or policies")
     with claim(args.out, "sweep") as out, out.staged() as staging:

@@ -65,7 +65,7 @@ VARIANT_FIELDS = ("trainer_width", "adapter_slots", "policy", "preset")
 
 def build_space(args: argparse.Namespace, workload: Workload, profile_name: str | None) -> Space:
     """The space the options describe (PlanError naming a bad option)."""
-    dims = parse_list(args.search, "search") if args.search else ["pools"]
+    dims = parse_list(args.search, "search") if args.search is not None else ["pools"]
     unknown = [d for d in dims if d not in DIMENSIONS]
     if unknown:
         raise PlanError(f"--search: unknown {unknown[0]!r}; choose from {', '.join(DIMENSIONS)}")
