@@ -95,7 +95,8 @@ def first_mask() -> set[int] | None:
     blocked = os.environ.pop(STARTED_AGAIN_ENV, None)
     if blocked is None:
         return None
-    return {int(number) for number in blocked.split(",") if number.strip().isdigit()}
+    numbers = (number.strip() for number in blocked.split(","))
+    return {int(number) for number in numbers if number.isascii() and number.isdigit()}
 
 
 def run_under_jemalloc(args: list[str], mask) -> None:

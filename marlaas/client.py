@@ -26,6 +26,7 @@ from pathlib import Path
 import httpx
 
 from marlaas import strict_json
+from marlaas.core.ascii_digits import ascii_digits
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 URL_ENV, KEY_ENV = "MARLAAS_URL", "MARLAAS_API_KEY"
@@ -253,7 +254,7 @@ def _parse_sse(lines: Iterator[str]) -> Iterator[Event]:
             continue
         field, _, value = line.partition(":")
         value = value[1:] if value.startswith(" ") else value
-        if field == "id" and value.isdigit():
+        if field == "id" and ascii_digits(value):
             event_id = int(value)
         elif field == "event":
             kind = value

@@ -21,6 +21,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from marlaas.core.ascii_digits import ascii_digits
+
 RAY_PIP = "pip install -e '.[ray]'"
 """How to install Ray (the ``ray`` extra)."""
 LOCAL_CLUSTER_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
@@ -128,7 +130,7 @@ def _host_port(text: str) -> tuple[str, int | None]:
     no host or no port from 1 to MAX_PORT."""
     host, sep, port = text.rpartition(":")
     host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) <= MAX_PORT:
+    if not sep or not host or not ascii_digits(port) or not 0 < int(port) <= MAX_PORT:
         return host, None
     return host, int(port)
 

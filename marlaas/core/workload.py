@@ -21,6 +21,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from marlaas.core import limits as L
 from marlaas.core.arrivals_spec import ArrivalsSpec
+from marlaas.core.ascii_digits import ascii_digits
 from marlaas.core.cluster_spec import ClusterSpec
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.prices_spec import PricesSpec
@@ -192,7 +193,7 @@ def _list_item(items: list, key: str, full: str) -> Any:
     string that is the position of one item and the name of another is refused (names may be
     digits: ``jobs.1`` would set one job where its writer meant the other)."""
     by_name = [item for item in items if isinstance(item, dict) and item.get("name") == key]
-    if key.isascii() and key.isdigit() and int(key) < len(items):  # not '²', which int refuses
+    if ascii_digits(key) and int(key) < len(items):
         at = items[int(key)]
         if by_name and by_name[0] is not at:
             raise WorkloadError(f"{full}: {key!r} is the position of item {at.get('name')!r} "

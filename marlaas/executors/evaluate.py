@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import pandas as pd
 from tqdm import tqdm
 
+from marlaas.core.ascii_digits import ascii_digits
 from marlaas.core.job_spec import JobSpec
 from marlaas.core.workload import Workload
 from marlaas.datasets import Problem
@@ -55,7 +56,7 @@ def pick_versions(available: Sequence[int], asked: str) -> list[int]:
     for item in (part.strip() for part in asked.split(",")):
         if item == "last":
             picked.add(max(available))
-        elif item.isdigit() and int(item) in available:
+        elif ascii_digits(item) and int(item) in available:
             picked.add(int(item))
         else:
             raise ValueError(f"--versions: no adapter version {item!r}; there are "

@@ -42,6 +42,7 @@ from prometheus_client import (
 from starlette.requests import ClientDisconnect
 
 from marlaas import strict_json
+from marlaas.core.ascii_digits import ascii_digits
 from marlaas.drive.inbox import InboxClosedError
 from marlaas.service import MAX_ID
 from marlaas.service import store as S
@@ -322,7 +323,7 @@ async def _read_body(request: Request) -> bytes:
     """The request's body: 413 past :data:`MAX_BODY_BYTES`, 408 when the client went before
     it came whole (cut by the server's deadline, :mod:`marlaas.service.server`, included)."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+    if declared is not None and ascii_digits(declared) and int(declared) > MAX_BODY_BYTES:
         _refused(request, 413, f"{declared} bytes")
         raise HTTPException(413, f"the body is over {MAX_BODY_BYTES:,} bytes")
     chunks, size = [], 0
@@ -352,7 +353,7 @@ def _last_event_id(request: Request) -> int:
     :data:`~marlaas.service.MAX_ID` (0 for anything else: a header is Latin-1, where
     ``'\u00b2'.isdigit()`` holds too)."""
     value = request.headers.get("last-event-id", "0").strip()
-    digits = value.isascii() and value.isdigit() and len(value) <= len(str(MAX_ID))
+    digits = ascii_digits(value) and len(value) <= len(str(MAX_ID))
     return int(value) if digits and int(value) <= MAX_ID else 0
 
 
