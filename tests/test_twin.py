@@ -715,6 +715,38 @@ def test_a_busy_hosts_yardstick_is_not_charged(runs, tmp_path, capsys):
     assert "the replay charges the profile's engine costs at" not in out
 
 
+def test_a_profile_that_keeps_no_yardstick_says_why(runs, tmp_path, capsys):
+    """A profile calibrated on a busy host's run keeps no yardstick (ea8e2bf): calibrate warns
+    that it keeps none and why, and the replay of a quiet run that timed one, which then
+    charges the profile's own costs, says so instead of nothing (a quiet run's yardstick 1.5x
+    the calibration runs' was charged 1.38x before ea8e2bf, and after it silently 1x)."""
+    busy_host = {"cpus": 2, "other_cpu_s": 80.0, "steal_s": 0.0, "others_share": 0.4}
+    quiet_host = {**busy_host, "other_cpu_s": 2.0, "others_share": 0.01}
+    stick = {"rollout/0": 4e-4}
+    calib = [copy_run(runs["fair"], tmp_path / "busy", host=busy_host,
+                      engine_yardstick_s_per_token=stick),
+             copy_run(runs["fair"], tmp_path / "quiet", host=quiet_host,
+                      engine_yardstick_s_per_token=stick)]  # fmt: skip
+    fit = calibrate(calib, refine_evaluations=0)
+    assert fit.yardstick_s_per_token is None
+    kept = [w for w in fit.warnings if w.startswith("yardstick:")]
+    assert kept and "keeps none" in kept[0] and "busy" in kept[0], fit.warnings
+    assert main(["calibrate", *map(str, calib), "--out", str(tmp_path / "p.yaml")]) == 0
+    slow = copy_run(runs["fair"], tmp_path / "slow", host=quiet_host,
+                    engine_yardstick_s_per_token={"rollout/0": 6e-4})  # fmt: skip
+    capsys.readouterr()
+    assert main(["replay", str(slow), "--cost", str(tmp_path / "p.yaml"), "--out",
+                 str(tmp_path / "r")]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "the profile keeps no yardstick of its calibration runs" in out
+    assert "not this run's speed (its yardstick 0.6 ms per token)" in out
+    capsys.readouterr()
+    plain = copy_run(runs["fair"], tmp_path / "plain", host=quiet_host)  # timed no yardstick
+    assert main(["replay", str(plain), "--cost", str(tmp_path / "p.yaml"), "--out",
+                 str(tmp_path / "r2")]) == 0  # fmt: skip
+    assert "yardstick" not in capsys.readouterr().out
+
+
 def test_a_speed_is_set_only_between_two_measured_times():
     from marlaas.executors.yardstick import run_yardstick
 

@@ -34,11 +34,12 @@ import psutil
 
 BUSY_HOST_SHARE = 0.10
 """From this share of the machine's processor time gone elsewhere, a run is said to have had a
-busy host (``marlaas train`` notes it; ``calibrate`` warns; ``replay`` says so beside its
-errors): on the 2-core VM of docs/twin-log.md, of twelve runs with every other Python process
-stopped seven had 0.7-5.0%, three 7-10% where the hypervisor took the processors (steal
-12.5-15.5 s: those runs took 14-34% longer than their repeats), two more from processes
-the stopping missed."""
+busy host (``marlaas train`` notes it; ``calibrate`` warns and keeps no yardstick; ``replay``
+says so beside its errors and charges no yardstick speed: marlaas.twin.replay.busy_yardstick):
+on the 2-core VM of docs/twin-log.md, of twelve runs with every other Python process stopped
+seven had 0.7-5.0%, three 7-10% where the hypervisor took the processors (steal 12.5-15.5 s:
+those runs took 14-34% longer than their repeats), two more from processes the stopping
+missed."""
 
 MIN_WALL_S = 1.0
 """Spans shorter than this [s] record nothing: the counters' tick (10 ms) per processor

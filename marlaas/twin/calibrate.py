@@ -80,6 +80,15 @@ that had such loads, docs/twin-log.md). 0, what the regression leaves, made a pr
 on `sequential` runs replay every load of a `fair` run at a quarter of its time."""
 
 
+UNKEPT_YARDSTICK = (
+    "yardstick: the profile keeps none: a run's host was busy, and a busy host's yardstick "
+    "times that moment's load, not the speed the host gave the run; replays charge the "
+    "profile's own costs (calibrate from runs on a quiet machine)"
+)
+"""calibrate's warning where its runs timed a yardstick and it keeps none
+(:func:`marlaas.twin.replay.busy_yardstick`)."""
+
+
 @dataclass(frozen=True)
 class Fitted:
     """One parameter of the cost model as calibrated."""
@@ -242,6 +251,8 @@ def calibrate(
     sticks = [s for s in (run_yardstick(r.summary) for r in runs) if s is not None]
     busy = any(busy_host_note(r.summary.get("host")) for r in runs)  # timed the load, not the speed
     stick = sum(sticks) / len(sticks) if sticks and not busy else None
+    if sticks and busy:
+        warnings.append(UNKEPT_YARDSTICK)
     return Calibration(cost, fitted, [_describe(r) for r in runs], model, warnings, stick)
 
 

@@ -57,7 +57,13 @@ def _replay(args: argparse.Namespace) -> int:
     from marlaas.terminal import warning_line
     from marlaas.twin.fidelity import format_fidelity
     from marlaas.twin.real_run import load_real_run
-    from marlaas.twin.replay import FIDELITY_FILE, calibration_yardstick, model_warning, replay
+    from marlaas.twin.replay import (
+        FIDELITY_FILE,
+        calibration_yardstick,
+        model_warning,
+        replay,
+        unkept_yardstick_note,
+    )
     from marlaas.twin.speed import speed_note
 
     run = load_real_run(args.run, "replay")
@@ -82,6 +88,7 @@ def _replay(args: argparse.Namespace) -> int:
         )
     else:
         speed = speed_note(run_yardstick(run.summary), calibration_yardstick(profile, run))
+        speed = speed or unkept_yardstick_note(run, profile)
         if speed:
             print(f"note: {speed}")
     out = args.out

@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from marlaas.executors.host_share import busy_host_note
-from marlaas.executors.yardstick import run_yardstick
+from marlaas.executors.yardstick import positive_time, run_yardstick
 from marlaas.sim.cost_profiles import CostProfile
 from marlaas.sim.recording import Recording
 from marlaas.sim.run import simulate_run
@@ -89,6 +89,24 @@ def busy_yardstick(run: RealRun) -> bool:
     and charging it put 6 of 18 held-out replays within 10% of the makespan against 12 of 18 at
     the profile's own speed (mean error 16.1% against 8.2%)."""
     return busy_host_note(run.summary.get("host")) is not None
+
+
+def unkept_yardstick_note(run: RealRun, profile: CostProfile | None) -> str | None:
+    """One line saying that the replay of ``run``, whose engines timed a yardstick, charges
+    the profile's own costs because ``profile``, calibrated for the run's model, keeps no
+    yardstick (calibrate keeps none where a calibration run's host was busy); None where the
+    run timed none or its host was busy (:func:`busy_yardstick`: ``replay`` says that), or
+    ``profile`` is absent, not calibrated, of another model, or keeps one."""
+    if profile is None or profile.meta.get("origin") != "calibrated" or busy_yardstick(run):
+        return None
+    run_s = run_yardstick(run.summary)
+    if not positive_time(run_s) or same_model(profile, run) is False:
+        return None
+    if calibration_yardstick(profile, run) is not None:
+        return None
+    return (f"the profile keeps no yardstick of its calibration runs (a calibration run's host "
+            f"was busy, or none timed one): the replay charges the profile's own costs, not "
+            f"this run's speed (its yardstick {run_s * 1e3:.3g} ms per token)")  # fmt: skip
 
 
 def calibration_yardstick(profile: CostProfile | None, run: RealRun) -> object:
