@@ -15,7 +15,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     from marlaas.twin.calibrate import calibrate
     from marlaas.twin.header import provenance
 
-    name = _profile_name(args.name or Path(args.out).stem, args.name is None)
+    from_out = args.name is None  # --name '' (an unset $NAME) is refused, not the stem
+    name = _profile_name(Path(args.out).stem if from_out else args.name, from_out)
     with claim_file(args.out, "cost profile", is_calibrated_profile) as out:  # before any work
         result = calibrate(args.runs)
         meta = provenance(result, name)
