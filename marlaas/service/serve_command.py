@@ -13,7 +13,7 @@ import sys
 from contextlib import ExitStack
 from pathlib import Path
 
-from marlaas.run_options import bounded_int, positive_float
+from marlaas.run_options import bounded_int, positive_float, profile_arg
 from marlaas.service.data_folder import (
     BASE_MODEL_FILE,
     CONFIG_FILE,
@@ -55,7 +55,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     config, base_dir = load_config(args.cluster, args.policy)
     cost = None
-    if args.cost:
+    if args.cost is not None:
         if not args.simulate:
             raise UsageError("serve: --cost is for --simulate")
         from marlaas.sim.cost_profiles import load_profile
@@ -353,8 +353,8 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speed", type=positive_float(MAX_SPEED), default=1.0,
                         help="--simulate: simulated seconds per wall second (at most "
                         f"{MAX_SPEED:g})")  # fmt: skip
-    parser.add_argument("--cost", metavar="PROFILE", help="--simulate: cost profile (a "
-                        "bundled name or a file from marlaas calibrate)")  # fmt: skip
+    parser.add_argument("--cost", type=profile_arg, metavar="PROFILE", help="--simulate: "
+                        "cost profile (a bundled name or a file from calibrate)")  # fmt: skip
     parser.add_argument("--backend", choices=("auto", "vllm", "hf"), default="auto",
                         help="generation backend of the real executor (auto: vLLM if it "
                         "imports)")  # fmt: skip
