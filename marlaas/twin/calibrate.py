@@ -68,6 +68,7 @@ from marlaas.twin.real_run import (
     require_stages,
 )
 from marlaas.twin.refine import ENGINE_TERMS, refine
+from marlaas.twin.replay import busy_yardstick
 from marlaas.twin.train_fit import POOR_R2, TrainFit, fit_train
 
 __all__ = ["Calibration", "CalibrationError", "Fitted", "RealRun", "calibrate"]
@@ -249,7 +250,7 @@ def calibrate(
         ]  # fmt: skip
     model = model_label(runs[0].workload)
     sticks = [s for s in (run_yardstick(r.summary) for r in runs) if s is not None]
-    busy = any(busy_host_note(r.summary.get("host")) for r in runs)  # timed the load, not the speed
+    busy = any(busy_yardstick(r) for r in runs)  # timed the load, not the speed
     stick = sum(sticks) / len(sticks) if sticks and not busy else None
     if sticks and busy:
         warnings.append(UNKEPT_YARDSTICK)
